@@ -1,0 +1,47 @@
+# The two commands a newcomer needs: `make run` and `make test`. Each does its own set-up,
+# idempotently, in .venv (re-installs only when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench redis-server clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	@touch $(STAMP)
+
+## run: the proxy on :8080 (the simulator as upstream when none is configured).
+run: $(STAMP)
+	@bash deploy/run-dev.sh
+
+## test: everything, against a real redis-server and the simulator.
+test: $(STAMP) redis-server
+	$(BIN)/python -m pytest -q
+
+## lint: ruff and mypy (strict) on proxy/.
+lint: $(STAMP)
+	$(BIN)/ruff check proxy tests
+	$(BIN)/mypy proxy
+
+## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md).
+bench: $(STAMP) redis-server
+	$(BIN)/python -m bench.run
+
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server (apt-get)"; \
+	    (apt-get install -y -qq redis-server >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)) ; \
+	  else \
+	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server)"; \
+	    exit 1; \
+	  fi; }
+	@command -v redis-server >/dev/null 2>&1
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make run`: the proxy on :8080. With no upstream configured (no --upstream via
+# PROXY_UPSTREAMS), the bundled vLLM simulator starts on :8000 and serves as the fleet; with no
+# PROXY_REDIS_URL the embedded store is used. Extra flags: `make run ARGS="--api-key k"`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+SIM_PORT=${SIM_PORT:-8000}
+sim_pid=""
+cleanup() { [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+if [ -z "${PROXY_UPSTREAMS:-}" ]; then
+  echo "no PROXY_UPSTREAMS: starting the bundled vLLM simulator on 127.0.0.1:${SIM_PORT}"
+  "$BIN/responses-proxy" simulate --port "$SIM_PORT" --token-delay-ms "${SIM_TOKEN_DELAY_MS:-20}" &
+  sim_pid=$!
+  for _ in $(seq 1 100); do
+    if "$BIN/python" -c "import httpx,sys; httpx.get('http://127.0.0.1:${SIM_PORT}/health', timeout=0.5)" 2>/dev/null; then
+      break
+    fi
+    kill -0 "$sim_pid" 2>/dev/null || { echo "the simulator did not start"; exit 1; }
+    sleep 0.1
+  done
+  export PROXY_UPSTREAMS="http://127.0.0.1:${SIM_PORT}"
+fi
+
+echo "proxy on http://${PROXY_HOST:-127.0.0.1}:${PROXY_PORT:-8080} (Ctrl-C stops)"
+"$BIN/responses-proxy" serve ${ARGS:-}

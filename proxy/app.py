@@ -1,0 +1,56 @@
+"""The application factory: `create_app(settings)` wires middleware, routes and the lifespan.
+
+The lifespan builds the `Runtime` (HTTP client, fleet, store, services), runs the first fleet
+discovery before serving, keeps background tasks (discovery) alive, and tears everything down in
+order at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from proxy.services.runtime import Runtime
+from proxy.settings import Settings
+from proxy.web import routes_health, routes_passthrough, routes_responses
+from proxy.web.auth import AuthMiddleware
+from proxy.web.errors import EXCEPTION_HANDLERS
+from proxy.web.limits import BodyLimitMiddleware
+
+log = logging.getLogger("proxy")
+
+
+def create_app(
+    settings: Settings, *, build_runtime: Callable[[Settings], Runtime] = Runtime.build
+) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime = build_runtime(settings)
+        app.state.runtime = runtime
+        await runtime.fleet.refresh()
+        for replica in runtime.fleet.replicas:
+            if not replica.healthy:
+                log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
+        tasks = [asyncio.create_task(runtime.fleet.run(), name="fleet-discovery")]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await runtime.aclose()
+
+    return Starlette(
+        routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes],
+        middleware=[
+            Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
+            Middleware(AuthMiddleware, keys=settings.api_keys),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )

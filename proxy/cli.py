@@ -1,0 +1,158 @@
+"""Command line: `responses-proxy serve | worker | simulate`.
+
+Parsing and validation happen before anything starts; a bad flag ends the process with exit code 2
+and one line naming the flag (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from proxy.settings import ConfigError, Settings, build_settings, describe, require_upstreams
+
+log = logging.getLogger("proxy")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse's own errors (unknown flag, missing value) keep the one-line promise too.
+        self.exit(2, f"responses-proxy: error: {message}\n")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--upstream", action="append", help="vLLM server root URL (repeatable)")
+    p.add_argument("--upstream-api-key", help="key sent to the upstream instead of the client's")
+    p.add_argument("--redis-url", help="redis://host:port/db; omitted = embedded store")
+    p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
+    p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")
+    p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
+    p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
+    p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
+    p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="responses-proxy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    serve = sub.add_parser("serve", help="run the proxy")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", help="port (default 8080)")
+    serve.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
+    serve.add_argument("--cache", help="off | exact | semantic (default off)")
+    serve.add_argument("--no-worker", action="store_true", help="do not run background jobs")
+    serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
+    serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
+    serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
+    serve.add_argument("--log-prompts", action="store_true", help="log request bodies (debug)")
+    _add_common(serve)
+
+    worker = sub.add_parser("worker", help="run background jobs only")
+    _add_common(worker)
+
+    sim = sub.add_parser("simulate", help="run the bundled vLLM simulator")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", default="8000")
+    sim.add_argument("--token-delay-ms", default="0", help="delay between tokens")
+    sim.add_argument("--ttft-ms", default="0", help="delay before the first token")
+    sim.add_argument(
+        "--reasoning-field",
+        default="reasoning",
+        help="reasoning | reasoning_content | both (vLLM before 0.16 used reasoning_content)",
+    )
+    sim.add_argument("--model", action="append", help="served model name (repeatable)")
+    sim.add_argument("--max-model-len", default="32768", help="context length in tokens")
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _serve(settings: Settings) -> None:
+    import uvicorn
+
+    from proxy.app import create_app
+
+    for line in describe(settings):
+        log.info(line)
+    if not settings.api_keys:
+        log.warning("no API keys configured: the proxy accepts every request (auth is off)")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def _worker(settings: Settings) -> None:
+    from proxy.worker import run_worker
+
+    run_worker(settings)
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from proxy.settings import check_port, check_positive
+
+    port = check_port(args.port)
+    delay = float(args.token_delay_ms)
+    ttft = float(args.ttft_ms)
+    if delay < 0 or ttft < 0:
+        raise ConfigError("--token-delay-ms", "delays must be >= 0")
+    if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
+        raise ConfigError("--reasoning-field", "use reasoning, reasoning_content or both")
+    from proxy.simulator import SimConfig, create_app
+
+    config = SimConfig(
+        token_delay_ms=delay,
+        ttft_ms=ttft,
+        reasoning_field=args.reasoning_field,
+        max_model_len=int(check_positive(args.max_model_len, "--max-model-len", integer=True)),
+        **({"models": tuple(args.model)} if args.model else {}),
+    )
+    log.info("vLLM simulator on http://%s:%d", args.host, port)
+    uvicorn.run(
+        create_app(config), host=args.host, port=port, log_level="warning", access_log=False
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "simulate":
+            _configure_logging("info")
+            _simulate(args)
+            return
+        settings = build_settings(vars(args), os.environ)
+        _configure_logging(settings.log_level)
+        if args.command == "worker":
+            require_upstreams(settings, "worker")
+            if not settings.redis_url:
+                raise ConfigError("--redis-url", "`worker` needs a shared Redis")
+            _worker(settings)
+        else:
+            require_upstreams(settings, "serve")
+            _serve(settings)
+    except ConfigError as exc:
+        sys.stderr.write(f"responses-proxy: error: {exc}\n")
+        raise SystemExit(2) from None
+    except ValueError as exc:  # e.g. float("x") on a simulator flag
+        sys.stderr.write(f"responses-proxy: error: {exc}\n")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""The assembler: vLLM chat-completion chunks in, Responses stream events out.
+
+An explicit state machine with one open item at a time:
+
+    READY ──reasoning──▶ REASONING ─┐        (any kind switch closes the open item first and
+      │  ──content────▶ MESSAGE ────┼─▶ ...   opens the next at output_index + 1)
+      │  ──tool call──▶ FUNCTION_CALL┘
+      └─ finish_reason ─▶ FINISHED (open item closed) ─ end() ─▶ DONE (terminal event)
+       error frame / fail() / cancel() from any state ──────────▶ DONE
+
+Invariants (PROTOCOL.md §3.5; tests/unit/test_assembler_properties.py checks them):
+- `sequence_number` is assigned when an event is made: 0, 1, 2, … with no gaps, never patched.
+- `output_index` is dense from 0 and follows the order of `output_item.added`; items never
+  interleave (parallel tool calls become sequential items).
+- Every added has its done, in stack order; `done` text equals the joined deltas; each
+  `output_item.done` item is the very object that ends up in the final `output`.
+- Exactly one terminal event, last: completed (finish stop/tool_calls), incomplete (length,
+  content_filter), failed (error frame, abort, a stream that ends without a finish), cancelled.
+
+No I/O, no clock, no randomness inside: ids come from `ids`, time from `clock`.
+Deliberate divergences from vLLM's own Responses server: `response.incomplete` (not `completed`
+with status incomplete) on truncation, and `response.failed` on errors (PROTOCOL.md §5).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from proxy.core import ids as idp
+from proxy.core import types as t
+from proxy.core.ids import IdFactory
+from proxy.core.types import Chunk, Event, Item, ResponseObject
+
+
+class Phase(enum.Enum):
+    READY = "ready"
+    REASONING = "reasoning"
+    MESSAGE = "message"
+    FUNCTION_CALL = "function_call"
+    FINISHED = "finished"
+    DONE = "done"
+
+
+_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
+
+
+def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Chat usage → Responses usage, every key the SDKs require present (PROTOCOL.md §1.1)."""
+    if not usage:
+        return None
+    prompt = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
+    input_tokens = int(usage.get("prompt_tokens") or 0)
+    output_tokens = int(usage.get("completion_tokens") or 0)
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": int(prompt.get("cached_tokens") or 0),
+            "cache_write_tokens": 0,
+        },
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": int(completion.get("reasoning_tokens") or 0)},
+        "total_tokens": int(usage.get("total_tokens") or input_tokens + output_tokens),
+    }
+
+
+class _OpenItem:
+    """The one item being streamed: its identity and the text gathered so far."""
+
+    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts")
+
+    def __init__(self, kind: Phase, item_id: str, index: int) -> None:
+        self.kind = kind
+        self.item_id = item_id
+        self.index = index
+        self.parts: list[str] = []
+        self.call_index: int | None = None
+        self.call_id = ""
+        self.name = ""
+
+
+class _PendingCall:
+    """A tool call whose name has not arrived yet (some parsers send it late)."""
+
+    __slots__ = ("args", "call_id", "index")
+
+    def __init__(self, index: int, call_id: str | None) -> None:
+        self.index = index
+        self.call_id = call_id
+        self.args: list[str] = []
+
+
+class Assembler:
+    def __init__(
+        self,
+        response: ResponseObject,
+        *,
+        ids: IdFactory,
+        clock: Callable[[], float],
+        seq: int = 0,
+        seal_reasoning: Callable[[str], str] | None = None,
+    ) -> None:
+        # `response` holds the request echo plus id/object/created_at/model; we own the rest.
+        self._base = response
+        self._ids = ids
+        self._clock = clock
+        self._seq = seq
+        self._seal = seal_reasoning
+        self.phase = Phase.READY
+        self.status = t.S_IN_PROGRESS
+        self.output: list[Item] = []
+        self._open: _OpenItem | None = None
+        self._pending: _PendingCall | None = None
+        self._finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self._error: dict[str, Any] | None = None
+        self._incomplete: dict[str, Any] | None = None
+        self._completed_at: int | None = None
+        self.final: ResponseObject | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+    @property
+    def next_sequence(self) -> int:
+        return self._seq
+
+    def start(self, *, background: bool = False) -> list[Event]:
+        """First events: created + in_progress, or created + queued for a background job."""
+        if background:
+            self.status = t.S_QUEUED
+            return [self._lifecycle(t.CREATED), self._lifecycle(t.QUEUED)]
+        return [self._lifecycle(t.CREATED), self._lifecycle(t.IN_PROGRESS)]
+
+    def resume(self) -> list[Event]:
+        """A queued background job starts running."""
+        self.status = t.S_IN_PROGRESS
+        return [self._lifecycle(t.IN_PROGRESS)]
+
+    def snapshot(self) -> ResponseObject:
+        """The Response object as it stands (the final one once DONE)."""
+        if self.final is not None:
+            return self.final
+        out = dict(self._base)
+        out["status"] = self.status
+        out["error"] = self._error
+        out["incomplete_details"] = self._incomplete
+        out["output"] = list(self.output)
+        out["usage"] = self.usage
+        if self._completed_at is not None:
+            out["completed_at"] = self._completed_at
+        return out
+
+    # -- upstream chunks -------------------------------------------------------------------
+    def feed(self, chunk: Chunk) -> list[Event]:
+        if self.phase is Phase.DONE:
+            return []
+        events: list[Event] = []
+        error = chunk.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            return self.fail(f"upstream error: {message or 'unknown error'}")
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = map_usage(usage)
+        choices = chunk.get("choices")
+        if not choices:
+            return events
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning")
+            if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
+                reasoning = delta.get("reasoning_content")
+            if reasoning:
+                self._reasoning(reasoning, events)
+            content = delta.get("content")
+            if content:
+                self._text(content, events)
+            calls = delta.get("tool_calls")
+            if calls:
+                for call in calls:
+                    self._tool_call(call, events)
+        finish = choice.get("finish_reason")
+        if finish:
+            self._finish = finish
+            self._close(events, t.S_INCOMPLETE if finish in _INCOMPLETE_REASONS else t.S_COMPLETED)
+            self.phase = Phase.FINISHED
+        return events
+
+    def end(self) -> list[Event]:
+        """The upstream stream is over (`[DONE]` or a clean end of body)."""
+        if self.phase is Phase.DONE:
+            return []
+        finish = self._finish
+        if finish is None:
+            return self.fail("upstream ended the stream before it finished")
+        if finish == "abort":
+            return self.fail("upstream aborted the request")
+        if finish in _INCOMPLETE_REASONS:
+            self._incomplete = {"reason": _INCOMPLETE_REASONS[finish]}
+            return self._terminal(t.INCOMPLETE, [])
+        if finish not in ("stop", "tool_calls"):
+            return self.fail(f"upstream finished with {finish!r}")
+        self._completed_at = int(self._clock())
+        return self._terminal(t.COMPLETED, [])
+
+    def fail(self, message: str, code: str = "server_error") -> list[Event]:
+        if self.phase is Phase.DONE:
+            return []
+        events: list[Event] = []
+        self._close(events, t.S_INCOMPLETE)
+        self._error = {"code": code, "message": message}
+        return self._terminal(t.FAILED, events)
+
+    def cancel(self) -> list[Event]:
+        if self.phase is Phase.DONE:
+            return []
+        events: list[Event] = []
+        self._close(events, t.S_INCOMPLETE)
+        return self._terminal(t.CANCELLED, events)
+
+    # -- item kinds --------------------------------------------------------------------------
+    def _reasoning(self, text: str, events: list[Event]) -> None:
+        item = self._open
+        if item is None or item.kind is not Phase.REASONING:
+            item = self._begin(Phase.REASONING, idp.REASONING, events)
+            events.append(self._event(t.ITEM_ADDED, output_index=item.index, item={
+                "id": item.item_id, "type": t.REASONING, "summary": [], "content": [],
+                "status": t.S_IN_PROGRESS,
+            }))
+            events.append(self._event(t.PART_ADDED, item_id=item.item_id, output_index=item.index,
+                                      content_index=0, part={"type": t.REASONING_TEXT, "text": ""}))
+        item.parts.append(text)
+        events.append({"type": t.REASONING_DELTA, "sequence_number": self._take(),
+                       "item_id": item.item_id, "output_index": item.index, "content_index": 0,
+                       "delta": text})
+
+    def _text(self, text: str, events: list[Event]) -> None:
+        item = self._open
+        if item is None or item.kind is not Phase.MESSAGE:
+            item = self._begin(Phase.MESSAGE, idp.MESSAGE, events)
+            events.append(self._event(t.ITEM_ADDED, output_index=item.index, item={
+                "id": item.item_id, "type": t.MESSAGE, "status": t.S_IN_PROGRESS,
+                "content": [], "role": "assistant",
+            }))
+            events.append(self._event(t.PART_ADDED, item_id=item.item_id, output_index=item.index,
+                                      content_index=0, part=_output_text("")))
+        item.parts.append(text)
+        events.append({"type": t.TEXT_DELTA, "sequence_number": self._take(),
+                       "item_id": item.item_id, "output_index": item.index, "content_index": 0,
+                       "delta": text, "logprobs": _EMPTY_LIST})
+
+    def _tool_call(self, call: dict[str, Any], events: list[Event]) -> None:
+        index = call.get("index")
+        if not isinstance(index, int):
+            index = self._open.call_index if self._open and self._open.call_index is not None else 0
+        function = call.get("function") or {}
+        name = function.get("name")
+        args = function.get("arguments")
+        item = self._open
+        if item is not None and item.kind is Phase.FUNCTION_CALL and item.call_index == index:
+            if args:
+                self._args(item, args, events)
+            return
+        pending = self._pending
+        if pending is None or pending.index != index:
+            pending = self._pending = _PendingCall(index, call.get("id"))
+        elif call.get("id") and not pending.call_id:
+            pending.call_id = call.get("id")
+        if args:
+            pending.args.append(args)
+        if name:  # the item opens once its name is known (the SDK wants it on added)
+            self._pending = None
+            item = self._begin(Phase.FUNCTION_CALL, idp.FUNCTION_CALL, events)
+            item.call_index = index
+            item.call_id = pending.call_id or self._ids(idp.CALL)
+            item.name = name
+            events.append(self._event(t.ITEM_ADDED, output_index=item.index, item={
+                "id": item.item_id, "type": t.FUNCTION_CALL, "status": t.S_IN_PROGRESS,
+                "arguments": "", "call_id": item.call_id, "name": name,
+            }))
+            for fragment in pending.args:
+                self._args(item, fragment, events)
+
+    def _args(self, item: _OpenItem, fragment: str, events: list[Event]) -> None:
+        item.parts.append(fragment)
+        events.append({"type": t.ARGS_DELTA, "sequence_number": self._take(),
+                       "item_id": item.item_id, "output_index": item.index, "delta": fragment})
+
+    # -- opening and closing -------------------------------------------------------------------
+    def _begin(self, kind: Phase, prefix: str, events: list[Event]) -> _OpenItem:
+        self._close(events, t.S_COMPLETED)
+        item = _OpenItem(kind, self._ids(prefix), len(self.output))
+        self._open = item
+        self.phase = kind
+        return item
+
+    def _close(self, events: list[Event], status: str) -> None:
+        item = self._open
+        if item is None:
+            return
+        self._open = None
+        self.phase = Phase.READY
+        text = "".join(item.parts)
+        where = {"item_id": item.item_id, "output_index": item.index}
+        final: Item
+        if item.kind is Phase.MESSAGE:
+            part = _output_text(text)
+            events.append(self._event(t.TEXT_DONE, **where, content_index=0, text=text,
+                                      logprobs=[]))
+            events.append(self._event(t.PART_DONE, **where, content_index=0, part=part))
+            final = {"id": item.item_id, "type": t.MESSAGE, "status": status,
+                     "content": [part], "role": "assistant"}
+        elif item.kind is Phase.REASONING:
+            part = {"type": t.REASONING_TEXT, "text": text}
+            events.append(self._event(t.REASONING_DONE, **where, content_index=0, text=text))
+            events.append(self._event(t.PART_DONE, **where, content_index=0, part=part))
+            final = {"id": item.item_id, "type": t.REASONING, "summary": [], "content": [part],
+                     "status": status}
+            if self._seal is not None:
+                final["encrypted_content"] = self._seal(text)
+        else:
+            if not item.parts:  # vLLM's pairing rule wants a delta before every done
+                self._args(item, "", events)
+            events.append(self._event(t.ARGS_DONE, **where, arguments=text, name=item.name))
+            final = {"id": item.item_id, "type": t.FUNCTION_CALL, "status": status,
+                     "arguments": text, "call_id": item.call_id, "name": item.name}
+        self.output.append(final)
+        events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
+
+    def _terminal(self, kind: str, events: list[Event]) -> list[Event]:
+        self.status = t.STATUS_OF_TERMINAL[kind]
+        self._pending = None
+        self.final = None
+        final = self.snapshot()
+        self.final = final
+        self.phase = Phase.DONE
+        events.append({"type": kind, "sequence_number": self._take(), "response": final})
+        return events
+
+    # -- events ------------------------------------------------------------------------------
+    def _take(self) -> int:
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        return {"type": kind, "sequence_number": self._take(), **fields}
+
+    def _lifecycle(self, kind: str) -> Event:
+        return {"type": kind, "sequence_number": self._take(), "response": self.snapshot()}
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": t.OUTPUT_TEXT, "annotations": [], "logprobs": [], "text": text}

@@ -1,0 +1,140 @@
+"""Errors, in OpenAI's shape, raised where they happen and rendered in one place (web/errors.py).
+
+    ProxyError                      500 server_error
+    ├── InvalidRequest              400 invalid_request_error (param names the field)
+    │   └── PreviousResponseNotFound    code previous_response_not_found
+    ├── Unauthorized                401 invalid_request_error / invalid_api_key
+    ├── NotFound                    404 invalid_request_error
+    │   └── ModelNotFound               code model_not_found, param model
+    ├── MethodNotAllowed            405
+    ├── PayloadTooLarge             413
+    ├── RateLimited                 429 rate_limit_exceeded (+ Retry-After)
+    ├── UpstreamError               502 upstream answered badly or broke off
+    │   ├── UpstreamUnreachable         502 connection refused / not made (safe to retry elsewhere)
+    │   ├── UpstreamUnavailable         503 no replica can take the request
+    │   └── UpstreamTimeout             504
+    └── StoreUnavailable            503 Redis (or the store) is down; stateless traffic goes on
+
+Each error knows its HTTP status and renders `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProxyError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class PreviousResponseNotFound(InvalidRequest):
+    code = "previous_response_not_found"
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(
+            f"Previous response with id '{response_id}' not found.",
+            param="previous_response_id",
+        )
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class NotFound(ProxyError):
+    status = 404
+    type = "invalid_request_error"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model `{model}` does not exist or is not served by this fleet.",
+            param="model",
+        )
+
+
+class MethodNotAllowed(ProxyError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimited(ProxyError):
+    status = 429
+    type = "rate_limit_exceeded"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class StoreUnavailable(ProxyError):
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"

@@ -1,0 +1,73 @@
+"""Chat Completions and the model list, passed through to the fleet.
+
+The request body goes upstream byte for byte (we parse it once, only to route on `model`); the
+answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client
+gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
+the HTTP status is already on the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.core.errors import InvalidRequest, ProxyError
+from proxy.core.jsonbody import parse_object
+from proxy.services.fleet import Call, Fleet
+from proxy.upstream import end_to_end_headers, map_transport_errors
+
+
+@dataclass
+class Relay:
+    """An upstream answer on its way to the client: a complete body or a byte stream."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+    media_type: str = "application/json"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Passthrough:
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    async def chat_completions(self, body: bytes) -> Relay:
+        request = parse_object(body)
+        model = request.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidRequest("`model` is required and must be a string.", param="model")
+        stream = request.get("stream") is True
+        call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
+        headers = end_to_end_headers(call.response.headers)
+        if stream:
+            return Relay(call.response.status_code, headers, stream=_relay(call),
+                         media_type="text/event-stream")
+        try:
+            with map_transport_errors(call.replica.url):
+                content = await call.response.aread()
+        finally:
+            await call.aclose()
+        return Relay(call.response.status_code, headers, body=content)
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": self._fleet.model_list()}
+
+
+async def _relay(call: Call) -> AsyncIterator[bytes]:
+    """Chunks as they arrive. `finally` closes the upstream whatever ends us: the end of the
+    stream, an error, or the client going away (the web layer cancels us, vLLM sees the close
+    and aborts the generation)."""
+    try:
+        with map_transport_errors(call.replica.url):
+            async for chunk in call.response.aiter_raw():
+                yield chunk
+    except ProxyError as exc:
+        frame = orjson.dumps({"error": {**exc.body()["error"], "code": exc.status}})
+        yield b"data: " + frame + b"\n\ndata: [DONE]\n\n"
+    finally:
+        await call.aclose()

@@ -1,0 +1,211 @@
+"""Settings: one frozen object built once at start from flags and the environment.
+
+Flags win over environment variables, which win over defaults. Every value is validated here,
+before anything starts, and a bad one raises `ConfigError` naming the flag, so the CLI can exit
+with one line instead of a traceback (CONTRACT.md "Bad configuration").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+CACHE_MODES = ("off", "exact", "semantic")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used. `flag` names the command-line flag it came from."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. `first_byte` bounds the wait for the upstream's response headers, `idle` the gap
+    between two chunks of a stream (a stalled replica becomes `response.failed`, not a hang)."""
+
+    connect: float = 5.0
+    first_byte: float = 120.0
+    idle: float = 60.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstreams: tuple[str, ...] = ()
+    upstream_api_key: str | None = None
+    redis_url: str | None = None
+    api_keys: tuple[str, ...] = ()
+    cache: str = "off"
+    worker: bool = True
+    worker_concurrency: int = 16
+    max_body_bytes: int = 16 * 1024 * 1024
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    ping_interval: float = 15.0
+    # How often the fleet re-reads each replica's /health and /v1/models.
+    discovery_interval: float = 10.0
+    response_ttl: int = 30 * 24 * 3600
+    log_level: str = "info"
+    log_prompts: bool = False
+
+    def replace(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def normalize_upstream(url: str, flag: str = "--upstream") -> str:
+    """`http://h:8000`, `http://h:8000/` and `http://h:8000/v1` all mean the server root."""
+    raw = url.strip()
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(flag, f"not an http(s) URL: {url!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError(flag, f"bad port in URL: {url!r}") from None
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def check_redis_url(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("redis", "rediss", "unix") or (
+        parts.scheme != "unix" and not parts.hostname
+    ):
+        raise ConfigError("--redis-url", f"not a redis:// URL: {url!r}")
+    return url.strip()
+
+
+def check_port(value: object, flag: str = "--port") -> int:
+    try:
+        port = int(str(value))
+    except ValueError:
+        raise ConfigError(flag, f"not a port number: {value!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(flag, f"port out of range 1-65535: {port}")
+    return port
+
+
+def check_positive(value: object, flag: str, *, integer: bool = False) -> float:
+    try:
+        number = int(str(value)) if integer else float(str(value))
+    except ValueError:
+        raise ConfigError(flag, f"not a number: {value!r}") from None
+    if number <= 0:
+        raise ConfigError(flag, f"must be greater than 0: {value!r}")
+    return number
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Settings:
+    """Merge parsed flags (None or empty = not given) with `PROXY_*` variables, then validate."""
+
+    def pick(name: str, env_name: str) -> object:
+        value = flags.get(name)
+        if value is None or value == [] or value == ():
+            return env.get(env_name)
+        return value
+
+    upstream_values = flags.get("upstream") or _split(env.get("PROXY_UPSTREAMS"))
+    upstreams = tuple(normalize_upstream(str(u)) for u in upstream_values)  # type: ignore[attr-defined]
+
+    redis_url = pick("redis_url", "PROXY_REDIS_URL")
+    key_values = flags.get("api_key") or _split(env.get("PROXY_API_KEYS"))
+    api_keys = tuple(str(k) for k in key_values)  # type: ignore[attr-defined]
+    if any(not key or any(c.isspace() for c in key) for key in api_keys):
+        raise ConfigError("--api-key", "keys must be non-empty and contain no whitespace")
+
+    cache = str(pick("cache", "PROXY_CACHE") or "off").strip().lower()
+    if cache not in CACHE_MODES:
+        raise ConfigError("--cache", f"unknown cache mode {cache!r} (use off, exact or semantic)")
+
+    log_level = str(pick("log_level", "PROXY_LOG_LEVEL") or "info").lower()
+    if logging.getLevelName(log_level.upper()) is None or not isinstance(
+        logging.getLevelName(log_level.upper()), int
+    ):
+        raise ConfigError("--log-level", f"unknown log level {log_level!r}")
+
+    defaults = Settings()
+    timeouts = Timeouts(
+        connect=check_positive(
+            pick("connect_timeout", "PROXY_CONNECT_TIMEOUT") or defaults.timeouts.connect,
+            "--connect-timeout",
+        ),
+        first_byte=check_positive(
+            pick("first_byte_timeout", "PROXY_FIRST_BYTE_TIMEOUT") or defaults.timeouts.first_byte,
+            "--first-byte-timeout",
+        ),
+        idle=check_positive(
+            pick("idle_timeout", "PROXY_IDLE_TIMEOUT") or defaults.timeouts.idle,
+            "--idle-timeout",
+        ),
+    )
+    upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
+    return Settings(
+        host=str(pick("host", "PROXY_HOST") or defaults.host),
+        port=check_port(pick("port", "PROXY_PORT") or defaults.port),
+        upstreams=upstreams,
+        upstream_api_key=str(upstream_key) if upstream_key else None,
+        redis_url=check_redis_url(str(redis_url)) if redis_url else None,
+        api_keys=api_keys,
+        cache=cache,
+        worker=not flags.get("no_worker"),
+        worker_concurrency=int(
+            check_positive(
+                pick("worker_concurrency", "PROXY_WORKER_CONCURRENCY")
+                or defaults.worker_concurrency,
+                "--worker-concurrency",
+                integer=True,
+            )
+        ),
+        max_body_bytes=int(
+            check_positive(
+                pick("max_body_bytes", "PROXY_MAX_BODY_BYTES") or defaults.max_body_bytes,
+                "--max-body-bytes",
+                integer=True,
+            )
+        ),
+        timeouts=timeouts,
+        ping_interval=check_positive(
+            pick("ping_interval", "PROXY_PING_INTERVAL") or defaults.ping_interval,
+            "--ping-interval",
+        ),
+        discovery_interval=check_positive(
+            pick("discovery_interval", "PROXY_DISCOVERY_INTERVAL") or defaults.discovery_interval,
+            "--discovery-interval",
+        ),
+        response_ttl=int(
+            check_positive(
+                pick("response_ttl", "PROXY_RESPONSE_TTL") or defaults.response_ttl,
+                "--response-ttl",
+                integer=True,
+            )
+        ),
+        log_level=log_level,
+        log_prompts=bool(flags.get("log_prompts")) or env.get("PROXY_LOG_PROMPTS", "") == "1",
+    )
+
+
+def require_upstreams(settings: Settings, command: str) -> None:
+    if not settings.upstreams:
+        raise ConfigError("--upstream", f"`{command}` needs at least one upstream")
+
+
+def describe(settings: Settings) -> Sequence[str]:
+    """Lines for the start-up log: what runs, never a secret."""
+    return (
+        f"upstreams: {', '.join(settings.upstreams) or '(none)'}",
+        f"store: {'redis' if settings.redis_url else 'embedded (one instance; lost on exit)'}",
+        f"auth: {f'{len(settings.api_keys)} key(s)' if settings.api_keys else 'OFF (no keys)'}",
+        f"cache: {settings.cache}",
+    )

@@ -1,0 +1,210 @@
+"""The `Store` protocol: everything the proxy keeps, behind one small async interface.
+
+One implementation, `RedisStore` (store/redis.py), runs on two backends, checked by one contract
+suite (tests/contract/):
+- a real Redis server, shared by every instance: what production runs;
+- the embedded store (no Redis URL): the same code over fakeredis's in-process server, so a
+  single instance behaves exactly like a fleet of one (same Lua scripts, same key layout).
+
+Rules every backend keeps:
+- **Tenancy.** Every stored object belongs to the tenant that created it. A read, write or delete
+  with another tenant behaves exactly as if the object did not exist (None / False), so the web
+  layer answers 404 without learning that it exists.
+- **Status is a compare-and-set.** `transition` and `finish_response` change a response's status
+  only from an allowed one, atomically (one Lua script). Terminal statuses (completed, incomplete,
+  failed, cancelled) are final, with one exception spelled out in `finish_response`.
+- **The terminal event and the final object land together** (`finish_response`), so whoever has
+  seen the terminal event can GET the final object from any instance.
+- **Event logs are dense.** Events are appended with their `sequence_number` as the stream id
+  (`1-<seq>`); reading returns them in order; a log is closed by its terminal event.
+- **Everything expires** (`ttl` seconds, set at creation and renewed on update); nothing grows
+  without bound (conversations cap their items, see `MAX_CONVERSATION_ITEMS`).
+- Failures of the backing service raise `StoreUnavailable` (503), never a raw client exception.
+
+Values cross this interface as plain JSON-able dicts; events as their encoded JSON bytes (the
+exact bytes the client got, so a replay is byte-identical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from proxy.core.types import Item, ResponseObject
+
+MAX_CONVERSATION_ITEMS = 10_000
+# A `previous_response_id` chain longer than this is refused (the context would be enormous and
+# every ancestor id travels in the record).
+MAX_CHAIN_DEPTH = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    type: str
+    data: bytes  # the event's JSON, exactly as sent
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A response as stored. `response["status"]` always equals the stored status (a backend
+    keeps the status apart for its compare-and-set and overlays it on read)."""
+
+    response: ResponseObject
+    tenant: str
+    # Ancestors through `previous_response_id`, oldest first, excluding this response.
+    parents: tuple[str, ...] = ()
+    # Has an event log been written for it (it was streamed, or runs in the background)?
+    logged: bool = False
+    # Has its log received its terminal event?
+    closed: bool = False
+
+    @property
+    def id(self) -> str:
+        return str(self.response["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.response.get("status"))
+
+    @property
+    def background(self) -> bool:
+        return bool(self.response.get("background"))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Result of a compare-and-set on a response's status."""
+
+    changed: bool
+    response: ResponseObject | None  # the object after the attempt; None if it does not exist
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Context for a request that continues a stored response."""
+
+    items: list[Item]  # every ancestor's input then output items, oldest first, then the target's
+    parents: tuple[str, ...]  # the new response's ancestors: the target's parents + the target
+    model: str | None = None  # the target's model (a hint for affinity and defaults)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    items: list[Item]
+    has_more: bool
+
+
+class Store(Protocol):
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+
+    async def aclose(self) -> None: ...
+
+    # -- responses ---------------------------------------------------------------------------
+    async def create_response(
+        self,
+        record: StoredResponse,
+        input_items: Sequence[Item],
+        *,
+        events: Sequence[StoredEvent] = (),
+        ttl: int,
+        event_ttl: int,
+    ) -> None:
+        """Store a new response (any status) with its input items (already carrying ids) and,
+        atomically with it, the first events of its log (e.g. created + queued)."""
+
+    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+
+    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+        """The same without the tenant check: for workers, which act for whoever queued."""
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        """Remove the object, its input items and its event log. True if it existed."""
+
+    async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
+        """The response's input items in request order; None if the response is unknown."""
+
+    async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
+        """Context for a request continuing `response_id` (its `previous_response_id`): for
+        every ancestor of `response_id` and then `response_id` itself, its input items followed
+        by its output items, oldest first. None if `response_id` is unknown to this tenant.
+        Takes a constant number of round trips whatever the chain's depth (Redis: two).
+        Ancestors that have expired or been deleted are skipped."""
+
+    async def transition(
+        self,
+        response_id: str,
+        *,
+        allowed_from: frozenset[str],
+        to: str,
+        response: ResponseObject | None = None,
+        ttl: int,
+    ) -> Transition:
+        """Atomically: if the stored status is in `allowed_from`, set status `to` (and, when
+        given, replace the stored object with `response`) and return changed=True with the new
+        object; otherwise change nothing and return changed=False with the stored object."""
+
+    async def finish_response(
+        self, response: ResponseObject, terminal: StoredEvent | None, *, ttl: int,
+        event_ttl: int,
+    ) -> Transition:
+        """Atomically store the final object (its status is terminal) and append its terminal
+        event to the log (when given), if the stored status is queued or in_progress.
+        One exception: a stored `cancelled` whose log is not yet closed accepts a final object
+        that is `cancelled` too (the worker that ran it closes its log with the partial output).
+        Otherwise nothing changes: changed=False with the stored object (e.g. a late completion
+        after a cancel)."""
+
+    # -- event logs --------------------------------------------------------------------------
+    async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
+                            ttl: int) -> None:
+        """Append each response's events in order, all in one round trip (the caller batches).
+        Sequence numbers only grow; an event whose number is not above the log's last one is
+        ignored (a retried batch is harmless)."""
+
+    async def read_events(self, response_id: str, *, after: int = -1) -> list[StoredEvent]:
+        """Every stored event with seq > after, in order."""
+
+    async def tail(self, positions: Mapping[str, int], *,
+                   block_ms: int) -> dict[str, list[StoredEvent]]:
+        """Events with seq > positions[id] for any of the logs, waiting up to `block_ms` for the
+        first one to arrive (one blocking read for every log a process follows)."""
+
+    # -- conversations -----------------------------------------------------------------------
+    async def create_conversation(self, tenant: str, conversation: dict[str, Any],
+                                  items: Sequence[Item], *, ttl: int) -> None: ...
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        ...
+
+    async def update_conversation(self, tenant: str, conversation_id: str,
+                                  metadata: dict[str, str] | None, *,
+                                  ttl: int) -> dict[str, Any] | None: ...
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str,
+                                     items: Sequence[Item], *, ttl: int) -> bool:
+        """Append items (in order). False if the conversation is unknown. Raises
+        InvalidRequest if the conversation would exceed MAX_CONVERSATION_ITEMS."""
+
+    async def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None, limit: int,
+        order: str,
+    ) -> ItemPage | None:
+        """A page in `order` ("asc" oldest first, "desc" newest first), starting after the item
+        `after` (absent = from the start). None if the conversation is unknown; an unknown
+        `after` id gives an empty page."""
+
+    async def all_conversation_items(self, tenant: str,
+                                     conversation_id: str) -> list[Item] | None:
+        """Every item, oldest first (the history a new turn sees)."""
+
+    async def get_conversation_item(self, tenant: str, conversation_id: str,
+                                    item_id: str) -> Item | None: ...
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str,
+                                       item_id: str) -> bool: ...

@@ -1,0 +1,68 @@
+"""Bearer-key authentication and tenancy, as pure ASGI middleware (keeps streaming intact).
+
+Every `/v1/` request gets a tenant in `scope["state"]["tenant"]`: a digest of its key, so stored
+objects are scoped to the key that made them and no key is ever stored. With keys configured, a
+missing or unknown key is a 401; the comparison runs over every configured key in constant time.
+Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.core.errors import Unauthorized
+from proxy.web.errors import error_response
+
+PUBLIC_TENANT = "public"
+
+
+def tenant_of(key: str) -> str:
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text: str = value.decode("latin-1")
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+        self.app = app
+        self._keys = [k.encode() for k in keys]
+
+    def _accepts(self, token: str) -> bool:
+        candidate = token.encode()
+        matched = False
+        for key in self._keys:  # no early exit: timing does not tell which key (or how many)
+            matched |= hmac.compare_digest(candidate, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        token = bearer(scope)
+        if self._keys:
+            if token is None:
+                error = Unauthorized(
+                    "You didn't provide an API key. Send it as `Authorization: Bearer KEY`."
+                )
+                await error_response(error)(scope, receive, send)
+                return
+            if not self._accepts(token):
+                await error_response(Unauthorized("Incorrect API key provided."))(
+                    scope, receive, send
+                )
+                return
+        scope.setdefault("state", {})["tenant"] = tenant_of(token) if token else PUBLIC_TENANT
+        await self.app(scope, receive, send)

@@ -1,0 +1,65 @@
+"""Shared fixtures: real servers (simulator, redis-server) started once per session, and an
+in-process proxy app whose lifespan runs for the test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from tests.support.servers import ServerProcess, start_redis, start_simulator
+
+
+@pytest.fixture(scope="session")
+def simulator() -> Iterator[ServerProcess]:
+    server = start_simulator()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[ServerProcess]:
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+class SimControl:
+    """Read and reset the simulator's counters."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(self.url + "/sim/stats", timeout=5).json()
+        return data
+
+    def reset(self) -> None:
+        httpx.post(self.url + "/sim/reset", timeout=5).raise_for_status()
+
+
+@pytest.fixture
+def sim(simulator: ServerProcess) -> SimControl:
+    control = SimControl(simulator.url)
+    control.reset()
+    return control
+
+
+@pytest.fixture
+def settings(simulator: ServerProcess) -> Settings:
+    return Settings(upstreams=(simulator.url,))
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The proxy app in-process (lifespan running) behind an httpx client. Buffers whole
+    bodies: timing, pings and disconnects belong in e2e tests."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            yield http

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.servers import ServerProcess, start_proxy
+
+
+@pytest.fixture(scope="module")
+def proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    """A real proxy process (uvicorn) in front of the session's simulator, embedded store."""
+    server = start_proxy(simulator.url)
+    yield server
+    server.stop()

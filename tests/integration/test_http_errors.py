@@ -1,0 +1,173 @@
+"""Every failure leaves in OpenAI's error shape with the right status, and the proxy keeps
+serving afterwards (the in-process app, the simulator as its upstream over real HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings, Timeouts
+from tests.conftest import SimControl
+from tests.support.servers import free_port
+
+CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def assert_openai_error(response: httpx.Response, status: int, *, code: str | None = None,
+                        param: str | None = None) -> dict[str, object]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    assert "Traceback" not in error["message"]
+    if code is not None:
+        assert error["code"] == code
+    if param is not None:
+        assert error["param"] == param
+    return dict(error)
+
+
+async def still_serving(client: httpx.AsyncClient) -> None:
+    ok = await client.post("/v1/chat/completions", json=CHAT)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["choices"][0]["message"]["content"] == "You said: hi"
+
+
+async def proxy_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            yield http
+
+
+async def test_unknown_route_is_404(client: httpx.AsyncClient) -> None:
+    assert_openai_error(await client.get("/v1/nothing-here"), 404)
+    assert_openai_error(await client.get("/elsewhere"), 404)
+    await still_serving(client)
+
+
+async def test_wrong_method_is_405(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/chat/completions")
+    assert_openai_error(response, 405)
+    assert "POST" in response.headers["allow"]
+    await still_serving(client)
+
+
+@pytest.mark.parametrize("body", [b"{", b"not json", b"", b'{"model": "sim-model",}'])
+async def test_malformed_json_is_400(client: httpx.AsyncClient, body: bytes) -> None:
+    response = await client.post("/v1/chat/completions", content=body,
+                                 headers={"content-type": "application/json"})
+    assert_openai_error(response, 400)
+    await still_serving(client)
+
+
+@pytest.mark.parametrize(("body", "param"), [(b"[1, 2]", None), (b'{"messages": []}', "model"),
+                                              (b'{"model": 7}', "model")])
+async def test_wrong_shape_is_400_naming_the_field(client: httpx.AsyncClient, body: bytes,
+                                                   param: str | None) -> None:
+    response = await client.post("/v1/chat/completions", content=body)
+    assert_openai_error(response, 400, param=param)
+
+
+async def test_unknown_model_is_404_model_not_found(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json={**CHAT, "model": "no-such"})
+    assert_openai_error(response, 404, code="model_not_found", param="model")
+    await still_serving(client)
+
+
+async def test_body_over_the_limit_is_413(simulator: object, settings: Settings) -> None:
+    async for client in proxy_for(settings.replace(max_body_bytes=512)):
+        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 2000}]}
+        assert_openai_error(await client.post("/v1/chat/completions", json=big), 413)
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it comes
+            for _ in range(10):
+                yield b" " * 100
+
+        assert_openai_error(await client.post("/v1/chat/completions", content=chunked()), 413)
+        await still_serving(client)
+
+
+async def test_api_keys_are_required_when_configured(settings: Settings) -> None:
+    async for client in proxy_for(settings.replace(api_keys=("k1", "k2"))):
+        assert_openai_error(await client.post("/v1/chat/completions", json=CHAT), 401,
+                            code="invalid_api_key")
+        wrong = {"authorization": "Bearer k3"}
+        assert_openai_error(await client.post("/v1/chat/completions", json=CHAT, headers=wrong),
+                            401, code="invalid_api_key")
+        assert_openai_error(await client.get("/v1/models", headers={"authorization": "Basic k1"}),
+                            401)
+        for key in ("k1", "k2"):
+            ok = await client.get("/v1/models", headers={"authorization": f"Bearer {key}"})
+            assert ok.status_code == 200
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_client_key_never_reaches_the_upstream(settings: Settings, sim: SimControl) -> None:
+    async for client in proxy_for(settings.replace(api_keys=("client-secret",))):
+        headers = {"authorization": "Bearer client-secret"}
+        assert (await client.post("/v1/chat/completions", json=CHAT, headers=headers)).is_success
+        assert "authorization" not in sim.stats()["last_headers"]
+    async for client in proxy_for(settings.replace(api_keys=("client-secret",),
+                                                   upstream_api_key="fleet-key")):
+        headers = {"authorization": "Bearer client-secret"}
+        assert (await client.post("/v1/chat/completions", json=CHAT, headers=headers)).is_success
+        assert sim.stats()["last_headers"]["authorization"] == "Bearer fleet-key"
+
+
+async def test_refused_upstream_is_502(settings: Settings) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    async for client in proxy_for(settings.replace(upstreams=(dead,))):
+        assert_openai_error(await client.post("/v1/chat/completions", json=CHAT), 502)
+        assert_openai_error(
+            await client.post("/v1/chat/completions", json={**CHAT, "stream": True}), 502
+        )
+        assert (await client.get("/healthz")).status_code == 200
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["reasons"]
+
+
+async def test_unreachable_replica_is_skipped_for_a_live_one(settings: Settings) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    async for client in proxy_for(settings.replace(upstreams=(dead, *settings.upstreams))):
+        for _ in range(3):
+            await still_serving(client)
+
+
+async def test_upstream_timeout_is_504(settings: Settings) -> None:
+    quick = settings.replace(timeouts=Timeouts(connect=2, first_byte=0.3, idle=0.3))
+    async for client in proxy_for(quick):
+        slow = {**CHAT, "messages": [{"role": "user", "content": "[[sim tokens=20 delay_ms=100]]"}]}
+        assert_openai_error(await client.post("/v1/chat/completions", json=slow), 504)
+        await still_serving(client)
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+async def test_upstream_4xx_keeps_its_status_and_message(client: httpx.AsyncClient,
+                                                         status: int) -> None:
+    bad = {**CHAT, "messages": [{"role": "user", "content": f"[[sim fail=http:{status}]]"}]}
+    error = assert_openai_error(await client.post("/v1/chat/completions", json=bad),
+                                400 if status == 422 else status)
+    assert error["type"] == "invalid_request_error"
+    await still_serving(client)
+
+
+async def test_context_too_long_is_400_with_the_upstream_message(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**7})
+    error = assert_openai_error(response, 400)
+    assert "maximum context length" in str(error["message"])
+
+
+async def test_upstream_5xx_is_502(client: httpx.AsyncClient) -> None:
+    bad = {**CHAT, "messages": [{"role": "user", "content": "[[sim fail=http:500]]"}]}
+    assert_openai_error(await client.post("/v1/chat/completions", json=bad), 502)
+    await still_serving(client)

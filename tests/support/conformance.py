@@ -1,0 +1,157 @@
+"""Stream conformance checks shared by unit, integration and e2e tests.
+
+- `check_invariants`: PROTOCOL.md §3.5 (sequence numbers, nesting, text equality, final output).
+- `check_vllm_rules`: vLLM's own `validate_streaming_event_stack` rules (PROTOCOL.md §5:
+  pairing, ordering, field consistency), with `response.incomplete`, `.failed` and `.cancelled`
+  accepted as terminals and background streams' `response.queued` allowed second.
+- `validate_with_sdk`: every event through the official `openai` SDK's pydantic types, strictly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+TERMINALS = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
+STATUS = {"response.completed": "completed", "response.incomplete": "incomplete",
+          "response.failed": "failed", "response.cancelled": "cancelled"}
+PAIRS = {
+    "response.completed": "response.created",
+    "response.incomplete": "response.created",
+    "response.failed": "response.created",
+    "response.cancelled": "response.created",
+    "response.output_item.done": "response.output_item.added",
+    "response.content_part.done": "response.content_part.added",
+    "response.output_text.done": "response.output_text.delta",
+    "response.reasoning_text.done": "response.reasoning_text.delta",
+    "response.function_call_arguments.done": "response.function_call_arguments.delta",
+}
+DELTAS = {"response.output_text.delta", "response.reasoning_text.delta",
+          "response.function_call_arguments.delta"}
+STARTS = {start for start in PAIRS.values() if start not in DELTAS}
+LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TERMINALS}
+
+_EVENT = TypeAdapter(ResponseStreamEvent)
+
+
+def validate_with_sdk(events: list[dict[str, Any]]) -> None:
+    for event in events:
+        if event["type"] == "response.cancelled":  # not in the SDK's union; its body is
+            Response.model_validate(event["response"], strict=True)
+            continue
+        _EVENT.validate_python(event, strict=True)
+        if "response" in event:
+            Response.model_validate(event["response"], strict=True)
+
+
+def check_invariants(events: list[dict[str, Any]], *, first_seq: int = 0) -> None:
+    assert events, "no events"
+    seqs = [e["sequence_number"] for e in events]
+    assert seqs == list(range(first_seq, first_seq + len(events))), seqs
+    if first_seq == 0:
+        assert events[0]["type"] == "response.created"
+    terminals = [i for i, e in enumerate(events) if e["type"] in TERMINALS]
+    assert terminals == [len(events) - 1], [events[i]["type"] for i in terminals]
+    final = events[-1]["response"]
+    assert final["status"] == STATUS[events[-1]["type"]]
+    ids = {e["response"]["id"] for e in events if "response" in e}
+    assert len(ids) == 1, ids
+
+    done_items: list[dict[str, Any]] = []
+    open_item: dict[str, Any] | None = None
+    open_part: int | None = None
+    texts: dict[tuple[str, int], list[str]] = {}
+    for event in events:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            assert open_item is None, "two items open at once"
+            assert event["output_index"] == len(done_items), "output_index not dense"
+            open_item = event["item"]
+        elif kind == "response.output_item.done":
+            assert open_item is not None and open_part is None
+            assert event["item"]["id"] == open_item["id"]
+            assert event["item"]["type"] == open_item["type"]
+            assert event["output_index"] == len(done_items)
+            done_items.append(event["item"])
+            open_item = None
+        elif kind == "response.content_part.added":
+            assert open_item is not None and open_part is None
+            open_part = event["content_index"]
+        elif kind == "response.content_part.done":
+            assert open_part == event["content_index"]
+            open_part = None
+        elif kind in DELTAS or (kind.endswith(".done") and kind in PAIRS):
+            assert open_item is not None
+            assert event["item_id"] == open_item["id"]
+            key = (event["item_id"], event.get("content_index", 0))
+            if kind in DELTAS:
+                texts.setdefault(key, []).append(event["delta"])
+            else:
+                full = event.get("text", event.get("arguments"))
+                assert full == "".join(texts.get(key, [])), "done text != joined deltas"
+    assert open_item is None and open_part is None, "stream ended with an open item or part"
+    assert final["output"] == done_items, "final output differs from the items done"
+    for item in done_items:
+        if item["type"] == "message":
+            joined = "".join(texts.get((item["id"], 0), []))
+            assert item["content"][0]["text"] == joined
+
+
+def check_vllm_rules(events: list[dict[str, Any]]) -> None:
+    """vLLM's `validate_streaming_event_stack`, terminals widened (PR #45386's direction)."""
+    # 1. pairing on a stack; consecutive deltas share a slot
+    stack: list[str] = []
+    for event in events:
+        kind = event["type"]
+        if kind in PAIRS:
+            assert stack and stack[-1] == PAIRS[kind], (kind, stack)
+            stack.pop()
+        elif kind in STARTS or (kind in DELTAS and (not stack or stack[-1] != kind)):
+            stack.append(kind)
+    assert stack == [], stack
+    # 2. ordering
+    assert len(events) >= 2
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] in TERMINALS
+    types = [e["type"] for e in events]
+    assert types.count("response.created") == 1
+    assert sum(types.count(t) for t in TERMINALS) == 1
+    if "response.queued" in types:
+        assert types.index("response.queued") == 1
+        if "response.in_progress" in types:
+            assert types.index("response.in_progress") == 2
+    elif "response.in_progress" in types:
+        assert types.index("response.in_progress") == 1
+    # 3. field consistency
+    current_id: str | None = None
+    current_index = -1
+    current_content: int | None = None
+    for event in events:
+        kind = event["type"]
+        if kind in LIFECYCLE:
+            continue
+        if kind == "response.output_item.added":
+            assert event["item"].get("id"), "item without id"
+            assert event["output_index"] >= current_index
+            current_id, current_index = event["item"]["id"], event["output_index"]
+            current_content = None
+        elif kind == "response.output_item.done":
+            assert event["item"]["id"] == current_id and event["output_index"] == current_index
+        elif kind == "response.content_part.added":
+            current_content = event["content_index"]
+            assert event["item_id"] == current_id and event["output_index"] == current_index
+        else:
+            assert event["item_id"] == current_id, (kind, event["item_id"], current_id)
+            assert event["output_index"] == current_index
+            if "content_index" in event:
+                assert event["content_index"] == current_content
+
+
+def check_stream(events: list[dict[str, Any]], *, first_seq: int = 0) -> None:
+    """All three, for a complete stream."""
+    validate_with_sdk(events)
+    check_invariants(events, first_seq=first_seq)
+    if first_seq == 0:
+        check_vllm_rules(events)

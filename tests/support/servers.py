@@ -1,0 +1,124 @@
+"""Real servers for end-to-end tests: the simulator, the proxy and redis-server, each in its own
+process on a free 127.0.0.1 port. Every wait is bounded in count and time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A child process serving HTTP on 127.0.0.1:`port`; `url` is its root."""
+
+    def __init__(self, args: Sequence[str], port: int, *, env: dict[str, str] | None = None,
+                 ready_path: str | None = "/healthz", log_name: str = "server") -> None:
+        self.args = list(args)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.ready_path = ready_path
+        self._env = {**os.environ, **(env or {})}
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
+            prefix=f"{log_name}-", suffix=".log", delete=False
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self._env, cwd=ROOT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.args} exited {self.proc.returncode}:\n{self.output()}")
+            if self._ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.args} not ready after {timeout}s:\n{self.output()}")
+
+    def _ready(self) -> bool:
+        if self.ready_path is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return True
+            except OSError:
+                return False
+        try:
+            return httpx.get(self.url + self.ready_path, timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")[-4000:]
+
+    def signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.proc or self.proc.poll() is not None:
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(5)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.proc:
+            self.proc.wait(5)
+
+
+def proxy_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "proxy", *args]
+
+
+def start_simulator(*flags: str, port: int | None = None) -> ServerProcess:
+    port = port or free_port()
+    cmd = proxy_command("simulate", "--port", str(port), *flags)
+    return ServerProcess(cmd, port, ready_path="/health", log_name="simulator").start()
+
+
+def start_proxy(upstream: str | Sequence[str], *flags: str, redis_url: str | None = None,
+                port: int | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+    port = port or free_port()
+    ups = [upstream] if isinstance(upstream, str) else list(upstream)
+    cmd = proxy_command("serve", "--port", str(port))
+    for url in ups:
+        cmd += ["--upstream", url]
+    if redis_url:
+        cmd += ["--redis-url", redis_url]
+    cmd += list(flags)
+    return ServerProcess(cmd, port, env=env, log_name="proxy").start()
+
+
+def start_redis(port: int | None = None) -> ServerProcess:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed (make test installs it)")
+    port = port or free_port()
+    workdir = tempfile.mkdtemp(prefix="redis-")
+    cmd = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+           "--dir", workdir, "--protected-mode", "yes"]
+    return ServerProcess(cmd, port, ready_path=None, log_name="redis").start()

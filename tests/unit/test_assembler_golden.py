@@ -1,0 +1,83 @@
+"""Recorded vLLM-format chunk streams give exactly the expected event lists.
+
+The `.sse` files are byte streams as vLLM sends them; the `.events.json` files are the events we
+promise for them. Regenerate after a deliberate change with `GOLDEN_REGEN=1 pytest <this file>`
+and review the diff: it is the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.support.assembly import GOLDEN, assemble, golden_bytes
+from tests.support.conformance import check_stream
+
+CASES = ["text", "reasoning_then_text", "reasoning_content_legacy", "tool_call",
+         "two_tool_calls", "length", "inband_error", "cut"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_golden_stream(name: str) -> None:
+    events = assemble(golden_bytes(name), connection_lost=(name == "cut"))
+    expected_path = GOLDEN / f"{name}.events.json"
+    if os.environ.get("GOLDEN_REGEN") == "1":
+        expected_path.write_text(json.dumps(events, indent=1) + "\n")
+    expected = json.loads(expected_path.read_text())
+    assert events == expected
+    check_stream(events)
+
+
+def types(name: str, **kw: bool) -> list[str]:
+    return [e["type"] for e in assemble(golden_bytes(name), **kw)]
+
+
+def test_text_follows_the_canonical_order() -> None:
+    assert types("text") == [
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.content_part.added", *["response.output_text.delta"] * 5,
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed",
+    ]
+
+
+def test_reasoning_is_its_own_item_before_the_message() -> None:
+    for name in ("reasoning_then_text", "reasoning_content_legacy"):
+        final = assemble(golden_bytes(name))[-1]["response"]
+        assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+        assert final["output"][0]["content"][0]["type"] == "reasoning_text"
+    final = assemble(golden_bytes("reasoning_then_text"))[-1]["response"]
+    assert final["output"][0]["content"][0]["text"] == "Let me think."
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 2
+
+
+def test_two_tool_calls_are_sequential_items_after_the_text() -> None:
+    final = assemble(golden_bytes("two_tool_calls"))[-1]
+    assert final["type"] == "response.completed"
+    output = final["response"]["output"]
+    assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
+    assert [o["name"] for o in output[1:]] == ["get_weather", "get_time"]
+    assert [json.loads(o["arguments"]) for o in output[1:]] == [{"city": "Paris"}, {"tz": "CET"}]
+    assert output[1]["call_id"] == "chatcmpl-tool-aaaa0000bbbb1111cccc2222dddd3333"
+
+
+def test_length_is_incomplete_with_its_reason() -> None:
+    events = assemble(golden_bytes("length"))
+    assert events[-1]["type"] == "response.incomplete"
+    response = events[-1]["response"]
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert response["output"][0]["status"] == "incomplete"
+    assert response["usage"]["output_tokens"] == 3
+
+
+@pytest.mark.parametrize(("name", "lost"), [("inband_error", False), ("cut", False),
+                                            ("cut", True)])
+def test_failures_close_open_items_and_fail(name: str, lost: bool) -> None:
+    events = assemble(golden_bytes(name), connection_lost=lost)
+    assert events[-1]["type"] == "response.failed"
+    response = events[-1]["response"]
+    assert response["error"]["code"] == "server_error"
+    assert response["output"][0]["status"] == "incomplete"
+    assert response["output"][0]["content"][0]["text"] in ("Partial answer", "Half a")

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.core.errors import ModelNotFound
+from proxy.services.fleet import AFFINITY_SLACK, Fleet
+
+
+class StaticProbe:
+    """An upstream whose every replica serves model `m` (so an on-demand re-discovery does not
+    change the state a test set up)."""
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    async def get_json(self, *args: Any, **kwargs: Any) -> Any:
+        return {"data": [{"id": "m"}]}
+
+
+def fleet(*urls: str) -> Fleet:
+    f = Fleet(StaticProbe(), urls)  # type: ignore[arg-type]
+    for r in f.replicas:
+        r.healthy, r.known, r.model_ids = True, True, frozenset({"m"})
+    return f
+
+
+async def test_least_in_flight_wins_without_affinity() -> None:
+    f = fleet("http://a", "http://b", "http://c")
+    f.replicas[0].in_flight, f.replicas[1].in_flight, f.replicas[2].in_flight = 3, 1, 2
+    assert (await f.choose("m")).url == "http://b"
+
+
+async def test_affinity_is_stable_and_bounded_by_load() -> None:
+    f = fleet("http://a", "http://b", "http://c")
+    first = await f.choose("m", affinity="conv_1")
+    for _ in range(5):
+        assert (await f.choose("m", affinity="conv_1")) is first
+    first.in_flight = AFFINITY_SLACK + 1
+    assert (await f.choose("m", affinity="conv_1")) is not first
+
+
+async def test_unknown_model_is_model_not_found_when_replicas_are_up() -> None:
+    f = fleet("http://a")
+    with pytest.raises(ModelNotFound) as info:
+        await f.choose("other")
+    assert info.value.status == 404 and info.value.param == "model"
+
+
+async def test_unhealthy_replicas_are_skipped() -> None:
+    f = fleet("http://a", "http://b")
+    f.replicas[0].healthy = False
+    assert (await f.choose("m")).url == "http://b"
+
+
+async def test_nothing_healthy_still_tries_a_replica() -> None:
+    f = fleet("http://a", "http://b")
+    for r in f.replicas:
+        r.healthy = False
+    f.replicas[0].in_flight = 1
+    assert (await f.choose("m")).url == "http://b"
+
+
+async def test_model_list_merges_replicas_first_wins() -> None:
+    f = fleet("http://a", "http://b")
+    f.replicas[0].models = ({"id": "m", "root": "a"},)
+    f.replicas[1].models = ({"id": "m", "root": "b"}, {"id": "n"})
+    assert f.model_list() == [{"id": "m", "root": "a"}, {"id": "n"}]
