@@ -17,7 +17,12 @@ from starlette.middleware import Middleware
 
 from proxy.services.runtime import Runtime
 from proxy.settings import Settings
-from proxy.web import routes_health, routes_passthrough, routes_responses
+from proxy.web import (
+    routes_conversations,
+    routes_health,
+    routes_passthrough,
+    routes_responses,
+)
 from proxy.web.auth import AuthMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.limits import BodyLimitMiddleware
@@ -46,7 +51,8 @@ def create_app(
             await runtime.aclose()
 
     return Starlette(
-        routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes],
+        routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
+                *routes_conversations.routes],
         middleware=[
             Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
             Middleware(AuthMiddleware, keys=settings.api_keys),

@@ -32,6 +32,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
     p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
     p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
+    p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
 

@@ -51,6 +51,13 @@ class Settings:
     # How often the fleet re-reads each replica's /health and /v1/models.
     discovery_interval: float = 10.0
     response_ttl: int = 30 * 24 * 3600
+    # Event logs are big (one entry per delta) and replay is for resuming recent streams; an
+    # older response still replays, rebuilt from its final object.
+    event_ttl: int = 3600
+    # Most input items one request (or one conversation add) may carry.
+    max_input_items: int = 2048
+    # A replay that sees no event for this long re-checks the response's status.
+    follow_idle: float = 30.0
     log_level: str = "info"
     log_prompts: bool = False
 
@@ -188,6 +195,13 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
             check_positive(
                 pick("response_ttl", "PROXY_RESPONSE_TTL") or defaults.response_ttl,
                 "--response-ttl",
+                integer=True,
+            )
+        ),
+        event_ttl=int(
+            check_positive(
+                pick("event_ttl", "PROXY_EVENT_TTL") or defaults.event_ttl,
+                "--event-ttl",
                 integer=True,
             )
         ),

@@ -29,6 +29,12 @@ def frame(event_type: str, data: bytes) -> bytes:
     return b"event: " + event_type.encode() + b"\ndata: " + data + b"\n\n"
 
 
+def frames(encoded: list[tuple[str, bytes]]) -> bytes:
+    """Several (type, JSON) events as one write."""
+    return b"".join([b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+                     for kind, data in encoded])
+
+
 def frame_event(event: Event) -> bytes:
     kind: str = event["type"]
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"

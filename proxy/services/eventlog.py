@@ -42,7 +42,8 @@ class LogHandle:
         """Flush what is pending, then store the final object and terminal event atomically."""
         try:
             await self.hub.flush_now()
-            return await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl)
+            return await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl,
+                                                       event_ttl=self.hub.event_ttl)
         finally:
             self.hub.release(self)
 

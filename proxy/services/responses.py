@@ -1,20 +1,23 @@
-"""`POST /v1/responses`: parse, translate, open the upstream stream, run the assembler.
+"""`POST /v1/responses`: parse, expand history, translate, open the upstream, run the turn.
 
 Order of work for one request (what can fail where):
-1. parse and validate (400 naming the field), expand history;
-2. choose a replica and open its chat stream, waiting only for the response *headers*: unknown
+1. parse and validate (400 naming the field);
+2. expand history: the `previous_response_id` chain (400 `previous_response_not_found`) or the
+   conversation's items (404); only these and `store` touch the store, so `store: false`
+   traffic without history goes on while Redis is down;
+3. choose a replica and open its chat stream, waiting only for the response *headers*: unknown
    model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
    plain HTTP errors here, because vLLM validates before it answers;
-3. from then on everything is an event: `response.created` and `response.in_progress` go out at
-   once, chunks become events as they arrive, and a cut, stalled or erroring upstream becomes
-   `response.failed` with the open items closed.
-The non-streaming path runs the very same pump and returns the final object.
+4. store the new response (`in_progress`, with its input items) when `store` is true;
+5. from then on everything is an event (`services/turn.py`): `response.created` and
+   `response.in_progress` go out at once, chunks become events as they arrive, and a cut,
+   stalled or erroring upstream becomes `response.failed` with the open items closed.
+The non-streaming path runs the very same turn and returns the final object.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,19 +28,20 @@ import orjson
 from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
-from proxy.core.chatstream import ChatStreamReader
-from proxy.core.errors import ProxyError, UpstreamError, UpstreamTimeout
+from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound, UpstreamError
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
-from proxy.core.sse import frame
+from proxy.core.sse import frames
 from proxy.core.translate import to_chat_request
-from proxy.core.types import Event, ResponseObject
+from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
-from proxy.services.fleet import Call, Fleet
-from proxy.upstream import map_transport_errors
-
-log = logging.getLogger("proxy.responses")
+from proxy.services.eventlog import EventLogHub
+from proxy.services.fleet import Fleet
+from proxy.services.tasks import TaskSet
+from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.settings import Settings
+from proxy.store.base import Store, StoredResponse
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -51,35 +55,75 @@ class Outcome:
     stream: AsyncIterator[bytes] | None = None
 
 
+@dataclass(frozen=True)
+class History:
+    items: list[Item]
+    parents: tuple[str, ...] = ()
+    affinity: str | None = None
+
+
 class ResponsesService:
     def __init__(
         self,
         fleet: Fleet,
+        store: Store,
+        hub: EventLogHub,
+        tasks: TaskSet,
         metrics: Metrics,
+        settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
-        max_input_items: int = 2048,
     ) -> None:
         self._fleet = fleet
+        self._store = store
+        self._hub = hub
+        self._tasks = tasks
         self._metrics = metrics
+        self._settings = settings
         self._clock = clock
         self._ids = ids
-        self._max_input_items = max_input_items
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
-        request = parse_request(body, self._ids, max_input_items=self._max_input_items)
-        chat = to_chat_request(request, [], stream=True)
-        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True)
+        request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
+        if request.background:
+            raise _background_unavailable()
+        history = await self._history(tenant, request)
+        chat = to_chat_request(request, history.items)
         assembler = self._assembler(request)
+        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
+                                      affinity=history.affinity)
+        try:
+            recorder = await self._recorder(tenant, request, assembler, history)
+        except BaseException:
+            await self._tasks.shielded(call.aclose())
+            raise
+        turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
+                    metrics=self._metrics)
         if request.stream:
-            return Outcome(stream=self._sse(call, assembler))
-        async for _ in self._pump(call, assembler):
-            pass
+            return Outcome(stream=_sse(turn))
+        async with contextlib.aclosing(turn.run()) as batches:
+            async for _ in batches:
+                pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
+
+    async def _history(self, tenant: str, request: ResponsesRequest) -> History:
+        if request.previous_response_id:
+            chain = await self._store.load_chain(tenant, request.previous_response_id)
+            if chain is None:
+                raise PreviousResponseNotFound(request.previous_response_id)
+            # The whole chain lands on one replica (vLLM's prefix cache), keyed on its root.
+            return History(chain.items, chain.parents, affinity=chain.parents[0])
+        if request.conversation:
+            items = await self._store.all_conversation_items(tenant, request.conversation)
+            if items is None:
+                raise NotFound(f"Conversation with id '{request.conversation}' not found.",
+                               param="conversation")
+            return History(items, affinity=request.conversation)
+        return History([], affinity=request.prompt_cache_key)
 
     def _assembler(self, request: ResponsesRequest) -> Assembler:
         base: ResponseObject = {
@@ -92,39 +136,35 @@ class ResponsesService:
         seal = seal_reasoning if "reasoning.encrypted_content" in request.include else None
         return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
 
-    async def _pump(self, call: Call, assembler: Assembler) -> AsyncIterator[list[Event]]:
-        """Events in batches: the start events at once, then one batch per upstream read.
-        Always ends with the terminal event, and always closes the upstream."""
-        yield assembler.start()
-        reader = ChatStreamReader(assembler)
-        try:
-            with map_transport_errors(call.replica.url):
-                async for raw in call.response.aiter_raw():
-                    events = reader.feed(raw)
-                    if events:
-                        yield events
-                    if assembler.done:
-                        break
-            yield reader.end()
-        except UpstreamTimeout:
-            yield assembler.fail("upstream stalled: no data within the idle timeout")
-        except ProxyError as exc:
-            yield assembler.fail(f"upstream connection lost: {exc.message}")
-        finally:
-            await call.aclose()
-            self._count(assembler)
+    async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,
+                        history: History) -> Recorder | None:
+        conversation = (ConversationTurn(tenant, request.conversation, request.input)
+                        if request.conversation else None)
+        if not request.store and conversation is None:
+            return None
+        settings = self._settings
+        recorder = Recorder(self._store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+                            conversation=conversation, stored=request.store)
+        if request.store:
+            snapshot = assembler.snapshot()
+            record = StoredResponse(snapshot, tenant, parents=history.parents,
+                                    logged=request.stream)
+            await self._store.create_response(record, request.input, ttl=settings.response_ttl,
+                                              event_ttl=settings.event_ttl)
+            if request.stream:
+                recorder.log = self._hub.open(snapshot["id"])
+        return recorder
 
-    async def _sse(self, call: Call, assembler: Assembler) -> AsyncIterator[bytes]:
-        # One write per batch: several events from one upstream read leave together. `aclosing`
-        # so that the pump's `finally` (closing the upstream) runs as soon as we are closed.
-        async with contextlib.aclosing(self._pump(call, assembler)) as batches:
-            async for events in batches:
-                if events:
-                    yield b"".join([frame(e["type"], orjson.dumps(e)) for e in events])
 
-    def _count(self, assembler: Assembler) -> None:
-        self._metrics.inc("proxy_responses_total", status=assembler.status)
-        usage = assembler.usage
-        if usage:
-            self._metrics.inc("proxy_streamed_tokens_total", usage["output_tokens"],
-                              route="responses")
+async def _sse(turn: Turn) -> AsyncIterator[bytes]:
+    # One write per batch: the events of one upstream read leave together. `aclosing` so that
+    # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
+    async with contextlib.aclosing(turn.run()) as batches:
+        async for encoded in batches:
+            if encoded:
+                yield frames(encoded)
+
+
+def _background_unavailable() -> InvalidRequest:
+    return InvalidRequest("Background mode is not available on this server yet.",
+                          param="background")

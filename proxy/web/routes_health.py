@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from proxy.core.errors import ProxyError
 from proxy.web.context import runtime_of
 from proxy.web.rendering import json_response
 
@@ -19,6 +20,10 @@ async def readyz(request: Request) -> Response:
     reasons: list[str] = []
     if not runtime.fleet.ready():
         reasons.append("no upstream is healthy")
+    try:
+        await runtime.store.ping()
+    except ProxyError as exc:
+        reasons.append(f"store: {exc.message}")
     body = {"status": "ready" if not reasons else "not ready", "reasons": reasons,
             "upstreams": runtime.fleet.status()}
     return json_response(body, status=200 if not reasons else 503)

@@ -1,4 +1,4 @@
-"""`/v1/responses` routes: parse the body, call the service, render JSON or SSE."""
+"""`/v1/responses` routes: read the request, call one service method, render JSON or SSE."""
 
 from __future__ import annotations
 
@@ -6,20 +6,81 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
+from proxy.core.paging import parse_page
+from proxy.core.request import INCLUDABLE
 from proxy.web.context import runtime_of, tenant
+from proxy.web.disconnect import unless_disconnected
 from proxy.web.rendering import json_response, stream_response
 
 
 async def create(request: Request) -> Response:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    outcome = await runtime.responses.create(tenant(request), body)
+    outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.ping_interval)
     return json_response(outcome.body, status=outcome.status)
 
 
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise bad(name, f"Invalid '{name}': expected true or false, got {value!r}.")
+
+
+def _starting_after(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise bad("starting_after", f"Invalid 'starting_after': {value!r} is not an "
+                                    "integer.") from None
+    if number < -1:
+        raise bad("starting_after", "Invalid 'starting_after': it must be 0 or more.")
+    return number
+
+
+def _check_include(request: Request) -> None:
+    for value in request.query_params.getlist("include[]") + request.query_params.getlist(
+            "include"):
+        if value not in INCLUDABLE:
+            raise bad("include", f"Cannot include {value!r}.")
+
+
+async def retrieve(request: Request) -> Response:
+    runtime = runtime_of(request)
+    response_id = request.path_params["response_id"]
+    query = request.query_params
+    _check_include(request)
+    if _flag(query.get("stream"), "stream"):
+        stream = await runtime.stored.replay(tenant(request), response_id,
+                                             _starting_after(query.get("starting_after")))
+        return stream_response(stream, ping=runtime.settings.ping_interval)
+    return json_response(await runtime.stored.get(tenant(request), response_id))
+
+
+async def delete(request: Request) -> Response:
+    runtime = runtime_of(request)
+    return json_response(await runtime.stored.delete(tenant(request),
+                                                     request.path_params["response_id"]))
+
+
+async def input_items(request: Request) -> Response:
+    runtime = runtime_of(request)
+    _check_include(request)
+    page = parse_page(request.query_params)
+    return json_response(await runtime.stored.input_items(
+        tenant(request), request.path_params["response_id"], page))
+
+
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
 ]

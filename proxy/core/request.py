@@ -1,0 +1,346 @@
+"""`POST /v1/responses` bodies: every field checked, the result one frozen `ResponsesRequest`.
+
+Three kinds of field (CONTRACT.md lists what we serve):
+- served: read, range-checked, used and echoed in the Response object;
+- accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
+  (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
+  `max_tool_calls` (we run no built-in tools), `text.verbosity`, `reasoning.summary`,
+  `stream_options.include_obfuscation`): echoed, otherwise ignored;
+- anything else, known to OpenAI or not, is a 400 naming it. A feature we do not have is never
+  silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.fields import (
+    at,
+    bad,
+    check_metadata,
+    expect_list,
+    expect_object,
+    one_of,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_str,
+)
+from proxy.core.ids import IdFactory
+from proxy.core.items import parse_input
+from proxy.core.types import Item
+
+MAX_TOOLS = 128
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+# include values we honour: encrypted reasoning (sealed text) and image URLs (we keep them).
+INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url")
+
+_SERVED = frozenset({
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
+    "reasoning", "max_output_tokens", "temperature", "top_p", "metadata", "user", "store",
+    "stream", "stream_options", "background", "previous_response_id", "conversation",
+    "include", "truncation", "service_tier", "prompt_cache_key", "prompt_cache_retention",
+    "safety_identifier", "max_tool_calls", "top_logprobs",
+})
+_WHY_NOT = {
+    "prompt": "reusable prompt templates live on OpenAI's platform",
+    "context_management": "server-side context compaction is not implemented",
+    "background_options": "background jobs take no options here",
+    "moderation": "this server runs no moderation",
+    "image": "image generation is not served by a chat fleet",
+    "access_programs": "programmatic tool calling is not implemented",
+    "prompt_cache_options": "vLLM's prefix cache needs no options",
+}
+_BUILTIN_TOOL_HINT = ("only function tools are supported (the fleet runs chat models; built-in "
+                      "tools such as web_search, file_search, code_interpreter or mcp are not)")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest:
+    model: str
+    input: list[Item]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    include: tuple[str, ...] = ()
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    max_tool_calls: int | None = None
+
+    @property
+    def text_format(self) -> dict[str, Any]:
+        fmt: dict[str, Any] = self.text["format"]
+        return fmt
+
+    def echo(self) -> dict[str, Any]:
+        """The request's part of every Response object (PROTOCOL.md §1.1: every field present,
+        null where there is no value)."""
+        return {
+            "instructions": self.instructions,
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "text": self.text,
+            "reasoning": self.reasoning or {"effort": None, "summary": None},
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_output_tokens": self.max_output_tokens,
+            "max_tool_calls": self.max_tool_calls,
+            "metadata": self.metadata,
+            "user": self.user,
+            "store": self.store,
+            "background": self.background,
+            "previous_response_id": self.previous_response_id,
+            "conversation": {"id": self.conversation} if self.conversation else None,
+            "truncation": "disabled",
+            "top_logprobs": None,
+            "service_tier": "default",
+            "prompt_cache_key": self.prompt_cache_key,
+            "prompt_cache_retention": self.prompt_cache_retention,
+            "safety_identifier": self.safety_identifier,
+            "prompt": None,
+        }
+
+
+def parse_request(body: dict[str, Any], ids: IdFactory, *,
+                  max_input_items: int = 2048) -> ResponsesRequest:
+    _refuse_unknown(body)
+    model = req_str(body, "model")
+    if body.get("input") is None:
+        raise bad("input", "Missing required parameter: 'input'.")
+    store = opt_bool(body, "store")
+    background = bool(opt_bool(body, "background"))
+    store = True if store is None else store
+    if background and not store:
+        raise bad("background", "Background mode requires `store` to be true "
+                                "(a background response must be stored to be retrieved).")
+    previous = opt_str(body, "previous_response_id", max_len=256)
+    conversation = _conversation(body.get("conversation"))
+    if previous and conversation:
+        raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
+                                  "together: a conversation already carries the history.")
+    tools = _tools(body.get("tools"))
+    parallel = opt_bool(body, "parallel_tool_calls")
+    return ResponsesRequest(
+        model=model,
+        input=parse_input(body["input"], ids, max_items=max_input_items),
+        instructions=_instructions(body.get("instructions")),
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=True if parallel is None else parallel,
+        text=_text(body.get("text")),
+        reasoning=_reasoning(body.get("reasoning")),
+        max_output_tokens=opt_int(body, "max_output_tokens", low=1),
+        temperature=opt_number(body, "temperature", low=0, high=2),
+        top_p=opt_number(body, "top_p", low=0, high=1),
+        metadata=check_metadata(body.get("metadata")),
+        user=opt_str(body, "user", max_len=512),
+        store=store,
+        stream=bool(opt_bool(body, "stream")),
+        background=background,
+        previous_response_id=previous,
+        conversation=conversation,
+        include=_include(body.get("include")),
+        service_tier=opt_str(body, "service_tier"),
+        prompt_cache_key=opt_str(body, "prompt_cache_key", max_len=1024),
+        prompt_cache_retention=_cache_retention(body.get("prompt_cache_retention")),
+        safety_identifier=opt_str(body, "safety_identifier", max_len=512),
+        max_tool_calls=opt_int(body, "max_tool_calls", low=1),
+    )
+
+
+def _refuse_unknown(body: dict[str, Any]) -> None:
+    for key, value in body.items():
+        if key in _SERVED or value is None:
+            continue
+        if key in _WHY_NOT:
+            raise bad(key, f"'{key}' is not supported by this server: {_WHY_NOT[key]}.")
+        raise bad(key, f"Unknown parameter: '{key}'.")
+    if body.get("truncation") not in (None, "disabled"):
+        raise bad("truncation", "Only truncation 'disabled' is supported: this server never "
+                                "drops input items to fit the context window; a request too "
+                                "long for the model gets a 400.")
+    if body.get("top_logprobs") not in (None, 0):
+        raise bad("top_logprobs", "'top_logprobs' is not supported by this server yet.")
+    options = body.get("stream_options")
+    if options is not None:
+        for key in expect_object(options, "stream_options"):
+            if key != "include_obfuscation":
+                raise bad(at("stream_options", key), f"Unknown parameter: 'stream_options.{key}'.")
+        if not body.get("stream"):
+            raise bad("stream_options", "`stream_options` is only allowed when `stream` is true.")
+
+
+def _conversation(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value:
+            raise bad("conversation", "Invalid 'conversation': empty string.")
+        return value
+    return req_str(expect_object(value, "conversation"), "id", "conversation")
+
+
+def _instructions(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise bad("instructions", "Invalid type for 'instructions': expected a string.")
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    tools = expect_list(value, "tools")
+    if len(tools) > MAX_TOOLS:
+        raise bad("tools", f"Invalid 'tools': too many tools ({len(tools)}); at most "
+                           f"{MAX_TOOLS} are allowed.")
+    out: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for i, raw in enumerate(tools):
+        path = at("tools", i)
+        tool = expect_object(raw, path)
+        kind = tool.get("type")
+        if kind != "function":
+            raise bad(at(path, "type"),
+                      f"Tool type {kind!r} is not supported: {_BUILTIN_TOOL_HINT}.")
+        name = req_str(tool, "name", path)
+        if not _TOOL_NAME.match(name):
+            raise bad(at(path, "name"), f"Invalid 'tools[{i}].name': {name!r} does not match "
+                                        "'^[a-zA-Z0-9_-]{1,64}$'.")
+        if name in names:
+            raise bad(at(path, "name"), f"Duplicate tool name {name!r}.")
+        names.add(name)
+        parameters = tool.get("parameters")
+        if parameters is not None:
+            expect_object(parameters, at(path, "parameters"))
+        out.append({
+            "type": "function",
+            "name": name,
+            "description": opt_str(tool, "description", path),
+            "parameters": parameters,
+            "strict": opt_bool(tool, "strict", path),
+        })
+    return out
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> str | dict[str, Any]:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        mode = one_of(value, ("none", "auto", "required"), "tool_choice")
+        if mode == "required" and not tools:
+            raise bad("tool_choice", "`tool_choice` 'required' needs at least one tool.")
+        return mode
+    choice = expect_object(value, "tool_choice")
+    kind = choice.get("type")
+    names = {t["name"] for t in tools}
+    if kind == "function":
+        name = req_str(choice, "name", "tool_choice")
+        if name not in names:
+            raise bad("tool_choice.name", f"Tool choice {name!r} is not one of the tools.")
+        return {"type": "function", "name": name}
+    if kind == "allowed_tools":
+        mode = one_of(choice.get("mode"), ("auto", "required"), "tool_choice.mode")
+        allowed = expect_list(choice.get("tools"), "tool_choice.tools")
+        picked: list[dict[str, Any]] = []
+        for i, raw in enumerate(allowed):
+            path = at("tool_choice.tools", i)
+            entry = expect_object(raw, path)
+            if entry.get("type") != "function":
+                raise bad(at(path, "type"),
+                          f"Only function tools can be allowed: {_BUILTIN_TOOL_HINT}.")
+            name = req_str(entry, "name", path)
+            if name not in names:
+                raise bad(at(path, "name"), f"Allowed tool {name!r} is not one of the tools.")
+            picked.append({"type": "function", "name": name})
+        return {"type": "allowed_tools", "mode": mode, "tools": picked}
+    raise bad("tool_choice.type", f"Tool choice type {kind!r} is not supported: "
+                                  f"{_BUILTIN_TOOL_HINT}.")
+
+
+def _text(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"format": {"type": "text"}}
+    text = expect_object(value, "text")
+    for key in text:
+        if key not in ("format", "verbosity"):
+            raise bad(at("text", key), f"Unknown parameter: 'text.{key}'.")
+    out: dict[str, Any] = {"format": _format(text.get("format"))}
+    verbosity = text.get("verbosity")
+    if verbosity is not None:
+        out["verbosity"] = one_of(verbosity, ("low", "medium", "high"), "text.verbosity")
+    return out
+
+
+def _format(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"type": "text"}
+    fmt = expect_object(value, "text.format")
+    kind = one_of(fmt.get("type"), ("text", "json_object", "json_schema"), "text.format.type")
+    if kind != "json_schema":
+        return {"type": kind}
+    name = req_str(fmt, "name", "text.format")
+    if not _FORMAT_NAME.match(name):
+        raise bad("text.format.name", f"Invalid 'text.format.name': {name!r} does not match "
+                                      "'^[a-zA-Z0-9_-]{1,64}$'.")
+    schema = expect_object(fmt.get("schema"), "text.format.schema")
+    out: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema,
+                           "strict": opt_bool(fmt, "strict", "text.format")}
+    description = opt_str(fmt, "description", "text.format")
+    if description is not None:
+        out["description"] = description
+    return out
+
+
+def _reasoning(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    reasoning = expect_object(value, "reasoning")
+    for key in reasoning:
+        if key not in ("effort", "summary", "generate_summary"):
+            raise bad(at("reasoning", key), f"Unknown parameter: 'reasoning.{key}'.")
+    effort = reasoning.get("effort")
+    if effort is not None:
+        one_of(effort, ("none", "minimal", "low", "medium", "high", "xhigh"), "reasoning.effort")
+    summary = reasoning.get("summary", reasoning.get("generate_summary"))
+    if summary is not None:
+        one_of(summary, ("auto", "concise", "detailed"), "reasoning.summary")
+    return {"effort": effort, "summary": summary}
+
+
+def _include(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    values = expect_list(value, "include")
+    for i, entry in enumerate(values):
+        if entry not in INCLUDABLE:
+            path = at("include", i)
+            raise bad(path, f"Cannot include {entry!r}: this server can include only "
+                            f"{', '.join(repr(v) for v in INCLUDABLE)}.")
+    return tuple(values)
+
+
+def _cache_retention(value: Any) -> str | None:
+    if value is None:
+        return None
+    return one_of(value, ("in_memory", "24h"), "prompt_cache_retention")

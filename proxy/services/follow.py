@@ -1,0 +1,114 @@
+"""Live tails of event logs: one blocking reader per process, fanned out to its local clients.
+
+A follower first reads what is already stored (`read_events`), then joins the hub. The hub runs
+one `Store.tail` (Redis: one `XREAD BLOCK` over every followed log) at a time, from the lowest
+position any local follower of each log has reached, and hands each new event to every
+follower whose position is below it. Positions advance on hand-over, so an event is delivered
+once per follower however the reads overlap, and nothing appended between a follower's own
+read and its joining is missed (the hub reads from the follower's position).
+
+A follower that joins while the hub is blocked is picked up when that read returns, at most
+`block_ms` later; that bounds the join delay, never the steady-state latency (a blocked read
+returns as soon as any followed log grows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from proxy.core import types as t
+from proxy.core.errors import StoreUnavailable
+from proxy.store.base import Store, StoredEvent
+
+log = logging.getLogger("proxy.follow")
+
+
+class FollowInterrupted(Exception):
+    """The hub lost the store while a follower waited."""
+
+
+@dataclass(eq=False)
+class _Follower:
+    position: int
+    queue: asyncio.Queue[StoredEvent | Exception] = field(default_factory=asyncio.Queue)
+
+
+class Followers:
+    def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5) -> None:
+        self._store = store
+        self._block_ms = block_ms
+        self._retry_delay = retry_delay
+        self._followers: dict[str, set[_Follower]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def follow(self, response_id: str, *, after: int,
+                     idle: float) -> AsyncIterator[StoredEvent]:
+        """Events with seq > after, stored then live, ending after the terminal event, or
+        when none arrives for `idle` seconds (the caller decides whether to go on)."""
+        for event in await self._store.read_events(response_id, after=after):
+            yield event
+            after = event.seq
+            if event.type in t.TERMINAL_EVENTS:
+                return
+        follower = _Follower(after)
+        self._join(response_id, follower)
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(follower.queue.get(), timeout=idle)
+                except TimeoutError:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+                if item.type in t.TERMINAL_EVENTS:
+                    return
+        finally:
+            self._leave(response_id, follower)
+
+    def _join(self, response_id: str, follower: _Follower) -> None:
+        self._followers.setdefault(response_id, set()).add(follower)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="event-log-follower")
+
+    def _leave(self, response_id: str, follower: _Follower) -> None:
+        group = self._followers.get(response_id)
+        if group is not None:
+            group.discard(follower)
+            if not group:
+                del self._followers[response_id]
+
+    async def _run(self) -> None:
+        while self._followers:
+            positions = {rid: min(f.position for f in group)
+                         for rid, group in self._followers.items()}
+            try:
+                found = await self._store.tail(positions, block_ms=self._block_ms)
+            except StoreUnavailable as exc:
+                self._interrupt_all(exc)
+                await asyncio.sleep(self._retry_delay)
+                continue
+            for rid, events in found.items():
+                for follower in self._followers.get(rid, ()):
+                    for event in events:
+                        if event.seq > follower.position:
+                            follower.queue.put_nowait(event)
+                            follower.position = event.seq
+
+    def _interrupt_all(self, exc: Exception) -> None:
+        log.warning("event log tail failed; %d follower(s) interrupted: %s",
+                    sum(len(g) for g in self._followers.values()), exc)
+        for group in self._followers.values():
+            for follower in group:
+                follower.queue.put_nowait(FollowInterrupted(str(exc)))
+        self._followers.clear()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

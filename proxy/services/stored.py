@@ -1,0 +1,135 @@
+"""Stored responses: retrieve, delete, list input items, and replay the event stream.
+
+Replay (`GET /v1/responses/{id}?stream=true[&starting_after=N]`), from any instance:
+- a response with an event log (it was streamed, or runs in the background) replays its log
+  from the store, then, while it still runs, tails it live until the terminal event: the same
+  bytes, the same sequence numbers, as the client that started it saw;
+- a response without a log (stored from a JSON request), or whose log has expired, replays a
+  valid sequence rebuilt from its final object (`core/replay.py`) once it has finished.
+Without `starting_after` the whole log from `response.created` is sent: the SDK's
+`responses.stream(response_id=…, starting_after=k)` filters on its side (PROTOCOL.md §3.3.7).
+
+A follower that sees nothing for `follow_idle` seconds re-reads the response: a queued or
+background response goes on waiting (the job queue guarantees it ends); a foreground response
+whose writer has gone quiet that long is presumed lost with its instance, and the replay ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from proxy.core import types as t
+from proxy.core.errors import NotFound
+from proxy.core.paging import PageRequest, list_body, paginate
+from proxy.core.replay import events_from_response
+from proxy.core.sse import frame
+from proxy.core.types import ResponseObject
+from proxy.services.follow import Followers, FollowInterrupted
+from proxy.settings import Settings
+from proxy.store.base import Store, StoredResponse
+
+# However a replay waits, it ends after this long (a bound on every loop).
+MAX_REPLAY_SECONDS = 24 * 3600
+# How often a replay of a response without a log re-reads it until it finishes.
+POLL_SECONDS = 0.25
+
+
+def not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+class StoredResponses:
+    def __init__(self, store: Store, followers: Followers, settings: Settings) -> None:
+        self._store = store
+        self._followers = followers
+        self._settings = settings
+
+    async def _load(self, tenant: str, response_id: str) -> StoredResponse:
+        record = await self._store.get_response(tenant, response_id)
+        if record is None:
+            raise not_found(response_id)
+        return record
+
+    async def get(self, tenant: str, response_id: str) -> ResponseObject:
+        return (await self._load(tenant, response_id)).response
+
+    async def delete(self, tenant: str, response_id: str) -> dict[str, Any]:
+        if not await self._store.delete_response(tenant, response_id):
+            raise not_found(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def input_items(self, tenant: str, response_id: str,
+                          page: PageRequest) -> dict[str, Any]:
+        items = await self._store.input_items(tenant, response_id)
+        if items is None:
+            raise not_found(response_id)
+        data, has_more = paginate(items, page)
+        return list_body(data, has_more)
+
+    async def replay(self, tenant: str, response_id: str,
+                     after: int | None) -> AsyncIterator[bytes]:
+        """Checks the response exists (404 before any byte), then returns the stream."""
+        record = await self._load(tenant, response_id)
+        return self._replay(record, -1 if after is None else after)
+
+    async def _replay(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+        if record.logged:
+            async for data in self._from_log(record, after):
+                yield data
+            return
+        final = await self._wait_finished(record)
+        if final is not None:
+            for data in _rebuilt(final, after):
+                yield data
+
+    async def _from_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+        if record.status in t.TERMINAL_STATUSES:
+            # Finished: no tail needed. A log that has expired before the object (event logs
+            # live shorter) is rebuilt from the final object.
+            events = await self._store.read_events(record.id, after=after)
+            if not events and not await self._store.read_events(record.id, after=-1):
+                for data in _rebuilt(record.response, after):
+                    yield data
+            for event in events:
+                yield frame(event.type, event.data)
+            return
+        deadline = time.monotonic() + MAX_REPLAY_SECONDS
+        position = after
+        while time.monotonic() < deadline:
+            try:
+                async for event in self._followers.follow(record.id, after=position,
+                                                          idle=self._settings.follow_idle):
+                    yield frame(event.type, event.data)
+                    position = event.seq
+                    if event.type in t.TERMINAL_EVENTS:
+                        return
+            except FollowInterrupted:
+                return
+            current = await self._store.get_response(record.tenant, record.id)
+            if current is None:
+                return  # deleted or expired meanwhile
+            if current.status in t.TERMINAL_STATUSES:
+                return  # finished, but its log never got the end (its writer lost the store)
+            if not (current.status == t.S_QUEUED or current.background):
+                return  # a foreground writer silent this long is gone with its instance
+
+    async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
+        """The final object of a response stored from a JSON request, once it is final."""
+        deadline = time.monotonic() + self._settings.follow_idle * 4
+        current: StoredResponse | None = record
+        while current is not None and current.status not in t.TERMINAL_STATUSES:
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(POLL_SECONDS)
+            current = await self._store.get_response(record.tenant, record.id)
+        return current.response if current is not None else None
+
+
+def _rebuilt(final: ResponseObject, after: int) -> list[bytes]:
+    return [frame(event["type"], orjson.dumps(event)) for event in events_from_response(final)
+            if event["sequence_number"] > after]

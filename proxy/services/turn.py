@@ -1,0 +1,191 @@
+"""One generation: the upstream's chat stream through the assembler to whoever listens.
+
+    upstream bytes ─▶ ChatStreamReader (decode + assemble) ─▶ events
+        ─▶ encoded once (orjson) ─▶ Recorder (event log, batched; final write) ─▶ the caller
+
+The same `Turn` serves a foreground stream (the caller frames the bytes for its client), a
+foreground JSON request (the caller only wants the final object) and a background job (the
+log is the only listener). Invariants:
+- exactly one terminal event, always: the upstream's end, a cut or stalled upstream
+  (`response.failed`), or our caller going away (`response.cancelled`);
+- a stored turn's terminal event and final object are written (`Recorder.finish`) *before* the
+  terminal event is handed to the caller, so a client that has seen it can GET the object from
+  any instance;
+- the upstream response is closed on every way out, under a shield: a cancelled client must
+  still make vLLM stop generating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from proxy.core import types as t
+from proxy.core.assembler import Assembler
+from proxy.core.chatstream import ChatStreamReader
+from proxy.core.errors import ProxyError, UpstreamTimeout
+from proxy.core.types import Event, Item, ResponseObject
+from proxy.metrics import Metrics
+from proxy.services.eventlog import LogHandle
+from proxy.services.fleet import Call
+from proxy.services.tasks import TaskSet
+from proxy.store.base import Store, StoredEvent, Transition
+from proxy.upstream import map_transport_errors
+
+log = logging.getLogger("proxy.turn")
+
+Encoded = list[tuple[str, bytes]]  # (event type, event JSON) in order
+
+
+@dataclass
+class ConversationTurn:
+    """Where a finished turn's items go: the conversation, and this turn's input items."""
+
+    tenant: str
+    conversation_id: str
+    input_items: Sequence[Item]
+
+
+@dataclass
+class Recorder:
+    """The stored side of a turn. With a `log`, every event goes to the response's event log;
+    without one (a stored JSON request) only the final object is written."""
+
+    store: Store
+    ttl: int
+    event_ttl: int
+    log: LogHandle | None = None
+    conversation: ConversationTurn | None = None
+    stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
+    final: Transition | None = field(default=None, init=False)
+
+    def add(self, events: list[Event], encoded: Encoded) -> None:
+        handle = self.log
+        if handle is None:
+            return
+        for event, (kind, data) in zip(events, encoded, strict=True):
+            handle.add(StoredEvent(event["sequence_number"], kind, data))
+
+    async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+        if self.log is not None:
+            result = await self.log.finish(final, terminal)
+        elif self.stored:
+            result = await self.store.finish_response(final, None, ttl=self.ttl,
+                                                      event_ttl=self.event_ttl)
+        else:
+            result = Transition(True, final)
+        self.final = result
+        turn = self.conversation
+        if turn is not None and result.changed and final["status"] in (t.S_COMPLETED,
+                                                                        t.S_INCOMPLETE):
+            await self.store.add_conversation_items(
+                turn.tenant, turn.conversation_id, [*turn.input_items, *final["output"]],
+                ttl=self.ttl)
+        return result
+
+
+class Turn:
+    def __init__(self, call: Call, assembler: Assembler, tasks: TaskSet, *,
+                 recorder: Recorder | None = None, encode: bool = True,
+                 started: bool = False, metrics: Metrics | None = None) -> None:
+        self.call = call
+        self._metrics = metrics
+        self.assembler = assembler
+        self.recorder = recorder
+        self._tasks = tasks
+        self._encode = encode or recorder is not None
+        self._started = started  # the start events were already made (a background job)
+
+    async def run(self) -> AsyncGenerator[Encoded, None]:
+        """Batches of encoded events, the terminal one last. Closing the iterator early (the
+        caller went away) cancels the response and still records its end."""
+        async with contextlib.aclosing(self._events()) as batches:
+            try:
+                async for events in batches:
+                    encoded = self._encoded(events)
+                    if self.recorder is not None:
+                        if self.assembler.done:
+                            await self._finish(events, encoded)
+                        else:
+                            self.recorder.add(events, encoded)
+                    yield encoded
+            finally:
+                if not self.assembler.done:
+                    await self._tasks.shielded(self._abandon(), name="turn-abandon")
+                self._count()
+
+    def _encoded(self, events: list[Event]) -> Encoded:
+        if not self._encode:
+            return []
+        dumps = orjson.dumps
+        return [(event["type"], dumps(event)) for event in events]
+
+    async def _finish(self, events: list[Event], encoded: Encoded) -> None:
+        """Record a batch that ends with the terminal event: the events before it go to the
+        log, the terminal one is written together with the final object."""
+        recorder = self.recorder
+        assert recorder is not None
+        recorder.add(events[:-1], encoded[:-1])
+        kind, data = encoded[-1]
+        terminal = StoredEvent(events[-1]["sequence_number"], kind, data)
+        try:
+            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal),
+                                       name="turn-finish")
+        except ProxyError as exc:
+            # The client still gets its terminal event: the answer is real even if we could not
+            # keep it. The stored copy stays as it was (it expires).
+            log.error("could not store the end of %s: %s", self.assembler.snapshot()["id"], exc)
+
+    async def _abandon(self) -> None:
+        """Our caller went away before the end: stop the upstream, close the log."""
+        await self.call.aclose()
+        events = self.assembler.cancel()
+        if self.recorder is not None and events:
+            encoded = [(e["type"], orjson.dumps(e)) for e in events]
+            try:
+                await self._finish(events, encoded)
+            except ProxyError as exc:
+                log.error("could not store the cancellation: %s", exc)
+
+    def _count(self) -> None:
+        """Per turn, never per token: the hot path stays free of bookkeeping."""
+        metrics = self._metrics
+        if metrics is None:
+            return
+        assembler = self.assembler
+        metrics.inc("proxy_responses_total", status=assembler.status)
+        if assembler.usage:
+            metrics.inc("proxy_streamed_tokens_total", assembler.usage["output_tokens"],
+                        route="responses")
+
+    async def _events(self) -> AsyncGenerator[list[Event], None]:
+        """The assembler's events in batches: the start events at once (before the upstream's
+        first byte), then one batch per upstream read."""
+        assembler = self.assembler
+        if not self._started:
+            yield assembler.start()
+        else:
+            yield assembler.resume()
+        reader = ChatStreamReader(assembler)
+        call = self.call
+        try:
+            with map_transport_errors(call.replica.url):
+                async for raw in call.response.aiter_raw():
+                    events = reader.feed(raw)
+                    if events:
+                        yield events
+                    if assembler.done:
+                        break
+            if not assembler.done:
+                yield reader.end()
+        except UpstreamTimeout:
+            yield assembler.fail("upstream stalled: no data within the idle timeout")
+        except ProxyError as exc:
+            yield assembler.fail(f"upstream connection lost: {exc.message}")
+        finally:
+            await self._tasks.shielded(call.aclose(), name="upstream-close")
+

@@ -1,0 +1,24 @@
+"""A vLLM OpenAI-server simulator: the upstream for tests, the demo and the benchmark.
+
+`create_app(SimConfig(...))` is an ASGI app that answers like vLLM's OpenAI server (chunk
+format, errors, model list, embeddings) with deterministic, steerable answers. The behaviours a
+test can steer are documented in docs/SIMULATOR.md.
+
+Layout (a pure core with the I/O at the edge):
+    config      SimConfig
+    directives  `[[sim key=value]]` parsing
+    tokens      the word tokenizer and prompt accounting
+    request     body -> ChatRequest (vLLM's validation)
+    schema      JSON schema -> a deterministic instance
+    tools       which tool calls to make
+    script      ChatRequest -> Plan (tokens, finish, failure)
+    wire        Plan -> vLLM's chunks / completion object; model list
+    embeddings  vectors and the embeddings response
+    stats       counters behind /sim/stats
+    app         the ASGI app: routes, pacing, disconnects
+"""
+
+from proxy.simulator.app import create_app
+from proxy.simulator.config import SimConfig
+
+__all__ = ["SimConfig", "create_app"]

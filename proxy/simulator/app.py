@@ -1,0 +1,321 @@
+"""The simulator's ASGI app: routes, pacing, counters and disconnect detection (the I/O edge).
+
+Everything an answer contains is decided up front by the pure modules (`request` -> `script` ->
+`wire`); this module encodes the frames once with orjson and then, per token, does one `send`
+and its pacing. Invariants:
+  - pacing uses absolute deadlines (t0 + ttft + k * delay), so sleeps never accumulate drift;
+    frames that share a deadline go out in one `send`; with no delay the loop still yields to
+    the event loop every 64 frames;
+  - a task listens for `http.disconnect` for as long as a request is being answered and
+    cancels the handler the moment the client leaves, so an abort is counted within
+    milliseconds even while the stream sleeps or stalls;
+  - `fail=cut` (and a stall past `stall_timeout_s`) raises `SimulatedCut` after the response
+    started: uvicorn then closes the connection without the chunked terminator, which is what a
+    crashed upstream looks like. A log filter keeps that deliberate exception out of the log;
+  - every wait is bounded: request bodies by size, stalls by `stall_timeout_s`, pacing by the
+    directive bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from proxy.simulator import embeddings, wire
+from proxy.simulator.config import SimConfig
+from proxy.simulator.errors import SimError, error_body, invalid
+from proxy.simulator.request import ChatRequest, parse_chat
+from proxy.simulator.script import Plan, plan
+from proxy.simulator.stats import Stats, StreamEnd
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MAX_BODY = 64 * 1024 * 1024
+YIELD_EVERY = 64
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+               (b"cache-control", b"no-cache")]
+DONE = b"data: [DONE]\n\n"
+
+
+class SimulatedCut(Exception):
+    """Raised after the response started: uvicorn drops the connection mid-body."""
+
+
+class _QuietCuts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], SimulatedCut))
+
+
+class ClientWatch:
+    """Cancels the current task when the client disconnects; `gone` tells the handler why."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self.closing = False  # set just before the last send: a close after it is no abort
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        message = await receive()
+        while message["type"] == "http.request" and message.get("more_body"):
+            message = await receive()  # a body still arriving: ignore it
+        if message["type"] == "http.request":
+            message = await receive()
+        if message["type"] == "http.disconnect" and not self.closing and self._task:
+            self.gone = True
+            self._task.cancel()
+
+    def close(self) -> None:
+        self.closing = True
+        self._watcher.cancel()
+
+
+async def guarded(receive: Receive, work: Callable[[ClientWatch], Awaitable[None]]) -> bool:
+    """Run `work`; return True if the client left first (the work was cancelled for it)."""
+    watch = ClientWatch(receive)
+    try:
+        await work(watch)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not watch.gone or task is None:
+            raise
+        task.uncancel()
+    finally:
+        watch.close()
+    return watch.gone
+
+
+def frame_bytes(payload: dict[str, Any] | str) -> bytes:
+    return DONE if payload == "[DONE]" else b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def grouped(frames: list[wire.Frame]) -> list[tuple[int, bytes]]:
+    """Consecutive frames with the same pacing slot joined into one send."""
+    out: list[tuple[int, bytes]] = []
+    for slot, payload in frames:
+        data = frame_bytes(payload)
+        if out and out[-1][0] == slot:
+            out[-1] = (slot, out[-1][1] + data)
+        else:
+            out.append((slot, data))
+    return out
+
+
+async def send_json(send: Send, status: int, payload: Any,
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = orjson.dumps(payload) if payload is not None else b""
+    head = (JSON_HEADERS if payload is not None else []) + (headers or [])
+    head = [*head, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise SimError(413, f"Request body larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"JSON decode error: {exc}") from None
+
+
+class Simulator:
+    """The ASGI application. One instance per server; its state is its counters."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.stats = Stats(config.prompt_counts_limit)
+        self.models = wire.models_list(config.models, created=int(time.time()),
+                                       max_model_len=config.max_model_len)
+        self.routes: dict[str, tuple[tuple[str, ...], Callable[..., Awaitable[None]]]] = {
+            "/health": (("GET",), self.health),
+            "/ping": (("GET", "POST"), self.health),
+            "/version": (("GET",), self.version),
+            "/v1/models": (("GET",), self.list_models),
+            "/v1/chat/completions": (("POST",), self.chat),
+            "/v1/embeddings": (("POST",), self.embed),
+            "/sim/stats": (("GET",), self.read_stats),
+            "/sim/reset": (("POST",), self.reset_stats),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if not path.startswith("/sim/"):
+            self.stats.request(path)
+        route = self.routes.get(path)
+        if route is None:
+            await send_json(send, 404, error_body(404, "Not Found", type_="Not Found"))
+        elif scope["method"] not in route[0]:
+            allow = ", ".join(route[0]).encode()
+            await send_json(send, 405, error_body(405, "Method Not Allowed"),
+                            [(b"allow", allow)])
+        else:
+            try:
+                await route[1](scope, receive, send)
+            except SimError as exc:
+                await send_json(send, exc.status, exc.body())
+
+    async def lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                # uvicorn configures its loggers before startup, so the filter sticks.
+                logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- small routes ----------------------------------------------------------------------
+    async def health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, None)
+
+    async def version(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, {"version": "0.0.0+simulator"})
+
+    async def list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, self.models)
+
+    async def read_stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, self.stats.snapshot())
+
+    async def reset_stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.stats.reset()
+        await send_json(send, 200, {"reset": True})
+
+    async def embed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = parse_json(await read_body(receive))
+        self.stats.embedding_requests += 1
+        result = embeddings.response(
+            body, self.config.models, self.config.embedding_dim,
+            request_id=f"embd-{uuid.uuid4().hex}", created=int(time.time()),
+        )
+        await send_json(send, 200, result)
+
+    # -- chat ------------------------------------------------------------------------------
+    async def chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await read_body(receive)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = parse_json(raw)
+        finally:
+            self.stats.chat(None, headers)
+        self.stats.last_request = body
+        req = parse_chat(body, self.config)
+        self.stats.prompt(req.text)
+        fail = req.directives.fail
+        if fail is not None and fail.kind == "http":
+            message = f"Simulated HTTP {fail.at} (fail=http:{fail.at})."
+            raise SimError(fail.at, message)
+        answer = plan(req, self.config, request_id=f"chatcmpl-{uuid.uuid4().hex}",
+                      created=int(time.time()))
+        if req.stream:
+            await self.stream(req, answer, receive, send)
+        else:
+            await self.complete(req, answer, receive, send)
+
+    def timing(self, req: ChatRequest) -> tuple[float, float]:
+        """(ttft, delay) in seconds for this request."""
+        d = req.directives
+        ttft = d.ttft_ms if d.ttft_ms is not None else self.config.ttft_ms
+        delay = d.delay_ms if d.delay_ms is not None else self.config.token_delay_ms
+        return ttft / 1000, delay / 1000
+
+    async def stream(self, req: ChatRequest, answer: Plan, receive: Receive, send: Send) -> None:
+        blobs = grouped(wire.stream_frames(answer, include_usage=req.include_usage,
+                                           continuous=req.continuous_usage))
+        ttft, delay = self.timing(req)
+        final = answer.ending in ("done", "error")
+        outcome: StreamEnd = "cut"
+
+        async def run(watch: ClientWatch) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await pace(send, blobs, ttft, delay, watch if final else None)
+            if answer.ending == "stall":
+                await asyncio.sleep(self.config.stall_timeout_s)
+
+        self.stats.stream_started()
+        try:
+            gone = await guarded(receive, run)
+            outcome = "aborted" if gone else ("completed" if final else "cut")
+        finally:
+            self.stats.stream_ended(outcome)
+        if outcome == "cut":
+            raise SimulatedCut("fail=cut: dropping the connection mid-stream")
+
+    async def complete(self, req: ChatRequest, answer: Plan, receive: Receive,
+                       send: Send) -> None:
+        ttft, delay = self.timing(req)
+        wait = ttft + max(answer.completion_tokens - 1, 0) * delay
+        if answer.ending == "stall":
+            wait += self.config.stall_timeout_s
+
+        async def run(watch: ClientWatch) -> None:
+            await asyncio.sleep(wait)
+
+        if await guarded(receive, run):
+            self.stats.completions_aborted += 1
+            return
+        if answer.ending == "error":
+            await send_json(send, 500, wire.error_frame(answer))
+        elif answer.ending in ("cut", "stall"):
+            body = orjson.dumps(wire.completion(answer))
+            head = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": head})
+            await send({"type": "http.response.body", "body": body[: len(body) // 2],
+                        "more_body": True})
+            raise SimulatedCut("fail=cut: dropping the connection mid-body")
+        else:
+            await send_json(send, 200, wire.completion(answer))
+
+
+async def pace(send: Send, blobs: list[tuple[int, bytes]], ttft: float, delay: float,
+               watch: ClientWatch | None) -> None:
+    """Send each blob at t0 + ttft + slot * delay. With `watch`, the last send ends the body
+    (and is flagged first, so the connection closing after it is not taken for an abort)."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() + ttft
+    last = len(blobs) - 1
+    for n, (slot, blob) in enumerate(blobs):
+        wait = t0 + slot * delay - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        elif n % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+        ending = watch is not None and n == last
+        if ending and watch is not None:
+            watch.closing = True
+        await send({"type": "http.response.body", "body": blob, "more_body": not ending})
+
+
+def create_app(config: SimConfig | None = None) -> Simulator:
+    return Simulator(config or SimConfig())

@@ -1,0 +1,46 @@
+"""The simulator's configuration: what the CLI (`responses-proxy simulate`) can set.
+
+Invariants: a `SimConfig` is immutable and every field has a default, so tests can build one with
+only what they care about. Per-request directives (`[[sim ...]]`) override the timing fields for
+one request; nothing here changes at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ReasoningField = Literal["reasoning", "reasoning_content", "both"]
+
+DEFAULT_MODELS = ("sim-model", "sim-reasoner")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    token_delay_ms: float = 0.0
+    ttft_ms: float = 0.0
+    reasoning_field: ReasoningField = "reasoning"
+    max_model_len: int = 32768
+    models: tuple[str, ...] = DEFAULT_MODELS
+    # Dimension of /v1/embeddings vectors when the request gives no `dimensions`.
+    embedding_dim: int = 256
+    # Reasoning tokens a reasoner emits at reasoning_effort "medium" (or none given).
+    reasoning_tokens: int = 8
+    # A `fail=stall:K` stream waits this long for its client to leave, then drops the
+    # connection (every wait in the simulator is bounded).
+    stall_timeout_s: float = 300.0
+    # Distinct prompts remembered in `prompt_counts` (later ones are counted as dropped).
+    prompt_counts_limit: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("the simulator needs at least one model")
+        if self.token_delay_ms < 0 or self.ttft_ms < 0:
+            raise ValueError("delays must be >= 0")
+        if self.max_model_len < 1 or self.embedding_dim < 1:
+            raise ValueError("max_model_len and embedding_dim must be >= 1")
+
+
+def is_reasoner(model: str) -> bool:
+    """A served name containing "reason" behaves as if vLLM ran it with a reasoning parser."""
+    return "reason" in model.lower()

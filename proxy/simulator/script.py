@@ -1,0 +1,177 @@
+"""The whole answer to one chat request, decided before the first byte is sent. Pure.
+
+`plan(req, config, ...)` returns a `Plan`: the generated tokens in order (`pieces`), how the
+answer ends, and the token accounting. `wire.py` turns a plan into vLLM's chunks or completion
+object; `app.py` only paces and sends them.
+
+Invariants:
+  - the answer is reasoning pieces, then either tool-call pieces or content pieces, never both;
+  - every piece is one generated token: `completion_tokens == len(pieces)` (hidden reasoning,
+    `include_reasoning: false`, is counted but never sent);
+  - the token budget is min(max_tokens, max_model_len - prompt_tokens); an answer longer than
+    the budget is cut to it and finishes with "length" (reasoning counts against it);
+  - a `fail=error|stall|cut|abort:K` failure comes after min(K, len(pieces)) pieces; `abort`
+    ends with finish_reason "abort", the others end without a finish chunk;
+  - tool-call ids are derived from the request id, so a plan is a function of its inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from proxy.simulator import tokens
+from proxy.simulator.config import ReasoningField, SimConfig, is_reasoner
+from proxy.simulator.request import ChatRequest
+from proxy.simulator.schema import instance
+from proxy.simulator.tools import Call, choose_calls
+
+PieceKind = Literal["reasoning", "content", "call", "args"]
+Ending = Literal["done", "error", "stall", "cut"]
+
+FILLER = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
+THOUGHT = tokens.split("Let me think about what the user asked and how best to answer it.")
+EFFORT_SCALE = {"none": 0.0, "minimal": 0.25, "low": 0.5, "medium": 1.0, "high": 2.0,
+                "xhigh": 4.0}
+
+
+@dataclass(frozen=True)
+class Piece:
+    kind: PieceKind
+    text: str = ""
+    index: int = 0  # tool-call index (call and args pieces)
+    name: str = ""  # function name (call pieces)
+    call_id: str = ""  # chatcmpl-tool-<hex> (call pieces)
+
+
+@dataclass(frozen=True)
+class Plan:
+    request_id: str
+    created: int
+    model: str
+    pieces: tuple[Piece, ...]
+    calls: tuple[Call, ...]  # every call the model meant to make, complete
+    finish_reason: str | None  # None: the stream ends in a failure, without a finish chunk
+    ending: Ending
+    tool_mode: str
+    reasoning_field: ReasoningField
+    show_reasoning: bool
+    reasoning_details: bool  # usage carries completion_tokens_details (a reasoning parser ran)
+    prompt_tokens: int
+    cached_tokens: int | None
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.pieces)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return sum(1 for p in self.pieces if p.kind == "reasoning")
+
+    def joined(self, kind: PieceKind) -> str:
+        return "".join(p.text for p in self.pieces if p.kind == kind)
+
+    def call_id(self, index: int) -> str:
+        return tool_call_id(self.request_id, index)
+
+
+def tool_call_id(request_id: str, index: int) -> str:
+    digest = hashlib.blake2b(f"{request_id}/{index}".encode(), digest_size=16).hexdigest()
+    return f"chatcmpl-tool-{digest}"
+
+
+def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int) -> Plan:
+    reasoning = [Piece("reasoning", t) for t in reasoning_tokens(req, config)]
+    calls = choose_calls(req)
+    body = _call_pieces(calls, request_id) if calls else [
+        Piece("content", t) for t in answer_tokens(req)
+    ]
+    pieces = reasoning + body
+    finish: str | None = _natural_finish(req, calls)
+    budget = max(0, min(req.max_tokens or config.max_model_len,
+                        config.max_model_len - req.prompt_tokens))
+    if len(pieces) > budget:
+        pieces, finish = pieces[:budget], "length"
+    ending: Ending = "done"
+    fail = req.directives.fail
+    if fail is not None and fail.kind != "http":
+        pieces = pieces[: fail.at]
+        finish = "abort" if fail.kind == "abort" else None
+        ending = "done" if fail.kind == "abort" else fail.kind
+    d = req.directives
+    return Plan(
+        request_id=request_id, created=created, model=req.model, pieces=tuple(pieces),
+        calls=tuple(calls), finish_reason=finish, ending=ending, tool_mode=req.tool_mode,
+        reasoning_field=cast(ReasoningField, d.reasoning_field or config.reasoning_field),
+        show_reasoning=req.include_reasoning,
+        reasoning_details=is_reasoner(req.model) or bool(reasoning),
+        prompt_tokens=req.prompt_tokens, cached_tokens=d.cached,
+    )
+
+
+def reasoning_tokens(req: ChatRequest, config: SimConfig) -> list[str]:
+    count = req.directives.reasoning
+    if count is None:
+        if not is_reasoner(req.model):
+            return []
+        count = round(config.reasoning_tokens * EFFORT_SCALE[req.reasoning_effort or "medium"])
+    words = itertools.islice(itertools.cycle([*THOUGHT[1:], " " + THOUGHT[0]]), count - 1)
+    return [THOUGHT[0], *words] if count else []
+
+
+def answer_tokens(req: ChatRequest) -> list[str]:
+    """The content: echo, tool-results summary, or JSON; `tokens=N` sets a text answer's length."""
+    if req.response_format == "json_schema":
+        return tokens.split(json.dumps(instance(req.json_schema, req.hints)))
+    if req.response_format == "json_object":
+        return tokens.split(json.dumps({"answer": answer_text(req)}))
+    words = tokens.split(answer_text(req))
+    wanted = req.directives.tokens
+    if wanted is None:
+        return words
+    filler = itertools.islice(itertools.cycle(FILLER), max(0, wanted - len(words)))
+    return (words + list(filler))[:wanted]
+
+
+def answer_text(req: ChatRequest) -> str:
+    results = _tool_results(req.messages)
+    if results is not None:
+        return "Tool results: " + "; ".join(f"{name}={text}" for name, text in results)
+    return f"You said: {req.text}"
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]] | None:
+    """(function name or call id, output) for the trailing run of tool messages, or None."""
+    trailing = list(itertools.takewhile(lambda m: m.get("role") == "tool", reversed(messages)))
+    if not trailing:
+        return None
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                names[str(call.get("id"))] = str(call["function"].get("name"))
+    out = []
+    for message in reversed(trailing):
+        call_id = str(message.get("tool_call_id", ""))
+        name = message.get("name") or names.get(call_id) or call_id
+        out.append((str(name), " ".join(tokens.content_text(message.get("content")).split())))
+    return out
+
+
+def _call_pieces(calls: list[Call], request_id: str) -> list[Piece]:
+    pieces: list[Piece] = []
+    for index, call in enumerate(calls):
+        pieces.append(Piece("call", index=index, name=call.name,
+                            call_id=tool_call_id(request_id, index)))
+        pieces.extend(Piece("args", t, index=index) for t in tokens.split(call.arguments))
+    return pieces
+
+
+def _natural_finish(req: ChatRequest, calls: list[Call]) -> str:
+    if calls:
+        # vLLM: "tool_calls" for auto/required, "stop" for a named tool_choice.
+        return "stop" if req.tool_mode == "named" else "tool_calls"
+    return req.directives.finish or "stop"

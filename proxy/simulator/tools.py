@@ -1,0 +1,67 @@
+"""Which tool calls the simulated model makes, and with what arguments. Pure.
+
+Rules (in order):
+  - no tools, tool_choice "none", or the last message is a tool result: no calls (the model
+    answers the tool results in text);
+  - a named tool_choice: that function; "required": the tools the user's text mentions, or the
+    first tool;
+  - "auto": the tools the user's text mentions by name (as a whole word), or the first tool when
+    a `tools=N` directive asks for calls; otherwise no calls;
+  - `tools=N` makes exactly N calls, cycling through the offered tools from the first chosen one
+    (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
+  - `parallel_tool_calls: false` keeps only the first call.
+Arguments are `json.dumps` of a schema instance (vLLM's tool parsers re-serialise with json.dumps,
+so `{"city": "sim"}` with its spaces, not the compact form).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from proxy.simulator.request import ChatRequest, Tool
+from proxy.simulator.schema import instance
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: str
+
+
+def choose_calls(req: ChatRequest) -> list[Call]:
+    if not req.tools or req.tool_mode == "none" or _answers_tool_results(req):
+        return []
+    chosen = _chosen(req)
+    wanted = req.directives.tools
+    if wanted is not None and req.tool_mode != "named":
+        if wanted == 0 and req.tool_mode == "auto":
+            return []
+        start = req.tools.index(chosen[0]) if chosen else 0
+        chosen = [req.tools[(start + i) % len(req.tools)] for i in range(wanted)]
+    elif wanted is not None:
+        chosen = chosen * wanted
+    if not req.parallel_tool_calls:
+        chosen = chosen[:1]
+    hints = req.hints
+    return [Call(tool.name, json.dumps(instance(tool.parameters, hints))) for tool in chosen]
+
+
+def _chosen(req: ChatRequest) -> list[Tool]:
+    if req.tool_mode == "named":
+        return [t for t in req.tools if t.name == req.tool_name][:1]
+    mentioned = [t for t in req.tools if _mentions(req.text, t.name)]
+    if mentioned:
+        return mentioned
+    if req.tool_mode == "required" or req.directives.tools:
+        return [req.tools[0]]
+    return []
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def _answers_tool_results(req: ChatRequest) -> bool:
+    return bool(req.messages) and req.messages[-1].get("role") == "tool"

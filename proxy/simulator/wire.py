@@ -1,0 +1,166 @@
+"""vLLM's OpenAI-server shapes: stream chunks, the completion object, usage, the model list.
+
+Checked against vLLM's `protocol.py` / `chat_completion/serving.py` (see
+tests/unit/golden/vllm_shapes.json for what was verified and where this deliberately differs).
+Stream chunks are what pydantic's `model_dump_json(exclude_unset=True)` gives: only the keys
+vLLM sets, in field order. The completion object is a full `model_dump()`: every field, nulls
+included. Key order matters to byte-level comparisons, so every dict here is built in vLLM's
+field order.
+
+Where the finish reason rides (as vLLM's engine reports it with the last token): on the last
+content or reasoning chunk; on a separate `{"content": ""}` chunk after tool calls, after an
+abort, or when nothing was generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from proxy.simulator import tokens
+from proxy.simulator.script import Piece, Plan
+
+OBJECT_CHUNK = "chat.completion.chunk"
+# A frame's pacing slot: the token index whose deadline it waits for.
+Frame = tuple[int, dict[str, Any] | str]
+
+
+def usage(prompt: int, completion: int, *, reasoning: int | None = None,
+          cached: int | None = None, full: bool = False) -> dict[str, Any]:
+    """vLLM's `UsageInfo`. `full` adds the null `prompt_tokens_details` of a `model_dump()`."""
+    out: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                           "completion_tokens": completion}
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    elif full:
+        out["prompt_tokens_details"] = None
+    if reasoning is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
+
+
+def chunk(plan: Plan, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
+                              "finish_reason": finish}
+    if finish is not None:
+        choice["stop_reason"] = None
+    return {"id": plan.request_id, "object": OBJECT_CHUNK, "created": plan.created,
+            "model": plan.model, "choices": [choice]}
+
+
+def delta_for(piece: Piece, plan: Plan) -> dict[str, Any]:
+    if piece.kind == "content":
+        return {"content": piece.text}
+    if piece.kind == "reasoning":
+        return _reasoning_fields(plan, piece.text)
+    if piece.kind == "call":
+        return {"tool_calls": [{"index": piece.index, "id": piece.call_id, "type": "function",
+                                "function": {"name": piece.name, "arguments": ""}}]}
+    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
+
+
+def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[Frame]:
+    """Every frame of the stream in order, each with its pacing slot."""
+    frames: list[Frame] = [(0, _with_usage(chunk(plan, {"role": "assistant", "content": ""}),
+                                           plan, 0, continuous))]
+    sent = [(i, p) for i, p in enumerate(plan.pieces)
+            if p.kind != "reasoning" or plan.show_reasoning]
+    rides = (plan.finish_reason is not None and bool(sent) and sent[-1][0] == len(plan.pieces) - 1
+             and sent[-1][1].kind in ("content", "reasoning") and plan.finish_reason != "abort")
+    for n, (index, piece) in enumerate(sent):
+        finish = plan.finish_reason if rides and n == len(sent) - 1 else None
+        frame = chunk(plan, delta_for(piece, plan), finish)
+        frames.append((index, _with_usage(frame, plan, index + 1, continuous)))
+    last = max(len(plan.pieces) - 1, 0)
+    if plan.ending == "error":
+        frames += [(last, error_frame(plan)), (last, "[DONE]")]
+        return frames
+    if plan.ending != "done":
+        return frames
+    if plan.finish_reason is not None and not rides:
+        end = chunk(plan, {"content": ""}, plan.finish_reason)
+        frames.append((last, _with_usage(end, plan, len(plan.pieces), continuous)))
+    if include_usage:
+        frames.append((last, {"id": plan.request_id, "object": OBJECT_CHUNK,
+                              "created": plan.created, "model": plan.model, "choices": [],
+                              "usage": plan_usage(plan, len(plan.pieces))}))
+    frames.append((last, "[DONE]"))
+    return frames
+
+
+def error_frame(plan: Plan) -> dict[str, Any]:
+    """vLLM's in-band error (HTTP status already 200): `data: {"error": {...}}`."""
+    return {"error": {"message": f"Simulated engine failure after {len(plan.pieces)} tokens "
+                                 "(fail=error).",
+                      "type": "InternalServerError", "param": None, "code": 500}}
+
+
+def plan_usage(plan: Plan, completion: int, *, full: bool = False) -> dict[str, Any]:
+    reasoning = sum(1 for p in plan.pieces[:completion] if p.kind == "reasoning")
+    return usage(plan.prompt_tokens, completion, cached=plan.cached_tokens, full=full,
+                 reasoning=reasoning if plan.reasoning_details else None)
+
+
+def completion(plan: Plan) -> dict[str, Any]:
+    """vLLM's non-streaming `chat.completion` object (a full `model_dump()`)."""
+    calls = _complete_calls(plan)
+    content: str | None = plan.joined("content")
+    if calls and not content:
+        # vLLM: "" when tool_choice forced the call (named/required), null for auto.
+        content = "" if plan.tool_mode in ("named", "required") else None
+    message: dict[str, Any] = {
+        "role": "assistant", "content": content, "refusal": None, "annotations": None,
+        "audio": None, "function_call": None, "tool_calls": calls,
+        **_reasoning_fields(plan, (plan.joined("reasoning") or None)
+                            if plan.show_reasoning else None),
+    }
+    choice = {"index": 0, "message": message, "logprobs": None,
+              "finish_reason": plan.finish_reason or "stop", "stop_reason": None}
+    return {"id": plan.request_id, "object": "chat.completion", "created": plan.created,
+            "model": plan.model, "choices": [choice], "service_tier": None,
+            "system_fingerprint": None,
+            "usage": plan_usage(plan, len(plan.pieces), full=True),
+            "prompt_logprobs": None, "kv_transfer_params": None}
+
+
+def models_list(names: tuple[str, ...], *, created: int, max_model_len: int) -> dict[str, Any]:
+    """vLLM's `ModelList`. Ids and `created` are fixed per process (vLLM makes new ones on every
+    call) so that a proxy's cached copy of the list equals a fresh one."""
+    return {"object": "list", "data": [_model_card(n, created, max_model_len) for n in names]}
+
+
+def _model_card(name: str, created: int, max_model_len: int) -> dict[str, Any]:
+    perm = hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+    permission = {"id": f"modelperm-{perm}", "object": "model_permission", "created": created,
+                  "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                  "allow_search_indices": False, "allow_view": True,
+                  "allow_fine_tuning": False, "organization": "*", "group": None,
+                  "is_blocking": False}
+    return {"id": name, "object": "model", "created": created, "owned_by": "vllm",
+            "root": name, "parent": None, "max_model_len": max_model_len,
+            "permission": [permission]}
+
+
+def _reasoning_fields(plan: Plan, text: str | None) -> dict[str, Any]:
+    if plan.reasoning_field == "both":
+        return {"reasoning": text, "reasoning_content": text}
+    return {plan.reasoning_field: text}
+
+
+def _with_usage(frame: dict[str, Any], plan: Plan, completion: int,
+                continuous: bool) -> dict[str, Any]:
+    if continuous:
+        frame["usage"] = plan_usage(plan, completion)
+    return frame
+
+
+def _complete_calls(plan: Plan) -> list[dict[str, Any]]:
+    """The calls whose arguments were generated in full (a call cut by max_tokens is dropped,
+    as vLLM's parsers drop an unterminated call)."""
+    out = []
+    for index, call in enumerate(plan.calls):
+        sent = sum(1 for p in plan.pieces if p.kind == "args" and p.index == index)
+        if sent == len(tokens.split(call.arguments)):
+            out.append({"id": plan.call_id(index), "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments}})
+    return out

@@ -1,0 +1,67 @@
+"""`open_store`: the one place that decides which Redis the store talks to, and how.
+
+- With a URL: a pooled redis-py client tuned to fail fast and heal by itself.
+  * connect timeout ~2 s: a host that does not answer is a 503 now, not after the OS's minute;
+  * socket timeout: bounds every command, so a stuck server (SIGSTOP, a network partition)
+    costs one timeout, not a hung request. It must exceed the longest blocking read we issue,
+    so `tail` is capped at `socket_timeout - BLOCK_MARGIN`;
+  * no client-level retries (redis-py retries every command, writes included, ten times with
+    backoff by default): the store retries reads once itself and never replays a write;
+  * `health_check_interval`: a connection idle that long is PINGed before use, and the pool
+    checks each connection it hands out, so after a Redis restart stale sockets are replaced
+    without a restart of ours;
+  * a blocking pool: a burst waits briefly for a free connection instead of failing.
+- Without a URL: the embedded store, fakeredis's in-process server (declared Redis 7.0, so a
+  command newer than production's floor fails here too). One instance; state lost on exit.
+"""
+
+from __future__ import annotations
+
+import fakeredis
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from proxy.store.redis import RedisStore
+
+EMBEDDED_WARNING = "embedded store: one instance; state lost on exit"
+
+CONNECT_TIMEOUT = 2.0
+SOCKET_TIMEOUT = 5.0
+# Headroom between the longest blocking read and the socket timeout: the reply to an XREAD that
+# timed out on the server side must arrive before the client gives up on the socket.
+BLOCK_MARGIN = 1.5
+HEALTH_CHECK_INTERVAL = 15
+MAX_CONNECTIONS = 64
+# Oldest Redis we support (DESIGN.md): the embedded server refuses what 7.0 would refuse.
+EMBEDDED_VERSION = (7, 0)
+
+
+def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOUT,
+               socket_timeout: float = SOCKET_TIMEOUT,
+               health_check_interval: int = HEALTH_CHECK_INTERVAL,
+               max_connections: int = MAX_CONNECTIONS) -> RedisStore:
+    """A `RedisStore` on `redis_url`, or the embedded store when it is None. Nothing connects
+    here: the first call does (call `ping()` to check at start-up)."""
+    if redis_url is None:
+        return RedisStore(embedded_client(), embedded=True)
+    if socket_timeout <= BLOCK_MARGIN:
+        raise ValueError(f"socket_timeout must exceed {BLOCK_MARGIN}s (blocking reads)")
+    pool = BlockingConnectionPool.from_url(
+        redis_url,
+        max_connections=max_connections,
+        timeout=connect_timeout,  # waiting for a free pooled connection
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=socket_timeout,
+        health_check_interval=health_check_interval,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=False,
+    )
+    max_block_ms = int((socket_timeout - BLOCK_MARGIN) * 1000)
+    return RedisStore(Redis(connection_pool=pool), max_block_ms=max_block_ms)
+
+
+def embedded_client() -> Redis:
+    """A client of a fresh in-process server, private to the caller."""
+    server = fakeredis.FakeServer(version=EMBEDDED_VERSION)
+    return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)

@@ -1,0 +1,104 @@
+"""Every Redis key the store writes, and every default lifetime, in one place.
+
+Invariants (DESIGN.md, "Redis"):
+- All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
+  share `{<conversation id>}`: a Lua script or MULTI touches only one slot, so the layout works
+  unchanged on a Redis Cluster. Calls that span several responses (`load_chain`,
+  `append_events`, `tail`) are pipelines or multi-key reads that a cluster client can split.
+- Every key is written with a TTL and every write renews the TTL of the keys it touches:
+  nothing outlives its owner and nothing grows without bound.
+- Nothing here is ever found by pattern: no KEYS, no SCAN. A key is always built from an id.
+
+Layout:
+
+    rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed
+    rp:{resp_id}:in         STRING  the request's input items, one JSON array
+    rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    cv:{conv_id}            HASH    tenant | obj | meta | next
+    cv:{conv_id}:order      ZSET    item id scored by its insertion number
+    cv:{conv_id}:items      HASH    item id -> item JSON
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- responses ------------------------------------------------------------------------------
+# Hash field names. The Lua scripts (scripts.py) spell the same names: change both together.
+
+# Status sits in its own field (not inside `obj`) so the compare-and-set scripts read and write
+# it without decoding JSON in Lua; readers overlay it onto the object.
+F_STATUS: Final = "status"
+# Owner of the response: a read by any other tenant behaves as if the key did not exist.
+F_TENANT: Final = "tenant"
+# The response object as orjson bytes; never decoded in Lua (cjson would renumber floats and
+# turn empty arrays into objects).
+F_OBJECT: Final = "obj"
+# `previous_response_id` ancestors, oldest first, as a JSON array: lets `load_chain` fetch the
+# whole chain in one round trip instead of walking it one hop at a time.
+F_PARENTS: Final = "parents"
+# "1" once an event log exists for the response (streamed or background).
+F_LOGGED: Final = "logged"
+# "1" once `finish_response` stored the final object: the log will receive nothing more.
+F_CLOSED: Final = "closed"
+
+
+def response(response_id: str) -> str:
+    """The response's hash (the record the status compare-and-set works on)."""
+    return f"rp:{{{response_id}}}"
+
+
+def response_input(response_id: str) -> str:
+    """The input items, written once at creation: a plain string is the cheapest read for
+    `input_items` and `load_chain`, and the caller bounds its size."""
+    return f"rp:{{{response_id}}}:in"
+
+
+def response_log(response_id: str) -> str:
+    """The event log: a stream whose ids are `1-<sequence_number>`, so Redis itself refuses an
+    out-of-order or duplicated event and `starting_after=N` is a plain XRANGE from `(1-N`."""
+    return f"rp:{{{response_id}}}:log"
+
+
+def log_entry_id(seq: int) -> str:
+    # The millisecond part is fixed at 1 because `0-0` is not a valid stream id; the sequence
+    # part then carries the event's sequence_number unchanged (0 included).
+    return f"1-{seq}"
+
+
+# -- conversations --------------------------------------------------------------------------
+
+# The conversation object without its metadata, as orjson bytes.
+F_CONV_OBJECT: Final = "obj"
+# Metadata apart from `obj`: `update_conversation` replaces it in Lua without decoding JSON.
+F_CONV_META: Final = "meta"
+# Insertion counter: the score of the next item in `:order`. Never reused, so deleting an item
+# leaves the order of the others intact.
+F_CONV_NEXT: Final = "next"
+
+
+def conversation(conversation_id: str) -> str:
+    return f"cv:{{{conversation_id}}}"
+
+
+def conversation_order(conversation_id: str) -> str:
+    """Item ids by insertion number: ZRANK turns an `after` cursor into a position in one
+    command, and ZRANGE/ZREVRANGE serve both orders."""
+    return f"cv:{{{conversation_id}}}:order"
+
+
+def conversation_items(conversation_id: str) -> str:
+    """Item bodies by id: `get_conversation_item` is one HGET, deletion one HDEL."""
+    return f"cv:{{{conversation_id}}}:items"
+
+
+# -- lifetimes (seconds) --------------------------------------------------------------------
+
+# A stored response lives as long as OpenAI keeps one (30 days); `--response-ttl` overrides.
+DEFAULT_RESPONSE_TTL: Final = 30 * 24 * 3600
+# Event logs are only needed to resume or replay a stream (`starting_after`) and are many times
+# the size of the final object (one entry per delta); a day covers a client reconnecting and
+# background polling. Past it a replay is rebuilt from the final object.
+DEFAULT_EVENT_TTL: Final = 24 * 3600
+# Conversations are long-lived threads; OpenAI keeps their items as long as responses.
+DEFAULT_CONVERSATION_TTL: Final = 30 * 24 * 3600

@@ -1,0 +1,459 @@
+"""`RedisStore`: the `Store` protocol over redis-py's asyncio client.
+
+The same class serves both backends: a real Redis server (production) and fakeredis's
+in-process server (the embedded store). See keys.py for the layout and scripts.py for what runs
+atomically.
+
+Invariants:
+- Round trips are constant per call: one command, one script or one pipeline; `load_chain` two
+  (the target, then every ancestor at once) whatever the chain's depth.
+- Every Redis failure that means "the store is not answering" becomes `StoreUnavailable` where it
+  happens (`raise ... from exc`). A `ResponseError` from a script is a bug and propagates.
+- Reads are retried once on a dropped connection (a pooled socket a Redis restart closed); writes
+  never are: a write that may have been applied is not replayed blindly (a status CAS replayed
+  after it succeeded would answer "refused"). Timeouts are never retried: the server is stuck
+  and the caller should get its 503 now.
+- The blocking read (`tail`) never blocks longer than `max_block_ms`, which the factory keeps
+  below the socket timeout: a quiet log must not look like a dead server.
+- Objects cross as orjson bytes and are decoded only here; Lua never parses JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import orjson
+from redis import exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from proxy.core.errors import InvalidRequest, StoreUnavailable
+from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
+from proxy.store import keys, scripts
+from proxy.store.base import (
+    MAX_CONVERSATION_ITEMS,
+    Chain,
+    ItemPage,
+    StoredEvent,
+    StoredResponse,
+    Transition,
+)
+
+T = TypeVar("T")
+
+# Failures that mean the store cannot serve right now (503), as opposed to a bug (500).
+# ConnectionError covers refused/reset connections, BusyLoadingError (a restarting server still
+# loading its data), MaxConnectionsError and authentication failures; the ResponseError
+# subclasses are a replica that lost its primary, a full server, a cluster mid-failover.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    rex.ReadOnlyError,
+    rex.OutOfMemoryError,
+    rex.ClusterDownError,
+    rex.TryAgainError,
+    OSError,  # includes asyncio's TimeoutError; redis-py wraps most, not every path
+)
+
+# Default ceiling for one blocking read; the factory sets it from the socket timeout.
+DEFAULT_MAX_BLOCK_MS = 2_000
+
+_RESPONSE_FIELDS = (
+    keys.F_STATUS, keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS, keys.F_LOGGED, keys.F_CLOSED,
+)
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Map a failure of the backing service to `StoreUnavailable` (503). The message names only
+    the kind of failure: addresses and credentials stay in the chained exception."""
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
+
+
+class RedisStore:
+    """The one `Store` implementation. `embedded` is True over the in-process server (state
+    lives and dies with the process)."""
+
+    def __init__(self, client: Redis, *, embedded: bool = False,
+                 max_block_ms: int = DEFAULT_MAX_BLOCK_MS) -> None:
+        self._client = client
+        self.embedded = embedded
+        self._max_block_ms = max_block_ms
+        # Registered once: each keeps its sha and is loaded into the server on first use (and
+        # again after a restart emptied the server's script cache).
+        self._create = client.register_script(scripts.CREATE_RESPONSE)
+        self._append = client.register_script(scripts.APPEND_EVENTS)
+        self._transition = client.register_script(scripts.TRANSITION)
+        self._finish = client.register_script(scripts.FINISH_RESPONSE)
+        self._delete = client.register_script(scripts.DELETE_RESPONSE)
+        self._conv_create = client.register_script(scripts.CREATE_CONVERSATION)
+        self._conv_add = client.register_script(scripts.ADD_CONVERSATION_ITEMS)
+        self._conv_list = client.register_script(scripts.LIST_CONVERSATION_ITEMS)
+        self._conv_update = client.register_script(scripts.UPDATE_CONVERSATION)
+        self._conv_delete = client.register_script(scripts.DELETE_CONVERSATION)
+        self._conv_delete_item = client.register_script(scripts.DELETE_CONVERSATION_ITEM)
+
+    @property
+    def client(self) -> Redis:
+        """The underlying client, for other Redis users of the process to share its pool."""
+        return self._client
+
+    async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
+        with store_errors():
+            try:
+                return await op()
+            except rex.ConnectionError:
+                return await op()
+
+    async def _pipelined(self, queue: Callable[[Pipeline], object], *,
+                         transaction: bool = False) -> list[Any]:
+        """One round trip for everything `queue` puts in the pipeline."""
+        async with self._client.pipeline(transaction=transaction) as pipe:
+            queue(pipe)
+            return await pipe.execute()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        await self._read(self._client.ping)
+
+    async def aclose(self) -> None:
+        await self._client.aclose(close_connection_pool=True)
+
+    # -- responses ---------------------------------------------------------------------------
+
+    async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
+                              events: Sequence[StoredEvent] = (), ttl: int,
+                              event_ttl: int) -> None:
+        _check_ttl(ttl, event_ttl)
+        rid = record.id
+        args: list[Any] = [
+            ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
+            orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
+            orjson.dumps(list(input_items)), *_event_args(events),
+        ]
+        with store_errors():
+            await self._create(keys=_response_keys(rid), args=args)
+
+    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
+        record = await self.get_response_any(response_id)
+        return record if record is not None and record.tenant == tenant else None
+
+    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+        values = await self._read(
+            lambda: self._client.hmget(keys.response(response_id), _RESPONSE_FIELDS))
+        return _record(values)
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        with store_errors():
+            done = await self._delete(keys=_response_keys(response_id), args=[tenant])
+        return bool(done)
+
+    async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
+        def queue(pipe: Pipeline) -> None:
+            pipe.hget(keys.response(response_id), keys.F_TENANT)
+            pipe.get(keys.response_input(response_id))
+
+        owner, raw = await self._read(lambda: self._pipelined(queue))
+        if owner is None or owner.decode() != tenant:
+            return None
+        return _items(raw)
+
+    async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
+        # Round trip 1: the target (owner, object, ancestors) and its input items.
+        def queue_target(pipe: Pipeline) -> None:
+            pipe.hmget(keys.response(response_id), keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS)
+            pipe.get(keys.response_input(response_id))
+
+        (owner, obj, parents_raw), inputs = await self._read(
+            lambda: self._pipelined(queue_target))
+        if owner is None or obj is None or owner.decode() != tenant:
+            return None
+        parents: tuple[str, ...] = tuple(orjson.loads(parents_raw)) if parents_raw else ()
+        items = await self._ancestor_items(tenant, parents) if parents else []
+        target: ResponseObject = orjson.loads(obj)
+        items += _items(inputs)
+        items += target.get("output") or []
+        model = target.get("model")
+        return Chain(items=items, parents=(*parents, response_id),
+                     model=model if isinstance(model, str) else None)
+
+    async def _ancestor_items(self, tenant: str, parents: Sequence[str]) -> list[Item]:
+        # Round trip 2: every ancestor at once. One that expired or was deleted is skipped; one
+        # owned by someone else (it cannot happen through the API) is skipped too.
+        def queue(pipe: Pipeline) -> None:
+            for parent in parents:
+                pipe.hmget(keys.response(parent), keys.F_TENANT, keys.F_OBJECT)
+                pipe.get(keys.response_input(parent))
+
+        replies = await self._read(lambda: self._pipelined(queue))
+        items: list[Item] = []
+        for (owner, obj), inputs in zip(replies[::2], replies[1::2], strict=True):
+            if owner is None or obj is None or owner.decode() != tenant:
+                continue
+            items += _items(inputs)
+            items += orjson.loads(obj).get("output") or []
+        return items
+
+    async def transition(self, response_id: str, *, allowed_from: frozenset[str], to: str,
+                         response: ResponseObject | None = None, ttl: int) -> Transition:
+        _check_ttl(ttl)
+        replace = response is not None
+        args: list[Any] = [to, ttl, _flag(replace),
+                           orjson.dumps(response) if replace else b"", *sorted(allowed_from)]
+        keys_ = _response_keys(response_id)[:2]
+        with store_errors():
+            reply = await self._transition(keys=keys_, args=args)
+        return _transition(reply)
+
+    async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
+                              ttl: int, event_ttl: int) -> Transition:
+        _check_ttl(ttl, event_ttl)
+        status = response.get("status")
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"finish_response needs a terminal status, got {status!r}")
+        args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl]
+        if terminal is not None:
+            args += _event_args((terminal,))
+        with store_errors():
+            reply = await self._finish(keys=_response_keys(str(response["id"])), args=args)
+        return _transition(reply)
+
+    # -- event logs --------------------------------------------------------------------------
+
+    async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
+                            ttl: int) -> None:
+        _check_ttl(ttl)
+        batches = {rid: events for rid, events in batches.items() if events}
+        if not batches:
+            return
+        with store_errors():
+            try:
+                await self._append_pipelined(batches, ttl)
+            except rex.NoScriptError:
+                # The server lost its script cache (a restart). Load the script and send the
+                # batch again: the events that did land are skipped as duplicates.
+                await self._client.script_load(scripts.APPEND_EVENTS)
+                await self._append_pipelined(batches, ttl)
+
+    async def _append_pipelined(self, batches: Mapping[str, Sequence[StoredEvent]],
+                                ttl: int) -> None:
+        # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
+        # EXISTS round trip to every flush.
+        def queue(pipe: Pipeline) -> None:
+            for rid, events in batches.items():
+                pipe.evalsha(self._append.sha, 2, keys.response(rid), keys.response_log(rid),
+                             ttl, *_event_args(events))
+
+        await self._pipelined(queue)
+
+    async def read_events(self, response_id: str, *, after: int = -1) -> list[StoredEvent]:
+        start = "-" if after < 0 else f"({keys.log_entry_id(after)}"
+        entries: Any = await self._read(
+            lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+"))
+        return [_event(entry_id, fields) for entry_id, fields in entries or ()]
+
+    async def tail(self, positions: Mapping[str, int], *,
+                   block_ms: int) -> dict[str, list[StoredEvent]]:
+        """With no positions, returns {} at once. `block_ms` is capped at `max_block_ms` (the
+        caller loops anyway); `block_ms <= 0` polls without blocking (Redis reads BLOCK 0 as
+        "forever")."""
+        if not positions:
+            return {}
+        streams: dict[Any, Any] = {
+            keys.response_log(rid): _after_id(pos) for rid, pos in positions.items()
+        }
+        by_key = {keys.response_log(rid).encode(): rid for rid in positions}
+        block = min(block_ms, self._max_block_ms)
+        reply: Any = await self._read(
+            lambda: self._client.xread(streams, block=block))
+        found: dict[str, list[StoredEvent]] = {}
+        for key, entries in reply or ():
+            events = [_event(entry_id, fields) for entry_id, fields in entries]
+            if events:
+                found[by_key[key]] = events
+        return found
+
+    # -- conversations -----------------------------------------------------------------------
+
+    async def create_conversation(self, tenant: str, conversation: dict[str, Any],
+                                  items: Sequence[Item], *, ttl: int) -> None:
+        _check_ttl(ttl)
+        if len(items) > MAX_CONVERSATION_ITEMS:
+            raise _too_many_items()
+        body = {k: v for k, v in conversation.items() if k != "metadata"}
+        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, orjson.dumps(body),
+                           orjson.dumps(conversation.get("metadata") or {}), *_item_args(items)]
+        with store_errors():
+            done = await self._conv_create(keys=_conversation_keys(str(conversation["id"])),
+                                           args=args)
+        if done == -1:
+            raise _too_many_items()
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        values: Any = await self._read(lambda: self._client.hmget(
+            keys.conversation(conversation_id), keys.F_TENANT, keys.F_CONV_OBJECT,
+            keys.F_CONV_META))
+        owner, obj, meta = values
+        if owner is None or owner != tenant.encode():
+            return None
+        return _conversation(obj, meta)
+
+    async def update_conversation(self, tenant: str, conversation_id: str,
+                                  metadata: dict[str, str] | None, *,
+                                  ttl: int) -> dict[str, Any] | None:
+        _check_ttl(ttl)
+        args: list[Any] = [tenant, ttl, orjson.dumps(metadata or {})]
+        with store_errors():
+            reply = await self._conv_update(keys=_conversation_keys(conversation_id), args=args)
+        return None if reply is None else _conversation(reply[0], reply[1])
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        with store_errors():
+            done = await self._conv_delete(keys=_conversation_keys(conversation_id),
+                                           args=[tenant])
+        return bool(done)
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str,
+                                     items: Sequence[Item], *, ttl: int) -> bool:
+        _check_ttl(ttl)
+        if len(items) > MAX_CONVERSATION_ITEMS:
+            raise _too_many_items()
+        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, *_item_args(items)]
+        with store_errors():
+            done = await self._conv_add(keys=_conversation_keys(conversation_id), args=args)
+        if done == -1:
+            raise _too_many_items()
+        return bool(done == 1)
+
+    async def list_conversation_items(self, tenant: str, conversation_id: str, *,
+                                      after: str | None, limit: int,
+                                      order: str) -> ItemPage | None:
+        args: list[Any] = [tenant, after or "", limit, order]
+        reply = await self._read(
+            lambda: self._conv_list(keys=_conversation_keys(conversation_id), args=args))
+        if reply is None:
+            return None
+        return ItemPage(items=[orjson.loads(raw) for raw in reply[1:] if raw is not None],
+                        has_more=reply[0] == 1)
+
+    async def all_conversation_items(self, tenant: str,
+                                     conversation_id: str) -> list[Item] | None:
+        # MULTI/EXEC: the order and the bodies come from one consistent snapshot.
+        def queue(pipe: Pipeline) -> None:
+            pipe.hget(keys.conversation(conversation_id), keys.F_TENANT)
+            pipe.zrange(keys.conversation_order(conversation_id), 0, -1)
+            pipe.hgetall(keys.conversation_items(conversation_id))
+
+        owner, ids, bodies = await self._read(lambda: self._pipelined(queue, transaction=True))
+        if owner is None or owner != tenant.encode():
+            return None
+        return [orjson.loads(bodies[item_id]) for item_id in ids if item_id in bodies]
+
+    async def get_conversation_item(self, tenant: str, conversation_id: str,
+                                    item_id: str) -> Item | None:
+        def queue(pipe: Pipeline) -> None:
+            pipe.hget(keys.conversation(conversation_id), keys.F_TENANT)
+            pipe.hget(keys.conversation_items(conversation_id), item_id)
+
+        owner, raw = await self._read(lambda: self._pipelined(queue))
+        if owner is None or owner != tenant.encode() or raw is None:
+            return None
+        item: Item = orjson.loads(raw)
+        return item
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str,
+                                       item_id: str) -> bool:
+        with store_errors():
+            done = await self._conv_delete_item(keys=_conversation_keys(conversation_id),
+                                                args=[tenant, item_id])
+        return bool(done)
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def _response_keys(response_id: str) -> list[str]:
+    return [keys.response(response_id), keys.response_input(response_id),
+            keys.response_log(response_id)]
+
+
+def _conversation_keys(conversation_id: str) -> list[str]:
+    return [keys.conversation(conversation_id), keys.conversation_order(conversation_id),
+            keys.conversation_items(conversation_id)]
+
+
+def _check_ttl(*ttls: int) -> None:
+    # EXPIRE with 0 or less deletes the key at once: a zero TTL is a bug, not "no expiry".
+    if any(ttl <= 0 for ttl in ttls):
+        raise ValueError(f"TTLs must be positive seconds, got {ttls}")
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def _event_args(events: Sequence[StoredEvent]) -> list[Any]:
+    args: list[Any] = []
+    for event in events:
+        args += (event.seq, event.type, event.data)
+    return args
+
+
+def _item_args(items: Sequence[Item]) -> list[Any]:
+    args: list[Any] = []
+    for item in items:
+        args += (str(item["id"]), orjson.dumps(item))
+    return args
+
+
+def _after_id(position: int) -> str:
+    # XREAD returns ids strictly above the one given; `0-0` is below `1-0` (seq 0).
+    return "0-0" if position < 0 else keys.log_entry_id(position)
+
+
+def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
+    return StoredEvent(seq=int(entry_id.split(b"-", 1)[1]), type=fields[b"t"].decode(),
+                       data=fields[b"d"])
+
+
+def _items(raw: bytes | None) -> list[Item]:
+    return orjson.loads(raw) if raw else []
+
+
+def _record(values: Sequence[Any]) -> StoredResponse | None:
+    status, tenant, obj, parents, logged, closed = values
+    if status is None or tenant is None or obj is None:
+        return None
+    response: ResponseObject = orjson.loads(obj)
+    response["status"] = status.decode()
+    return StoredResponse(
+        response=response, tenant=tenant.decode(),
+        parents=tuple(orjson.loads(parents)) if parents else (),
+        logged=logged == b"1", closed=closed == b"1",
+    )
+
+
+def _transition(reply: Any) -> Transition:
+    if reply is None:
+        return Transition(changed=False, response=None)
+    changed, status, obj = reply
+    response: ResponseObject = orjson.loads(obj)
+    response["status"] = status.decode()
+    return Transition(changed=changed == 1, response=response)
+
+
+def _conversation(obj: bytes, meta: bytes | None) -> dict[str, Any]:
+    conversation: dict[str, Any] = orjson.loads(obj)
+    conversation["metadata"] = orjson.loads(meta) if meta else {}
+    return conversation
+
+
+def _too_many_items() -> InvalidRequest:
+    return InvalidRequest(
+        f"A conversation holds at most {MAX_CONVERSATION_ITEMS} items.", param="items")

@@ -1,0 +1,256 @@
+"""The Lua scripts: everything that must be atomic, one constant each, registered once per store.
+
+Conventions every script keeps:
+- It touches only the keys of one response or one conversation (one hash tag, so one cluster
+  slot), all passed in KEYS; field names are the ones in keys.py.
+- JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
+  numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
+  metadata) lives in its own hash field.
+- Tenancy is checked inside the script that writes, so a foreign tenant changes nothing and
+  learns nothing: it gets the same answer as for a missing key.
+- Every key a script writes gets its TTL renewed in the same script.
+- Event logs only grow: an event whose sequence number is not above the log's last one is
+  skipped (the order check is explicit rather than a caught XADD error, so any *other* error
+  still surfaces as a bug).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Shared Lua pieces, prepended to the scripts that use them.
+
+# `append(log, from)`: XADD the (seq, type, data) triples found in ARGV from index `from` on,
+# with ids `1-<seq>`, skipping any whose seq is not above the log's last. We never delete single
+# entries, so the newest entry's id is the stream's last id. Returns how many were added.
+_APPEND: Final = """
+local function last_seq(log)
+  local top = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+  if #top == 0 then return -1 end
+  return tonumber(string.sub(top[1][1], 3))
+end
+
+local function append(log, from)
+  local last = last_seq(log)
+  local added = 0
+  for i = from, #ARGV, 3 do
+    local seq = tonumber(ARGV[i])
+    if seq > last then
+      redis.call('XADD', log, '1-' .. ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
+      last = seq
+      added = added + 1
+    end
+  end
+  return added
+end
+"""
+
+# Statuses no script ever moves away from (the one exception is in FINISH_RESPONSE).
+_TERMINAL: Final = """
+local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled = true}
+"""
+
+# -- responses ------------------------------------------------------------------------------
+
+# Store a new response together with its input items and its first events.
+# KEYS: hash, input, log
+# ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, (seq, type, data)*
+# Fields are overwritten, not merged: a retried create writes the same values again, and its
+# events are skipped as duplicates. Writing events marks the response as logged.
+CREATE_RESPONSE: Final = _APPEND + """
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
+           'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
+if #ARGV >= 10 then
+  append(KEYS[3], 10)
+  redis.call('HSET', KEYS[1], 'logged', '1')
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+return 1
+"""
+
+# Append events to one response's log (one call per response, all pipelined together).
+# KEYS: hash, log
+# ARGV: event_ttl, (seq, type, data)*
+# Events of an unknown response (deleted, expired, never created) are dropped: every read goes
+# through the record's tenant check, so a log without its record could never be read, and
+# writing it would resurrect a deleted response's log until its TTL.
+APPEND_EVENTS: Final = _APPEND + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local added = append(KEYS[2], 2)
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+if added > 0 and redis.call('HGET', KEYS[1], 'logged') ~= '1' then
+  redis.call('HSET', KEYS[1], 'logged', '1')
+end
+return added
+"""
+
+# Compare-and-set on the status.
+# KEYS: hash, input
+# ARGV: to, ttl, replace ('1' | '0'), obj, allowed_from*
+# Returns nil if the response does not exist, else {changed (1|0), status, obj} as it is after
+# the call. A terminal status is final whatever `allowed_from` says: a reclaimed job or a late
+# writer can never resurrect a cancelled or finished response.
+TRANSITION: Final = _TERMINAL + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return false end
+local allowed = false
+if not TERMINAL[status] then
+  for i = 5, #ARGV do
+    if ARGV[i] == status then allowed = true break end
+  end
+end
+if not allowed then
+  return {0, status, redis.call('HGET', KEYS[1], 'obj')}
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1])
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'obj', ARGV[4]) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
+"""
+
+# Store the final object, close the log and append the terminal event, all or nothing.
+# KEYS: hash, input, log
+# ARGV: status (terminal), obj, ttl, event_ttl, [seq, type, data]
+# Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
+# the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
+# ran the response then closes its log with the partial output. `closed` makes that once.
+# A late completion after a cancel is refused. Returns nil or {changed, status, obj}.
+FINISH_RESPONSE: Final = _APPEND + _TERMINAL + """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return false end
+local ok = not TERMINAL[status]
+if not ok and status == 'cancelled' and ARGV[1] == 'cancelled' then
+  ok = redis.call('HGET', KEYS[1], 'closed') ~= '1'
+end
+if not ok then
+  return {0, status, redis.call('HGET', KEYS[1], 'obj')}
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
+if #ARGV >= 7 then
+  append(KEYS[3], 5)
+  redis.call('HSET', KEYS[1], 'logged', '1')
+  redis.call('EXPIRE', KEYS[3], ARGV[4])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return {1, ARGV[1], ARGV[2]}
+"""
+
+# Remove a response and everything hanging off it, for its owner only.
+# KEYS: hash, input, log   ARGV: tenant   Returns 1 if deleted, else 0.
+DELETE_RESPONSE: Final = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
+"""
+
+# -- conversations --------------------------------------------------------------------------
+# KEYS for every conversation script: hash, order, items.
+
+# `add_items(from, max)`: append the (id, json) pairs of ARGV from index `from` on, in order,
+# unless the conversation would then hold more than `max` items (checked before writing
+# anything). An id already present keeps its place and gets the new body (a retried append).
+_ADD_ITEMS: Final = """
+local function add_items(from, max)
+  local new = 0
+  for i = from, #ARGV, 2 do
+    if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then new = new + 1 end
+  end
+  if redis.call('ZCARD', KEYS[2]) + new > max then return false end
+  local next = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
+  for i = from, #ARGV, 2 do
+    if redis.call('ZADD', KEYS[2], 'NX', next, ARGV[i]) == 1 then next = next + 1 end
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('HSET', KEYS[1], 'next', next)
+  return true
+end
+"""
+
+# `expire_all(ttl)`: a conversation's three keys live and die together.
+_EXPIRE_ALL: Final = """
+local function expire_all(ttl)
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+"""
+
+# ARGV: tenant, ttl, max, obj, meta, (id, json)*   Returns 1, or -1 over the cap.
+# A re-used id starts from an empty item list.
+CREATE_CONVERSATION: Final = _ADD_ITEMS + _EXPIRE_ALL + """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'obj', ARGV[4], 'meta', ARGV[5], 'next', 0)
+if not add_items(6, tonumber(ARGV[3])) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  return -1
+end
+expire_all(ARGV[2])
+return 1
+"""
+
+# ARGV: tenant, ttl, max, (id, json)*   Returns 1, 0 if unknown to this tenant, -1 over the cap.
+ADD_CONVERSATION_ITEMS: Final = _ADD_ITEMS + _EXPIRE_ALL + """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+if not add_items(4, tonumber(ARGV[3])) then return -1 end
+expire_all(ARGV[2])
+return 1
+"""
+
+# One page of items. ARGV: tenant, after ('' = from the start), limit, order ('asc' | 'desc').
+# Returns nil if unknown to this tenant, else {has_more (1|0), item json*}. An unknown `after`
+# gives an empty page. One item past the page is fetched to learn has_more.
+LIST_CONVERSATION_ITEMS: Final = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return false end
+local desc = ARGV[4] == 'desc'
+local start = 0
+if ARGV[2] ~= '' then
+  local rank
+  if desc then
+    rank = redis.call('ZREVRANK', KEYS[2], ARGV[2])
+  else
+    rank = redis.call('ZRANK', KEYS[2], ARGV[2])
+  end
+  if not rank then return {0} end
+  start = rank + 1
+end
+local limit = tonumber(ARGV[3])
+local ids
+if desc then
+  ids = redis.call('ZRANGE', KEYS[2], start, start + limit, 'REV')
+else
+  ids = redis.call('ZRANGE', KEYS[2], start, start + limit)
+end
+local page = {0}
+if #ids > limit then page[1] = 1 end
+for i = 1, math.min(#ids, limit) do
+  page[#page + 1] = redis.call('HGET', KEYS[3], ids[i])
+end
+return page
+"""
+
+# Replace the metadata. ARGV: tenant, ttl, meta. Returns nil if unknown, else {obj, meta}.
+UPDATE_CONVERSATION: Final = _EXPIRE_ALL + """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return false end
+redis.call('HSET', KEYS[1], 'meta', ARGV[3])
+expire_all(ARGV[2])
+return redis.call('HMGET', KEYS[1], 'obj', 'meta')
+"""
+
+# ARGV: tenant. Returns 1 if deleted (with all its items), else 0.
+DELETE_CONVERSATION: Final = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
+"""
+
+# ARGV: tenant, item id. Returns 1 if the item was removed (from the order too), else 0.
+DELETE_CONVERSATION_ITEM: Final = """
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[2])
+return 1
+"""

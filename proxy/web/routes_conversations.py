@@ -1,0 +1,67 @@
+"""`/v1/conversations` routes (PROTOCOL.md §4.7), each one service call."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.jsonbody import parse_object
+from proxy.core.paging import parse_page
+from proxy.web.context import runtime_of, tenant
+from proxy.web.rendering import json_response
+
+
+def _ids(request: Request) -> tuple[str, str]:
+    return tenant(request), request.path_params["conversation_id"]
+
+
+async def create(request: Request) -> Response:
+    body = parse_object(await request.body())
+    return json_response(await runtime_of(request).conversations.create(tenant(request), body))
+
+
+async def retrieve(request: Request) -> Response:
+    return json_response(await runtime_of(request).conversations.get(*_ids(request)))
+
+
+async def update(request: Request) -> Response:
+    body = parse_object(await request.body())
+    return json_response(await runtime_of(request).conversations.update(*_ids(request), body))
+
+
+async def delete(request: Request) -> Response:
+    return json_response(await runtime_of(request).conversations.delete(*_ids(request)))
+
+
+async def add_items(request: Request) -> Response:
+    body = parse_object(await request.body())
+    return json_response(await runtime_of(request).conversations.add_items(*_ids(request), body))
+
+
+async def list_items(request: Request) -> Response:
+    page = parse_page(request.query_params)
+    return json_response(await runtime_of(request).conversations.list_items(*_ids(request), page))
+
+
+async def get_item(request: Request) -> Response:
+    return json_response(await runtime_of(request).conversations.get_item(
+        *_ids(request), request.path_params["item_id"]))
+
+
+async def delete_item(request: Request) -> Response:
+    return json_response(await runtime_of(request).conversations.delete_item(
+        *_ids(request), request.path_params["item_id"]))
+
+
+_ONE = "/v1/conversations/{conversation_id}"
+routes = [
+    Route("/v1/conversations", create, methods=["POST"]),
+    Route(_ONE, retrieve, methods=["GET"]),
+    Route(_ONE, update, methods=["POST"]),
+    Route(_ONE, delete, methods=["DELETE"]),
+    Route(_ONE + "/items", list_items, methods=["GET"]),
+    Route(_ONE + "/items", add_items, methods=["POST"]),
+    Route(_ONE + "/items/{item_id}", get_item, methods=["GET"]),
+    Route(_ONE + "/items/{item_id}", delete_item, methods=["DELETE"]),
+]

@@ -1,0 +1,66 @@
+"""The `store` fixture: every contract test runs once per backend.
+
+- `redis`: a `RedisStore` on the session's real redis-server (flushed before each test);
+- `embedded`: the store `open_store(None)` builds, over fakeredis's in-process server.
+
+`round_trips` counts what reaches the server: one per command sent on its own (scripts included)
+and one per pipeline, however many commands it carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from proxy.store.factory import open_store
+from proxy.store.redis import RedisStore
+
+
+@pytest.fixture(params=["redis", "embedded"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    if request.param == "embedded":
+        return None
+    server = request.getfixturevalue("redis_server")
+    return f"redis://127.0.0.1:{server.port}/0"
+
+
+@pytest.fixture
+async def store(store_url: str | None) -> AsyncIterator[RedisStore]:
+    store = open_store(store_url)
+    await store.client.flushall()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+class RoundTrips:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def reset(self) -> None:
+        self.count = 0
+
+
+@pytest.fixture
+def round_trips(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
+    counter = RoundTrips()
+    client = store.client
+    send_one = client.execute_command
+
+    async def counted_command(*args: Any, **options: Any) -> Any:
+        counter.count += 1
+        return await send_one(*args, **options)
+
+    pipeline_class = type(client.pipeline())
+    send_many = pipeline_class.execute
+
+    async def counted_pipeline(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.count += 1
+        return await send_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(client, "execute_command", counted_command)
+    monkeypatch.setattr(pipeline_class, "execute", counted_pipeline)
+    return counter

@@ -1,0 +1,701 @@
+"""The store contract (proxy/store/base.py), run against a real redis-server and the embedded
+store alike. A behaviour only one backend shows is a bug in this suite or in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.core.errors import InvalidRequest
+from proxy.store import keys
+from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.redis import RedisStore
+from tests.contract.conftest import RoundTrips
+
+TENANT = "tenant-a"
+OTHER = "tenant-b"
+TTL = 3600
+EVENT_TTL = 600
+ACTIVE = frozenset({"queued", "in_progress"})
+
+
+# -- builders -------------------------------------------------------------------------------
+
+
+def message(item_id: str, text: str, role: str = "user") -> dict[str, Any]:
+    kind = "input_text" if role == "user" else "output_text"
+    return {"id": item_id, "type": "message", "role": role, "status": "completed",
+            "content": [{"type": kind, "text": text}]}
+
+
+def response(rid: str, status: str = "in_progress", *, output: list[dict[str, Any]] | None = None,
+             model: str = "m1") -> dict[str, Any]:
+    return {"id": rid, "object": "response", "created_at": 1700000000, "status": status,
+            "model": model, "output": output or [], "background": False}
+
+
+def record(rid: str, status: str = "in_progress", *, tenant: str = TENANT,
+           parents: tuple[str, ...] = (), output: list[dict[str, Any]] | None = None,
+           logged: bool = False) -> StoredResponse:
+    return StoredResponse(response=response(rid, status, output=output), tenant=tenant,
+                          parents=parents, logged=logged)
+
+
+def event(seq: int, kind: str = "response.output_text.delta", note: str = "") -> StoredEvent:
+    return StoredEvent(seq=seq, type=kind,
+                       data=orjson.dumps({"type": kind, "sequence_number": seq, "note": note}))
+
+
+def seqs(events: list[StoredEvent]) -> list[int]:
+    return [e.seq for e in events]
+
+
+async def create(store: RedisStore, rid: str, status: str = "in_progress", *,
+                 tenant: str = TENANT, parents: tuple[str, ...] = (),
+                 inputs: list[dict[str, Any]] | None = None,
+                 output: list[dict[str, Any]] | None = None,
+                 events: tuple[StoredEvent, ...] = (), ttl: int = TTL) -> None:
+    await store.create_response(
+        record(rid, status, tenant=tenant, parents=parents, output=output,
+               logged=bool(events)),
+        inputs if inputs is not None else [message(f"in_{rid}", f"hello {rid}")],
+        events=events, ttl=ttl, event_ttl=EVENT_TTL,
+    )
+
+
+async def ttl_ms(store: RedisStore, key: str) -> int:
+    return int(await store.client.pttl(key))
+
+
+async def assert_expiring(store: RedisStore, *names: str, above_ms: int = 0) -> None:
+    for name in names:
+        left = await ttl_ms(store, name)
+        assert left > above_ms, f"{name}: PTTL {left}"
+
+
+def response_keys(rid: str) -> list[str]:
+    return [keys.response(rid), keys.response_input(rid), keys.response_log(rid)]
+
+
+def conversation_keys(cid: str) -> list[str]:
+    return [keys.conversation(cid), keys.conversation_order(cid), keys.conversation_items(cid)]
+
+
+# -- responses: create, read, tenancy, delete -----------------------------------------------
+
+
+async def test_create_then_get_returns_the_record(store: RedisStore) -> None:
+    await store.create_response(
+        StoredResponse(response=response("resp_1", "queued"), tenant=TENANT,
+                       parents=("resp_0",), logged=True),
+        [message("in_1", "hi")], ttl=TTL, event_ttl=EVENT_TTL,
+    )
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None
+    assert got.response == response("resp_1", "queued")
+    assert (got.id, got.tenant, got.parents, got.logged, got.closed) == (
+        "resp_1", TENANT, ("resp_0",), True, False)
+    assert got == await store.get_response_any("resp_1")
+
+
+async def test_get_overlays_the_stored_status(store: RedisStore) -> None:
+    await create(store, "resp_1", "queued")
+    await store.transition("resp_1", allowed_from=ACTIVE, to="in_progress", ttl=TTL)
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None
+    assert got.status == "in_progress"
+    assert got.response["status"] == "in_progress"
+
+
+async def test_unknown_response_is_absent_everywhere(store: RedisStore) -> None:
+    assert await store.get_response(TENANT, "resp_x") is None
+    assert await store.get_response_any("resp_x") is None
+    assert await store.input_items(TENANT, "resp_x") is None
+    assert await store.load_chain(TENANT, "resp_x") is None
+    assert await store.delete_response(TENANT, "resp_x") is False
+    assert await store.read_events("resp_x") == []
+    moved = await store.transition("resp_x", allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    assert (moved.changed, moved.response) == (False, None)
+    done = await store.finish_response(response("resp_x", "completed"), event(5), ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert (done.changed, done.response) == (False, None)
+    assert await store.client.exists(*response_keys("resp_x")) == 0
+
+
+async def test_another_tenant_sees_nothing_and_changes_nothing(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    before = await store.get_response(TENANT, "resp_1")
+    assert await store.get_response(OTHER, "resp_1") is None
+    assert await store.input_items(OTHER, "resp_1") is None
+    assert await store.load_chain(OTHER, "resp_1") is None
+    assert await store.delete_response(OTHER, "resp_1") is False
+    assert await store.get_response(TENANT, "resp_1") == before
+    assert await store.input_items(TENANT, "resp_1") == [message("in_resp_1", "hello resp_1")]
+    assert seqs(await store.read_events("resp_1")) == [0, 1]
+    # workers act for whoever queued: no tenant there
+    assert await store.get_response_any("resp_1") == before
+
+
+async def test_delete_removes_record_inputs_and_log(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    assert await store.client.exists(*response_keys("resp_1")) == 3
+    assert await store.delete_response(TENANT, "resp_1") is True
+    assert await store.client.exists(*response_keys("resp_1")) == 0
+    assert await store.get_response(TENANT, "resp_1") is None
+    assert await store.read_events("resp_1") == []
+    assert await store.delete_response(TENANT, "resp_1") is False
+
+
+async def test_input_items_keep_request_order(store: RedisStore) -> None:
+    inputs = [message(f"in_{i}", f"text {i}") for i in range(7)]
+    await create(store, "resp_1", inputs=inputs)
+    assert await store.input_items(TENANT, "resp_1") == inputs
+    await create(store, "resp_2", inputs=[])
+    assert await store.input_items(TENANT, "resp_2") == []
+
+
+async def test_create_stores_first_events_with_the_record(store: RedisStore) -> None:
+    await create(store, "resp_1", "queued",
+                 events=(event(0, "response.created"), event(1, "response.queued")))
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.logged and not got.closed
+    assert [(e.seq, e.type) for e in await store.read_events("resp_1")] == [
+        (0, "response.created"), (1, "response.queued")]
+
+
+# -- load_chain -----------------------------------------------------------------------------
+
+
+async def make_chain(store: RedisStore, depth: int) -> list[str]:
+    """resp_0 <- resp_1 <- ... : each with one input and one output item."""
+    ids: list[str] = []
+    for n in range(depth):
+        rid = f"resp_{n}"
+        await create(store, rid, "completed", parents=tuple(ids),
+                     inputs=[message(f"in_{n}", f"q{n}")],
+                     output=[message(f"out_{n}", f"a{n}", role="assistant")])
+        ids.append(rid)
+    return ids
+
+
+def item_ids(items: list[dict[str, Any]]) -> list[str]:
+    return [str(i["id"]) for i in items]
+
+
+async def test_load_chain_gives_inputs_then_outputs_oldest_first(store: RedisStore) -> None:
+    ids = await make_chain(store, 3)
+    chain = await store.load_chain(TENANT, ids[-1])
+    assert chain is not None
+    assert item_ids(chain.items) == ["in_0", "out_0", "in_1", "out_1", "in_2", "out_2"]
+    assert chain.parents == ("resp_0", "resp_1", "resp_2")
+    assert chain.model == "m1"
+
+
+async def test_load_chain_skips_a_deleted_ancestor(store: RedisStore) -> None:
+    ids = await make_chain(store, 3)
+    assert await store.delete_response(TENANT, ids[1])
+    chain = await store.load_chain(TENANT, ids[-1])
+    assert chain is not None
+    assert item_ids(chain.items) == ["in_0", "out_0", "in_2", "out_2"]
+    assert chain.parents == ("resp_0", "resp_1", "resp_2")
+
+
+@pytest.mark.parametrize("depth", [1, 2, 30])
+async def test_load_chain_round_trips_do_not_grow_with_depth(
+        store: RedisStore, round_trips: RoundTrips, depth: int) -> None:
+    ids = await make_chain(store, depth)
+    round_trips.reset()
+    chain = await store.load_chain(TENANT, ids[-1])
+    assert chain is not None and len(chain.items) == 2 * depth
+    assert round_trips.count == (1 if depth == 1 else 2)
+
+
+# -- transition -----------------------------------------------------------------------------
+
+
+async def test_transition_from_an_allowed_status(store: RedisStore) -> None:
+    await create(store, "resp_1", "queued")
+    moved = await store.transition("resp_1", allowed_from=ACTIVE, to="in_progress", ttl=TTL)
+    assert moved.changed
+    assert moved.response is not None and moved.response["status"] == "in_progress"
+
+
+async def test_transition_refused_changes_nothing(store: RedisStore) -> None:
+    await create(store, "resp_1", "queued")
+    new = response("resp_1", "in_progress", output=[message("x", "replaced")])
+    moved = await store.transition("resp_1", allowed_from=frozenset({"in_progress"}),
+                                   to="completed", response=new, ttl=TTL)
+    assert not moved.changed
+    assert moved.response == response("resp_1", "queued")
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.response == response("resp_1", "queued")
+
+
+async def test_transition_replaces_the_object_only_when_it_changes(store: RedisStore) -> None:
+    await create(store, "resp_1", "queued")
+    new = response("resp_1", "cancelled", output=[message("p", "partial")])
+    moved = await store.transition("resp_1", allowed_from=ACTIVE, to="cancelled", response=new,
+                                   ttl=TTL)
+    assert moved.changed and moved.response == new
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.response == new
+
+
+@pytest.mark.parametrize("final", ["completed", "incomplete", "failed", "cancelled"])
+async def test_a_terminal_status_is_final(store: RedisStore, final: str) -> None:
+    await create(store, "resp_1", final)
+    # even a caller that lists the terminal status as allowed cannot move it
+    anything = frozenset({"queued", "in_progress", "completed", "incomplete", "failed",
+                          "cancelled"})
+    for to in ("in_progress", "queued", "completed", "failed"):
+        moved = await store.transition("resp_1", allowed_from=anything, to=to, ttl=TTL)
+        assert not moved.changed
+        assert moved.response is not None and moved.response["status"] == final
+
+
+# -- finish_response ------------------------------------------------------------------------
+
+
+async def test_finish_stores_final_object_and_terminal_event_together(
+        store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    final = response("resp_1", "completed", output=[message("msg_1", "done", "assistant")])
+    done = await store.finish_response(final, event(2, "response.completed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert done.changed and done.response == final
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.response == final and got.closed and got.logged
+    log = await store.read_events("resp_1")
+    assert [(e.seq, e.type) for e in log][-1] == (2, "response.completed")
+
+
+async def test_finish_without_terminal_event_still_closes(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    done = await store.finish_response(response("resp_1", "completed"), None, ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert done.changed
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.closed and got.status == "completed"
+    assert await store.read_events("resp_1") == []
+
+
+async def test_finish_refused_after_a_terminal_status(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    first = response("resp_1", "completed", output=[message("m", "first", "assistant")])
+    await store.finish_response(first, event(1, "response.completed"), ttl=TTL,
+                                event_ttl=EVENT_TTL)
+    late = response("resp_1", "failed")
+    done = await store.finish_response(late, event(2, "response.failed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert not done.changed and done.response == first
+    assert [e.type for e in await store.read_events("resp_1")] == [
+        "response.output_text.delta", "response.completed"]
+
+
+async def test_cancelled_accepts_one_cancelled_final_object(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    # the cancel endpoint flips the status; the log stays open
+    assert (await store.transition("resp_1", allowed_from=ACTIVE, to="cancelled",
+                                   ttl=TTL)).changed
+    partial = response("resp_1", "cancelled", output=[message("m", "part", "assistant")])
+    done = await store.finish_response(partial, event(2, "response.cancelled"), ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert done.changed and done.response == partial
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.closed and got.response == partial
+    # the second time the log is closed: refused
+    again = response("resp_1", "cancelled", output=[])
+    twice = await store.finish_response(again, event(3, "response.cancelled"), ttl=TTL,
+                                        event_ttl=EVENT_TTL)
+    assert not twice.changed and twice.response == partial
+    assert seqs(await store.read_events("resp_1")) == [0, 1, 2]
+
+
+async def test_a_late_completion_never_overwrites_a_cancel(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await store.transition("resp_1", allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    late = response("resp_1", "completed", output=[message("m", "late", "assistant")])
+    done = await store.finish_response(late, event(1, "response.completed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL)
+    assert not done.changed
+    assert done.response is not None and done.response["status"] == "cancelled"
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.status == "cancelled" and got.response["output"] == []
+    assert not got.closed
+    assert seqs(await store.read_events("resp_1")) == [0]
+
+
+async def test_finish_needs_a_terminal_status(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    with pytest.raises(ValueError):
+        await store.finish_response(response("resp_1", "in_progress"), None, ttl=TTL,
+                                    event_ttl=EVENT_TTL)
+
+
+# -- event logs -----------------------------------------------------------------------------
+
+
+async def test_append_keeps_events_dense_and_in_order(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await store.append_events({"resp_1": [event(1), event(2)]}, ttl=EVENT_TTL)
+    await store.append_events({"resp_1": [event(3)]}, ttl=EVENT_TTL)
+    log = await store.read_events("resp_1")
+    assert seqs(log) == [0, 1, 2, 3]
+    assert log[2] == event(2)
+
+
+async def test_append_ignores_old_ids_without_losing_the_rest(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    await create(store, "resp_2", events=(event(0),))
+    # a retried batch: 1 is already there, 0 is older, 2 and 3 are new; resp_2 shares the call
+    await store.append_events({
+        "resp_1": [event(1, note="dup"), event(0, note="old"), event(2), event(3)],
+        "resp_2": [event(1), event(2)],
+    }, ttl=EVENT_TTL)
+    log = await store.read_events("resp_1")
+    assert seqs(log) == [0, 1, 2, 3]
+    assert log[1] == event(1)  # the first write won
+    assert seqs(await store.read_events("resp_2")) == [0, 1, 2]
+    # the whole batch again is harmless
+    await store.append_events({"resp_1": [event(2), event(3)]}, ttl=EVENT_TTL)
+    assert seqs(await store.read_events("resp_1")) == [0, 1, 2, 3]
+
+
+async def test_append_for_several_logs_is_one_round_trip(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    for n in range(5):
+        await create(store, f"resp_{n}", events=(event(0),))
+    await store.append_events({"resp_0": [event(1)]}, ttl=EVENT_TTL)  # loads the script
+    round_trips.reset()
+    await store.append_events({f"resp_{n}": [event(2), event(3)] for n in range(5)},
+                              ttl=EVENT_TTL)
+    assert round_trips.count == 1
+    for n in range(5):
+        expected = [0, 1, 2, 3] if n == 0 else [0, 2, 3]
+        assert seqs(await store.read_events(f"resp_{n}")) == expected
+
+
+async def test_append_marks_the_response_logged(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and not got.logged
+    await store.append_events({"resp_1": [event(0)]}, ttl=EVENT_TTL)
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.logged
+
+
+async def test_append_for_an_unknown_response_writes_nothing(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await store.delete_response(TENANT, "resp_1")
+    await store.append_events({"resp_1": [event(1)], "resp_x": [event(0)]}, ttl=EVENT_TTL)
+    assert await store.client.exists(keys.response_log("resp_1"),
+                                     keys.response_log("resp_x")) == 0
+
+
+async def test_read_events_after(store: RedisStore) -> None:
+    await create(store, "resp_1", events=tuple(event(n) for n in range(6)))
+    assert seqs(await store.read_events("resp_1")) == [0, 1, 2, 3, 4, 5]
+    assert seqs(await store.read_events("resp_1", after=-1)) == [0, 1, 2, 3, 4, 5]
+    assert seqs(await store.read_events("resp_1", after=0)) == [1, 2, 3, 4, 5]
+    assert seqs(await store.read_events("resp_1", after=3)) == [4, 5]
+    assert await store.read_events("resp_1", after=5) == []
+    assert (await store.read_events("resp_1", after=2))[0] == event(3)
+
+
+async def test_tail_returns_new_events_of_several_logs(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0), event(1)))
+    await create(store, "resp_2", events=(event(0),))
+    await create(store, "resp_3", events=(event(0),))
+    got = await store.tail({"resp_1": 0, "resp_2": -1, "resp_3": 0}, block_ms=1000)
+    assert {rid: seqs(events) for rid, events in got.items()} == {"resp_1": [1], "resp_2": [0]}
+    assert got["resp_1"][0] == event(1)
+
+
+async def test_tail_times_out_empty(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    started = time.monotonic()
+    assert await store.tail({"resp_1": 0}, block_ms=300) == {}
+    assert 0.25 <= time.monotonic() - started < 1.5
+    assert await store.tail({}, block_ms=300) == {}
+    # 0 means "do not wait" (Redis itself reads BLOCK 0 as forever)
+    started = time.monotonic()
+    assert await store.tail({"resp_1": 0}, block_ms=0) == {}
+    assert time.monotonic() - started < 0.25
+
+
+async def test_tail_wakes_for_an_event_appended_while_blocked(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await create(store, "resp_2", events=(event(0),))
+    waiting = asyncio.create_task(store.tail({"resp_1": 0, "resp_2": 0}, block_ms=1500))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    started = time.monotonic()
+    await store.append_events({"resp_2": [event(1)]}, ttl=EVENT_TTL)
+    got = await asyncio.wait_for(waiting, 2)
+    assert time.monotonic() - started < 0.5
+    assert {rid: seqs(events) for rid, events in got.items()} == {"resp_2": [1]}
+
+
+# -- lifetimes ------------------------------------------------------------------------------
+
+
+async def assert_every_key_expires(store: RedisStore) -> None:
+    # KEYS is fine in a test on a private database; the store itself never lists keys.
+    names = await store.client.keys("*")
+    assert names
+    for name in names:
+        left = await store.client.pttl(name)
+        assert left > 0, f"{name!r} has no TTL ({left})"
+
+
+async def test_every_response_write_sets_ttls(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),), ttl=100)
+    await assert_expiring(store, *response_keys("resp_1"))
+    # the log lives by the event TTL, the record by the response TTL
+    assert await ttl_ms(store, keys.response_log("resp_1")) > 100_000
+
+    await store.transition("resp_1", allowed_from=ACTIVE, to="in_progress", ttl=5000)
+    await assert_expiring(store, keys.response("resp_1"), keys.response_input("resp_1"),
+                          above_ms=1_000_000)
+
+    await store.client.expire(keys.response_log("resp_1"), 50)
+    await store.append_events({"resp_1": [event(1)]}, ttl=EVENT_TTL)
+    await assert_expiring(store, keys.response_log("resp_1"), above_ms=100_000)
+
+    await store.client.expire(keys.response_log("resp_1"), 50)
+    await store.finish_response(response("resp_1", "completed"), event(2, "response.completed"),
+                                ttl=9000, event_ttl=EVENT_TTL)
+    await assert_expiring(store, keys.response("resp_1"), keys.response_input("resp_1"),
+                          above_ms=5_000_000)
+    await assert_expiring(store, keys.response_log("resp_1"), above_ms=100_000)
+    await assert_every_key_expires(store)
+
+
+async def test_a_log_started_by_append_expires(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    await store.append_events({"resp_1": [event(0)]}, ttl=EVENT_TTL)
+    await assert_expiring(store, keys.response_log("resp_1"))
+    await assert_every_key_expires(store)
+
+
+async def test_every_conversation_write_sets_ttls(store: RedisStore) -> None:
+    await store.create_conversation(TENANT, conversation("conv_1"), [message("a", "1")], ttl=100)
+    await assert_expiring(store, *conversation_keys("conv_1"))
+    await store.add_conversation_items(TENANT, "conv_1", [message("b", "2")], ttl=5000)
+    await assert_expiring(store, *conversation_keys("conv_1"), above_ms=1_000_000)
+    await store.update_conversation(TENANT, "conv_1", {"k": "v"}, ttl=9000)
+    await assert_expiring(store, *conversation_keys("conv_1"), above_ms=5_000_000)
+    await store.delete_conversation_item(TENANT, "conv_1", "a")
+    await assert_every_key_expires(store)
+
+
+def test_ttls_must_be_positive() -> None:
+    # EXPIRE 0 would delete at once; refused before any I/O (no store needed)
+    from proxy.store.redis import _check_ttl
+
+    with pytest.raises(ValueError):
+        _check_ttl(3600, 0)
+
+
+# -- conversations --------------------------------------------------------------------------
+
+
+def conversation(cid: str, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"id": cid, "object": "conversation", "created_at": 1700000000,
+            "metadata": metadata or {}}
+
+
+async def make_conversation(store: RedisStore, cid: str = "conv_1", n: int = 5,
+                            tenant: str = TENANT) -> list[dict[str, Any]]:
+    items = [message(f"item_{i}", f"text {i}") for i in range(n)]
+    await store.create_conversation(tenant, conversation(cid, {"topic": "t"}), items, ttl=TTL)
+    return items
+
+
+async def page_ids(store: RedisStore, *, after: str | None = None, limit: int = 20,
+                   order: str = "asc", cid: str = "conv_1") -> tuple[list[str], bool]:
+    page = await store.list_conversation_items(TENANT, cid, after=after, limit=limit,
+                                               order=order)
+    assert page is not None
+    return item_ids(page.items), page.has_more
+
+
+async def test_conversation_create_get_update_delete(store: RedisStore) -> None:
+    await make_conversation(store)
+    assert await store.get_conversation(TENANT, "conv_1") == conversation(
+        "conv_1", {"topic": "t"})
+    updated = await store.update_conversation(TENANT, "conv_1", {"a": "b"}, ttl=TTL)
+    assert updated == conversation("conv_1", {"a": "b"})
+    assert await store.get_conversation(TENANT, "conv_1") == updated
+    assert await store.update_conversation(TENANT, "conv_1", None, ttl=TTL) == conversation(
+        "conv_1", {})
+    assert await store.delete_conversation(TENANT, "conv_1") is True
+    assert await store.get_conversation(TENANT, "conv_1") is None
+    assert await store.all_conversation_items(TENANT, "conv_1") is None
+    assert await store.client.exists(*conversation_keys("conv_1")) == 0
+    assert await store.delete_conversation(TENANT, "conv_1") is False
+
+
+async def test_unknown_conversation_is_absent_everywhere(store: RedisStore) -> None:
+    assert await store.get_conversation(TENANT, "conv_x") is None
+    assert await store.update_conversation(TENANT, "conv_x", {}, ttl=TTL) is None
+    assert await store.delete_conversation(TENANT, "conv_x") is False
+    assert await store.add_conversation_items(TENANT, "conv_x", [message("a", "1")],
+                                              ttl=TTL) is False
+    assert await store.list_conversation_items(TENANT, "conv_x", after=None, limit=10,
+                                               order="asc") is None
+    assert await store.all_conversation_items(TENANT, "conv_x") is None
+    assert await store.get_conversation_item(TENANT, "conv_x", "a") is None
+    assert await store.delete_conversation_item(TENANT, "conv_x", "a") is False
+    assert await store.client.exists(*conversation_keys("conv_x")) == 0
+
+
+async def test_conversation_without_items(store: RedisStore) -> None:
+    await store.create_conversation(TENANT, conversation("conv_1"), [], ttl=TTL)
+    assert await page_ids(store) == ([], False)
+    assert await store.all_conversation_items(TENANT, "conv_1") == []
+    assert await store.add_conversation_items(TENANT, "conv_1", [message("a", "1")], ttl=TTL)
+    assert await page_ids(store) == (["a"], False)
+
+
+async def test_items_are_listed_in_insertion_order(store: RedisStore) -> None:
+    items = await make_conversation(store, n=3)
+    more = [message("item_z", "z"), message("item_a", "a")]  # ids deliberately not sorted
+    assert await store.add_conversation_items(TENANT, "conv_1", more, ttl=TTL)
+    expected = item_ids(items + more)
+    assert await page_ids(store) == (expected, False)
+    assert await page_ids(store, order="desc") == (expected[::-1], False)
+    assert item_ids(await store.all_conversation_items(TENANT, "conv_1") or []) == expected
+    page = await store.list_conversation_items(TENANT, "conv_1", after=None, limit=1,
+                                               order="asc")
+    assert page is not None and page.items == [items[0]]
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_pages_follow_the_after_cursor(store: RedisStore, order: str) -> None:
+    items = await make_conversation(store, n=7)
+    expected = item_ids(items) if order == "asc" else item_ids(items)[::-1]
+    assert await page_ids(store, limit=3, order=order) == (expected[:3], True)
+    assert await page_ids(store, after=expected[2], limit=3, order=order) == (expected[3:6], True)
+    assert await page_ids(store, after=expected[5], limit=3, order=order) == (expected[6:], False)
+    assert await page_ids(store, after=expected[6], limit=3, order=order) == ([], False)
+    # exactly one page's worth left: no more after it
+    assert await page_ids(store, after=expected[3], limit=3, order=order) == (expected[4:], False)
+    # walking the whole list
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        ids, more = await page_ids(store, after=after, limit=2, order=order)
+        seen += ids
+        if not more:
+            break
+        after = ids[-1]
+    assert seen == expected
+
+
+async def test_an_unknown_after_gives_an_empty_page(store: RedisStore) -> None:
+    await make_conversation(store)
+    assert await page_ids(store, after="item_nope") == ([], False)
+    assert await page_ids(store, after="item_nope", order="desc") == ([], False)
+
+
+async def test_get_and_delete_one_item(store: RedisStore) -> None:
+    items = await make_conversation(store, n=4)
+    assert await store.get_conversation_item(TENANT, "conv_1", "item_2") == items[2]
+    assert await store.get_conversation_item(TENANT, "conv_1", "item_9") is None
+    assert await store.delete_conversation_item(TENANT, "conv_1", "item_2") is True
+    assert await store.delete_conversation_item(TENANT, "conv_1", "item_2") is False
+    assert await store.get_conversation_item(TENANT, "conv_1", "item_2") is None
+    assert await page_ids(store) == (["item_0", "item_1", "item_3"], False)
+    assert await page_ids(store, after="item_1") == (["item_3"], False)
+    assert item_ids(await store.all_conversation_items(TENANT, "conv_1") or []) == [
+        "item_0", "item_1", "item_3"]
+    # later items still go last
+    await store.add_conversation_items(TENANT, "conv_1", [message("item_4", "4")], ttl=TTL)
+    assert await page_ids(store) == (["item_0", "item_1", "item_3", "item_4"], False)
+
+
+async def test_re_adding_an_item_keeps_its_place(store: RedisStore) -> None:
+    await make_conversation(store, n=3)
+    changed = message("item_0", "edited")
+    assert await store.add_conversation_items(TENANT, "conv_1", [changed], ttl=TTL)
+    assert await page_ids(store) == (["item_0", "item_1", "item_2"], False)
+    assert await store.get_conversation_item(TENANT, "conv_1", "item_0") == changed
+
+
+async def test_the_item_cap_is_enforced(store: RedisStore,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.store.redis.MAX_CONVERSATION_ITEMS", 5)
+    await make_conversation(store, n=4)
+    with pytest.raises(InvalidRequest) as refused:
+        await store.add_conversation_items(
+            TENANT, "conv_1", [message("x1", "x"), message("x2", "x")], ttl=TTL)
+    assert refused.value.param == "items"
+    assert len(await store.all_conversation_items(TENANT, "conv_1") or []) == 4  # all or none
+    assert await store.add_conversation_items(TENANT, "conv_1", [message("x1", "x")], ttl=TTL)
+    with pytest.raises(InvalidRequest):
+        await store.add_conversation_items(TENANT, "conv_1", [message("x2", "x")], ttl=TTL)
+    with pytest.raises(InvalidRequest):
+        await make_conversation(store, "conv_2", n=6)
+    assert await store.get_conversation(TENANT, "conv_2") is None
+
+
+async def test_the_item_cap_holds_under_concurrent_appends(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.store.redis.MAX_CONVERSATION_ITEMS", 5)
+    await make_conversation(store, n=3)
+    results = await asyncio.gather(*(
+        store.add_conversation_items(TENANT, "conv_1", [message(f"c{n}a", "x"),
+                                                        message(f"c{n}b", "x")], ttl=TTL)
+        for n in range(4)
+    ), return_exceptions=True)
+    assert sum(r is True for r in results) == 1
+    assert sum(isinstance(r, InvalidRequest) for r in results) == 3
+    assert len(await store.all_conversation_items(TENANT, "conv_1") or []) == 5
+
+
+async def test_the_real_cap_is_large(store: RedisStore) -> None:
+    from proxy.store.base import MAX_CONVERSATION_ITEMS
+
+    await store.create_conversation(TENANT, conversation("conv_1"), [], ttl=TTL)
+    batch = [message(f"i{n}", "x") for n in range(MAX_CONVERSATION_ITEMS + 1)]
+    with pytest.raises(InvalidRequest):
+        await store.add_conversation_items(TENANT, "conv_1", batch, ttl=TTL)
+    assert await store.add_conversation_items(TENANT, "conv_1", batch[:100], ttl=TTL)
+
+
+async def test_another_tenant_cannot_touch_a_conversation(store: RedisStore) -> None:
+    items = await make_conversation(store, n=3)
+    before = await store.get_conversation(TENANT, "conv_1")
+    assert await store.get_conversation(OTHER, "conv_1") is None
+    assert await store.update_conversation(OTHER, "conv_1", {"x": "y"}, ttl=TTL) is None
+    assert await store.delete_conversation(OTHER, "conv_1") is False
+    assert await store.add_conversation_items(OTHER, "conv_1", [message("evil", "x")],
+                                              ttl=TTL) is False
+    assert await store.list_conversation_items(OTHER, "conv_1", after=None, limit=10,
+                                               order="asc") is None
+    assert await store.all_conversation_items(OTHER, "conv_1") is None
+    assert await store.get_conversation_item(OTHER, "conv_1", "item_0") is None
+    assert await store.delete_conversation_item(OTHER, "conv_1", "item_0") is False
+    assert await store.get_conversation(TENANT, "conv_1") == before
+    assert await store.all_conversation_items(TENANT, "conv_1") == items
+
+
+async def test_conversation_reads_are_one_round_trip(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    await make_conversation(store, n=5)
+    await store.list_conversation_items(TENANT, "conv_1", after=None, limit=2, order="asc")
+    calls = [
+        store.get_conversation(TENANT, "conv_1"),
+        store.list_conversation_items(TENANT, "conv_1", after="item_1", limit=2, order="desc"),
+        store.all_conversation_items(TENANT, "conv_1"),
+        store.get_conversation_item(TENANT, "conv_1", "item_3"),
+    ]
+    for call in calls:
+        round_trips.reset()
+        await call
+        assert round_trips.count == 1

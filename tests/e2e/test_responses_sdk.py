@@ -1,0 +1,174 @@
+"""The official `openai` SDK against the proxy (a real uvicorn process) and the simulator:
+every client path of `POST /v1/responses`, every event strictly validated with the SDK's own
+types and checked against the stream invariants and vLLM's stream rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.conftest import SimControl
+from tests.support.conformance import check_stream
+from tests.support.servers import ServerProcess
+from tests.support.sse import data_payloads
+
+pytestmark = pytest.mark.e2e
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"], "additionalProperties": False},
+}
+
+
+@pytest.fixture
+def client(proxy: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+
+
+def streamed(client: openai.OpenAI, **body: Any) -> list[dict[str, Any]]:
+    """Every event of a streamed create, as received, after the full conformance check."""
+    events = [event.to_dict() for event in client.responses.create(stream=True, **body)]
+    check_stream(events)
+    return events
+
+
+def test_non_stream_create(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="sim-model", input="hello there",
+                                       instructions="be kind", store=False)
+    assert response.status == "completed"
+    assert response.output_text == "You said: hello there"
+    assert response.instructions == "be kind"
+    assert response.usage is not None and response.usage.output_tokens == 4
+    openai.types.responses.Response.model_validate(response.to_dict(), strict=True)
+
+
+def test_stream_iteration(client: openai.OpenAI) -> None:
+    events = streamed(client, model="sim-model", input="stream me please", store=False)
+    deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert "".join(deltas) == "You said: stream me please"
+    assert len(deltas) == 5  # one delta per upstream token
+    assert events[-1]["type"] == "response.completed"
+
+
+def test_stream_helper_final_response(client: openai.OpenAI) -> None:
+    with client.responses.stream(model="sim-model", input="helper [[sim tokens=9]]",
+                                 store=False) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert final.status == "completed" and len(final.output_text.split()) == 9
+
+
+def test_reasoning_model(client: openai.OpenAI) -> None:
+    events = streamed(client, model="sim-reasoner", input="why is the sky blue",
+                      reasoning={"effort": "low"}, store=False)
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+    reasoning = "".join(e["delta"] for e in events
+                        if e["type"] == "response.reasoning_text.delta")
+    assert reasoning and final["output"][0]["content"][0]["text"] == reasoning
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
+
+
+def test_function_call_and_the_follow_up_turn(client: openai.OpenAI, sim: SimControl) -> None:
+    events = streamed(client, model="sim-model", input="please call get_weather for Paris",
+                      tools=[WEATHER], store=False)
+    final = events[-1]["response"]
+    calls = [item for item in final["output"] if item["type"] == "function_call"]
+    assert len(calls) == 1 and calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["arguments"]).keys() == {"city"}
+    assert final["status"] == "completed"
+    follow_up = client.responses.create(
+        model="sim-model", tools=[WEATHER], store=False,
+        input=[{"role": "user", "content": "please call get_weather for Paris"},
+               *calls,
+               {"type": "function_call_output", "call_id": calls[0]["call_id"],
+                "output": "sunny, 21C"}],
+    )
+    assert follow_up.status == "completed"
+    assert "sunny, 21C" in follow_up.output_text
+    sent = sim.stats()["last_request"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["tool_calls"][0]["id"] == calls[0]["call_id"]
+    assert sent[2] == {"role": "tool", "tool_call_id": calls[0]["call_id"],
+                       "content": "sunny, 21C"}
+
+
+def test_two_parallel_calls_are_sequential_items(client: openai.OpenAI) -> None:
+    events = streamed(client, model="sim-model", input="call get_weather [[sim tools=2]]",
+                      tools=[WEATHER], store=False)
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["function_call", "function_call"]
+    assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [
+        0, 1]
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+def test_parse_with_a_pydantic_text_format(client: openai.OpenAI, sim: SimControl) -> None:
+    parsed = client.responses.parse(model="sim-model", input="invent a person",
+                                    text_format=Person, store=False)
+    assert isinstance(parsed.output_parsed, Person)
+    fmt = sim.stats()["last_request"]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "Person"
+
+
+def test_max_output_tokens_gives_incomplete(client: openai.OpenAI) -> None:
+    events = streamed(client, model="sim-model", input="a long answer [[sim tokens=50]]",
+                      max_output_tokens=5, store=False)
+    assert events[-1]["type"] == "response.incomplete"
+    final = events[-1]["response"]
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["usage"]["output_tokens"] == 5
+    response = client.responses.create(model="sim-model", input="long [[sim tokens=50]]",
+                                       max_output_tokens=5, store=False)
+    assert response.status == "incomplete"
+
+
+@pytest.mark.parametrize("failure", ["error:3", "cut:3"])
+def test_mid_stream_upstream_failure_gives_response_failed(client: openai.OpenAI,
+                                                           failure: str) -> None:
+    events = streamed(client, model="sim-model", input=f"doomed [[sim tokens=10 fail={failure}]]",
+                      store=False)
+    assert events[-1]["type"] == "response.failed"
+    final = events[-1]["response"]
+    assert final["error"]["code"] == "server_error" and final["error"]["message"]
+    assert final["output"][0]["status"] == "incomplete"  # the open message was closed
+    assert sum(e["type"] == "response.output_text.delta" for e in events) == 3
+
+
+def test_stream_starts_before_the_first_token(proxy: ServerProcess) -> None:
+    """created and in_progress go out at once, while the upstream is still thinking."""
+    body = {"model": "sim-model", "input": "slow [[sim ttft_ms=1500 tokens=2]]", "stream": True,
+            "store": False}
+    with httpx.stream("POST", proxy.url + "/v1/responses", json=body, timeout=10) as response:
+        first = b""
+        for chunk in response.iter_raw():
+            first += chunk
+            if first.count(b"\n\n") >= 2:
+                break
+    events = data_payloads(first)
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+
+
+def test_errors_before_the_stream_are_http_errors(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.create(model="no-such-model", input="x", stream=True)
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.responses.create(model="sim-model", input="x", max_output_tokens=10**7)
+    assert "maximum context length" in str(too_long.value)
+    with pytest.raises(openai.BadRequestError) as builtin:
+        client.responses.create(model="sim-model", input="x", tools=[{"type": "web_search"}])
+    assert builtin.value.param == "tools[0].type"

@@ -1,0 +1,96 @@
+"""Input items: every shape a client sends, checked, in the one stored form."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from proxy.core.errors import InvalidRequest
+from proxy.core.ids import counter_ids
+from proxy.core.items import parse_input, reasoning_text, seal_reasoning, unseal_reasoning
+
+
+def items(value: Any) -> list[dict[str, Any]]:
+    return parse_input(value, counter_ids(), max_items=100)
+
+
+def refused(value: Any, param: str) -> str:
+    with pytest.raises(InvalidRequest) as info:
+        items(value)
+    assert info.value.param == param, info.value.message
+    return info.value.message
+
+
+def test_easy_and_typed_messages_become_stored_messages() -> None:
+    out = items([
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "be brief"}]},
+        {"role": "assistant", "content": "hello"},
+        {"type": "message", "role": "assistant", "id": "msg_prev", "status": "completed",
+         "content": [{"type": "output_text", "text": "again", "annotations": []}]},
+    ])
+    assert [i["role"] for i in out] == ["user", "developer", "assistant", "assistant"]
+    assert out[0] == {"id": "msg_1", "type": "message", "role": "user", "status": "completed",
+                      "content": [{"type": "input_text", "text": "hi"}]}
+    assert out[2]["content"] == [{"type": "output_text", "text": "hello", "annotations": []}]
+    assert out[3]["id"] == "msg_prev"  # a client's id is kept
+
+
+def test_images_and_text_files() -> None:
+    data = "data:text/plain;base64," + base64.b64encode(b"file body").decode()
+    out = items([{"role": "user", "content": [
+        {"type": "input_image", "image_url": "https://x/y.png"},
+        {"type": "input_file", "file_data": data, "filename": "a.txt"},
+    ]}])
+    assert out[0]["content"][0] == {"type": "input_image", "detail": "auto",
+                                    "image_url": "https://x/y.png"}
+    assert out[0]["content"][1]["filename"] == "a.txt"
+
+
+def test_unsupported_parts_name_their_path() -> None:
+    refused([{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}],
+            "input[0].content[0].file_id")
+    binary = base64.b64encode(b"\x89PNG\x00\x01").decode()
+    refused([{"role": "user", "content": [{"type": "input_file", "file_data": binary}]}],
+            "input[0].content[0].file_data")
+    refused([{"role": "user", "content": [{"type": "input_file", "file_url": "http://x"}]}],
+            "input[0].content[0].file_url")
+    refused([{"role": "user", "content": "x"}, {"role": "user", "content": [
+        {"type": "audio"}]}], "input[1].content[0].type")
+    refused([{"role": "robot", "content": "x"}], "input[0].role")
+    refused([{"role": "user"}], "input[0].content")
+
+
+def test_unknown_item_types_are_refused_by_name() -> None:
+    message = refused([{"type": "item_reference", "id": "msg_1"}], "input[0].type")
+    assert "item_reference" in message
+    refused([{"type": "web_search_call", "id": "ws"}], "input[0].type")
+    refused([{"content": "no role, no type"}], "input[0].type")
+    refused(["just a string"], "input[0]")
+
+
+def test_function_call_and_output() -> None:
+    out = items([
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+    ])
+    assert out[0] == {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f",
+                      "arguments": "{}", "status": "completed"}
+    assert out[1]["output"] == "42" and out[1]["call_id"] == "call_1"
+    refused([{"type": "function_call_output", "output": "x"}], "input[0].call_id")
+    refused([{"type": "function_call", "call_id": "c", "arguments": "{}"}], "input[0].name")
+
+
+def test_reasoning_items_round_trip_through_the_seal() -> None:
+    sealed = seal_reasoning("because")
+    assert unseal_reasoning(sealed) == "because"
+    assert unseal_reasoning("gAAAAB-someone-elses") is None
+    out = items([{"type": "reasoning", "id": "rs_1", "summary": [],
+                  "encrypted_content": sealed}])
+    assert reasoning_text(out[0]) == "because"
+    with_text = items([{"type": "reasoning", "summary": [],
+                        "content": [{"type": "reasoning_text", "text": "raw"}]}])
+    assert reasoning_text(with_text[0]) == "raw"

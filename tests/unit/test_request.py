@@ -1,0 +1,155 @@
+"""Request parsing: every served field read and checked, every bad one a 400 naming it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.core.errors import InvalidRequest
+from proxy.core.ids import counter_ids
+from proxy.core.request import parse_request
+
+
+def parse(**body: Any) -> Any:
+    return parse_request({"model": "m", "input": "hi", **body}, counter_ids())
+
+
+def refused(body: dict[str, Any], param: str, fragment: str = "") -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(body, counter_ids(), max_input_items=8)
+    assert info.value.status == 400
+    assert info.value.param == param, info.value.message
+    assert fragment in info.value.message
+    return info.value
+
+
+def test_defaults_are_openai_defaults() -> None:
+    request = parse()
+    assert request.store is True and request.stream is False and request.background is False
+    assert request.tool_choice == "auto" and request.parallel_tool_calls is True
+    assert request.text == {"format": {"type": "text"}}
+    assert request.input == [{"id": "msg_1", "type": "message", "role": "user",
+                              "status": "completed",
+                              "content": [{"type": "input_text", "text": "hi"}]}]
+
+
+def test_echo_carries_every_field_the_sdks_expect() -> None:
+    echo = parse(metadata={"a": "b"}, temperature=0.5, conversation={"id": "conv_1"}).echo()
+    for key in ("instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
+                "reasoning", "temperature", "top_p", "max_output_tokens", "metadata", "user",
+                "store", "background", "previous_response_id", "conversation", "truncation",
+                "top_logprobs", "service_tier", "max_tool_calls"):
+        assert key in echo
+    assert echo["metadata"] == {"a": "b"} and echo["temperature"] == 0.5
+    assert echo["conversation"] == {"id": "conv_1"}
+    assert echo["reasoning"] == {"effort": None, "summary": None}
+
+
+def test_nulls_read_as_absent() -> None:
+    request = parse(temperature=None, tools=None, store=None, stream=None, metadata=None)
+    assert request.store is True and request.tools == [] and request.metadata == {}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"input": "x"}, "model"),
+    ({"model": 5, "input": "x"}, "model"),
+    ({"model": "m"}, "input"),
+    ({"model": "m", "input": 5}, "input"),
+    ({"model": "m", "input": "x", "temperature": 3}, "temperature"),
+    ({"model": "m", "input": "x", "temperature": "hot"}, "temperature"),
+    ({"model": "m", "input": "x", "top_p": 1.5}, "top_p"),
+    ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"model": "m", "input": "x", "max_output_tokens": 1.5}, "max_output_tokens"),
+    ({"model": "m", "input": "x", "stream": "yes"}, "stream"),
+    ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata.k"),
+    ({"model": "m", "input": "x", "metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+    ({"model": "m", "input": "x", "instructions": ["a"]}, "instructions"),
+    ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+    ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}},
+     "text.format.name"),
+    ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}},
+     "text.format.schema"),
+    ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
+    ({"model": "m", "input": "x", "include": ["file_search_call.results"]}, "include[0]"),
+    ({"model": "m", "input": "x", "truncation": "auto"}, "truncation"),
+    ({"model": "m", "input": "x", "top_logprobs": 3}, "top_logprobs"),
+    ({"model": "m", "input": "x", "stream_options": {"include_obfuscation": False}},
+     "stream_options"),
+    ({"model": "m", "input": "x", "conversation": {"name": "c"}}, "conversation.id"),
+])
+def test_bad_fields_name_the_parameter(body: dict[str, Any], param: str) -> None:
+    refused(body, param)
+
+
+def test_unknown_and_unsupported_parameters_are_refused_by_name() -> None:
+    refused({"model": "m", "input": "x", "colour": "red"}, "colour", "Unknown parameter")
+    refused({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt", "not supported")
+
+
+def test_background_needs_store() -> None:
+    refused({"model": "m", "input": "x", "background": True, "store": False}, "background")
+
+
+def test_conversation_and_previous_response_id_exclude_each_other() -> None:
+    refused({"model": "m", "input": "x", "conversation": "conv_1",
+             "previous_response_id": "resp_1"}, "conversation")
+
+
+@pytest.mark.parametrize("kind", ["web_search", "file_search", "code_interpreter", "mcp",
+                                  "computer_use_preview", "image_generation"])
+def test_builtin_tools_are_refused_by_name(kind: str) -> None:
+    error = refused({"model": "m", "input": "x", "tools": [
+        {"type": "function", "name": "f"}, {"type": kind}]}, "tools[1].type")
+    assert kind in error.message
+
+
+def test_function_tools_are_checked() -> None:
+    refused({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name")
+    refused({"model": "m", "input": "x", "tools": [{"type": "function", "name": "a b"}]},
+            "tools[0].name")
+    refused({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"},
+                                                   {"type": "function", "name": "f"}]},
+            "tools[1].name", "Duplicate")
+    refused({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f",
+                                                    "parameters": []}]},
+            "tools[0].parameters")
+
+
+def test_tool_choice_forms() -> None:
+    tools = [{"type": "function", "name": "f"}, {"type": "function", "name": "g"}]
+    assert parse(tools=tools, tool_choice="required").tool_choice == "required"
+    assert parse(tools=tools, tool_choice={"type": "function", "name": "g"}).tool_choice == {
+        "type": "function", "name": "g"}
+    allowed = parse(tools=tools, tool_choice={"type": "allowed_tools", "mode": "auto",
+                                              "tools": [{"type": "function", "name": "f"}]})
+    assert allowed.tool_choice["tools"] == [{"type": "function", "name": "f"}]
+    refused({"model": "m", "input": "x", "tools": tools,
+             "tool_choice": {"type": "function", "name": "h"}}, "tool_choice.name")
+    refused({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice")
+    refused({"model": "m", "input": "x", "tools": tools, "tool_choice": "sometimes"},
+            "tool_choice")
+    refused({"model": "m", "input": "x", "tools": tools,
+             "tool_choice": {"type": "web_search_preview"}}, "tool_choice.type")
+
+
+def test_json_schema_format_is_kept_flat() -> None:
+    fmt = {"type": "json_schema", "name": "person", "schema": {"type": "object"},
+           "strict": True}
+    assert parse(text={"format": fmt}).text_format == fmt
+
+
+def test_item_count_is_bounded() -> None:
+    items = [{"role": "user", "content": "x"}] * 9
+    refused({"model": "m", "input": items}, "input", "too many")
+
+
+def test_accepted_hints_are_echoed() -> None:
+    request = parse(prompt_cache_key="k", safety_identifier="s", service_tier="auto",
+                    max_tool_calls=3, reasoning={"effort": "low", "summary": "auto"},
+                    text={"format": {"type": "text"}, "verbosity": "low"})
+    echo = request.echo()
+    assert echo["prompt_cache_key"] == "k" and echo["safety_identifier"] == "s"
+    assert echo["max_tool_calls"] == 3 and echo["reasoning"] == {"effort": "low",
+                                                                  "summary": "auto"}
+    assert echo["text"]["verbosity"] == "low"
