@@ -1,15 +1,13 @@
 """The application factory: `create_app(settings)` wires middleware, routes and the lifespan.
 
-The lifespan builds the `Runtime` (HTTP client, fleet, store, services), runs the first fleet
-discovery before serving, keeps background tasks (discovery) alive, and tears everything down in
-order at shutdown.
+The lifespan builds the `Runtime` (HTTP client, fleet, store, services, worker), starts it
+(first fleet discovery before serving, discovery loop, background worker) and tears everything
+down in order at shutdown.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -27,8 +25,6 @@ from proxy.web.auth import AuthMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.limits import BodyLimitMiddleware
 
-log = logging.getLogger("proxy")
-
 
 def create_app(
     settings: Settings, *, build_runtime: Callable[[Settings], Runtime] = Runtime.build
@@ -37,17 +33,10 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = build_runtime(settings)
         app.state.runtime = runtime
-        await runtime.fleet.refresh()
-        for replica in runtime.fleet.replicas:
-            if not replica.healthy:
-                log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
-        tasks = [asyncio.create_task(runtime.fleet.run(), name="fleet-discovery")]
+        await runtime.start()
         try:
             yield
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await runtime.aclose()
 
     return Starlette(

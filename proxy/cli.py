@@ -32,6 +32,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
     p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
     p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
+    p.add_argument("--heartbeat-interval",
+                   help="seconds between a worker's job heartbeats (default 2)")
+    p.add_argument("--max-queued-jobs", help="background jobs queued at most (default 10000)")
+    p.add_argument("--shutdown-grace",
+                   help="seconds running jobs get to finish at shutdown (default 30)")
     p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
@@ -76,6 +81,8 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO: per-request noise, and URLs are not ours to log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _serve(settings: Settings) -> None:

@@ -56,6 +56,13 @@ class Settings:
     event_ttl: int = 3600
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
+    # Background jobs: a worker refreshes its running jobs every `heartbeat_interval` seconds;
+    # a job whose worker stopped is taken over within 3 intervals. The queue holds at most
+    # `max_queued_jobs` (queued + running); past that, 429.
+    heartbeat_interval: float = 2.0
+    max_queued_jobs: int = 10_000
+    # Seconds running jobs get to finish when a worker stops.
+    shutdown_grace: float = 30.0
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
@@ -135,6 +142,10 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     cache = str(pick("cache", "PROXY_CACHE") or "off").strip().lower()
     if cache not in CACHE_MODES:
         raise ConfigError("--cache", f"unknown cache mode {cache!r} (use off, exact or semantic)")
+    if cache != "off":
+        # Said at start rather than ignored: a cache that silently does nothing would be worse.
+        raise ConfigError("--cache", f"the {cache} cache is not available in this version yet; "
+                                     "use --cache off")
 
     log_level = str(pick("log_level", "PROXY_LOG_LEVEL") or "info").lower()
     if logging.getLevelName(log_level.upper()) is None or not isinstance(
@@ -204,6 +215,22 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
                 "--event-ttl",
                 integer=True,
             )
+        ),
+        heartbeat_interval=check_positive(
+            pick("heartbeat_interval", "PROXY_HEARTBEAT_INTERVAL")
+            or defaults.heartbeat_interval,
+            "--heartbeat-interval",
+        ),
+        max_queued_jobs=int(
+            check_positive(
+                pick("max_queued_jobs", "PROXY_MAX_QUEUED_JOBS") or defaults.max_queued_jobs,
+                "--max-queued-jobs",
+                integer=True,
+            )
+        ),
+        shutdown_grace=check_positive(
+            pick("shutdown_grace", "PROXY_SHUTDOWN_GRACE") or defaults.shutdown_grace,
+            "--shutdown-grace",
         ),
         log_level=log_level,
         log_prompts=bool(flags.get("log_prompts")) or env.get("PROXY_LOG_PROMPTS", "") == "1",

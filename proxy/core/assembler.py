@@ -25,7 +25,7 @@ with status incomplete) on truncation, and `response.failed` on errors (PROTOCOL
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from proxy.core import ids as idp
@@ -43,6 +43,12 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
+_PHASE_OF_ITEM = {t.MESSAGE: Phase.MESSAGE, t.REASONING: Phase.REASONING,
+                  t.FUNCTION_CALL: Phase.FUNCTION_CALL}
+_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA})
+_ADDED, _STREAMING, _TEXT_DONE, _PART_DONE = range(4)
+_STAGE_AFTER = {t.PART_ADDED: _STREAMING, t.TEXT_DONE: _TEXT_DONE, t.REASONING_DONE: _TEXT_DONE,
+                t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE}
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
 
@@ -70,10 +76,13 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
-    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts")
+    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts", "stage")
 
-    def __init__(self, kind: Phase, item_id: str, index: int) -> None:
+    def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
+        # How far its events went: _ADDED, _STREAMING (part open / arguments flowing),
+        # _TEXT_DONE, _PART_DONE. Live items open at _STREAMING; restored ones anywhere.
+        self.stage = stage
         self.item_id = item_id
         self.index = index
         self.parts: list[str] = []
@@ -141,6 +150,30 @@ class Assembler:
         """A queued background job starts running."""
         self.status = t.S_IN_PROGRESS
         return [self._lifecycle(t.IN_PROGRESS)]
+
+    def restore(self, events: Iterable[Event]) -> None:
+        """Pick a response up from its event log (its worker died mid-stream): items done stay
+        done, the open one is reopened with its text so far, numbering goes on after the last
+        logged event. `fail()` or `cancel()` then closes it exactly as a live stream would."""
+        for event in events:
+            self._seq = event["sequence_number"] + 1
+            kind = event["type"]
+            if kind == t.ITEM_ADDED:
+                item = event["item"]
+                phase = _PHASE_OF_ITEM.get(item.get("type"), Phase.MESSAGE)
+                stage = _STREAMING if phase is Phase.FUNCTION_CALL else _ADDED
+                opened = _OpenItem(phase, item["id"], event["output_index"], stage)
+                opened.call_id, opened.name = item.get("call_id", ""), item.get("name", "")
+                self._open, self.phase = opened, phase
+            elif kind in _DELTAS and self._open is not None:
+                self._open.parts.append(event["delta"])
+            elif kind in _STAGE_AFTER and self._open is not None:
+                self._open.stage = _STAGE_AFTER[kind]
+            elif kind == t.ITEM_DONE:
+                self.output.append(event["item"])
+                self._open, self.phase = None, Phase.READY
+            elif kind == t.IN_PROGRESS:
+                self.status = t.S_IN_PROGRESS
 
     def snapshot(self) -> ResponseObject:
         """The Response object as it stands (the final one once DONE)."""
@@ -310,29 +343,46 @@ class Assembler:
         text = "".join(item.parts)
         where = {"item_id": item.item_id, "output_index": item.index}
         final: Item
-        if item.kind is Phase.MESSAGE:
-            part = _output_text(text)
-            events.append(self._event(t.TEXT_DONE, **where, content_index=0, text=text,
-                                      logprobs=[]))
-            events.append(self._event(t.PART_DONE, **where, content_index=0, part=part))
-            final = {"id": item.item_id, "type": t.MESSAGE, "status": status,
-                     "content": [part], "role": "assistant"}
-        elif item.kind is Phase.REASONING:
-            part = {"type": t.REASONING_TEXT, "text": text}
-            events.append(self._event(t.REASONING_DONE, **where, content_index=0, text=text))
-            events.append(self._event(t.PART_DONE, **where, content_index=0, part=part))
-            final = {"id": item.item_id, "type": t.REASONING, "summary": [], "content": [part],
-                     "status": status}
-            if self._seal is not None:
-                final["encrypted_content"] = self._seal(text)
-        else:
-            if not item.parts:  # vLLM's pairing rule wants a delta before every done
-                self._args(item, "", events)
-            events.append(self._event(t.ARGS_DONE, **where, arguments=text, name=item.name))
+        if item.kind is Phase.FUNCTION_CALL:
+            if item.stage == _STREAMING:
+                if not item.parts:  # vLLM's pairing rule wants a delta before every done
+                    self._args(item, "", events)
+                events.append(self._event(t.ARGS_DONE, **where, arguments=text, name=item.name))
             final = {"id": item.item_id, "type": t.FUNCTION_CALL, "status": status,
                      "arguments": text, "call_id": item.call_id, "name": item.name}
+        else:
+            message = item.kind is Phase.MESSAGE
+            part = _output_text(text) if message else {"type": t.REASONING_TEXT, "text": text}
+            self._close_part(item, part, events)
+            content = [part] if item.stage >= _STREAMING else []
+            if message:
+                final = {"id": item.item_id, "type": t.MESSAGE, "status": status,
+                         "content": content, "role": "assistant"}
+            else:
+                final = {"id": item.item_id, "type": t.REASONING, "summary": [],
+                         "content": content, "status": status}
+                if self._seal is not None:
+                    final["encrypted_content"] = self._seal(text)
         self.output.append(final)
         events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
+
+    def _close_part(self, item: _OpenItem, part: dict[str, Any], events: list[Event]) -> None:
+        """The done events of a message's or reasoning item's one part, those not yet sent
+        (a live item has all to come; one restored from a log may have some already)."""
+        where = {"item_id": item.item_id, "output_index": item.index, "content_index": 0}
+        text = part["text"]
+        if item.stage == _STREAMING:
+            message = item.kind is Phase.MESSAGE
+            if not item.parts:  # a restored part cut before its first delta
+                events.append(self._event(t.TEXT_DELTA if message else t.REASONING_DELTA,
+                                          **where, delta="",
+                                          **({"logprobs": []} if message else {})))
+            if message:
+                events.append(self._event(t.TEXT_DONE, **where, text=text, logprobs=[]))
+            else:
+                events.append(self._event(t.REASONING_DONE, **where, text=text))
+        if _STREAMING <= item.stage <= _TEXT_DONE:
+            events.append(self._event(t.PART_DONE, **where, part=part))
 
     def _terminal(self, kind: str, events: list[Event]) -> list[Event]:
         self.status = t.STATUS_OF_TERMINAL[kind]

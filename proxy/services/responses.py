@@ -36,12 +36,14 @@ from proxy.core.sse import frames
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
+from proxy.services.background import Background
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
-from proxy.store.base import Store, StoredResponse
+from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -71,10 +73,14 @@ class ResponsesService:
         tasks: TaskSet,
         metrics: Metrics,
         settings: Settings,
+        background: Background,
+        stored: StoredResponses,
         *,
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
     ) -> None:
+        self._background = background
+        self._stored = stored
         self._fleet = fleet
         self._store = store
         self._hub = hub
@@ -86,11 +92,11 @@ class ResponsesService:
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
         request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
-        if request.background:
-            raise _background_unavailable()
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
         assembler = self._assembler(request)
+        if request.background:
+            return await self._submit(tenant, request, history, chat, assembler)
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
                                       affinity=history.affinity)
         try:
@@ -110,11 +116,32 @@ class ResponsesService:
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
 
+    async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
+                      chat: dict[str, Any], assembler: Assembler) -> Outcome:
+        """A background response: stored queued with its first events, then queued. A model
+        no replica serves is refused now (404), while the client still waits for an answer."""
+        await self._fleet.choose(request.model)
+        events = assembler.start(background=True)
+        logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
+        record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
+                                logged=True)
+        spec = {"model": request.model, "chat": chat, "affinity": history.affinity,
+                "seal": "reasoning.encrypted_content" in request.include,
+                "conversation": request.conversation}
+        await self._background.submit(record, request.input, logged, spec)
+        if request.stream:
+            return Outcome(stream=self._stored.replay_record(record, after=-1))
+        return Outcome(body=record.response)
+
     async def _history(self, tenant: str, request: ResponsesRequest) -> History:
         if request.previous_response_id:
             chain = await self._store.load_chain(tenant, request.previous_response_id)
             if chain is None:
                 raise PreviousResponseNotFound(request.previous_response_id)
+            if len(chain.parents) > MAX_CHAIN_DEPTH:
+                raise InvalidRequest(
+                    f"The chain of previous responses is longer than {MAX_CHAIN_DEPTH}; start "
+                    "a new one (or use a conversation).", param="previous_response_id")
             # The whole chain lands on one replica (vLLM's prefix cache), keyed on its root.
             return History(chain.items, chain.parents, affinity=chain.parents[0])
         if request.conversation:
@@ -164,7 +191,3 @@ async def _sse(turn: Turn) -> AsyncIterator[bytes]:
             if encoded:
                 yield frames(encoded)
 
-
-def _background_unavailable() -> InvalidRequest:
-    return InvalidRequest("Background mode is not available on this server yet.",
-                          param="background")

@@ -1,29 +1,38 @@
 """Everything one process runs with, built once in the app's lifespan and passed down.
 
-No globals: a test builds its own `Runtime` with another store or upstream. `aclose()` ends
-things in the reverse order of their dependencies: first the tasks that finish streams (they
-still write to the store), then the log writer and readers, then the store and the HTTP client.
+No globals: a test builds its own `Runtime` with another store or upstream. `start()` runs the
+first fleet discovery (so the first request knows the models) and starts the background loops;
+`aclose()` ends things in the reverse order of their dependencies: the worker (its jobs still
+write), then the tasks that finish streams, then the log writer and readers, then the store and
+the HTTP client.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
 
 import httpx
 
 from proxy.metrics import Metrics
+from proxy.services.background import Background
 from proxy.services.conversations import Conversations
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
+from proxy.services.jobs import Worker
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.settings import Settings
-from proxy.store.base import Store
-from proxy.store.factory import open_store
+from proxy.store.base import JobQueue, Store
+from proxy.store.factory import job_queue, open_store
 from proxy.upstream import Upstream
+
+log = logging.getLogger("proxy")
 
 # Seconds that in-flight finishing work (final writes, upstream closes) gets at shutdown.
 DRAIN_SECONDS = 5.0
@@ -44,19 +53,32 @@ class Runtime:
     responses: ResponsesService
     stored: StoredResponses
     conversations: Conversations
+    queue: JobQueue
+    background: Background
+    worker: Worker | None = None
+    _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def build(cls, settings: Settings, *, http: httpx.AsyncClient | None = None,
-              store: Store | None = None) -> Runtime:
+              worker: bool | None = None) -> Runtime:
+        """`worker`: run background jobs in this process (default: `settings.worker`)."""
         client = http or Upstream.make_client(settings.timeouts)
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0))
         metrics = Metrics()
-        store = store or open_store(settings.redis_url)
+        store = open_store(settings.redis_url)
+        queue = job_queue(store)
         tasks = TaskSet()
         hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl)
         followers = Followers(store)
+        background = Background(store, queue, settings)
+        stored = StoredResponses(store, followers, settings)
+        runner = None
+        if settings.worker if worker is None else worker:
+            runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
+                            shared=not store.embedded)
+            background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
             metrics=metrics,
@@ -68,12 +90,32 @@ class Runtime:
             hub=hub,
             followers=followers,
             passthrough=Passthrough(fleet),
-            responses=ResponsesService(fleet, store, hub, tasks, metrics, settings),
-            stored=StoredResponses(store, followers, settings),
+            responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
+                                       stored),
+            stored=stored,
             conversations=Conversations(store, settings),
+            queue=queue,
+            background=background,
+            worker=runner,
         )
 
+    async def start(self) -> None:
+        await self.fleet.refresh()
+        for replica in self.fleet.replicas:
+            if not replica.healthy:
+                log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
+        self._loops.append(asyncio.create_task(self.fleet.run(), name="fleet-discovery"))
+        if self.worker is not None:
+            self.worker.start()
+
     async def aclose(self) -> None:
+        if self.worker is not None:
+            await self.worker.stop(self.settings.shutdown_grace)
+        for loop in self._loops:
+            loop.cancel()
+        for loop in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
         await self.tasks.drain(DRAIN_SECONDS)
         await self.hub.aclose()
         await self.followers.aclose()

@@ -75,9 +75,10 @@ class StoredResponses:
                      after: int | None) -> AsyncIterator[bytes]:
         """Checks the response exists (404 before any byte), then returns the stream."""
         record = await self._load(tenant, response_id)
-        return self._replay(record, -1 if after is None else after)
+        return self.replay_record(record, -1 if after is None else after)
 
-    async def _replay(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+    async def replay_record(self, record: StoredResponse,
+                            after: int) -> AsyncIterator[bytes]:
         if record.logged:
             async for data in self._from_log(record, after):
                 yield data

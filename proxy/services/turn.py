@@ -99,6 +99,12 @@ class Turn:
         self._tasks = tasks
         self._encode = encode or recorder is not None
         self._started = started  # the start events were already made (a background job)
+        self._stop_reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        """Make the coming abandonment a failure (`reason`) rather than a cancellation: the
+        caller is about to cancel us for a reason of its own, e.g. a worker shutting down."""
+        self._stop_reason = reason
 
     async def run(self) -> AsyncGenerator[Encoded, None]:
         """Batches of encoded events, the terminal one last. Closing the iterator early (the
@@ -143,7 +149,8 @@ class Turn:
     async def _abandon(self) -> None:
         """Our caller went away before the end: stop the upstream, close the log."""
         await self.call.aclose()
-        events = self.assembler.cancel()
+        reason = self._stop_reason
+        events = self.assembler.fail(reason) if reason else self.assembler.cancel()
         if self.recorder is not None and events:
             encoded = [(e["type"], orjson.dumps(e)) for e in events]
             try:

@@ -9,10 +9,10 @@ and its pacing. Invariants:
   - a task listens for `http.disconnect` for as long as a request is being answered and
     cancels the handler the moment the client leaves, so an abort is counted within
     milliseconds even while the stream sleeps or stalls;
-  - `fail=cut` (and a stall past `stall_timeout_s`) raises `SimulatedCut` after the response
+  - `fail=cut` (and a stall past `STALL_TIMEOUT_S`) raises `SimulatedCut` after the response
     started: uvicorn then closes the connection without the chunked terminator, which is what a
     crashed upstream looks like. A log filter keeps that deliberate exception out of the log;
-  - every wait is bounded: request bodies by size, stalls by `stall_timeout_s`, pacing by the
+  - every wait is bounded: request bodies by size, stalls by `STALL_TIMEOUT_S`, pacing by the
     directive bounds.
 """
 
@@ -40,6 +40,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 MAX_BODY = 64 * 1024 * 1024
+# A `fail=stall:K` answer waits this long for its client to leave, then drops the connection.
+STALL_TIMEOUT_S = 300.0
 YIELD_EVERY = 64
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -49,6 +51,10 @@ DONE = b"data: [DONE]\n\n"
 
 class SimulatedCut(Exception):
     """Raised after the response started: uvicorn drops the connection mid-body."""
+
+
+class ClientGone(Exception):
+    """The client left while its request body was still arriving: nothing to answer."""
 
 
 class _QuietCuts(logging.Filter):
@@ -126,7 +132,7 @@ async def read_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
@@ -148,7 +154,7 @@ class Simulator:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.stats = Stats(config.prompt_counts_limit)
+        self.stats = Stats()
         self.models = wire.models_list(config.models, created=int(time.time()),
                                        max_model_len=config.max_model_len)
         self.routes: dict[str, tuple[tuple[str, ...], Callable[..., Awaitable[None]]]] = {
@@ -183,6 +189,8 @@ class Simulator:
                 await route[1](scope, receive, send)
             except SimError as exc:
                 await send_json(send, exc.status, exc.body())
+            except ClientGone:
+                return
 
     async def lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -215,10 +223,9 @@ class Simulator:
     async def embed(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = parse_json(await read_body(receive))
         self.stats.embedding_requests += 1
-        result = embeddings.response(
-            body, self.config.models, self.config.embedding_dim,
-            request_id=f"embd-{uuid.uuid4().hex}", created=int(time.time()),
-        )
+        result = embeddings.response(body, self.config.models,
+                                     request_id=f"embd-{uuid.uuid4().hex}",
+                                     created=int(time.time()))
         await send_json(send, 200, result)
 
     # -- chat ------------------------------------------------------------------------------
@@ -227,9 +234,10 @@ class Simulator:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             body = parse_json(raw)
-        finally:
+        except SimError:
             self.stats.chat(None, headers)
-        self.stats.last_request = body
+            raise
+        self.stats.chat(body, headers)
         req = parse_chat(body, self.config)
         self.stats.prompt(req.text)
         fail = req.directives.fail
@@ -261,7 +269,7 @@ class Simulator:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             await pace(send, blobs, ttft, delay, watch if final else None)
             if answer.ending == "stall":
-                await asyncio.sleep(self.config.stall_timeout_s)
+                await asyncio.sleep(STALL_TIMEOUT_S)
 
         self.stats.stream_started()
         try:
@@ -277,7 +285,7 @@ class Simulator:
         ttft, delay = self.timing(req)
         wait = ttft + max(answer.completion_tokens - 1, 0) * delay
         if answer.ending == "stall":
-            wait += self.config.stall_timeout_s
+            wait += STALL_TIMEOUT_S
 
         async def run(watch: ClientWatch) -> None:
             await asyncio.sleep(wait)

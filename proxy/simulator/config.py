@@ -22,23 +22,17 @@ class SimConfig:
     reasoning_field: ReasoningField = "reasoning"
     max_model_len: int = 32768
     models: tuple[str, ...] = DEFAULT_MODELS
-    # Dimension of /v1/embeddings vectors when the request gives no `dimensions`.
-    embedding_dim: int = 256
-    # Reasoning tokens a reasoner emits at reasoning_effort "medium" (or none given).
-    reasoning_tokens: int = 8
-    # A `fail=stall:K` stream waits this long for its client to leave, then drops the
-    # connection (every wait in the simulator is bounded).
-    stall_timeout_s: float = 300.0
-    # Distinct prompts remembered in `prompt_counts` (later ones are counted as dropped).
-    prompt_counts_limit: int = 10_000
+    # No further fields: the CLI passes `models` as `**{...}`, which mypy checks against every
+    # remaining field. Fixed knobs live next to their use (embeddings.DEFAULT_DIM,
+    # script.REASONER_TOKENS, app.STALL_TIMEOUT_S, stats.PROMPT_COUNTS_LIMIT).
 
     def __post_init__(self) -> None:
         if not self.models:
             raise ValueError("the simulator needs at least one model")
         if self.token_delay_ms < 0 or self.ttft_ms < 0:
             raise ValueError("delays must be >= 0")
-        if self.max_model_len < 1 or self.embedding_dim < 1:
-            raise ValueError("max_model_len and embedding_dim must be >= 1")
+        if self.max_model_len < 1:
+            raise ValueError("max_model_len must be >= 1")
 
 
 def is_reasoner(model: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.simulator.errors import invalid, model_not_found
 
+DEFAULT_DIM = 256  # when the request gives no `dimensions`
 MAX_DIM = 8192
 MAX_INPUTS = 2048
 
@@ -48,8 +49,8 @@ def cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def response(body: Any, models: tuple[str, ...], default_dim: int, *, request_id: str,
-             created: int) -> dict[str, Any]:
+def response(body: Any, models: tuple[str, ...], *, request_id: str, created: int,
+             default_dim: int = DEFAULT_DIM) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid("Input should be a valid dictionary or object to extract fields from")
     model = body.get("model")

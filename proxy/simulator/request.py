@@ -81,7 +81,8 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
     options = stream_options or {}
     return ChatRequest(
         model=model, messages=messages, stream=stream,
-        include_usage=stream and options.get("include_usage", True) is not False,
+        include_usage=stream and stream_options is not None
+        and options.get("include_usage", True) is not False,
         continuous_usage=stream and options.get("continuous_usage_stats") is True,
         max_tokens=max_tokens, tools=tools, tool_mode=mode, tool_name=name,
         parallel_tool_calls=_optional(body, "parallel_tool_calls", bool) is not False,

@@ -9,9 +9,9 @@ What a model under guided decoding would produce, minus the creativity:
   `{"type": "null"}`; `allOf` branches are merged; `$ref` follows JSON pointers into the root
   schema (`#/$defs/X`, `#/definitions/X`, pydantic's style).
 
-Invariant: the generator always terminates. Recursion through `$ref` stops at MAX_DEPTH, where
-the value falls back to null (a recursive schema whose every level is required cannot be
-satisfied by a finite instance anyway).
+Invariant: the generator always terminates. Past MAX_DEPTH // 2 levels an object gets only its
+required properties (so an optional recursive reference ends there); at MAX_DEPTH the value
+falls back to null (a schema that requires infinite nesting has no finite instance anyway).
 """
 
 from __future__ import annotations
@@ -83,9 +83,13 @@ class _Generator:
     def object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
         properties = schema.get("properties")
         properties = properties if isinstance(properties, dict) else {}
+        required = [k for k in schema.get("required") or () if isinstance(k, str)]
+        if depth > MAX_DEPTH // 2:
+            # Deep down (recursive schemas) only what is required: that is what ends recursion.
+            properties = {k: v for k, v in properties.items() if k in required}
         result = {key: self.value(sub, key, depth + 1) for key, sub in properties.items()}
-        for key in schema.get("required") or ():
-            if isinstance(key, str) and key not in result:
+        for key in required:
+            if key not in result:
                 result[key] = self.hints.get(key, "sim")
         return result
 

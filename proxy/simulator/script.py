@@ -34,6 +34,8 @@ Ending = Literal["done", "error", "stall", "cut"]
 
 FILLER = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
 THOUGHT = tokens.split("Let me think about what the user asked and how best to answer it.")
+# Reasoning tokens a reasoner emits at reasoning_effort "medium" (or none given).
+REASONER_TOKENS = 8
 EFFORT_SCALE = {"none": 0.0, "minimal": 0.25, "low": 0.5, "medium": 1.0, "high": 2.0,
                 "xhigh": 4.0}
 
@@ -84,7 +86,7 @@ def tool_call_id(request_id: str, index: int) -> str:
 
 
 def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int) -> Plan:
-    reasoning = [Piece("reasoning", t) for t in reasoning_tokens(req, config)]
+    reasoning = [Piece("reasoning", t) for t in reasoning_tokens(req)]
     calls = choose_calls(req)
     body = _call_pieces(calls, request_id) if calls else [
         Piece("content", t) for t in answer_tokens(req)
@@ -112,14 +114,16 @@ def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int) 
     )
 
 
-def reasoning_tokens(req: ChatRequest, config: SimConfig) -> list[str]:
+def reasoning_tokens(req: ChatRequest) -> list[str]:
     count = req.directives.reasoning
     if count is None:
         if not is_reasoner(req.model):
             return []
-        count = round(config.reasoning_tokens * EFFORT_SCALE[req.reasoning_effort or "medium"])
+        count = round(REASONER_TOKENS * EFFORT_SCALE[req.reasoning_effort or "medium"])
+    if count <= 0:
+        return []
     words = itertools.islice(itertools.cycle([*THOUGHT[1:], " " + THOUGHT[0]]), count - 1)
-    return [THOUGHT[0], *words] if count else []
+    return [THOUGHT[0], *words]
 
 
 def answer_tokens(req: ChatRequest) -> list[str]:

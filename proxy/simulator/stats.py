@@ -3,7 +3,8 @@
 Invariants:
   - requests to `/sim/*` are not counted (reading the counters does not change them);
   - every stream that starts ends exactly once, as completed, aborted (the client left) or cut
-    (`fail=cut` / a stall that timed out): started == completed + aborted + cut + active;
+    (`fail=cut` / a stall that timed out); between resets that no stream crosses,
+    started == completed + aborted + cut + active;
   - `active_streams` is a gauge, so a reset keeps it, and `max_concurrent_streams` restarts from
     it; everything else goes back to zero or empty;
   - `prompt_counts` holds at most `limit` distinct prompts; a new prompt past that is counted in
@@ -16,9 +17,11 @@ from typing import Any, Literal
 
 StreamEnd = Literal["completed", "aborted", "cut"]
 
+PROMPT_COUNTS_LIMIT = 10_000
+
 
 class Stats:
-    def __init__(self, prompt_limit: int) -> None:
+    def __init__(self, prompt_limit: int = PROMPT_COUNTS_LIMIT) -> None:
         self.prompt_limit = prompt_limit
         self.active_streams = 0
         self.reset()

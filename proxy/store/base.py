@@ -27,7 +27,7 @@ exact bytes the client got, so a replay is byte-identical).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,7 +57,8 @@ class StoredResponse:
     parents: tuple[str, ...] = ()
     # Has an event log been written for it (it was streamed, or runs in the background)?
     logged: bool = False
-    # Has its log received its terminal event?
+    # Has `finish_response` stored its final object (and the terminal event, when it was given)?
+    # Its log then receives nothing more: a reader stops at what is there.
     closed: bool = False
 
     @property
@@ -208,3 +209,60 @@ class Store(Protocol):
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str,
                                        item_id: str) -> bool: ...
+
+
+# -- background jobs --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One queue entry: a background response to run. `spec` is the job's JSON (the chat
+    request and what the worker needs to run it), opaque to the queue."""
+
+    entry_id: str  # the queue's own id for the entry (a Redis stream id)
+    response_id: str
+    spec: bytes
+
+
+class JobQueue(Protocol):
+    """The background job queue, shared by every instance: a Redis Stream with one consumer
+    group. An entry stays pending (owned by the worker that took it) until `done`; an owner
+    keeps its entries fresh with `keep_alive`; entries left idle too long (their worker died)
+    are taken over with `reclaim`. Cancellation is broadcast on a channel."""
+
+    async def enqueue(self, response_id: str, spec: bytes, *, limit: int) -> bool:
+        """Add a job unless the queue already holds `limit` entries (queued + running):
+        then add nothing and return False. Atomic: concurrent enqueues never pass the bound."""
+
+    async def take(self, consumer: str, count: int, *, block_ms: int) -> list[Job]:
+        """Up to `count` jobs no consumer has taken yet, now owned by `consumer`; waits up to
+        `block_ms` for one when there is none (0: do not wait)."""
+
+    async def keep_alive(self, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+        """Reset the idle time of those entries that `consumer` still owns (one another
+        worker has reclaimed meanwhile is left alone); return the ids it no longer owns (the
+        worker was presumed dead: it must stop those jobs and leave them alone). One round
+        trip."""
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Job]:
+        """Take over up to `count` entries idle for at least `min_idle_ms` (their owner stopped
+        keeping them alive): they are now owned by `consumer`."""
+
+    async def done(self, entry_id: str) -> None:
+        """Remove a finished entry (acknowledged and deleted: the queue length is the number
+        of live jobs)."""
+
+    async def requeue(self, job: Job) -> None:
+        """Put a taken, never-started job back as a fresh entry, atomically with removing the
+        old one (a stopping worker hands it back)."""
+
+    async def length(self) -> int:
+        """Entries in the queue: queued + running."""
+
+    async def publish_cancel(self, response_id: str) -> None:
+        """Tell every worker that `response_id` was cancelled."""
+
+    def cancels(self) -> AsyncIterator[str]:
+        """Response ids as `publish_cancel` announces them, for as long as the caller reads.
+        Raises StoreUnavailable when the subscription breaks (the caller subscribes again)."""
+
+    async def statuses(self, response_ids: Sequence[str]) -> dict[str, str | None]:
+        """The stored status of each response (None: unknown), in one round trip."""

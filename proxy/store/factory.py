@@ -13,6 +13,8 @@
   * a blocking pool: a burst waits briefly for a free connection instead of failing.
 - Without a URL: the embedded store, fakeredis's in-process server (declared Redis 7.0, so a
   command newer than production's floor fails here too). One instance; state lost on exit.
+- `job_queue(store)`: the background job queue on the store's own client (one pool per process,
+  the same timeouts), so it needs nothing opened or closed of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 
 EMBEDDED_WARNING = "embedded store: one instance; state lost on exit"
@@ -65,3 +68,9 @@ def embedded_client() -> Redis:
     """A client of a fresh in-process server, private to the caller."""
     server = fakeredis.FakeServer(version=EMBEDDED_VERSION)
     return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
+
+
+def job_queue(store: RedisStore) -> RedisJobQueue:
+    """The job queue sharing `store`'s client: same server, pool and timeouts; its blocking
+    reads stay under the store's `max_block_ms`. Closed with the store (`store.aclose()`)."""
+    return RedisJobQueue(store.client, max_block_ms=store.max_block_ms)

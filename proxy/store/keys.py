@@ -6,7 +6,8 @@ Invariants (DESIGN.md, "Redis"):
   unchanged on a Redis Cluster. Calls that span several responses (`load_chain`,
   `append_events`, `tail`) are pipelines or multi-key reads that a cluster client can split.
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
-  nothing outlives its owner and nothing grows without bound.
+  nothing outlives its owner and nothing grows without bound. One exception, bounded instead
+  of expiring: the job queue (see "background jobs" below).
 - Nothing here is ever found by pattern: no KEYS, no SCAN. A key is always built from an id.
 
 Layout:
@@ -17,6 +18,9 @@ Layout:
     cv:{conv_id}            HASH    tenant | obj | meta | next
     cv:{conv_id}:order      ZSET    item id scored by its insertion number
     cv:{conv_id}:items      HASH    item id -> item JSON
+    jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
+                                    consumer group `workers`
+    jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
 """
 
 from __future__ import annotations
@@ -90,6 +94,27 @@ def conversation_order(conversation_id: str) -> str:
 def conversation_items(conversation_id: str) -> str:
     """Item bodies by id: `get_conversation_item` is one HGET, deletion one HDEL."""
     return f"cv:{{{conversation_id}}}:items"
+
+
+# -- background jobs ------------------------------------------------------------------------
+# The one key that never expires: an entry lives exactly as long as its job (added by enqueue,
+# removed by XACK + XDEL when the job is done or handed back), and `enqueue` refuses to add one
+# past its `limit`, so XLEN = queued + running <= limit. A TTL would instead drop every queued
+# and running job at once, and its renewal on every enqueue would keep a busy queue alive anyway.
+
+# The queue: a stream with its own hash tag (it belongs to no response), so the job scripts
+# touch one slot.
+JOB_QUEUE: Final = "jobs:{queue}"
+# The one consumer group every worker reads through: XREADGROUP hands an entry to one consumer,
+# the group's pending list records who owns it and for how long it has been idle.
+JOB_GROUP: Final = "workers"
+# Entry field names. The job scripts (scripts.py) spell the same names: change both together.
+# One letter each: a queued job's spec is the bulk of the entry; the names are overhead.
+F_JOB_RESPONSE: Final = "r"
+F_JOB_SPEC: Final = "s"
+# Cancellations, broadcast to every worker (only the one running the job acts on it). Pub/sub
+# stores nothing: a worker that misses a message sees the status change at its next heartbeat.
+JOB_CANCEL_CHANNEL: Final = "jobs:cancel"
 
 
 # -- lifetimes (seconds) --------------------------------------------------------------------

@@ -99,6 +99,12 @@ class RedisStore:
         self._conv_delete_item = client.register_script(scripts.DELETE_CONVERSATION_ITEM)
 
     @property
+    def max_block_ms(self) -> int:
+        """The longest blocking read this client may issue (below its socket timeout). Other
+        users of `client` (XREADGROUP BLOCK, ...) must stay under it too."""
+        return self._max_block_ms
+
+    @property
     def client(self) -> Redis:
         """The underlying client, for other Redis users of the process to share its pool."""
         return self._client
@@ -271,7 +277,7 @@ class RedisStore:
         by_key = {keys.response_log(rid).encode(): rid for rid in positions}
         block = min(block_ms, self._max_block_ms)
         reply: Any = await self._read(
-            lambda: self._client.xread(streams, block=block))
+            lambda: self._client.xread(streams, block=block if block > 0 else None))
         found: dict[str, list[StoredEvent]] = {}
         for key, entries in reply or ():
             events = [_event(entry_id, fields) for entry_id, fields in entries]

@@ -45,7 +45,7 @@ local function append(log, from)
 end
 """
 
-# Statuses no script ever moves away from (the one exception is in FINISH_RESPONSE).
+# Statuses TRANSITION never moves away from (FINISH_RESPONSE lists what it accepts).
 _TERMINAL: Final = """
 local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled = true}
 """
@@ -73,14 +73,16 @@ return 1
 # Append events to one response's log (one call per response, all pipelined together).
 # KEYS: hash, log
 # ARGV: event_ttl, (seq, type, data)*
-# Events of an unknown response (deleted, expired, never created) are dropped: every read goes
-# through the record's tenant check, so a log without its record could never be read, and
-# writing it would resurrect a deleted response's log until its TTL.
+# Dropped whole: events of an unknown response (deleted, expired, never created: every read
+# goes through the record's tenant check, so such a log could never be read, and writing it
+# would resurrect a deleted response's log until its TTL), and events after `closed` (the
+# terminal event is the last one a reader will ever see).
 APPEND_EVENTS: Final = _APPEND + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local state = redis.call('HMGET', KEYS[1], 'tenant', 'logged', 'closed')
+if not state[1] or state[3] == '1' then return 0 end
 local added = append(KEYS[2], 2)
 redis.call('EXPIRE', KEYS[2], ARGV[1])
-if added > 0 and redis.call('HGET', KEYS[1], 'logged') ~= '1' then
+if added > 0 and state[2] ~= '1' then
   redis.call('HSET', KEYS[1], 'logged', '1')
 end
 return added
@@ -118,10 +120,10 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
 # ran the response then closes its log with the partial output. `closed` makes that once.
 # A late completion after a cancel is refused. Returns nil or {changed, status, obj}.
-FINISH_RESPONSE: Final = _APPEND + _TERMINAL + """
+FINISH_RESPONSE: Final = _APPEND + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return false end
-local ok = not TERMINAL[status]
+local ok = status == 'queued' or status == 'in_progress'
 if not ok and status == 'cancelled' and ARGV[1] == 'cancelled' then
   ok = redis.call('HGET', KEYS[1], 'closed') ~= '1'
 end
@@ -253,4 +255,60 @@ if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
 if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
 redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
+"""
+
+# -- background jobs ------------------------------------------------------------------------
+# KEYS for every job script: the queue stream (keys.JOB_QUEUE, one slot of its own); ARGV[1] is
+# the consumer group. Entry fields are `r` (response id) and `s` (spec), as in keys.py.
+# XACK answers 0 when the stream or the group is missing; XPENDING fails with NOGROUP, and a
+# script that needs it calls it before writing anything, so the caller can create the group and
+# run the script again.
+
+# Add a job unless the queue is full: the length check and the add are one step, so concurrent
+# enqueues never pass the bound. Finished entries are deleted, so XLEN = queued + running.
+# The group is created with the stream (from id 0, so this first entry is delivered): a stream
+# lost with a Redis restart comes back with its group and readers never find it missing.
+# ARGV: group, limit, response id, spec   Returns 1 if added, 0 if the queue is full.
+ENQUEUE_JOB: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+end
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
+return 1
+"""
+
+# Reset the idle time of the entries `consumer` still owns. The ownership check and the claim
+# are one step: an entry another worker reclaimed meanwhile (we were presumed dead) stays
+# theirs. XCLAIM with min-idle 0 resets the idle time; JUSTID leaves the delivery count alone
+# (a heartbeat is not a redelivery).
+# ARGV: group, consumer, entry id*   Returns the ids NOT refreshed (no longer ours: lost).
+KEEP_ALIVE_JOBS: Final = """
+local lost = {}
+for i = 3, #ARGV do
+  local owned = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #owned == 1 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+"""
+
+# Remove entries for good: acknowledged (out of the pending list) and deleted (out of XLEN).
+# ARGV: group, entry id*   Returns how many entries were deleted.
+FINISH_JOBS: Final = """
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
+"""
+
+# Hand a taken job back: a fresh entry at the end of the queue (undelivered, so any worker may
+# take it) replaces the old one. Only if the old entry still exists: one that was finished or
+# removed meanwhile is not resurrected. The length is unchanged, so the bound needs no check.
+# ARGV: group, old entry id, response id, spec   Returns the new entry id, or nil.
+REQUEUE_JOB: Final = """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then return false end
+return redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
 """

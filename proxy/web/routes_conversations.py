@@ -8,12 +8,12 @@ from starlette.routing import Route
 
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
-from proxy.web.context import runtime_of, tenant
+from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.rendering import json_response
 
 
 def _ids(request: Request) -> tuple[str, str]:
-    return tenant(request), request.path_params["conversation_id"]
+    return tenant(request), path_id(request, "conversation_id")
 
 
 async def create(request: Request) -> Response:
@@ -46,12 +46,12 @@ async def list_items(request: Request) -> Response:
 
 async def get_item(request: Request) -> Response:
     return json_response(await runtime_of(request).conversations.get_item(
-        *_ids(request), request.path_params["item_id"]))
+        *_ids(request), path_id(request, "item_id")))
 
 
 async def delete_item(request: Request) -> Response:
     return json_response(await runtime_of(request).conversations.delete_item(
-        *_ids(request), request.path_params["item_id"]))
+        *_ids(request), path_id(request, "item_id")))
 
 
 _ONE = "/v1/conversations/{conversation_id}"

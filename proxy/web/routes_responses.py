@@ -10,7 +10,7 @@ from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
-from proxy.web.context import runtime_of, tenant
+from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.rendering import json_response, stream_response
 
@@ -54,7 +54,7 @@ def _check_include(request: Request) -> None:
 
 async def retrieve(request: Request) -> Response:
     runtime = runtime_of(request)
-    response_id = request.path_params["response_id"]
+    response_id = path_id(request, "response_id")
     query = request.query_params
     _check_include(request)
     if _flag(query.get("stream"), "stream"):
@@ -67,7 +67,7 @@ async def retrieve(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     runtime = runtime_of(request)
     return json_response(await runtime.stored.delete(tenant(request),
-                                                     request.path_params["response_id"]))
+                                                     path_id(request, "response_id")))
 
 
 async def input_items(request: Request) -> Response:
@@ -75,7 +75,13 @@ async def input_items(request: Request) -> Response:
     _check_include(request)
     page = parse_page(request.query_params)
     return json_response(await runtime.stored.input_items(
-        tenant(request), request.path_params["response_id"], page))
+        tenant(request), path_id(request, "response_id"), page))
+
+
+async def cancel(request: Request) -> Response:
+    runtime = runtime_of(request)
+    return json_response(await runtime.background.cancel(tenant(request),
+                                                         path_id(request, "response_id")))
 
 
 routes = [
@@ -83,4 +89,5 @@ routes = [
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+    Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
 ]

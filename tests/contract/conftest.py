@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from proxy.store.factory import open_store
+from proxy.store.factory import job_queue, open_store
+from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 
 
@@ -36,6 +37,13 @@ async def store(store_url: str | None) -> AsyncIterator[RedisStore]:
         await store.aclose()
 
 
+@pytest.fixture
+def queue(store: RedisStore) -> RedisJobQueue:
+    """The job queue on the store's client, as the app builds it (so `round_trips` counts its
+    commands too)."""
+    return job_queue(store)
+
+
 class RoundTrips:
     def __init__(self) -> None:
         self.count = 0
@@ -48,7 +56,7 @@ class RoundTrips:
 def round_trips(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     counter = RoundTrips()
     client = store.client
-    send_one = client.execute_command
+    send_one: Any = client.execute_command
 
     async def counted_command(*args: Any, **options: Any) -> Any:
         counter.count += 1

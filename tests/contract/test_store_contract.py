@@ -396,6 +396,14 @@ async def test_append_for_an_unknown_response_writes_nothing(store: RedisStore) 
                                      keys.response_log("resp_x")) == 0
 
 
+async def test_nothing_is_appended_after_the_terminal_event(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await store.finish_response(response("resp_1", "completed"), event(1, "response.completed"),
+                                ttl=TTL, event_ttl=EVENT_TTL)
+    await store.append_events({"resp_1": [event(2), event(3)]}, ttl=EVENT_TTL)
+    assert seqs(await store.read_events("resp_1")) == [0, 1]
+
+
 async def test_read_events_after(store: RedisStore) -> None:
     await create(store, "resp_1", events=tuple(event(n) for n in range(6)))
     assert seqs(await store.read_events("resp_1")) == [0, 1, 2, 3, 4, 5]
@@ -493,12 +501,13 @@ async def test_every_conversation_write_sets_ttls(store: RedisStore) -> None:
     await assert_every_key_expires(store)
 
 
-def test_ttls_must_be_positive() -> None:
-    # EXPIRE 0 would delete at once; refused before any I/O (no store needed)
-    from proxy.store.redis import _check_ttl
-
+async def test_a_zero_ttl_is_refused_before_any_write(store: RedisStore) -> None:
+    # EXPIRE 0 deletes at once: a zero TTL is a caller's bug, not "keep forever"
     with pytest.raises(ValueError):
-        _check_ttl(3600, 0)
+        await create(store, "resp_1", ttl=0)
+    with pytest.raises(ValueError):
+        await store.append_events({"resp_1": [event(0)]}, ttl=0)
+    assert await store.client.exists(*response_keys("resp_1")) == 0
 
 
 # -- conversations --------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def check_invariants(events: list[dict[str, Any]], *, first_seq: int = 0) -> Non
     for item in done_items:
         if item["type"] == "message":
             joined = "".join(texts.get((item["id"], 0), []))
-            assert item["content"][0]["text"] == joined
+            assert (item["content"][0]["text"] if item["content"] else "") == joined
 
 
 def check_vllm_rules(events: list[dict[str, Any]]) -> None:

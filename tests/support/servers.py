@@ -29,11 +29,13 @@ class ServerProcess:
     """A child process serving HTTP on 127.0.0.1:`port`; `url` is its root."""
 
     def __init__(self, args: Sequence[str], port: int, *, env: dict[str, str] | None = None,
-                 ready_path: str | None = "/healthz", log_name: str = "server") -> None:
+                 ready_path: str | None = "/healthz", log_name: str = "server",
+                 ready_text: str | None = None) -> None:
         self.args = list(args)
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.ready_path = ready_path
+        self.ready_text = ready_text  # a process without a port: ready once it logs this
         self._env = {**os.environ, **(env or {})}
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
             prefix=f"{log_name}-", suffix=".log", delete=False
@@ -41,6 +43,8 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
+        if self._log.closed:  # started again after a stop: append to the same log
+            self._log = open(self._log.name, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self._env, cwd=ROOT,
             start_new_session=True,
@@ -56,6 +60,9 @@ class ServerProcess:
         raise RuntimeError(f"{self.args} not ready after {timeout}s:\n{self.output()}")
 
     def _ready(self) -> bool:
+        if self.ready_text is not None:
+            self._log.flush()
+            return self.ready_text in self.output()
         if self.ready_path is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
@@ -75,19 +82,20 @@ class ServerProcess:
             os.killpg(self.proc.pid, sig)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if not self.proc or self.proc.poll() is not None:
-            return
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.proc.wait(5)
+        if self.proc and self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()  # the file stays on disk (`output()` reads it by name)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
         if self.proc:
             self.proc.wait(5)
+        self._log.close()
 
 
 def proxy_command(*args: str) -> list[str]:
@@ -111,6 +119,13 @@ def start_proxy(upstream: str | Sequence[str], *flags: str, redis_url: str | Non
         cmd += ["--redis-url", redis_url]
     cmd += list(flags)
     return ServerProcess(cmd, port, env=env, log_name="proxy").start()
+
+
+def start_worker(upstream: str, redis_url: str, *flags: str) -> ServerProcess:
+    """A `responses-proxy worker` process (no port): ready once it says so in its log."""
+    cmd = proxy_command("worker", "--upstream", upstream, "--redis-url", redis_url, *flags)
+    return ServerProcess(cmd, 0, ready_path=None, log_name="worker",
+                         ready_text="worker running").start()
 
 
 def start_redis(port: int | None = None) -> ServerProcess:

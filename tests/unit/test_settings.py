@@ -30,11 +30,12 @@ def test_bad_upstream_url_names_the_flag(raw: str) -> None:
 
 
 def test_flags_win_over_environment() -> None:
-    env = {"PROXY_PORT": "9000", "PROXY_UPSTREAMS": "http://a:1,http://b:2", "PROXY_CACHE": "exact"}
+    env = {"PROXY_PORT": "9000", "PROXY_UPSTREAMS": "http://a:1,http://b:2",
+           "PROXY_CACHE": "OFF"}
     from_env = build_settings({}, env)
     assert from_env.port == 9000
     assert from_env.upstreams == ("http://a:1", "http://b:2")
-    assert from_env.cache == "exact"
+    assert from_env.cache == "off"
     from_flags = build_settings({"port": "9100", "upstream": ["http://c:3"], "cache": "off"}, env)
     assert (from_flags.port, from_flags.upstreams, from_flags.cache) == (
         9100, ("http://c:3",), "off",
@@ -56,6 +57,11 @@ def test_defaults() -> None:
         ({"port": "0"}, {}, "--port"),
         ({}, {"PROXY_PORT": "70000"}, "--port"),
         ({"cache": "fuzzy"}, {}, "--cache"),
+        ({"cache": "exact"}, {}, "--cache"),  # not available yet: said at start
+        ({}, {"PROXY_CACHE": "semantic"}, "--cache"),
+        ({"heartbeat_interval": "0"}, {}, "--heartbeat-interval"),
+        ({"max_queued_jobs": "many"}, {}, "--max-queued-jobs"),
+        ({"event_ttl": "-5"}, {}, "--event-ttl"),
         ({"redis_url": "localhost:6379"}, {}, "--redis-url"),
         ({"api_key": ["has space"]}, {}, "--api-key"),
         ({"max_body_bytes": "-1"}, {}, "--max-body-bytes"),

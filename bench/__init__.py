@@ -1,0 +1,22 @@
+"""`make bench`: the proxy against the direct upstream, side by side, in one run.
+
+What is measured: streamed tokens per second, requests per second, time to the first content
+token, total latency and the proxy's CPU time per 1,000 streamed tokens, for five ways of
+getting the same 256-token answer out of the bundled vLLM simulator (`systems.py`), at several
+concurrencies and per-token delays, every system in turn within each cell so that slow drift of
+the machine hits all of them alike. Every stream is checked (`checks.py`): a stream that is
+short, cut or wrongly terminated is an error, so a broken proxy cannot look fast.
+
+Modules, one concept each:
+    procs     child processes: start pinned to cores, stop, read their CPU from /proc
+    stack     the servers under test (redis-server, the simulator, the proxy) as one unit
+    systems   the five systems: what one request is and how its stream is checked
+    checks    byte-level stream checkers (chat and Responses)
+    client    a minimal HTTP/1.1 keep-alive client on asyncio + httptools
+    loadgen   one closed-loop row: N clients, a ramp, a measured window, a drain
+    stats     percentiles and the per-row summary
+    targets   the issue's targets, evaluated (reported, never asserted)
+    machine   what the numbers were measured on
+    report    the table, docs/BENCHMARKS.md and the raw JSON
+    run       the command line: `python -m bench.run`
+"""

@@ -1,0 +1,72 @@
+"""The systems compared: five ways of streaming the same answer, and the request each sends.
+
+Every system asks the simulator for exactly `tokens` content tokens at `delay_ms` per token,
+through the per-request directive `[[sim tokens=N delay_ms=D]]` in the last user message, so
+one simulator serves every cell and every system gets an identical upstream stream (the chat
+systems ask for usage like the proxy's own upstream request does).
+
+    direct           chat stream straight from the simulator: the baseline
+    passthrough      the same chat request through the proxy's /v1/chat/completions
+    responses        POST /v1/responses, stream, store: false (no Redis on the path)
+    responses-store  the same with store: true: the event log is written to Redis
+    background       background: true, stream: true: a worker runs the job into the event log,
+                     the client reads it through the log replay (live tail)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from bench.checks import StreamKind
+
+MODEL = "sim-model"
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    via_proxy: bool
+    path: str
+    kind: StreamKind
+    extra: tuple[tuple[str, Any], ...] = ()  # Responses body fields beyond stream/input
+
+    def body(self, tokens: int, delay_ms: float) -> dict[str, Any]:
+        text = prompt(tokens, delay_ms)
+        if self.kind == "chat":
+            return {"model": MODEL, "messages": [{"role": "user", "content": text}],
+                    "stream": True, "stream_options": {"include_usage": True}}
+        return {"model": MODEL, "input": text, "stream": True, **dict(self.extra)}
+
+    def request(self, host: str, port: int, tokens: int, delay_ms: float) -> bytes:
+        """The complete HTTP/1.1 request, built once per row and written as is."""
+        return http_post(host, port, self.path, orjson.dumps(self.body(tokens, delay_ms)))
+
+
+def prompt(tokens: int, delay_ms: float) -> str:
+    delay = f"{delay_ms:g}"
+    return f"benchmark the proxy [[sim tokens={tokens} delay_ms={delay}]]"
+
+
+def http_post(host: str, port: int, path: str, body: bytes) -> bytes:
+    head = (f"POST {path} HTTP/1.1\r\n"
+            f"Host: {host}:{port}\r\n"
+            "Content-Type: application/json\r\n"
+            "Accept: text/event-stream\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            "\r\n")
+    return head.encode() + body
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s for s in (
+        System("direct", False, "/v1/chat/completions", "chat"),
+        System("passthrough", True, "/v1/chat/completions", "chat"),
+        System("responses", True, "/v1/responses", "responses", (("store", False),)),
+        System("responses-store", True, "/v1/responses", "responses", (("store", True),)),
+        System("background", True, "/v1/responses", "responses",
+               (("store", True), ("background", True))),
+    )
+}

@@ -1,0 +1,104 @@
+"""Background responses: submitting a job, and cancelling one from any instance.
+
+Submit (`background: true`): the response is stored `queued` together with the first two
+events of its log (`response.created` and `response.queued`, both status queued), then put on
+the job queue; a full queue answers 429 and leaves nothing behind. A streaming client then
+reads the log like any replay: the same events, live, from whichever instance it is on.
+
+Cancel (CONTRACT.md): only background responses; queued/in_progress → `cancelled` by one
+compare-and-set, final from then on (a late completion never overwrites it):
+- from `queued`: no worker holds it (a worker must win `queued → in_progress` first), so this
+  instance closes its log with the terminal `response.cancelled` event itself;
+- from `in_progress`: the owning worker is told (pub/sub, with a status poll as backup); it stops
+  its upstream stream and closes the log with the partial output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from proxy.core import types as t
+from proxy.core.errors import InvalidRequest, ProxyError, RateLimited
+from proxy.core.types import ResponseObject
+from proxy.services.stored import not_found
+from proxy.settings import Settings
+from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
+
+# A status may move between our read and our compare-and-set (a worker starts the job); a
+# cancel re-reads and tries again, at most this many times.
+CANCEL_ATTEMPTS = 3
+
+
+class Background:
+    def __init__(self, store: Store, queue: JobQueue, settings: Settings) -> None:
+        self._store = store
+        self._queue = queue
+        self._settings = settings
+        # This process's own worker, if any: told at once (no polling, no broadcast delay).
+        self._poke: Callable[[], None] = lambda: None
+        self._cancel_local: Callable[[str], None] = lambda _id: None
+
+    def attach_worker(self, poke: Callable[[], None],
+                      cancel_local: Callable[[str], None]) -> None:
+        self._poke = poke
+        self._cancel_local = cancel_local
+
+    async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
+                     events: list[StoredEvent], spec: dict[str, Any]) -> None:
+        settings = self._settings
+        await self._store.create_response(record, input_items, events=events,
+                                          ttl=settings.response_ttl, event_ttl=settings.event_ttl)
+        try:
+            queued = await self._queue.enqueue(record.id, orjson.dumps(spec),
+                                               limit=settings.max_queued_jobs)
+        except ProxyError:
+            # Not queued: do not leave a response behind that would stay `queued` for ever.
+            with contextlib.suppress(ProxyError):
+                await self._store.delete_response(record.tenant, record.id)
+            raise
+        if not queued:
+            await self._store.delete_response(record.tenant, record.id)
+            raise RateLimited(
+                f"The background queue is full ({settings.max_queued_jobs} jobs); retry later.",
+                retry_after=5)
+        self._poke()
+
+    async def cancel(self, tenant: str, response_id: str) -> ResponseObject:
+        for _ in range(CANCEL_ATTEMPTS):
+            record = await self._store.get_response(tenant, response_id)
+            if record is None:
+                raise not_found(response_id)
+            if not record.background:
+                raise InvalidRequest("Only responses created with background=true can be "
+                                     "cancelled.", param="response_id")
+            if record.status == t.S_CANCELLED:
+                return record.response
+            if record.status in t.TERMINAL_STATUSES:
+                raise InvalidRequest(f"Cannot cancel a response whose status is "
+                                     f"'{record.status}'.", param="response_id")
+            cancelled = {**record.response, "status": t.S_CANCELLED}
+            moved = await self._store.transition(
+                response_id, allowed_from=frozenset({record.status}), to=t.S_CANCELLED,
+                response=cancelled, ttl=self._settings.response_ttl)
+            if not moved.changed:
+                continue  # it moved meanwhile: look again
+            if record.status == t.S_QUEUED:
+                await self._close_queued(cancelled)
+            else:
+                self._cancel_local(response_id)
+                await self._queue.publish_cancel(response_id)
+            return moved.response or cancelled
+        raise InvalidRequest("The response changed status while it was being cancelled; "
+                             "try again.", param="response_id")
+
+    async def _close_queued(self, cancelled: ResponseObject) -> None:
+        logged = await self._store.read_events(cancelled["id"], after=-1)
+        seq = logged[-1].seq + 1 if logged else 0
+        event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
+        terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))
+        await self._store.finish_response(cancelled, terminal, ttl=self._settings.response_ttl,
+                                          event_ttl=self._settings.event_ttl)

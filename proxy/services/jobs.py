@@ -1,0 +1,345 @@
+"""The background worker: takes jobs from the queue and runs them as turns into their logs.
+
+A job's life, one compare-and-set at each step (statuses are final once terminal):
+
+    queued ──take──▶ [CAS queued→in_progress] ──upstream──▶ turn ──▶ completed|incomplete|failed
+      │                     │ refused (cancelled meanwhile): close the log if nobody did, ack
+      └─ cancel ──▶ cancelled (the cancelling instance closes the log)
+    in_progress ── cancel ──▶ cancelled: the owner stops its upstream and closes the log
+
+Liveness. A worker keeps the queue entries of its running jobs "fresh" (`keep_alive` every
+`heartbeat` seconds resets their idle time, only for entries it still owns); that is the
+heartbeat. Every worker also reclaims entries idle longer than 2.5 heartbeats, which only a
+dead worker leaves behind, so a crashed job is picked up within 3 heartbeat intervals:
+- still `queued` (taken, never started): simply run here;
+- `in_progress` (it may have reached the upstream): closed as `failed` with a clear error, the
+  log completed from where it stopped (`Assembler.restore`); never run twice, never stuck;
+- `cancelled` with an unclosed log: the log is closed; a cancelled job is never resurrected.
+
+Shutdown (`stop`), in phases: stop taking jobs; let running ones finish within the grace
+period; fail what is still running ("the worker shut down"), hand back what never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.core import types as t
+from proxy.core.assembler import Assembler
+from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.ids import IdFactory, new_id
+from proxy.core.items import seal_reasoning
+from proxy.metrics import Metrics
+from proxy.services.eventlog import EventLogHub
+from proxy.services.fleet import Fleet
+from proxy.services.tasks import TaskSet
+from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.settings import Settings
+from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
+
+log = logging.getLogger("proxy.worker")
+
+CHAT_PATH = "/v1/chat/completions"
+# The first sequence number a worker writes: the log already holds created (0) and queued (1).
+FIRST_WORKER_SEQ = 2
+LOST = "the worker running this response stopped before it finished"
+SHUTDOWN = "the worker shut down before this response finished"
+# How long an empty take waits for a poke when the store cannot block (the embedded store).
+EMBEDDED_POLL = 0.2
+
+
+@dataclass
+class _Running:
+    job: Job
+    task: asyncio.Task[None]
+    turn: Turn | None = None
+    # No longer ours to finish: reclaimed by another worker (we were presumed dead), or handed
+    # back to the queue. The entry is then not acknowledged by us.
+    released: bool = False
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{new_id('w')[-8:]}"
+
+
+class Worker:
+    def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
+                 tasks: TaskSet, metrics: Metrics, settings: Settings, *,
+                 name: str | None = None, shared: bool = True,
+                 clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
+        self.name = name or worker_name()
+        self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
+        self._tasks, self._metrics, self._settings = tasks, metrics, settings
+        # `shared`: the queue lives in a Redis other processes use. The embedded store is
+        # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
+        # need no broadcast (`cancel_local` is called directly).
+        self._blocking = shared
+        self._shared = shared
+        self._clock, self._ids = clock, ids
+        self._running: dict[str, _Running] = {}
+        self._stopping = False
+        self._poked = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._take_loop(), name="worker-take"),
+            asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
+        ]
+        if self._shared:
+            self._loops.append(asyncio.create_task(self._cancel_loop(), name="worker-cancels"))
+        log.info("worker %s: up to %d jobs at once", self.name,
+                 self._settings.worker_concurrency)
+
+    def poke(self) -> None:
+        """A job was just queued by this process: look now."""
+        self._poked.set()
+
+    def cancel_local(self, response_id: str) -> None:
+        """A response was just cancelled by this process: stop it now if it runs here."""
+        running = self._running.get(response_id)
+        if running is not None:
+            running.task.cancel()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def stop(self, grace: float) -> None:
+        # 1. stop taking jobs (every loop ends at its next turn)
+        self._stopping = True
+        self._stop.set()
+        self._poked.set()
+        # 2. let running jobs finish within the grace period
+        pending = [r.task for r in self._running.values()]
+        if pending:
+            log.info("worker %s: waiting up to %.0fs for %d job(s)", self.name, grace,
+                     len(pending))
+            await asyncio.wait(pending, timeout=grace)
+        # 3. fail what still runs: a generation cannot move to another worker mid-stream
+        for running in list(self._running.values()):
+            if running.turn is not None:
+                running.turn.stop(SHUTDOWN)
+            running.task.cancel()
+        leftover = [r.task for r in self._running.values()]
+        if leftover:
+            await asyncio.wait(leftover, timeout=5.0)
+        # 4. the loops themselves: they see `_stopping` at their next turn; cancelling is the
+        # fast path, but not relied on (fakeredis can swallow a cancellation mid-command)
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.wait(self._loops, timeout=3.0)
+
+    # -- taking ----------------------------------------------------------------------------------
+    async def _take_loop(self) -> None:
+        concurrency = self._settings.worker_concurrency
+        while not self._stopping:
+            free = concurrency - len(self._running)
+            if free <= 0:
+                await self._wait_poke(1.0)
+                continue
+            try:
+                jobs = await self._queue.take(self.name, free,
+                                              block_ms=1000 if self._blocking else 0)
+            except StoreUnavailable as exc:
+                log.warning("worker %s: queue unavailable: %s", self.name, exc)
+                await self._wait_poke(1.0)
+                continue
+            for job in jobs:
+                self._launch(job)
+            if not jobs and not self._blocking:
+                await self._wait_poke(EMBEDDED_POLL)
+
+    async def _wait_poke(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poked.wait(), timeout)
+        self._poked.clear()
+
+    def _launch(self, job: Job) -> None:
+        if job.response_id in self._running:
+            return  # already ours (a reclaim raced a take)
+        task = asyncio.create_task(self._execute(job), name=f"job-{job.response_id}")
+        self._running[job.response_id] = _Running(job, task)
+        task.add_done_callback(lambda _: self._finished(job.response_id))
+
+    def _finished(self, response_id: str) -> None:
+        self._running.pop(response_id, None)
+        self._poked.set()  # a slot is free
+
+    # -- one job ---------------------------------------------------------------------------------
+    async def _execute(self, job: Job) -> None:
+        try:
+            record = await self._store.get_response_any(job.response_id)
+            if record is None:
+                return  # deleted or expired while queued
+            if record.status == t.S_QUEUED and self._stopping:
+                await self._queue.requeue(job)
+                self._release(job.response_id)
+                return
+            if record.status == t.S_QUEUED:
+                moved = await self._store.transition(
+                    job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
+                    ttl=self._settings.response_ttl)
+                if moved.changed:
+                    await self._run(job, record)
+                    return
+                record = await self._store.get_response_any(job.response_id)
+                if record is None:
+                    return
+            await self._close_abandoned(record)
+        except asyncio.CancelledError:
+            running = self._running.get(job.response_id)
+            if running is None or running.turn is None:
+                # Stopped before its turn began (a turn closes its own log when stopped).
+                reason = SHUTDOWN if self._stopping else LOST
+                await self._tasks.shielded(self._settle(job.response_id, reason),
+                                           name="job-settle")
+            raise
+        except ProxyError as exc:
+            log.error("worker %s: job %s: %s", self.name, job.response_id, exc)
+        finally:
+            running = self._running.get(job.response_id)
+            if running is None or not running.released:
+                with contextlib.suppress(ProxyError):
+                    await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
+
+    def _release(self, response_id: str) -> None:
+        running = self._running.get(response_id)
+        if running is not None:
+            running.released = True
+
+    async def _run(self, job: Job, record: StoredResponse) -> None:
+        spec: dict[str, Any] = orjson.loads(job.spec)
+        assembler = self._assembler(record, spec)
+        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
+                            event_ttl=self._settings.event_ttl,
+                            log=self._hub.open(record.id),
+                            conversation=await self._conversation(record, spec))
+        try:
+            call = await self._fleet.open(spec["model"], CHAT_PATH, orjson.dumps(spec["chat"]),
+                                          stream=True, affinity=spec.get("affinity"))
+        except ProxyError as exc:
+            events = assembler.resume() + assembler.fail(exc.message)
+            await _record_all(recorder, events)
+            return
+        turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
+                    metrics=self._metrics)
+        running = self._running.get(record.id)
+        if running is not None:
+            running.turn = turn
+        async with contextlib.aclosing(turn.run()) as batches:
+            async for _ in batches:
+                pass
+
+    def _assembler(self, record: StoredResponse, spec: dict[str, Any]) -> Assembler:
+        seal = seal_reasoning if spec.get("seal") else None
+        return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
+                         seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
+
+    async def _conversation(self, record: StoredResponse,
+                            spec: dict[str, Any]) -> ConversationTurn | None:
+        conversation = spec.get("conversation")
+        if not conversation:
+            return None
+        items = await self._store.input_items(record.tenant, record.id) or []
+        return ConversationTurn(record.tenant, conversation, items)
+
+    async def _settle(self, response_id: str, reason: str) -> None:
+        with contextlib.suppress(ProxyError):
+            record = await self._store.get_response_any(response_id)
+            if record is not None:
+                await self._close_abandoned(record, reason)
+
+    async def _close_abandoned(self, record: StoredResponse, reason: str = LOST) -> None:
+        """A job found in a state no live worker will finish: in_progress (its worker died)
+        or cancelled with an open log. Complete the log from where it stopped."""
+        if record.status == t.S_IN_PROGRESS:
+            ending = "fail"
+        elif record.status == t.S_CANCELLED and not record.closed:
+            ending = "cancel"
+        else:
+            return
+        logged = await self._store.read_events(record.id, after=-1)
+        assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
+        assembler.restore(orjson.loads(e.data) for e in logged)
+        events = assembler.fail(reason) if ending == "fail" else assembler.cancel()
+        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
+                            event_ttl=self._settings.event_ttl, log=self._hub.open(record.id))
+        await _record_all(recorder, events)
+        log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
+                    record.status)
+
+    # -- heartbeats, reclaims and cancels --------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        interval = self._settings.heartbeat_interval
+        min_idle_ms = int(interval * 2500)
+        beat_at = 0.0
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval / 2)
+            if self._stop.is_set():
+                return
+            try:
+                now = time.monotonic()
+                if now - beat_at >= interval:
+                    beat_at = now
+                    await self._beat()
+                free = self._settings.worker_concurrency - len(self._running)
+                if free > 0 and not self._stopping:
+                    for job in await self._queue.reclaim(self.name, min_idle_ms, free):
+                        self._launch(job)
+            except StoreUnavailable as exc:
+                log.warning("worker %s: heartbeat failed: %s", self.name, exc)
+
+    async def _beat(self) -> None:
+        running = list(self._running.values())
+        if not running:
+            return
+        lost = set(await self._queue.keep_alive(self.name, [r.job.entry_id for r in running]))
+        for entry in running:
+            if entry.job.entry_id in lost:
+                # Another worker took it over (we were presumed dead): it now finishes the job.
+                log.warning("worker %s: lost %s to another worker", self.name,
+                            entry.job.response_id)
+                entry.released = True
+                entry.task.cancel()
+        # Backup for a missed pub/sub message: a job no longer in_progress stops here.
+        statuses = await self._queue.statuses([r.job.response_id for r in running])
+        for entry in running:
+            if statuses.get(entry.job.response_id) not in (t.S_IN_PROGRESS, t.S_QUEUED, None):
+                entry.task.cancel()
+
+    async def _cancel_loop(self) -> None:
+        while not self._stopping:
+            try:
+                async for response_id in self._queue.cancels():
+                    if self._stop.is_set():
+                        return
+                    running = self._running.get(response_id)
+                    if running is not None:
+                        running.task.cancel()
+            except StoreUnavailable as exc:
+                log.warning("worker %s: cancel channel lost: %s", self.name, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 1.0)
+
+
+async def _record_all(recorder: Recorder, events: list[dict[str, Any]]) -> None:
+    """Write a short, complete run of events (the last one terminal) to a log at once."""
+    encoded = [(e["type"], orjson.dumps(e)) for e in events]
+    recorder.add(events[:-1], encoded[:-1])
+    kind, data = encoded[-1]
+    await recorder.finish(events[-1]["response"],
+                          StoredEvent(events[-1]["sequence_number"], kind, data))

@@ -1,0 +1,221 @@
+"""`RedisJobQueue`: the background job queue (`JobQueue`, store/base.py) on one Redis Stream.
+
+Layout (keys.py): the stream `jobs:{queue}` read through one consumer group; each entry carries
+`r` (the response id) and `s` (the job's spec, opaque bytes). Cancellations go out on the
+`jobs:cancel` pub/sub channel. The atomic steps are scripts in scripts.py.
+
+Invariants:
+- The stream holds live jobs only: `enqueue` and `requeue` add entries, `done` and `requeue`
+  remove them (XACK + XDEL). So XLEN = queued + running, and `enqueue`'s bound on it (checked
+  and written in one script) keeps the stream bounded: it needs no TTL.
+- An entry has one owner at a time: XREADGROUP hands it to one consumer, `reclaim` (XAUTOCLAIM)
+  moves it only once it has been idle `min_idle_ms`, and `keep_alive` refreshes only entries
+  the caller still owns (checked and claimed in one script): a worker that was presumed dead
+  never takes back an entry another worker reclaimed.
+- The consumer group is made on demand. A group command that finds it missing (first use, or
+  a Redis restart without persistence lost the stream) creates it and runs once more; that is
+  safe for writes too, since Redis refused the command before it did anything. It is created
+  from id 0, not `$`, so entries added before it (an enqueue right after a restart) are
+  delivered rather than skipped for ever. `enqueue` creates it together with the stream, so
+  usually no reader finds it missing.
+- Every failure of the server becomes `StoreUnavailable` (redis.py's `store_errors`). Reads
+  (XLEN, the status poll) are retried once on a dropped connection, writes never. XREADGROUP
+  and XAUTOCLAIM count as writes: an entry delivered in a reply we never read stays pending
+  under our name and comes back through `reclaim` once idle.
+- `take` never blocks longer than `max_block_ms` (below the socket timeout, see factory.py)
+  and never sends BLOCK 0, which Redis reads as "forever".
+- One round trip per call (one command, script or pipeline); `keep_alive` and `statuses` with
+  nothing to do make none. Rare extras: one to remove entries delivered without their fields,
+  two to create a missing group.
+
+Deliberate divergence: fakeredis answers XREADGROUP on a missing stream with "ERR The XGROUP
+subcommand requires the key to exist" where Redis answers NOGROUP; both mean "create the group".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from redis import exceptions as rex
+from redis.asyncio import Redis
+
+from proxy.store import keys, scripts
+from proxy.store.base import Job
+from proxy.store.redis import store_errors
+
+T = TypeVar("T")
+
+# How long one wait for a cancel message lasts. Any value works (each wait is a real socket wait,
+# not a poll); a bounded one lets redis-py run its connection health check between waits.
+CANCEL_WAIT_SECONDS = 1.0
+
+# A group command on a stream or group that does not exist (the second: fakeredis, see above).
+_MISSING_GROUP = ("NOGROUP", "The XGROUP subcommand requires the key to exist")
+
+_FIELD_RESPONSE = keys.F_JOB_RESPONSE.encode()
+_FIELD_SPEC = keys.F_JOB_SPEC.encode()
+
+
+class RedisJobQueue:
+    """The `JobQueue` protocol on a Redis client, usually the store's (factory.job_queue)."""
+
+    def __init__(self, client: Redis, *, max_block_ms: int) -> None:
+        self._client = client
+        self._max_block_ms = max_block_ms
+        self._enqueue = client.register_script(scripts.ENQUEUE_JOB)
+        self._keep_alive = client.register_script(scripts.KEEP_ALIVE_JOBS)
+        self._finish = client.register_script(scripts.FINISH_JOBS)
+        self._requeue = client.register_script(scripts.REQUEUE_JOB)
+        # Where the next `reclaim` resumes its walk of the pending list. XAUTOCLAIM examines at
+        # most 10 x COUNT entries per call, so restarting from 0-0 every time would only ever
+        # see the oldest ones: the long-running, kept-alive jobs. Resuming walks the whole list
+        # over successive calls (Redis answers 0-0 at its end: start over).
+        self._reclaim_from = "0-0"
+
+    # -- queueing --------------------------------------------------------------------------
+
+    async def enqueue(self, response_id: str, spec: bytes, *, limit: int) -> bool:
+        args: list[Any] = [keys.JOB_GROUP, limit, response_id, spec]
+        with store_errors():
+            added = await self._enqueue(keys=[keys.JOB_QUEUE], args=args)
+        return bool(added == 1)
+
+    async def requeue(self, job: Job) -> None:
+        # Like `done`, needs no group: XACK answers 0 where there is none.
+        args: list[Any] = [keys.JOB_GROUP, job.entry_id, job.response_id, job.spec]
+        with store_errors():
+            await self._requeue(keys=[keys.JOB_QUEUE], args=args)
+
+    async def done(self, entry_id: str) -> None:
+        await self._remove([entry_id])
+
+    async def length(self) -> int:
+        return int(await self._read(lambda: self._client.xlen(keys.JOB_QUEUE)))
+
+    # -- ownership -------------------------------------------------------------------------
+
+    async def take(self, consumer: str, count: int, *, block_ms: int) -> list[Job]:
+        if count <= 0:
+            return []
+        block = min(block_ms, self._max_block_ms)
+        reply: Any = await self._grouped(lambda: self._client.xreadgroup(
+            keys.JOB_GROUP, consumer, {keys.JOB_QUEUE: ">"}, count=count,
+            block=block if block > 0 else None))
+        entries = [entry for _stream, stream_entries in reply or () for entry in stream_entries]
+        return await self._jobs(entries)
+
+    async def keep_alive(self, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+        if not entry_ids:
+            return []
+        args: list[Any] = [keys.JOB_GROUP, consumer, *entry_ids]
+        lost: Any = await self._grouped(
+            lambda: self._keep_alive(keys=[keys.JOB_QUEUE], args=args))
+        return [entry.decode() if isinstance(entry, bytes) else str(entry) for entry in lost]
+
+    async def reclaim(self, consumer: str, min_idle_ms: int, count: int) -> list[Job]:
+        if count <= 0:
+            return []
+        reply: Any = await self._grouped(lambda: self._client.xautoclaim(
+            keys.JOB_QUEUE, keys.JOB_GROUP, consumer, min_idle_ms,
+            start_id=self._reclaim_from, count=count))
+        # [next cursor, claimed entries, ids deleted from the stream]; Redis 7 has already
+        # dropped the deleted ones from the pending list, so only the cursor and the claimed
+        # entries matter here.
+        self._reclaim_from = reply[0].decode()
+        return await self._jobs(reply[1])
+
+    # -- cancellation and status -----------------------------------------------------------
+
+    async def publish_cancel(self, response_id: str) -> None:
+        with store_errors():
+            await self._client.publish(keys.JOB_CANCEL_CHANNEL, response_id)
+
+    async def cancels(self) -> AsyncGenerator[str, None]:
+        # A subscription holds a connection of its own (the pool lends one) until closed.
+        pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        try:
+            with store_errors():
+                await pubsub.subscribe(keys.JOB_CANCEL_CHANNEL)
+            while True:
+                with store_errors():
+                    message = await pubsub.get_message(timeout=CANCEL_WAIT_SECONDS)
+                if message is not None and message["type"] == "message":
+                    yield message["data"].decode()
+        finally:
+            # Gives the connection back (closed: a subscribed one is no use to anyone else).
+            # redis-py leaves `aclose` unannotated.
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def statuses(self, response_ids: Sequence[str]) -> dict[str, str | None]:
+        ids = list(response_ids)
+        if not ids:
+            return {}
+
+        async def fetch() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for response_id in ids:
+                    pipe.hget(keys.response(response_id), keys.F_STATUS)
+                return await pipe.execute()
+
+        values = await self._read(fetch)
+        return {rid: None if value is None else value.decode()
+                for rid, value in zip(ids, values, strict=True)}
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _jobs(self, entries: Sequence[tuple[bytes | None, dict[bytes, bytes] | None]],
+                    ) -> list[Job]:
+        """Jobs from delivered entries. An entry without its fields (deleted between delivery
+        and read, or not written by `enqueue`) can never run: it is removed, not returned."""
+        jobs: list[Job] = []
+        broken: list[str] = []
+        for entry_id, fields in entries:
+            if entry_id is None:
+                continue  # nothing left to remove
+            response_id = (fields or {}).get(_FIELD_RESPONSE)
+            spec = (fields or {}).get(_FIELD_SPEC)
+            if response_id is None or spec is None:
+                broken.append(entry_id.decode())
+            else:
+                jobs.append(Job(entry_id=entry_id.decode(), response_id=response_id.decode(),
+                                spec=spec))
+        if broken:
+            await self._remove(broken)
+        return jobs
+
+    async def _remove(self, entry_ids: Sequence[str]) -> None:
+        # No group needed: XACK answers 0 for a missing stream or group (after a restart, a
+        # finished job's entry is simply gone).
+        args: list[Any] = [keys.JOB_GROUP, *entry_ids]
+        with store_errors():
+            await self._finish(keys=[keys.JOB_QUEUE], args=args)
+
+    async def _grouped(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a command that needs the consumer group; if the group is missing, create it and
+        run the command once more (Redis refused it before doing anything)."""
+        with store_errors():
+            try:
+                return await op()
+            except rex.ResponseError as exc:
+                if not str(exc).startswith(_MISSING_GROUP):
+                    raise
+            await self._create_group()
+            return await op()
+
+    async def _create_group(self) -> None:
+        try:
+            await self._client.xgroup_create(keys.JOB_QUEUE, keys.JOB_GROUP, id="0",
+                                              mkstream=True)
+        except rex.ResponseError as exc:
+            # Another worker created it first: just as good.
+            if not str(exc).startswith("BUSYGROUP"):
+                raise
+
+    async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
+        # The store's read policy (redis.py): once more on a dropped pooled connection.
+        with store_errors():
+            try:
+                return await op()
+            except rex.ConnectionError:
+                return await op()

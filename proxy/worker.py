@@ -1,0 +1,36 @@
+"""`responses-proxy worker`: a process that runs background jobs and nothing else.
+
+It builds the same `Runtime` as `serve` (fleet, store, event-log writer, worker) without the
+HTTP side, and stops gracefully on SIGTERM or SIGINT (`Worker.stop`: stop taking jobs, let
+running ones finish within `--shutdown-grace`, fail the rest, hand back what never started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from proxy.services.runtime import Runtime
+from proxy.settings import Settings
+
+log = logging.getLogger("proxy.worker")
+
+
+def run_worker(settings: Settings) -> None:
+    asyncio.run(_main(settings))
+
+
+async def _main(settings: Settings) -> None:
+    runtime = Runtime.build(settings, worker=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await runtime.start()
+    log.info("worker running; SIGTERM stops it gracefully")
+    try:
+        await stop.wait()
+        log.info("stopping: running jobs get %.0fs to finish", settings.shutdown_grace)
+    finally:
+        await runtime.aclose()

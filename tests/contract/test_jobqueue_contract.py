@@ -1,0 +1,497 @@
+"""The job queue contract (`JobQueue`, proxy/store/base.py), run against a real redis-server and
+the embedded store alike. Idle times are real: thresholds of 100 ms and sleeps of 150 ms keep
+the file fast while leaving the scheduler a margin either way."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from typing import Any, TypeVar, cast
+
+import fakeredis
+import orjson
+import pytest
+from redis import exceptions as rex
+
+from proxy.core.errors import StoreUnavailable
+from proxy.store import keys
+from proxy.store.base import Job, StoredResponse
+from proxy.store.factory import job_queue, open_store
+from proxy.store.jobqueue import RedisJobQueue
+from proxy.store.redis import RedisStore
+from tests.contract.conftest import RoundTrips
+from tests.support.servers import free_port
+
+LIMIT = 100
+SPEC = orjson.dumps({"model": "m1", "chat": {"messages": [{"role": "user", "content": "hi"}]}})
+MIN_IDLE_MS = 100
+IDLE = 0.15  # seconds: comfortably past MIN_IDLE_MS
+
+T = TypeVar("T")
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+async def enqueue(queue: RedisJobQueue, *response_ids: str, limit: int = LIMIT) -> None:
+    for rid in response_ids:
+        assert await queue.enqueue(rid, SPEC, limit=limit)
+
+
+async def settle(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Run calls concurrently; fail on the first error only once all have ended (a failing
+    test must not leave calls running into the next one)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], results)
+
+
+async def take_one(queue: RedisJobQueue, consumer: str) -> Job:
+    [job] = await queue.take(consumer, 1, block_ms=0)
+    return job
+
+
+async def pending(store: RedisStore, entry_id: str) -> dict[str, Any] | None:
+    """The pending-list row of one entry: consumer, time_since_delivered, times_delivered."""
+    rows: Any = await store.client.xpending_range(keys.JOB_QUEUE, keys.JOB_GROUP, entry_id,
+                                                  entry_id, 1)
+    return dict(rows[0]) if rows else None
+
+
+async def owner(store: RedisStore, entry_id: str) -> str | None:
+    row = await pending(store, entry_id)
+    return None if row is None else row["consumer"].decode()
+
+
+async def pending_count(store: RedisStore) -> int:
+    summary: Any = await store.client.xpending(keys.JOB_QUEUE, keys.JOB_GROUP)
+    return int(summary["pending"])
+
+
+async def subscribers(store: RedisStore) -> int:
+    [(_channel, count)] = await store.client.pubsub_numsub(keys.JOB_CANCEL_CHANNEL)
+    return int(count)
+
+
+async def until_subscribed(store: RedisStore, n: int = 1) -> None:
+    deadline = time.monotonic() + 2.0
+    while await subscribers(store) != n:
+        assert time.monotonic() < deadline, f"never {n} subscriber(s)"
+        await asyncio.sleep(0.01)
+
+
+async def first_cancel(queue: RedisJobQueue) -> str:
+    async with contextlib.aclosing(queue.cancels()) as cancels:
+        async for response_id in cancels:
+            return response_id
+    raise AssertionError("cancels() ended")
+
+
+async def create_response(store: RedisStore, rid: str, status: str) -> None:
+    record = StoredResponse(response={"id": rid, "object": "response", "status": status,
+                                      "background": True, "output": []}, tenant="tenant-a")
+    await store.create_response(record, [], ttl=3600, event_ttl=600)
+
+
+# -- enqueue and take -----------------------------------------------------------------------
+
+
+async def test_a_taken_job_carries_its_spec_byte_for_byte(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    spec = SPEC + b"\x00\xff\xfe raw bytes"
+    assert await queue.enqueue("resp_1", spec, limit=LIMIT)
+    jobs = await queue.take("w1", 10, block_ms=0)
+    assert [(job.response_id, job.spec) for job in jobs] == [("resp_1", spec)]
+    assert await owner(store, jobs[0].entry_id) == "w1"
+
+
+async def test_jobs_are_taken_in_the_order_they_were_queued(queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2", "resp_3")
+    first = await queue.take("w1", 2, block_ms=0)
+    rest = await queue.take("w1", 2, block_ms=0)
+    assert [job.response_id for job in first + rest] == ["resp_1", "resp_2", "resp_3"]
+
+
+async def test_enqueue_refuses_a_full_queue_and_done_makes_room(queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2", limit=2)
+    assert not await queue.enqueue("resp_3", SPEC, limit=2)
+    job = await take_one(queue, "w1")
+    # A running job still counts: the bound is queued + running.
+    assert not await queue.enqueue("resp_3", SPEC, limit=2)
+    await queue.done(job.entry_id)
+    assert await queue.enqueue("resp_3", SPEC, limit=2)
+    assert await queue.length() == 2
+
+
+async def test_concurrent_enqueues_never_pass_the_limit(queue: RedisJobQueue) -> None:
+    accepted = await settle(queue.enqueue(f"resp_{n}", SPEC, limit=20) for n in range(50))
+    assert accepted.count(True) == 20
+    assert await queue.length() == 20
+
+
+async def test_take_hands_each_entry_to_one_consumer(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, *(f"resp_{n}" for n in range(30)))
+
+    async def drain(consumer: str) -> list[Job]:
+        taken: list[Job] = []
+        while batch := await queue.take(consumer, 4, block_ms=0):
+            taken += batch
+            await asyncio.sleep(0)  # let the other consumers interleave
+        return taken
+
+    by_consumer = await settle(drain(f"w{n}") for n in range(3))
+    ids = [job.entry_id for jobs in by_consumer for job in jobs]
+    assert len(ids) == len(set(ids)) == 30
+    for n, jobs in enumerate(by_consumer):
+        for job in jobs:
+            assert await owner(store, job.entry_id) == f"w{n}"
+
+
+async def test_take_with_block_0_does_not_wait(queue: RedisJobQueue) -> None:
+    # Redis reads BLOCK 0 as "forever": the queue must not send it.
+    started = time.monotonic()
+    assert await asyncio.wait_for(queue.take("w1", 1, block_ms=0), 1.0) == []
+    assert time.monotonic() - started < 0.5
+
+
+async def test_take_blocks_no_longer_than_max_block_ms(store: RedisStore) -> None:
+    queue = RedisJobQueue(store.client, max_block_ms=200)
+    started = time.monotonic()
+    assert await asyncio.wait_for(queue.take("w1", 1, block_ms=60_000), 2.0) == []
+    assert time.monotonic() - started < 1.0
+
+
+async def test_a_blocked_take_wakes_when_a_job_arrives(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    if store.embedded:
+        pytest.skip("fakeredis answers a blocking read at once (the worker polls instead)")
+    await queue.take("w1", 1, block_ms=0)  # the group exists: the blocking read can start
+    waiting = asyncio.create_task(queue.take("w1", 1, block_ms=2_000))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await enqueue(queue, "resp_1")
+    jobs = await asyncio.wait_for(waiting, 2.0)
+    assert [job.response_id for job in jobs] == ["resp_1"]
+    assert time.monotonic() - started < 0.5
+
+
+async def test_take_removes_entries_without_job_fields(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    await store.client.xadd(keys.JOB_QUEUE, {"unexpected": "1"})
+    await enqueue(queue, "resp_2")
+    jobs = await queue.take("w1", 10, block_ms=0)
+    assert [job.response_id for job in jobs] == ["resp_1", "resp_2"]
+    assert await queue.length() == 2
+    assert await pending_count(store) == 2
+
+
+async def test_done_removes_the_entry(store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2")
+    job = await take_one(queue, "w1")
+    await queue.done(job.entry_id)
+    assert await queue.length() == 1
+    assert await pending(store, job.entry_id) is None
+    assert [j.response_id for j in await queue.take("w2", 10, block_ms=0)] == ["resp_2"]
+
+
+# -- keep_alive and reclaim -----------------------------------------------------------------
+
+
+async def test_keep_alive_resets_the_idle_time_of_the_owner(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    job = await take_one(queue, "w1")
+    await asyncio.sleep(IDLE)
+    assert await queue.keep_alive("w1", [job.entry_id]) == []  # nothing lost
+    assert await queue.reclaim("w2", MIN_IDLE_MS, 10) == []
+    row = await pending(store, job.entry_id)
+    assert row is not None and row["consumer"] == b"w1"
+    assert row["time_since_delivered"] < MIN_IDLE_MS
+    assert row["times_delivered"] == 1  # a heartbeat is not a redelivery
+
+
+async def test_keep_alive_never_takes_back_a_reclaimed_entry(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    job = await take_one(queue, "w1")
+    await asyncio.sleep(IDLE)
+    assert [j.entry_id for j in await queue.reclaim("w2", MIN_IDLE_MS, 10)] == [job.entry_id]
+    # w1 was presumed dead: it is told the entry is lost, and does not take it back
+    assert await queue.keep_alive("w1", [job.entry_id]) == [job.entry_id]
+    assert await queue.keep_alive("w3", [job.entry_id]) == [job.entry_id]  # never owned it
+    assert await owner(store, job.entry_id) == "w2"
+    assert await queue.keep_alive("w2", [job.entry_id]) == []
+
+
+async def test_reclaim_takes_only_entries_idle_long_enough(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2")
+    stale = await take_one(queue, "w1")
+    await asyncio.sleep(IDLE)
+    fresh = await take_one(queue, "w1")
+    reclaimed = await queue.reclaim("w2", MIN_IDLE_MS, 10)
+    assert [(j.entry_id, j.response_id, j.spec) for j in reclaimed] == [
+        (stale.entry_id, "resp_1", SPEC)]
+    assert await owner(store, stale.entry_id) == "w2"
+    assert await owner(store, fresh.entry_id) == "w1"
+    assert await queue.reclaim("w3", MIN_IDLE_MS, 10) == []  # just reclaimed: fresh again
+
+
+async def test_reclaim_takes_at_most_count(queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2", "resp_3")
+    await queue.take("w1", 3, block_ms=0)
+    await asyncio.sleep(IDLE)
+    assert len(await queue.reclaim("w2", MIN_IDLE_MS, 2)) == 2
+    assert len(await queue.reclaim("w2", MIN_IDLE_MS, 2)) == 1
+
+
+async def test_reclaim_finds_an_idle_entry_behind_many_live_ones(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    # Redis's XAUTOCLAIM examines at most 10 x COUNT pending entries per call: successive
+    # calls must walk on through the list, not restart at its (kept-alive) head.
+    await enqueue(queue, *(f"resp_{n}" for n in range(26)))
+    live = await queue.take("w1", 25, block_ms=0)
+    dead = await take_one(queue, "w2")
+    await asyncio.sleep(IDLE)
+    await queue.keep_alive("w1", [job.entry_id for job in live])
+    found: list[Job] = []
+    for _ in range(5):
+        found += await queue.reclaim("w3", MIN_IDLE_MS, 1)
+    assert [job.entry_id for job in found] == [dead.entry_id]
+
+
+async def test_reclaim_skips_entries_deleted_while_pending(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1", "resp_2")
+    gone, kept = await queue.take("w1", 2, block_ms=0)
+    await store.client.xdel(keys.JOB_QUEUE, gone.entry_id)
+    await asyncio.sleep(IDLE)
+    reclaimed = await queue.reclaim("w2", MIN_IDLE_MS, 10)
+    assert [job.entry_id for job in reclaimed] == [kept.entry_id]
+    assert await pending(store, gone.entry_id) is None
+
+
+# -- requeue --------------------------------------------------------------------------------
+
+
+async def test_requeue_hands_the_job_back_to_be_taken_again(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    job = await take_one(queue, "w1")
+    await queue.requeue(job)
+    assert await queue.length() == 1
+    assert await pending(store, job.entry_id) is None
+    again = await take_one(queue, "w2")
+    assert (again.response_id, again.spec) == ("resp_1", SPEC)
+    assert again.entry_id != job.entry_id
+
+
+async def test_requeue_of_a_finished_job_adds_nothing(queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    job = await take_one(queue, "w1")
+    await queue.done(job.entry_id)
+    await queue.requeue(job)
+    assert await queue.length() == 0
+
+
+# -- cancels --------------------------------------------------------------------------------
+
+
+async def test_publish_cancel_reaches_a_reader(store: RedisStore, queue: RedisJobQueue) -> None:
+    reader = asyncio.create_task(first_cancel(queue))
+    await until_subscribed(store)
+    await queue.publish_cancel("resp_1")
+    assert await asyncio.wait_for(reader, 2.0) == "resp_1"
+
+
+async def test_every_reader_hears_a_cancel(store: RedisStore, queue: RedisJobQueue) -> None:
+    other = job_queue(store)
+    readers = [asyncio.create_task(first_cancel(q)) for q in (queue, other)]
+    await until_subscribed(store, 2)
+    await queue.publish_cancel("resp_1")
+    assert await asyncio.wait_for(asyncio.gather(*readers), 2.0) == ["resp_1", "resp_1"]
+
+
+async def test_a_reader_unsubscribes_when_it_stops(store: RedisStore,
+                                                   queue: RedisJobQueue) -> None:
+    if store.embedded:
+        pytest.skip("fakeredis forgets a closed connection's subscriptions only when the "
+                    "garbage collector reaches it")
+    reader = asyncio.create_task(first_cancel(queue))
+    await until_subscribed(store)
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+    await until_subscribed(store, 0)
+
+
+async def test_a_broken_subscription_raises_store_unavailable(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    reader = asyncio.create_task(first_cancel(queue))
+    await until_subscribed(store)
+    if store.embedded:
+        server = store.client.connection_pool.connection_kwargs["server"]
+        server.connected = False
+    else:
+        await store.client.client_kill_filter(_type="pubsub")
+    try:
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(reader, 3.0)
+    finally:
+        if store.embedded:
+            server.connected = True
+
+
+# -- statuses -------------------------------------------------------------------------------
+
+
+async def test_statuses_of_known_and_unknown_responses(
+        store: RedisStore, queue: RedisJobQueue, round_trips: RoundTrips) -> None:
+    await create_response(store, "resp_1", "in_progress")
+    await create_response(store, "resp_2", "cancelled")
+    round_trips.reset()
+    assert await queue.statuses(["resp_1", "resp_2", "resp_x"]) == {
+        "resp_1": "in_progress", "resp_2": "cancelled", "resp_x": None}
+    assert round_trips.count == 1
+    assert await queue.statuses([]) == {}
+    assert round_trips.count == 1
+
+
+# -- a lost stream or group -----------------------------------------------------------------
+
+
+async def test_take_creates_the_group_on_first_use(queue: RedisJobQueue) -> None:
+    assert await queue.take("w1", 1, block_ms=0) == []
+    assert await queue.reclaim("w1", MIN_IDLE_MS, 1) == []
+    await enqueue(queue, "resp_1")
+    assert (await take_one(queue, "w1")).response_id == "resp_1"
+
+
+async def test_the_queue_works_on_after_its_stream_is_lost(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    # A Redis restart without persistence: the stream and its group are gone.
+    await enqueue(queue, "resp_1")
+    running = await take_one(queue, "w1")
+    await store.client.delete(keys.JOB_QUEUE)
+    await queue.keep_alive("w1", [running.entry_id])
+    assert await queue.reclaim("w2", 0, 10) == []
+    await queue.done(running.entry_id)
+    assert await queue.take("w1", 1, block_ms=0) == []
+    await enqueue(queue, "resp_2")
+    assert (await take_one(queue, "w1")).response_id == "resp_2"
+    await store.client.delete(keys.JOB_QUEUE)
+    await enqueue(queue, "resp_3")
+    assert (await take_one(queue, "w1")).response_id == "resp_3"
+
+
+async def test_a_lost_group_is_recreated_from_the_start_of_the_stream(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, "resp_1")
+    await store.client.xgroup_destroy(keys.JOB_QUEUE, keys.JOB_GROUP)
+    assert (await take_one(queue, "w1")).response_id == "resp_1"
+
+
+async def test_concurrent_takers_all_survive_a_missing_group(queue: RedisJobQueue) -> None:
+    results = await settle(queue.take(f"w{n}", 1, block_ms=0) for n in range(5))
+    assert results == [[]] * 5
+
+
+async def test_a_group_another_worker_just_created_is_used(
+        store: RedisStore, queue: RedisJobQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Our read found no group, then another worker created it before we could (BUSYGROUP).
+    await enqueue(queue, "resp_1")  # creates the group
+    read = store.client.xreadgroup
+    calls: list[object] = []
+
+    async def missing_at_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise rex.ResponseError("NOGROUP No such key or consumer group")
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(store.client, "xreadgroup", missing_at_first)
+    assert (await take_one(queue, "w1")).response_id == "resp_1"
+    assert len(calls) == 2
+
+
+# -- round trips ----------------------------------------------------------------------------
+
+
+async def test_one_round_trip_per_call(queue: RedisJobQueue, round_trips: RoundTrips) -> None:
+    # Warm up: the group exists and every script is loaded (first uses pay SCRIPT LOAD).
+    await enqueue(queue, "resp_0", "resp_1")
+    warm = await take_one(queue, "w0")
+    await queue.keep_alive("w0", [warm.entry_id])
+    await queue.requeue(warm)
+    await queue.done((await take_one(queue, "w0")).entry_id)
+    await take_one(queue, "w0")
+
+    await enqueue(queue, "resp_2")
+    job = await take_one(queue, "w1")
+    calls = [
+        queue.enqueue("resp_3", SPEC, limit=LIMIT),
+        queue.take("w1", 10, block_ms=0),
+        queue.keep_alive("w1", [job.entry_id]),
+        queue.reclaim("w1", 60_000, 10),
+        queue.requeue(job),
+        queue.length(),
+        queue.publish_cancel("resp_2"),
+        queue.statuses(["resp_2", "resp_3"]),
+    ]
+    for call in calls:
+        round_trips.reset()
+        await call
+        assert round_trips.count == 1
+    round_trips.reset()
+    await queue.keep_alive("w1", [])
+    await queue.statuses([])
+    assert round_trips.count == 0
+    [last] = await queue.take("w1", 10, block_ms=0)
+    round_trips.reset()
+    await queue.done(last.entry_id)
+    assert round_trips.count == 1
+
+
+# -- a dead server --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["redis", "embedded"])
+async def dead_queue(request: pytest.FixtureRequest) -> AsyncIterator[RedisJobQueue]:
+    """A queue whose server is gone: a port nobody listens on, or an in-process server set to
+    refuse connections."""
+    if request.param == "redis":
+        store = open_store(f"redis://127.0.0.1:{free_port()}/0")
+    else:
+        server = fakeredis.FakeServer(version=(7, 0))
+        server.connected = False
+        store = RedisStore(fakeredis.FakeAsyncRedis(server=server), embedded=True)
+    try:
+        yield job_queue(store)
+    finally:
+        await store.aclose()
+
+
+async def test_every_call_on_a_dead_server_raises_store_unavailable(
+        dead_queue: RedisJobQueue) -> None:
+    job = Job(entry_id="1-1", response_id="resp_1", spec=SPEC)
+    calls = [
+        dead_queue.enqueue("resp_1", SPEC, limit=LIMIT),
+        dead_queue.take("w1", 1, block_ms=0),
+        dead_queue.keep_alive("w1", ["1-1"]),
+        dead_queue.reclaim("w1", MIN_IDLE_MS, 1),
+        dead_queue.done("1-1"),
+        dead_queue.requeue(job),
+        dead_queue.length(),
+        dead_queue.publish_cancel("resp_1"),
+        dead_queue.statuses(["resp_1"]),
+        first_cancel(dead_queue),
+    ]
+    for call in calls:
+        with pytest.raises(StoreUnavailable):
+            await call
