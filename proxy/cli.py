@@ -54,7 +54,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
     serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
-    serve.add_argument("--log-prompts", action="store_true", help="log request bodies (debug)")
     _add_common(serve)
 
     worker = sub.add_parser("worker", help="run background jobs only")

@@ -66,7 +66,6 @@ class Settings:
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
-    log_prompts: bool = False
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -154,19 +153,23 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         raise ConfigError("--log-level", f"unknown log level {log_level!r}")
 
     defaults = Settings()
+
+    def number(name: str, default: float, *, integer: bool = False) -> float:
+        """A positive number from `--<name>` / `PROXY_<NAME>`, else `default`."""
+        flag = "--" + name.replace("_", "-")
+        return check_positive(pick(name, "PROXY_" + name.upper()) or default, flag,
+                              integer=integer)
+
+    def count(name: str) -> int:
+        return int(number(name, getattr(defaults, name), integer=True))
+
+    def seconds(name: str) -> float:
+        return number(name, getattr(defaults, name))
+
     timeouts = Timeouts(
-        connect=check_positive(
-            pick("connect_timeout", "PROXY_CONNECT_TIMEOUT") or defaults.timeouts.connect,
-            "--connect-timeout",
-        ),
-        first_byte=check_positive(
-            pick("first_byte_timeout", "PROXY_FIRST_BYTE_TIMEOUT") or defaults.timeouts.first_byte,
-            "--first-byte-timeout",
-        ),
-        idle=check_positive(
-            pick("idle_timeout", "PROXY_IDLE_TIMEOUT") or defaults.timeouts.idle,
-            "--idle-timeout",
-        ),
+        connect=number("connect_timeout", defaults.timeouts.connect),
+        first_byte=number("first_byte_timeout", defaults.timeouts.first_byte),
+        idle=number("idle_timeout", defaults.timeouts.idle),
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
     return Settings(
@@ -178,62 +181,17 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         api_keys=api_keys,
         cache=cache,
         worker=not flags.get("no_worker"),
-        worker_concurrency=int(
-            check_positive(
-                pick("worker_concurrency", "PROXY_WORKER_CONCURRENCY")
-                or defaults.worker_concurrency,
-                "--worker-concurrency",
-                integer=True,
-            )
-        ),
-        max_body_bytes=int(
-            check_positive(
-                pick("max_body_bytes", "PROXY_MAX_BODY_BYTES") or defaults.max_body_bytes,
-                "--max-body-bytes",
-                integer=True,
-            )
-        ),
+        worker_concurrency=count("worker_concurrency"),
+        max_body_bytes=count("max_body_bytes"),
         timeouts=timeouts,
-        ping_interval=check_positive(
-            pick("ping_interval", "PROXY_PING_INTERVAL") or defaults.ping_interval,
-            "--ping-interval",
-        ),
-        discovery_interval=check_positive(
-            pick("discovery_interval", "PROXY_DISCOVERY_INTERVAL") or defaults.discovery_interval,
-            "--discovery-interval",
-        ),
-        response_ttl=int(
-            check_positive(
-                pick("response_ttl", "PROXY_RESPONSE_TTL") or defaults.response_ttl,
-                "--response-ttl",
-                integer=True,
-            )
-        ),
-        event_ttl=int(
-            check_positive(
-                pick("event_ttl", "PROXY_EVENT_TTL") or defaults.event_ttl,
-                "--event-ttl",
-                integer=True,
-            )
-        ),
-        heartbeat_interval=check_positive(
-            pick("heartbeat_interval", "PROXY_HEARTBEAT_INTERVAL")
-            or defaults.heartbeat_interval,
-            "--heartbeat-interval",
-        ),
-        max_queued_jobs=int(
-            check_positive(
-                pick("max_queued_jobs", "PROXY_MAX_QUEUED_JOBS") or defaults.max_queued_jobs,
-                "--max-queued-jobs",
-                integer=True,
-            )
-        ),
-        shutdown_grace=check_positive(
-            pick("shutdown_grace", "PROXY_SHUTDOWN_GRACE") or defaults.shutdown_grace,
-            "--shutdown-grace",
-        ),
+        ping_interval=seconds("ping_interval"),
+        discovery_interval=seconds("discovery_interval"),
+        response_ttl=count("response_ttl"),
+        event_ttl=count("event_ttl"),
+        heartbeat_interval=seconds("heartbeat_interval"),
+        max_queued_jobs=count("max_queued_jobs"),
+        shutdown_grace=seconds("shutdown_grace"),
         log_level=log_level,
-        log_prompts=bool(flags.get("log_prompts")) or env.get("PROXY_LOG_PROMPTS", "") == "1",
     )
 
 

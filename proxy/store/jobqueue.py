@@ -42,7 +42,7 @@ from redis.asyncio import Redis
 
 from proxy.store import keys, scripts
 from proxy.store.base import Job
-from proxy.store.redis import store_errors
+from proxy.store.redis import read_retrying, store_errors
 
 T = TypeVar("T")
 
@@ -213,9 +213,4 @@ class RedisJobQueue:
                 raise
 
     async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
-        # The store's read policy (redis.py): once more on a dropped pooled connection.
-        with store_errors():
-            try:
-                return await op()
-            except rex.ConnectionError:
-                return await op()
+        return await read_retrying(op)  # the store's read policy (redis.py)

@@ -75,6 +75,16 @@ def store_errors() -> Iterator[None]:
         raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
 
 
+async def read_retrying(op: Callable[[], Awaitable[T]]) -> T:
+    """The read policy: once more on a dropped connection (a pooled socket that a Redis restart
+    closed), never on a timeout (the server is stuck: the caller should get its 503 now)."""
+    with store_errors():
+        try:
+            return await op()
+        except rex.ConnectionError:
+            return await op()
+
+
 class RedisStore:
     """The one `Store` implementation. `embedded` is True over the in-process server (state
     lives and dies with the process)."""
@@ -110,11 +120,7 @@ class RedisStore:
         return self._client
 
     async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
-        with store_errors():
-            try:
-                return await op()
-            except rex.ConnectionError:
-                return await op()
+        return await read_retrying(op)
 
     async def _pipelined(self, queue: Callable[[Pipeline], object], *,
                          transaction: bool = False) -> list[Any]:
