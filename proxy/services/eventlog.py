@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
@@ -36,22 +37,30 @@ class LogHandle:
         if self.broken:
             return
         self.pending.append(event)
+        self.hub.local(self.response_id, event)
         self.hub.wake(len(self.pending))
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
-        """Flush what is pending, then store the final object and terminal event atomically."""
+        """Flush what is pending, then store the final object and terminal event atomically;
+        only then is the terminal event handed to local followers."""
         try:
             await self.hub.flush_now()
-            return await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl,
-                                                       event_ttl=self.hub.event_ttl)
+            result = await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl,
+                                                          event_ttl=self.hub.event_ttl)
+            if terminal is not None and result.changed:
+                self.hub.local(self.response_id, terminal)
+            return result
         finally:
             self.hub.release(self)
 
 
 class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
-                 max_pending: int = 512) -> None:
+                 max_pending: int = 512,
+                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None) -> None:
         self.store = store
+        # Hands each event to this process's own followers of the log at once (follow.py).
+        self.local = local
         self.ttl = ttl
         self.event_ttl = event_ttl
         self.window = window

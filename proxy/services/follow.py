@@ -10,6 +10,12 @@ read and its joining is missed (the hub reads from the follower's position).
 A follower that joins while the hub is blocked is picked up when that read returns, at most
 `block_ms` later; that bounds the join delay, never the steady-state latency (a blocked read
 returns as soon as any followed log grows).
+
+Events written by this very process (a background job run by the in-process worker, a stream
+replayed on the instance that serves it) are also handed over locally the moment they are made
+(`publish_local`), before the batched write reaches Redis. A local event is taken only if it is
+the very next one a follower needs (seq == position + 1); anything else is left to the Redis
+tail, so the two sources never reorder or skip events.
 """
 
 from __future__ import annotations
@@ -69,6 +75,17 @@ class Followers:
                     return
         finally:
             self._leave(response_id, follower)
+
+    def publish_local(self, response_id: str, event: StoredEvent) -> None:
+        """An event this process just made for `response_id` (called per event: one dict
+        lookup when nobody here follows that log)."""
+        group = self._followers.get(response_id)
+        if not group:
+            return
+        for follower in group:
+            if event.seq == follower.position + 1:
+                follower.queue.put_nowait(event)
+                follower.position = event.seq
 
     def _join(self, response_id: str, follower: _Follower) -> None:
         self._followers.setdefault(response_id, set()).add(follower)

@@ -66,6 +66,9 @@ class _Running:
     # No longer ours to finish: reclaimed by another worker (we were presumed dead), or handed
     # back to the queue. The entry is then not acknowledged by us.
     released: bool = False
+    # The job's work is over (its entry is being acknowledged): a heartbeat racing the ack may
+    # find the entry gone, which is not a loss.
+    finished: bool = False
 
 
 def worker_name() -> str:
@@ -211,6 +214,8 @@ class Worker:
             log.error("worker %s: job %s: %s", self.name, job.response_id, exc)
         finally:
             running = self._running.get(job.response_id)
+            if running is not None:
+                running.finished = True
             if running is None or not running.released:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
@@ -309,7 +314,7 @@ class Worker:
             return
         lost = set(await self._queue.keep_alive(self.name, [r.job.entry_id for r in running]))
         for entry in running:
-            if entry.job.entry_id in lost:
+            if entry.job.entry_id in lost and not entry.finished and not entry.task.done():
                 # Another worker took it over (we were presumed dead): it now finishes the job.
                 log.warning("worker %s: lost %s to another worker", self.name,
                             entry.job.response_id)

@@ -70,8 +70,9 @@ class Runtime:
         store = open_store(settings.redis_url)
         queue = job_queue(store)
         tasks = TaskSet()
-        hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl)
         followers = Followers(store)
+        hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+                          local=followers.publish_local)
         background = Background(store, queue, settings)
         stored = StoredResponses(store, followers, settings)
         runner = None

@@ -1,9 +1,9 @@
 """From service results to HTTP: JSON bodies and streams.
 
-Streams go out through sse-starlette's `EventSourceResponse`: it listens for the client's
+Streams go out through `EventStream` (web/eventstream.py): it listens for the client's
 disconnect concurrently (so an upstream generation is aborted within moments, even while no chunk
-is flowing), sends keep-alive comment pings on Responses streams, and ends streams on shutdown.
-Our iterators yield ready-made bytes (a frame, or several coalesced), which it writes unchanged.
+is flowing) and sends keep-alive comment pings on silent streams. Our iterators yield ready-made
+bytes (a frame, or several coalesced), which it writes unchanged.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
-from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from proxy.services.passthrough import Relay
+from proxy.web.eventstream import EventStream
+
+# What a handler returns: a complete response, or a stream.
+Reply = Response | EventStream
 
 
 def json_response(
@@ -31,14 +34,11 @@ def stream_response(
     ping: float = 0,
     headers: Mapping[str, str] | None = None,
     status: int = 200,
-) -> Response:
-    return EventSourceResponse(
-        body, status_code=status, headers=dict(headers or {}), ping=ping,
-        ping_message_factory=None, send_timeout=None,
-    )
+) -> EventStream:
+    return EventStream(body, ping=ping, status=status, headers=headers)
 
 
-def relay_response(relay: Relay) -> Response:
+def relay_response(relay: Relay) -> Reply:
     if relay.stream is not None:
         headers = {k: v for k, v in relay.headers.items() if k.lower() != "content-type"}
         return stream_response(relay.stream, headers=headers, status=relay.status)

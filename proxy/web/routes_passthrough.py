@@ -7,10 +7,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.web.context import runtime_of
-from proxy.web.rendering import json_response, relay_response
+from proxy.web.rendering import Reply, json_response, relay_response
 
 
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(request: Request) -> Reply:
     relay = await runtime_of(request).passthrough.chat_completions(await request.body())
     return relay_response(relay)
 

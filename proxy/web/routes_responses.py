@@ -12,10 +12,10 @@ from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
 from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.rendering import json_response, stream_response
+from proxy.web.rendering import Reply, json_response, stream_response
 
 
-async def create(request: Request) -> Response:
+async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
     outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
@@ -52,7 +52,7 @@ def _check_include(request: Request) -> None:
             raise bad("include", f"Cannot include {value!r}.")
 
 
-async def retrieve(request: Request) -> Response:
+async def retrieve(request: Request) -> Reply:
     runtime = runtime_of(request)
     response_id = path_id(request, "response_id")
     query = request.query_params
