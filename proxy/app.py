@@ -8,11 +8,12 @@ down in order at shutdown.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from proxy.metrics import Metrics
 from proxy.services.runtime import Runtime
 from proxy.settings import Settings
 from proxy.web import (
@@ -21,17 +22,19 @@ from proxy.web import (
     routes_passthrough,
     routes_responses,
 )
+from proxy.web.accounting import RequestMetrics
 from proxy.web.auth import AuthMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.limits import BodyLimitMiddleware
 
 
-def create_app(
-    settings: Settings, *, build_runtime: Callable[[Settings], Runtime] = Runtime.build
-) -> Starlette:
+def create_app(settings: Settings) -> Starlette:
+    # Made here, not in the lifespan: the request-counting middleware needs it at build time.
+    metrics = Metrics()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = build_runtime(settings)
+        runtime = Runtime.build(settings, metrics=metrics)
         app.state.runtime = runtime
         await runtime.start()
         try:
@@ -43,6 +46,7 @@ def create_app(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes],
         middleware=[
+            Middleware(RequestMetrics, metrics=metrics),
             Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
             Middleware(AuthMiddleware, keys=settings.api_keys),
         ],
