@@ -8,12 +8,14 @@ the machine hits all of them alike. Every stream is checked (`checks.py`): a str
 short, cut or wrongly terminated is an error, so a broken proxy cannot look fast.
 
 Modules, one concept each:
+    options   the command line and its defaults
     procs     child processes: start pinned to cores, stop, read their CPU from /proc
     stack     the servers under test (redis-server, the simulator, the proxy) as one unit
     systems   the five systems: what one request is and how its stream is checked
     checks    byte-level stream checkers (chat and Responses)
     client    a minimal HTTP/1.1 keep-alive client on asyncio + httptools
     loadgen   one closed-loop row: N clients, a ramp, a measured window, a drain
+    matrix    every system in every cell, interleaved; disturbed rows run again
     stats     percentiles and the per-row summary
     targets   the issue's targets, evaluated (reported, never asserted)
     machine   what the numbers were measured on

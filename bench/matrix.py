@@ -7,9 +7,10 @@ cross-check against the simulator's counters and collect the proxy's warnings lo
 Rows are interleaved: within a cell every system runs in turn, `direct` first, so a slow drift
 of the machine moves all systems of a cell alike. A row during which other processes used more
 than `OTHERS_LIMIT` % of a core on the proxy's core or the load core (`stats.others_percent`)
-is run again, up to `--retries` times (and `MAX_RERUNS` rows per run), after the machine has
-been quiet for a second (waiting at most `QUIET_WAIT` seconds); the last attempt is kept and
-the disturbance noted either way.
+is run again, up to `--retries` times, after the machine has been quiet for a second (waiting
+at most `QUIET_WAIT` seconds), while the run's `RERUN_BUDGET` lasts (so a machine that stays
+busy cannot stretch the run by more than that); the last attempt is kept and the disturbance
+noted either way.
 
 A system whose every warm-up request failed is not run (its rows say so and count as errors):
 a dead system would otherwise cost a full request timeout per client per row.
@@ -18,8 +19,9 @@ Budget of the full matrix (5 systems x 4 concurrencies x 2 delays = 40 rows, 256
 a row at 20 ms/token needs a ramp of one request (5.1 s), a window of two waves (10.2 s, more
 when the proxy saturates) and a drain of up to one request (5.1 s, more when saturated): ~21 s,
 so ~8 min for 20 rows; a 0 ms row needs its 5 s window or as long as two waves take at the
-proxy's speed (capped by `--max-seconds`): ~4 min for 20 rows; plus start-up and warm-ups:
-~12-13 minutes. `estimate_seconds` prints a rough figure first.
+proxy's speed (capped by `--max-seconds`): ~3 min for 20 rows; plus start-up and warm-ups:
+~10 minutes on a quiet machine, at most `RERUN_BUDGET` more on a busy one (~13 minutes seen
+with other test suites running). `estimate_seconds` prints a rough figure first.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ from bench.systems import SYSTEMS, System
 WARMUP_CONCURRENCY = 16
 WARMUP_TIMEOUT = 20.0
 OTHERS_LIMIT = 10.0  # % of one core used by other processes before a row counts as disturbed
-QUIET_WAIT = 20.0
-MAX_RERUNS = 10  # per run, whatever `--retries` says: keeps the run's length bounded
+QUIET_WAIT = 10.0
+RERUN_BUDGET = 150.0  # seconds of re-runs and quiet waits per run, whatever `--retries` says
 LOG_MARKERS = (" WARNING ", " ERROR ", "Traceback", "ERROR:")
 LOG_NOTES = 3  # proxy log lines kept per row
 
@@ -84,7 +86,7 @@ def estimate_seconds(options: Options) -> float:
                 else options.seconds + 3.0  # unknown in advance: a guess
             total += len(options.systems) * (ramp + min(window, options.max_seconds)
                                               + duration + 0.7)
-    return total
+    return total * 1.1  # some rows saturate and run longer, or get disturbed and run again
 
 
 def core_groups(stack: Stack) -> Groups:
@@ -109,7 +111,7 @@ class Bench:
         self.samples: list[list[Sample]] = []
         self.captured: dict[tuple[str, int, float], bytes] = {}
         self.broken: dict[str, str] = {}  # systems whose every warm-up request failed
-        self.reruns = 0
+        self.rerun_seconds = 0.0  # spent on re-runs and quiet waits so far
 
     # -- measuring -----------------------------------------------------------------------------
     def mark(self) -> Mark:
@@ -163,11 +165,12 @@ class Bench:
                 break
             disturbed.append(f"attempt {attempt + 1}: other processes used {worst[1]:.0f}% "
                              f"of the {worst[0]}")
-            if attempt == self.options.retries or self.reruns >= MAX_RERUNS:
+            if attempt == self.options.retries or self.rerun_seconds >= RERUN_BUDGET:
                 break
-            self.reruns += 1
+            started = time.monotonic()
             if not self.wait_quiet():
                 disturbed.append(f"the machine was not quiet within {QUIET_WAIT:g} s")
+            self.rerun_seconds += time.monotonic() - started + row.elapsed_s
         if disturbed:
             kept = self._worst_others(system, row)[1]
             state = "clean" if kept < OTHERS_LIMIT else f"disturbed too ({kept:.0f}%)"

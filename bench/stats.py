@@ -79,6 +79,7 @@ class Row:
     delay_ms: float
     tokens: int
     window_s: float
+    elapsed_s: float  # the whole row: ramp, window and drain
     hit_max: bool
     requests: int  # started inside the window
     completed_in_window: int
@@ -95,6 +96,7 @@ class Row:
     load_cpu_ms_per_1k: float | None  # this process (the load generator)
     core_busy_pct: dict[int, float]
     others_pct: dict[str, float] = field(default_factory=dict)  # see `others_percent`
+    cpu_ticks: dict[str, int] = field(default_factory=dict)  # per process, over the whole row
     upstream: dict[str, Any] = field(default_factory=dict)  # simulator counters for the row
     tps_ratio: float | None = None  # against direct of the same cell
     ttft_p50_delta_ms: float | None = None
@@ -126,7 +128,7 @@ def summarize(system: str, concurrency: int, delay_ms: float, tokens: int,
     per_1k = 1000.0 / CLK_TCK * 1000 / run.total_tokens if run.total_tokens else None
     return Row(
         system=system, concurrency=concurrency, delay_ms=delay_ms, tokens=tokens,
-        window_s=seconds, hit_max=run.hit_max, requests=len(inside),
+        window_s=seconds, elapsed_s=run.elapsed, hit_max=run.hit_max, requests=len(inside),
         completed_in_window=run.window_completed,
         rps=run.window_completed / seconds, tps=run.window_tokens / seconds,
         total_tokens=run.total_tokens,
@@ -140,14 +142,15 @@ def summarize(system: str, concurrency: int, delay_ms: float, tokens: int,
         load_cpu_ms_per_1k=load_ticks * per_1k if per_1k is not None else None,
         core_busy_pct=busy_percent(first, last),
         others_pct=others_percent(first, last, seconds, groups),
+        cpu_ticks=dict(row_ticks),
     )
 
 
 def skipped(system: str, concurrency: int, delay_ms: float, tokens: int, reason: str) -> Row:
     """A row that was not run (its system failed every warm-up request): one error, no data."""
     return Row(system=system, concurrency=concurrency, delay_ms=delay_ms, tokens=tokens,
-               window_s=0.0, hit_max=False, requests=0, completed_in_window=0, rps=0.0,
-               tps=0.0, total_tokens=0, ttft_ms={"p50": None, "p95": None, "p99": None},
+               window_s=0.0, elapsed_s=0.0, hit_max=False, requests=0, completed_in_window=0,
+               rps=0.0, tps=0.0, total_tokens=0, ttft_ms={"p50": None, "p95": None, "p99": None},
                latency_ms={"p50": None, "p99": None}, errors=1,
                error_kinds={f"not run: {reason}": 1}, proxy_cpu_ticks=0,
                proxy_cpu_ms_per_1k=None, proxy_core_pct=None, load_cpu_ms_per_1k=None,

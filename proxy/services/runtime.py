@@ -60,13 +60,13 @@ class Runtime:
 
     @classmethod
     def build(cls, settings: Settings, *, http: httpx.AsyncClient | None = None,
-              worker: bool | None = None) -> Runtime:
+              worker: bool | None = None, metrics: Metrics | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`)."""
         client = http or Upstream.make_client(settings.timeouts)
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0))
-        metrics = Metrics()
+        metrics = metrics or Metrics()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
         tasks = TaskSet()
