@@ -89,14 +89,14 @@ def test_curl_sees_the_same_chunks(simulator: ServerProcess, proxy: ServerProces
 def test_openai_sdk_sees_the_same_completion(simulator: ServerProcess, proxy: ServerProcess,
                                              stream: bool) -> None:
     def run(url: str) -> Any:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
-        result = client.chat.completions.create(
-            model="sim-model", messages=[{"role": "user", "content": "sdk says hi"}],
-            stream=stream, stream_options={"include_usage": True} if stream else None,
-        )
-        if stream:
-            return [chunk.model_dump() for chunk in result]
-        return result.model_dump()
+        with openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0) as client:
+            result = client.chat.completions.create(
+                model="sim-model", messages=[{"role": "user", "content": "sdk says hi"}],
+                stream=stream, stream_options={"include_usage": True} if stream else None,
+            )
+            if stream:
+                return [chunk.model_dump() for chunk in result]
+            return result.model_dump()
 
     direct, proxied = run(simulator.url), run(proxy.url)
     assert mask(proxied) == mask(direct)

@@ -5,6 +5,7 @@ types and checked against the stream invariants and vLLM's stream rules."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -29,8 +30,9 @@ WEATHER = {
 
 
 @pytest.fixture
-def client(proxy: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0)
+def client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
+        yield sdk
 
 
 def streamed(client: openai.OpenAI, **body: Any) -> list[dict[str, Any]]:
