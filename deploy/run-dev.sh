@@ -15,7 +15,7 @@ if [ -z "${PROXY_UPSTREAMS:-}" ]; then
   "$BIN/responses-proxy" simulate --port "$SIM_PORT" --token-delay-ms "${SIM_TOKEN_DELAY_MS:-20}" &
   sim_pid=$!
   for _ in $(seq 1 100); do
-    if "$BIN/python" -c "import httpx,sys; httpx.get('http://127.0.0.1:${SIM_PORT}/health', timeout=0.5)" 2>/dev/null; then
+    if "$BIN/python" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:${SIM_PORT}/health', timeout=0.5)" 2>/dev/null; then
       break
     fi
     kill -0 "$sim_pid" 2>/dev/null || { echo "the simulator did not start"; exit 1; }

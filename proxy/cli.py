@@ -80,8 +80,7 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # httpx logs every request at INFO: per-request noise, and URLs are not ours to log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+
 
 
 def _serve(settings: Settings) -> None:

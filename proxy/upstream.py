@@ -1,12 +1,19 @@
-"""The HTTP adapter to vLLM replicas: one shared `httpx.AsyncClient`, errors mapped where they
+"""The HTTP adapter to vLLM replicas: one shared `ConnectionPool` of our own HTTP/1.1 client
+(`http1.py`: asyncio + httptools; `upstream_pool.py`: keep-alive pool), errors mapped where they
 happen (the httpx `map_httpcore_exceptions` idea):
 
-    httpx.ConnectError, ConnectTimeout        -> UpstreamUnreachable (502, safe to retry elsewhere)
-    other transport errors (reset, protocol)  -> UpstreamError (502)
-    httpx.TimeoutException (read/write/pool)  -> UpstreamTimeout (504)
+    http1.ConnectError, ConnectTimeout        -> UpstreamUnreachable (502, safe to retry elsewhere)
+    http1.PoolTimeout                         -> UpstreamUnavailable (503, our connections are
+                                                 all busy; nothing was sent)
+    http1.ReadTimeout                         -> UpstreamTimeout (504)
+    http1.ReadError, ProtocolError            -> UpstreamError (502: reset, cut, not HTTP)
     upstream 400/404/413/422/429 + vLLM body  -> the same status (422 -> 400), OpenAI shape
     upstream 401/403                          -> 502 (the proxy's own upstream key is wrong)
-    upstream 5xx                              -> 502 with the upstream's message
+    upstream 3xx, 5xx                         -> 502 with the upstream's message
+
+Why our own client and not httpx: on the per-token path httpx costs more than everything else
+the proxy does (httpcore's pool does O(n^2) work per request over pooled connections; each read
+goes through h11 in pure Python and an anyio cancel scope). See docs/BENCHMARKS.md.
 
 The client's own headers never reach the upstream: every request is built here from scratch, with
 `Authorization` carrying the configured upstream key (or nothing).
@@ -16,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import orjson
 
+from proxy import __version__
 from proxy.core.errors import (
     InvalidRequest,
     NotFound,
@@ -28,9 +37,25 @@ from proxy.core.errors import (
     RateLimited,
     UpstreamError,
     UpstreamTimeout,
+    UpstreamUnavailable,
     UpstreamUnreachable,
 )
+from proxy.http1 import (
+    ConnectError,
+    ConnectTimeout,
+    ExchangeTimeouts,
+    Headers,
+    Origin,
+    PoolTimeout,
+    ReadTimeout,
+    Response,
+    TransportError,
+)
 from proxy.settings import Timeouts
+from proxy.upstream_pool import ConnectionPool
+
+__all__ = ["ConnectionPool", "Headers", "Response", "Upstream", "end_to_end_headers",
+           "error_from_upstream", "map_transport_errors"]
 
 # Upper bound on an error body we read from an upstream, so a broken replica cannot make us
 # buffer without limit.
@@ -41,14 +66,16 @@ _MAX_ERROR_BODY = 64 * 1024
 def map_transport_errors(url: str) -> Iterator[None]:
     try:
         yield
-    except httpx.ConnectTimeout as exc:
+    except ConnectTimeout as exc:
         raise UpstreamUnreachable(f"upstream {url} did not accept the connection in time") from exc
-    except httpx.TimeoutException as exc:
-        raise UpstreamTimeout(f"upstream {url} timed out") from exc
-    except httpx.ConnectError as exc:
+    except ConnectError as exc:
         raise UpstreamUnreachable(f"upstream {url} is unreachable") from exc
-    except httpx.TransportError as exc:
-        raise UpstreamError(f"upstream {url} failed: {type(exc).__name__}") from exc
+    except PoolTimeout as exc:
+        raise UpstreamUnavailable(f"no connection to upstream {url}: {exc}") from exc
+    except ReadTimeout as exc:
+        raise UpstreamTimeout(f"upstream {url} timed out") from exc
+    except TransportError as exc:
+        raise UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
@@ -83,71 +110,61 @@ def _upstream_message(body: bytes) -> tuple[str, str | None]:
     return str(err), None
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A replica's root URL, parsed once: where to connect, and what every request carries."""
+
+    origin: Origin
+    prefix: bytes  # the root URL's path, before each request's path
+    head: bytes  # header lines common to every request to it (host, user-agent, auth)
+
+
 class Upstream:
     """Requests to one replica at a time; `base` is the replica's root URL."""
 
-    def __init__(self, client: httpx.AsyncClient, *, api_key: str | None, timeouts: Timeouts):
-        self._client = client
-        self._timeouts = timeouts
-        self._headers = {
-            "content-type": "application/json",
-            "accept-encoding": "identity",
-        }
+    def __init__(self, pool: ConnectionPool, *, api_key: str | None, timeouts: Timeouts):
+        self._pool = pool
+        common = [("user-agent", f"responses-proxy/{__version__}"),
+                  ("accept-encoding", "identity")]
         if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+            common.append(("authorization", f"Bearer {api_key}"))
+        self._common = "".join(f"{name}: {value}\r\n" for name, value in common).encode("latin-1")
+        self._targets: dict[str, _Target] = {}
+        self._connect_timeout = timeouts.connect
         # Streams wait for each chunk at most `idle`; a whole non-streamed answer `first_byte`.
-        self._stream_timeout = httpx.Timeout(
-            connect=timeouts.connect, read=timeouts.idle, write=timeouts.connect,
-            pool=timeouts.connect,
-        )
-        self._call_timeout = httpx.Timeout(
-            connect=timeouts.connect, read=timeouts.first_byte, write=timeouts.connect,
-            pool=timeouts.connect,
-        )
+        self._stream_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte,
+                                                 read=timeouts.idle)
+        self._call_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte)
 
     @staticmethod
-    def make_client(timeouts: Timeouts, max_connections: int = 2048) -> httpx.AsyncClient:
-        # No cookie jar surprises, no env proxies, generous pool: one client for the process.
-        return httpx.AsyncClient(
-            timeout=httpx.Timeout(timeouts.idle, connect=timeouts.connect),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-            trust_env=False,
-            follow_redirects=False,
-        )
+    def make_pool(max_connections: int = 2048,
+                  max_idle_per_origin: int = 512) -> ConnectionPool:
+        """One pool for the process, shared by every replica."""
+        return ConnectionPool(max_connections=max_connections,
+                              max_idle_per_origin=max_idle_per_origin)
 
-    async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> httpx.Response:
+    async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> Response:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
-        request = self._client.build_request(
-            "POST", base + path, content=body, headers=self._headers,
-            timeout=self._stream_timeout if stream else self._call_timeout,
-        )
-        return await self._send(base, request)
+        target = self._target(base)
+        request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
+                  b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), target.head,
+                                                     len(body), body)
+        timeouts = self._stream_timeouts if stream else self._call_timeouts
+        return await self._send(base, target, request, timeouts)
 
-    async def get(self, base: str, path: str, *, timeout: float | None = None) -> httpx.Response:
-        request = self._client.build_request(
-            "GET", base + path, headers=self._headers,
-            timeout=timeout if timeout is not None else self._call_timeout,
-        )
-        response = await self._send(base, request)
+    async def get(self, base: str, path: str, *, timeout: float | None = None) -> Response:
+        """GET `path`; the response comes back read (`content`) and closed."""
+        target = self._target(base)
+        request = b"GET %s HTTP/1.1\r\n%s\r\n" % (target.prefix + path.encode(), target.head)
+        timeouts = self._call_timeouts if timeout is None else ExchangeTimeouts(
+            min(self._connect_timeout, timeout), timeout)
+        response = await self._send(base, target, request, timeouts)
         with map_transport_errors(base):
             try:
                 await response.aread()
             finally:
                 await response.aclose()
         return response
-
-    async def _send(self, base: str, request: httpx.Request) -> httpx.Response:
-        with map_transport_errors(base):
-            response = await self._client.send(request, stream=True)
-        if response.status_code < 400:
-            return response
-        try:
-            with map_transport_errors(base):
-                body = await _read_bounded(response)
-        finally:
-            await response.aclose()
-        raise error_from_upstream(response.status_code, body, base)
 
     async def get_json(self, base: str, path: str, *, timeout: float | None = None) -> Any:
         response = await self.get(base, path, timeout=timeout)
@@ -156,8 +173,34 @@ class Upstream:
         except orjson.JSONDecodeError as exc:
             raise UpstreamError(f"upstream {base} sent invalid JSON for {path}") from exc
 
+    async def _send(self, base: str, target: _Target, request: bytes,
+                    timeouts: ExchangeTimeouts) -> Response:
+        with map_transport_errors(base):
+            response = await self._pool.request(target.origin, request, timeouts)
+        if 200 <= response.status_code < 300:
+            return response
+        try:
+            with map_transport_errors(base):
+                body = await _read_bounded(response)
+        finally:
+            await response.aclose()
+        raise error_from_upstream(response.status_code, body, base)
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+    def _target(self, base: str) -> _Target:
+        target = self._targets.get(base)
+        if target is None:
+            parts = urlsplit(base)
+            scheme = parts.scheme
+            port = parts.port or (443 if scheme == "https" else 80)
+            host = parts.netloc.rpartition("@")[2]  # the Host header never carries userinfo
+            head = b"host: " + host.encode("ascii") + b"\r\n" + self._common
+            target = _Target((scheme, parts.hostname or "", port),
+                             parts.path.rstrip("/").encode(), head)
+            self._targets[base] = target
+        return target
+
+
+async def _read_bounded(response: Response) -> bytes:
     parts: list[bytes] = []
     size = 0
     async for chunk in response.aiter_raw():
@@ -175,5 +218,5 @@ _NOT_FORWARDED = frozenset({
 })
 
 
-def end_to_end_headers(headers: httpx.Headers) -> dict[str, str]:
+def end_to_end_headers(headers: Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}

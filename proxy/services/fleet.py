@@ -19,10 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
-from proxy.upstream import Upstream
+from proxy.upstream import Response, Upstream
 
 log = logging.getLogger("proxy.fleet")
 
@@ -53,7 +51,7 @@ class Call:
     """One open upstream response and the replica lease it holds; `aclose()` ends both."""
 
     replica: Replica
-    response: httpx.Response
+    response: Response
     _closed: bool = False
 
     async def aclose(self) -> None:
@@ -89,10 +87,11 @@ class Fleet:
                 )
             models = tuple(m for m in listing.get("data", []) if isinstance(m, dict))
         except (ProxyError, TimeoutError, AttributeError) as exc:
+            reason = str(exc) or type(exc).__name__  # a TimeoutError's str() is empty
             if replica.healthy:
-                log.warning("replica %s is down: %s", replica.url, exc)
+                log.warning("replica %s is down: %s", replica.url, reason)
             replica.healthy = False
-            replica.error = str(exc) or type(exc).__name__
+            replica.error = reason
         else:
             if not replica.healthy:
                 log.info("replica %s is up, serving %d model(s)", replica.url, len(models))

@@ -14,8 +14,6 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-import httpx
-
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.conversations import Conversations
@@ -30,7 +28,7 @@ from proxy.services.tasks import TaskSet
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import job_queue, open_store
-from proxy.upstream import Upstream
+from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
 
@@ -42,7 +40,7 @@ DRAIN_SECONDS = 5.0
 class Runtime:
     settings: Settings
     metrics: Metrics
-    http: httpx.AsyncClient
+    http: ConnectionPool
     upstream: Upstream
     fleet: Fleet
     store: Store
@@ -59,10 +57,10 @@ class Runtime:
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def build(cls, settings: Settings, *, http: httpx.AsyncClient | None = None,
+    def build(cls, settings: Settings, *, http: ConnectionPool | None = None,
               worker: bool | None = None, metrics: Metrics | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`)."""
-        client = http or Upstream.make_client(settings.timeouts)
+        client = http or Upstream.make_pool()
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0))

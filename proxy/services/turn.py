@@ -17,6 +17,7 @@ log is the only listener). Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
@@ -39,6 +40,9 @@ from proxy.upstream import map_transport_errors
 log = logging.getLogger("proxy.turn")
 
 Encoded = list[tuple[str, bytes]]  # (event type, event JSON) in order
+# Most bytes, and seconds, spent after the upstream's `[DONE]` waiting for its body's end.
+_MAX_TAIL = 4096
+_TAIL_SECONDS = 2.0
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Turn:
         self._encode = encode or recorder is not None
         self._started = started  # the start events were already made (a background job)
         self._stop_reason: str | None = None
+        self._abandoned = False  # our caller went away: the upstream is aborted, not drained
 
     def stop(self, reason: str) -> None:
         """Make the coming abandonment a failure (`reason`) rather than a cancellation: the
@@ -148,6 +153,7 @@ class Turn:
 
     async def _abandon(self) -> None:
         """Our caller went away before the end: stop the upstream, close the log."""
+        self._abandoned = True
         await self.call.aclose()
         reason = self._stop_reason
         events = self.assembler.fail(reason) if reason else self.assembler.cancel()
@@ -194,5 +200,27 @@ class Turn:
         except ProxyError as exc:
             yield assembler.fail(f"upstream connection lost: {exc.message}")
         finally:
-            await self._tasks.shielded(call.aclose(), name="upstream-close")
+            if assembler.done and not self._abandoned:
+                # The answer is whole; only the body's end (usually in the same read) may be
+                # left. Reading it lets the connection go back to the pool, but our client need
+                # not wait for it: a task finishes the upstream side.
+                self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS),
+                                  name="upstream-tail")
+            else:
+                await self._tasks.shielded(call.aclose(), name="upstream-close")
 
+
+async def _finish_upstream(call: Call, timeout: float) -> None:
+    """Read what is left of an answered upstream body (a few bytes, bounded in size and time),
+    then close: a finished body returns its connection to the pool, anything else aborts it."""
+    tail = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for raw in call.response.aiter_raw():
+                tail += len(raw)
+                if tail > _MAX_TAIL:
+                    break
+    except (ProxyError, TimeoutError, OSError):
+        pass  # a late or broken tail only costs the connection
+    finally:
+        await call.aclose()
