@@ -27,6 +27,8 @@ log = logging.getLogger("proxy.fleet")
 # How many more in-flight requests than the least loaded replica an affinity target may carry
 # before we give up on the prefix cache and balance instead.
 AFFINITY_SLACK = 8
+# Probes that must fail in a row before a replica that answered before is marked down.
+PROBES_TO_DOWN = 2
 # On-demand re-discovery (an unknown model may have just been loaded) at most this often.
 REDISCOVER_MIN_INTERVAL = 2.0
 
@@ -41,6 +43,7 @@ class Replica:
     in_flight: int = 0
     error: str | None = None
     checked_at: float = 0.0
+    failed_probes: int = 0  # in a row
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
@@ -88,11 +91,16 @@ class Fleet:
             models = tuple(m for m in listing.get("data", []) if isinstance(m, dict))
         except (ProxyError, TimeoutError, AttributeError) as exc:
             reason = str(exc) or type(exc).__name__  # a TimeoutError's str() is empty
-            if replica.healthy:
-                log.warning("replica %s is down: %s", replica.url, reason)
-            replica.healthy = False
+            replica.failed_probes += 1
             replica.error = reason
+            # One slow probe is weak evidence (a replica, or this process, busy with streams);
+            # a refused connection marks it down at once anyway (`open`).
+            if replica.failed_probes >= PROBES_TO_DOWN or not replica.known:
+                if replica.healthy:
+                    log.warning("replica %s is down: %s", replica.url, reason)
+                replica.healthy = False
         else:
+            replica.failed_probes = 0
             if not replica.healthy:
                 log.info("replica %s is up, serving %d model(s)", replica.url, len(models))
             replica.healthy, replica.known, replica.error = True, True, None

@@ -67,3 +67,28 @@ async def test_model_list_merges_replicas_first_wins() -> None:
     f.replicas[0].models = ({"id": "m", "root": "a"},)
     f.replicas[1].models = ({"id": "m", "root": "b"}, {"id": "n"})
     assert f.model_list() == [{"id": "m", "root": "a"}, {"id": "n"}]
+
+
+class FlakyProbe(StaticProbe):
+    def __init__(self) -> None:
+        self.fail = False
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail:
+            raise TimeoutError
+        return None
+
+
+async def test_one_slow_probe_does_not_take_a_known_replica_down() -> None:
+    probe = FlakyProbe()
+    f = Fleet(probe, ["http://a"])  # type: ignore[arg-type]
+    await f.refresh()
+    assert f.replicas[0].healthy
+    probe.fail = True
+    await f.refresh()
+    assert f.replicas[0].healthy  # one miss: a busy replica, not a dead one
+    await f.refresh()
+    assert not f.replicas[0].healthy and f.replicas[0].error == "TimeoutError"
+    probe.fail = False
+    await f.refresh()
+    assert f.replicas[0].healthy
