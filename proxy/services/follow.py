@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -39,8 +40,35 @@ class FollowInterrupted(Exception):
 
 @dataclass(eq=False)
 class _Follower:
+    """One reader's inbox. A deque and one future, not an `asyncio.Queue` with `wait_for`:
+    this runs once per event per reader, and `wait_for` makes a task each time."""
+
     position: int
-    queue: asyncio.Queue[StoredEvent | Exception] = field(default_factory=asyncio.Queue)
+    items: deque[StoredEvent | Exception] = field(default_factory=deque)
+    waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: StoredEvent | Exception) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, idle: float) -> bool:
+        """Until something arrives (True) or `idle` seconds pass (False)."""
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        timer = loop.call_later(idle, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+        return bool(self.items)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Followers:
@@ -64,10 +92,9 @@ class Followers:
         self._join(response_id, follower)
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(follower.queue.get(), timeout=idle)
-                except TimeoutError:
+                if not follower.items and not await follower.wait(idle):
                     return
+                item = follower.items.popleft()
                 if isinstance(item, Exception):
                     raise item
                 yield item
@@ -84,7 +111,7 @@ class Followers:
             return
         for follower in group:
             if event.seq == follower.position + 1:
-                follower.queue.put_nowait(event)
+                follower.put(event)
                 follower.position = event.seq
 
     def _join(self, response_id: str, follower: _Follower) -> None:
@@ -113,7 +140,7 @@ class Followers:
                 for follower in self._followers.get(rid, ()):
                     for event in events:
                         if event.seq > follower.position:
-                            follower.queue.put_nowait(event)
+                            follower.put(event)
                             follower.position = event.seq
 
     def _interrupt_all(self, exc: Exception) -> None:
@@ -121,7 +148,7 @@ class Followers:
                     sum(len(g) for g in self._followers.values()), exc)
         for group in self._followers.values():
             for follower in group:
-                follower.queue.put_nowait(FollowInterrupted(str(exc)))
+                follower.put(FollowInterrupted(str(exc)))
         self._followers.clear()
 
     async def aclose(self) -> None:

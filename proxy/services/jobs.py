@@ -184,23 +184,26 @@ class Worker:
     # -- one job ---------------------------------------------------------------------------------
     async def _execute(self, job: Job) -> None:
         try:
-            record = await self._store.get_response_any(job.response_id)
-            if record is None:
-                return  # deleted or expired while queued
-            if record.status == t.S_QUEUED and self._stopping:
+            if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
                 return
-            if record.status == t.S_QUEUED:
-                moved = await self._store.transition(
-                    job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
-                    ttl=self._settings.response_ttl)
-                if moved.changed:
-                    await self._run(job, record)
-                    return
-                record = await self._store.get_response_any(job.response_id)
-                if record is None:
-                    return
+            spec: dict[str, Any] = orjson.loads(job.spec)
+            # The compare-and-set first: it answers with the object, so a job that starts
+            # costs one round trip here, not two.
+            moved = await self._store.transition(
+                job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
+                ttl=self._settings.response_ttl)
+            if moved.changed and moved.response is not None and "tenant" in spec:
+                await self._run(job, StoredResponse(moved.response, spec["tenant"],
+                                                    logged=True), spec)
+                return
+            record = await self._store.get_response_any(job.response_id)
+            if record is None:
+                return  # deleted or expired while queued
+            if moved.changed:
+                await self._run(job, record, spec)
+                return
             await self._close_abandoned(record)
         except asyncio.CancelledError:
             running = self._running.get(job.response_id)
@@ -225,8 +228,7 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse) -> None:
-        spec: dict[str, Any] = orjson.loads(job.spec)
+    async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> None:
         assembler = self._assembler(record, spec)
         recorder = Recorder(self._store, ttl=self._settings.response_ttl,
                             event_ttl=self._settings.event_ttl,

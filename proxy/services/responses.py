@@ -125,7 +125,8 @@ class ResponsesService:
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
         record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
                                 logged=True)
-        spec = {"model": request.model, "chat": chat, "affinity": history.affinity,
+        spec = {"tenant": tenant, "model": request.model, "chat": chat,
+                "affinity": history.affinity,
                 "seal": "reasoning.encrypted_content" in request.include,
                 "conversation": request.conversation}
         await self._background.submit(record, request.input, logged, spec)

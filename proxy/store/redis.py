@@ -260,7 +260,7 @@ class RedisStore:
         def queue(pipe: Pipeline) -> None:
             for rid, events in batches.items():
                 pipe.evalsha(self._append.sha, 2, keys.response(rid), keys.response_log(rid),
-                             ttl, *_event_args(events))
+                             ttl, _packed(events))
 
         await self._pipelined(queue)
 
@@ -415,6 +415,12 @@ def _event_args(events: Sequence[StoredEvent]) -> list[Any]:
     for event in events:
         args += (event.seq, event.type, event.data)
     return args
+
+
+def _packed(events: Sequence[StoredEvent]) -> bytes:
+    """Events as one script argument (scripts.py, `append_packed`)."""
+    return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
+                          for e in events])
 
 
 def _item_args(items: Sequence[Item]) -> list[Any]:

@@ -348,6 +348,16 @@ async def test_append_keeps_events_dense_and_in_order(store: RedisStore) -> None
     assert log[2] == event(2)
 
 
+async def test_appended_bytes_come_back_exactly(store: RedisStore) -> None:
+    # Events travel packed (byte 0 and 1 as separators): every text a delta can hold, control
+    # characters and multi-byte UTF-8 included, must come back byte for byte.
+    await create(store, "resp_1", events=(event(0),))
+    notes = ["\x00\x01\x02 nul, soh", "héllo 🌍 ünïcode", "", "a" * 70_000, '{"json": [1]}']
+    sent = [event(i + 1, note=note) for i, note in enumerate(notes)]
+    await store.append_events({"resp_1": sent}, ttl=EVENT_TTL)
+    assert await store.read_events("resp_1", after=0) == sent
+
+
 async def test_append_ignores_old_ids_without_losing_the_rest(store: RedisStore) -> None:
     await create(store, "resp_1", events=(event(0), event(1)))
     await create(store, "resp_2", events=(event(0),))
