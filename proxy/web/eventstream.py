@@ -8,6 +8,9 @@ What it does, and what it leaves out on purpose:
   even while no chunk is flowing;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
   proxies and load balancers do not cut an idle stream;
+- the body is streamed by a task of its own, started here: every chunk then wakes a coroutine
+  stack two frames deep instead of the whole ASGI stack (uvicorn, every middleware, the
+  router), which would otherwise be resumed frame by frame for each token;
 - per chunk it costs one `send` and one counter increment: no lock, no cancel scope, no timer.
   (sse-starlette, which this replaces, opens an anyio cancel scope and takes a lock for every
   send: about a tenth of the proxy's CPU at 256 streams.) No lock is needed because uvicorn's
@@ -49,18 +52,23 @@ class EventStream:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status,
                     "headers": self.raw_headers})
-        streamer = asyncio.current_task()
-        assert streamer is not None
+        streamer = asyncio.create_task(self._stream(send), name="sse-stream")
         helpers = [asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")]
         if self.ping > 0:
             helpers.append(asyncio.create_task(self._pinger(send), name="sse-ping"))
         try:
-            await self._stream(send)
+            await asyncio.shield(streamer)
         except asyncio.CancelledError:
-            if not helpers[0].done():
-                raise  # cancelled from outside (shutdown): not ours to swallow
-            streamer.uncancel()  # the client went away: our own cancel, handled here
+            # Either the streamer was cancelled (the client went away: done, nothing to do),
+            # or we are (shutdown): then stop the streamer and let the cancellation go on.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
         finally:
+            if not streamer.done():
+                streamer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([streamer], timeout=5.0)
             for helper in helpers:
                 helper.cancel()
             await _close(self.body)
