@@ -26,17 +26,28 @@ from proxy.store.base import Store, StoredEvent, Transition
 log = logging.getLogger("proxy.eventlog")
 
 
+# Events of one live response kept in memory for this process's own late-joining followers.
+# Past it, they read from the store like anyone else.
+MAX_RECENT = 20_000
+
+
 @dataclass(eq=False)
 class LogHandle:
     hub: EventLogHub
     response_id: str
     pending: list[StoredEvent] = field(default_factory=list)
     broken: bool = False
+    # Every event made through this handle, while the response runs: a follower on this
+    # instance that joins late catches up from here, with no await between its catch-up and
+    # its joining (so nothing made meanwhile can slip between the two).
+    recent: list[StoredEvent] = field(default_factory=list)
 
     def add(self, event: StoredEvent) -> None:
         if self.broken:
             return
         self.pending.append(event)
+        if len(self.recent) < MAX_RECENT:
+            self.recent.append(event)
         self.hub.local(self.response_id, event)
         self.hub.wake(len(self.pending))
 
@@ -48,6 +59,7 @@ class LogHandle:
             result = await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl,
                                                           event_ttl=self.hub.event_ttl)
             if terminal is not None and result.changed:
+                self.recent.append(terminal)
                 self.hub.local(self.response_id, terminal)
             return result
         finally:
@@ -66,6 +78,7 @@ class EventLogHub:
         self.window = window
         self.max_pending = max_pending
         self._handles: set[LogHandle] = set()
+        self._by_id: dict[str, LogHandle] = {}
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
@@ -73,12 +86,20 @@ class EventLogHub:
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)
         self._handles.add(handle)
+        self._by_id[response_id] = handle
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="event-log-flusher")
         return handle
 
     def release(self, handle: LogHandle) -> None:
         self._handles.discard(handle)
+        if self._by_id.get(handle.response_id) is handle:
+            del self._by_id[handle.response_id]
+
+    def recent(self, response_id: str) -> list[StoredEvent]:
+        """The events this process made for a response that still runs here (else none)."""
+        handle = self._by_id.get(response_id)
+        return handle.recent if handle is not None else []
 
     def wake(self, pending: int) -> None:
         if not self._wakeup.is_set():

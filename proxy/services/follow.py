@@ -15,7 +15,9 @@ Events written by this very process (a background job run by the in-process work
 replayed on the instance that serves it) are also handed over locally the moment they are made
 (`publish_local`), before the batched write reaches Redis. A local event is taken only if it is
 the very next one a follower needs (seq == position + 1); anything else is left to the Redis
-tail, so the two sources never reorder or skip events.
+tail, so the two sources never reorder or skip events. A follower that joins while the log is
+being written here first catches up from the writer's memory (`recent`), in the same step as it
+joins: events made while it read the store can then not fall between the two.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
@@ -72,8 +74,10 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 
 class Followers:
-    def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5) -> None:
+    def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5,
+                 recent: Callable[[str], list[StoredEvent]] = lambda _rid: []) -> None:
         self._store = store
+        self.recent = recent  # the events this process is writing for a log (eventlog.py)
         self._block_ms = block_ms
         self._retry_delay = retry_delay
         self._followers: dict[str, set[_Follower]] = {}
@@ -83,12 +87,16 @@ class Followers:
                      idle: float) -> AsyncIterator[StoredEvent]:
         """Events with seq > after, stored then live, ending after the terminal event, or
         when none arrives for `idle` seconds (the caller decides whether to go on)."""
-        for event in await self._store.read_events(response_id, after=after):
-            yield event
-            after = event.seq
-            if event.type in t.TERMINAL_EVENTS:
-                return
         follower = _Follower(after)
+        for event in await self._store.read_events(response_id, after=after):
+            follower.put(event)
+            follower.position = event.seq
+        # No await from here to the join: what the store did not have yet, this process's
+        # writer (if it is here) has in memory; anything later reaches the joined follower.
+        for event in self.recent(response_id):
+            if event.seq == follower.position + 1:
+                follower.put(event)
+                follower.position = event.seq
         self._join(response_id, follower)
         try:
             while True:

@@ -71,6 +71,7 @@ class Runtime:
         followers = Followers(store)
         hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
                           local=followers.publish_local)
+        followers.recent = hub.recent
         background = Background(store, queue, settings)
         stored = StoredResponses(store, followers, settings)
         runner = None

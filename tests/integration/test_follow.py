@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from proxy.services.eventlog import EventLogHub
 from proxy.services.follow import Followers
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
@@ -78,4 +79,27 @@ async def test_a_gap_is_filled_from_the_store_in_order_without_duplicates(
 async def test_nobody_following_costs_nothing(store: RedisStore) -> None:
     followers = Followers(store)
     followers.publish_local("resp_x", event(0))  # no follower: dropped, no error
+    await followers.aclose()
+
+
+async def test_a_late_follower_catches_up_from_the_writer_memory(store: RedisStore) -> None:
+    """Events this process made but has not flushed yet: a follower joining now gets them at
+    once, in order, then the live ones."""
+    await store.append_events({"resp_1": [event(0), event(1)]}, ttl=60)
+    followers = Followers(store, block_ms=1000)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0,  # no flush during the test
+                      local=followers.publish_local)
+    followers.recent = hub.recent
+    handle = hub.open("resp_1")
+    for seq in (2, 3, 4):
+        handle.add(event(seq))  # nobody follows yet; nothing reaches the store
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    await wait_for(seen, 5)
+    assert seen == [0, 1, 2, 3, 4]
+    handle.add(event(5))
+    await wait_for(seen, 6)
+    assert seen == [0, 1, 2, 3, 4, 5]
+    reader.cancel()
+    await hub.aclose()
     await followers.aclose()
