@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.clients import SDK
 from tests.support.servers import ServerProcess, start_proxy
 
 
@@ -13,3 +14,9 @@ def proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
     server = start_proxy(simulator.url)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    yield
+    SDK.close()

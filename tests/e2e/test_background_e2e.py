@@ -17,20 +17,13 @@ import openai
 import pytest
 
 from tests.conftest import SimControl
-from tests.support.clients import SdkClients
+from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_proxy, start_redis
 from tests.support.servers import start_worker as worker_process
 from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
-CLIENTS = SdkClients()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    CLIENTS.close()
 
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 KEY = "sk-test"
@@ -68,7 +61,7 @@ def start_worker(simulator: ServerProcess, redis_server: ServerProcess,
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
-    return CLIENTS.get(server.url, KEY)
+    return SDK.get(server.url, KEY)
 
 
 def wait_status(server: ServerProcess, response_id: str, statuses: set[str],

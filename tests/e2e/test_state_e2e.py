@@ -17,19 +17,12 @@ import openai
 import pytest
 
 from tests.conftest import SimControl
-from tests.support.clients import SdkClients
+from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_proxy
 from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
-CLIENTS = SdkClients()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    CLIENTS.close()
 
 KEY = "sk-tenant-one"
 OTHER_KEY = "sk-tenant-two"
@@ -51,7 +44,7 @@ def pair(simulator: ServerProcess, redis_server: ServerProcess) -> Iterator[tupl
 
 
 def sdk(server: ServerProcess, key: str = KEY) -> openai.OpenAI:
-    return CLIENTS.get(server.url, key)
+    return SDK.get(server.url, key)
 
 
 def auth(key: str = KEY) -> dict[str, str]:

@@ -24,3 +24,7 @@ class SdkClients:
         for client in self._made.values():
             client.close()
         self._made.clear()
+
+
+# The registry e2e modules share; tests/e2e/conftest.py closes it when each module ends.
+SDK = SdkClients()
