@@ -135,10 +135,6 @@ class Assembler:
     def done(self) -> bool:
         return self.phase is Phase.DONE
 
-    @property
-    def next_sequence(self) -> int:
-        return self._seq
-
     def start(self, *, background: bool = False) -> list[Event]:
         """First events: created + in_progress, or created + queued for a background job."""
         if background:

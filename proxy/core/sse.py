@@ -11,18 +11,8 @@ comments and other fields ignored), without decoding bytes to str first.
 
 from __future__ import annotations
 
-import orjson
-
-from proxy.core.types import Event
-
 PING = b": ping\n\n"
 DONE = b"[DONE]"
-
-
-def encode(event: Event) -> bytes:
-    """One event as its JSON bytes (what the event log keeps)."""
-    data: bytes = orjson.dumps(event)
-    return data
 
 
 def frame(event_type: str, data: bytes) -> bytes:
@@ -30,14 +20,10 @@ def frame(event_type: str, data: bytes) -> bytes:
 
 
 def frames(encoded: list[tuple[str, bytes]]) -> bytes:
-    """Several (type, JSON) events as one write."""
+    """Several (type, JSON) events as one write. `frame` spelled inline: this runs once per
+    upstream read on the hot path, and a call per event would cost more than the framing."""
     return b"".join([b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
                      for kind, data in encoded])
-
-
-def frame_event(event: Event) -> bytes:
-    kind: str = event["type"]
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 class DataDecoder:

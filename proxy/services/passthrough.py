@@ -9,7 +9,7 @@ the HTTP status is already on the wire.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,7 +29,6 @@ class Relay:
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Passthrough:

@@ -52,7 +52,6 @@ CHAT_PATH = "/v1/chat/completions"
 class Outcome:
     """What the web layer renders: a JSON body, or an SSE byte stream."""
 
-    status: int = 200
     body: ResponseObject | None = None
     stream: AsyncIterator[bytes] | None = None
 

@@ -27,8 +27,6 @@ from redis.backoff import NoBackoff
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 
-EMBEDDED_WARNING = "embedded store: one instance; state lost on exit"
-
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
 # Headroom between the longest blocking read and the socket timeout: the reply to an XREAD that

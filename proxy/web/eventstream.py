@@ -27,9 +27,10 @@ from collections.abc import AsyncIterator, Mapping
 
 from starlette.types import Receive, Scope, Send
 
+from proxy.core.sse import PING
+
 log = logging.getLogger("proxy.web")
 
-PING = b": ping\n\n"
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-store"),

@@ -21,7 +21,7 @@ async def create(request: Request) -> Reply:
     outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.ping_interval)
-    return json_response(outcome.body, status=outcome.status)
+    return json_response(outcome.body)
 
 
 def _flag(value: str | None, name: str) -> bool:

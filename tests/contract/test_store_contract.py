@@ -559,17 +559,23 @@ async def test_conversation_create_get_update_delete(store: RedisStore) -> None:
     assert await store.delete_conversation(TENANT, "conv_1") is False
 
 
-async def test_unknown_conversation_is_absent_everywhere(store: RedisStore) -> None:
-    assert await store.get_conversation(TENANT, "conv_x") is None
-    assert await store.update_conversation(TENANT, "conv_x", {}, ttl=TTL) is None
-    assert await store.delete_conversation(TENANT, "conv_x") is False
-    assert await store.add_conversation_items(TENANT, "conv_x", [message("a", "1")],
+async def assert_conversation_absent(store: RedisStore, tenant: str, conversation_id: str,
+                                     item_id: str) -> None:
+    """Every conversation call, as `tenant`, behaves as if the conversation did not exist."""
+    assert await store.get_conversation(tenant, conversation_id) is None
+    assert await store.update_conversation(tenant, conversation_id, {"x": "y"}, ttl=TTL) is None
+    assert await store.delete_conversation(tenant, conversation_id) is False
+    assert await store.add_conversation_items(tenant, conversation_id, [message("evil", "x")],
                                               ttl=TTL) is False
-    assert await store.list_conversation_items(TENANT, "conv_x", after=None, limit=10,
+    assert await store.list_conversation_items(tenant, conversation_id, after=None, limit=10,
                                                order="asc") is None
-    assert await store.all_conversation_items(TENANT, "conv_x") is None
-    assert await store.get_conversation_item(TENANT, "conv_x", "a") is None
-    assert await store.delete_conversation_item(TENANT, "conv_x", "a") is False
+    assert await store.all_conversation_items(tenant, conversation_id) is None
+    assert await store.get_conversation_item(tenant, conversation_id, item_id) is None
+    assert await store.delete_conversation_item(tenant, conversation_id, item_id) is False
+
+
+async def test_unknown_conversation_is_absent_everywhere(store: RedisStore) -> None:
+    await assert_conversation_absent(store, TENANT, "conv_x", "a")
     assert await store.client.exists(*conversation_keys("conv_x")) == 0
 
 
@@ -690,16 +696,7 @@ async def test_the_real_cap_is_large(store: RedisStore) -> None:
 async def test_another_tenant_cannot_touch_a_conversation(store: RedisStore) -> None:
     items = await make_conversation(store, n=3)
     before = await store.get_conversation(TENANT, "conv_1")
-    assert await store.get_conversation(OTHER, "conv_1") is None
-    assert await store.update_conversation(OTHER, "conv_1", {"x": "y"}, ttl=TTL) is None
-    assert await store.delete_conversation(OTHER, "conv_1") is False
-    assert await store.add_conversation_items(OTHER, "conv_1", [message("evil", "x")],
-                                              ttl=TTL) is False
-    assert await store.list_conversation_items(OTHER, "conv_1", after=None, limit=10,
-                                               order="asc") is None
-    assert await store.all_conversation_items(OTHER, "conv_1") is None
-    assert await store.get_conversation_item(OTHER, "conv_1", "item_0") is None
-    assert await store.delete_conversation_item(OTHER, "conv_1", "item_0") is False
+    await assert_conversation_absent(store, OTHER, "conv_1", "item_0")
     assert await store.get_conversation(TENANT, "conv_1") == before
     assert await store.all_conversation_items(TENANT, "conv_1") == items
 

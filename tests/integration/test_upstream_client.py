@@ -698,21 +698,27 @@ def vllm_like(tail_after: float | None) -> Handler:
     return handler
 
 
-async def responses_through(server: TinyServer, *streams: bool) -> ConnectionPool:
+async def responses_through(server: TinyServer, *streams: bool,
+                            idle: float = 0.3) -> list[float]:
+    """Responses requests through an in-process proxy whose upstream is `server`; the seconds
+    each took, from request to the client's last byte."""
     settings = Settings(upstreams=(server.url,), worker=False,
-                        timeouts=Timeouts(connect=2, first_byte=5, idle=0.3))
+                        timeouts=Timeouts(connect=2, first_byte=max(5.0, idle), idle=idle))
     app = create_app(settings)
+    took: list[float] = []
+    loop = asyncio.get_running_loop()
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
             for stream in streams:
+                started = loop.time()
                 response = await client.post("/v1/responses", json={
                     "model": "sim-model", "input": "hi", "stream": stream, "store": False})
+                took.append(loop.time() - started)
                 assert response.status_code == 200, response.text
                 assert '"status":"completed"' in response.text.replace(" ", "")
                 await app.state.runtime.tasks.drain(2.0)  # the upstream tail is read apart
-        pool: ConnectionPool = app.state.runtime.http
-        return pool
+    return took
 
 
 async def test_a_turn_reads_past_done_to_the_body_end_and_reuses_the_connection() -> None:
@@ -731,16 +737,5 @@ async def test_a_late_upstream_tail_never_holds_the_client_answer() -> None:
     """A replica that sends `[DONE]` and then stalls: the client's stream still ends at once
     (the tail is read, bounded, by a task of its own)."""
     async with TinyServer(vllm_like(tail_after=None)) as server:
-        settings = Settings(upstreams=(server.url,), worker=False,
-                            timeouts=Timeouts(connect=2, first_byte=30, idle=30))
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
-                started = asyncio.get_running_loop().time()
-                response = await client.post("/v1/responses", json={
-                    "model": "sim-model", "input": "hi", "stream": True, "store": False})
-                took = asyncio.get_running_loop().time() - started
-                assert response.status_code == 200
-                assert "response.completed" in response.text
-                assert took < 1.0, took  # not the 30 s idle timeout
+        [took] = await responses_through(server, True, idle=30)
+        assert took < 1.0, took  # not the 30 s idle timeout
