@@ -22,6 +22,7 @@ from proxy.web import (
     routes_passthrough,
     routes_responses,
 )
+from proxy.web.access import AccessLog
 from proxy.web.accounting import RequestMetrics
 from proxy.web.auth import AuthMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
@@ -46,6 +47,9 @@ def create_app(settings: Settings) -> Starlette:
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes],
         middleware=[
+            # Outermost of ours: the request id is set before anything logs, and echoed on
+            # every answer, errors from auth and the body limit included.
+            Middleware(AccessLog),
             Middleware(RequestMetrics, metrics=metrics),
             Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
             Middleware(AuthMiddleware, keys=settings.api_keys),

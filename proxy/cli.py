@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from proxy.logs import configure_logging
 from proxy.settings import ConfigError, Settings, build_settings, describe, require_upstreams
 
 log = logging.getLogger("proxy")
@@ -39,6 +40,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="seconds running jobs get to finish at shutdown (default 30)")
     p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    p.add_argument("--log-format", help="text | json (default text)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,12 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _configure_logging(level: str, fmt: str = "text") -> None:
+    configure_logging(level, fmt)
 
 
 
@@ -143,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _simulate(args)
             return
         settings = build_settings(vars(args), os.environ)
-        _configure_logging(settings.log_level)
+        _configure_logging(settings.log_level, settings.log_format)
         if args.command == "worker":
             require_upstreams(settings, "worker")
             if not settings.redis_url:

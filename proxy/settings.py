@@ -66,6 +66,8 @@ class Settings:
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
+    # `text` for people, `json` (one object per line) for log pipelines.
+    log_format: str = "text"
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -152,6 +154,10 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     ):
         raise ConfigError("--log-level", f"unknown log level {log_level!r}")
 
+    log_format = str(pick("log_format", "PROXY_LOG_FORMAT") or "text").strip().lower()
+    if log_format not in ("text", "json"):
+        raise ConfigError("--log-format", f"unknown log format {log_format!r} (use text or json)")
+
     defaults = Settings()
 
     def number(name: str, default: float, *, integer: bool = False) -> float:
@@ -192,6 +198,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_queued_jobs=count("max_queued_jobs"),
         shutdown_grace=seconds("shutdown_grace"),
         log_level=log_level,
+        log_format=log_format,
     )
 
 

@@ -40,6 +40,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
+from proxy.core.requestctx import current_request_id
 from proxy.http1 import (
     ConnectError,
     ConnectTimeout,
@@ -146,8 +147,12 @@ class Upstream:
     async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> Response:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
         target = self._target(base)
+        head = target.head
+        request_id = current_request_id()  # the client's request, traced into vLLM's logs
+        if request_id:
+            head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
-                  b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), target.head,
+                  b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,
                                                      len(body), body)
         timeouts = self._stream_timeouts if stream else self._call_timeouts
         return await self._send(base, target, request, timeouts)

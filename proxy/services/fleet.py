@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
+from proxy.core.requestctx import note_replica
 from proxy.upstream import Response, Upstream
 
 log = logging.getLogger("proxy.fleet")
@@ -180,6 +181,7 @@ class Fleet:
             except BaseException:
                 replica.in_flight -= 1
                 raise
+            note_replica(replica.url)  # for the access log
             return Call(replica, response)
         assert last_error is not None  # the loop ran at least once: a fleet is never empty
         raise last_error

@@ -94,3 +94,12 @@ def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> 
     assert len(lines) == 1, done.stderr
     assert flag in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_log_format_from_flag_or_environment() -> None:
+    assert build_settings({}, {}).log_format == "text"
+    assert build_settings({}, {"PROXY_LOG_FORMAT": "JSON"}).log_format == "json"
+    assert build_settings({"log_format": "text"}, {"PROXY_LOG_FORMAT": "json"}).log_format == "text"
+    with pytest.raises(ConfigError) as info:
+        build_settings({"log_format": "xml"}, {})
+    assert info.value.flag == "--log-format"

@@ -1,0 +1,55 @@
+"""What one request carries through every layer without being passed by hand: its id (echoed
+to the client, sent upstream, on every log line) and the replica that served it (for the access
+log).
+
+`CURRENT` is a `ContextVar`, the one deliberate piece of module state: asyncio gives each task a
+copy of its parent's context, so the value set by the access-log middleware at the start of a
+request is seen by the handler, the services, the upstream client and the stream task the
+response starts, and by nothing else. It is read once per request (upstream call, log record),
+never per token. The `RequestContext` it holds is mutable so that a lower layer (the fleet) can
+note the replica for the middleware, which reads it when the request ends.
+
+Pure: validating a client's id is here; making a new one (randomness) is the caller's.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+HEADER = "x-request-id"
+# Long enough for a UUID, a W3C trace id or a load balancer's own id; short enough to keep log
+# lines and upstream headers small.
+MAX_LENGTH = 128
+# Safe in an HTTP header, a log line and a JSON string without escaping: no spaces, quotes,
+# control characters or separators a log parser would split on.
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:")
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    replica: str | None = None  # the upstream root URL that answered, when one did
+
+
+CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
+
+
+def accept_request_id(value: str | None) -> str | None:
+    """The client's id when it is usable as is; None (make a new one) when it is missing, too
+    long or carries anything outside `_SAFE` (it would go into headers and log lines)."""
+    if not value or len(value) > MAX_LENGTH or not _SAFE.issuperset(value):
+        return None
+    return value
+
+
+def current_request_id() -> str | None:
+    context = CURRENT.get()
+    return context.request_id if context is not None else None
+
+
+def note_replica(url: str) -> None:
+    """Record which replica answered the current request (no-op outside a request)."""
+    context = CURRENT.get()
+    if context is not None:
+        context.replica = url

@@ -1,0 +1,126 @@
+"""The request id and the access log, as one pure ASGI middleware (the outermost of ours).
+
+For every HTTP request:
+- the request id is the client's `x-request-id` when it is safe (core/requestctx.py), else a
+  new `req_<32 hex>`; it is put in the request's context (so the upstream call and every log line
+  of the request carry it) and echoed on the response, whatever answers it: a route's JSON, an
+  SSE stream, an error from auth or the body limit. A stale `x-request-id` an upstream sent back
+  (pass-through) is replaced by ours, so a response never carries two;
+- when the request ends (for a stream: when the stream ends), one line on the `proxy.access`
+  logger: method, route template (never the raw path, which holds ids), status, duration, key id
+  (a short digest of the tenant, itself a digest: never the key), the `x-proxy-cache` header's
+  value or `-`, and the replica that served it or `-`. Never a body, a query string or a header
+  value other than those.
+
+Per request, never per token: the wrapped `send` does one dict lookup per message and its work
+only on `http.response.start`.
+
+The context variable is deliberately not reset when the request ends: uvicorn runs each request
+in a task (and context) of its own, so the value dies with it, and Starlette's outermost error
+middleware logs an unexpected exception (and answers 500) after we have returned, a log line
+that must still carry the id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.core.requestctx import CURRENT, RequestContext, accept_request_id
+
+_HEADER = b"x-request-id"
+_CACHE_HEADER = b"x-proxy-cache"
+# nginx's code for a request the client closed before an answer was sent.
+CLIENT_CLOSED = 499
+
+
+def new_request_id() -> str:
+    return f"req_{secrets.token_hex(16)}"
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp, *, logger: logging.Logger | None = None,
+                 new_id: Callable[[], str] = new_request_id) -> None:
+        self.app = app
+        self.log = logger or logging.getLogger("proxy.access")
+        self.new_id = new_id
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = accept_request_id(_header(scope, _HEADER)) or self.new_id()
+        context = RequestContext(request_id)
+        CURRENT.set(context)
+        echoed = (_HEADER, request_id.encode("latin-1"))
+        started = time.perf_counter()
+        status = 0
+        cache = "-"
+
+        async def tagged(message: Message) -> None:
+            nonlocal status, cache
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = []
+                for name, value in message.get("headers", ()):
+                    if name.lower() == _HEADER:
+                        continue
+                    if name.lower() == _CACHE_HEADER:
+                        cache = value.decode("latin-1")
+                    headers.append((name, value))
+                headers.append(echoed)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tagged)
+        except asyncio.CancelledError:
+            status = status or CLIENT_CLOSED
+            raise
+        except BaseException:
+            status = status or 500  # Starlette's outer error middleware answers 500
+            raise
+        finally:
+            self._write(scope, status, time.perf_counter() - started, cache, context)
+
+    def _write(self, scope: Scope, status: int, seconds: float, cache: str,
+               context: RequestContext) -> None:
+        fields = {
+            "method": scope.get("method", "-"),
+            "route": _route(scope),
+            "status": status or CLIENT_CLOSED,
+            "duration_ms": round(seconds * 1000, 1),
+            "key_id": key_id(scope),
+            "cache": cache,
+            "replica": context.replica or "-",
+        }
+        self.log.info("%(method)s %(route)s %(status)d %(duration_ms).1fms key=%(key_id)s "
+                      "cache=%(cache)s replica=%(replica)s", fields, extra={"access": fields})
+
+
+def key_id(scope: Scope) -> str:
+    """A short, stable id of the caller's key for logs: the head of the tenant (auth's digest of
+    the key), `public` without a key, `-` when auth did not get that far (e.g. a 401)."""
+    tenant = scope.get("state", {}).get("tenant")
+    if not tenant:
+        return "-"
+    return str(tenant)[:13]
+
+
+def _route(scope: Scope) -> str:
+    """The matched route's template (`/v1/responses/{response_id}`): ids stay out of the log."""
+    path = getattr(scope.get("route"), "path", None)
+    return str(path) if path else "unmatched"
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == wanted:
+            text: str = value.decode("latin-1")
+            return text
+    return None
