@@ -23,6 +23,7 @@ MAX_TTFT_MS = 600_000.0
 MAX_TOOLS = 64
 FINISH_REASONS = ("stop", "length", "content_filter")
 REASONING_FIELDS = ("reasoning", "reasoning_content", "both")
+TOOL_ARGS = ("all", "required")
 _COUNTED: dict[str, FailKind] = {"error": "error", "stall": "stall", "cut": "cut", "abort": "abort"}
 
 
@@ -48,6 +49,10 @@ class Directives:
     fail: Failure | None = None
     finish: str | None = None
     cached: int | None = None
+    # Which properties tool-call arguments carry: `all` declared ones (default) or only the
+    # `required` ones, as a real model mostly does; real clients (Codex's `exec_command`) take
+    # an optional "sim" for a shell binary or a directory and fail.
+    args: str | None = None
 
 
 def strip(text: str) -> str:
@@ -86,6 +91,8 @@ def _apply(found: Directives, key: str, value: str) -> Directives:
         return replace(found, finish=_choice(key, value, FINISH_REASONS))
     if key == "fail":
         return replace(found, fail=_failure(value))
+    if key == "args":
+        return replace(found, args=_choice(key, value, TOOL_ARGS))
     raise DirectiveError(f"unknown simulator directive `{key}`")
 
 

@@ -2,7 +2,7 @@
 
 What a model under guided decoding would produce, minus the creativity:
   string "sim" (a `format` gets a valid example; a hint `name=value` from the user's text wins;
-  minLength/maxLength respected), integer 1 and number 1.5 (moved inside minimum/maximum),
+  minLength/maxLength respected), integer 1 and number 1 (moved inside minimum/maximum),
   boolean true, null; `const` and the first of `enum` win over `type`; arrays get
   max(1, minItems) items (never more than maxItems); objects get every declared property plus
   any `required` name not declared; `anyOf`/`oneOf` take their first branch that is not
@@ -36,13 +36,17 @@ _FORMATS = {
 }
 
 
-def instance(schema: Any, hints: Mapping[str, str] | None = None) -> Any:
-    """A value valid against `schema`. `hints` map a property name to the string it gets."""
-    return _Generator(schema, hints or {}).value(schema, None, 0)
+def instance(schema: Any, hints: Mapping[str, str] | None = None, *,
+             required_only: bool = False) -> Any:
+    """A value valid against `schema`. `hints` map a property name to the string it gets;
+    `required_only` leaves out every optional property, at every level (what a model that
+    fills in only what it must would send)."""
+    return _Generator(schema, hints or {}, required_only).value(schema, None, 0)
 
 
 class _Generator:
-    def __init__(self, root: Any, hints: Mapping[str, str]) -> None:
+    def __init__(self, root: Any, hints: Mapping[str, str], required_only: bool = False) -> None:
+        self.required_only = required_only
         self.root = root
         self.hints = hints
 
@@ -73,7 +77,11 @@ class _Generator:
         if kind == "integer":
             return math.ceil(_bounded(schema, 1))
         if kind == "number":
-            return float(_bounded(schema, 1.5))
+            # A whole number, written as one (`1`, not `1.5` or `1.0`): clients such as Codex
+            # declare counters as `number` but parse them as integers. Bounds that leave no
+            # whole number inside keep the fraction.
+            value = _bounded(schema, 1)
+            return int(value) if float(value).is_integer() else float(value)
         if kind == "boolean":
             return True
         if kind == "null":
@@ -84,7 +92,7 @@ class _Generator:
         properties = schema.get("properties")
         properties = properties if isinstance(properties, dict) else {}
         required = [k for k in schema.get("required") or () if isinstance(k, str)]
-        if depth > MAX_DEPTH // 2:
+        if depth > MAX_DEPTH // 2 or self.required_only:
             # Deep down (recursive schemas) only what is required: that is what ends recursion.
             properties = {k: v for k, v in properties.items() if k in required}
         result = {key: self.value(sub, key, depth + 1) for key, sub in properties.items()}

@@ -10,7 +10,8 @@ Rules (in order):
   - `tools=N` makes exactly N calls, cycling through the offered tools from the first chosen one
     (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
   - `parallel_tool_calls: false` keeps only the first call.
-Arguments are `json.dumps` of a schema instance (vLLM's tool parsers re-serialise with json.dumps,
+Arguments are `json.dumps` of a schema instance (only its required properties with the
+`args=required` directive) (vLLM's tool parsers re-serialise with json.dumps,
 so `{"city": "sim"}` with its spaces, not the compact form).
 """
 
@@ -45,7 +46,10 @@ def choose_calls(req: ChatRequest) -> list[Call]:
     if not req.parallel_tool_calls:
         chosen = chosen[:1]
     hints = req.hints
-    return [Call(tool.name, json.dumps(instance(tool.parameters, hints))) for tool in chosen]
+    required_only = req.directives.args == "required"
+    return [Call(tool.name, json.dumps(instance(tool.parameters, hints,
+                                                required_only=required_only)))
+            for tool in chosen]
 
 
 def _chosen(req: ChatRequest) -> list[Tool]:

@@ -292,6 +292,31 @@ def test_schema_strings_take_hints_from_the_user_text() -> None:
     assert schema.instance(spec, {"city": "Paris"}) == {"city": "Paris"}
 
 
+def test_numbers_are_whole_and_written_as_integers() -> None:
+    """Codex declares counters (`yield_time_ms`, `max_output_tokens`) as `number` and parses
+    them as integers: `1.5` or `1.0` would be refused."""
+    spec = {"type": "object", "properties": {"n": {"type": "number"},
+                                             "low": {"type": "number", "minimum": 7},
+                                             "tight": {"type": "number", "maximum": 0.5}}}
+    value = schema.instance(spec)
+    assert json.dumps(value) == '{"n": 1, "low": 7, "tight": 0.5}'
+
+
+def test_args_required_directive_keeps_only_required_properties() -> None:
+    exec_command = {"type": "function", "function": {"name": "exec_command", "parameters": {
+        "type": "object", "required": ["cmd"], "additionalProperties": False,
+        "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"},
+                       "shell": {"type": "string"}, "yield_time_ms": {"type": "number"}}}}}
+    text = "please call exec_command cmd=pwd"
+    assert calls(text, tools=[exec_command]) == [
+        ("exec_command", '{"cmd": "pwd", "workdir": "sim", "shell": "sim", "yield_time_ms": 1}')]
+    assert calls(text + " [[sim args=required]]", tools=[exec_command]) == [
+        ("exec_command", '{"cmd": "pwd"}')]
+    assert directives.parse("[[sim args=all]]").args == "all"
+    with pytest.raises(directives.DirectiveError):
+        directives.parse("[[sim args=some]]")
+
+
 # == tool choice ===================================================================================
 def calls(text: str, **extra: Any) -> list[tuple[str, str]]:
     return [(c.name, c.arguments) for c in tools.choose_calls(request(text, **extra))]
