@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench redis-server clean
+.PHONY: run test lint bench compat redis-server clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: $(STAMP)
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md).
 bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.run
+
+## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
+## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).
+compat: $(STAMP)
+	$(BIN)/python compat/run.py
 
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
