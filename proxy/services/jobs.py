@@ -39,6 +39,7 @@ from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
+from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.metrics import Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
@@ -189,6 +190,10 @@ class Worker:
                 self._release(job.response_id)
                 return
             spec: dict[str, Any] = orjson.loads(job.spec)
+            if spec.get("request_id"):
+                # This task's own context: the job's upstream call and log lines carry the id
+                # of the request that created it.
+                CURRENT.set(RequestContext(str(spec["request_id"])))
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(

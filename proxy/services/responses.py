@@ -32,6 +32,7 @@ from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
+from proxy.core.requestctx import current_request_id
 from proxy.core.sse import frames
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
@@ -127,7 +128,9 @@ class ResponsesService:
         spec = {"tenant": tenant, "model": request.model, "chat": chat,
                 "affinity": history.affinity,
                 "seal": "reasoning.encrypted_content" in request.include,
-                "conversation": request.conversation}
+                "conversation": request.conversation,
+                # The worker's upstream call and log lines carry the creating request's id.
+                "request_id": current_request_id()}
         await self._background.submit(record, request.input, logged, spec)
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))

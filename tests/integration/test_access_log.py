@@ -5,6 +5,7 @@ on every log line of the request; never a prompt, an output or a key in the log.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -198,3 +199,20 @@ async def test_every_log_line_of_the_request_carries_its_id(
     assert {r["logger"] for r in mine} >= {"proxy.test", "proxy.web", "proxy.access"}
     [access] = [r for r in mine if r["logger"] == "proxy.access"]
     assert access["status"] == 500
+
+
+async def test_a_background_job_carries_its_creators_id_upstream(
+        keyed: httpx.AsyncClient, sim: SimControl) -> None:
+    job = await keyed.post("/v1/responses", headers={"x-request-id": "bg-1"},
+                           json={"model": "sim-model", "input": PROMPT, "background": True})
+    assert job.status_code == 200
+    assert job.headers["x-request-id"] == "bg-1"
+    response_id = job.json()["id"]
+    status = job.json()["status"]
+    for _ in range(200):  # bounded: 200 x 50 ms
+        if status not in ("queued", "in_progress"):
+            break
+        await asyncio.sleep(0.05)
+        status = (await keyed.get(f"/v1/responses/{response_id}")).json()["status"]
+    assert status == "completed"
+    assert sim.stats()["last_headers"]["x-request-id"] == "bg-1"
