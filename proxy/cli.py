@@ -95,7 +95,8 @@ def _serve(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
-        access_log=False,
+        access_log=False,  # ours is web/access.py
+        log_config=None,  # uvicorn's own lines go through our handler (format, request id)
         timeout_graceful_shutdown=30,
     )
 

@@ -4,6 +4,7 @@ prompt, the output nor the client's key appears anywhere in the log."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -31,11 +32,16 @@ def test_json_log_lines_carry_the_request_id_and_no_secrets(
     assert answer.status_code == 200
     assert answer.headers["x-request-id"] == "e2e-log-1"
     assert "response.completed" in answer.text
+    with socket.create_connection(("127.0.0.1", json_proxy.port), timeout=5) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")  # uvicorn logs a warning about it
+        sock.recv(1024)
     stats = httpx.get(simulator.url + "/sim/stats", timeout=5).json()
     assert stats["last_headers"]["x-request-id"] == "e2e-log-1"
     json_proxy.stop()  # flushes and closes the log
     lines = [ln for ln in json_proxy.output().splitlines() if ln.strip()]
-    records = [orjson.loads(ln) for ln in lines]  # every line is JSON, start-up lines too
+    # Every line is JSON: start-up lines, uvicorn's own warning, the access line.
+    records = [orjson.loads(ln) for ln in lines]
+    assert any(r["logger"].startswith("uvicorn") for r in records)
     [access] = [r for r in records if r["request_id"] == "e2e-log-1"
                 and r["logger"] == "proxy.access"]
     assert (access["method"], access["route"], access["status"]) == ("POST", "/v1/responses",
