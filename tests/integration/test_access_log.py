@@ -19,6 +19,7 @@ import pytest
 from proxy.app import create_app
 from proxy.logs import configure_logging
 from proxy.settings import Settings
+from proxy.web.access import AccessLog
 from tests.conftest import SimControl
 from tests.support.servers import ServerProcess
 
@@ -216,3 +217,31 @@ async def test_a_background_job_carries_its_creators_id_upstream(
         status = (await keyed.get(f"/v1/responses/{response_id}")).json()["status"]
     assert status == "completed"
     assert sim.stats()["last_headers"]["x-request-id"] == "bg-1"
+
+
+async def test_upstream_request_id_is_replaced_and_cache_header_logged(
+        json_logs: LogCapture) -> None:
+    """The middleware alone, around an app that answers like a cache hit relayed from a replica
+    that sent its own `x-request-id`: one id leaves (ours), and the cache result is logged."""
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"x-request-id", b"from-upstream"), (b"x-proxy-cache", b"hit"),
+                                (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "headers": [(b"x-request-id", b"mine-1")]}
+    # In a task of its own, as uvicorn runs a request: the id stays in that task's context.
+    await asyncio.create_task(AccessLog(app)(scope, receive, send))
+    headers = sent[0]["headers"]
+    assert [v for k, v in headers if k == b"x-request-id"] == [b"mine-1"]
+    [line] = [a for a in json_logs.access() if a["request_id"] == "mine-1"]
+    assert (line["cache"], line["route"], line["status"]) == ("hit", "unmatched", 200)
