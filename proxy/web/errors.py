@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.core.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.core.requestctx import current_request_id
 
 log = logging.getLogger("proxy.web")
 
@@ -55,7 +56,14 @@ def _generic(status: int, message: str) -> ProxyError:
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(ProxyError("The server had an error while processing your request."))
+    response = error_response(ProxyError("The server had an error while processing your "
+                                         "request."))
+    # Starlette sends this answer from its outermost middleware, outside the access-log
+    # middleware that tags every other answer: the id is added here.
+    request_id = current_request_id()
+    if request_id:
+        response.headers["x-request-id"] = request_id
+    return response
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {

@@ -196,6 +196,8 @@ async def test_every_log_line_of_the_request_carries_its_id(
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
             answer = await http.get("/v1/boom", headers={"x-request-id": "deep-1"})
     assert answer.status_code == 500
+    assert answer.headers["x-request-id"] == "deep-1"
+    assert answer.json()["error"]["message"]
     mine = [r for r in json_logs.records() if r["request_id"] == "deep-1"]
     assert {r["logger"] for r in mine} >= {"proxy.test", "proxy.web", "proxy.access"}
     [access] = [r for r in mine if r["logger"] == "proxy.access"]
