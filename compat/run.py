@@ -189,7 +189,11 @@ def run_client(client: Client, base_url: str) -> tuple[bool, list[str]]:
 
 
 def main() -> int:
-    install()
+    try:
+        install()
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        print(f"compat: installing the clients failed: {exc}", flush=True)
+        return 1
     found = versions()
     print("compat: " + ", ".join(f"{k} {v}" for k, v in found.items()), flush=True)
     stack = Stack()
