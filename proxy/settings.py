@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 CACHE_MODES = ("off", "exact", "semantic")
+PARAMS_MODES = ("lenient", "strict")
+HOSTED_TOOLS_MODES = ("drop", "reject")
 
 
 class ConfigError(ValueError):
@@ -66,6 +68,10 @@ class Settings:
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
+    # Request tolerance (core/tolerance.py): unknown create fields ignored or refused; hosted
+    # tools (web_search, ...) left out of the upstream request or refused.
+    params: str = "lenient"
+    hosted_tools: str = "drop"
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -154,6 +160,14 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 
     defaults = Settings()
 
+    def mode(name: str, choices: tuple[str, ...]) -> str:
+        value = str(pick(name, "PROXY_" + name.upper()) or getattr(defaults, name))
+        value = value.strip().lower()
+        if value not in choices:
+            raise ConfigError("--" + name.replace("_", "-"),
+                              f"unknown mode {value!r} (use {' or '.join(choices)})")
+        return value
+
     def number(name: str, default: float, *, integer: bool = False) -> float:
         """A positive number from `--<name>` / `PROXY_<NAME>`, else `default`."""
         flag = "--" + name.replace("_", "-")
@@ -192,6 +206,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_queued_jobs=count("max_queued_jobs"),
         shutdown_grace=seconds("shutdown_grace"),
         log_level=log_level,
+        params=mode("params", PARAMS_MODES),
+        hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
     )
 
 

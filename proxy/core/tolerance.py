@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PARAMS_MODES = ("lenient", "strict")
-HOSTED_TOOLS_MODES = ("drop", "reject")
 IGNORED_HEADER = "x-proxy-ignored-params"
 DROPPED_HEADER = "x-proxy-dropped-tools"
 

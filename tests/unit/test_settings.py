@@ -94,3 +94,21 @@ def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> 
     assert len(lines) == 1, done.stderr
     assert flag in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_request_tolerance_modes_from_flags_and_environment() -> None:
+    defaults = build_settings({}, {})
+    assert (defaults.params, defaults.hosted_tools) == ("lenient", "drop")
+    env = {"PROXY_PARAMS": "strict", "PROXY_HOSTED_TOOLS": "reject"}
+    from_env = build_settings({}, env)
+    assert (from_env.params, from_env.hosted_tools) == ("strict", "reject")
+    from_flags = build_settings({"params": "lenient", "hosted_tools": "drop"}, env)
+    assert (from_flags.params, from_flags.hosted_tools) == ("lenient", "drop")
+
+
+@pytest.mark.parametrize(("flags", "flag"), [({"params": "loose"}, "--params"),
+                                             ({"hosted_tools": "keep"}, "--hosted-tools")])
+def test_bad_tolerance_mode_names_the_flag(flags: dict[str, str], flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings(flags, {})
+    assert info.value.flag == flag
