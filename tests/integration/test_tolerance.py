@@ -94,3 +94,27 @@ async def test_penalties_reach_the_fleet_and_are_echoed(client: httpx.AsyncClien
     assert isinstance(echo["completed_at"], int)
     bad = await client.post("/v1/responses", json=body(presence_penalty=3))
     assert_openai_error(bad, 400, param="presence_penalty")
+
+
+async def test_an_assistant_phase_is_kept_in_the_stored_input_items(
+        client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/responses", json={
+        "model": "sim-model", "input": [
+            {"role": "user", "content": "start"},
+            {"role": "assistant", "content": "working on it", "phase": "commentary"},
+            {"role": "user", "content": "go on"}]})
+    assert response.status_code == 200, response.text
+    items = await client.get(f"/v1/responses/{response.json()['id']}/input_items",
+                             params={"order": "asc"})
+    assert [i.get("phase") for i in items.json()["data"]] == [None, "commentary", None]
+
+
+async def test_a_json_schema_format_echo_carries_a_null_description(
+        client: httpx.AsyncClient) -> None:
+    fmt = {"type": "json_schema", "name": "answer", "strict": True,
+           "schema": {"type": "object", "properties": {"a": {"type": "string"}},
+                      "required": ["a"], "additionalProperties": False}}
+    response = await client.post("/v1/responses", json=body(text={"format": fmt}))
+    assert response.status_code == 200, response.text
+    echoed = response.json()["text"]["format"]
+    assert "description" in echoed and echoed["description"] is None
