@@ -5,6 +5,8 @@ its record of the last chat request shows what the fleet was sent."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -118,3 +120,52 @@ async def test_a_json_schema_format_echo_carries_a_null_description(
     assert response.status_code == 200, response.text
     echoed = response.json()["text"]["format"]
     assert "description" in echoed and echoed["description"] is None
+
+
+async def test_a_background_job_restores_namespaced_and_custom_calls(
+        client: httpx.AsyncClient) -> None:
+    """The worker rebuilds the name map from the stored response's tools alone."""
+    tools = [{"type": "custom", "name": "apply_patch"},
+             {"type": "namespace", "name": "crm", "description": "CRM", "tools": [LOOKUP]}]
+    created = await client.post("/v1/responses", json={
+        "model": "sim-model", "background": True, "tools": tools,
+        "input": "use crm__lookup and apply_patch [[sim tools=2]]"})
+    assert created.status_code == 200, created.text
+    response_id = created.json()["id"]
+    final: dict[str, Any] = {}
+    for _ in range(100):  # bounded: 10 s at most
+        final = (await client.get(f"/v1/responses/{response_id}")).json()
+        if final["status"] not in ("queued", "in_progress"):
+            break
+        await asyncio.sleep(0.1)
+    assert final["status"] == "completed", final
+    calls = [(i["type"], i["name"], i.get("namespace")) for i in final["output"]]
+    assert calls == [("custom_tool_call", "apply_patch", None),
+                     ("function_call", "lookup", "crm")]
+    replay = await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})
+    check_stream(data_payloads(replay.content))
+
+
+async def test_a_chained_follow_up_sends_the_calls_flat(client: httpx.AsyncClient,
+                                                       sim: SimControl) -> None:
+    tools = [{"type": "custom", "name": "apply_patch"},
+             {"type": "namespace", "name": "crm", "description": "CRM", "tools": [LOOKUP]}]
+    first = await client.post("/v1/responses", json={
+        "model": "sim-model", "tools": tools,
+        "input": "use crm__lookup and apply_patch [[sim tools=2]]"})
+    assert first.status_code == 200, first.text
+    patch, lookup = first.json()["output"]
+    second = await client.post("/v1/responses", json={
+        "model": "sim-model", "tools": tools, "previous_response_id": first.json()["id"],
+        "input": [{"type": "custom_tool_call_output", "call_id": patch["call_id"],
+                   "output": "patched"},
+                  {"type": "function_call_output", "call_id": lookup["call_id"],
+                   "output": "found"}]})
+    assert second.status_code == 200, second.text
+    messages = sim.stats()["last_request"]["messages"]
+    calls = messages[1]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["apply_patch", "crm__lookup"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"input": patch["input"]}
+    assert [(m["role"], m["content"]) for m in messages[2:]] == [("tool", "patched"),
+                                                                 ("tool", "found")]
+    assert second.json()["output"][-1]["type"] == "message"
