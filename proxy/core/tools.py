@@ -181,13 +181,14 @@ def parse_tool_choice(value: Any, tools: list[dict[str, Any]],
     names = ToolNames(tools)
     if kind in ("function", "custom"):
         name = req_str(choice, "name", "tool_choice")
-        namespace = opt_str(choice, "namespace", "tool_choice")
-        if names.find(name, namespace, custom=kind == "custom") is None:
+        target = names.find(name, opt_str(choice, "namespace", "tool_choice"),
+                            custom=kind == "custom")
+        if target is None:
             raise bad("tool_choice.name", f"Tool choice {name!r} is not one of the {kind} "
                                           "tools.")
         out: dict[str, Any] = {"type": kind, "name": name}
-        if namespace is not None:
-            out["namespace"] = namespace
+        if target.namespace is not None:
+            out["namespace"] = target.namespace
         return out
     if kind == "allowed_tools":
         return _allowed(choice, names)
@@ -215,11 +216,12 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
             found = names.has_namespace(name)
             out: dict[str, Any] = {"type": kind, "name": name}
         elif kind in ("function", "custom"):
-            namespace = opt_str(entry, "namespace", path)
-            found = names.find(name, namespace, custom=kind == "custom") is not None
+            target = names.find(name, opt_str(entry, "namespace", path),
+                                custom=kind == "custom")
+            found = target is not None
             out = {"type": kind, "name": name}
-            if namespace is not None:
-                out["namespace"] = namespace
+            if target is not None and target.namespace is not None:
+                out["namespace"] = target.namespace
         else:
             raise bad(at(path, "type"), f"Tool type {kind!r} cannot be allowed: {_SUPPORTED}.")
         if not found:
@@ -275,7 +277,12 @@ class ToolNames:
         return self._flat.get((namespace, name), f"{namespace}{SEPARATOR}{name}")
 
     def find(self, name: str, namespace: str | None, *, custom: bool) -> Target | None:
+        """The tool a `tool_choice` names. Without a namespace, a top-level tool, else the one
+        namespace member of that name (the SDK's choice types carry no namespace)."""
         flat = self._flat.get((namespace or None, name))
+        if flat is None and not namespace:
+            members = [f for (ns, n), f in self._flat.items() if ns is not None and n == name]
+            flat = members[0] if len(members) == 1 else None
         target = self._targets.get(flat) if flat is not None else None
         return target if target is not None and target.custom == custom else None
 

@@ -75,6 +75,18 @@ def test_tool_choice_custom_and_allowed_tools() -> None:
     assert [t["function"]["name"] for t in member["tools"]] == ["crm__lookup"]
 
 
+def test_a_choice_may_name_a_namespace_member_without_its_namespace() -> None:
+    forced = request(tool_choice={"type": "custom", "name": "note"})
+    assert forced.tool_choice == {"type": "custom", "name": "note", "namespace": "crm"}
+    assert to_chat_request(forced, [])["tool_choice"] == {
+        "type": "function", "function": {"name": "crm__note"}}
+    twice = [CRM, {**CRM, "name": "erp"}]
+    with pytest.raises(InvalidRequest) as info:  # ambiguous: lookup in crm or in erp?
+        parse_request({"model": "m", "input": "x", "tools": twice,
+                       "tool_choice": {"type": "function", "name": "lookup"}}, counter_ids())
+    assert info.value.param == "tool_choice.name"
+
+
 @pytest.mark.parametrize(("choice", "param"), [
     ({"type": "custom", "name": "get_weather"}, "tool_choice.name"),
     ({"type": "function", "name": "apply_patch"}, "tool_choice.name"),
