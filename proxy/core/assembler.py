@@ -31,7 +31,7 @@ from typing import Any
 from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.ids import IdFactory
-from proxy.core.tools import ToolNames, custom_input
+from proxy.core.tools import InputStream, ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 
@@ -46,7 +46,7 @@ class Phase(enum.Enum):
 
 _PHASE_OF_ITEM = {t.MESSAGE: Phase.MESSAGE, t.REASONING: Phase.REASONING,
                   t.FUNCTION_CALL: Phase.FUNCTION_CALL, t.CUSTOM_TOOL_CALL: Phase.FUNCTION_CALL}
-_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA})
+_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA})
 _ADDED, _STREAMING, _TEXT_DONE, _PART_DONE = range(4)
 _STAGE_AFTER = {t.PART_ADDED: _STREAMING, t.TEXT_DONE: _TEXT_DONE, t.REASONING_DONE: _TEXT_DONE,
                 t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE,
@@ -78,8 +78,8 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
-    __slots__ = ("call_id", "call_index", "custom", "index", "item_id", "kind", "name",
-                 "namespace", "parts", "stage")
+    __slots__ = ("call_id", "call_index", "custom", "decoder", "index", "item_id", "kind",
+                 "name", "namespace", "parts", "stage")
 
     def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
@@ -93,9 +93,11 @@ class _OpenItem:
         self.call_id = ""
         self.name = ""
         # A call of a namespace member or a custom tool (core/tools.py): the name restored,
-        # a custom tool's input gathered and sent unwrapped at its end.
+        # a custom tool's input decoded from its arguments as they come (none when restored
+        # from a log: its `parts` are then the input deltas already sent).
         self.namespace: str | None = None
         self.custom = False
+        self.decoder: InputStream | None = None
 
 
 class _PendingCall:
@@ -321,6 +323,8 @@ class Assembler:
             item.call_id = pending.call_id or self._ids(idp.CALL)
             target = self._names.target(name)
             item.name, item.namespace, item.custom = target.name, target.namespace, target.custom
+            if target.custom:
+                item.decoder = InputStream()
             events.append(self._event(t.ITEM_ADDED, output_index=item.index,
                                       item=_call_item(item, t.S_IN_PROGRESS, "")))
             for fragment in pending.args:
@@ -328,7 +332,12 @@ class Assembler:
 
     def _args(self, item: _OpenItem, fragment: str, events: list[Event]) -> None:
         item.parts.append(fragment)
-        if item.custom:  # its input is the unwrapped string: sent whole when the call ends
+        if item.custom:  # the input is the string inside the arguments: decoded as it comes
+            text = item.decoder.feed(fragment) if item.decoder is not None else ""
+            if text:
+                events.append({"type": t.CUSTOM_INPUT_DELTA, "sequence_number": self._take(),
+                               "item_id": item.item_id, "output_index": item.index,
+                               "delta": text})
             return
         events.append({"type": t.ARGS_DELTA, "sequence_number": self._take(),
                        "item_id": item.item_id, "output_index": item.index, "delta": fragment})
@@ -375,10 +384,16 @@ class Assembler:
         events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
 
     def _close_custom(self, item: _OpenItem, status: str, events: list[Event]) -> Item:
-        text = custom_input("".join(item.parts))
+        decoder = item.decoder
+        if decoder is None:  # restored: the input is what its logged deltas said
+            text, rest, sent = "".join(item.parts), "", bool(item.parts)
+        else:
+            text, rest = decoder.finish("".join(item.parts))
+            sent = bool(decoder.sent)
         if item.stage == _STREAMING:
             where = {"item_id": item.item_id, "output_index": item.index}
-            events.append(self._event(t.CUSTOM_INPUT_DELTA, **where, delta=text))
+            if rest or not sent:  # every done has a delta before it
+                events.append(self._event(t.CUSTOM_INPUT_DELTA, **where, delta=rest))
             events.append(self._event(t.CUSTOM_INPUT_DONE, **where, input=text))
         return _call_item(item, status, text)
 

@@ -3,6 +3,7 @@ live stream, in replays and in follow-up history)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -16,7 +17,7 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
 from proxy.core.replay import events_from_response
 from proxy.core.request import parse_request
-from proxy.core.tools import ToolNames, custom_input, flatten_history
+from proxy.core.tools import InputStream, ToolNames, custom_input, flatten_history
 from proxy.core.translate import to_chat_request
 from tests.support.assembly import CREATED_AT, base_response
 from tests.support.conformance import check_stream
@@ -252,8 +253,51 @@ def test_a_custom_call_cut_midway_restores_and_fails_cleanly() -> None:
     events = live.start()
     for chunk in _call_chunks("apply_patch", ['{"input": "par'])[:2]:
         events += live.feed(chunk)
+    assert [e["delta"] for e in events if e["type"].endswith("input.delta")] == ["par"]
     resumed = Assembler(response, ids=counter_ids(), clock=lambda: CREATED_AT)
     resumed.restore(events)
     tail = resumed.fail("worker lost")
     check_stream(events + tail)
     assert tail[-1]["response"]["output"][0]["type"] == "custom_tool_call"
+    assert tail[-1]["response"]["output"][0]["input"] == "par"
+
+
+def test_a_custom_input_streams_as_it_arrives() -> None:
+    events = _assemble("apply_patch", ['{"input"', ': "line 1\\n', 'line 2\\u00e9', '"}'])
+    deltas = [e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta"]
+    assert deltas == ["line 1\n", "line 2é"]
+    assert events[-1]["response"]["output"][0]["input"] == "line 1\nline 2é"
+
+
+@pytest.mark.parametrize(("fragments", "expected"), [
+    (["*** Begin Patch", "\n*** End Patch"], "*** Begin Patch\n*** End Patch"),  # bare text
+    (['{"path": "a", "input": "x"}'], "x"),  # another shape: found at the end
+    (['{"input": ""}'], ""),
+    (['{"input": "cut off'], "cut off"),  # a length-truncated call keeps what came
+])
+def test_custom_inputs_of_other_shapes_come_whole_at_the_end(fragments: list[str],
+                                                             expected: str) -> None:
+    events = _assemble("apply_patch", fragments)
+    assert events[-1]["response"]["output"][0]["input"] == expected
+
+
+@given(text=st.text(max_size=30), ascii_only=st.booleans(), spaced=st.booleans(),
+       cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8))
+def test_streamed_pieces_join_to_the_exact_input(text: str, ascii_only: bool, spaced: bool,
+                                                 cuts: list[int]) -> None:
+    arguments = json.dumps({"input": text}, ensure_ascii=ascii_only,
+                           separators=(", ", ": ") if spaced else (",", ":"))
+    bounds = sorted({0, len(arguments), *(c for c in cuts if c < len(arguments))})
+    stream = InputStream()
+    pieces = [stream.feed(arguments[a:b]) for a, b in itertools.pairwise(bounds)]
+    whole, rest = stream.finish(arguments)
+    expected = custom_input(arguments)
+    assert "".join(pieces) + rest == whole == expected
+    assert rest == ""
+
+
+def test_a_lone_surrogate_never_reaches_an_event() -> None:
+    stream = InputStream()
+    text = stream.feed('{"input": "a\\ud83d b"}')
+    assert text == "a\ufffd b" and custom_input('{"input": "\\udc00"}') == "\ufffd"
+    text.encode()
