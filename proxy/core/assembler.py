@@ -30,8 +30,9 @@ from typing import Any
 
 from proxy.core import ids as idp
 from proxy.core import types as t
+from proxy.core.custominput import InputStream
 from proxy.core.ids import IdFactory
-from proxy.core.tools import InputStream, ToolNames
+from proxy.core.toolnames import ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 

@@ -1,26 +1,15 @@
-"""Tools: what a create may offer the model, and the flat names they carry upstream. Pure.
+"""Tools a create may offer the model, and `tool_choice`: parsed and checked. Pure.
 
-Client side → upstream (a chat request knows only functions):
-    function                       → the same function
-    custom {name, format}          → a function of one string, `{"input": "..."}`; the model's
-                                     call comes back as a `custom_tool_call` whose `input` is
-                                     that string
-    namespace {name, tools: [...]} → each member as its own function named `<ns>__<name>`
-                                     (`_2`, `_3`, … appended while that name is taken); a call
-                                     comes back with the member's own `name` plus `namespace`
-    hosted tools (web_search, …)   → left out (`--hosted-tools drop`: the proxy names them in
-                                     `x-proxy-dropped-tools`) or refused (`reject`)
-
-`ToolNames` is the one map between both sides. It is rebuilt from the echoed `tools` wherever
-it is needed (translation, the assembler, a background worker on another instance): it depends
-on nothing but the tool list and its order, so every instance agrees on every name.
+Kinds: `function`, `custom` (freeform input), `namespace` (a group of functions and custom
+tools); how each reaches the fleet is core/toolnames.py. Hosted tools (web_search, …) run on
+OpenAI's side and a chat fleet cannot run them: left out and named (`--hosted-tools drop`, the
+proxy's `x-proxy-dropped-tools` header) or refused (`reject`). A `tool_choice` that forces one
+is always refused: there is nothing to honour it with.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +23,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
-from proxy.core.types import (
-    CUSTOM_TOOL_CALL,
-    CUSTOM_TOOL_CALL_OUTPUT,
-    FUNCTION_CALL,
-    FUNCTION_CALL_OUTPUT,
-    Item,
-)
+from proxy.core.toolnames import ToolNames
 
 # Tools OpenAI runs on its side; a chat fleet cannot (PROTOCOL-2026.md §2.6).
 HOSTED_TYPES = frozenset({
@@ -49,21 +32,10 @@ HOSTED_TYPES = frozenset({
     "computer", "computer_use", "computer_use_preview", "local_shell", "shell", "apply_patch",
     "tool_search",
 })
-SEPARATOR = "__"
-CUSTOM_ARGUMENT = "input"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SUPPORTED = ("only 'function', 'custom' and 'namespace' tools are run here (the fleet serves "
               "chat models); hosted tools such as web_search are dropped or refused as the "
               "server is configured")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What an upstream function name stands for on the client's side."""
-
-    name: str
-    namespace: str | None = None
-    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,272 +204,3 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
         raise bad("tool_choice", "`tool_choice` requires a call among hosted tools only, which "
                                  "this server does not run.")
     return {"type": "allowed_tools", "mode": mode, "tools": picked}
-
-
-# -- names ------------------------------------------------------------------------------------
-class ToolNames:
-    """Upstream function name ↔ (name, namespace, custom?), for one request's tool list."""
-
-    __slots__ = ("_flat", "_namespaces", "_targets")
-
-    def __init__(self, tools: Iterable[dict[str, Any]]) -> None:
-        self._targets: dict[str, Target] = {}
-        self._flat: dict[tuple[str | None, str], str] = {}
-        self._namespaces: set[str] = set()
-        members: list[tuple[str, dict[str, Any]]] = []
-        for tool in tools:
-            kind = tool.get("type")
-            if kind == "namespace":
-                self._namespaces.add(tool["name"])
-                members += [(tool["name"], m) for m in tool.get("tools") or ()]
-            elif kind in ("function", "custom"):
-                self._add(tool["name"], Target(tool["name"], None, kind == "custom"))
-        # Members after every top-level tool: a top-level name is never renamed.
-        for namespace, member in members:
-            base = f"{namespace}{SEPARATOR}{member['name']}"
-            flat, n = base, 1
-            while flat in self._targets:
-                n += 1
-                flat = f"{base}_{n}"
-            self._add(flat, Target(member["name"], namespace, member.get("type") == "custom"))
-
-    def _add(self, flat: str, target: Target) -> None:
-        self._targets[flat] = target
-        self._flat.setdefault((target.namespace, target.name), flat)
-
-    def target(self, flat: str) -> Target:
-        """What the model's call of `flat` means; a name we never offered stays as it is."""
-        return self._targets.get(flat) or Target(flat)
-
-    def flat(self, name: str, namespace: str | None = None) -> str:
-        """The upstream name of a tool (a history item may name one no longer offered: it
-        still gets the scheme's name, so the model sees a consistent transcript)."""
-        if not namespace:
-            return name
-        return self._flat.get((namespace, name), f"{namespace}{SEPARATOR}{name}")
-
-    def find(self, name: str, namespace: str | None, *, custom: bool) -> Target | None:
-        """The tool a `tool_choice` names. Without a namespace, a top-level tool, else the one
-        namespace member of that name (the SDK's choice types carry no namespace)."""
-        flat = self._flat.get((namespace or None, name))
-        if flat is None and not namespace:
-            members = [f for (ns, n), f in self._flat.items() if ns is not None and n == name]
-            flat = members[0] if len(members) == 1 else None
-        target = self._targets.get(flat) if flat is not None else None
-        return target if target is not None and target.custom == custom else None
-
-    def has_namespace(self, name: str) -> bool:
-        return name in self._namespaces
-
-    def in_namespace(self, namespace: str) -> set[str]:
-        return {flat for flat, t in self._targets.items() if t.namespace == namespace}
-
-
-# -- upstream ---------------------------------------------------------------------------------
-def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
-                   names: ToolNames) -> tuple[list[dict[str, Any]], Any]:
-    """The chat request's `tools` and `tool_choice` (no tools offered: an empty list)."""
-    offered: list[dict[str, Any]] = []
-    for tool in tools:
-        if tool["type"] == "namespace":
-            offered += [_chat_function(m, names.flat(m["name"], tool["name"]))
-                        for m in tool["tools"]]
-        else:
-            offered.append(_chat_function(tool, tool["name"]))
-    upstream_choice: Any = choice
-    if isinstance(choice, dict) and choice["type"] == "allowed_tools":
-        allowed: set[str] = set()
-        for entry in choice["tools"]:
-            if entry["type"] == "namespace":
-                allowed |= names.in_namespace(entry["name"])
-            elif entry["type"] in ("function", "custom"):
-                allowed.add(names.flat(entry["name"], entry.get("namespace")))
-        offered = [f for f in offered if f["function"]["name"] in allowed]
-        upstream_choice = choice["mode"]
-    elif isinstance(choice, dict):
-        upstream_choice = {"type": "function", "function": {
-            "name": names.flat(choice["name"], choice.get("namespace"))}}
-    return offered, upstream_choice
-
-
-def _chat_function(tool: dict[str, Any], name: str) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": name}
-    if tool["type"] == "custom":
-        description = tool.get("description") or ""
-        fmt = tool.get("format") or {}
-        if fmt.get("type") == "grammar":
-            description += (f"\nThe `{CUSTOM_ARGUMENT}` must follow this {fmt['syntax']} "
-                            f"grammar:\n{fmt['definition']}")
-        if description:
-            function["description"] = description.strip()
-        function["parameters"] = {
-            "type": "object",
-            "properties": {CUSTOM_ARGUMENT: {"type": "string"}},
-            "required": [CUSTOM_ARGUMENT],
-            "additionalProperties": False,
-        }
-        return {"type": "function", "function": function}
-    if tool.get("description") is not None:
-        function["description"] = tool["description"]
-    function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
-    if tool.get("strict") is not None:
-        function["strict"] = tool["strict"]
-    return {"type": "function", "function": function}
-
-
-def custom_arguments(text: str) -> str:
-    """A custom tool's input as the arguments of its upstream function."""
-    return json.dumps({CUSTOM_ARGUMENT: text}, ensure_ascii=False)
-
-
-def custom_input(arguments: str) -> str:
-    """The input of a custom tool call from its upstream arguments. A model that wrote the
-    input bare instead of as `{"input": ...}` still gets it through unchanged."""
-    try:
-        value = json.loads(arguments, strict=False)
-    except ValueError:
-        return arguments
-    if isinstance(value, dict):
-        text = value.get(CUSTOM_ARGUMENT)
-        if isinstance(text, str):
-            return _whole(text)
-        strings = [v for v in value.values() if isinstance(v, str)]
-        if len(value) == 1 and strings:
-            return _whole(strings[0])
-    return arguments
-
-
-def _whole(text: str) -> str:
-    """`text` with any lone surrogate (a `\\ud83d` escape without its pair) replaced: such a
-    string cannot be encoded as UTF-8, so no event could carry it."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
-
-
-class InputStream:
-    """A custom tool's input streamed while its upstream arguments arrive: the string value of
-    `{"input": "..."}` decoded piece by piece, each piece cut where no escape is split, so the
-    pieces join to exactly the string. Arguments of another shape are not streamed: their input
-    is found when the call ends (`finish`). Only custom tool calls pay for this, per fragment."""
-
-    __slots__ = ("_pending", "_state", "sent")
-
-    _SEEK, _STRING, _END, _OFF = range(4)
-
-    def __init__(self) -> None:
-        self._state = self._SEEK
-        self._pending = ""  # arguments not yet decoded (the opening, or a split escape)
-        self.sent: list[str] = []
-
-    def feed(self, fragment: str) -> str:
-        """The input text these arguments add ("" when there is none yet)."""
-        state = self._state
-        if state in (self._END, self._OFF):
-            return ""
-        pending = self._pending + fragment
-        if state == self._SEEK:
-            start = _value_start(pending)
-            if start is None:
-                self._pending = pending
-                return ""
-            if start < 0:
-                self._state, self._pending = self._OFF, ""
-                return ""
-            self._state, pending = self._STRING, pending[start:]
-        cut, closed = _safe_cut(pending)
-        self._pending = pending[cut + 1 if closed else cut:]
-        if closed:
-            self._state, self._pending = self._END, ""
-        text = _decode(pending[:cut])
-        if text:
-            self.sent.append(text)
-        return text
-
-    def finish(self, arguments: str) -> tuple[str, str]:
-        """(the whole input, the part of it not sent yet), once the call has ended."""
-        if self._state in (self._STRING, self._END):
-            return "".join(self.sent), ""  # a cut-off string keeps what was sent
-        text = custom_input(arguments)
-        return text, text
-
-
-_OPENING = ("{", '"' + CUSTOM_ARGUMENT + '"', ":", '"')
-_SPACE = " \t\r\n"
-
-
-def _value_start(raw: str) -> int | None:
-    """Where the input string's text starts in `raw`; None: too early to say; -1: not the
-    `{"input": "` shape."""
-    i = 0
-    for token in _OPENING:
-        while i < len(raw) and raw[i] in _SPACE:
-            i += 1
-        seen = raw[i:i + len(token)]
-        if seen != token[:len(seen)]:
-            return -1
-        if len(seen) < len(token):
-            return None
-        i += len(token)
-    return i
-
-
-def _safe_cut(raw: str) -> tuple[int, bool]:
-    """How much of a JSON string's raw text decodes on its own (no escape or surrogate pair
-    split), and whether the string's closing quote ends it there."""
-    i, n = 0, len(raw)
-    while i < n:
-        char = raw[i]
-        if char == '"':
-            return i, True
-        if char != "\\":
-            i += 1
-            continue
-        if i + 1 >= n:
-            break
-        if raw[i + 1] != "u":
-            i += 2
-            continue
-        if i + 6 > n:
-            break
-        high = raw[i + 2:i + 6].lower()
-        if "d800" <= high <= "dbff":  # a high surrogate: keep its low half with it
-            if i + 8 > n:
-                break
-            if raw[i + 6:i + 8] == "\\u":
-                if i + 12 > n:
-                    break
-                i += 12
-            else:  # a lone one: decoded on its own (and replaced)
-                i += 6
-            continue
-        i += 6
-    return i, False
-
-
-def _decode(raw: str) -> str:
-    try:
-        text = json.loads('"' + raw + '"', strict=False)
-    except ValueError:  # a bad escape: the model's characters as they came
-        return raw
-    return _whole(text) if isinstance(text, str) else raw
-
-
-def flatten_history(items: Iterable[Item], names: ToolNames) -> list[Item]:
-    """History items as the upstream saw them: namespaced calls under their flat names,
-    custom tool calls and outputs as function calls and outputs."""
-    out: list[Item] = []
-    for item in items:
-        kind = item["type"]
-        if kind == FUNCTION_CALL and item.get("namespace"):
-            item = {**item, "name": names.flat(item["name"], item["namespace"])}
-        elif kind == CUSTOM_TOOL_CALL:
-            item = {"id": item["id"], "type": FUNCTION_CALL, "call_id": item["call_id"],
-                    "name": names.flat(item["name"], item.get("namespace")),
-                    "arguments": custom_arguments(item["input"]), "status": "completed"}
-        elif kind == CUSTOM_TOOL_CALL_OUTPUT:
-            item = {**item, "type": FUNCTION_CALL_OUTPUT}
-        out.append(item)
-    return out

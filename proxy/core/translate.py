@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.core.items import file_text, reasoning_text
 from proxy.core.request import ResponsesRequest
-from proxy.core.tools import ToolNames, flatten_history, upstream_tools
+from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 
 Message = dict[str, Any]
