@@ -11,9 +11,13 @@ answer, not just drop a hint.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 IGNORED_HEADER = "x-proxy-ignored-params"
 DROPPED_HEADER = "x-proxy-dropped-tools"
+# A body may carry any number of keys of any text: the header names a bounded number, each
+# percent-encoded (a key with a comma, a CR/LF or non-Latin-1 text stays one safe token).
+MAX_NAMED = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,10 @@ def tolerance_headers(ignored: tuple[str, ...], dropped: tuple[str, ...]) -> dic
     """The response headers that name what a lenient create left out (none when nothing was)."""
     headers: dict[str, str] = {}
     if ignored:
-        headers[IGNORED_HEADER] = ",".join(ignored)
+        named = [quote(key[:64], safe="") for key in ignored[:MAX_NAMED]]
+        if len(ignored) > MAX_NAMED:
+            named.append(f"+{len(ignored) - MAX_NAMED}-more")
+        headers[IGNORED_HEADER] = ",".join(named)
     if dropped:
         headers[DROPPED_HEADER] = ",".join(dict.fromkeys(dropped))
     return headers
