@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
     serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
+    serve.add_argument("--params", help="lenient | strict: unknown create fields ignored (and "
+                                        "named in a header) or refused (default lenient)")
+    serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
+                                              "left out (and named in a header) or refused "
+                                              "(default drop)")
     _add_common(serve)
 
     worker = sub.add_parser("worker", help="run background jobs only")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 CACHE_MODES = ("off", "exact", "semantic")
+PARAMS_MODES = ("lenient", "strict")
+HOSTED_TOOLS_MODES = ("drop", "reject")
 
 
 class ConfigError(ValueError):
@@ -68,6 +70,10 @@ class Settings:
     log_level: str = "info"
     # `text` for people, `json` (one object per line) for log pipelines.
     log_format: str = "text"
+    # Request tolerance (core/tolerance.py): unknown create fields ignored or refused; hosted
+    # tools (web_search, ...) left out of the upstream request or refused.
+    params: str = "lenient"
+    hosted_tools: str = "drop"
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -160,6 +166,14 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 
     defaults = Settings()
 
+    def mode(name: str, choices: tuple[str, ...]) -> str:
+        value = str(pick(name, "PROXY_" + name.upper()) or getattr(defaults, name))
+        value = value.strip().lower()
+        if value not in choices:
+            raise ConfigError("--" + name.replace("_", "-"),
+                              f"unknown mode {value!r} (use {' or '.join(choices)})")
+        return value
+
     def number(name: str, default: float, *, integer: bool = False) -> float:
         """A positive number from `--<name>` / `PROXY_<NAME>`, else `default`."""
         flag = "--" + name.replace("_", "-")
@@ -199,6 +213,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         shutdown_grace=seconds("shutdown_grace"),
         log_level=log_level,
         log_format=log_format,
+        params=mode("params", PARAMS_MODES),
+        hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
     )
 
 

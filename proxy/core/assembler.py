@@ -30,7 +30,9 @@ from typing import Any
 
 from proxy.core import ids as idp
 from proxy.core import types as t
+from proxy.core.custominput import InputStream
 from proxy.core.ids import IdFactory
+from proxy.core.toolnames import ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 
@@ -44,11 +46,12 @@ class Phase(enum.Enum):
 
 
 _PHASE_OF_ITEM = {t.MESSAGE: Phase.MESSAGE, t.REASONING: Phase.REASONING,
-                  t.FUNCTION_CALL: Phase.FUNCTION_CALL}
-_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA})
+                  t.FUNCTION_CALL: Phase.FUNCTION_CALL, t.CUSTOM_TOOL_CALL: Phase.FUNCTION_CALL}
+_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA})
 _ADDED, _STREAMING, _TEXT_DONE, _PART_DONE = range(4)
 _STAGE_AFTER = {t.PART_ADDED: _STREAMING, t.TEXT_DONE: _TEXT_DONE, t.REASONING_DONE: _TEXT_DONE,
-                t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE}
+                t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE,
+                t.CUSTOM_INPUT_DONE: _TEXT_DONE}
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
 
@@ -76,7 +79,8 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
-    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts", "stage")
+    __slots__ = ("call_id", "call_index", "custom", "decoder", "index", "item_id", "kind",
+                 "name", "namespace", "parts", "stage")
 
     def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
@@ -89,6 +93,12 @@ class _OpenItem:
         self.call_index: int | None = None
         self.call_id = ""
         self.name = ""
+        # A call of a namespace member or a custom tool (core/tools.py): the name restored,
+        # a custom tool's input decoded from its arguments as they come (none when restored
+        # from a log: its `parts` are then the input deltas already sent).
+        self.namespace: str | None = None
+        self.custom = False
+        self.decoder: InputStream | None = None
 
 
 class _PendingCall:
@@ -118,6 +128,7 @@ class Assembler:
         self._clock = clock
         self._seq = seq
         self._seal = seal_reasoning
+        self._names = ToolNames(response.get("tools") or ())
         self.phase = Phase.READY
         self.status = t.S_IN_PROGRESS
         self.output: list[Item] = []
@@ -160,6 +171,8 @@ class Assembler:
                 stage = _STREAMING if phase is Phase.FUNCTION_CALL else _ADDED
                 opened = _OpenItem(phase, item["id"], event["output_index"], stage)
                 opened.call_id, opened.name = item.get("call_id", ""), item.get("name", "")
+                opened.namespace = item.get("namespace")
+                opened.custom = item.get("type") == t.CUSTOM_TOOL_CALL
                 self._open, self.phase = opened, phase
             elif kind in _DELTAS and self._open is not None:
                 self._open.parts.append(event["delta"])
@@ -309,16 +322,24 @@ class Assembler:
             item = self._begin(Phase.FUNCTION_CALL, idp.FUNCTION_CALL, events)
             item.call_index = index
             item.call_id = pending.call_id or self._ids(idp.CALL)
-            item.name = name
-            events.append(self._event(t.ITEM_ADDED, output_index=item.index, item={
-                "id": item.item_id, "type": t.FUNCTION_CALL, "status": t.S_IN_PROGRESS,
-                "arguments": "", "call_id": item.call_id, "name": name,
-            }))
+            target = self._names.target(name)
+            item.name, item.namespace, item.custom = target.name, target.namespace, target.custom
+            if target.custom:
+                item.decoder = InputStream()
+            events.append(self._event(t.ITEM_ADDED, output_index=item.index,
+                                      item=_call_item(item, t.S_IN_PROGRESS, "")))
             for fragment in pending.args:
                 self._args(item, fragment, events)
 
     def _args(self, item: _OpenItem, fragment: str, events: list[Event]) -> None:
         item.parts.append(fragment)
+        if item.custom:  # the input is the string inside the arguments: decoded as it comes
+            text = item.decoder.feed(fragment) if item.decoder is not None else ""
+            if text:
+                events.append({"type": t.CUSTOM_INPUT_DELTA, "sequence_number": self._take(),
+                               "item_id": item.item_id, "output_index": item.index,
+                               "delta": text})
+            return
         events.append({"type": t.ARGS_DELTA, "sequence_number": self._take(),
                        "item_id": item.item_id, "output_index": item.index, "delta": fragment})
 
@@ -339,13 +360,14 @@ class Assembler:
         text = "".join(item.parts)
         where = {"item_id": item.item_id, "output_index": item.index}
         final: Item
-        if item.kind is Phase.FUNCTION_CALL:
+        if item.custom:
+            final = self._close_custom(item, status, events)
+        elif item.kind is Phase.FUNCTION_CALL:
             if item.stage == _STREAMING:
                 if not item.parts:  # vLLM's pairing rule wants a delta before every done
                     self._args(item, "", events)
                 events.append(self._event(t.ARGS_DONE, **where, arguments=text, name=item.name))
-            final = {"id": item.item_id, "type": t.FUNCTION_CALL, "status": status,
-                     "arguments": text, "call_id": item.call_id, "name": item.name}
+            final = _call_item(item, status, text)
         else:
             message = item.kind is Phase.MESSAGE
             part = _output_text(text) if message else {"type": t.REASONING_TEXT, "text": text}
@@ -361,6 +383,20 @@ class Assembler:
                     final["encrypted_content"] = self._seal(text)
         self.output.append(final)
         events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
+
+    def _close_custom(self, item: _OpenItem, status: str, events: list[Event]) -> Item:
+        decoder = item.decoder
+        if decoder is None:  # restored: the input is what its logged deltas said
+            text, rest, sent = "".join(item.parts), "", bool(item.parts)
+        else:
+            text, rest = decoder.finish("".join(item.parts))
+            sent = bool(decoder.sent)
+        if item.stage == _STREAMING:
+            where = {"item_id": item.item_id, "output_index": item.index}
+            if rest or not sent:  # every done has a delta before it
+                events.append(self._event(t.CUSTOM_INPUT_DELTA, **where, delta=rest))
+            events.append(self._event(t.CUSTOM_INPUT_DONE, **where, input=text))
+        return _call_item(item, status, text)
 
     def _close_part(self, item: _OpenItem, part: dict[str, Any], events: list[Event]) -> None:
         """The done events of a message's or reasoning item's one part, those not yet sent
@@ -405,3 +441,17 @@ class Assembler:
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": t.OUTPUT_TEXT, "annotations": [], "logprobs": [], "text": text}
+
+
+def _call_item(item: _OpenItem, status: str, text: str) -> Item:
+    """A function or custom tool call item, under the name (and namespace) the client gave."""
+    out: Item
+    if item.custom:
+        out = {"id": item.item_id, "type": t.CUSTOM_TOOL_CALL, "status": status,
+               "call_id": item.call_id, "input": text, "name": item.name}
+    else:
+        out = {"id": item.item_id, "type": t.FUNCTION_CALL, "status": status,
+               "arguments": text, "call_id": item.call_id, "name": item.name}
+    if item.namespace is not None:
+        out["namespace"] = item.namespace
+    return out

@@ -17,6 +17,8 @@ REASONING = "rs"
 FUNCTION_CALL = "fc"
 CALL = "call"
 FUNCTION_CALL_OUTPUT = "fco"
+CUSTOM_TOOL_CALL = "ctc"
+CUSTOM_TOOL_CALL_OUTPUT = "ctco"
 CONVERSATION = "conv"
 ITEM = "item"
 

@@ -7,6 +7,10 @@ Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it
                  assistant parts: output_text (annotations []) | refusal
     function_call         {id, type, call_id, name, arguments, status:"completed"}
     function_call_output  {id, type, call_id, output, status:"completed"}
+                          (a function_call keeps its `namespace`, an assistant message its
+                          `phase`, when the client sent them)
+    custom_tool_call      {id, type, call_id, name, input, status:"completed", namespace?}
+    custom_tool_call_output {id, type, call_id, output, status:"completed"}
     reasoning             {id, type, summary, content?, encrypted_content?}
 Anything else (`item_reference`, built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
@@ -35,7 +39,15 @@ from proxy.core.fields import (
     req_str,
 )
 from proxy.core.ids import IdFactory
-from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
+from proxy.core.types import (
+    CUSTOM_TOOL_CALL,
+    CUSTOM_TOOL_CALL_OUTPUT,
+    FUNCTION_CALL,
+    FUNCTION_CALL_OUTPUT,
+    MESSAGE,
+    REASONING,
+    Item,
+)
 
 ROLES = ("user", "assistant", "system", "developer")
 IMAGE_DETAILS = ("low", "high", "auto", "original")
@@ -78,14 +90,16 @@ def parse_item(value: Any, ids: IdFactory, path: str) -> Item:
     if kind == MESSAGE:
         return _parse_message(item, ids, path)
     if kind == FUNCTION_CALL:
-        return {
+        return _namespaced({
             "id": _given_id(item, path) or ids(idp.FUNCTION_CALL),
             "type": FUNCTION_CALL,
             "call_id": req_str(item, "call_id", path),
             "name": req_str(item, "name", path),
             "arguments": req_str(item, "arguments", path, nonempty=False),
             "status": "completed",
-        }
+        }, item, path)
+    if kind in (CUSTOM_TOOL_CALL, CUSTOM_TOOL_CALL_OUTPUT):
+        return _parse_custom(item, kind, ids, path)
     if kind == FUNCTION_CALL_OUTPUT:
         return {
             "id": _given_id(item, path) or ids(idp.FUNCTION_CALL_OUTPUT),
@@ -126,7 +140,12 @@ def _parse_message(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
         raw = expect_list(content, content_path)
         parts = [_parse_part(p, role, at(content_path, i)) for i, p in enumerate(raw)]
     prefix = idp.MESSAGE
-    return _message(role, parts, _given_id(item, path) or ids(prefix))
+    message = _message(role, parts, _given_id(item, path) or ids(prefix))
+    if role == "assistant" and item.get("phase") is not None:
+        # Clients are told to resend an assistant message's phase; keep it for them.
+        message["phase"] = one_of(item["phase"], ("commentary", "final_answer"),
+                                  at(path, "phase"))
+    return message
 
 
 def _text_part(kind: str, text: str) -> dict[str, Any]:
@@ -242,3 +261,30 @@ def reasoning_text(item: Item) -> str:
         return text
     sealed = item.get("encrypted_content")
     return (unseal_reasoning(sealed) or "") if isinstance(sealed, str) else ""
+
+
+def _namespaced(out: Item, item: dict[str, Any], path: str) -> Item:
+    """A tool call item keeps the namespace of its tool (translation flattens it again)."""
+    namespace = opt_str(item, "namespace", path, max_len=64)
+    if namespace:
+        out["namespace"] = namespace
+    return out
+
+
+def _parse_custom(item: dict[str, Any], kind: str, ids: IdFactory, path: str) -> Item:
+    if kind == CUSTOM_TOOL_CALL:
+        return _namespaced({
+            "id": _given_id(item, path) or ids(idp.CUSTOM_TOOL_CALL),
+            "type": CUSTOM_TOOL_CALL,
+            "call_id": req_str(item, "call_id", path),
+            "name": req_str(item, "name", path),
+            "input": req_str(item, "input", path, nonempty=False),
+            "status": "completed",
+        }, item, path)
+    return {
+        "id": _given_id(item, path) or ids(idp.CUSTOM_TOOL_CALL_OUTPUT),
+        "type": CUSTOM_TOOL_CALL_OUTPUT,
+        "call_id": req_str(item, "call_id", path),
+        "output": _tool_output(item.get("output"), at(path, "output")),
+        "status": "completed",
+    }

@@ -26,7 +26,7 @@ def events_from_response(response: ResponseObject) -> list[Event]:
 
     start = {**response, "output": [], "usage": None, "error": None,
              "incomplete_details": None, "status": t.S_IN_PROGRESS}
-    start.pop("completed_at", None)
+    start["completed_at"] = None  # always present, null until completed (CONTRACT.md)
     if response.get("background"):
         queued = {**start, "status": t.S_QUEUED}
         add({"type": t.CREATED, "response": queued})
@@ -51,6 +51,15 @@ def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
              "item": {**item, "arguments": "", "status": t.S_IN_PROGRESS}},
             {"type": t.ARGS_DELTA, **where, "delta": arguments},
             {"type": t.ARGS_DONE, **where, "arguments": arguments, "name": item.get("name")},
+            {"type": t.ITEM_DONE, "output_index": index, "item": item},
+        ]
+    if kind == t.CUSTOM_TOOL_CALL:
+        text = item.get("input", "")
+        return [
+            {"type": t.ITEM_ADDED, "output_index": index,
+             "item": {**item, "input": "", "status": t.S_IN_PROGRESS}},
+            {"type": t.CUSTOM_INPUT_DELTA, **where, "delta": text},
+            {"type": t.CUSTOM_INPUT_DONE, **where, "input": text},
             {"type": t.ITEM_DONE, "output_index": index, "item": item},
         ]
     if kind in (t.MESSAGE, t.REASONING):

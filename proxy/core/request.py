@@ -6,8 +6,10 @@ Three kinds of field (CONTRACT.md lists what we serve):
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
   `max_tool_calls` (we run no built-in tools), `text.verbosity`, `reasoning.summary`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
-- anything else, known to OpenAI or not, is a 400 naming it. A feature we do not have is never
-  silently dropped.
+- features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
+- anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the
+  default, core/tolerance.py), or a 400 naming it (`strict`).
+Tools (function, custom, namespace; hosted ones dropped or refused) are parsed in core/tools.py.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.items import parse_input
+from proxy.core.tolerance import Tolerance
+from proxy.core.tools import parse_tool_choice, parse_tools
 from proxy.core.types import Item
 
 MAX_TOOLS = 128
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 # include values we honour: encrypted reasoning (sealed text) and image URLs (we keep them).
@@ -46,6 +49,7 @@ _SERVED = frozenset({
     "stream", "stream_options", "background", "previous_response_id", "conversation",
     "include", "truncation", "service_tier", "prompt_cache_key", "prompt_cache_retention",
     "safety_identifier", "max_tool_calls", "top_logprobs",
+    "presence_penalty", "frequency_penalty", "client_metadata", "prompt_cache_options",
 })
 _WHY_NOT = {
     "prompt": "reusable prompt templates live on OpenAI's platform",
@@ -54,10 +58,7 @@ _WHY_NOT = {
     "moderation": "this server runs no moderation",
     "image": "image generation is not served by a chat fleet",
     "access_programs": "programmatic tool calling is not implemented",
-    "prompt_cache_options": "vLLM's prefix cache needs no options",
 }
-_BUILTIN_TOOL_HINT = ("only function tools are supported (the fleet runs chat models; built-in "
-                      "tools such as web_search, file_search, code_interpreter or mcp are not)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,11 @@ class ResponsesRequest:
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
     max_tool_calls: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
+    dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -102,8 +108,11 @@ class ResponsesRequest:
             "parallel_tool_calls": self.parallel_tool_calls,
             "text": self.text,
             "reasoning": self.reasoning or {"effort": None, "summary": None},
-            "temperature": self.temperature,
-            "top_p": self.top_p,
+            # Effective values as numbers, never null (the Open Responses schema requires them)
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "presence_penalty": self.presence_penalty or 0.0,
+            "frequency_penalty": self.frequency_penalty or 0.0,
             "max_output_tokens": self.max_output_tokens,
             "max_tool_calls": self.max_tool_calls,
             "metadata": self.metadata,
@@ -113,18 +122,22 @@ class ResponsesRequest:
             "previous_response_id": self.previous_response_id,
             "conversation": {"id": self.conversation} if self.conversation else None,
             "truncation": "disabled",
-            "top_logprobs": None,
+            "top_logprobs": 0,
             "service_tier": "default",
             "prompt_cache_key": self.prompt_cache_key,
             "prompt_cache_retention": self.prompt_cache_retention,
+            "prompt_cache_options": self.prompt_cache_options,
             "safety_identifier": self.safety_identifier,
             "prompt": None,
+            "completed_at": None,  # always present: null until the response completes
         }
 
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
-                  max_input_items: int = 2048) -> ResponsesRequest:
-    _refuse_unknown(body)
+                  max_input_items: int = 2048,
+                  tolerance: Tolerance | None = None) -> ResponsesRequest:
+    tolerance = tolerance or Tolerance()
+    ignored = _refuse_unknown(body, tolerance)
     model = req_str(body, "model")
     if body.get("input") is None:
         raise bad("input", "Missing required parameter: 'input'.")
@@ -139,14 +152,16 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     if previous and conversation:
         raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
                                   "together: a conversation already carries the history.")
-    tools = _tools(body.get("tools"))
+    parsed_tools = parse_tools(body.get("tools"), drop_hosted=not tolerance.reject_hosted,
+                               max_tools=MAX_TOOLS)
+    tools = parsed_tools.tools
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
         model=model,
         input=parse_input(body["input"], ids, max_items=max_input_items),
         instructions=_instructions(body.get("instructions")),
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools, parsed_tools.dropped),
         parallel_tool_calls=True if parallel is None else parallel,
         text=_text(body.get("text")),
         reasoning=_reasoning(body.get("reasoning")),
@@ -166,16 +181,28 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         prompt_cache_retention=_cache_retention(body.get("prompt_cache_retention")),
         safety_identifier=opt_str(body, "safety_identifier", max_len=512),
         max_tool_calls=opt_int(body, "max_tool_calls", low=1),
+        presence_penalty=opt_number(body, "presence_penalty", low=-2, high=2),
+        frequency_penalty=opt_number(body, "frequency_penalty", low=-2, high=2),
+        prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
+        ignored_params=ignored,
+        dropped_tools=parsed_tools.dropped,
     )
 
 
-def _refuse_unknown(body: dict[str, Any]) -> None:
+def _refuse_unknown(body: dict[str, Any], tolerance: Tolerance) -> tuple[str, ...]:
+    """Refuse what we cannot honour; the unknown fields a lenient create ignores."""
+    ignored: list[str] = []
     for key, value in body.items():
         if key in _SERVED or value is None:
             continue
         if key in _WHY_NOT:
             raise bad(key, f"'{key}' is not supported by this server: {_WHY_NOT[key]}.")
+        if not tolerance.strict_params:
+            ignored.append(key)
+            continue
         raise bad(key, f"Unknown parameter: '{key}'.")
+    if body.get("client_metadata") is not None:
+        expect_object(body["client_metadata"], "client_metadata")
     if body.get("truncation") not in (None, "disabled"):
         raise bad("truncation", "Only truncation 'disabled' is supported: this server never "
                                 "drops input items to fit the context window; a request too "
@@ -189,6 +216,7 @@ def _refuse_unknown(body: dict[str, Any]) -> None:
                 raise bad(at("stream_options", key), f"Unknown parameter: 'stream_options.{key}'.")
         if not body.get("stream"):
             raise bad("stream_options", "`stream_options` is only allowed when `stream` is true.")
+    return tuple(ignored)
 
 
 def _conversation(value: Any) -> str | None:
@@ -205,77 +233,6 @@ def _instructions(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise bad("instructions", "Invalid type for 'instructions': expected a string.")
-
-
-def _tools(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    tools = expect_list(value, "tools")
-    if len(tools) > MAX_TOOLS:
-        raise bad("tools", f"Invalid 'tools': too many tools ({len(tools)}); at most "
-                           f"{MAX_TOOLS} are allowed.")
-    out: list[dict[str, Any]] = []
-    names: set[str] = set()
-    for i, raw in enumerate(tools):
-        path = at("tools", i)
-        tool = expect_object(raw, path)
-        kind = tool.get("type")
-        if kind != "function":
-            raise bad(at(path, "type"),
-                      f"Tool type {kind!r} is not supported: {_BUILTIN_TOOL_HINT}.")
-        name = req_str(tool, "name", path)
-        if not _TOOL_NAME.match(name):
-            raise bad(at(path, "name"), f"Invalid 'tools[{i}].name': {name!r} does not match "
-                                        "'^[a-zA-Z0-9_-]{1,64}$'.")
-        if name in names:
-            raise bad(at(path, "name"), f"Duplicate tool name {name!r}.")
-        names.add(name)
-        parameters = tool.get("parameters")
-        if parameters is not None:
-            expect_object(parameters, at(path, "parameters"))
-        out.append({
-            "type": "function",
-            "name": name,
-            "description": opt_str(tool, "description", path),
-            "parameters": parameters,
-            "strict": opt_bool(tool, "strict", path),
-        })
-    return out
-
-
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> str | dict[str, Any]:
-    if value is None:
-        return "auto"
-    if isinstance(value, str):
-        mode = one_of(value, ("none", "auto", "required"), "tool_choice")
-        if mode == "required" and not tools:
-            raise bad("tool_choice", "`tool_choice` 'required' needs at least one tool.")
-        return mode
-    choice = expect_object(value, "tool_choice")
-    kind = choice.get("type")
-    names = {t["name"] for t in tools}
-    if kind == "function":
-        name = req_str(choice, "name", "tool_choice")
-        if name not in names:
-            raise bad("tool_choice.name", f"Tool choice {name!r} is not one of the tools.")
-        return {"type": "function", "name": name}
-    if kind == "allowed_tools":
-        mode = one_of(choice.get("mode"), ("auto", "required"), "tool_choice.mode")
-        allowed = expect_list(choice.get("tools"), "tool_choice.tools")
-        picked: list[dict[str, Any]] = []
-        for i, raw in enumerate(allowed):
-            path = at("tool_choice.tools", i)
-            entry = expect_object(raw, path)
-            if entry.get("type") != "function":
-                raise bad(at(path, "type"),
-                          f"Only function tools can be allowed: {_BUILTIN_TOOL_HINT}.")
-            name = req_str(entry, "name", path)
-            if name not in names:
-                raise bad(at(path, "name"), f"Allowed tool {name!r} is not one of the tools.")
-            picked.append({"type": "function", "name": name})
-        return {"type": "allowed_tools", "mode": mode, "tools": picked}
-    raise bad("tool_choice.type", f"Tool choice type {kind!r} is not supported: "
-                                  f"{_BUILTIN_TOOL_HINT}.")
 
 
 def _text(value: Any) -> dict[str, Any]:
@@ -306,9 +263,8 @@ def _format(value: Any) -> dict[str, Any]:
     schema = expect_object(fmt.get("schema"), "text.format.schema")
     out: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema,
                            "strict": opt_bool(fmt, "strict", "text.format")}
-    description = opt_str(fmt, "description", "text.format")
-    if description is not None:
-        out["description"] = description
+    # Always echoed, null when absent (the Open Responses schema requires the key).
+    out["description"] = opt_str(fmt, "description", "text.format")
     return out
 
 
@@ -344,3 +300,20 @@ def _cache_retention(value: Any) -> str | None:
     if value is None:
         return None
     return one_of(value, ("in_memory", "24h"), "prompt_cache_retention")
+
+
+def _cache_options(value: Any) -> dict[str, Any] | None:
+    """Accepted and echoed, otherwise ignored (vLLM's prefix cache has no such knobs); the
+    echo carries both keys the SDK's `PromptCacheOptions` requires."""
+    if value is None:
+        return None
+    options = expect_object(value, "prompt_cache_options")
+    out: dict[str, Any] = {
+        "mode": one_of(options.get("mode") or "implicit", ("implicit", "explicit"),
+                       "prompt_cache_options.mode"),
+        "ttl": one_of(options.get("ttl") or "30m", ("30m", "12h"), "prompt_cache_options.ttl"),
+    }
+    comparison = opt_str(options, "comparison_response_id", "prompt_cache_options")
+    if comparison is not None:
+        out["comparison_response_id"] = comparison
+    return out

@@ -10,7 +10,9 @@ Mapping (PROTOCOL.md §6.1):
                                       assistant text right before it), as vLLM merges them
     function_call_output            → `tool` message with `tool_call_id`
     reasoning                       → `reasoning` on the next assistant message
-    tools / tool_choice             → nested chat form; `allowed_tools` narrows the tool list
+    tools / tool_choice             → nested chat form; `allowed_tools` narrows the tool list;
+                                      custom and namespace tools flattened (core/tools.py)
+    custom_tool_call(_output), namespaced function_call → their flat function form
     text.format                     → response_format;  reasoning.effort → reasoning_effort
     max_output_tokens               → max_tokens
 The upstream call always streams with usage, whatever the client asked: one assembler serves
@@ -24,6 +26,7 @@ from typing import Any
 
 from proxy.core.items import file_text, reasoning_text
 from proxy.core.request import ResponsesRequest
+from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 
 Message = dict[str, Any]
@@ -33,7 +36,8 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     messages: list[Message] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
-    messages += to_messages([*history, *request.input])
+    messages += to_messages(flatten_history([*history, *request.input],
+                                            ToolNames(request.tools)))
     chat: dict[str, Any] = {
         "model": request.model,
         "messages": messages,
@@ -48,6 +52,10 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
         chat["top_p"] = request.top_p
     if request.user is not None:
         chat["user"] = request.user
+    if request.presence_penalty is not None:
+        chat["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty is not None:
+        chat["frequency_penalty"] = request.frequency_penalty
     _add_tools(chat, request)
     response_format = _response_format(request.text_format)
     if response_format is not None:
@@ -133,29 +141,12 @@ def _tool_content(output: str | list[dict[str, Any]]) -> str | list[dict[str, An
 
 
 def _add_tools(chat: dict[str, Any], request: ResponsesRequest) -> None:
-    if not request.tools:
+    tools, choice = upstream_tools(request.tools, request.tool_choice, ToolNames(request.tools))
+    if not tools:  # none, or only ones `allowed_tools` left out
         return
-    tools = request.tools
-    choice: Any = request.tool_choice
-    if isinstance(choice, dict) and choice["type"] == "allowed_tools":
-        allowed = {entry["name"] for entry in choice["tools"]}
-        tools = [t for t in tools if t["name"] in allowed]
-        choice = choice["mode"]
-    elif isinstance(choice, dict):
-        choice = {"type": "function", "function": {"name": choice["name"]}}
-    chat["tools"] = [_chat_tool(t) for t in tools]
+    chat["tools"] = tools
     chat["tool_choice"] = choice
     chat["parallel_tool_calls"] = request.parallel_tool_calls
-
-
-def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool["name"]}
-    if tool.get("description") is not None:
-        function["description"] = tool["description"]
-    function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
-    if tool.get("strict") is not None:
-        function["strict"] = tool["strict"]
-    return {"type": "function", "function": function}
 
 
 def _response_format(fmt: dict[str, Any]) -> dict[str, Any] | None:

@@ -61,3 +61,9 @@ FUNCTION_CALL: Final = "function_call"
 FUNCTION_CALL_OUTPUT: Final = "function_call_output"
 OUTPUT_TEXT: Final = "output_text"
 REASONING_TEXT: Final = "reasoning_text"
+
+# -- custom (freeform) tools --------------------------------------------------------------------
+CUSTOM_TOOL_CALL: Final = "custom_tool_call"
+CUSTOM_TOOL_CALL_OUTPUT: Final = "custom_tool_call_output"
+CUSTOM_INPUT_DELTA: Final = "response.custom_tool_call_input.delta"
+CUSTOM_INPUT_DONE: Final = "response.custom_tool_call_input.done"

@@ -34,6 +34,7 @@ from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.sse import frames
+from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
@@ -55,6 +56,8 @@ class Outcome:
 
     body: ResponseObject | None = None
     stream: AsyncIterator[bytes] | None = None
+    # What a lenient create left out (x-proxy-ignored-params, x-proxy-dropped-tools).
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,14 @@ class ResponsesService:
         self._ids = ids
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
-        request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
+        settings = self._settings
+        request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
+                                tolerance=Tolerance.of(settings.params, settings.hosted_tools))
+        outcome = await self._create(tenant, request)
+        outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
+        return outcome
+
+    async def _create(self, tenant: str, request: ResponsesRequest) -> Outcome:
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
         assembler = self._assembler(request)

@@ -20,8 +20,9 @@ async def create(request: Request) -> Reply:
     body = parse_object(await request.body())
     outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
     if outcome.stream is not None:
-        return stream_response(outcome.stream, ping=runtime.settings.ping_interval)
-    return json_response(outcome.body)
+        return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
+                               headers=outcome.headers)
+    return json_response(outcome.body, headers=outcome.headers)
 
 
 def _flag(value: str | None, name: str) -> bool:

@@ -27,9 +27,10 @@ PAIRS = {
     "response.output_text.done": "response.output_text.delta",
     "response.reasoning_text.done": "response.reasoning_text.delta",
     "response.function_call_arguments.done": "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.done": "response.custom_tool_call_input.delta",
 }
 DELTAS = {"response.output_text.delta", "response.reasoning_text.delta",
-          "response.function_call_arguments.delta"}
+          "response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
 STARTS = {start for start in PAIRS.values() if start not in DELTAS}
 LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TERMINALS}
 
@@ -89,7 +90,7 @@ def check_invariants(events: list[dict[str, Any]], *, first_seq: int = 0) -> Non
             if kind in DELTAS:
                 texts.setdefault(key, []).append(event["delta"])
             else:
-                full = event.get("text", event.get("arguments"))
+                full = event.get("text", event.get("arguments", event.get("input")))
                 assert full == "".join(texts.get(key, [])), "done text != joined deltas"
     assert open_item is None and open_part is None, "stream ended with an open item or part"
     assert final["output"] == done_items, "final output differs from the items done"

@@ -9,15 +9,19 @@ import pytest
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
 from proxy.core.request import parse_request
+from proxy.core.tolerance import Tolerance
+
+STRICT = Tolerance(strict_params=True, reject_hosted=True)
 
 
 def parse(**body: Any) -> Any:
     return parse_request({"model": "m", "input": "hi", **body}, counter_ids())
 
 
-def refused(body: dict[str, Any], param: str, fragment: str = "") -> InvalidRequest:
+def refused(body: dict[str, Any], param: str, fragment: str = "", *,
+            tolerance: Tolerance | None = None) -> InvalidRequest:
     with pytest.raises(InvalidRequest) as info:
-        parse_request(body, counter_ids(), max_input_items=8)
+        parse_request(body, counter_ids(), max_input_items=8, tolerance=tolerance)
     assert info.value.status == 400
     assert info.value.param == param, info.value.message
     assert fragment in info.value.message
@@ -82,9 +86,40 @@ def test_bad_fields_name_the_parameter(body: dict[str, Any], param: str) -> None
     refused(body, param)
 
 
-def test_unknown_and_unsupported_parameters_are_refused_by_name() -> None:
-    refused({"model": "m", "input": "x", "colour": "red"}, "colour", "Unknown parameter")
-    refused({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt", "not supported")
+def test_strict_refuses_unknown_parameters_by_name() -> None:
+    refused({"model": "m", "input": "x", "colour": "red"}, "colour", "Unknown parameter: 'colour'.",
+            tolerance=STRICT)
+
+
+def test_lenient_ignores_unknown_parameters_and_names_them() -> None:
+    request = parse(colour="red", shade={"x": 1}, nothing=None)
+    assert request.ignored_params == ("colour", "shade")
+    assert "colour" not in request.echo()
+    assert parse().ignored_params == ()
+
+
+@pytest.mark.parametrize("tolerance", [None, STRICT])
+def test_unsupported_features_are_refused_in_both_modes(tolerance: Tolerance | None) -> None:
+    refused({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt", "not supported",
+            tolerance=tolerance)
+
+
+def test_codex_hint_fields_are_accepted_in_strict_mode() -> None:
+    body = {"model": "m", "input": "x", "stream": True,
+            "client_metadata": {"x-codex-installation-id": "abc"},
+            "prompt_cache_key": "thread-1", "prompt_cache_retention": "24h",
+            "prompt_cache_options": {"mode": "explicit", "ttl": "12h"},
+            "safety_identifier": "u1", "service_tier": "priority",
+            "text": {"verbosity": "low"}, "stream_options": {"include_obfuscation": False},
+            "max_tool_calls": 4}
+    request = parse_request(body, counter_ids(), tolerance=STRICT)
+    echo = request.echo()
+    assert request.ignored_params == ()
+    assert echo["prompt_cache_options"] == {"mode": "explicit", "ttl": "12h"}
+    assert echo["prompt_cache_key"] == "thread-1" and echo["max_tool_calls"] == 4
+    assert echo["text"]["verbosity"] == "low" and "client_metadata" not in echo
+    refused({**body, "client_metadata": "x"}, "client_metadata")
+    refused({**body, "prompt_cache_options": {"ttl": "1h"}}, "prompt_cache_options.ttl")
 
 
 def test_background_needs_store() -> None:
@@ -96,9 +131,38 @@ def test_conversation_and_previous_response_id_exclude_each_other() -> None:
              "previous_response_id": "resp_1"}, "conversation")
 
 
-@pytest.mark.parametrize("kind", ["web_search", "file_search", "code_interpreter", "mcp",
-                                  "computer_use_preview", "image_generation"])
-def test_builtin_tools_are_refused_by_name(kind: str) -> None:
+HOSTED = ["web_search", "web_search_preview", "file_search", "code_interpreter",
+          "computer_use_preview", "image_generation", "local_shell", "shell", "apply_patch",
+          "tool_search"]
+
+
+@pytest.mark.parametrize("kind", HOSTED)
+def test_hosted_tools_are_refused_by_name_when_rejecting(kind: str) -> None:
+    error = refused({"model": "m", "input": "x", "tools": [
+        {"type": "function", "name": "f"}, {"type": kind}]}, "tools[1].type", tolerance=STRICT)
+    assert kind in error.message
+
+
+@pytest.mark.parametrize("kind", HOSTED)
+def test_hosted_tools_are_dropped_and_named_by_default(kind: str) -> None:
+    request = parse(tools=[{"type": "function", "name": "f"}, {"type": kind}])
+    assert request.dropped_tools == (kind,)
+    assert [t["name"] for t in request.tools] == ["f"]
+
+
+def test_a_tool_choice_forcing_a_dropped_tool_is_refused() -> None:
+    tools = [{"type": "function", "name": "f"}, {"type": "web_search"}]
+    refused({"model": "m", "input": "x", "tools": tools, "tool_choice": {"type": "web_search"}},
+            "tool_choice.type", "hosted")
+    refused({"model": "m", "input": "x", "tools": [{"type": "web_search"}],
+             "tool_choice": "required"}, "tool_choice")
+    refused({"model": "m", "input": "x", "tools": tools,
+             "tool_choice": {"type": "allowed_tools", "mode": "required",
+                             "tools": [{"type": "web_search"}]}}, "tool_choice")
+
+
+@pytest.mark.parametrize("kind", ["mcp", "programmatic_tool_calling", "nonsense"])
+def test_other_tool_types_are_refused_by_name(kind: str) -> None:
     error = refused({"model": "m", "input": "x", "tools": [
         {"type": "function", "name": "f"}, {"type": kind}]}, "tools[1].type")
     assert kind in error.message
@@ -136,7 +200,9 @@ def test_tool_choice_forms() -> None:
 def test_json_schema_format_is_kept_flat() -> None:
     fmt = {"type": "json_schema", "name": "person", "schema": {"type": "object"},
            "strict": True}
-    assert parse(text={"format": fmt}).text_format == fmt
+    assert parse(text={"format": fmt}).text_format == {**fmt, "description": None}
+    described = {**fmt, "description": "a person"}
+    assert parse(text={"format": described}).text_format == described
 
 
 def test_item_count_is_bounded() -> None:
@@ -153,3 +219,30 @@ def test_accepted_hints_are_echoed() -> None:
     assert echo["max_tool_calls"] == 3 and echo["reasoning"] == {"effort": "low",
                                                                   "summary": "auto"}
     assert echo["text"]["verbosity"] == "low"
+
+
+def test_echo_carries_effective_sampling_values_as_numbers() -> None:
+    echo = parse().echo()
+    assert echo["temperature"] == 1.0 and echo["top_p"] == 1.0
+    assert echo["presence_penalty"] == 0.0 and echo["frequency_penalty"] == 0.0
+    assert echo["top_logprobs"] == 0
+    assert "completed_at" in echo and echo["completed_at"] is None
+    echo = parse(temperature=0.2, top_p=0.5, presence_penalty=-1.5, frequency_penalty=2).echo()
+    assert (echo["temperature"], echo["top_p"]) == (0.2, 0.5)
+    assert (echo["presence_penalty"], echo["frequency_penalty"]) == (-1.5, 2)
+
+
+@pytest.mark.parametrize("name", ["presence_penalty", "frequency_penalty"])
+@pytest.mark.parametrize("value", [-2.1, 2.5, "x", True])
+def test_penalties_are_range_checked(name: str, value: Any) -> None:
+    refused({"model": "m", "input": "x", name: value}, name, tolerance=STRICT)
+
+
+def test_an_assistant_message_keeps_its_phase() -> None:
+    request = parse(input=[{"role": "assistant", "content": "thinking aloud",
+                            "phase": "commentary"},
+                           {"role": "user", "content": "go on"}])
+    assert request.input[0]["phase"] == "commentary"
+    assert "phase" not in request.input[1]
+    refused({"model": "m", "input": [{"role": "assistant", "content": "x", "phase": "late"}]},
+            "input[0].phase")

@@ -103,3 +103,21 @@ def test_log_format_from_flag_or_environment() -> None:
     with pytest.raises(ConfigError) as info:
         build_settings({"log_format": "xml"}, {})
     assert info.value.flag == "--log-format"
+
+
+def test_request_tolerance_modes_from_flags_and_environment() -> None:
+    defaults = build_settings({}, {})
+    assert (defaults.params, defaults.hosted_tools) == ("lenient", "drop")
+    env = {"PROXY_PARAMS": "strict", "PROXY_HOSTED_TOOLS": "reject"}
+    from_env = build_settings({}, env)
+    assert (from_env.params, from_env.hosted_tools) == ("strict", "reject")
+    from_flags = build_settings({"params": "lenient", "hosted_tools": "drop"}, env)
+    assert (from_flags.params, from_flags.hosted_tools) == ("lenient", "drop")
+
+
+@pytest.mark.parametrize(("flags", "flag"), [({"params": "loose"}, "--params"),
+                                             ({"hosted_tools": "keep"}, "--hosted-tools")])
+def test_bad_tolerance_mode_names_the_flag(flags: dict[str, str], flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings(flags, {})
+    assert info.value.flag == flag

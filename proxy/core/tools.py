@@ -1,0 +1,206 @@
+"""Tools a create may offer the model, and `tool_choice`: parsed and checked. Pure.
+
+Kinds: `function`, `custom` (freeform input), `namespace` (a group of functions and custom
+tools); how each reaches the fleet is core/toolnames.py. Hosted tools (web_search, …) run on
+OpenAI's side and a chat fleet cannot run them: left out and named (`--hosted-tools drop`, the
+proxy's `x-proxy-dropped-tools` header) or refused (`reject`). A `tool_choice` that forces one
+is always refused: there is nothing to honour it with.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.fields import (
+    at,
+    bad,
+    expect_list,
+    expect_object,
+    one_of,
+    opt_bool,
+    opt_str,
+    req_str,
+)
+from proxy.core.toolnames import ToolNames
+
+# Tools OpenAI runs on its side; a chat fleet cannot (PROTOCOL-2026.md §2.6).
+HOSTED_TYPES = frozenset({
+    "web_search", "web_search_preview", "web_search_preview_2025_03_11",
+    "web_search_2025_08_26", "file_search", "code_interpreter", "image_generation",
+    "computer", "computer_use", "computer_use_preview", "local_shell", "shell", "apply_patch",
+    "tool_search",
+})
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_SUPPORTED = ("only 'function', 'custom' and 'namespace' tools are run here (the fleet serves "
+              "chat models); hosted tools such as web_search are dropped or refused as the "
+              "server is configured")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTools:
+    tools: list[dict[str, Any]]  # as echoed in the Response object (hosted ones left out)
+    dropped: tuple[str, ...]  # the types of the hosted tools left out, in request order
+
+
+# -- parsing ----------------------------------------------------------------------------------
+def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int) -> ParsedTools:
+    if value is None:
+        return ParsedTools([], ())
+    tools = expect_list(value, "tools")
+    if len(tools) > max_tools:
+        raise bad("tools", f"Invalid 'tools': too many tools ({len(tools)}); at most "
+                           f"{max_tools} are allowed.")
+    out: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    names: set[tuple[str, str]] = set()  # (space, name): functions and customs share one
+    for i, raw in enumerate(tools):
+        path = at("tools", i)
+        tool = expect_object(raw, path)
+        kind = tool.get("type")
+        if kind in HOSTED_TYPES:
+            if not drop_hosted:
+                raise bad(at(path, "type"), f"Tool type {kind!r} is a hosted tool this server "
+                          "cannot run (it serves chat models); leave it out, or run the proxy "
+                          "with --hosted-tools drop to have hosted tools ignored.")
+            dropped.append(str(kind))
+            continue
+        parsed = _namespace(tool, path) if kind == "namespace" else _member(tool, path)
+        key = ("namespace" if kind == "namespace" else "tool", parsed["name"])
+        if key in names:
+            raise bad(at(path, "name"), f"Duplicate tool name {parsed['name']!r}.")
+        names.add(key)
+        out.append(parsed)
+    return ParsedTools(out, tuple(dropped))
+
+
+def _name(tool: dict[str, Any], path: str) -> str:
+    name = req_str(tool, "name", path)
+    if not _NAME.match(name):
+        raise bad(at(path, "name"), f"Invalid '{at(path, 'name')}': {name!r} does not match "
+                                    "'^[a-zA-Z0-9_-]{1,64}$'.")
+    return name
+
+
+def _member(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    kind = tool.get("type")
+    if kind == "function":
+        parameters = tool.get("parameters")
+        if parameters is not None:
+            expect_object(parameters, at(path, "parameters"))
+        return {"type": "function", "name": _name(tool, path),
+                "description": opt_str(tool, "description", path),
+                "parameters": parameters, "strict": opt_bool(tool, "strict", path)}
+    if kind == "custom":
+        return {"type": "custom", "name": _name(tool, path),
+                "description": opt_str(tool, "description", path),
+                "format": _custom_format(tool.get("format"), at(path, "format"))}
+    where = at(path, "type")
+    if kind is None:
+        raise bad(where, f"Missing required parameter: '{where}'.")
+    raise bad(where, f"Tool type {kind!r} is not supported: {_SUPPORTED}.")
+
+
+def _custom_format(value: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {"type": "text"}
+    fmt = expect_object(value, path)
+    kind = one_of(fmt.get("type"), ("text", "grammar"), at(path, "type"))
+    if kind == "text":
+        return {"type": "text"}
+    return {"type": "grammar",
+            "syntax": one_of(fmt.get("syntax"), ("lark", "regex"), at(path, "syntax")),
+            "definition": req_str(fmt, "definition", path)}
+
+
+def _namespace(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    name = _name(tool, path)
+    members_path = at(path, "tools")
+    raw = expect_list(tool.get("tools"), members_path)
+    if not raw:
+        raise bad(members_path, f"Invalid '{members_path}': a namespace needs at least one "
+                                "tool.")
+    members: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        member_path = at(members_path, i)
+        member = _member(expect_object(entry, member_path), member_path)
+        if member["name"] in seen:
+            raise bad(at(member_path, "name"), f"Duplicate tool name {member['name']!r} in "
+                                               f"namespace {name!r}.")
+        seen.add(member["name"])
+        members.append(member)
+    # The SDK's NamespaceTool requires a description string: "" when the client gave none.
+    return {"type": "namespace", "name": name,
+            "description": opt_str(tool, "description", path) or "", "tools": members}
+
+
+def parse_tool_choice(value: Any, tools: list[dict[str, Any]],
+                      dropped: tuple[str, ...]) -> str | dict[str, Any]:
+    """`tool_choice`, checked against the tools that are offered. Forcing a hosted tool (which
+    the proxy never runs) is a 400 whatever `--hosted-tools` says."""
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        mode = one_of(value, ("none", "auto", "required"), "tool_choice")
+        if mode == "required" and not tools:
+            hint = " (hosted tools are not run by this server)" if dropped else ""
+            raise bad("tool_choice", f"`tool_choice` 'required' needs at least one tool{hint}.")
+        return mode
+    choice = expect_object(value, "tool_choice")
+    kind = choice.get("type")
+    names = ToolNames(tools)
+    if kind in ("function", "custom"):
+        name = req_str(choice, "name", "tool_choice")
+        target = names.find(name, opt_str(choice, "namespace", "tool_choice"),
+                            custom=kind == "custom")
+        if target is None:
+            raise bad("tool_choice.name", f"Tool choice {name!r} is not one of the {kind} "
+                                          "tools.")
+        out: dict[str, Any] = {"type": kind, "name": name}
+        if target.namespace is not None:
+            out["namespace"] = target.namespace
+        return out
+    if kind == "allowed_tools":
+        return _allowed(choice, names)
+    if kind in HOSTED_TYPES or kind == "mcp":
+        raise bad("tool_choice.type", f"`tool_choice` forces the hosted tool {kind!r}, which this "
+                                 "server does not run (hosted tools are left out of the "
+                                 "request).")
+    raise bad("tool_choice.type", f"Tool choice type {kind!r} is not supported: {_SUPPORTED}.")
+
+
+def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
+    mode = one_of(choice.get("mode"), ("auto", "required"), "tool_choice.mode")
+    allowed = expect_list(choice.get("tools"), "tool_choice.tools")
+    picked: list[dict[str, Any]] = []
+    runnable = 0
+    for i, raw in enumerate(allowed):
+        path = at("tool_choice.tools", i)
+        entry = expect_object(raw, path)
+        kind = entry.get("type")
+        if kind in HOSTED_TYPES:
+            picked.append({"type": kind})  # allowed, never offered: the proxy cannot run it
+            continue
+        name = req_str(entry, "name", path)
+        if kind == "namespace":
+            found = names.has_namespace(name)
+            out: dict[str, Any] = {"type": kind, "name": name}
+        elif kind in ("function", "custom"):
+            target = names.find(name, opt_str(entry, "namespace", path),
+                                custom=kind == "custom")
+            found = target is not None
+            out = {"type": kind, "name": name}
+            if target is not None and target.namespace is not None:
+                out["namespace"] = target.namespace
+        else:
+            raise bad(at(path, "type"), f"Tool type {kind!r} cannot be allowed: {_SUPPORTED}.")
+        if not found:
+            raise bad(at(path, "name"), f"Allowed tool {name!r} is not one of the tools.")
+        runnable += 1
+        picked.append(out)
+    if mode == "required" and not runnable:
+        raise bad("tool_choice", "`tool_choice` requires a call among hosted tools only, which "
+                                 "this server does not run.")
+    return {"type": "allowed_tools", "mode": mode, "tools": picked}
