@@ -39,6 +39,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="seconds running jobs get to finish at shutdown (default 30)")
     p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.items import parse_input
+from proxy.core.seal import Sealer
 from proxy.core.types import Item
 
 MAX_TOOLS = 128
@@ -123,7 +124,7 @@ class ResponsesRequest:
 
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
-                  max_input_items: int = 2048) -> ResponsesRequest:
+                  max_input_items: int = 2048, sealer: Sealer | None = None) -> ResponsesRequest:
     _refuse_unknown(body)
     model = req_str(body, "model")
     if body.get("input") is None:
@@ -143,7 +144,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
         model=model,
-        input=parse_input(body["input"], ids, max_items=max_input_items),
+        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer),
         instructions=_instructions(body.get("instructions")),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),

@@ -39,12 +39,13 @@ from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
+from proxy.core.seal import Sealer
 from proxy.metrics import Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings
+from proxy.settings import Settings, seal_secret
 from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
 
 log = logging.getLogger("proxy.worker")
@@ -83,6 +84,7 @@ class Worker:
         self.name = name or worker_name()
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
+        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
@@ -251,7 +253,7 @@ class Worker:
                 pass
 
     def _assembler(self, record: StoredResponse, spec: dict[str, Any]) -> Assembler:
-        seal = seal_reasoning if spec.get("seal") else None
+        seal = seal_reasoning(self._sealer) if spec.get("seal") else None
         return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
                          seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
 

@@ -32,6 +32,7 @@ from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
+from proxy.core.seal import Sealer
 from proxy.core.sse import frames
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
@@ -42,7 +43,7 @@ from proxy.services.fleet import Fleet
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings
+from proxy.settings import Settings, seal_secret
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
 
 CHAT_PATH = "/v1/chat/completions"
@@ -88,9 +89,11 @@ class ResponsesService:
         self._settings = settings
         self._clock = clock
         self._ids = ids
+        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
-        request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
+        request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items,
+                                sealer=self._sealer)
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
         assembler = self._assembler(request)
@@ -160,7 +163,8 @@ class ResponsesService:
             "model": request.model,
             **request.echo(),
         }
-        seal = seal_reasoning if "reasoning.encrypted_content" in request.include else None
+        include = "reasoning.encrypted_content" in request.include
+        seal = seal_reasoning(self._sealer) if include else None
         return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
 
     async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,

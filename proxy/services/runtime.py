@@ -25,7 +25,7 @@ from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
-from proxy.settings import Settings
+from proxy.settings import Settings, fleet_warning
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import job_queue, open_store
 from proxy.upstream import ConnectionPool, Upstream
@@ -100,6 +100,9 @@ class Runtime:
         )
 
     async def start(self) -> None:
+        warning = fleet_warning(self.settings)
+        if warning:
+            log.warning(warning)
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
