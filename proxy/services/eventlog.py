@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
 from proxy.core.types import ResponseObject
+from proxy.services.tasks import Supervisor
 from proxy.store.base import Store, StoredEvent, Transition
 
 log = logging.getLogger("proxy.eventlog")
@@ -69,7 +70,8 @@ class LogHandle:
 class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
                  max_pending: int = 512,
-                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None) -> None:
+                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
+                 supervisor: Supervisor | None = None) -> None:
         self.store = store
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
@@ -82,13 +84,14 @@ class EventLogHub:
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor or Supervisor()
 
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="event-log-flusher")
+            self._task = self._supervisor.start("event-log-flusher", self._run)
         return handle
 
     def release(self, handle: LogHandle) -> None:

@@ -43,7 +43,7 @@ from proxy.core.seal import Sealer
 from proxy.metrics import Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
-from proxy.services.tasks import TaskSet
+from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings, seal_secret
 from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
@@ -80,6 +80,7 @@ class Worker:
     def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
                  tasks: TaskSet, metrics: Metrics, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
+                 supervisor: Supervisor | None = None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self.name = name or worker_name()
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
@@ -96,15 +97,16 @@ class Worker:
         self._poked = asyncio.Event()
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._supervisor = supervisor or Supervisor()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self._loops = [
-            asyncio.create_task(self._take_loop(), name="worker-take"),
-            asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
+            self._supervisor.start("worker-take", self._take_loop),
+            self._supervisor.start("worker-heartbeat", self._heartbeat_loop),
         ]
         if self._shared:
-            self._loops.append(asyncio.create_task(self._cancel_loop(), name="worker-cancels"))
+            self._loops.append(self._supervisor.start("worker-cancels", self._cancel_loop))
         log.info("worker %s: up to %d jobs at once", self.name,
                  self._settings.worker_concurrency)
 
