@@ -4,6 +4,7 @@ that crashed (the loops are supervised: logged, restarted with a bounded backoff
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from proxy.settings import Settings
 from tests.support.servers import free_port
 
 
+@contextlib.asynccontextmanager
 async def app_for(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
@@ -36,7 +38,7 @@ async def until(check: Callable[[], Awaitable[bool]], *, tries: int = 300) -> No
 
 async def test_the_public_probe_names_no_upstream_and_no_error_text(settings: Settings) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    async for client, _ in app_for(settings.replace(upstreams=(dead,))):
+    async with app_for(settings.replace(upstreams=(dead,))) as (client, _):
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json() == {"status": "not ready", "reasons": ["upstreams"]}
@@ -46,7 +48,7 @@ async def test_the_public_probe_names_no_upstream_and_no_error_text(settings: Se
 async def test_the_detail_needs_a_valid_key(settings: Settings) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     keyed = settings.replace(upstreams=(dead,), api_keys=("k1",))
-    async for client, _ in app_for(keyed):
+    async with app_for(keyed) as (client, _):
         for headers in ({}, {"authorization": "Bearer wrong"}):
             bare = await client.get("/readyz", headers=headers)
             assert bare.status_code == 503 and set(bare.json()) == {"status", "reasons"}
@@ -57,7 +59,7 @@ async def test_the_detail_needs_a_valid_key(settings: Settings) -> None:
 
 async def test_a_crashed_discovery_loop_is_reported_then_restarted(settings: Settings,
                                                                    monkeypatch: Any) -> None:
-    async for client, runtime in app_for(settings.replace(discovery_interval=0.05)):
+    async with app_for(settings.replace(discovery_interval=0.05)) as (client, runtime):
         assert (await client.get("/readyz")).status_code == 200
         healthy_refresh = runtime.fleet.refresh
 
@@ -82,7 +84,7 @@ async def test_a_crashed_discovery_loop_is_reported_then_restarted(settings: Set
 
 async def test_a_crashed_job_take_loop_restarts_and_jobs_still_run(settings: Settings,
                                                                     monkeypatch: Any) -> None:
-    async for client, runtime in app_for(settings):
+    async with app_for(settings) as (client, runtime):
         assert runtime.worker is not None
         real_take = runtime.queue.take
         calls = 0
