@@ -43,6 +43,7 @@ from proxy.core.seal import Sealer
 from proxy.metrics import Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.logread import whole_log
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings, seal_secret
@@ -301,7 +302,7 @@ class Worker:
             ending = "cancel"
         else:
             return
-        logged = await self._store.read_events(record.id, after=-1)
+        logged = await whole_log(self._store, record.id)
         assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
         assembler.restore(orjson.loads(e.data) for e in logged)
         events = assembler.fail(reason) if ending == "fail" else assembler.cancel()
