@@ -17,8 +17,9 @@ READ_PAGE = 512
 
 
 async def log_pages(store: Store, response_id: str, *, after: int,
-                    page: int = READ_PAGE) -> AsyncIterator[list[StoredEvent]]:
+                    page: int | None = None) -> AsyncIterator[list[StoredEvent]]:
     """The stored events with seq > after, page by page, until the log's current end."""
+    page = page or READ_PAGE
     position = after
     while True:
         events = await store.read_events(response_id, after=position, limit=page)
