@@ -18,7 +18,6 @@ FUNCTION_CALL = "fc"
 CALL = "call"
 FUNCTION_CALL_OUTPUT = "fco"
 CONVERSATION = "conv"
-ITEM = "item"
 
 
 def new_id(prefix: str) -> str:
