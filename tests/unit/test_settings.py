@@ -94,3 +94,25 @@ def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> 
     assert len(lines) == 1, done.stderr
     assert flag in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_the_fleet_secret_comes_from_the_flag_or_the_environment() -> None:
+    from proxy.settings import EMBEDDED_FLEET_SECRET, fleet_warning, seal_secret
+
+    by_env = build_settings({}, {"PROXY_FLEET_SECRET": "from-env"})
+    by_flag = build_settings({"fleet_secret": "from-flag"}, {"PROXY_FLEET_SECRET": "from-env"})
+    assert seal_secret(by_env) == b"from-env" and seal_secret(by_flag) == b"from-flag"
+    embedded = build_settings({}, {})
+    assert seal_secret(embedded) == EMBEDDED_FLEET_SECRET.encode()
+    assert fleet_warning(embedded) is None  # one instance: the default is fine
+    shared = build_settings({"redis_url": "redis://127.0.0.1:6379/0"}, {})
+    warning = fleet_warning(shared)
+    assert warning is not None and "--fleet-secret" in warning
+    assert fleet_warning(shared.replace(fleet_secret="s")) is None
+    assert "from-env" not in " ".join(describe_lines(by_env))
+
+
+def describe_lines(settings: Settings) -> list[str]:
+    from proxy.settings import describe
+
+    return list(describe(settings))
