@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from proxy.core import types as t
 from proxy.core.errors import StoreUnavailable
 from proxy.services.logread import log_pages
+from proxy.services.tasks import Supervisor
 from proxy.store.base import Store, StoredEvent
 
 log = logging.getLogger("proxy.follow")
@@ -103,13 +104,15 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 class Followers:
     def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5,
-                 recent: Callable[[str], list[StoredEvent]] = lambda _rid: []) -> None:
+                 recent: Callable[[str], list[StoredEvent]] = lambda _rid: [],
+                 supervisor: Supervisor | None = None) -> None:
         self._store = store
         self.recent = recent  # the events this process is writing for a log (eventlog.py)
         self._block_ms = block_ms
         self._retry_delay = retry_delay
         self._followers: dict[str, set[_Follower]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor or Supervisor()  # restarts a crashed reader
 
     async def follow(self, response_id: str, *, after: int,
                      idle: float) -> AsyncIterator[StoredEvent]:
@@ -172,7 +175,7 @@ class Followers:
     def _join(self, response_id: str, follower: _Follower) -> None:
         self._followers.setdefault(response_id, set()).add(follower)
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="event-log-follower")
+            self._task = self._supervisor.start("event-log-follower", self._run)
 
     def _leave(self, response_id: str, follower: _Follower) -> None:
         group = self._followers.get(response_id)

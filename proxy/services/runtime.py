@@ -71,7 +71,7 @@ class Runtime:
         queue = job_queue(store)
         tasks = TaskSet()
         supervisor = Supervisor()
-        followers = Followers(store)
+        followers = Followers(store, supervisor=supervisor)
         hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent

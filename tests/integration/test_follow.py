@@ -199,3 +199,31 @@ async def test_a_slow_follower_is_dropped_then_catches_up_from_the_store(
     assert seen == list(range(1, 21))
     assert reads and all(limit == 3 for limit in reads)  # paged, never a whole log
     await followers.aclose()
+
+
+async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.services.tasks import Supervisor
+
+    real_tail = store.tail
+    crashes = [RuntimeError("a bug in the reader")]
+
+    async def tail(*args: object, **kwargs: object) -> dict[str, list[StoredEvent]]:
+        if crashes:
+            raise crashes.pop()
+        return await real_tail(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "tail", tail)
+    supervisor = Supervisor(first_delay=0.01)
+    followers = Followers(store, block_ms=20, supervisor=supervisor)
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    for _ in range(100):  # bounded: until the reader has joined (and the tail has crashed)
+        if followers._followers and not crashes:
+            break
+        await asyncio.sleep(0.01)
+    await store.append_events({"resp_1": [event(0), event(1, "response.completed")]}, ttl=60)
+    await asyncio.wait_for(reader, 5)
+    assert seen == [0, 1]
+    assert supervisor.restarts == 1 and not crashes
+    await followers.aclose()
