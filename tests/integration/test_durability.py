@@ -166,3 +166,38 @@ async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
             return got["status"] not in ("queued", "in_progress") and bool(acked)
 
         await until(settled)  # reclaimed: closed (failed, never stuck) and only then acked
+
+
+def test_reconcile_takes_only_our_own_object_as_our_write() -> None:
+    from proxy.store.base import Transition
+
+    ours = {"id": "resp_1", "status": "completed", "output": [{"id": "msg_1"}]}
+    landed = durable.reconcile(Transition(False, dict(ours)), ours)
+    assert landed.changed and landed.response == ours
+    cancelled = {**ours, "status": "cancelled"}
+    other = durable.reconcile(Transition(False, cancelled), ours)
+    assert not other.changed and other.response == cancelled
+    assert not durable.reconcile(Transition(False, None), ours).changed
+
+
+async def test_retries_are_bounded_and_only_for_an_unavailable_store() -> None:
+    calls = 0
+
+    async def down() -> None:
+        nonlocal calls
+        calls += 1
+        raise StoreUnavailable("down")
+
+    with pytest.raises(StoreUnavailable):
+        await durable.retried("test", down, delays=(0, 0, 0))
+    assert calls == 4
+
+    async def bug() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not transient")
+
+    calls = 0
+    with pytest.raises(ValueError):
+        await durable.retried("test", bug, delays=(0, 0, 0))
+    assert calls == 1
