@@ -176,6 +176,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
     fleet_secret = pick("fleet_secret", "PROXY_FLEET_SECRET")
+    if fleet_secret is not None and not _split(str(fleet_secret)):
+        raise ConfigError("--fleet-secret", "give at least one non-empty secret")
     return Settings(
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
@@ -208,8 +210,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 EMBEDDED_FLEET_SECRET = "responses-proxy-default-fleet-secret"
 
 
-def seal_secret(settings: Settings) -> bytes:
-    return (settings.fleet_secret or EMBEDDED_FLEET_SECRET).encode()
+def seal_secret(settings: Settings) -> tuple[bytes, ...]:
+    """The fleet secrets, comma-separated: the first seals, every one opens (rotation)."""
+    return tuple(part.encode() for part in _split(settings.fleet_secret or EMBEDDED_FLEET_SECRET))
 
 
 def fleet_warning(settings: Settings) -> str | None:

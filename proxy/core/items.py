@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.core import ids as idp
+from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
     bad,
@@ -239,9 +240,10 @@ def _unseal(blob: str, sealer: Sealer | None, where: str) -> str:
             raise SealError("no sealer")
         return sealer.open(REASONING_PURPOSE, blob)
     except SealError:
-        raise bad(where, f"Invalid '{where}': the encrypted content could not be verified or "
-                         "decrypted; send back reasoning items exactly as this server returned "
-                         "them.") from None
+        raise InvalidRequest(
+            f"Invalid '{where}': the encrypted content could not be verified or decrypted; "
+            "send back reasoning items exactly as this server returned them.",
+            param=where, code="invalid_encrypted_content") from None
 
 
 def reasoning_text(item: Item) -> str:

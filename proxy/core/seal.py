@@ -9,6 +9,9 @@ inflated: a forged bomb costs one HMAC. Even a genuine blob is inflated by a str
 decompressor stopped at `max_bytes`, the caller's cap (the body limit).
 
 Any instance with the same secret opens any blob: the secret is fleet-wide, not per instance.
+Rotation with overlap: a `Sealer` seals with its first secret and opens with any of them, so a
+fleet moves to a new secret by first adding it second everywhere, then first, then dropping
+the old one, without refusing a blob handed out meanwhile.
 The text is compressed, not encrypted: it is not secret (reasoning text is also in `content`).
 """
 
@@ -19,6 +22,7 @@ import binascii
 import hashlib
 import hmac
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 VERSION = "rpx2."
@@ -41,8 +45,10 @@ def seal(purpose: str, text: str, secret: bytes) -> str:
     return VERSION + base64.urlsafe_b64encode(raw).decode("ascii")
 
 
-def open(purpose: str, blob: str, secret: bytes, max_bytes: int) -> str:
-    """The text of a blob sealed for `purpose` with `secret`; `SealError` for anything else."""
+def open(purpose: str, blob: str, secret: bytes | Sequence[bytes], max_bytes: int) -> str:
+    """The text of a blob sealed for `purpose` with `secret` (or any of several secrets);
+    `SealError` for anything else."""
+    keys = [secret] if isinstance(secret, bytes) else list(secret)
     if not blob.startswith(VERSION):
         raise SealError("not a sealed blob of this server")
     try:
@@ -52,7 +58,11 @@ def open(purpose: str, blob: str, secret: bytes, max_bytes: int) -> str:
     except (ValueError, binascii.Error):
         raise SealError("not valid base64") from None
     tag, payload = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
-    if len(tag) != _TAG_BYTES or not hmac.compare_digest(tag, _tag(purpose, payload, secret)):
+    # Every key is checked (no early exit): the time taken does not tell which one matched.
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(tag, _tag(purpose, payload, key))
+    if len(tag) != _TAG_BYTES or not matched:
         raise SealError("the seal does not match")
     inflater = zlib.decompressobj()
     try:
@@ -72,13 +82,14 @@ def open(purpose: str, blob: str, secret: bytes, max_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class Sealer:
-    """`seal`/`open` bound to the fleet secret and the size cap, built once by the services."""
+    """`seal`/`open` bound to the fleet secrets and the size cap, built once by the services.
+    `secrets[0]` seals; any of `secrets` opens."""
 
-    secret: bytes
+    secrets: tuple[bytes, ...]
     max_bytes: int
 
     def seal(self, purpose: str, text: str) -> str:
-        return seal(purpose, text, self.secret)
+        return seal(purpose, text, self.secrets[0])
 
     def open(self, purpose: str, blob: str) -> str:
-        return open(purpose, blob, self.secret, self.max_bytes)
+        return open(purpose, blob, self.secrets, self.max_bytes)

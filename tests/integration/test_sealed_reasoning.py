@@ -34,7 +34,8 @@ async def test_a_blob_sealed_on_one_instance_opens_on_another_with_the_same_secr
         assert again.status_code == 200, again.text
     async for other in proxy_for(settings.replace(fleet_secret="another-fleet")):
         refused = await other.post("/v1/responses", json=_follow_up(reasoning))
-        assert_openai_error(refused, 400, param="input[1].encrypted_content")
+        assert_openai_error(refused, 400, param="input[1].encrypted_content",
+                            code="invalid_encrypted_content")
 
 
 async def test_a_forged_or_bombed_blob_is_a_400_naming_the_field(settings: Settings) -> None:

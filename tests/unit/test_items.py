@@ -12,7 +12,7 @@ from proxy.core.ids import counter_ids
 from proxy.core.items import parse_input, reasoning_text, seal_reasoning
 from proxy.core.seal import Sealer
 
-SEALER = Sealer(b"test-secret", 1 << 20)
+SEALER = Sealer((b"test-secret",), 1 << 20)
 
 
 def items(value: Any) -> list[dict[str, Any]]:
@@ -101,8 +101,8 @@ def test_reasoning_items_round_trip_through_the_seal() -> None:
 @pytest.mark.parametrize("blob", [
     "gAAAAB-someone-elses",  # OpenAI's: not ours
     "rpx1.eJxLSk1OLC1OBQALMALZ",  # the old unauthenticated form (zlib of "because")
-    seal_reasoning(Sealer(b"another-secret", 1 << 20))("because"),
-    seal_reasoning(Sealer(b"test-secret", 1 << 20))("x" * 5000)[:-8] + "AAAAAAAA",
+    seal_reasoning(Sealer((b"another-secret",), 1 << 20))("because"),
+    seal_reasoning(Sealer((b"test-secret",), 1 << 20))("x" * 5000)[:-8] + "AAAAAAAA",
 ])
 def test_a_reasoning_blob_that_is_not_ours_is_refused_naming_it(blob: str) -> None:
     refused([{"role": "user", "content": "q"},
@@ -114,5 +114,5 @@ def test_a_reasoning_blob_larger_than_the_cap_is_refused() -> None:
     blob = seal_reasoning(SEALER)("x" * 5000)
     with pytest.raises(InvalidRequest) as info:
         parse_input([{"type": "reasoning", "summary": [], "encrypted_content": blob}],
-                    counter_ids(), max_items=10, sealer=Sealer(b"test-secret", 4096))
+                    counter_ids(), max_items=10, sealer=Sealer((b"test-secret",), 4096))
     assert info.value.param == "input[0].encrypted_content"

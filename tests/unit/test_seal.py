@@ -17,7 +17,8 @@ def test_a_blob_opens_with_the_secret_and_purpose_it_was_sealed_with() -> None:
     blob = sealmod.seal("reasoning", "because ünïcode", SECRET)
     assert blob.startswith(sealmod.VERSION)
     assert sealmod.open("reasoning", blob, SECRET, 1024) == "because ünïcode"
-    assert Sealer(SECRET, 1024).open("reasoning", Sealer(SECRET, 9).seal("reasoning", "x")) == "x"
+    small = Sealer((SECRET,), 9).seal("reasoning", "x")
+    assert Sealer((SECRET,), 1024).open("reasoning", small) == "x"
 
 
 @pytest.mark.parametrize("mutate", [
@@ -90,3 +91,13 @@ def test_a_zlib_bomb_is_refused_without_being_inflated(monkeypatch: pytest.Monke
     with pytest.raises(SealError):
         sealmod.open("reasoning", forged, SECRET, 64 * 1024)
     assert produced == []
+
+
+def test_a_rotated_sealer_opens_old_blobs_and_seals_with_the_new_secret() -> None:
+    old = Sealer((b"old",), 1024)
+    rotating = Sealer((b"new", b"old"), 1024)
+    assert rotating.open("reasoning", old.seal("reasoning", "before")) == "before"
+    fresh = rotating.seal("reasoning", "after")
+    assert Sealer((b"new",), 1024).open("reasoning", fresh) == "after"
+    with pytest.raises(SealError):
+        old.open("reasoning", fresh)

@@ -83,7 +83,7 @@ def test_function_calls_merge_into_one_assistant_message_with_its_text() -> None
         {"role": "tool", "tool_call_id": "c2", "content": "rain"},
     ]
 
-SEALER = Sealer(b"test-secret", 1 << 20)
+SEALER = Sealer((b"test-secret",), 1 << 20)
 
 
 def test_a_call_without_text_opens_an_assistant_message_without_content() -> None:
