@@ -41,6 +41,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
+    p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
 
 
 def _parser() -> argparse.ArgumentParser:

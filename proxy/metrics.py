@@ -10,7 +10,6 @@ from collections import defaultdict
 
 _HELP = {
     "proxy_requests_total": "HTTP requests answered, by route and status.",
-    "proxy_upstream_errors_total": "Upstream failures, by kind.",
     "proxy_streamed_tokens_total": "Output tokens streamed to clients, by route.",
     "proxy_responses_total": "Responses finished, by terminal status.",
     "proxy_streams_active": "Streams open right now, by route.",

@@ -74,6 +74,9 @@ class Settings:
     # tools (web_search, ...) left out of the upstream request or refused.
     params: str = "lenient"
     hosted_tools: str = "drop"
+    # Fleet-wide secret that authenticates sealed blobs (core/seal.py); every instance sharing
+    # one Redis must have the same one. None: EMBEDDED_FLEET_SECRET (see `seal_secret`).
+    fleet_secret: str | None = None
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -192,6 +195,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         idle=number("idle_timeout", defaults.timeouts.idle),
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
+    fleet_secret = pick("fleet_secret", "PROXY_FLEET_SECRET")
+    if fleet_secret is not None and not _split(str(fleet_secret)):
+        raise ConfigError("--fleet-secret", "give at least one non-empty secret")
     return Settings(
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
@@ -215,7 +221,30 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         log_format=log_format,
         params=mode("params", PARAMS_MODES),
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
+        fleet_secret=str(fleet_secret) if fleet_secret else None,
     )
+
+
+# The documented default secret: it is public, so anyone could seal blobs we accept. That is
+# harmless for the embedded single instance (a blob only carries reasoning text the client
+# could send as plain `content` anyway); with a shared Redis it still works across instances but
+# `fleet_warning` says at start to set a real one. A random per-process secret would break
+# blobs on restart and across instances, a worse failure than a public default.
+EMBEDDED_FLEET_SECRET = "responses-proxy-default-fleet-secret"
+
+
+def seal_secret(settings: Settings) -> tuple[bytes, ...]:
+    """The fleet secrets, comma-separated: the first seals, every one opens (rotation)."""
+    return tuple(part.encode() for part in _split(settings.fleet_secret or EMBEDDED_FLEET_SECRET))
+
+
+def fleet_warning(settings: Settings) -> str | None:
+    """The start-up warning for a shared store without a fleet secret, else None."""
+    if settings.redis_url and not settings.fleet_secret:
+        return ("no --fleet-secret / PROXY_FLEET_SECRET with a Redis store: sealed blobs "
+                "(reasoning encrypted_content) use the public default secret; set one shared "
+                "secret on every instance")
+    return None
 
 
 def require_upstreams(settings: Settings, command: str) -> None:

@@ -20,7 +20,6 @@ FUNCTION_CALL_OUTPUT = "fco"
 CUSTOM_TOOL_CALL = "ctc"
 CUSTOM_TOOL_CALL_OUTPUT = "ctco"
 CONVERSATION = "conv"
-ITEM = "item"
 
 
 def new_id(prefix: str) -> str:

@@ -16,18 +16,23 @@ Anything else (`item_reference`, built-in tool calls, unknown types) is refused 
 names it: we do not drop what we cannot honour.
 
 `encrypted_content` here is a sealed copy of the reasoning text (for clients that keep no state
-and replay reasoning items, `include=["reasoning.encrypted_content"]`). It is not secret: the
-same text is in the item's `content`. Blobs that are not ours (e.g. OpenAI's) are ignored.
+and replay reasoning items, `include=["reasoning.encrypted_content"]`), see `core/seal.py`. It
+is not secret: the same text is in the item's `content`. A blob that is not a valid one of ours
+(forged, altered, OpenAI's, too large) is refused with a 400 naming it, as OpenAI refuses
+invalid encrypted content; a valid one given without `content` has its text put there, so
+translation never needs the secret.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import zlib
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from proxy.core import ids as idp
+from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
     bad,
@@ -39,6 +44,7 @@ from proxy.core.fields import (
     req_str,
 )
 from proxy.core.ids import IdFactory
+from proxy.core.seal import Sealer, SealError
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,
@@ -51,27 +57,18 @@ from proxy.core.types import (
 
 ROLES = ("user", "assistant", "system", "developer")
 IMAGE_DETAILS = ("low", "high", "auto", "original")
-_SEAL = "rpx1."
+# The purpose reasoning blobs are sealed for (core/seal.py): no other blob opens as one.
+REASONING_PURPOSE = "reasoning"
 
 
-# -- sealing reasoning ------------------------------------------------------------------------
-def seal_reasoning(text: str) -> str:
-    return _SEAL + base64.urlsafe_b64encode(zlib.compress(text.encode())).decode()
-
-
-def unseal_reasoning(blob: str) -> str | None:
-    """The text of one of our sealed blobs; None for anything else."""
-    if not blob.startswith(_SEAL):
-        return None
-    try:
-        return zlib.decompress(base64.urlsafe_b64decode(blob[len(_SEAL):])).decode()
-    except (ValueError, zlib.error, binascii.Error, UnicodeDecodeError):
-        return None
+def seal_reasoning(sealer: Sealer) -> Callable[[str], str]:
+    """The assembler's sealing callable for reasoning text."""
+    return functools.partial(sealer.seal, REASONING_PURPOSE)
 
 
 # -- input ------------------------------------------------------------------------------------
 def parse_input(value: Any, ids: IdFactory, *, path: str = "input",
-                max_items: int) -> list[Item]:
+                max_items: int, sealer: Sealer | None = None) -> list[Item]:
     """`input` (a string or a list of items) → stored items."""
     if isinstance(value, str):
         return [_message("user", [{"type": "input_text", "text": value}], ids(idp.MESSAGE))]
@@ -79,10 +76,11 @@ def parse_input(value: Any, ids: IdFactory, *, path: str = "input",
     if len(items) > max_items:
         raise bad(path, f"Invalid '{path}': too many items ({len(items)}); at most "
                         f"{max_items} are allowed.")
-    return [parse_item(item, ids, at(path, i)) for i, item in enumerate(items)]
+    return [parse_item(item, ids, at(path, i), sealer) for i, item in enumerate(items)]
 
 
-def parse_item(value: Any, ids: IdFactory, path: str) -> Item:
+def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = None) -> Item:
+    """One input item in its stored form. `sealer` opens `encrypted_content` (None: refused)."""
     item = expect_object(value, path)
     kind = item.get("type")
     if kind is None and "role" in item:
@@ -109,7 +107,7 @@ def parse_item(value: Any, ids: IdFactory, path: str) -> Item:
             "status": "completed",
         }
     if kind == REASONING:
-        return _parse_reasoning(item, ids, path)
+        return _parse_reasoning(item, ids, path, sealer)
     where = at(path, "type")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
@@ -226,7 +224,8 @@ def _tool_output(value: Any, path: str) -> str | list[dict[str, Any]]:
     return [_parse_part(p, "user", at(path, i)) for i, p in enumerate(parts)]
 
 
-def _parse_reasoning(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
+def _parse_reasoning(item: dict[str, Any], ids: IdFactory, path: str,
+                     sealer: Sealer | None) -> Item:
     out: Item = {"id": _given_id(item, path) or ids(idp.REASONING), "type": REASONING}
     summary_path = at(path, "summary")
     summary = expect_list(item.get("summary") or [], summary_path)
@@ -246,21 +245,34 @@ def _parse_reasoning(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
         ]
     sealed = item.get("encrypted_content")
     if sealed is not None:
-        out["encrypted_content"] = expect_str(sealed, at(path, "encrypted_content"))
+        where = at(path, "encrypted_content")
+        text = _unseal(expect_str(sealed, where), sealer, where)
+        out["encrypted_content"] = sealed
+        if "content" not in out:
+            out["content"] = [{"type": "reasoning_text", "text": text}]
     return out
 
 
+def _unseal(blob: str, sealer: Sealer | None, where: str) -> str:
+    try:
+        if sealer is None:
+            raise SealError("no sealer")
+        return sealer.open(REASONING_PURPOSE, blob)
+    except SealError:
+        raise InvalidRequest(
+            f"Invalid '{where}': the encrypted content could not be verified or decrypted; "
+            "send back reasoning items exactly as this server returned them.",
+            param=where, code="invalid_encrypted_content") from None
+
+
 def reasoning_text(item: Item) -> str:
-    """What a reasoning item says: its raw text, else its summary, else our sealed copy."""
+    """What a reasoning item says: its raw text, else its summary (a sealed copy the client sent
+    was opened into `content` when the item was parsed)."""
     parts = item.get("content") or []
     text = "".join(str(p.get("text", "")) for p in parts)
     if text:
         return text
-    text = "\n".join(str(s.get("text", "")) for s in item.get("summary") or [])
-    if text:
-        return text
-    sealed = item.get("encrypted_content")
-    return (unseal_reasoning(sealed) or "") if isinstance(sealed, str) else ""
+    return "\n".join(str(s.get("text", "")) for s in item.get("summary") or [])
 
 
 def _namespaced(out: Item, item: dict[str, Any], path: str) -> Item:

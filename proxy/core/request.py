@@ -33,6 +33,7 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.items import parse_input
+from proxy.core.seal import Sealer
 from proxy.core.tolerance import Tolerance
 from proxy.core.tools import parse_tool_choice, parse_tools
 from proxy.core.types import Item
@@ -134,7 +135,7 @@ class ResponsesRequest:
 
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
-                  max_input_items: int = 2048,
+                  max_input_items: int = 2048, sealer: Sealer | None = None,
                   tolerance: Tolerance | None = None) -> ResponsesRequest:
     tolerance = tolerance or Tolerance()
     ignored = _refuse_unknown(body, tolerance)
@@ -158,7 +159,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
         model=model,
-        input=parse_input(body["input"], ids, max_items=max_input_items),
+        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer),
         instructions=_instructions(body.get("instructions")),
         tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools, parsed_tools.dropped),

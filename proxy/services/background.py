@@ -24,6 +24,7 @@ import orjson
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, ProxyError, RateLimited
 from proxy.core.types import ResponseObject
+from proxy.services.logread import whole_log
 from proxy.services.stored import not_found
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
@@ -96,7 +97,7 @@ class Background:
                              "try again.", param="response_id")
 
     async def _close_queued(self, cancelled: ResponseObject) -> None:
-        logged = await self._store.read_events(cancelled["id"], after=-1)
+        logged = await whole_log(self._store, cancelled["id"])
         seq = logged[-1].seq + 1 if logged else 0
         event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
         terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))

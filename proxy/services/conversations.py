@@ -14,8 +14,9 @@ from proxy.core.fields import at, bad, check_metadata, expect_list
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import parse_item
 from proxy.core.paging import PageRequest, list_body
+from proxy.core.seal import Sealer
 from proxy.core.types import Item
-from proxy.settings import Settings
+from proxy.settings import Settings, seal_secret
 from proxy.store.base import Store
 
 # OpenAI's limit on items per create / add call.
@@ -29,6 +30,7 @@ class Conversations:
         self._ttl = settings.response_ttl
         self._clock = clock
         self._ids = ids
+        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
     @staticmethod
     def _missing(conversation_id: str) -> NotFound:
@@ -44,7 +46,8 @@ class Conversations:
         if len(raw) > MAX_ITEMS_PER_CALL:
             raise bad("items", f"Invalid 'items': too many items ({len(raw)}); at most "
                                f"{MAX_ITEMS_PER_CALL} per call.")
-        return [parse_item(item, self._ids, at("items", i)) for i, item in enumerate(raw)]
+        return [parse_item(item, self._ids, at("items", i), self._sealer)
+                for i, item in enumerate(raw)]
 
     async def create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         items = self._items(body.get("items"), required=False)

@@ -1,14 +1,23 @@
 """Event-log writes, batched off the hot path: one flusher per process for every live stream.
 
-A stream hands each event to its `LogHandle` (a list append, no await). Every `window` seconds,
-or sooner when `max_pending` events wait, the hub writes everything pending, for every
-stream, in one store call (one Redis pipeline), so the per-token cost on Redis is a fraction of a
-command, not a round trip. A stream's end goes through `LogHandle.finish`, which first waits for
-its pending events to be written and then stores the final object together with the terminal
-event (`Store.finish_response`): the client is sent the terminal event only after that returns.
+A stream hands each event to its `LogHandle` (a list append, no await). The flusher writes
+everything pending, for every stream, in one store call (one Redis pipeline), `window` seconds
+after the first event of a batch, or at once when a stream has `max_pending` events waiting
+(a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
+cost on Redis is a fraction of a command, not a round trip. A stream's end goes through
+`LogHandle.finish`, which first flushes its pending events and then stores the final object
+together with the terminal event (`Store.finish_response`, retried and reconciled by
+services/durable.py): the client is sent the terminal event only after that returns.
 
-A failed flush is logged and the events are dropped (the stream to the client goes on; a replay
-of that response is then rebuilt from the final object instead). The flusher never dies of it.
+A failed flush keeps its events and is tried again (after a growing delay, at most
+`MAX_FLUSH_ATTEMPTS` times in a row per stream); past that, or past `MAX_UNFLUSHED` waiting
+events, the stream's log is given up (the stream to the client goes on) and a replay of it finds
+the gap and is rebuilt from the final object (services/stored.py). The flusher never dies of it.
+
+`LogHandle.recent` holds only the events not yet confirmed in the store: a follower on this
+instance that joins late reads the store, then catches up from here. Once a flush lands, its
+events leave `recent` (a follower finds them in the store), so memory is bounded by what is
+unflushed, whether or not anyone follows.
 """
 
 from __future__ import annotations
@@ -19,16 +28,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.types import ResponseObject
+from proxy.services.durable import RETRY_DELAYS, retried, store_final
+from proxy.services.tasks import Supervisor
 from proxy.store.base import Store, StoredEvent, Transition
 
 log = logging.getLogger("proxy.eventlog")
 
 
-# Events of one live response kept in memory for this process's own late-joining followers.
-# Past it, they read from the store like anyone else.
-MAX_RECENT = 20_000
+# Events of one stream waiting to be written (the store down or slow) before its log is given
+# up: memory stays bounded; a replay then rebuilds from the final object.
+MAX_UNFLUSHED = 20_000
+# Consecutive failed flushes of one stream's events before its log is given up.
+MAX_FLUSH_ATTEMPTS = len(RETRY_DELAYS) + 1
 
 
 @dataclass(eq=False)
@@ -37,27 +50,49 @@ class LogHandle:
     response_id: str
     pending: list[StoredEvent] = field(default_factory=list)
     broken: bool = False
-    # Every event made through this handle, while the response runs: a follower on this
-    # instance that joins late catches up from here, with no await between its catch-up and
-    # its joining (so nothing made meanwhile can slip between the two).
+    failures: int = 0  # flushes of this stream's events that failed in a row
+    # The events not yet confirmed in the store, in order: a follower on this instance that
+    # joins late catches up from here, with no await between its catch-up and its joining (so
+    # nothing made meanwhile can slip between the two). Trimmed by every flush that lands.
     recent: list[StoredEvent] = field(default_factory=list)
 
     def add(self, event: StoredEvent) -> None:
         if self.broken:
             return
         self.pending.append(event)
-        if len(self.recent) < MAX_RECENT:
-            self.recent.append(event)
+        self.recent.append(event)
         self.hub.local(self.response_id, event)
+        if len(self.pending) > MAX_UNFLUSHED:
+            self.give_up()
+            return
         self.hub.wake(len(self.pending))
 
+    def give_up(self) -> None:
+        """Stop logging this stream (its replay is rebuilt from the final object)."""
+        self.broken = True
+        self.pending = []
+        self.recent = []
+
+    def confirmed(self, last_seq: int) -> None:
+        """Events up to `last_seq` are in the store: they leave `recent`."""
+        self.failures = 0
+        recent = self.recent
+        cut = 0
+        while cut < len(recent) and recent[cut].seq <= last_seq:
+            cut += 1
+        del recent[:cut]
+
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
-        """Flush what is pending, then store the final object and terminal event atomically;
-        only then is the terminal event handed to local followers."""
+        """Flush what is pending (retried), then store the final object and terminal event
+        atomically (retried, reconciled); only then is the terminal event handed to local
+        followers."""
         try:
-            await self.hub.flush_now()
-            result = await self.hub.store.finish_response(final, terminal, ttl=self.hub.ttl,
-                                                          event_ttl=self.hub.event_ttl)
+            try:
+                await retried(f"event log flush of {self.response_id}", self.hub.flush_or_raise)
+            except ProxyError as exc:
+                log.error("event log of %s left incomplete: %s", self.response_id, exc)
+            result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
+                                       event_ttl=self.hub.event_ttl)
             if terminal is not None and result.changed:
                 self.recent.append(terminal)
                 self.hub.local(self.response_id, terminal)
@@ -69,7 +104,8 @@ class LogHandle:
 class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
                  max_pending: int = 512,
-                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None) -> None:
+                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
+                 supervisor: Supervisor | None = None) -> None:
         self.store = store
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
@@ -80,15 +116,17 @@ class EventLogHub:
         self._handles: set[LogHandle] = set()
         self._by_id: dict[str, LogHandle] = {}
         self._wakeup = asyncio.Event()
+        self._full = asyncio.Event()  # a stream reached `max_pending`: flush without waiting
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor or Supervisor()
 
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="event-log-flusher")
+            self._task = self._supervisor.start("event-log-flusher", self._run)
         return handle
 
     def release(self, handle: LogHandle) -> None:
@@ -104,33 +142,60 @@ class EventLogHub:
     def wake(self, pending: int) -> None:
         if not self._wakeup.is_set():
             self._wakeup.set()
-        elif pending >= self.max_pending:
-            # a burst (zero-delay upstream): do not let one stream's buffer grow unbounded
-            self._wakeup.set()
+        if pending >= self.max_pending and not self._full.is_set():
+            # a burst (zero-delay upstream): flush now rather than at the window's end
+            self._full.set()
 
     async def _run(self) -> None:
+        failed = 0
         while True:
             await self._wakeup.wait()
-            await asyncio.sleep(self.window)  # let events gather: one write for many
+            if not self._full.is_set():
+                # let events gather: one write for many (cut short by a full buffer)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.window):
+                        await self._full.wait()
             self._wakeup.clear()
-            await self.flush_now()
+            self._full.clear()
+            if await self.flush_now():
+                failed = 0
+                continue
+            # Kept for the next attempt, after a growing delay (the store may be failing over).
+            await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
+            failed += 1
+            self._wakeup.set()
 
-    async def flush_now(self) -> None:
+    async def flush_or_raise(self) -> None:
+        if not await self.flush_now():
+            raise StoreUnavailable("the event log could not be written")
+
+    async def flush_now(self) -> bool:
+        """Write every stream's pending events; False if the write failed (the events are kept
+        for the next attempt, up to `MAX_FLUSH_ATTEMPTS` in a row per stream)."""
         async with self._lock:
-            batches: dict[str, list[StoredEvent]] = {}
+            taken: dict[LogHandle, list[StoredEvent]] = {}
             for handle in self._handles:
                 if handle.pending:
-                    batches[handle.response_id] = handle.pending
+                    taken[handle] = handle.pending
                     handle.pending = []
-            if not batches:
-                return
+            if not taken:
+                return True
             try:
-                await self.store.append_events(batches, ttl=self.event_ttl)
+                await self.store.append_events({h.response_id: events
+                                                for h, events in taken.items()},
+                                               ttl=self.event_ttl)
             except ProxyError as exc:
-                log.error("event log write failed for %d stream(s): %s", len(batches), exc)
-                for handle in self._handles:
-                    if handle.response_id in batches:
-                        handle.broken = True
+                log.error("event log write failed for %d stream(s): %s", len(taken), exc)
+                for handle, events in taken.items():
+                    handle.failures += 1
+                    if handle.failures >= MAX_FLUSH_ATTEMPTS:
+                        handle.give_up()
+                    elif not handle.broken:
+                        handle.pending[:0] = events  # in front of what came meanwhile
+                return False
+            for handle, events in taken.items():
+                handle.confirmed(events[-1].seq)
+            return True
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -40,12 +40,14 @@ from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
+from proxy.core.seal import Sealer
 from proxy.metrics import Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
-from proxy.services.tasks import TaskSet
+from proxy.services.logread import whole_log
+from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings
+from proxy.settings import Settings, seal_secret
 from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
 
 log = logging.getLogger("proxy.worker")
@@ -80,10 +82,12 @@ class Worker:
     def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
                  tasks: TaskSet, metrics: Metrics, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
+                 supervisor: Supervisor | None = None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self.name = name or worker_name()
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
+        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
@@ -95,15 +99,16 @@ class Worker:
         self._poked = asyncio.Event()
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._supervisor = supervisor or Supervisor()
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self._loops = [
-            asyncio.create_task(self._take_loop(), name="worker-take"),
-            asyncio.create_task(self._heartbeat_loop(), name="worker-heartbeat"),
+            self._supervisor.start("worker-take", self._take_loop),
+            self._supervisor.start("worker-heartbeat", self._heartbeat_loop),
         ]
         if self._shared:
-            self._loops.append(asyncio.create_task(self._cancel_loop(), name="worker-cancels"))
+            self._loops.append(self._supervisor.start("worker-cancels", self._cancel_loop))
         log.info("worker %s: up to %d jobs at once", self.name,
                  self._settings.worker_concurrency)
 
@@ -184,6 +189,12 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------------------------
     async def _execute(self, job: Job) -> None:
+        # Acknowledged (removed from the queue) only once the job's end is stored: a job whose
+        # final write failed stays pending, and the next reclaim (ours or another worker's)
+        # finds its stored state and settles it. Terminal state and ack cannot be one script:
+        # they live in different Redis Cluster slots (store/keys.py); ordering them this way
+        # (state first, ack retried by the reclaim) gives the same guarantee.
+        settled = False
         try:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
@@ -200,23 +211,26 @@ class Worker:
                 job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
                 ttl=self._settings.response_ttl)
             if moved.changed and moved.response is not None and "tenant" in spec:
-                await self._run(job, StoredResponse(moved.response, spec["tenant"],
-                                                    logged=True), spec)
+                settled = await self._run(job, StoredResponse(moved.response, spec["tenant"],
+                                                              logged=True), spec)
                 return
             record = await self._store.get_response_any(job.response_id)
             if record is None:
+                settled = True
                 return  # deleted or expired while queued
             if moved.changed:
-                await self._run(job, record, spec)
+                settled = await self._run(job, record, spec)
                 return
             await self._close_abandoned(record)
+            settled = True
         except asyncio.CancelledError:
             running = self._running.get(job.response_id)
+            settled = True
             if running is None or running.turn is None:
                 # Stopped before its turn began (a turn closes its own log when stopped).
                 reason = SHUTDOWN if self._stopping else LOST
-                await self._tasks.shielded(self._settle(job.response_id, reason),
-                                           name="job-settle")
+                settled = await self._tasks.shielded(self._settle(job.response_id, reason),
+                                                     name="job-settle")
             raise
         except ProxyError as exc:
             log.error("worker %s: job %s: %s", self.name, job.response_id, exc)
@@ -224,7 +238,10 @@ class Worker:
             running = self._running.get(job.response_id)
             if running is not None:
                 running.finished = True
-            if running is None or not running.released:
+            if not settled:
+                log.error("worker %s: the end of %s is not stored; left for a reclaim",
+                          self.name, job.response_id)
+            elif running is None or not running.released:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
 
@@ -233,7 +250,8 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> None:
+    async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> bool:
+        """Run the job's turn; True once its end is stored."""
         assembler = self._assembler(record, spec)
         recorder = Recorder(self._store, ttl=self._settings.response_ttl,
                             event_ttl=self._settings.event_ttl,
@@ -245,7 +263,7 @@ class Worker:
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)
-            return
+            return True
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
                     metrics=self._metrics)
         running = self._running.get(record.id)
@@ -254,9 +272,10 @@ class Worker:
         async with contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
+        return recorder.final is not None
 
     def _assembler(self, record: StoredResponse, spec: dict[str, Any]) -> Assembler:
-        seal = seal_reasoning if spec.get("seal") else None
+        seal = seal_reasoning(self._sealer) if spec.get("seal") else None
         return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
                          seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
 
@@ -268,11 +287,16 @@ class Worker:
         items = await self._store.input_items(record.tenant, record.id) or []
         return ConversationTurn(record.tenant, conversation, items)
 
-    async def _settle(self, response_id: str, reason: str) -> None:
-        with contextlib.suppress(ProxyError):
+    async def _settle(self, response_id: str, reason: str) -> bool:
+        """Close a stopped job's response; False if the store could not be told."""
+        try:
             record = await self._store.get_response_any(response_id)
             if record is not None:
                 await self._close_abandoned(record, reason)
+        except ProxyError as exc:
+            log.error("worker %s: could not close %s: %s", self.name, response_id, exc)
+            return False
+        return True
 
     async def _close_abandoned(self, record: StoredResponse, reason: str = LOST) -> None:
         """A job found in a state no live worker will finish: in_progress (its worker died)
@@ -283,7 +307,7 @@ class Worker:
             ending = "cancel"
         else:
             return
-        logged = await self._store.read_events(record.id, after=-1)
+        logged = await whole_log(self._store, record.id)
         assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
         assembler.restore(orjson.loads(e.data) for e in logged)
         events = assembler.fail(reason) if ending == "fail" else assembler.cancel()

@@ -33,6 +33,7 @@ from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
+from proxy.core.seal import Sealer
 from proxy.core.sse import frames
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
@@ -44,7 +45,7 @@ from proxy.services.fleet import Fleet
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings
+from proxy.settings import Settings, seal_secret
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
 
 CHAT_PATH = "/v1/chat/completions"
@@ -92,11 +93,13 @@ class ResponsesService:
         self._settings = settings
         self._clock = clock
         self._ids = ids
+        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
-                                tolerance=Tolerance.of(settings.params, settings.hosted_tools))
+                                tolerance=Tolerance.of(settings.params, settings.hosted_tools),
+                                sealer=self._sealer)
         outcome = await self._create(tenant, request)
         outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
         return outcome
@@ -173,7 +176,8 @@ class ResponsesService:
             "model": request.model,
             **request.echo(),
         }
-        seal = seal_reasoning if "reasoning.encrypted_content" in request.include else None
+        include = "reasoning.encrypted_content" in request.include
+        seal = seal_reasoning(self._sealer) if include else None
         return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
 
     async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,

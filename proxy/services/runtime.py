@@ -24,8 +24,8 @@ from proxy.services.jobs import Worker
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
-from proxy.services.tasks import TaskSet
-from proxy.settings import Settings
+from proxy.services.tasks import Supervisor, TaskSet
+from proxy.settings import Settings, fleet_warning
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import job_queue, open_store
 from proxy.upstream import ConnectionPool, Upstream
@@ -54,6 +54,8 @@ class Runtime:
     queue: JobQueue
     background: Background
     worker: Worker | None = None
+    # Restarts the background loops; /readyz reports the ones failing.
+    supervisor: Supervisor = field(default_factory=Supervisor)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -68,16 +70,17 @@ class Runtime:
         store = open_store(settings.redis_url)
         queue = job_queue(store)
         tasks = TaskSet()
-        followers = Followers(store)
+        supervisor = Supervisor()
+        followers = Followers(store, supervisor=supervisor)
         hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                          local=followers.publish_local)
+                          local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
         background = Background(store, queue, settings)
         stored = StoredResponses(store, followers, settings)
         runner = None
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded)
+                            shared=not store.embedded, supervisor=supervisor)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -97,14 +100,18 @@ class Runtime:
             queue=queue,
             background=background,
             worker=runner,
+            supervisor=supervisor,
         )
 
     async def start(self) -> None:
+        warning = fleet_warning(self.settings)
+        if warning:
+            log.warning(warning)
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
                 log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
-        self._loops.append(asyncio.create_task(self.fleet.run(), name="fleet-discovery"))
+        self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
         if self.worker is not None:
             self.worker.start()
 

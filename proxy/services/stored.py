@@ -30,6 +30,7 @@ from proxy.core.replay import events_from_response
 from proxy.core.sse import frame
 from proxy.core.types import ResponseObject
 from proxy.services.follow import Followers, FollowInterrupted
+from proxy.services.logread import log_pages
 from proxy.settings import Settings
 from proxy.store.base import Store, StoredResponse
 
@@ -88,16 +89,23 @@ class StoredResponses:
             for data in _rebuilt(final, after):
                 yield data
 
+    async def _finished_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+        """A finished response's log: no tail needed. A log that has expired before the object
+        (event logs live shorter), or that has a gap (a flush given up while the store failed),
+        is rebuilt from the final object. Otherwise it is sent page by page."""
+        count, last = await self._store.log_extent(record.id)
+        if last is None or count != last.seq + 1:
+            for data in _rebuilt(record.response, after):
+                yield data
+            return
+        async for page in log_pages(self._store, record.id, after=after):
+            for event in page:
+                yield frame(event.type, event.data)
+
     async def _from_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
         if record.status in t.TERMINAL_STATUSES:
-            # Finished: no tail needed. A log that has expired before the object (event logs
-            # live shorter) is rebuilt from the final object.
-            events = await self._store.read_events(record.id, after=after)
-            if not events and not await self._store.read_events(record.id, after=-1):
-                for data in _rebuilt(record.response, after):
-                    yield data
-            for event in events:
-                yield frame(event.type, event.data)
+            async for data in self._finished_log(record, after):
+                yield data
             return
         deadline = time.monotonic() + MAX_REPLAY_SECONDS
         position = after

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger("proxy.tasks")
@@ -56,3 +56,50 @@ class TaskSet:
         if still:
             with contextlib.suppress(Exception):
                 await asyncio.wait(still, timeout=1.0)
+
+
+# Restart delays of a crashed loop: doubling from the first, never above the last.
+FIRST_RESTART_DELAY = 0.2
+MAX_RESTART_DELAY = 10.0
+
+
+class Supervisor:
+    """Keeps the long-running loops (job take, heartbeat, cancel listener, fleet discovery,
+    event-log flusher) alive: a loop that raises is logged, restarted after a bounded,
+    doubling delay, and counted as failing (`/readyz` says 503) until it has run as long as
+    that delay without raising again. A loop that returns has ended on purpose (shutdown); a
+    cancelled one propagates its cancellation, so callers stop loops as before."""
+
+    def __init__(self, *, first_delay: float = FIRST_RESTART_DELAY,
+                 max_delay: float = MAX_RESTART_DELAY) -> None:
+        self._first_delay = first_delay
+        self._max_delay = max_delay
+        self._failing: set[str] = set()
+        self.restarts = 0
+
+    def start(self, name: str, loop: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        return asyncio.create_task(self._keep(name, loop), name=name)
+
+    def failing(self) -> list[str]:
+        return sorted(self._failing)
+
+    async def _keep(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        delay = self._first_delay
+        clock = asyncio.get_running_loop()
+        while True:
+            started = clock.time()
+            settled = clock.call_later(delay, self._failing.discard, name)
+            try:
+                await loop()
+                self._failing.discard(name)
+                return
+            except Exception:
+                if clock.time() - started >= delay:
+                    delay = self._first_delay  # it had recovered: a new crash starts over
+                log.exception("loop %s crashed; restarting in %.1fs", name, delay)
+            finally:
+                settled.cancel()
+            self._failing.add(name)
+            await asyncio.sleep(delay)
+            self.restarts += 1
+            delay = min(delay * 2, self._max_delay)

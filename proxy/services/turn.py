@@ -31,6 +31,7 @@ from proxy.core.chatstream import ChatStreamReader
 from proxy.core.errors import ProxyError, UpstreamTimeout
 from proxy.core.types import Event, Item, ResponseObject
 from proxy.metrics import Metrics
+from proxy.services.durable import append_conversation, store_final
 from proxy.services.eventlog import LogHandle
 from proxy.services.fleet import Call
 from proxy.services.tasks import TaskSet
@@ -75,20 +76,22 @@ class Recorder:
             handle.add(StoredEvent(event["sequence_number"], kind, data))
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+        """Store the end (retried, reconciled: services/durable.py), then the conversation's
+        new items. `final` is set only once the end is stored: a job is acknowledged on it."""
         if self.log is not None:
             result = await self.log.finish(final, terminal)
         elif self.stored:
-            result = await self.store.finish_response(final, None, ttl=self.ttl,
-                                                      event_ttl=self.event_ttl)
+            result = await store_final(self.store, final, None, ttl=self.ttl,
+                                       event_ttl=self.event_ttl)
         else:
             result = Transition(True, final)
         self.final = result
         turn = self.conversation
         if turn is not None and result.changed and final["status"] in (t.S_COMPLETED,
                                                                         t.S_INCOMPLETE):
-            await self.store.add_conversation_items(
-                turn.tenant, turn.conversation_id, [*turn.input_items, *final["output"]],
-                ttl=self.ttl)
+            await append_conversation(
+                self.store, turn.tenant, turn.conversation_id,
+                [*turn.input_items, *final["output"]], ttl=self.ttl)
         return result
 
 

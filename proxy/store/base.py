@@ -166,8 +166,14 @@ class Store(Protocol):
         Sequence numbers only grow; an event whose number is not above the log's last one is
         ignored (a retried batch is harmless)."""
 
-    async def read_events(self, response_id: str, *, after: int = -1) -> list[StoredEvent]:
-        """Every stored event with seq > after, in order."""
+    async def read_events(self, response_id: str, *, after: int = -1,
+                          limit: int | None = None) -> list[StoredEvent]:
+        """The stored events with seq > after, in order: all of them, or the first `limit`
+        (Redis: `XRANGE ... COUNT`; callers page long logs instead of reading them whole)."""
+
+    async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
+        """How many events the log holds and its last one (None when empty), in one round
+        trip: a log is whole from 0 exactly when count == last.seq + 1."""
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:

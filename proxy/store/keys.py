@@ -1,4 +1,5 @@
-"""Every Redis key the store writes, and every default lifetime, in one place.
+"""Every Redis key the store writes, in one place. Lifetimes are settings (`--response-ttl`,
+`--event-ttl`, settings.py) that the services pass to every write; none is defaulted here.
 
 Invariants (DESIGN.md, "Redis"):
 - All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
@@ -116,14 +117,3 @@ F_JOB_SPEC: Final = "s"
 # stores nothing: a worker that misses a message sees the status change at its next heartbeat.
 JOB_CANCEL_CHANNEL: Final = "jobs:cancel"
 
-
-# -- lifetimes (seconds) --------------------------------------------------------------------
-
-# A stored response lives as long as OpenAI keeps one (30 days); `--response-ttl` overrides.
-DEFAULT_RESPONSE_TTL: Final = 30 * 24 * 3600
-# Event logs are only needed to resume or replay a stream (`starting_after`) and are many times
-# the size of the final object (one entry per delta); a day covers a client reconnecting and
-# background polling. Past it a replay is rebuilt from the final object.
-DEFAULT_EVENT_TTL: Final = 24 * 3600
-# Conversations are long-lived threads; OpenAI keeps their items as long as responses.
-DEFAULT_CONVERSATION_TTL: Final = 30 * 24 * 3600

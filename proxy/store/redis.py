@@ -264,11 +264,23 @@ class RedisStore:
 
         await self._pipelined(queue)
 
-    async def read_events(self, response_id: str, *, after: int = -1) -> list[StoredEvent]:
+    async def read_events(self, response_id: str, *, after: int = -1,
+                          limit: int | None = None) -> list[StoredEvent]:
         start = "-" if after < 0 else f"({keys.log_entry_id(after)}"
         entries: Any = await self._read(
-            lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+"))
+            lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+",
+                                        count=limit))
         return [_event(entry_id, fields) for entry_id, fields in entries or ()]
+
+    async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
+        log_key = keys.response_log(response_id)
+
+        def queue(pipe: Pipeline) -> None:
+            pipe.xlen(log_key)
+            pipe.xrevrange(log_key, max="+", min="-", count=1)
+
+        count, last = await self._read(lambda: self._pipelined(queue))
+        return int(count), (_event(*last[0]) if last else None)
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:

@@ -35,17 +35,22 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
+def key_accepted(keys: Sequence[bytes], token: str) -> bool:
+    """`token` is one of `keys`, compared in constant time over every key."""
+    candidate = token.encode()
+    matched = False
+    for key in keys:  # no early exit: timing does not tell which key (or how many)
+        matched |= hmac.compare_digest(candidate, key)
+    return matched
+
+
 class AuthMiddleware:
     def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
         self.app = app
         self._keys = [k.encode() for k in keys]
 
     def _accepts(self, token: str) -> bool:
-        candidate = token.encode()
-        matched = False
-        for key in self._keys:  # no early exit: timing does not tell which key (or how many)
-            matched |= hmac.compare_digest(candidate, key)
-        return matched
+        return key_accepted(self._keys, token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):

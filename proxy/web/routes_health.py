@@ -1,12 +1,22 @@
-"""`/healthz` (the process serves), `/readyz` (store and an upstream answer), `/metrics`."""
+"""`/healthz` (the process serves), `/readyz` (store and an upstream answer), `/metrics`.
+
+`/readyz` is public (load balancers probe it without a key), so its public answer is bare: a
+status and short reason words (`upstreams`, `store`, `loops`), never a URL or an upstream's or
+Redis's error text. The detail (each replica, the store error, the failing loops) is for a
+caller with a valid API key. Without configured keys nobody gets it: a proxy run open is
+usually reachable by more than its operators, and the logs say which replica is down and why.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from proxy.core.errors import ProxyError
+from proxy.web.auth import bearer, key_accepted
 from proxy.web.context import runtime_of
 from proxy.web.rendering import json_response
 
@@ -18,15 +28,28 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     runtime = runtime_of(request)
     reasons: list[str] = []
+    detail: dict[str, Any] = {}
     if not runtime.fleet.ready():
-        reasons.append("no upstream is healthy")
+        reasons.append("upstreams")
     try:
         await runtime.store.ping()
     except ProxyError as exc:
-        reasons.append(f"store: {exc.message}")
-    body = {"status": "ready" if not reasons else "not ready", "reasons": reasons,
-            "upstreams": runtime.fleet.status()}
+        reasons.append("store")
+        detail["store_error"] = exc.message
+    failing = runtime.supervisor.failing()
+    if failing:
+        reasons.append("loops")
+        detail["failing_loops"] = failing
+    body: dict[str, Any] = {"status": "ready" if not reasons else "not ready",
+                            "reasons": reasons}
+    if _may_see_detail(request, runtime.settings.api_keys):
+        body.update(detail, upstreams=runtime.fleet.status())
     return json_response(body, status=200 if not reasons else 503)
+
+
+def _may_see_detail(request: Request, keys: tuple[str, ...]) -> bool:
+    token = bearer(request.scope)
+    return bool(keys) and token is not None and key_accepted([k.encode() for k in keys], token)
 
 
 async def metrics(request: Request) -> Response:

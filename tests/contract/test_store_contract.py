@@ -424,6 +424,22 @@ async def test_read_events_after(store: RedisStore) -> None:
     assert (await store.read_events("resp_1", after=2))[0] == event(3)
 
 
+async def test_read_events_pages_with_a_count(store: RedisStore) -> None:
+    await create(store, "resp_1", events=tuple(event(n) for n in range(6)))
+    assert seqs(await store.read_events("resp_1", limit=2)) == [0, 1]
+    assert seqs(await store.read_events("resp_1", after=1, limit=3)) == [2, 3, 4]
+    assert seqs(await store.read_events("resp_1", after=4, limit=3)) == [5]
+
+
+async def test_log_extent_tells_a_whole_log_from_one_with_a_gap(store: RedisStore) -> None:
+    assert await store.log_extent("resp_x") == (0, None)
+    await create(store, "resp_1", events=(event(0), event(1), event(2)))
+    assert await store.log_extent("resp_1") == (3, event(2))
+    await store.append_events({"resp_1": [event(5)]}, ttl=EVENT_TTL)  # 3 and 4 lost
+    count, last = await store.log_extent("resp_1")
+    assert last is not None and (count, last.seq) == (4, 5)
+
+
 async def test_tail_returns_new_events_of_several_logs(store: RedisStore) -> None:
     await create(store, "resp_1", events=(event(0), event(1)))
     await create(store, "resp_2", events=(event(0),))

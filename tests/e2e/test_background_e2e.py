@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import redis
 
 from tests.conftest import SimControl
 from tests.support.clients import SDK
@@ -177,7 +178,20 @@ def test_a_job_cancelled_while_queued_never_reaches_the_upstream(
                                                "response.cancelled"]
         worker = start_worker(simulator, fresh_redis)
         try:
-            time.sleep(1.5)  # the worker drains the queue
+            # Event-driven: a job queued after the cancelled one completes, and the queue is
+            # then empty, so the worker has taken (and dropped) the cancelled job by now.
+            marker = sdk(lone).responses.create(model="sim-model", background=True,
+                                                input="run me after")
+            assert wait_status(lone, marker.id, {"completed"})["status"] == "completed"
+            queue = redis.Redis.from_url(url)
+            try:
+                for _ in range(200):  # bounded: 10 s
+                    if queue.xlen("jobs:{queue}") == 0:
+                        break
+                    time.sleep(0.05)
+                assert queue.xlen("jobs:{queue}") == 0
+            finally:
+                queue.close()
             assert sim.stats()["prompt_counts"].get("never run me please", 0) == before
             assert sdk(lone).responses.retrieve(job.id).status == "cancelled"
         finally:

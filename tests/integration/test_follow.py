@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from proxy.core.errors import StoreUnavailable
+from proxy.services import follow as follow_module
+from proxy.services import logread
 from proxy.services.eventlog import EventLogHub
 from proxy.services.follow import Followers
 from proxy.store.base import StoredEvent, StoredResponse
@@ -77,8 +80,14 @@ async def test_a_gap_is_filled_from_the_store_in_order_without_duplicates(
 
 
 async def test_nobody_following_costs_nothing(store: RedisStore) -> None:
-    followers = Followers(store)
-    followers.publish_local("resp_x", event(0))  # no follower: dropped, no error
+    followers = Followers(store, block_ms=20)
+    followers.publish_local("resp_1", event(0))  # no follower: kept nowhere, no reader started
+    assert followers._followers == {} and followers._task is None
+    # A follower joining later gets each event once, from the store, not a stale local copy.
+    await store.append_events({"resp_1": [event(0), event(1, "response.completed")]}, ttl=60)
+    seen: list[int] = []
+    await asyncio.wait_for(collect(followers, -1, seen), 2)
+    assert seen == [0, 1]
     await followers.aclose()
 
 
@@ -102,4 +111,119 @@ async def test_a_late_follower_catches_up_from_the_writer_memory(store: RedisSto
     assert seen == [0, 1, 2, 3, 4, 5]
     reader.cancel()
     await hub.aclose()
+    await followers.aclose()
+
+
+async def test_recent_holds_only_what_is_not_yet_in_the_store(store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    for seq in range(5):
+        handle.add(event(seq))
+    assert [e.seq for e in hub.recent("resp_1")] == [0, 1, 2, 3, 4]
+    assert await hub.flush_now()
+    assert hub.recent("resp_1") == []  # a late follower finds them in the store
+    handle.add(event(5))
+    assert [e.seq for e in hub.recent("resp_1")] == [5]
+    await hub.aclose()
+
+
+async def test_a_full_buffer_is_flushed_without_waiting_for_the_window(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, max_pending=4)
+    handle = hub.open("resp_1")
+    for seq in range(4):
+        handle.add(event(seq))
+    for _ in range(200):  # bounded: 2 s, far below the 30 s window
+        if len(await store.read_events("resp_1")) == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.seq for e in await store.read_events("resp_1")] == [0, 1, 2, 3]
+    await hub.aclose()
+
+
+async def test_a_failed_flush_keeps_its_events_and_writes_them_later(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = store.append_events
+    failures = [StoreUnavailable("down")]
+
+    async def flaky(*args: object, **kwargs: object) -> None:
+        if failures:
+            raise failures.pop()
+        await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "append_events", flaky)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=0.001)
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    handle.add(event(1))
+    for _ in range(300):  # bounded: 3 s
+        if len(await store.read_events("resp_1")) == 2:
+            break
+        await asyncio.sleep(0.01)
+    handle.add(event(2))
+    await hub.flush_now()
+    assert [e.seq for e in await store.read_events("resp_1")] == [0, 1, 2]
+    assert not failures and not handle.broken
+    await hub.aclose()
+
+
+async def test_a_slow_follower_is_dropped_then_catches_up_from_the_store(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow_module, "MAX_BACKLOG", 4)
+    reads: list[int | None] = []
+    real_read = store.read_events
+
+    async def counting(*args: object, **kwargs: object) -> list[StoredEvent]:
+        reads.append(kwargs.get("limit"))  # type: ignore[arg-type]
+        return await real_read(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "read_events", counting)
+    monkeypatch.setattr(logread, "READ_PAGE", 3)
+    await store.append_events({"resp_1": [event(0)]}, ttl=60)
+    followers = Followers(store, block_ms=20)
+    reader = followers.follow("resp_1", after=-1, idle=5)
+    assert (await reader.__anext__()).seq == 0
+    following = asyncio.ensure_future(reader.__anext__())
+    for _ in range(100):  # bounded: until the reader has joined the live fan-out
+        if followers._followers:
+            break
+        await asyncio.sleep(0.01)
+    (joined,) = followers._followers["resp_1"]
+    events = [event(seq) for seq in range(1, 20)] + [event(20, "response.completed")]
+    await store.append_events({"resp_1": events}, ttl=60)
+    for item in events:
+        followers.publish_local("resp_1", item)  # the reader does not read meanwhile
+    assert len(joined.items) <= 4 and joined.dropped
+    assert joined not in followers._followers.get("resp_1", set())
+    seen = [(await following).seq] + [item.seq async for item in reader]
+    assert seen == list(range(1, 21))
+    assert reads and all(limit == 3 for limit in reads)  # paged, never a whole log
+    await followers.aclose()
+
+
+async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.services.tasks import Supervisor
+
+    real_tail = store.tail
+    crashes = [RuntimeError("a bug in the reader")]
+
+    async def tail(*args: object, **kwargs: object) -> dict[str, list[StoredEvent]]:
+        if crashes:
+            raise crashes.pop()
+        return await real_tail(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "tail", tail)
+    supervisor = Supervisor(first_delay=0.01)
+    followers = Followers(store, block_ms=20, supervisor=supervisor)
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    for _ in range(100):  # bounded: until the reader has joined (and the tail has crashed)
+        if followers._followers and not crashes:
+            break
+        await asyncio.sleep(0.01)
+    await store.append_events({"resp_1": [event(0), event(1, "response.completed")]}, ttl=60)
+    await asyncio.wait_for(reader, 5)
+    assert seen == [0, 1]
+    assert supervisor.restarts == 1 and not crashes
     await followers.aclose()

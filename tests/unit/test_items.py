@@ -9,11 +9,14 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input, reasoning_text, seal_reasoning, unseal_reasoning
+from proxy.core.items import parse_input, reasoning_text, seal_reasoning
+from proxy.core.seal import Sealer
+
+SEALER = Sealer((b"test-secret",), 1 << 20)
 
 
 def items(value: Any) -> list[dict[str, Any]]:
-    return parse_input(value, counter_ids(), max_items=100)
+    return parse_input(value, counter_ids(), max_items=100, sealer=SEALER)
 
 
 def refused(value: Any, param: str) -> str:
@@ -85,12 +88,31 @@ def test_function_call_and_output() -> None:
 
 
 def test_reasoning_items_round_trip_through_the_seal() -> None:
-    sealed = seal_reasoning("because")
-    assert unseal_reasoning(sealed) == "because"
-    assert unseal_reasoning("gAAAAB-someone-elses") is None
+    sealed = seal_reasoning(SEALER)("because")
     out = items([{"type": "reasoning", "id": "rs_1", "summary": [],
                   "encrypted_content": sealed}])
     assert reasoning_text(out[0]) == "because"
+    assert out[0]["encrypted_content"] == sealed
     with_text = items([{"type": "reasoning", "summary": [],
                         "content": [{"type": "reasoning_text", "text": "raw"}]}])
     assert reasoning_text(with_text[0]) == "raw"
+
+
+@pytest.mark.parametrize("blob", [
+    "gAAAAB-someone-elses",  # OpenAI's: not ours
+    "rpx1.eJxLSk1OLC1OBQALMALZ",  # the old unauthenticated form (zlib of "because")
+    seal_reasoning(Sealer((b"another-secret",), 1 << 20))("because"),
+    seal_reasoning(Sealer((b"test-secret",), 1 << 20))("x" * 5000)[:-8] + "AAAAAAAA",
+])
+def test_a_reasoning_blob_that_is_not_ours_is_refused_naming_it(blob: str) -> None:
+    refused([{"role": "user", "content": "q"},
+             {"type": "reasoning", "summary": [], "encrypted_content": blob}],
+            "input[1].encrypted_content")
+
+
+def test_a_reasoning_blob_larger_than_the_cap_is_refused() -> None:
+    blob = seal_reasoning(SEALER)("x" * 5000)
+    with pytest.raises(InvalidRequest) as info:
+        parse_input([{"type": "reasoning", "summary": [], "encrypted_content": blob}],
+                    counter_ids(), max_items=10, sealer=Sealer((b"test-secret",), 4096))
+    assert info.value.param == "input[0].encrypted_content"

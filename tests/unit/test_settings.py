@@ -121,3 +121,30 @@ def test_bad_tolerance_mode_names_the_flag(flags: dict[str, str], flag: str) -> 
     with pytest.raises(ConfigError) as info:
         build_settings(flags, {})
     assert info.value.flag == flag
+
+
+def test_the_fleet_secret_comes_from_the_flag_or_the_environment() -> None:
+    from proxy.settings import EMBEDDED_FLEET_SECRET, fleet_warning, seal_secret
+
+    by_env = build_settings({}, {"PROXY_FLEET_SECRET": "from-env"})
+    by_flag = build_settings({"fleet_secret": "from-flag"}, {"PROXY_FLEET_SECRET": "from-env"})
+    assert seal_secret(by_env) == (b"from-env",) and seal_secret(by_flag) == (b"from-flag",)
+    rotating = build_settings({"fleet_secret": "new, old"}, {})
+    assert seal_secret(rotating) == (b"new", b"old")  # the first seals, both open
+    embedded = build_settings({}, {})
+    assert seal_secret(embedded) == (EMBEDDED_FLEET_SECRET.encode(),)
+    with pytest.raises(ConfigError) as info:
+        build_settings({"fleet_secret": " , "}, {})
+    assert info.value.flag == "--fleet-secret"
+    assert fleet_warning(embedded) is None  # one instance: the default is fine
+    shared = build_settings({"redis_url": "redis://127.0.0.1:6379/0"}, {})
+    warning = fleet_warning(shared)
+    assert warning is not None and "--fleet-secret" in warning
+    assert fleet_warning(shared.replace(fleet_secret="s")) is None
+    assert "from-env" not in " ".join(describe_lines(by_env))
+
+
+def describe_lines(settings: Settings) -> list[str]:
+    from proxy.settings import describe
+
+    return list(describe(settings))

@@ -8,6 +8,7 @@ from typing import Any
 from proxy.core.ids import counter_ids
 from proxy.core.items import parse_input, seal_reasoning
 from proxy.core.request import parse_request
+from proxy.core.seal import Sealer
 from proxy.core.translate import to_chat_request, to_messages
 
 
@@ -82,13 +83,15 @@ def test_function_calls_merge_into_one_assistant_message_with_its_text() -> None
         {"role": "tool", "tool_call_id": "c2", "content": "rain"},
     ]
 
+SEALER = Sealer((b"test-secret",), 1 << 20)
+
 
 def test_a_call_without_text_opens_an_assistant_message_without_content() -> None:
     items = parse_input([
         {"role": "user", "content": "q"},
-        {"type": "reasoning", "summary": [], "encrypted_content": seal_reasoning("sealed")},
+        {"type": "reasoning", "summary": [], "encrypted_content": seal_reasoning(SEALER)("sealed")},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-    ], counter_ids(), max_items=10)
+    ], counter_ids(), max_items=10, sealer=SEALER)
     assert to_messages(items)[1] == {
         "role": "assistant", "content": None, "reasoning": "sealed",
         "tool_calls": [{"id": "c1", "type": "function",

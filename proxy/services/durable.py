@@ -1,0 +1,76 @@
+"""The writes that end a turn, made durable: retried (bounded) and reconciled.
+
+A turn that ends must leave its stored object terminal, or it stays `in_progress` for the
+response TTL and its replays wait for nothing. So the final write (`Store.finish_response`) and
+the writes that depend on it (the conversation append) are retried a bounded number of times
+when the store is unavailable. Each is safe to repeat:
+- `finish_response` is a compare-and-set: a retry after an attempt that *was* applied (a reply
+  lost to a timeout) finds the status already terminal and answers changed=False with the stored
+  object. `store_final` then compares that object with ours: the same final object means our
+  write landed, and the turn goes on as if the first reply had arrived (`reconcile`).
+- the conversation append adds items by id (`ZADD NX`, `HSET`): a repeated append is a no-op.
+The conversation lives under another hash tag than the response (Redis Cluster slots), so it
+cannot share the final write's script: it is idempotent and retried instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import orjson
+
+from proxy.core.errors import StoreUnavailable
+from proxy.core.types import Item, ResponseObject
+from proxy.store.base import Store, StoredEvent, Transition
+
+log = logging.getLogger("proxy.durable")
+T = TypeVar("T")
+
+# Seconds between attempts of a write that ends a turn: five tries over about four seconds,
+# enough to ride out a Redis failover or a dropped connection, short enough that a worker does
+# not hold a finished job for long. A test shortens them through `retry_delays`.
+RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+async def retried(what: str, op: Callable[[], Awaitable[T]],
+                  delays: Sequence[float] | None = None) -> T:
+    """`op()`, tried again after each delay while the store is unavailable; the last failure
+    is raised. Only `StoreUnavailable` is retried: any other error is not transient."""
+    for delay in RETRY_DELAYS if delays is None else delays:
+        try:
+            return await op()
+        except StoreUnavailable as exc:
+            log.warning("%s failed, retrying in %.2fs: %s", what, delay, exc)
+        await asyncio.sleep(delay)
+    return await op()
+
+
+def reconcile(result: Transition, final: ResponseObject) -> Transition:
+    """A compare-and-set that answered "not changed" with exactly our final object was our own
+    write, applied by an earlier attempt whose reply was lost."""
+    if not result.changed and result.response is not None and \
+            result.response == orjson.loads(orjson.dumps(final)):
+        return Transition(True, result.response)
+    return result
+
+
+async def store_final(store: Store, final: ResponseObject, terminal: StoredEvent | None, *,
+                      ttl: int, event_ttl: int,
+                      delays: Sequence[float] | None = None) -> Transition:
+    async def attempt() -> Transition:
+        result = await store.finish_response(final, terminal, ttl=ttl, event_ttl=event_ttl)
+        return reconcile(result, final)
+
+    return await retried(f"final write of {final.get('id')}", attempt, delays)
+
+
+async def append_conversation(store: Store, tenant: str, conversation_id: str,
+                              items: Sequence[Item], *, ttl: int,
+                              delays: Sequence[float] | None = None) -> None:
+    async def attempt() -> None:
+        await store.add_conversation_items(tenant, conversation_id, items, ttl=ttl)
+
+    await retried(f"conversation append to {conversation_id}", attempt, delays)

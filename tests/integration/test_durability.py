@@ -1,0 +1,203 @@
+"""No turn ends stuck: faults injected at the store level (the in-process app, the embedded
+store, the simulator upstream). Each test fails on a store that loses the final write, a reply
+lost after the write was applied, a dropped event-log flush, or an early job acknowledgement."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from proxy.app import create_app
+from proxy.core.errors import StoreUnavailable
+from proxy.services import durable
+from proxy.services.runtime import Runtime
+from proxy.settings import Settings
+
+ASK = {"model": "sim-model", "input": "hello there"}
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(durable, "RETRY_DELAYS", (0.01, 0.01, 0.01, 0.01, 0.01))
+
+
+@contextlib.asynccontextmanager
+async def app_for(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            yield http, app.state.runtime
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, tries: int = 300) -> None:
+    for _ in range(tries):  # bounded: at most tries x 20 ms
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition never became true")
+
+
+def failing_first(real: Callable[..., Awaitable[Any]], times: int, *,
+                  after_applying: bool = False) -> Callable[..., Awaitable[Any]]:
+    """`real`, failing its first `times` calls; `after_applying`: the call lands in the store
+    and only its reply is lost (a timeout after the write)."""
+    left = [times]
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            if after_applying:
+                await real(*args, **kwargs)
+            raise StoreUnavailable("injected")
+        return await real(*args, **kwargs)
+
+    return call
+
+
+def sse_events(body: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: ")]
+
+
+async def test_a_failed_final_write_is_retried_until_the_object_is_final(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with app_for(settings) as (client, runtime):
+        store = runtime.store
+        monkeypatch.setattr(store, "finish_response", failing_first(store.finish_response, 3))
+        made = await client.post("/v1/responses", json=ASK)
+        assert made.status_code == 200, made.text
+        got = await client.get(f"/v1/responses/{made.json()['id']}")
+        assert got.json()["status"] == "completed"
+
+
+async def test_a_final_write_applied_but_unanswered_still_extends_the_conversation(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with app_for(settings) as (client, runtime):
+        conversation = (await client.post("/v1/conversations", json={})).json()["id"]
+        store = runtime.store
+        monkeypatch.setattr(store, "finish_response",
+                            failing_first(store.finish_response, 1, after_applying=True))
+        monkeypatch.setattr(store, "add_conversation_items",
+                            failing_first(store.add_conversation_items, 2))
+        made = await client.post("/v1/responses", json={**ASK, "conversation": conversation})
+        assert made.status_code == 200, made.text
+        items = (await client.get(f"/v1/conversations/{conversation}/items",
+                                  params={"order": "asc"})).json()["data"]
+        assert [i["role"] for i in items] == ["user", "assistant"]
+
+
+async def test_a_failed_log_flush_is_retried_so_the_replay_equals_the_stream(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with app_for(settings) as (client, runtime):
+        store = runtime.store
+        monkeypatch.setattr(store, "append_events", failing_first(store.append_events, 2))
+        live = await client.post("/v1/responses", json={
+            **ASK, "stream": True, "input": "count [[sim tokens=30]]"})
+        sent = sse_events(live.content)
+        replay = await client.get(f"/v1/responses/{sent[0]['response']['id']}",
+                                  params={"stream": "true"})
+        assert sse_events(replay.content) == sent
+
+
+async def test_a_log_with_a_gap_replays_rebuilt_from_the_final_object(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with app_for(settings) as (client, runtime):
+        store = runtime.store
+
+        async def lost(*args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailable("injected: every flush fails")
+
+        monkeypatch.setattr(store, "append_events", lost)
+        live = await client.post("/v1/responses", json={
+            **ASK, "stream": True, "input": "count [[sim tokens=30]]"})
+        sent = sse_events(live.content)
+        # the log holds the start event and the terminal one, nothing between
+        replay = await client.get(f"/v1/responses/{sent[0]['response']['id']}",
+                                  params={"stream": "true"})
+        rebuilt = sse_events(replay.content)
+        assert [e["sequence_number"] for e in rebuilt] == list(range(len(rebuilt)))
+        assert rebuilt[-1]["type"] == "response.completed"
+        assert rebuilt[-1]["response"]["output"] == sent[-1]["response"]["output"]
+
+
+async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with app_for(settings.replace(heartbeat_interval=0.2)) as (client, runtime):
+        store, queue = runtime.store, runtime.queue
+        real_finish = store.finish_response
+        outage = [True]
+        attempts = [0]
+
+        async def finish(*args: Any, **kwargs: Any) -> Any:
+            if outage[0]:
+                attempts[0] += 1
+                raise StoreUnavailable("injected")
+            return await real_finish(*args, **kwargs)
+
+        acked: list[str] = []
+        real_done = queue.done
+
+        async def done(entry_id: str) -> None:
+            acked.append(entry_id)
+            await real_done(entry_id)
+
+        monkeypatch.setattr(store, "finish_response", finish)
+        monkeypatch.setattr(queue, "done", done)
+        made = await client.post("/v1/responses", json={**ASK, "background": True})
+        response_id = made.json()["id"]
+        worker = runtime.worker
+        assert worker is not None
+
+        async def gave_up() -> bool:
+            return attempts[0] >= len(durable.RETRY_DELAYS) + 1 and worker.running == 0
+
+        await until(gave_up)
+        assert acked == []  # the end is not stored: the entry stays for a reclaim
+        outage[0] = False
+
+        async def settled() -> bool:
+            got = (await client.get(f"/v1/responses/{response_id}")).json()
+            return got["status"] not in ("queued", "in_progress") and bool(acked)
+
+        await until(settled)  # reclaimed: closed (failed, never stuck) and only then acked
+
+
+def test_reconcile_takes_only_our_own_object_as_our_write() -> None:
+    from proxy.store.base import Transition
+
+    ours = {"id": "resp_1", "status": "completed", "output": [{"id": "msg_1"}]}
+    landed = durable.reconcile(Transition(False, dict(ours)), ours)
+    assert landed.changed and landed.response == ours
+    cancelled = {**ours, "status": "cancelled"}
+    other = durable.reconcile(Transition(False, cancelled), ours)
+    assert not other.changed and other.response == cancelled
+    assert not durable.reconcile(Transition(False, None), ours).changed
+
+
+async def test_retries_are_bounded_and_only_for_an_unavailable_store() -> None:
+    calls = 0
+
+    async def down() -> None:
+        nonlocal calls
+        calls += 1
+        raise StoreUnavailable("down")
+
+    with pytest.raises(StoreUnavailable):
+        await durable.retried("test", down, delays=(0, 0, 0))
+    assert calls == 4
+
+    async def bug() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not transient")
+
+    calls = 0
+    with pytest.raises(ValueError):
+        await durable.retried("test", bug, delays=(0, 0, 0))
+    assert calls == 1
