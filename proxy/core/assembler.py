@@ -31,6 +31,7 @@ from typing import Any
 from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.ids import IdFactory
+from proxy.core.summaries import summary_part, wants_summaries
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 
@@ -49,6 +50,9 @@ _DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA})
 _ADDED, _STREAMING, _TEXT_DONE, _PART_DONE = range(4)
 _STAGE_AFTER = {t.PART_ADDED: _STREAMING, t.TEXT_DONE: _TEXT_DONE, t.REASONING_DONE: _TEXT_DONE,
                 t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE}
+# Where a restored reasoning item's summary part had got to (core/summaries.py).
+_SUMMARY_STAGE_AFTER = {t.SUMMARY_PART_ADDED: _STREAMING, t.SUMMARY_DONE: _TEXT_DONE,
+                        t.SUMMARY_PART_DONE: _PART_DONE}
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
 
@@ -76,7 +80,8 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
-    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts", "stage")
+    __slots__ = ("call_id", "call_index", "index", "item_id", "kind", "name", "parts", "stage",
+                 "summary", "summary_sent")
 
     def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
@@ -89,6 +94,11 @@ class _OpenItem:
         self.call_index: int | None = None
         self.call_id = ""
         self.name = ""
+        # A reasoning item's summary part: its stage like `stage` (_ADDED: none opened), and
+        # for a restored item the length of the summary text already sent (None: live, every
+        # reasoning delta had its summary delta).
+        self.summary = _ADDED
+        self.summary_sent: int | None = None
 
 
 class _PendingCall:
@@ -118,6 +128,7 @@ class Assembler:
         self._clock = clock
         self._seq = seq
         self._seal = seal_reasoning
+        self._summaries = wants_summaries(response)
         self.phase = Phase.READY
         self.status = t.S_IN_PROGRESS
         self.output: list[Item] = []
@@ -161,6 +172,11 @@ class Assembler:
                 opened = _OpenItem(phase, item["id"], event["output_index"], stage)
                 opened.call_id, opened.name = item.get("call_id", ""), item.get("name", "")
                 self._open, self.phase = opened, phase
+            elif kind in _SUMMARY_STAGE_AFTER and self._open is not None:
+                self._open.summary = _SUMMARY_STAGE_AFTER[kind]
+                self._open.summary_sent = self._open.summary_sent or 0
+            elif kind == t.SUMMARY_DELTA and self._open is not None:
+                self._open.summary_sent = (self._open.summary_sent or 0) + len(event["delta"])
             elif kind in _DELTAS and self._open is not None:
                 self._open.parts.append(event["delta"])
             elif kind in _STAGE_AFTER and self._open is not None:
@@ -265,10 +281,19 @@ class Assembler:
             }))
             events.append(self._event(t.PART_ADDED, item_id=item.item_id, output_index=item.index,
                                       content_index=0, part={"type": t.REASONING_TEXT, "text": ""}))
+            if self._summaries:
+                item.summary = _STREAMING
+                events.append(self._event(t.SUMMARY_PART_ADDED, item_id=item.item_id,
+                                          output_index=item.index, summary_index=0,
+                                          part=summary_part("")))
         item.parts.append(text)
         events.append({"type": t.REASONING_DELTA, "sequence_number": self._take(),
                        "item_id": item.item_id, "output_index": item.index, "content_index": 0,
                        "delta": text})
+        if item.summary == _STREAMING:
+            events.append({"type": t.SUMMARY_DELTA, "sequence_number": self._take(),
+                           "item_id": item.item_id, "output_index": item.index,
+                           "summary_index": 0, "delta": text})
 
     def _text(self, text: str, events: list[Event]) -> None:
         item = self._open
@@ -355,7 +380,8 @@ class Assembler:
                 final = {"id": item.item_id, "type": t.MESSAGE, "status": status,
                          "content": content, "role": "assistant"}
             else:
-                final = {"id": item.item_id, "type": t.REASONING, "summary": [],
+                final = {"id": item.item_id, "type": t.REASONING,
+                         "summary": self._close_summary(item, text, events),
                          "content": content, "status": status}
                 if self._seal is not None:
                     final["encrypted_content"] = self._seal(text)
@@ -379,6 +405,23 @@ class Assembler:
                 events.append(self._event(t.REASONING_DONE, **where, text=text))
         if _STREAMING <= item.stage <= _TEXT_DONE:
             events.append(self._event(t.PART_DONE, **where, part=part))
+
+    def _close_summary(self, item: _OpenItem, text: str,
+                       events: list[Event]) -> list[dict[str, Any]]:
+        """The done events of a reasoning item's summary part, those not yet sent; the item's
+        `summary`. A restored item first gets the summary text its log lacks (a cut between a
+        reasoning delta and its summary twin)."""
+        if item.summary == _ADDED:
+            return []
+        where = {"item_id": item.item_id, "output_index": item.index, "summary_index": 0}
+        if item.summary == _STREAMING:
+            sent = item.summary_sent
+            if sent is not None and (sent < len(text) or sent == 0):
+                events.append(self._event(t.SUMMARY_DELTA, **where, delta=text[sent:]))
+            events.append(self._event(t.SUMMARY_DONE, **where, text=text))
+        if item.summary <= _TEXT_DONE:
+            events.append(self._event(t.SUMMARY_PART_DONE, **where, part=summary_part(text)))
+        return [summary_part(text)]
 
     def _terminal(self, kind: str, events: list[Event]) -> list[Event]:
         self.status = t.STATUS_OF_TERMINAL[kind]

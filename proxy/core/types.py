@@ -37,6 +37,11 @@ REASONING_DELTA: Final = "response.reasoning_text.delta"
 REASONING_DONE: Final = "response.reasoning_text.done"
 ARGS_DELTA: Final = "response.function_call_arguments.delta"
 ARGS_DONE: Final = "response.function_call_arguments.done"
+# Reasoning summaries (core/summaries.py): the reasoning text again, as `summary_text`.
+SUMMARY_PART_ADDED: Final = "response.reasoning_summary_part.added"
+SUMMARY_PART_DONE: Final = "response.reasoning_summary_part.done"
+SUMMARY_DELTA: Final = "response.reasoning_summary_text.delta"
+SUMMARY_DONE: Final = "response.reasoning_summary_text.done"
 
 # -- statuses -------------------------------------------------------------------------------
 S_QUEUED: Final = "queued"
@@ -61,3 +66,4 @@ FUNCTION_CALL: Final = "function_call"
 FUNCTION_CALL_OUTPUT: Final = "function_call_output"
 OUTPUT_TEXT: Final = "output_text"
 REASONING_TEXT: Final = "reasoning_text"
+SUMMARY_TEXT: Final = "summary_text"
