@@ -35,6 +35,7 @@ from proxy.core.fields import (
     req_str,
 )
 from proxy.core.ids import IdFactory
+from proxy.core.references import is_reference, parse_reference
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 
 ROLES = ("user", "assistant", "system", "developer")
@@ -59,15 +60,17 @@ def unseal_reasoning(blob: str) -> str | None:
 
 # -- input ------------------------------------------------------------------------------------
 def parse_input(value: Any, ids: IdFactory, *, path: str = "input",
-                max_items: int) -> list[Item]:
-    """`input` (a string or a list of items) → stored items."""
+                max_items: int, references: bool = False) -> list[Item]:
+    """`input` (a string or a list of items) → stored items. With `references`, an
+    `item_reference` becomes a placeholder that the service resolves (core/references.py)."""
     if isinstance(value, str):
         return [_message("user", [{"type": "input_text", "text": value}], ids(idp.MESSAGE))]
     items = expect_list(value, path)
     if len(items) > max_items:
         raise bad(path, f"Invalid '{path}': too many items ({len(items)}); at most "
                         f"{max_items} are allowed.")
-    return [parse_item(item, ids, at(path, i)) for i, item in enumerate(items)]
+    return [parse_reference(item, at(path, i)) if references and is_reference(item)
+            else parse_item(item, ids, at(path, i)) for i, item in enumerate(items)]
 
 
 def parse_item(value: Any, ids: IdFactory, path: str) -> Item:

@@ -143,7 +143,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
         model=model,
-        input=parse_input(body["input"], ids, max_items=max_input_items),
+        input=parse_input(body["input"], ids, max_items=max_input_items, references=True),
         instructions=_instructions(body.get("instructions")),
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),

@@ -39,6 +39,7 @@ from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
@@ -91,6 +92,7 @@ class ResponsesService:
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
         request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
+        request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
         assembler = self._assembler(request)

@@ -70,3 +70,93 @@ def test_summary_in_a_non_streamed_and_a_raw_streamed_response(client: openai.Op
     # no summary asked: none sent
     plain = streamed(client, model="sim-reasoner", input="think", store=False)
     assert not any("summary" in e["type"] for e in plain)
+
+
+# -- item_reference: the Vercel AI SDK's multi-turn loop with its default store: true -----------
+WEATHER = {
+    "type": "function", "name": "get_weather", "description": "Weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"], "additionalProperties": False},
+}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def post(proxy: ServerProcess, body: dict[str, Any], key: str = "sk-test") -> httpx.Response:
+    return httpx.post(proxy.url + "/v1/responses", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {key}"})
+
+
+def test_vercel_multi_turn_loop_over_raw_http(proxy: ServerProcess) -> None:
+    first_user = user("please call get_weather city=Paris")
+    turn1 = post(proxy, {"model": "sim-reasoner", "input": [first_user], "tools": [WEATHER],
+                         "reasoning": {"summary": "auto"}})
+    assert turn1.status_code == 200, turn1.text
+    reasoning1, call = turn1.json()["output"]
+    assert (reasoning1["type"], call["type"]) == ("reasoning", "function_call")
+    # step 2: the SDK references the stored reasoning, repeats the call, sends the output
+    step2 = [first_user, {"type": "item_reference", "id": reasoning1["id"]},
+             {"type": "function_call", "call_id": call["call_id"], "name": call["name"],
+              "arguments": call["arguments"]},
+             {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}]
+    turn2 = post(proxy, {"model": "sim-reasoner", "input": step2, "tools": [WEATHER]})
+    assert turn2.status_code == 200, turn2.text
+    reasoning2, answer2 = turn2.json()["output"]
+    assert answer2["content"][0]["text"] == "Tool results: get_weather=sunny"
+    # next user turn: everything the model said before travels as references
+    step3 = [*step2, {"type": "item_reference", "id": reasoning2["id"]},
+             {"type": "item_reference", "id": answer2["id"]}, user("thanks")]
+    with httpx.stream("POST", proxy.url + "/v1/responses", timeout=30,
+                      headers={"authorization": "Bearer sk-test"},
+                      json={"model": "sim-reasoner", "input": step3, "tools": [WEATHER],
+                            "stream": True}) as answer:
+        events = data_payloads(answer.read())
+    check_stream(events)
+    final = events[-1]["response"]
+    assert final["output"][-1]["content"][0]["text"] == "You said: thanks"
+    # the stored input holds the referenced items themselves, in place
+    items = httpx.get(f"{proxy.url}/v1/responses/{final['id']}/input_items?order=asc&limit=100",
+                      headers={"authorization": "Bearer sk-test"}, timeout=30).json()["data"]
+    assert [i["id"] for i in items][4:6] == [reasoning2["id"], answer2["id"]]
+    assert items[5]["content"][0]["text"] == "Tool results: get_weather=sunny"
+    assert items[1] == reasoning1
+
+
+def test_unknown_and_other_keys_references_are_400s_naming_the_item(
+        proxy: ServerProcess) -> None:
+    mine = post(proxy, {"model": "sim-model", "input": "hello"}, key="sk-mine").json()
+    message_id = mine["output"][0]["id"]
+    for key, ref in (("sk-mine", "msg_does_not_exist"), ("sk-someone-else", message_id)):
+        answer = post(proxy, {"model": "sim-model", "input": [
+            user("hi"), {"type": "item_reference", "id": ref}]}, key=key)
+        assert answer.status_code == 400
+        error = answer.json()["error"]
+        assert error["param"] == "input[1].id" and error["type"] == "invalid_request_error"
+        assert ref in error["message"]
+    # an input item of a stored response can be referenced too, by its owner only
+    request_item = httpx.get(f"{proxy.url}/v1/responses/{mine['id']}/input_items",
+                             headers={"authorization": "Bearer sk-mine"},
+                             timeout=30).json()["data"][0]
+    again = post(proxy, {"model": "sim-model", "store": False, "input": [
+        {"type": "item_reference", "id": request_item["id"]}]}, key="sk-mine")
+    assert again.status_code == 200, again.text
+    assert again.json()["output"][0]["content"][0]["text"] == "You said: hello"
+
+
+def test_vercel_loop_through_the_sdk(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="sim-model", input="first question")
+    answer_id = first.output[0].id
+    second = client.responses.create(model="sim-model", input=[
+        {"role": "user", "content": "first question"},
+        {"type": "item_reference", "id": answer_id},
+        {"role": "user", "content": "second question"},
+    ])
+    assert second.output_text == "You said: second question"
+    listed = client.responses.input_items.list(second.id, order="asc")
+    assert [item.id for item in listed.data][1] == answer_id
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="sim-model", input=[
+            {"type": "item_reference", "id": "rs_nowhere"}])
+    assert caught.value.body["param"] == "input[0].id"  # type: ignore[index]
