@@ -28,12 +28,12 @@ from typing import Any
 import orjson
 
 from proxy.simulator import embeddings, wire
-from proxy.simulator.tokenize import tokenize
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError, error_body, invalid
 from proxy.simulator.request import ChatRequest, parse_chat
 from proxy.simulator.script import Plan, plan
 from proxy.simulator.stats import Stats, StreamEnd
+from proxy.simulator.tokenize import tokenize
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
