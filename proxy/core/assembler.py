@@ -32,6 +32,7 @@ from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.ids import IdFactory
 from proxy.core.summaries import summary_part, wants_summaries
+from proxy.core.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 
@@ -260,6 +261,8 @@ class Assembler:
             return []
         events: list[Event] = []
         self._close(events, t.S_INCOMPLETE)
+        if code == "server_error" and is_context_overflow(message):
+            code = CONTEXT_LENGTH_EXCEEDED  # what Codex keys its context handling on
         self._error = {"code": code, "message": message}
         return self._terminal(t.FAILED, events)
 

@@ -86,6 +86,7 @@ class ResponsesRequest:
     prompt_cache_retention: str | None = None
     safety_identifier: str | None = None
     max_tool_calls: int | None = None
+    truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -112,7 +113,7 @@ class ResponsesRequest:
             "background": self.background,
             "previous_response_id": self.previous_response_id,
             "conversation": {"id": self.conversation} if self.conversation else None,
-            "truncation": "disabled",
+            "truncation": self.truncation,
             "top_logprobs": None,
             "service_tier": "default",
             "prompt_cache_key": self.prompt_cache_key,
@@ -166,6 +167,8 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         prompt_cache_retention=_cache_retention(body.get("prompt_cache_retention")),
         safety_identifier=opt_str(body, "safety_identifier", max_len=512),
         max_tool_calls=opt_int(body, "max_tool_calls", low=1),
+        truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
+                          "truncation"),
     )
 
 
@@ -176,10 +179,6 @@ def _refuse_unknown(body: dict[str, Any]) -> None:
         if key in _WHY_NOT:
             raise bad(key, f"'{key}' is not supported by this server: {_WHY_NOT[key]}.")
         raise bad(key, f"Unknown parameter: '{key}'.")
-    if body.get("truncation") not in (None, "disabled"):
-        raise bad("truncation", "Only truncation 'disabled' is supported: this server never "
-                                "drops input items to fit the context window; a request too "
-                                "long for the model gets a 400.")
     if body.get("top_logprobs") not in (None, 0):
         raise bad("top_logprobs", "'top_logprobs' is not supported by this server yet.")
     options = body.get("stream_options")

@@ -37,6 +37,7 @@ from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.background import Background
+from proxy.services.context import fit, measure
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.references import resolve_references
@@ -95,6 +96,9 @@ class ResponsesService:
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
+        if request.truncation == "auto":
+            chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
+                             affinity=history.affinity)
         assembler = self._assembler(request)
         if request.background:
             return await self._submit(tenant, request, history, chat, assembler)
@@ -116,6 +120,19 @@ class ResponsesService:
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
+
+    async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
+        this body would send (history, references and truncation included)."""
+        request = parse_request(body, self._ids, max_input_items=self._settings.max_input_items)
+        request = await resolve_references(self._store, tenant, request)
+        history = await self._history(tenant, request)
+        chat = to_chat_request(request, history.items)
+        if request.truncation == "auto":
+            chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
+                             affinity=history.affinity)
+        seen = await measure(self._fleet, chat, affinity=history.affinity)
+        return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler) -> Outcome:
