@@ -5,6 +5,7 @@ simulator: reasoning summaries, `item_reference` inputs (the Vercel AI SDK's mul
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from tests.conftest import SimControl
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess
 from tests.support.sse import data_payloads
@@ -160,3 +162,93 @@ def test_vercel_loop_through_the_sdk(client: openai.OpenAI) -> None:
         client.responses.create(model="sim-model", input=[
             {"type": "item_reference", "id": "rs_nowhere"}])
     assert caught.value.body["param"] == "input[0].id"  # type: ignore[index]
+
+
+# -- input_tokens and truncation: the simulator's context is 32768 tokens -----------------------
+def test_input_tokens_count_what_a_create_sends(client: openai.OpenAI) -> None:
+    body: dict[str, Any] = {
+        "model": "sim-model", "instructions": "be brief",
+        "input": [{"role": "developer", "content": "no jokes"},
+                  {"role": "user", "content": "please call get_weather city=Rome"}],
+        "tools": [WEATHER], "tool_choice": "none"}
+    counted = client.responses.input_tokens.count(**body)
+    assert counted.object == "response.input_tokens"
+    created = client.responses.create(store=False, **body)
+    assert created.usage is not None
+    assert counted.input_tokens == created.usage.input_tokens > 0
+    # history through previous_response_id counts too
+    stored = client.responses.create(model="sim-model", input="remember this")
+    follow = {"model": "sim-model", "input": "and now?", "previous_response_id": stored.id}
+    assert client.responses.input_tokens.count(**follow).input_tokens == \
+        client.responses.create(**follow).usage.input_tokens  # type: ignore[union-attr]
+
+
+def test_input_tokens_bad_bodies_are_400s(proxy: ServerProcess) -> None:
+    url = proxy.url + "/v1/responses/input_tokens"
+    for body, param in (({"input": "x"}, "model"), ({"model": "sim-model"}, "input"),
+                        ({"model": "sim-model", "input": "x", "truncation": 3}, "truncation")):
+        answer = httpx.post(url, json=body, timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+    unknown = httpx.post(url, json={"model": "nope", "input": "x"}, timeout=30)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+
+
+def long_history() -> list[dict[str, Any]]:
+    """About 45,000 simulator tokens: more than the 32,768 of the simulator's context."""
+    history: list[dict[str, Any]] = []
+    for n in range(9):
+        history.append(user(f"question {n} " + "word " * 5000))
+        history.append({"type": "function_call", "call_id": f"call_{n}", "name": "get_weather",
+                        "arguments": "{\"city\": \"Paris\"}"})
+        history.append({"type": "function_call_output", "call_id": f"call_{n}",
+                        "output": "sunny " * 10})
+    return [*history, user("the newest question")]
+
+
+def test_truncation_auto_drops_the_oldest_items_until_it_fits(
+        client: openai.OpenAI, sim: SimControl) -> None:
+    history = long_history()
+    too_long = client.responses.input_tokens.count(model="sim-model", input=history,
+                                                   tools=[WEATHER])
+    assert too_long.input_tokens > 32768
+    events = streamed(client, model="sim-model", input=history, tools=[WEATHER],
+                      instructions="stay on topic", truncation="auto", max_output_tokens=50)
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["truncation"] == "auto"
+    assert final["output"][0]["content"][0]["text"] == "You said: the newest question"
+    assert final["usage"]["input_tokens"] <= 32768 - 50
+    sent = sim.stats()["last_request"]["messages"]
+    assert sent[0] == {"role": "system", "content": "stay on topic"}
+    assert sent[-1]["content"] == "the newest question"
+    assert 2 < len(sent) < 1 + len(history)
+    calls = {c["id"] for m in sent for c in m.get("tool_calls") or ()}
+    assert calls == {m["tool_call_id"] for m in sent if m["role"] == "tool"}
+    # the count endpoint counts the truncated prompt when asked to truncate
+    fitted = client.responses.input_tokens.count(model="sim-model", input=history,
+                                                 tools=[WEATHER], instructions="stay on topic",
+                                                 truncation="auto",
+                                                 extra_body={"max_output_tokens": 50})
+    assert fitted.input_tokens == final["usage"]["input_tokens"]
+
+
+def test_truncation_disabled_is_openais_400(client: openai.OpenAI) -> None:
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="sim-model", input=long_history(), stream=stream)
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "context_length_exceeded" and error["param"] == "input"
+
+
+def test_a_background_response_too_long_fails_with_the_context_code(
+        client: openai.OpenAI) -> None:
+    job = client.responses.create(model="sim-model", input=long_history(), background=True)
+    final = job
+    for _ in range(100):
+        final = client.responses.retrieve(job.id)
+        if final.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.1)
+    assert final.status == "failed"
+    assert final.error is not None and final.error.code == "context_length_exceeded"
+    check_stream([e.to_dict() for e in client.responses.retrieve(job.id, stream=True)])
