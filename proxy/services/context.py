@@ -7,7 +7,8 @@ Truncation costs one /tokenize round trip when the prompt fits, and at most `MAX
 does not (measure, drop by estimate, measure again); requests with `truncation: "disabled"` never
 come here. If the prompt still does not fit after that, or nothing more can be dropped, it is
 sent as it is and the replica's own refusal becomes the client's 400
-`context_length_exceeded`.
+`context_length_exceeded`. A replica without `/tokenize` (404) is treated the same way:
+nothing is dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import UpstreamError
+from proxy.core.errors import NotFound, UpstreamError
 from proxy.core.truncation import shorten
 from proxy.services.fleet import Fleet
 from proxy.upstream import map_transport_errors
@@ -63,7 +64,12 @@ async def fit(fleet: Fleet, chat: dict[str, Any], *, reserve: int | None,
     request's max_output_tokens; at least one) of the model's context free."""
     messages = chat["messages"]
     for _ in range(MAX_ROUNDS):
-        seen = await measure(fleet, {**chat, "messages": messages}, affinity=affinity)
+        try:
+            seen = await measure(fleet, {**chat, "messages": messages}, affinity=affinity)
+        except NotFound as exc:
+            if exc.code == "model_not_found":
+                raise
+            break  # a server without /tokenize: send the prompt as it is, it decides
         budget = seen.max_model_len - max(reserve or 1, 1)
         shorter = shorten(messages, chat.get("tools"), seen.count, budget)
         if shorter is messages:
