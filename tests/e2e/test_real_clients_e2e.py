@@ -252,3 +252,23 @@ def test_a_background_response_too_long_fails_with_the_context_code(
     assert final.status == "failed"
     assert final.error is not None and final.error.code == "context_length_exceeded"
     check_stream([e.to_dict() for e in client.responses.retrieve(job.id, stream=True)])
+
+
+# -- one leading system message ---------------------------------------------------------------
+def test_codex_shaped_request_reaches_the_model_with_one_leading_system(
+        client: openai.OpenAI, sim: SimControl) -> None:
+    previous = client.responses.create(model="sim-model", instructions="old rules",
+                                       input=[{"role": "developer", "content": "dev one"},
+                                              {"role": "user", "content": "first"}])
+    answer = client.responses.create(
+        model="sim-model", instructions="You are a coding agent.",
+        previous_response_id=previous.id,
+        input=[{"type": "message", "role": "developer",
+                "content": [{"type": "input_text", "text": "sandbox: workspace-write"}]},
+               {"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "fix the bug"}]}])
+    assert answer.output_text == "You said: fix the bug"
+    sent = sim.stats()["last_request"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    # instructions are not inherited (OpenAI's rule); history's developer text comes in order
+    assert sent[0]["content"] == "You are a coding agent.\n\ndev one\n\nsandbox: workspace-write"
