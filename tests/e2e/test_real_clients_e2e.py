@@ -72,6 +72,13 @@ def test_summary_in_a_non_streamed_and_a_raw_streamed_response(client: openai.Op
     # no summary asked: none sent
     plain = streamed(client, model="sim-reasoner", input="think", store=False)
     assert not any("summary" in e["type"] for e in plain)
+    # a stored non-streamed response has no log: its replay is rebuilt from the final object
+    kept = client.responses.create(model="sim-reasoner", input="think",
+                                   reasoning={"summary": "auto"})
+    rebuilt = [e.to_dict() for e in client.responses.retrieve(kept.id, stream=True)]
+    check_stream(rebuilt)
+    texts = [e["text"] for e in rebuilt if e["type"] == "response.reasoning_summary_text.done"]
+    assert texts == [kept.output[0].summary[0].text]  # type: ignore[union-attr]
 
 
 # -- item_reference: the Vercel AI SDK's multi-turn loop with its default store: true -----------
