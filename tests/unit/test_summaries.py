@@ -11,6 +11,8 @@ import os
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
@@ -22,6 +24,7 @@ from proxy.core.ids import counter_ids
 from proxy.core.replay import events_from_response
 from tests.support.assembly import CREATED_AT, GOLDEN, base_response, golden_bytes
 from tests.support.conformance import check_stream
+from tests.unit.test_assembler_properties import SETTINGS, encode, payloads, resplit
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
@@ -128,3 +131,16 @@ def test_every_prefix_of_a_summarised_log_restores_into_a_valid_stream(ending: s
             reasoning = output[0]  # the summary says what the reasoning says, even across the cut
             assert reasoning["summary"][0]["text"] == reasoning["content"][0]["text"]
             assert reasoning["summary"][0]["text"] in ("", "Let me", "Let me think.")
+
+
+@SETTINGS
+@given(name=st.sampled_from(["reasoning_then_text", "reasoning_content_legacy", "text",
+                             "tool_call"]), data=st.data())
+def test_any_rechunking_keeps_summary_equal_to_reasoning(name: str,
+                                                         data: st.DataObject) -> None:
+    raw = encode(resplit(payloads(golden_bytes(name)), data))
+    events = assemble(raw, summarised_base("auto"))
+    check_stream(events)
+    for item in events[-1]["response"]["output"]:
+        if item["type"] == "reasoning":
+            assert [s["text"] for s in item["summary"]] == [c["text"] for c in item["content"]]
