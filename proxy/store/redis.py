@@ -6,7 +6,9 @@ atomically.
 
 Invariants:
 - Round trips are constant per call: one command, one script or one pipeline; `load_chain` two
-  (the target, then every ancestor at once) whatever the chain's depth.
+  (the target, then every ancestor at once) whatever the chain's depth; `find_items` two (where
+  the items live, then every response holding one). Storing a response's items in the item
+  index rides in the same pipeline as the script that stores the response.
 - Every Redis failure that means "the store is not answering" becomes `StoreUnavailable` where it
   happens (`raise ... from exc`). A `ResponseError` from a script is a bug and propagates.
 - Reads are retried once on a dropped connection (a pooled socket a Redis restart closed); writes
