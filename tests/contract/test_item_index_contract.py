@@ -83,3 +83,13 @@ async def test_storing_with_items_still_takes_one_round_trip(store: RedisStore,
         response("resp_1", "completed", output=[message("msg_d", "a", role="assistant")]),
         None, ttl=TTL, event_ttl=60)
     assert round_trips.count == 2
+
+
+async def test_a_server_that_lost_its_scripts_still_stores_and_indexes(store: RedisStore) -> None:
+    await stored(store, "resp_0", [message("msg_a", "q")], [])
+    await store.client.script_flush()  # what a restarted server looks like
+    await stored(store, "resp_1", [message("msg_b", "q")],
+                 [message("msg_c", "a", role="assistant")])
+    assert sorted(await store.find_items(TENANT, ["msg_b", "msg_c"])) == ["msg_b", "msg_c"]
+    record = await store.get_response(TENANT, "resp_1")
+    assert record is not None and record.status == "completed"
