@@ -8,7 +8,8 @@ Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it
     function_call         {id, type, call_id, name, arguments, status:"completed"}
     function_call_output  {id, type, call_id, output, status:"completed"}
     reasoning             {id, type, summary, content?, encrypted_content?}
-Anything else (`item_reference`, built-in tool calls, unknown types) is refused with a 400 that
+A request's `item_reference` is resolved to the stored item it names (core/references.py).
+Anything else (built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
 
 `encrypted_content` here is a sealed copy of the reasoning text (for clients that keep no state
