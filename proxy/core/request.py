@@ -2,9 +2,11 @@
 
 Three kinds of field (CONTRACT.md lists what we serve):
 - served: read, range-checked, used and echoed in the Response object;
+  (`reasoning.summary` adds summary parts, core/summaries.py; `truncation: "auto"` drops the
+  oldest messages to fit, core/truncation.py)
 - accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
-  `max_tool_calls` (we run no built-in tools), `text.verbosity`, `reasoning.summary`,
+  `max_tool_calls` (we run no built-in tools), `text.verbosity`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
 - anything else, known to OpenAI or not, is a 400 naming it. A feature we do not have is never
   silently dropped.
