@@ -41,6 +41,7 @@ from proxy.core.errors import (
     UpstreamUnreachable,
 )
 from proxy.core.requestctx import current_request_id
+from proxy.core.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.http1 import (
     ConnectError,
     ConnectTimeout,
@@ -82,6 +83,8 @@ def map_transport_errors(url: str) -> Iterator[None]:
 def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
     """An upstream error response, as the error we give our client."""
     message, param = _upstream_message(body)
+    if (status == 400 or status == 413) and is_context_overflow(message):
+        return InvalidRequest(message, param=param or "input", code=CONTEXT_LENGTH_EXCEEDED)
     if status == 400 or status == 422:
         return InvalidRequest(message, param=param)
     if status == 404:

@@ -32,7 +32,9 @@ from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.custominput import InputStream
 from proxy.core.ids import IdFactory
+from proxy.core.summaries import summary_part, wants_summaries
 from proxy.core.toolnames import ToolNames
+from proxy.core.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 
@@ -52,6 +54,9 @@ _ADDED, _STREAMING, _TEXT_DONE, _PART_DONE = range(4)
 _STAGE_AFTER = {t.PART_ADDED: _STREAMING, t.TEXT_DONE: _TEXT_DONE, t.REASONING_DONE: _TEXT_DONE,
                 t.ARGS_DONE: _TEXT_DONE, t.PART_DONE: _PART_DONE,
                 t.CUSTOM_INPUT_DONE: _TEXT_DONE}
+# Where a restored reasoning item's summary part had got to (core/summaries.py).
+_SUMMARY_STAGE_AFTER = {t.SUMMARY_PART_ADDED: _STREAMING, t.SUMMARY_DONE: _TEXT_DONE,
+                        t.SUMMARY_PART_DONE: _PART_DONE}
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
 
@@ -80,7 +85,7 @@ class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
     __slots__ = ("call_id", "call_index", "custom", "decoder", "index", "item_id", "kind",
-                 "name", "namespace", "parts", "stage")
+                 "name", "namespace", "parts", "stage", "summary", "summary_sent")
 
     def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
@@ -99,6 +104,11 @@ class _OpenItem:
         self.namespace: str | None = None
         self.custom = False
         self.decoder: InputStream | None = None
+        # A reasoning item's summary part: its stage like `stage` (_ADDED: none opened), and
+        # for a restored item the length of the summary text already sent (None: live, every
+        # reasoning delta had its summary delta).
+        self.summary = _ADDED
+        self.summary_sent: int | None = None
 
 
 class _PendingCall:
@@ -129,6 +139,7 @@ class Assembler:
         self._seq = seq
         self._seal = seal_reasoning
         self._names = ToolNames(response.get("tools") or ())
+        self._summaries = wants_summaries(response)
         self.phase = Phase.READY
         self.status = t.S_IN_PROGRESS
         self.output: list[Item] = []
@@ -174,6 +185,11 @@ class Assembler:
                 opened.namespace = item.get("namespace")
                 opened.custom = item.get("type") == t.CUSTOM_TOOL_CALL
                 self._open, self.phase = opened, phase
+            elif kind in _SUMMARY_STAGE_AFTER and self._open is not None:
+                self._open.summary = _SUMMARY_STAGE_AFTER[kind]
+                self._open.summary_sent = self._open.summary_sent or 0
+            elif kind == t.SUMMARY_DELTA and self._open is not None:
+                self._open.summary_sent = (self._open.summary_sent or 0) + len(event["delta"])
             elif kind in _DELTAS and self._open is not None:
                 self._open.parts.append(event["delta"])
             elif kind in _STAGE_AFTER and self._open is not None:
@@ -257,6 +273,8 @@ class Assembler:
             return []
         events: list[Event] = []
         self._close(events, t.S_INCOMPLETE)
+        if code == "server_error" and is_context_overflow(message):
+            code = CONTEXT_LENGTH_EXCEEDED  # what Codex keys its context handling on
         self._error = {"code": code, "message": message}
         return self._terminal(t.FAILED, events)
 
@@ -278,10 +296,19 @@ class Assembler:
             }))
             events.append(self._event(t.PART_ADDED, item_id=item.item_id, output_index=item.index,
                                       content_index=0, part={"type": t.REASONING_TEXT, "text": ""}))
+            if self._summaries:
+                item.summary = _STREAMING
+                events.append(self._event(t.SUMMARY_PART_ADDED, item_id=item.item_id,
+                                          output_index=item.index, summary_index=0,
+                                          part=summary_part("")))
         item.parts.append(text)
         events.append({"type": t.REASONING_DELTA, "sequence_number": self._take(),
                        "item_id": item.item_id, "output_index": item.index, "content_index": 0,
                        "delta": text})
+        if item.summary == _STREAMING:
+            events.append({"type": t.SUMMARY_DELTA, "sequence_number": self._take(),
+                           "item_id": item.item_id, "output_index": item.index,
+                           "summary_index": 0, "delta": text})
 
     def _text(self, text: str, events: list[Event]) -> None:
         item = self._open
@@ -377,7 +404,8 @@ class Assembler:
                 final = {"id": item.item_id, "type": t.MESSAGE, "status": status,
                          "content": content, "role": "assistant"}
             else:
-                final = {"id": item.item_id, "type": t.REASONING, "summary": [],
+                final = {"id": item.item_id, "type": t.REASONING,
+                         "summary": self._close_summary(item, text, events),
                          "content": content, "status": status}
                 if self._seal is not None:
                     final["encrypted_content"] = self._seal(text)
@@ -415,6 +443,23 @@ class Assembler:
                 events.append(self._event(t.REASONING_DONE, **where, text=text))
         if _STREAMING <= item.stage <= _TEXT_DONE:
             events.append(self._event(t.PART_DONE, **where, part=part))
+
+    def _close_summary(self, item: _OpenItem, text: str,
+                       events: list[Event]) -> list[dict[str, Any]]:
+        """The done events of a reasoning item's summary part, those not yet sent; the item's
+        `summary`. A restored item first gets the summary text its log lacks (a cut between a
+        reasoning delta and its summary twin)."""
+        if item.summary == _ADDED:
+            return []
+        where = {"item_id": item.item_id, "output_index": item.index, "summary_index": 0}
+        if item.summary == _STREAMING:
+            sent = item.summary_sent
+            if sent is not None and (sent < len(text) or sent == 0):
+                events.append(self._event(t.SUMMARY_DELTA, **where, delta=text[sent:]))
+            events.append(self._event(t.SUMMARY_DONE, **where, text=text))
+        if item.summary <= _TEXT_DONE:
+            events.append(self._event(t.SUMMARY_PART_DONE, **where, part=summary_part(text)))
+        return [summary_part(text)]
 
     def _terminal(self, kind: str, events: list[Event]) -> list[Event]:
         self.status = t.STATUS_OF_TERMINAL[kind]

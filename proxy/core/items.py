@@ -12,7 +12,8 @@ Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it
     custom_tool_call      {id, type, call_id, name, input, status:"completed", namespace?}
     custom_tool_call_output {id, type, call_id, output, status:"completed"}
     reasoning             {id, type, summary, content?, encrypted_content?}
-Anything else (`item_reference`, built-in tool calls, unknown types) is refused with a 400 that
+A request's `item_reference` is resolved to the stored item it names (core/references.py).
+Anything else (built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
 
 `encrypted_content` here is a sealed copy of the reasoning text (for clients that keep no state
@@ -44,6 +45,7 @@ from proxy.core.fields import (
     req_str,
 )
 from proxy.core.ids import IdFactory
+from proxy.core.references import is_reference, parse_reference
 from proxy.core.seal import Sealer, SealError
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
@@ -68,15 +70,18 @@ def seal_reasoning(sealer: Sealer) -> Callable[[str], str]:
 
 # -- input ------------------------------------------------------------------------------------
 def parse_input(value: Any, ids: IdFactory, *, path: str = "input",
-                max_items: int, sealer: Sealer | None = None) -> list[Item]:
-    """`input` (a string or a list of items) → stored items."""
+                max_items: int, sealer: Sealer | None = None,
+                references: bool = False) -> list[Item]:
+    """`input` (a string or a list of items) → stored items. With `references`, an
+    `item_reference` becomes a placeholder that the service resolves (core/references.py)."""
     if isinstance(value, str):
         return [_message("user", [{"type": "input_text", "text": value}], ids(idp.MESSAGE))]
     items = expect_list(value, path)
     if len(items) > max_items:
         raise bad(path, f"Invalid '{path}': too many items ({len(items)}); at most "
                         f"{max_items} are allowed.")
-    return [parse_item(item, ids, at(path, i), sealer) for i, item in enumerate(items)]
+    return [parse_reference(item, at(path, i)) if references and is_reference(item)
+            else parse_item(item, ids, at(path, i), sealer) for i, item in enumerate(items)]
 
 
 def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = None) -> Item:

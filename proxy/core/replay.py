@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core import types as t
+from proxy.core.summaries import summary_events
 from proxy.core.types import Event, Item, ResponseObject
 
 
@@ -65,10 +66,14 @@ def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
     if kind in (t.MESSAGE, t.REASONING):
         opened = {**item, "content": [], "status": t.S_IN_PROGRESS}
         opened.pop("encrypted_content", None)
+        if kind == t.REASONING:
+            opened["summary"] = []
         events: list[dict[str, Any]] = [{"type": t.ITEM_ADDED, "output_index": index,
                                          "item": opened}]
         for content_index, part in enumerate(item.get("content") or []):
             events += _part_events(part, where, content_index)
+        if kind == t.REASONING:
+            events += summary_events(item, index)
         events.append({"type": t.ITEM_DONE, "output_index": index, "item": item})
         return events
     return [{"type": t.ITEM_ADDED, "output_index": index, "item": item},

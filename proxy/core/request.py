@@ -2,9 +2,11 @@
 
 Three kinds of field (CONTRACT.md lists what we serve):
 - served: read, range-checked, used and echoed in the Response object;
+  (`reasoning.summary` adds summary parts, core/summaries.py; `truncation: "auto"` drops the
+  oldest messages to fit, core/truncation.py)
 - accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
-  `max_tool_calls` (we run no built-in tools), `text.verbosity`, `reasoning.summary`,
+  `max_tool_calls` (we run no built-in tools), `text.verbosity`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
 - features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
 - anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the
@@ -93,6 +95,7 @@ class ResponsesRequest:
     prompt_cache_options: dict[str, Any] | None = None
     ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
     dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
+    truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -122,7 +125,7 @@ class ResponsesRequest:
             "background": self.background,
             "previous_response_id": self.previous_response_id,
             "conversation": {"id": self.conversation} if self.conversation else None,
-            "truncation": "disabled",
+            "truncation": self.truncation,
             "top_logprobs": 0,
             "service_tier": "default",
             "prompt_cache_key": self.prompt_cache_key,
@@ -159,7 +162,8 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
         model=model,
-        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer),
+        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
+                          references=True),
         instructions=_instructions(body.get("instructions")),
         tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools, parsed_tools.dropped),
@@ -187,6 +191,8 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
         ignored_params=ignored,
         dropped_tools=parsed_tools.dropped,
+        truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
+                          "truncation"),
     )
 
 
@@ -204,10 +210,6 @@ def _refuse_unknown(body: dict[str, Any], tolerance: Tolerance) -> tuple[str, ..
         raise bad(key, f"Unknown parameter: '{key}'.")
     if body.get("client_metadata") is not None:
         expect_object(body["client_metadata"], "client_metadata")
-    if body.get("truncation") not in (None, "disabled"):
-        raise bad("truncation", "Only truncation 'disabled' is supported: this server never "
-                                "drops input items to fit the context window; a request too "
-                                "long for the model gets a 400.")
     if body.get("top_logprobs") not in (None, 0):
         raise bad("top_logprobs", "'top_logprobs' is not supported by this server yet.")
     options = body.get("stream_options")

@@ -2,6 +2,8 @@
 
 Mapping (PROTOCOL.md §6.1):
     instructions                    → the first `system` message (never inherited from history)
+    all system/developer text       → merged into that ONE leading system message, in order
+                                      (core/system_prompt.py: templates refuse a later one)
     message user/system/developer   → the same role (`developer` → `system`: many chat
                                       templates know no developer role); text-only content
                                       becomes a plain string, the widest-supported form
@@ -26,6 +28,7 @@ from typing import Any
 
 from proxy.core.items import file_text, reasoning_text
 from proxy.core.request import ResponsesRequest
+from proxy.core.system_prompt import lead_with_system
 from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 
@@ -40,7 +43,7 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
                                             ToolNames(request.tools)))
     chat: dict[str, Any] = {
         "model": request.model,
-        "messages": messages,
+        "messages": lead_with_system(messages),
         "stream": True,
         "stream_options": {"include_usage": True},
     }

@@ -37,6 +37,11 @@ REASONING_DELTA: Final = "response.reasoning_text.delta"
 REASONING_DONE: Final = "response.reasoning_text.done"
 ARGS_DELTA: Final = "response.function_call_arguments.delta"
 ARGS_DONE: Final = "response.function_call_arguments.done"
+# Reasoning summaries (core/summaries.py): the reasoning text again, as `summary_text`.
+SUMMARY_PART_ADDED: Final = "response.reasoning_summary_part.added"
+SUMMARY_PART_DONE: Final = "response.reasoning_summary_part.done"
+SUMMARY_DELTA: Final = "response.reasoning_summary_text.delta"
+SUMMARY_DONE: Final = "response.reasoning_summary_text.done"
 
 # -- statuses -------------------------------------------------------------------------------
 S_QUEUED: Final = "queued"
@@ -67,3 +72,4 @@ CUSTOM_TOOL_CALL: Final = "custom_tool_call"
 CUSTOM_TOOL_CALL_OUTPUT: Final = "custom_tool_call_output"
 CUSTOM_INPUT_DELTA: Final = "response.custom_tool_call_input.delta"
 CUSTOM_INPUT_DONE: Final = "response.custom_tool_call_input.done"
+SUMMARY_TEXT: Final = "summary_text"

@@ -190,6 +190,14 @@ class Fleet:
     def ready(self) -> bool:
         return any(r.healthy for r in self.replicas)
 
+    def max_model_len(self, model: str) -> int | None:
+        """The model's context length as its replicas' `/v1/models` report it (the smallest,
+        so a prompt that fits fits on any of them); None when none reports one."""
+        lengths = [entry["max_model_len"] for replica in self.replicas if replica.serves(model)
+                   for entry in replica.models if entry.get("id") == model
+                   and isinstance(entry.get("max_model_len"), int)]
+        return min(lengths) if lengths else None
+
     def model_list(self) -> list[dict[str, Any]]:
         """Every model of every healthy replica, first occurrence wins (ids are unique)."""
         seen: dict[str, dict[str, Any]] = {}

@@ -40,8 +40,10 @@ from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.background import Background
+from proxy.services.context import fit, measure
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
@@ -96,17 +98,29 @@ class ResponsesService:
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
     async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
+        request, history, chat = await self._prepare(tenant, body)
+        outcome = await self._create(tenant, request, history, chat)
+        outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
+        return outcome
+
+    async def _prepare(self, tenant: str, body: dict[str, Any]
+                       ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
+        """Parse, resolve item references, expand history, translate and (truncation auto) fit:
+        everything up to the chat request a create sends, shared with `count_input_tokens`."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer)
-        outcome = await self._create(tenant, request)
-        outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
-        return outcome
-
-    async def _create(self, tenant: str, request: ResponsesRequest) -> Outcome:
+        request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request)
         chat = to_chat_request(request, history.items)
+        if request.truncation == "auto":
+            chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
+                             affinity=history.affinity)
+        return request, history, chat
+
+    async def _create(self, tenant: str, request: ResponsesRequest, history: History,
+                      chat: dict[str, Any]) -> Outcome:
         assembler = self._assembler(request)
         if request.background:
             return await self._submit(tenant, request, history, chat, assembler)
@@ -128,6 +142,13 @@ class ResponsesService:
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
+
+    async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
+        this body would send (history, references and truncation included)."""
+        _, history, chat = await self._prepare(tenant, body)
+        seen = await measure(self._fleet, chat, affinity=history.affinity)
+        return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler) -> Outcome:

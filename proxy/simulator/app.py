@@ -33,6 +33,7 @@ from proxy.simulator.errors import SimError, error_body, invalid
 from proxy.simulator.request import ChatRequest, parse_chat
 from proxy.simulator.script import Plan, plan
 from proxy.simulator.stats import Stats, StreamEnd
+from proxy.simulator.tokenize import tokenize
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -164,6 +165,7 @@ class Simulator:
             "/v1/models": (("GET",), self.list_models),
             "/v1/chat/completions": (("POST",), self.chat),
             "/v1/embeddings": (("POST",), self.embed),
+            "/tokenize": (("POST",), self.tokenize),
             "/sim/stats": (("GET",), self.read_stats),
             "/sim/reset": (("POST",), self.reset_stats),
         }
@@ -227,6 +229,10 @@ class Simulator:
                                      request_id=f"embd-{uuid.uuid4().hex}",
                                      created=int(time.time()))
         await send_json(send, 200, result)
+
+    async def tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = parse_json(await read_body(receive))
+        await send_json(send, 200, tokenize(body, self.config))
 
     # -- chat ------------------------------------------------------------------------------
     async def chat(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -101,6 +101,11 @@ def _optional(body: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def parse_messages(value: Any) -> list[dict[str, Any]]:
+    """A `messages` list checked as vLLM's schema checks it (chat and /tokenize share it)."""
+    return _messages(value)
+
+
 def _messages(value: Any) -> list[dict[str, Any]]:
     if value is None:
         raise invalid("Field required: `messages`", param="messages")

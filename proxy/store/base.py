@@ -128,6 +128,11 @@ class Store(Protocol):
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
         """The response's input items in request order; None if the response is unknown."""
 
+    async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
+        """The stored items with those ids (input or output items of this tenant's stored
+        responses), by id; an id unknown to this tenant is absent. Two round trips however many
+        ids (`item_reference` inputs)."""
+
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         """Context for a request continuing `response_id` (its `previous_response_id`): for
         every ancestor of `response_id` and then `response_id` itself, its input items followed

@@ -16,6 +16,8 @@ Layout:
     rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed
     rp:{resp_id}:in         STRING  the request's input items, one JSON array
     rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    it:{item_id}            STRING  where a stored item lives: `o:<resp_id>` (in its output) or
+                                    `i:<resp_id>` (in its input items), for `item_reference`
     cv:{conv_id}            HASH    tenant | obj | meta | next
     cv:{conv_id}:order      ZSET    item id scored by its insertion number
     cv:{conv_id}:items      HASH    item id -> item JSON
@@ -69,6 +71,23 @@ def log_entry_id(seq: int) -> str:
     # The millisecond part is fixed at 1 because `0-0` is not a valid stream id; the sequence
     # part then carries the event's sequence_number unchanged (0 included).
     return f"1-{seq}"
+
+
+# -- the item index (`item_reference` inputs) -----------------------------------------------
+# Where each stored item lives, so a reference resolves in two pipelined reads whatever the
+# number of references (this key, then the responses holding them). Written with the response
+# and with its TTL: output items when the final object is stored (their ids are ours, random,
+# so a plain SET), input items at creation with NX (a client picks those ids: a later request,
+# of any tenant, can never move an existing entry; the holder's tenant is checked on every
+# read). A deleted or expired response leaves entries that point at nothing: they resolve to
+# nothing and expire with the response's TTL. Only the response's location is kept (a few bytes
+# per item), not a second copy of the item.
+ITEM_IN_OUTPUT: Final = "o"
+ITEM_IN_INPUT: Final = "i"
+
+
+def item_location(item_id: str) -> str:
+    return f"it:{{{item_id}}}"
 
 
 # -- conversations --------------------------------------------------------------------------

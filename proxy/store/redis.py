@@ -6,7 +6,9 @@ atomically.
 
 Invariants:
 - Round trips are constant per call: one command, one script or one pipeline; `load_chain` two
-  (the target, then every ancestor at once) whatever the chain's depth.
+  (the target, then every ancestor at once) whatever the chain's depth; `find_items` two (where
+  the items live, then every response holding one). Storing a response's items in the item
+  index rides in the same pipeline as the script that stores the response.
 - Every Redis failure that means "the store is not answering" becomes `StoreUnavailable` where it
   happens (`raise ... from exc`). A `ResponseError` from a script is a bug and propagates.
 - Reads are retried once on a dropped connection (a pooled socket a Redis restart closed); writes
@@ -149,8 +151,13 @@ class RedisStore:
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), *_event_args(events),
         ]
+        index = _index_args(input_items, keys.ITEM_IN_INPUT, rid)
         with store_errors():
-            await self._create(keys=_response_keys(rid), args=args)
+            if not index:
+                await self._create(keys=_response_keys(rid), args=args)
+            else:
+                await self._script_indexing(self._create, _response_keys(rid), args, index, ttl,
+                                            only_new=True)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -232,9 +239,70 @@ class RedisStore:
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl]
         if terminal is not None:
             args += _event_args((terminal,))
+        rid = str(response["id"])
+        index = _index_args(response.get("output") or (), keys.ITEM_IN_OUTPUT, rid)
         with store_errors():
-            reply = await self._finish(keys=_response_keys(str(response["id"])), args=args)
+            if not index:
+                reply = await self._finish(keys=_response_keys(rid), args=args)
+            else:
+                reply = await self._script_indexing(self._finish, _response_keys(rid), args,
+                                                    index, ttl, only_new=False)
         return _transition(reply)
+
+    async def _script_indexing(self, script: Any, keys_: list[str], args: list[Any],
+                               index: list[tuple[str, str]], ttl: int, *,
+                               only_new: bool) -> Any:
+        """Run `script` and write the item index entries in the same round trip (one pipeline;
+        the index keys live in other slots, so they cannot be written by the script itself).
+        Returns the script's reply."""
+        def queue(pipe: Pipeline) -> None:
+            pipe.evalsha(script.sha, len(keys_), *keys_, *args)
+            for key, location in index:
+                pipe.set(key, location, ex=ttl, nx=only_new)
+
+        try:
+            replies = await self._pipelined(queue)
+        except rex.NoScriptError:
+            # The server lost its script cache (a restart): the script did not run, the index
+            # writes are idempotent; load it and send the whole pipeline again.
+            await self._client.script_load(script.script)
+            replies = await self._pipelined(queue)
+        return replies[0]
+
+    async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
+        wanted = list(dict.fromkeys(item_ids))
+        if not wanted:
+            return {}
+
+        def queue_locations(pipe: Pipeline) -> None:
+            for item_id in wanted:
+                pipe.get(keys.item_location(item_id))
+
+        # Round trip 1: where each item lives.
+        locations = await self._read(lambda: self._pipelined(queue_locations))
+        holders = sorted({raw.decode() for raw in locations if raw is not None})
+        if not holders:
+            return {}
+
+        def queue_holders(pipe: Pipeline) -> None:
+            for holder in holders:
+                where, rid = holder.split(":", 1)
+                if where == keys.ITEM_IN_OUTPUT:
+                    pipe.hmget(keys.response(rid), keys.F_TENANT, keys.F_OBJECT)
+                else:
+                    pipe.hmget(keys.response(rid), keys.F_TENANT)
+                    pipe.get(keys.response_input(rid))
+
+        # Round trip 2: every response holding one of them, at once; another tenant's, or one
+        # deleted or expired since, holds nothing.
+        replies = await self._read(lambda: self._pipelined(queue_holders))
+        found: dict[str, Item] = {}
+        wanted_set = set(wanted)
+        for item in _held_items(holders, iter(replies), tenant):
+            item_id = item.get("id")
+            if item_id in wanted_set and item_id not in found:
+                found[item_id] = item
+        return found
 
     # -- event logs --------------------------------------------------------------------------
 
@@ -433,6 +501,28 @@ def _packed(events: Sequence[StoredEvent]) -> bytes:
     """Events as one script argument (scripts.py, `append_packed`)."""
     return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
                           for e in events])
+
+
+def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:
+    """The items of those holders (`find_items`' second read) that belong to `tenant`."""
+    items: list[Item] = []
+    for holder in holders:
+        if holder.startswith(keys.ITEM_IN_OUTPUT + ":"):
+            owner, obj = next(replies)
+            held = (orjson.loads(obj).get("output") or []) if obj else []
+        else:
+            (owner,), raw = next(replies), next(replies)
+            held = _items(raw)
+        if owner is not None and owner.decode() == tenant:
+            items += held
+    return items
+
+
+def _index_args(items: Sequence[Item], where: str, response_id: str) -> list[tuple[str, str]]:
+    """Item index entries (keys.py, "the item index") for items with an id."""
+    location = f"{where}:{response_id}"
+    return [(keys.item_location(str(item["id"])), location) for item in items
+            if isinstance(item, dict) and item.get("id")]
 
 
 def _item_args(items: Sequence[Item]) -> list[Any]:

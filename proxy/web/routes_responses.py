@@ -25,6 +25,12 @@ async def create(request: Request) -> Reply:
     return json_response(outcome.body, headers=outcome.headers)
 
 
+async def count_input_tokens(request: Request) -> Response:
+    runtime = runtime_of(request)
+    body = parse_object(await request.body())
+    return json_response(await runtime.responses.count_input_tokens(tenant(request), body))
+
+
 def _flag(value: str | None, name: str) -> bool:
     if value is None or value.lower() in ("false", "0", ""):
         return False
@@ -87,6 +93,7 @@ async def cancel(request: Request) -> Response:
 
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),

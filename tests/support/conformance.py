@@ -37,8 +37,22 @@ LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TER
 _EVENT = TypeAdapter(ResponseStreamEvent)
 
 
+# Error codes OpenAI sends on `response.failed` that the SDK's `ResponseError.code` Literal
+# does not list (the SDK's own parsing keeps them; only strict validation refuses them). Codex
+# keys its context handling on this one (CONTRACT.md "Request tolerance").
+_CODES_BEYOND_THE_LITERAL = {"context_length_exceeded"}
+
+
+def _with_listed_code(event: dict[str, Any]) -> dict[str, Any]:
+    error = (event.get("response") or {}).get("error")
+    if not error or error.get("code") not in _CODES_BEYOND_THE_LITERAL:
+        return event
+    return {**event, "response": {**event["response"],
+                                  "error": {**error, "code": "server_error"}}}
+
+
 def validate_with_sdk(events: list[dict[str, Any]]) -> None:
-    for event in events:
+    for event in map(_with_listed_code, events):
         if event["type"] == "response.cancelled":  # not in the SDK's union; its body is
             Response.model_validate(event["response"], strict=True)
             continue
@@ -150,9 +164,48 @@ def check_vllm_rules(events: list[dict[str, Any]]) -> None:
                 assert event["content_index"] == current_content
 
 
+def check_summaries(events: list[dict[str, Any]]) -> None:
+    """Reasoning summary parts (`response.reasoning_summary_*`): each inside its item, added
+    once, done once, done text == joined deltas, and the item's final `summary` is those
+    parts. (Interleaved with the reasoning_text events, which vLLM's stack rule would not
+    allow, so they are checked here instead.)"""
+    open_item: str | None = None
+    state: dict[tuple[str, int], str] = {}
+    texts: dict[tuple[str, int], list[str]] = {}
+    for event in events:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            open_item = event["item"]["id"]
+        elif kind.startswith("response.reasoning_summary_"):
+            assert event["item_id"] == open_item, (kind, "outside its item")
+            key = (event["item_id"], event["summary_index"])
+            if kind == "response.reasoning_summary_part.added":
+                assert key not in state and event["part"]["text"] == ""
+                state[key], texts[key] = "open", []
+            elif kind == "response.reasoning_summary_text.delta":
+                assert state.get(key) == "open", (kind, state.get(key))
+                texts[key].append(event["delta"])
+            elif kind == "response.reasoning_summary_text.done":
+                assert state.get(key) == "open" and event["text"] == "".join(texts[key])
+                state[key] = "text_done"
+            elif kind == "response.reasoning_summary_part.done":
+                assert state.get(key) in ("open", "text_done")
+                assert event["part"]["text"] == "".join(texts[key])
+                state[key] = "done"
+        elif kind == "response.output_item.done":
+            item = event["item"]
+            mine = sorted(k for k in state if k[0] == item["id"])
+            assert all(state[k] == "done" for k in mine), "summary part left open"
+            if mine:
+                assert item["summary"] == [{"type": "summary_text", "text": "".join(texts[k])}
+                                           for k in mine]
+            open_item = None
+
+
 def check_stream(events: list[dict[str, Any]], *, first_seq: int = 0) -> None:
     """All three, for a complete stream."""
     validate_with_sdk(events)
     check_invariants(events, first_seq=first_seq)
+    check_summaries(events)
     if first_seq == 0:
         check_vllm_rules(events)

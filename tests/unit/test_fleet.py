@@ -92,3 +92,13 @@ async def test_one_slow_probe_does_not_take_a_known_replica_down() -> None:
     probe.fail = False
     await f.refresh()
     assert f.replicas[0].healthy
+
+
+def test_max_model_len_is_the_smallest_a_serving_replica_reports() -> None:
+    f = fleet("http://a", "http://b")
+    f.replicas[0].models = ({"id": "m", "max_model_len": 8192},)
+    f.replicas[1].models = ({"id": "m", "max_model_len": 4096}, {"id": "x", "max_model_len": 9})
+    assert f.max_model_len("m") == 4096
+    assert f.max_model_len("unknown") is None
+    f.replicas[1].models = ({"id": "m"},)  # a server that does not say
+    assert f.max_model_len("m") == 8192

@@ -76,7 +76,7 @@ def test_nulls_read_as_absent() -> None:
      "text.format.schema"),
     ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
     ({"model": "m", "input": "x", "include": ["file_search_call.results"]}, "include[0]"),
-    ({"model": "m", "input": "x", "truncation": "auto"}, "truncation"),
+    ({"model": "m", "input": "x", "truncation": "middle"}, "truncation"),
     ({"model": "m", "input": "x", "top_logprobs": 3}, "top_logprobs"),
     ({"model": "m", "input": "x", "stream_options": {"include_obfuscation": False}},
      "stream_options"),

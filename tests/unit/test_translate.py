@@ -29,11 +29,10 @@ def test_sampling_and_limits() -> None:
     assert out["user"] == "u1" and out["reasoning_effort"] == "high"
 
 
-def test_instructions_come_first_and_developer_becomes_system() -> None:
+def test_instructions_come_first_and_developer_joins_the_one_system_message() -> None:
     out = chat(instructions="rules", input=[
         {"role": "developer", "content": "dev"}, {"role": "user", "content": "q"}])
-    assert out["messages"] == [{"role": "system", "content": "rules"},
-                               {"role": "system", "content": "dev"},
+    assert out["messages"] == [{"role": "system", "content": "rules\n\ndev"},
                                {"role": "user", "content": "q"}]
 
 

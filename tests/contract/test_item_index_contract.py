@@ -1,0 +1,95 @@
+"""`Store.find_items`: the items `item_reference` inputs name, resolved from the same tenant's
+stored responses (their input and output items) in two round trips however many ids; run
+against a real redis-server and the embedded store alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.store import keys
+from proxy.store.base import StoredResponse
+from proxy.store.redis import RedisStore
+from tests.contract.conftest import RoundTrips
+from tests.contract.test_store_contract import OTHER, TENANT, message, response
+
+TTL = 3600
+
+
+async def stored(store: RedisStore, rid: str, inputs: list[dict[str, Any]],
+                 outputs: list[dict[str, Any]], tenant: str = TENANT) -> None:
+    await store.create_response(StoredResponse(response(rid), tenant), inputs, ttl=TTL,
+                                event_ttl=60)
+    await store.finish_response(response(rid, "completed", output=outputs), None, ttl=TTL,
+                                event_ttl=60)
+
+
+async def test_input_and_output_items_are_found_by_id(store: RedisStore) -> None:
+    question = message("msg_in", "hi")
+    answer = message("msg_out", "hello", role="assistant")
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": [], "content": []}
+    await stored(store, "resp_1", [question], [reasoning, answer])
+    found = await store.find_items(TENANT, ["msg_out", "rs_1", "msg_in", "msg_nope"])
+    assert found == {"msg_out": answer, "rs_1": reasoning, "msg_in": question}
+
+
+async def test_another_tenant_finds_nothing(store: RedisStore) -> None:
+    await stored(store, "resp_1", [message("msg_in", "hi")],
+                 [message("msg_out", "x", role="assistant")])
+    assert await store.find_items(OTHER, ["msg_in", "msg_out"]) == {}
+
+
+async def test_a_later_request_cannot_move_an_existing_input_entry(store: RedisStore) -> None:
+    await stored(store, "resp_1", [message("msg_mine", "secret")], [])
+    # another tenant sends an input item with the same (client-chosen) id
+    await stored(store, "resp_2", [message("msg_mine", "theirs")], [], tenant=OTHER)
+    assert await store.find_items(TENANT, ["msg_mine"]) == {
+        "msg_mine": message("msg_mine", "secret")}
+    assert await store.find_items(OTHER, ["msg_mine"]) == {}
+
+
+async def test_a_deleted_response_holds_nothing_and_entries_expire_with_it(
+        store: RedisStore) -> None:
+    await stored(store, "resp_1", [message("msg_in", "hi")],
+                 [message("msg_out", "x", role="assistant")])
+    assert 0 < await store.client.ttl(keys.item_location("msg_out")) <= TTL
+    assert 0 < await store.client.ttl(keys.item_location("msg_in")) <= TTL
+    assert await store.delete_response(TENANT, "resp_1")
+    assert await store.find_items(TENANT, ["msg_in", "msg_out"]) == {}
+
+
+async def test_two_round_trips_for_any_number_of_ids(store: RedisStore,
+                                                     round_trips: RoundTrips) -> None:
+    for n in range(5):
+        await stored(store, f"resp_{n}", [message(f"msg_in{n}", "q")],
+                     [message(f"msg_out{n}", "a", role="assistant")])
+    ids = [f"msg_{kind}{n}" for n in range(5) for kind in ("in", "out")]
+    round_trips.reset()
+    found = await store.find_items(TENANT, ids)
+    assert sorted(found) == sorted(ids)
+    assert round_trips.count == 2
+    round_trips.reset()
+    assert await store.find_items(TENANT, ["msg_unknown"]) == {}
+    assert round_trips.count == 1
+
+
+async def test_storing_with_items_still_takes_one_round_trip(store: RedisStore,
+                                                             round_trips: RoundTrips) -> None:
+    await stored(store, "resp_0", [message("msg_a", "q")], [])  # scripts loaded
+    round_trips.reset()
+    await store.create_response(StoredResponse(response("resp_1"), TENANT),
+                                [message("msg_b", "q"), message("msg_c", "q")], ttl=TTL,
+                                event_ttl=60)
+    await store.finish_response(
+        response("resp_1", "completed", output=[message("msg_d", "a", role="assistant")]),
+        None, ttl=TTL, event_ttl=60)
+    assert round_trips.count == 2
+
+
+async def test_a_server_that_lost_its_scripts_still_stores_and_indexes(store: RedisStore) -> None:
+    await stored(store, "resp_0", [message("msg_a", "q")], [])
+    await store.client.script_flush()  # what a restarted server looks like
+    await stored(store, "resp_1", [message("msg_b", "q")],
+                 [message("msg_c", "a", role="assistant")])
+    assert sorted(await store.find_items(TENANT, ["msg_b", "msg_c"])) == ["msg_b", "msg_c"]
+    record = await store.get_response(TENANT, "resp_1")
+    assert record is not None and record.status == "completed"
