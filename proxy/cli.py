@@ -30,6 +30,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
     p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")
     p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
+    p.add_argument("--first-token-timeout",
+                   help="seconds a stream may wait for its first upstream chunk (default 120)")
     p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
     p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
     p.add_argument("--heartbeat-interval",
@@ -54,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
     serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
+    serve.add_argument("--send-timeout",
+                       help="seconds a stream may wait on a client that stopped reading "
+                            "(default 30)")
     _add_common(serve)
 
     worker = sub.add_parser("worker", help="run background jobs only")

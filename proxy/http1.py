@@ -76,11 +76,14 @@ class ProtocolError(ReadError):
 class ExchangeTimeouts:
     """Seconds. `response` runs from sending the request to the end of the response headers,
     and to the end of the body too when `read` is None; otherwise each body read may wait
-    `read` (the gap between two chunks of a stream)."""
+    `read` (the gap between two chunks of a stream), except that the first body byte may take
+    `first` from sending the request (a stream's time to first token: vLLM answers with headers
+    before it has queued the request)."""
 
     connect: float
     response: float
     read: float | None = None
+    first: float | None = None
 
 
 class Headers:
@@ -373,18 +376,19 @@ class Response:
     gives the connection back when the body was read to its end, else aborts it. It reads its
     connection's state directly: the two are one unit, and this is the per-chunk path."""
 
-    __slots__ = ("_closed", "_conn", "_content", "_deadline", "_read_timeout", "_release",
-                 "headers", "status_code")
+    __slots__ = ("_closed", "_conn", "_content", "_deadline", "_first_deadline",
+                 "_read_timeout", "_release", "headers", "status_code")
 
     def __init__(self, conn: Connection, status: int, headers: Headers, *,
                  release: Callable[[Connection], None], read_timeout: float | None,
-                 deadline: float) -> None:
+                 deadline: float, first_deadline: float | None = None) -> None:
         self.status_code = status
         self.headers = headers
         self._conn = conn
         self._release = release
         self._read_timeout = read_timeout  # per wait; None: `deadline` bounds the whole body
         self._deadline = deadline
+        self._first_deadline = first_deadline  # until the first body byte; then None
         self._closed = False
         self._content: bytes | None = None
 
@@ -399,14 +403,18 @@ class Response:
             if self._closed:  # by another task: to this reader, the connection was cut
                 raise ReadError("the response was closed while being read")
             if conn._buffer:
+                self._first_deadline = None
                 yield conn.take()
             elif conn._complete:
                 break
             elif conn._error is not None:
                 raise conn._error
+            elif read_timeout is None:
+                await conn._wait(self._deadline)
+            elif self._first_deadline is not None:
+                await conn._wait(self._first_deadline)
             else:
-                await conn._wait(self._deadline if read_timeout is None
-                                 else loop.time() + read_timeout)
+                await conn._wait(loop.time() + read_timeout)
         self.close()
 
     async def aread(self) -> bytes:

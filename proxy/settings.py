@@ -32,6 +32,9 @@ class Timeouts:
     connect: float = 5.0
     first_byte: float = 120.0
     idle: float = 60.0
+    # A stream's budget from sending the request to the upstream's first body byte: vLLM sends
+    # its headers before it has even queued the request, so a queue wait is not an idle gap.
+    first_token: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
     ping_interval: float = 15.0
+    # Seconds a stream's write to a client that stopped reading may stay blocked before the
+    # stream is abandoned (its upstream request aborted, its connection freed).
+    send_timeout: float = 30.0
     # How often the fleet re-reads each replica's /health and /v1/models.
     discovery_interval: float = 10.0
     response_ttl: int = 30 * 24 * 3600
@@ -170,6 +176,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         connect=number("connect_timeout", defaults.timeouts.connect),
         first_byte=number("first_byte_timeout", defaults.timeouts.first_byte),
         idle=number("idle_timeout", defaults.timeouts.idle),
+        first_token=number("first_token_timeout", defaults.timeouts.first_token),
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
     return Settings(
@@ -185,6 +192,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_body_bytes=count("max_body_bytes"),
         timeouts=timeouts,
         ping_interval=seconds("ping_interval"),
+        send_timeout=seconds("send_timeout"),
         discovery_interval=seconds("discovery_interval"),
         response_ttl=count("response_ttl"),
         event_ttl=count("event_ttl"),

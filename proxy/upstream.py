@@ -131,9 +131,12 @@ class Upstream:
         self._common = "".join(f"{name}: {value}\r\n" for name, value in common).encode("latin-1")
         self._targets: dict[str, _Target] = {}
         self._connect_timeout = timeouts.connect
-        # Streams wait for each chunk at most `idle`; a whole non-streamed answer `first_byte`.
-        self._stream_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte,
-                                                 read=timeouts.idle)
+        # Streams wait for their first chunk at most `first_token` (headers at most
+        # `first_byte` too), then for each chunk at most `idle`; a whole non-streamed answer
+        # `first_byte`.
+        self._stream_timeouts = ExchangeTimeouts(
+            timeouts.connect, min(timeouts.first_byte, timeouts.first_token),
+            read=timeouts.idle, first=timeouts.first_token)
         self._call_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte)
 
     @staticmethod

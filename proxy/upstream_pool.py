@@ -77,13 +77,15 @@ class ConnectionPool:
                         timeouts: ExchangeTimeouts) -> Response:
         try:
             conn.send(data)
-            deadline = asyncio.get_running_loop().time() + timeouts.response
+            sent = asyncio.get_running_loop().time()
+            deadline = sent + timeouts.response
             status, headers = await conn.read_head(deadline)
         except BaseException:
             conn.abort()  # cancelled or failed: whatever the server got, it must see us go
             raise
+        first = None if timeouts.first is None else sent + timeouts.first
         return Response(conn, status, headers, release=self._release,
-                        read_timeout=timeouts.read, deadline=deadline)
+                        read_timeout=timeouts.read, deadline=deadline, first_deadline=first)
 
     # -- getting a connection ----------------------------------------------------------------
     async def _acquire(self, origin: Origin, connect_timeout: float, *,

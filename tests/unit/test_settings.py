@@ -94,3 +94,14 @@ def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> 
     assert len(lines) == 1, done.stderr
     assert flag in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_stream_bounds_come_from_flags_and_environment() -> None:
+    s = build_settings({"first_token_timeout": "7.5"}, {"PROXY_SEND_TIMEOUT": "3"})
+    assert (s.timeouts.first_token, s.send_timeout) == (7.5, 3.0)
+    assert (Settings().timeouts.first_token, Settings().send_timeout) == (120.0, 30.0)
+    for flags, flag in (({"first_token_timeout": "0"}, "--first-token-timeout"),
+                        ({"send_timeout": "never"}, "--send-timeout")):
+        with pytest.raises(ConfigError) as info:
+            build_settings(flags, {})
+        assert info.value.flag == flag
