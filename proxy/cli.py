@@ -30,6 +30,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
     p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")
     p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
+    p.add_argument("--max-connections-per-upstream",
+                   help="connections to one replica at most (default 1024)")
+    p.add_argument("--upstream-ca-bundle", help="PEM file of CAs that https upstreams are "
+                                                "verified against (default: the system's)")
     p.add_argument("--first-token-timeout",
                    help="seconds a stream may wait for its first upstream chunk (default 120)")
     p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")

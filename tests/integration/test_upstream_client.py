@@ -341,25 +341,61 @@ async def test_idle_connections_expire() -> None:
 
 
 # -- retries ---------------------------------------------------------------------------------------
-@on_both_loops
-async def test_a_stale_pooled_connection_is_retried_once_on_a_new_one() -> None:
+def stale_after_first(peer_first: bytes = b"first") -> Handler:
+    """The first connection answers once, then reads the next request and drops the socket
+    without a byte (a server that had given up on it); later connections answer `hello`."""
+
     async def handler(peer: Peer) -> None:
         await peer.read_request()
         if peer.number > 1:
             await serve_ok_from_now(peer)
             return
-        peer.write(ok(b"first"))
+        peer.write(ok(peer_first))
         await peer.read_request()
-        peer.cut()  # the server had given up on the connection: no answer, no byte
+        peer.cut()
 
-    async with TinyServer(handler) as server:
+    return handler
+
+
+@on_both_loops
+async def test_a_get_on_a_stale_pooled_connection_is_retried_once_on_a_new_one() -> None:
+    async with TinyServer(stale_after_first()) as server:
         up = upstream()
         assert (await up.get(server.url, "/")).content == b"first"
+        assert (await up.get(server.url, "/again")).content == b"hello"
+        assert server.connections == 2
+        assert [r.line for r in server.requests] == ["GET / HTTP/1.1", "GET /again HTTP/1.1",
+                                                     "GET /again HTTP/1.1"]
+
+
+@on_both_loops
+async def test_a_post_that_may_have_reached_the_server_is_never_sent_twice() -> None:
+    """The server read the POST before the connection died: re-sending it could start a
+    second generation, so the failure is the caller's."""
+    async with TinyServer(stale_after_first()) as server:
+        up = upstream()
+        assert (await up.get(server.url, "/")).content == b"first"
+        with pytest.raises(UpstreamError):
+            await up.post(server.url, "/", b'{"a": 1}', stream=False)
+        assert [r.body for r in server.requests] == [b"", b'{"a": 1}']
+        assert server.connections == 1
+
+
+@on_both_loops
+async def test_a_post_whose_connection_closed_before_sending_goes_on_a_new_one() -> None:
+    """Provably not sent (the pooled connection was already closing when we came to write):
+    a new connection carries it."""
+    async with TinyServer(serve_ok) as server:
+        up = upstream()
+        assert (await up.get(server.url, "/")).content == b"hello"
+        [conn] = list(pool_of(up)._oldest)
+        assert conn._transport is not None
+        conn._transport.close()  # closing, and not yet noticed by the pool
         response = await up.post(server.url, "/", b'{"a": 1}', stream=False)
         assert await response.aread() == b"hello"
         await response.aclose()
+        assert [r.body for r in server.requests] == [b"", b'{"a": 1}']
         assert server.connections == 2
-        assert [r.body for r in server.requests] == [b"", b'{"a": 1}', b'{"a": 1}']
 
 
 @on_both_loops
@@ -481,8 +517,15 @@ def test_a_cut_mid_body_is_an_upstream_error(cut_after: bytes) -> None:
             runner.run(scenario())
 
 
-@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
-                                    b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"hello")])
+@pytest.mark.parametrize("answer", [
+    b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n",  # never asked for
+    b"HTTP/1.1 200 OK\r\nx-folded: a\r\n b\r\ncontent-length: 0\r\n\r\n",  # obs-fold
+    b"HTTP/1.1 200 OK\r\n" + b"".join(b"x-%d: y\r\n" % i for i in range(101))
+    + b"content-length: 0\r\n\r\n",  # too many fields
+    b"HTTP/1.1 200 OK\r\nx-big: " + b"y" * 70_000 + b"\r\ncontent-length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nx-endless: " + b"y" * 2_000_000,  # a head that never ends
+], ids=["not-http", "101", "obs-fold", "101-fields", "70k-field", "endless-head"])
 def test_what_is_not_an_http_response_is_an_upstream_error(answer: bytes) -> None:
     async def handler(peer: Peer) -> None:
         await peer.read_request()
@@ -536,6 +579,26 @@ async def test_a_small_error_body_is_read_whole_and_the_connection_kept() -> Non
             with pytest.raises(InvalidRequest) as info:
                 await up.post(server.url, "/", b"{}", stream=True)
             assert info.value.param == "temperature"
+        assert server.connections == 1
+
+
+@on_both_loops
+async def test_interim_responses_are_skipped() -> None:
+    """RFC 9110 §15.2: 1xx responses may come unasked; the final response is the answer."""
+    async def handler(peer: Peer) -> None:
+        while await peer.read_request() is not None:
+            peer.write(b"HTTP/1.1 100 Continue\r\n\r\n"
+                       b"HTTP/1.1 103 Early Hints\r\nlink: </x>; rel=preload\r\n\r\n"
+                       + ok(b"hello", "x-final: yes"))
+
+    async with TinyServer(handler) as server:
+        up = upstream()
+        for _ in range(2):  # and the connection stays usable
+            response = await up.post(server.url, "/", b"{}", stream=True)
+            assert response.status_code == 200 and response.headers.get("x-final") == "yes"
+            assert "link" not in response.headers
+            assert await response.aread() == b"hello"
+            await response.aclose()
         assert server.connections == 1
 
 
