@@ -168,9 +168,12 @@ class ConnectionPool:
         return await self._open(origin, state, connect_timeout)  # a slot was reserved for us
 
     def _blocked_by_others(self) -> bool:
-        """Whether the pool is full and others queue for a slot: a newcomer must queue too."""
+        """Whether the pool is full and others queue for a slot (waiters whose own origin is
+        under its cap): a newcomer must queue behind them. Waiters held by their origin's cap
+        wait for that origin only, and block nobody else."""
         return self.open_connections >= self.max_connections and any(
-            s.head() is not None for s in self._origins.values())
+            s.open < self.max_per_origin and s.head() is not None
+            for s in self._origins.values())
 
     def _reserve(self, origin: Origin, state: _OriginState) -> bool:
         """Count a new connection to `origin` if its cap and the pool's allow (closing the

@@ -739,8 +739,15 @@ async def test_one_hung_upstream_cannot_take_every_slot() -> None:
         held = [await up.post(hung.url, "/", b"{}", stream=True) for _ in range(2)]
         with pytest.raises(UpstreamUnavailable):  # its cap, not the pool's, is reached
             await up.post(hung.url, "/", b"{}", stream=True)
-        assert (await up.get(healthy.url, "/")).content == b"hello"  # a slot is left for it
+        queued = asyncio.create_task(upstream(pool, connect=5).post(hung.url, "/", b"{}",
+                                                                    stream=True))
+        await until(lambda: pool.waiting() == 1)
+        for _ in range(2):  # a slot is left for it, and the waiter held by its cap blocks nobody
+            assert (await up.get(healthy.url, "/")).content == b"hello"
         assert hung.connections == 2 and pool.open_connections == 3
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
         for response in held:
             await response.aclose()
         finish.set()
