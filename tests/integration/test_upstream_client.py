@@ -1,6 +1,8 @@
 """The upstream HTTP/1.1 client (`proxy/http1.py`, `proxy/upstream_pool.py`) through the
-`Upstream` facade, against tiny asyncio servers scripted per test on 127.0.0.1, and the proxy's
-Responses and pass-through paths against the simulator.
+`Upstream` facade, against tiny asyncio servers scripted per test on 127.0.0.1 (plain, TLS with
+a self-signed certificate, behind a CONNECT proxy), and the proxy's Responses and pass-through
+paths against the simulator. Waits are for states (bounded), not for durations; the few elapsed
+times asserted only tell two configured timeouts apart.
 
 Each scenario runs on both event loops: the stdlib's and uvloop (what the proxy serves with).
 """
