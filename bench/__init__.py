@@ -21,4 +21,6 @@ Modules, one concept each:
     machine   what the numbers were measured on
     report    the table, docs/BENCHMARKS.md and the raw JSON
     run       the command line: `python -m bench.run`
+    clients   `python -m bench.clients`: our upstream client against aiohttp's, in one run
+    aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
 """

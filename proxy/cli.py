@@ -31,6 +31,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
     p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")
     p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
+    p.add_argument("--max-connections-per-upstream",
+                   help="connections to one replica at most (default 1024)")
+    p.add_argument("--upstream-ca-bundle", help="PEM file of CAs that https upstreams are "
+                                                "verified against (default: the system's)")
+    p.add_argument("--first-token-timeout",
+                   help="seconds a stream may wait for its first upstream chunk (default 120)")
     p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
     p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
     p.add_argument("--heartbeat-interval",
@@ -62,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
                                               "left out (and named in a header) or refused "
                                               "(default drop)")
+    serve.add_argument("--send-timeout",
+                       help="seconds a stream may wait on a client that stopped reading "
+                            "(default 30)")
     _add_common(serve)
 
     worker = sub.add_parser("worker", help="run background jobs only")

@@ -15,7 +15,13 @@ Invariants:
   that wait's deadline has passed; otherwise it sleeps on until the current deadline.
 - Flow control: above `HIGH_WATER` unread bytes the socket stops being read; it resumes as soon as
   the reader takes the buffer (it always takes all of it).
-- Interim (1xx) responses are not supported: we never send `Expect`, so one is a protocol error.
+- Interim (1xx) responses are parsed and skipped (RFC 9110 §15.2: a client must accept them even
+  unasked); `101 Switching Protocols` was never asked for and is a protocol error.
+- A response head is bounded: at most `MAX_HEADERS` fields and `MAX_HEAD_BYTES` bytes, counted
+  as they arrive, so a broken replica cannot make us buffer without limit. Obsolete line folding
+  (obs-fold) is refused by the parser: as a gateway we answer 502 (RFC 9112 §5.2 allows it).
+- Connecting: TLS with the pool's `ssl.SSLContext` for https origins; through an HTTP proxy's
+  `CONNECT` tunnel when one is configured for the origin (`proxy`).
 
 Errors, all raised with their cause attached:
 
@@ -31,6 +37,7 @@ Errors, all raised with their cause attached:
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -40,6 +47,9 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
 # Unread body bytes above which we stop reading the socket (the reader is behind).
 HIGH_WATER = 1024 * 1024
+# Bounds on one response head (vLLM sends a handful of short fields).
+MAX_HEADERS = 100
+MAX_HEAD_BYTES = 64 * 1024
 
 Origin = tuple[str, str, int]  # (scheme, host, port): what a pooled connection is good for
 
@@ -76,11 +86,14 @@ class ProtocolError(ReadError):
 class ExchangeTimeouts:
     """Seconds. `response` runs from sending the request to the end of the response headers,
     and to the end of the body too when `read` is None; otherwise each body read may wait
-    `read` (the gap between two chunks of a stream)."""
+    `read` (the gap between two chunks of a stream), except that the first body byte may take
+    `first` from sending the request (a stream's time to first token: vLLM answers with headers
+    before it has queued the request)."""
 
     connect: float
     response: float
     read: float | None = None
+    first: float | None = None
 
 
 class Headers:
@@ -114,22 +127,77 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """An HTTP proxy to tunnel through with `CONNECT`; `authorization` is the whole
+    `Proxy-Authorization` value, if any."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+
 async def connect(origin: Origin, *, timeout: float,
-                  ssl_context: ssl.SSLContext | None = None) -> Connection:
-    """A new connection to `origin` (TLS with `ssl_context` for https)."""
+                  ssl_context: ssl.SSLContext | None = None,
+                  proxy: Proxy | None = None) -> Connection:
+    """A new connection to `origin` (TLS with `ssl_context` for https), through `proxy`'s
+    `CONNECT` tunnel when given."""
     scheme, host, port = origin
     loop = asyncio.get_running_loop()
     conn = Connection(origin, loop)
     tls = ssl_context if scheme == "https" else None
+    via = f" via proxy {proxy.host}:{proxy.port}" if proxy is not None else ""
     try:
         async with asyncio.timeout(timeout):
-            await loop.create_connection(lambda: conn, host, port, ssl=tls,
-                                         server_hostname=host if tls is not None else None)
+            if proxy is None:
+                await loop.create_connection(lambda: conn, host, port, ssl=tls,
+                                             server_hostname=host if tls is not None else None)
+            else:
+                sock = await _tunnel(loop, proxy, host, port)
+                try:
+                    await loop.create_connection(
+                        lambda: conn, sock=sock, ssl=tls,
+                        server_hostname=host if tls is not None else None)
+                except BaseException:
+                    sock.close()
+                    raise
     except TimeoutError as exc:  # before OSError: TimeoutError is one
-        raise ConnectTimeout(f"no connection to {host}:{port} within {timeout:g} s") from exc
+        raise ConnectTimeout(f"no connection to {host}:{port}{via} within {timeout:g} s") \
+            from exc
     except OSError as exc:  # refused, unreachable, DNS, TLS (ssl.SSLError is an OSError)
-        raise ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        raise ConnectError(f"cannot connect to {host}:{port}{via}: {exc}") from exc
     return conn
+
+
+async def _tunnel(loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str,
+                  port: int) -> socket.socket:
+    """A socket to `proxy` on which `CONNECT host:port` succeeded (nothing buffered past the
+    proxy's answer: it sends nothing more until we speak)."""
+    infos = await loop.getaddrinfo(proxy.host, proxy.port, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+        target = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+        head = f"CONNECT {target} HTTP/1.1\r\nhost: {target}\r\n"
+        if proxy.authorization:
+            head += f"proxy-authorization: {proxy.authorization}\r\n"
+        await loop.sock_sendall(sock, (head + "\r\n").encode("latin-1"))
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            data = await loop.sock_recv(sock, 4096)
+            if not data or len(answer) > MAX_HEAD_BYTES:
+                raise ConnectionError("the proxy closed the tunnel before answering")
+            answer += data
+        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split()
+        if len(parts) < 2 or not parts[1].startswith("2"):
+            raise ConnectionRefusedError(f"the proxy refused the tunnel: {status_line[:200]}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Connection(asyncio.Protocol):
@@ -138,7 +206,8 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_buffer", "_buffered", "_close_delimited", "_complete", "_deadline", "_error",
-        "_headers", "_headers_done", "_keep_alive", "_loop", "_parser", "_paused", "_received",
+        "_head_bytes", "_headers", "_headers_done", "_interim", "_keep_alive", "_loop",
+        "_parser", "_paused", "_received",
         "_status", "_timer", "_timer_at", "_transport", "_waiter", "closed", "idle_since",
         "on_close", "origin", "reused",
     )
@@ -164,6 +233,8 @@ class Connection(asyncio.Protocol):
         self._status = 0
         self._headers: list[tuple[str, str]] = []
         self._headers_done = False
+        self._head_bytes = 0  # bytes received before the final response's head ended
+        self._interim = False  # the message being parsed is a 1xx
         self._complete = False
         self._keep_alive = False
         self._close_delimited = False
@@ -293,6 +364,13 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         self._received = True
+        if not self._headers_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES + HIGH_WATER:  # a head never ends: fail early
+                self._parser = None
+                self._fail(ProtocolError(f"response head over {MAX_HEAD_BYTES} bytes"))
+                self.abort()
+                return
         try:
             parser.feed_data(data)
         except (HttpParserError, HttpParserUpgrade) as exc:
@@ -323,7 +401,10 @@ class Connection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+        headers = self._headers
+        if len(headers) >= MAX_HEADERS:
+            raise ProtocolError(f"more than {MAX_HEADERS} response header fields")
+        headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -333,7 +414,13 @@ class Connection(asyncio.Protocol):
             return
         status = parser.get_status_code()
         if status < 200:
-            raise ProtocolError(f"unexpected interim response {status}")
+            if status == 101:
+                raise ProtocolError("unexpected 101 Switching Protocols (nothing was asked)")
+            self._interim = True  # 100, 103 ...: skipped; the final response follows
+            self._headers = []
+            return
+        if sum(len(k) + len(v) + 4 for k, v in self._headers) > MAX_HEAD_BYTES:
+            raise ProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
         self._status = status
         self._keep_alive = parser.should_keep_alive()
         self._close_delimited = _close_delimited(status, self._headers)
@@ -353,6 +440,9 @@ class Connection(asyncio.Protocol):
                 waiter.set_result(None)
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the end of a 1xx: the final response is still to come
+            self._interim = False
+            return
         self._complete = True
         self._wake()
 
@@ -373,18 +463,19 @@ class Response:
     gives the connection back when the body was read to its end, else aborts it. It reads its
     connection's state directly: the two are one unit, and this is the per-chunk path."""
 
-    __slots__ = ("_closed", "_conn", "_content", "_deadline", "_read_timeout", "_release",
-                 "headers", "status_code")
+    __slots__ = ("_closed", "_conn", "_content", "_deadline", "_first_deadline",
+                 "_read_timeout", "_release", "headers", "status_code")
 
     def __init__(self, conn: Connection, status: int, headers: Headers, *,
                  release: Callable[[Connection], None], read_timeout: float | None,
-                 deadline: float) -> None:
+                 deadline: float, first_deadline: float | None = None) -> None:
         self.status_code = status
         self.headers = headers
         self._conn = conn
         self._release = release
         self._read_timeout = read_timeout  # per wait; None: `deadline` bounds the whole body
         self._deadline = deadline
+        self._first_deadline = first_deadline  # until the first body byte; then None
         self._closed = False
         self._content: bytes | None = None
 
@@ -399,14 +490,18 @@ class Response:
             if self._closed:  # by another task: to this reader, the connection was cut
                 raise ReadError("the response was closed while being read")
             if conn._buffer:
+                self._first_deadline = None
                 yield conn.take()
             elif conn._complete:
                 break
             elif conn._error is not None:
                 raise conn._error
+            elif read_timeout is None:
+                await conn._wait(self._deadline)
+            elif self._first_deadline is not None:
+                await conn._wait(self._first_deadline)
             else:
-                await conn._wait(self._deadline if read_timeout is None
-                                 else loop.time() + read_timeout)
+                await conn._wait(loop.time() + read_timeout)
         self.close()
 
     async def aread(self) -> bytes:

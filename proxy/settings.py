@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -34,6 +35,9 @@ class Timeouts:
     connect: float = 5.0
     first_byte: float = 120.0
     idle: float = 60.0
+    # A stream's budget from sending the request to the upstream's first body byte: vLLM sends
+    # its headers before it has even queued the request, so a queue wait is not an idle gap.
+    first_token: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,19 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
     ping_interval: float = 15.0
+    # Seconds a stream's write to a client that stopped reading may stay blocked before the
+    # stream is abandoned (its upstream request aborted, its connection freed).
+    send_timeout: float = 30.0
+    # Upstream connections: at most this many to one replica (of 2048 in all), so one hung
+    # replica cannot hold every slot of the pool.
+    max_connections_per_upstream: int = 1024
+    # TLS to https upstreams is always verified: against this CA bundle (PEM) when given,
+    # else the system's store.
+    upstream_ca_bundle: str | None = None
+    # HTTPS_PROXY / NO_PROXY (the environment's usual names): https upstreams are reached
+    # through the proxy's CONNECT tunnel unless NO_PROXY names them.
+    https_proxy: str | None = None
+    no_proxy: str = ""
     # How often the fleet re-reads each replica's /health and /v1/models.
     discovery_interval: float = 10.0
     response_ttl: int = 30 * 24 * 3600
@@ -104,6 +121,18 @@ def check_redis_url(url: str) -> str:
         parts.scheme != "unix" and not parts.hostname
     ):
         raise ConfigError("--redis-url", f"not a redis:// URL: {url!r}")
+    return url.strip()
+
+
+def check_proxy_url(url: str) -> str:
+    """An `http://[user:pass@]host:port` proxy (TLS to the proxy itself is not supported)."""
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError("HTTPS_PROXY", f"bad port in proxy URL: {url!r}") from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError("HTTPS_PROXY", f"only http://host:port proxies are supported: {url!r}")
     return url.strip()
 
 
@@ -193,11 +222,18 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         connect=number("connect_timeout", defaults.timeouts.connect),
         first_byte=number("first_byte_timeout", defaults.timeouts.first_byte),
         idle=number("idle_timeout", defaults.timeouts.idle),
+        first_token=number("first_token_timeout", defaults.timeouts.first_token),
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
     fleet_secret = pick("fleet_secret", "PROXY_FLEET_SECRET")
     if fleet_secret is not None and not _split(str(fleet_secret)):
         raise ConfigError("--fleet-secret", "give at least one non-empty secret")
+    ca_bundle = pick("upstream_ca_bundle", "PROXY_UPSTREAM_CA_BUNDLE")
+    if ca_bundle and not os.path.isfile(str(ca_bundle)):
+        raise ConfigError("--upstream-ca-bundle", f"no such file: {ca_bundle}")
+    https_proxy = env.get("HTTPS_PROXY") or env.get("https_proxy") or None
+    if https_proxy:
+        check_proxy_url(https_proxy)
     return Settings(
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
@@ -211,6 +247,11 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_body_bytes=count("max_body_bytes"),
         timeouts=timeouts,
         ping_interval=seconds("ping_interval"),
+        send_timeout=seconds("send_timeout"),
+        max_connections_per_upstream=count("max_connections_per_upstream"),
+        upstream_ca_bundle=str(ca_bundle) if ca_bundle else None,
+        https_proxy=https_proxy,
+        no_proxy=env.get("NO_PROXY") or env.get("no_proxy") or "",
         discovery_interval=seconds("discovery_interval"),
         response_ttl=count("response_ttl"),
         event_ttl=count("event_ttl"),

@@ -21,11 +21,13 @@ The client's own headers never reach the upstream: every request is built here f
 
 from __future__ import annotations
 
+import base64
 import contextlib
-from collections.abc import Iterator
+import ssl
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
@@ -49,6 +51,7 @@ from proxy.http1 import (
     Headers,
     Origin,
     PoolTimeout,
+    Proxy,
     ReadTimeout,
     Response,
     TransportError,
@@ -135,17 +138,25 @@ class Upstream:
         self._common = "".join(f"{name}: {value}\r\n" for name, value in common).encode("latin-1")
         self._targets: dict[str, _Target] = {}
         self._connect_timeout = timeouts.connect
-        # Streams wait for each chunk at most `idle`; a whole non-streamed answer `first_byte`.
-        self._stream_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte,
-                                                 read=timeouts.idle)
+        # Streams wait for their first chunk at most `first_token` (headers at most
+        # `first_byte` too), then for each chunk at most `idle`; a whole non-streamed answer
+        # `first_byte`.
+        self._stream_timeouts = ExchangeTimeouts(
+            timeouts.connect, min(timeouts.first_byte, timeouts.first_token),
+            read=timeouts.idle, first=timeouts.first_token)
         self._call_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte)
 
     @staticmethod
-    def make_pool(max_connections: int = 2048,
-                  max_idle_per_origin: int = 512) -> ConnectionPool:
-        """One pool for the process, shared by every replica."""
-        return ConnectionPool(max_connections=max_connections,
-                              max_idle_per_origin=max_idle_per_origin)
+    def make_pool(max_connections: int = 2048, max_idle_per_origin: int = 512, *,
+                  max_per_origin: int | None = None, ca_bundle: str | None = None,
+                  https_proxy: str | None = None, no_proxy: str = "") -> ConnectionPool:
+        """One pool for the process, shared by every replica. TLS is always verified (against
+        `ca_bundle` when given, else the system's store); https origins go through
+        `https_proxy`'s CONNECT tunnel unless `no_proxy` names them."""
+        tls = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+        return ConnectionPool(max_connections=max_connections, max_per_origin=max_per_origin,
+                              max_idle_per_origin=max_idle_per_origin, ssl_context=tls,
+                              proxy_for=proxy_resolver(https_proxy, no_proxy))
 
     async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> Response:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
@@ -166,7 +177,7 @@ class Upstream:
         request = b"GET %s HTTP/1.1\r\n%s\r\n" % (target.prefix + path.encode(), target.head)
         timeouts = self._call_timeouts if timeout is None else ExchangeTimeouts(
             min(self._connect_timeout, timeout), timeout)
-        response = await self._send(base, target, request, timeouts)
+        response = await self._send(base, target, request, timeouts, idempotent=True)
         with map_transport_errors(base):
             try:
                 await response.aread()
@@ -182,9 +193,10 @@ class Upstream:
             raise UpstreamError(f"upstream {base} sent invalid JSON for {path}") from exc
 
     async def _send(self, base: str, target: _Target, request: bytes,
-                    timeouts: ExchangeTimeouts) -> Response:
+                    timeouts: ExchangeTimeouts, *, idempotent: bool = False) -> Response:
         with map_transport_errors(base):
-            response = await self._pool.request(target.origin, request, timeouts)
+            response = await self._pool.request(target.origin, request, timeouts,
+                                                idempotent=idempotent)
         if 200 <= response.status_code < 300:
             return response
         try:
@@ -206,6 +218,51 @@ class Upstream:
                              parts.path.rstrip("/").encode(), head)
             self._targets[base] = target
         return target
+
+
+def proxy_resolver(https_proxy: str | None, no_proxy: str
+                   ) -> Callable[[Origin], Proxy | None] | None:
+    """Which origins go through `https_proxy` (`http://[user:pass@]host:port`): https ones
+    that `no_proxy` (comma-separated hosts, `.suffix`es, `host:port`s or `*`) does not name.
+    Plain-http upstreams are always reached directly (`HTTP_PROXY` is not used: a fleet on
+    plain HTTP sits on a private network, and proxies commonly allow CONNECT to 443 only)."""
+    if not https_proxy:
+        return None
+    parts = urlsplit(https_proxy)
+    authorization = None
+    if parts.username is not None:
+        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(userinfo.encode()).decode("ascii")
+    proxy = Proxy(parts.hostname or "", parts.port or 80, authorization)
+
+    def resolve(origin: Origin) -> Proxy | None:
+        scheme, host, port = origin
+        if scheme != "https" or _bypassed(host, port, no_proxy):
+            return None
+        return proxy
+
+    return resolve
+
+
+def _bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """`NO_PROXY` as curl reads it: `*`, or an entry equal to the host (or `host:port`), or a
+    domain suffix (`.example.com` and `example.com` both match `a.example.com`)."""
+    host = host.lower().strip("[]")
+    for raw in no_proxy.split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, entry_port = entry, ""
+        if entry.count(":") == 1:  # host:port (an IPv6 address has several colons)
+            name, _, entry_port = entry.partition(":")
+        if entry_port and entry_port != str(port):
+            continue
+        name = name.strip("[]").lstrip(".")
+        if host == name or host.endswith("." + name):
+            return True
+    return False
 
 
 async def _read_bounded(response: Response) -> bytes:

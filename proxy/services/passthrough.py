@@ -4,6 +4,11 @@ The request body goes upstream byte for byte (we parse it once, only to route on
 answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
 the HTTP status is already on the wire.
+
+A stream's first chunk is awaited before the answer starts (bounded by `--first-token-timeout`
+in the upstream client): vLLM sends its headers before it has queued the request, and while no
+byte has reached our client a stalled replica can still be an HTTP error (504) instead of a
+200 that never says anything.
 """
 
 from __future__ import annotations
@@ -44,7 +49,14 @@ class Passthrough:
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
         headers = end_to_end_headers(call.response.headers)
         if stream:
-            return Relay(call.response.status_code, headers, stream=_relay(call),
+            chunks = call.response.aiter_raw()
+            try:
+                with map_transport_errors(call.replica.url):
+                    first = await anext(chunks, b"")
+            except BaseException:
+                await call.aclose()
+                raise
+            return Relay(call.response.status_code, headers, stream=_relay(call, chunks, first),
                          media_type="text/event-stream")
         try:
             with map_transport_errors(call.replica.url):
@@ -57,13 +69,16 @@ class Passthrough:
         return {"object": "list", "data": self._fleet.model_list()}
 
 
-async def _relay(call: Call) -> AsyncIterator[bytes]:
-    """Chunks as they arrive. `finally` closes the upstream whatever ends us: the end of the
-    stream, an error, or the client going away (the web layer cancels us, vLLM sees the close
-    and aborts the generation)."""
+async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes
+                 ) -> AsyncIterator[bytes]:
+    """`first`, then the chunks as they arrive. `finally` closes the upstream whatever ends us:
+    the end of the stream, an error, or the client going away or no longer reading (the web
+    layer cancels us, vLLM sees the close and aborts the generation)."""
     try:
+        if first:
+            yield first
         with map_transport_errors(call.replica.url):
-            async for chunk in call.response.aiter_raw():
+            async for chunk in chunks:
                 yield chunk
     except ProxyError as exc:
         frame = orjson.dumps({"error": {**exc.body()["error"], "code": exc.status}})

@@ -62,7 +62,10 @@ class Runtime:
     def build(cls, settings: Settings, *, http: ConnectionPool | None = None,
               worker: bool | None = None, metrics: Metrics | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`)."""
-        client = http or Upstream.make_pool()
+        client = http or Upstream.make_pool(
+            max_per_origin=settings.max_connections_per_upstream,
+            ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
+            no_proxy=settings.no_proxy)
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0))

@@ -11,7 +11,12 @@ What it does, and what it leaves out on purpose:
 - the body is streamed by a task of its own, started here: every chunk then wakes a coroutine
   stack two frames deep instead of the whole ASGI stack (uvicorn, every middleware, the
   router), which would otherwise be resumed frame by frame for each token;
-- per chunk it costs one `send` and one counter increment: no lock, no cancel scope, no timer.
+- a client that stops reading but keeps its socket open makes `send` block (uvicorn waits for
+  its transport to drain): a watchdog task, waking every quarter of `send_timeout`, abandons
+  the stream once a write has been pending that long with no write completing, exactly as if
+  the client had gone (the body's cleanup aborts the upstream request, its pool slot is freed).
+  The connection is then left to uvicorn, which closes it once what it buffered is flushed;
+- per chunk it costs one `send` and two counter increments: no lock, no cancel scope, no timer.
   (sse-starlette, which this replaces, opens an anyio cancel scope and takes a lock for every
   send: about a tenth of the proxy's CPU at 256 streams.) No lock is needed because uvicorn's
   `send` writes a whole message to the transport before it can yield, so a ping can never land
@@ -31,6 +36,10 @@ from proxy.core.sse import PING
 
 log = logging.getLogger("proxy.web")
 
+# Seconds a write may block on a client that stopped reading, for streams served outside an app
+# that configures it (`Settings.send_timeout` is the same figure).
+DEFAULT_SEND_TIMEOUT = 30.0
+
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -40,15 +49,23 @@ _HEADERS = [
 
 class EventStream:
     def __init__(self, body: AsyncIterator[bytes], *, ping: float = 15.0, status: int = 200,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 send_timeout: float | None = None) -> None:
         self.body = body
         self.ping = ping
+        # None: the configured `--send-timeout` of the app serving the request (so every
+        # route's stream is bounded without each handler passing it); 0: unbounded.
+        self.send_timeout = send_timeout
         self.status = status
         extra = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                  for k, v in (headers or {}).items()
                  if k.lower() not in ("content-type", "content-length", "cache-control")]
         self.raw_headers = _HEADERS + extra
-        self._sent = 0  # frames written: the pinger only speaks when this stands still
+        self._sent = 0  # frames begun: the pinger only speaks when this stands still
+        self._done = 0  # frames whose `send` returned
+        self._pinging = False  # a ping's `send` is pending
+        self._pings = 0  # pings whose `send` returned
+        self.stalled = False  # abandoned because the client stopped reading
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status,
@@ -57,6 +74,10 @@ class EventStream:
         helpers = [asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")]
         if self.ping > 0:
             helpers.append(asyncio.create_task(self._pinger(send), name="sse-ping"))
+        send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
+        if send_timeout > 0:
+            helpers.append(asyncio.create_task(self._watchdog(streamer, send_timeout),
+                                               name="sse-watchdog"))
         try:
             await asyncio.shield(streamer)
         except asyncio.CancelledError:
@@ -79,11 +100,14 @@ class EventStream:
             async for data in self.body:
                 self._sent += 1
                 await send({"type": "http.response.body", "body": data, "more_body": True})
+                self._done += 1
         except Exception:
             # Headers are out: an error can no longer be an HTTP status. The iterators we
             # stream end with a terminal event of their own; this is a bug, so say so loudly.
             log.exception("stream body failed")
+        self._sent += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self._done += 1
 
     async def _watch(self, receive: Receive, streamer: asyncio.Task[object]) -> None:
         while True:
@@ -97,8 +121,39 @@ class EventStream:
         while True:
             await asyncio.sleep(self.ping)
             if self._sent == seen:
+                self._pinging = True
                 await send({"type": "http.response.body", "body": PING, "more_body": True})
+                self._pinging = False
+                self._pings += 1
             seen = self._sent
+
+    async def _watchdog(self, streamer: asyncio.Task[object], timeout: float) -> None:
+        """Cancel `streamer` once a write has been pending for `timeout` seconds with no write
+        (frame or ping) completing meanwhile. Polling a quarter of the timeout keeps the
+        per-chunk path free of timers; the stall is declared between `timeout` and
+        `timeout` + two steps after it began."""
+        loop = asyncio.get_running_loop()
+        step = timeout / 4
+        progress = -1
+        since = loop.time()
+        while True:
+            await asyncio.sleep(step)
+            now = loop.time()
+            moved = self._done + self._pings
+            if moved != progress or not (self._sent != self._done or self._pinging):
+                progress, since = moved, now
+            elif now - since >= timeout + step:
+                self.stalled = True
+                log.warning("client stopped reading for %g s: stream abandoned", timeout)
+                streamer.cancel()
+                return
+
+
+def _send_timeout(scope: Scope) -> float:
+    """The serving app's `--send-timeout` (the default when served outside the proxy app)."""
+    state = getattr(scope.get("app"), "state", None)
+    settings = getattr(getattr(state, "runtime", None), "settings", None)
+    return float(getattr(settings, "send_timeout", DEFAULT_SEND_TIMEOUT))
 
 
 async def _close(body: AsyncIterator[bytes]) -> None:

@@ -38,9 +38,9 @@ def stream_response(
     return EventStream(body, ping=ping, status=status, headers=headers)
 
 
-def relay_response(relay: Relay) -> Reply:
+def relay_response(relay: Relay, *, ping: float = 0) -> Reply:
     if relay.stream is not None:
         headers = {k: v for k, v in relay.headers.items() if k.lower() != "content-type"}
-        return stream_response(relay.stream, headers=headers, status=relay.status)
+        return stream_response(relay.stream, headers=headers, status=relay.status, ping=ping)
     return Response(relay.body, status_code=relay.status, headers=relay.headers,
                     media_type=relay.media_type)

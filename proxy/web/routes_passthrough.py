@@ -1,4 +1,10 @@
-"""`POST /v1/chat/completions` and `GET /v1/models`, handed to the pass-through service."""
+"""`POST /v1/chat/completions` and `GET /v1/models`, handed to the pass-through service.
+
+The call runs `unless_disconnected`: a client that leaves while a non-streamed answer is being
+generated (or before a stream's first chunk) cancels it, which aborts the upstream request.
+Streams then carry comment pings like Responses streams (`: ping` is an SSE comment, which
+chat clients, the openai SDK's parser included, skip; the `data:` lines stay chunk for chunk).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.web.context import runtime_of
+from proxy.web.disconnect import unless_disconnected
 from proxy.web.rendering import Reply, json_response, relay_response
 
 
 async def chat_completions(request: Request) -> Reply:
-    relay = await runtime_of(request).passthrough.chat_completions(await request.body())
-    return relay_response(relay)
+    runtime = runtime_of(request)
+    body = await request.body()  # read whole first: the disconnect watch then owns `receive`
+    relay = await unless_disconnected(request, runtime.passthrough.chat_completions(body))
+    return relay_response(relay, ping=runtime.settings.ping_interval)
 
 
 async def models(request: Request) -> Response:

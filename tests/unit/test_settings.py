@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,31 @@ def describe_lines(settings: Settings) -> list[str]:
     from proxy.settings import describe
 
     return list(describe(settings))
+
+
+def test_stream_bounds_come_from_flags_and_environment() -> None:
+    s = build_settings({"first_token_timeout": "7.5"}, {"PROXY_SEND_TIMEOUT": "3"})
+    assert (s.timeouts.first_token, s.send_timeout) == (7.5, 3.0)
+    assert (Settings().timeouts.first_token, Settings().send_timeout) == (120.0, 30.0)
+    for flags, flag in (({"first_token_timeout": "0"}, "--first-token-timeout"),
+                        ({"send_timeout": "never"}, "--send-timeout")):
+        with pytest.raises(ConfigError) as info:
+            build_settings(flags, {})
+        assert info.value.flag == flag
+
+
+def test_upstream_client_settings(tmp_path: Path) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not checked here: the TLS context loads it")
+    s = build_settings({"upstream_ca_bundle": str(bundle), "max_connections_per_upstream": "8"},
+                       {"HTTPS_PROXY": "http://proxy.internal:3128", "no_proxy": ".fleet"})
+    assert (s.upstream_ca_bundle, s.max_connections_per_upstream) == (str(bundle), 8)
+    assert (s.https_proxy, s.no_proxy) == ("http://proxy.internal:3128", ".fleet")
+    for flags, env, flag in (
+            ({"upstream_ca_bundle": str(tmp_path / "missing.pem")}, {}, "--upstream-ca-bundle"),
+            ({"max_connections_per_upstream": "0"}, {}, "--max-connections-per-upstream"),
+            ({}, {"https_proxy": "https://proxy.internal:3128"}, "HTTPS_PROXY"),
+            ({}, {"HTTPS_PROXY": "proxy.internal"}, "HTTPS_PROXY")):
+        with pytest.raises(ConfigError) as info:
+            build_settings(flags, env)
+        assert info.value.flag == flag

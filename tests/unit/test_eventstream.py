@@ -1,0 +1,72 @@
+"""`EventStream`'s send timeout, driven through ASGI callables: a `send` that never returns
+stands for a client that stopped reading (uvicorn's `send` waits for the socket to drain)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from proxy.web.eventstream import EventStream
+
+
+class Body:
+    """An endless body that records whether it was closed (its cleanup aborts the upstream)."""
+
+    def __init__(self) -> None:
+        self.closed = asyncio.Event()
+        self.sent = 0
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                self.sent += 1
+                yield b"data: x\n\n"
+                await asyncio.sleep(0)
+        finally:
+            self.closed.set()
+
+
+async def never_disconnects() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+async def test_a_send_blocked_past_the_send_timeout_abandons_the_stream() -> None:
+    body = Body()
+    blocked = asyncio.Event()
+    written: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
+            if len(written) == 3:  # the client stops reading here
+                blocked.set()
+                await asyncio.Event().wait()
+
+    stream = EventStream(body.frames(), ping=0, send_timeout=0.2)
+    async with asyncio.timeout(10):  # the bound of the test, not a speed assertion
+        await stream({"type": "http"}, never_disconnects, send)
+    assert blocked.is_set() and stream.stalled and body.closed.is_set()
+    assert written == [b"data: x\n\n"] * 3  # nothing after the stall, no end-of-body message
+
+
+async def test_a_slow_reader_that_keeps_reading_is_not_abandoned() -> None:
+    """The stream takes longer than the send timeout in all, each write well under it."""
+    frames = [b"data: %d\n\n" % i for i in range(12)]
+
+    async def finite() -> AsyncIterator[bytes]:
+        for frame in frames:
+            yield frame
+
+    written: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.sleep(0.1)  # every write takes a while, yet each completes
+            written.append(message["body"])
+
+    stream = EventStream(finite(), ping=0, send_timeout=0.5)
+    async with asyncio.timeout(10):
+        await stream({"type": "http"}, never_disconnects, send)
+    assert not stream.stalled and written == [*frames, b""]
