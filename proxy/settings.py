@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -186,15 +186,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         raise ConfigError("--cache", f"the {cache} cache is not available in this version yet; "
                                      "use --cache off")
 
-    log_level = str(pick("log_level", "PROXY_LOG_LEVEL") or "info").lower()
-    if logging.getLevelName(log_level.upper()) is None or not isinstance(
-        logging.getLevelName(log_level.upper()), int
-    ):
-        raise ConfigError("--log-level", f"unknown log level {log_level!r}")
-
-    log_format = str(pick("log_format", "PROXY_LOG_FORMAT") or "text").strip().lower()
-    if log_format not in ("text", "json"):
-        raise ConfigError("--log-format", f"unknown log format {log_format!r} (use text or json)")
+    log_level, log_format = _logging(pick)
 
     defaults = Settings()
 
@@ -228,12 +220,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     fleet_secret = pick("fleet_secret", "PROXY_FLEET_SECRET")
     if fleet_secret is not None and not _split(str(fleet_secret)):
         raise ConfigError("--fleet-secret", "give at least one non-empty secret")
-    ca_bundle = pick("upstream_ca_bundle", "PROXY_UPSTREAM_CA_BUNDLE")
-    if ca_bundle and not os.path.isfile(str(ca_bundle)):
-        raise ConfigError("--upstream-ca-bundle", f"no such file: {ca_bundle}")
-    https_proxy = env.get("HTTPS_PROXY") or env.get("https_proxy") or None
-    if https_proxy:
-        check_proxy_url(https_proxy)
+    ca_bundle, https_proxy = _upstream_client(pick, env)
     return Settings(
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
@@ -249,7 +236,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         ping_interval=seconds("ping_interval"),
         send_timeout=seconds("send_timeout"),
         max_connections_per_upstream=count("max_connections_per_upstream"),
-        upstream_ca_bundle=str(ca_bundle) if ca_bundle else None,
+        upstream_ca_bundle=ca_bundle,
         https_proxy=https_proxy,
         no_proxy=env.get("NO_PROXY") or env.get("no_proxy") or "",
         discovery_interval=seconds("discovery_interval"),
@@ -264,6 +251,31 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
         fleet_secret=str(fleet_secret) if fleet_secret else None,
     )
+
+
+Pick = Callable[[str, str], object]
+
+
+def _logging(pick: Pick) -> tuple[str, str]:
+    """`--log-level` and `--log-format`, validated."""
+    log_level = str(pick("log_level", "PROXY_LOG_LEVEL") or "info").lower()
+    if not isinstance(logging.getLevelName(log_level.upper()), int):
+        raise ConfigError("--log-level", f"unknown log level {log_level!r}")
+    log_format = str(pick("log_format", "PROXY_LOG_FORMAT") or "text").strip().lower()
+    if log_format not in ("text", "json"):
+        raise ConfigError("--log-format", f"unknown log format {log_format!r} (use text or json)")
+    return log_level, log_format
+
+
+def _upstream_client(pick: Pick, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The CA bundle and the HTTPS proxy the upstream client uses, validated."""
+    ca_bundle = pick("upstream_ca_bundle", "PROXY_UPSTREAM_CA_BUNDLE")
+    if ca_bundle and not os.path.isfile(str(ca_bundle)):
+        raise ConfigError("--upstream-ca-bundle", f"no such file: {ca_bundle}")
+    https_proxy = env.get("HTTPS_PROXY") or env.get("https_proxy") or None
+    if https_proxy:
+        check_proxy_url(https_proxy)
+    return (str(ca_bundle) if ca_bundle else None), https_proxy
 
 
 # The documented default secret: it is public, so anyone could seal blobs we accept. That is
