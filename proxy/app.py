@@ -15,7 +15,7 @@ from starlette.middleware import Middleware
 
 from proxy.metrics import Metrics
 from proxy.services.runtime import Runtime
-from proxy.settings import Settings
+from proxy.settings import Settings, accepted_keys
 from proxy.web import (
     routes_conversations,
     routes_health,
@@ -52,7 +52,7 @@ def create_app(settings: Settings) -> Starlette:
             Middleware(AccessLog),
             Middleware(RequestMetrics, metrics=metrics),
             Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
-            Middleware(AuthMiddleware, keys=settings.api_keys),
+            Middleware(AuthMiddleware, keys=accepted_keys(settings)),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from proxy.logs import configure_logging
-from proxy.settings import ConfigError, Settings, build_settings, describe, require_upstreams
+from proxy.settings import (
+    ConfigError,
+    Settings,
+    accepted_keys,
+    build_settings,
+    describe,
+    require_upstreams,
+)
 
 log = logging.getLogger("proxy")
 
@@ -48,6 +55,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
     p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
+    p.add_argument("--keys-file", help="JSON or YAML file of client keys with rpm, tpm, "
+                                       "max_streams and token_budget limits")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +112,7 @@ def _serve(settings: Settings) -> None:
 
     for line in describe(settings):
         log.info(line)
-    if not settings.api_keys:
+    if not accepted_keys(settings):
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
     uvicorn.run(
         create_app(settings),

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+
 CACHE_MODES = ("off", "exact", "semantic")
 PARAMS_MODES = ("lenient", "strict")
 HOSTED_TOOLS_MODES = ("drop", "reject")
@@ -94,6 +96,8 @@ class Settings:
     # Fleet-wide secret that authenticates sealed blobs (core/seal.py); every instance sharing
     # one Redis must have the same one. None: EMBEDDED_FLEET_SECRET (see `seal_secret`).
     fleet_secret: str | None = None
+    # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
+    keys_file: KeysFile | None = None
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -250,6 +254,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         params=mode("params", PARAMS_MODES),
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
         fleet_secret=str(fleet_secret) if fleet_secret else None,
+        keys_file=_keys_file(pick),
     )
 
 
@@ -278,6 +283,35 @@ def _upstream_client(pick: Pick, env: Mapping[str, str]) -> tuple[str | None, st
     return (str(ca_bundle) if ca_bundle else None), https_proxy
 
 
+def _keys_file(pick: Pick) -> KeysFile | None:
+    path = pick("keys_file", "PROXY_KEYS_FILE")
+    return load_keys_file(str(path)) if path else None
+
+
+def load_keys_file(path: str) -> KeysFile:
+    """Read `--keys-file`: YAML when the name ends in .yaml/.yml, else JSON. Every problem is
+    one ConfigError naming the flag and the field."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError as exc:
+        raise ConfigError("--keys-file", f"cannot read {path}: {exc.strerror}") from None
+    import orjson
+    import yaml
+
+    yaml_file = path.lower().endswith((".yaml", ".yml"))
+    try:
+        data = yaml.safe_load(raw) if yaml_file else orjson.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:  # orjson.JSONDecodeError is a ValueError
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError("--keys-file", f"{path} is not valid "
+                                         f"{'YAML' if yaml_file else 'JSON'}: {detail}") from None
+    try:
+        return parse_keys_file(data)
+    except KeysFileError as exc:
+        raise ConfigError("--keys-file", str(exc)) from None
+
+
 # The documented default secret: it is public, so anyone could seal blobs we accept. That is
 # harmless for the embedded single instance (a blob only carries reasoning text the client
 # could send as plain `content` anyway); with a shared Redis it still works across instances but
@@ -300,6 +334,12 @@ def fleet_warning(settings: Settings) -> str | None:
     return None
 
 
+def accepted_keys(settings: Settings) -> tuple[str, ...]:
+    """Every client key: `--api-key`s and the keys file's (auth is on when there is one)."""
+    listed = settings.keys_file.keys if settings.keys_file else ()
+    return settings.api_keys + tuple(entry.key for entry in listed)
+
+
 def require_upstreams(settings: Settings, command: str) -> None:
     if not settings.upstreams:
         raise ConfigError("--upstream", f"`{command}` needs at least one upstream")
@@ -310,6 +350,6 @@ def describe(settings: Settings) -> Sequence[str]:
     return (
         f"upstreams: {', '.join(settings.upstreams) or '(none)'}",
         f"store: {'redis' if settings.redis_url else 'embedded (one instance; lost on exit)'}",
-        f"auth: {f'{len(settings.api_keys)} key(s)' if settings.api_keys else 'OFF (no keys)'}",
+        f"auth: {f'{len(keys)} key(s)' if (keys := accepted_keys(settings)) else 'OFF (no keys)'}",
         f"cache: {settings.cache}",
     )

@@ -9,6 +9,7 @@
     ├── MethodNotAllowed            405
     ├── PayloadTooLarge             413
     ├── RateLimited                 429 rate_limit_exceeded (+ Retry-After)
+    │   └── QuotaExceeded               429 insufficient_quota (a key's token budget is spent)
     ├── UpstreamError               502 upstream answered badly or broke off
     │   ├── UpstreamUnreachable         502 connection refused / not made (safe to retry elsewhere)
     │   ├── UpstreamUnavailable         503 no replica can take the request
@@ -112,6 +113,19 @@ class RateLimited(ProxyError):
 
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class QuotaExceeded(RateLimited):
+    """A spent `token_budget`: retrying does not help (it never refills by itself), so the
+    SDKs are told not to (`x-should-retry: false`); Retry-After is still sent, as the contract
+    promises for every 429."""
+
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+
+    def __init__(self, message: str, *, retry_after: int = 60) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.headers["x-should-retry"] = "false"
 
 
 class UpstreamError(ProxyError):

@@ -14,6 +14,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+from redis.asyncio import Redis
+
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.conversations import Conversations
@@ -21,6 +23,7 @@ from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
 from proxy.services.jobs import Worker
+from proxy.services.limits import Limiter, limit_table
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
@@ -54,6 +57,8 @@ class Runtime:
     queue: JobQueue
     background: Background
     worker: Worker | None = None
+    # Per-key limits (`--keys-file`); None when no key has any.
+    limits: Limiter | None = None
     # Restarts the background loops; /readyz reports the ones failing.
     supervisor: Supervisor = field(default_factory=Supervisor)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
@@ -104,6 +109,7 @@ class Runtime:
             background=background,
             worker=runner,
             supervisor=supervisor,
+            limits=_limiter(settings, store.client),
         )
 
     async def start(self) -> None:
@@ -117,6 +123,8 @@ class Runtime:
         self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
         if self.worker is not None:
             self.worker.start()
+        if self.limits is not None:
+            self._loops.append(self.supervisor.start("limit-leases", self.limits.run))
 
     async def aclose(self) -> None:
         if self.worker is not None:
@@ -131,3 +139,9 @@ class Runtime:
         await self.followers.aclose()
         await self.store.aclose()
         await self.http.aclose()
+
+
+def _limiter(settings: Settings, client: Redis) -> Limiter | None:
+    """The limiter on the store's own client (the embedded store runs the same scripts)."""
+    table = limit_table(settings.keys_file, settings.api_keys)
+    return Limiter(client, table) if table else None

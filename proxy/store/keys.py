@@ -136,3 +136,34 @@ F_JOB_SPEC: Final = "s"
 # stores nothing: a worker that misses a message sees the status change at its next heartbeat.
 JOB_CANCEL_CHANNEL: Final = "jobs:cancel"
 
+
+
+# -- per-key limits (`--keys-file`, services/limits.py) -------------------------------------
+# All keys of one client key share the hash tag `{<tenant>}` (the digest web/auth.py makes; the
+# key itself is never stored), so each limit script touches one cluster slot.
+
+# The current minute's counters: `w` (the minute, from the Redis server's clock, so instances
+# with skewed clocks still share one window), `r` (requests admitted), `t` (tokens used). A
+# fixed window, reset by the first script that sees a new minute. Lives a little over a minute.
+F_LIMIT_WINDOW: Final = "w"
+F_LIMIT_REQUESTS: Final = "r"
+F_LIMIT_TOKENS: Final = "t"
+LIMIT_MINUTE_TTL_MS: Final = 120_000
+
+
+def limit_minute(tenant: str) -> str:
+    return f"lim:{{{tenant}}}:minute"
+
+
+def limit_used(tenant: str) -> str:
+    """Tokens used in total, for `token_budget`. The second key without a TTL: a budget that
+    expired would silently refill. Bounded instead: one small string per configured key."""
+    return f"lim:{{{tenant}}}:used"
+
+
+def limit_streams(tenant: str) -> str:
+    """Open streams and running background jobs: a ZSET of lease ids scored by their expiry
+    (ms, server clock). Its holder renews a lease while the stream runs; a lease whose instance
+    died expires and is dropped by the next admission, so no slot leaks for ever. The key
+    itself expires when no lease is renewed for twice a lease's life."""
+    return f"lim:{{{tenant}}}:streams"

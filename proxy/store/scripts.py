@@ -340,3 +340,85 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then return false end
 return redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
 """
+
+
+# -- per-key limits (services/limits.py; keys in keys.py "per-key limits") -------------------
+# Time is the Redis server's (TIME), never an instance's: every instance sees the same minute
+# and the same lease expiries. A limit of 0 means "no limit of that kind".
+
+# Shared: `now()` → seconds, milliseconds; `window(key, sec)` → the minute's (requests, tokens)
+# or (0, 0) when the hash holds another minute.
+_LIMIT_CLOCK: Final = """
+local function now()
+  local t = redis.call('TIME')
+  local sec = tonumber(t[1])
+  return sec, sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function window(key, sec)
+  local held = redis.call('HMGET', key, 'w', 'r', 't')
+  if tonumber(held[1]) ~= math.floor(sec / 60) then return 0, 0 end
+  return tonumber(held[2] or '0'), tonumber(held[3] or '0')
+end
+"""
+
+# KEYS: limit_minute, limit_used, limit_streams.
+# ARGV: rpm, tpm, token_budget, max_streams, lease id, lease ms.
+# Every check runs before any write, so a refused request consumes nothing. Returns
+# {verdict, retry_after_seconds}: verdict 'ok', 'budget', 'tpm', 'rpm' or 'streams'.
+LIMIT_ADMIT: Final = _LIMIT_CLOCK + """
+local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
+local budget, streams = tonumber(ARGV[3]), tonumber(ARGV[4])
+local sec, ms = now()
+local minute = math.floor(sec / 60)
+local next_minute = 60 - (sec % 60)
+if budget > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= budget then
+  return {'budget', 0}
+end
+local requests, tokens = window(KEYS[1], sec)
+if tpm > 0 and tokens >= tpm then return {'tpm', next_minute} end
+if rpm > 0 and requests >= rpm then return {'rpm', next_minute} end
+if streams > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
+  if redis.call('ZCARD', KEYS[3]) >= streams then return {'streams', 1} end
+end
+if rpm > 0 or tpm > 0 then
+  redis.call('HSET', KEYS[1], 'w', minute, 'r', requests + 1, 't', tokens)
+  redis.call('PEXPIRE', KEYS[1], 120000)  -- keys.LIMIT_MINUTE_TTL_MS
+end
+if streams > 0 then
+  local lease_ms = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], ms + lease_ms, ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], 2 * lease_ms)
+end
+return {'ok', 0}
+"""
+
+# KEYS: limit_minute, limit_used, limit_streams.
+# ARGV: tokens used, lease id ('' for none), count per minute ('1'/'0'), count in total.
+# The end of an admitted request: its stream slot freed, its tokens added to the minute in
+# which it ended and to the total.
+LIMIT_FINISH: Final = _LIMIT_CLOCK + """
+if ARGV[2] ~= '' then redis.call('ZREM', KEYS[3], ARGV[2]) end
+local used = tonumber(ARGV[1])
+if used > 0 and ARGV[3] == '1' then
+  local sec = now()
+  local requests, tokens = window(KEYS[1], sec)
+  redis.call('HSET', KEYS[1], 'w', math.floor(sec / 60), 'r', requests, 't', tokens + used)
+  redis.call('PEXPIRE', KEYS[1], 120000)  -- keys.LIMIT_MINUTE_TTL_MS
+end
+if used > 0 and ARGV[4] == '1' then redis.call('INCRBY', KEYS[2], used) end
+return 1
+"""
+
+# KEYS: limit_streams. ARGV: lease ms, then lease ids. Pushes the leases this instance still
+# holds forward (XX: a lease already dropped as expired is not brought back).
+LIMIT_RENEW: Final = _LIMIT_CLOCK + """
+local _, ms = now()
+local lease_ms = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', ms + lease_ms, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], 2 * lease_ms)
+return 1
+"""

@@ -8,20 +8,16 @@ Without keys the proxy is open, and a client that sends a key anyway is still sc
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.core.errors import Unauthorized
+from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.web.errors import error_response
 
-PUBLIC_TENANT = "public"
-
-
-def tenant_of(key: str) -> str:
-    return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]
+__all__ = ["PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
 
 
 def bearer(scope: Scope) -> str | None:

@@ -12,16 +12,34 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.errors import ProxyError
+from proxy.core.jsonbody import parse_object
+from proxy.services.limits import usage_in_json
 from proxy.web.context import runtime_of
 from proxy.web.disconnect import unless_disconnected
+from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, relay_response
 
 
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
-    relay = await unless_disconnected(request, runtime.passthrough.chat_completions(body))
+    ticket = await admitted(request, hold=runtime.limits is not None and streams(body))
+    relay = await released_on_error(ticket, unless_disconnected(
+        request, runtime.passthrough.chat_completions(body)))
+    if relay.stream is not None:
+        relay.stream = metered(request, ticket, relay.stream)
+    elif ticket is not None:
+        await ticket.end(usage_in_json(relay.body) if relay.status == 200 else 0)
     return relay_response(relay, ping=runtime.settings.ping_interval)
+
+
+def streams(body: bytes) -> bool:
+    """The request asks for a stream (a bad body is refused by the service, right after)."""
+    try:
+        return parse_object(body).get("stream") is True
+    except ProxyError:
+        return False
 
 
 async def models(request: Request) -> Response:

@@ -10,18 +10,24 @@ from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
+from proxy.services.limits import tokens_of
 from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
+from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, stream_response
 
 
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
+    ticket = await admitted(request, hold=body.get("stream") is True)
+    outcome = await released_on_error(ticket, unless_disconnected(
+        request, runtime.responses.create(tenant(request), body)))
     if outcome.stream is not None:
-        return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
-                               headers=outcome.headers)
+        return stream_response(metered(request, ticket, outcome.stream),
+                               ping=runtime.settings.ping_interval, headers=outcome.headers)
+    if ticket is not None:
+        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
     return json_response(outcome.body, headers=outcome.headers)
 
 

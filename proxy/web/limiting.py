@@ -1,0 +1,46 @@
+"""The routes' hook into per-key limits (services/limits.py): admit before the work, end the
+ticket when the answer is whole (a JSON body) or when its stream ends, however it ends.
+
+Nothing here runs when no key has limits: `admitted` answers None without a round trip and
+streams are handed on unwrapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from starlette.requests import Request
+
+from proxy.services.limits import Ticket
+from proxy.web.context import runtime_of, tenant
+
+T = TypeVar("T")
+
+
+async def admitted(request: Request, *, hold: bool) -> Ticket | None:
+    """Admit the request or raise the 429 (`hold`: it takes a stream slot)."""
+    limiter = runtime_of(request).limits
+    if limiter is None:
+        return None
+    return await limiter.admit(tenant(request), hold=hold)
+
+
+async def released_on_error(ticket: Ticket | None, work: Awaitable[T]) -> T:
+    """`work`, ending the ticket (no tokens used) if it fails or is cancelled before any
+    answer exists."""
+    try:
+        return await work
+    except BaseException:
+        if ticket is not None:
+            await asyncio.shield(ticket.end(0))
+        raise
+
+
+def metered(request: Request, ticket: Ticket | None,
+            stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    limiter = runtime_of(request).limits
+    if ticket is None or limiter is None:
+        return stream
+    return limiter.metered(ticket, stream)
