@@ -363,12 +363,14 @@ end
 """
 
 # KEYS: limit_minute, limit_used, limit_streams.
-# ARGV: rpm, tpm, token_budget, max_streams, lease id, lease ms.
+# ARGV: rpm, tpm, token_budget, max_streams, lease id ('' for a request that holds no stream
+# slot: the slot check is skipped), lease ms.
 # Every check runs before any write, so a refused request consumes nothing. Returns
 # {verdict, retry_after_seconds}: verdict 'ok', 'budget', 'tpm', 'rpm' or 'streams'.
 LIMIT_ADMIT: Final = _LIMIT_CLOCK + """
 local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
 local budget, streams = tonumber(ARGV[3]), tonumber(ARGV[4])
+if ARGV[5] == '' then streams = 0 end  -- a request without a lease takes no stream slot
 local sec, ms = now()
 local minute = math.floor(sec / 60)
 local next_minute = 60 - (sec % 60)
