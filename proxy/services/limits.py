@@ -75,12 +75,14 @@ def limit_table(keys_file: KeysFile | None, api_keys: tuple[str, ...]) -> dict[s
 
 @dataclass
 class Ticket:
-    """One admitted request. `end` (idempotent) frees its stream lease and charges its tokens."""
+    """One admitted request. `end` (idempotent) frees its stream lease and counts its tokens
+    (per minute when the key has a `tpm`, in total when it has a `token_budget`)."""
 
     limiter: Limiter
     tenant: str
-    limits: Limits
     lease: str | None = None
+    per_minute: bool = False
+    in_total: bool = False
     ended: bool = field(default=False, init=False)
 
     async def end(self, tokens: int) -> None:
@@ -88,6 +90,16 @@ class Ticket:
             return
         self.ended = True
         await self.limiter.finish(self, tokens)
+
+    def job_limit(self) -> dict[str, Any]:
+        """What a background job's spec carries so its worker can take the ticket over."""
+        return {"lease": self.lease, "minute": self.per_minute, "total": self.in_total}
+
+    def hand_over(self) -> None:
+        """The job is queued: its worker renews the lease and ends the ticket from now on
+        (`Limiter.adopt`). This instance forgets it."""
+        self.ended = True
+        self.limiter.forget(self)
 
 
 class Limiter:
@@ -123,13 +135,36 @@ class Limiter:
             if limits.token_budget:
                 raise  # fail closed: see the module docstring
             log.warning("limits not checked for key %s: the store is unavailable", held.name)
-            return Ticket(self, tenant, limits)
+            return self._ticket(tenant, limits, None)
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict != "ok":
             raise self._refused(held, verdict, max(1, int(retry)))
         if lease is not None:
             self._held[lease] = tenant
-        return Ticket(self, tenant, limits, lease)
+        return self._ticket(tenant, limits, lease)
+
+    def _ticket(self, tenant: str, limits: Limits, lease: str | None) -> Ticket:
+        return Ticket(self, tenant, lease, per_minute=bool(limits.tpm),
+                      in_total=bool(limits.token_budget))
+
+    async def adopt(self, tenant: str, job_limit: dict[str, Any]) -> Ticket:
+        """A worker starting a background job takes over its ticket (`Ticket.job_limit`)."""
+        lease = job_limit.get("lease") or None
+        ticket = Ticket(self, tenant, lease, per_minute=bool(job_limit.get("minute")),
+                        in_total=bool(job_limit.get("total")))
+        if lease is not None:
+            self._held[lease] = tenant
+            try:
+                with store_errors():
+                    await self._renew(keys=[keys.limit_streams(tenant)],
+                                      args=[self._lease_ms, "adopt", lease])
+            except StoreUnavailable as exc:
+                log.warning("could not take over a job's stream lease: %s", exc.message)
+        return ticket
+
+    def forget(self, ticket: Ticket) -> None:
+        if ticket.lease is not None:
+            self._held.pop(ticket.lease, None)
 
     def _refused(self, held: KeyLimits, reason: str, retry_after: int) -> ProxyError:
         """The one place a request is refused by a limit (`reason`: rpm, tpm, streams, budget):
@@ -146,17 +181,15 @@ class Limiter:
                            f"{retry_after}s.", retry_after=retry_after)
 
     async def finish(self, ticket: Ticket, tokens: int) -> None:
-        if ticket.lease is not None:
-            self._held.pop(ticket.lease, None)
-        limits = ticket.limits
-        if ticket.lease is None and not (tokens > 0 and (limits.tpm or limits.token_budget)):
+        self.forget(ticket)
+        if ticket.lease is None and not (tokens > 0 and (ticket.per_minute or ticket.in_total)):
             return  # nothing to free, nothing to count: no round trip
         try:
             with store_errors():
                 await self._finish(keys=_keys(ticket.tenant),
                                    args=[max(0, tokens), ticket.lease or "",
-                                         "1" if limits.tpm else "0",
-                                         "1" if limits.token_budget else "0"])
+                                         "1" if ticket.per_minute else "0",
+                                         "1" if ticket.in_total else "0"])
         except StoreUnavailable as exc:
             # The lease expires by itself; the tokens are not counted.
             log.warning("could not record the end of a limited request: %s", exc.message)
@@ -172,7 +205,7 @@ class Limiter:
                 try:
                     with store_errors():
                         await self._renew(keys=[keys.limit_streams(tenant)],
-                                          args=[self._lease_ms, *leases])
+                                          args=[self._lease_ms, "renew", *leases])
                 except StoreUnavailable as exc:
                     log.warning("could not renew stream leases: %s", exc.message)
 

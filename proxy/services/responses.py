@@ -97,9 +97,11 @@ class ResponsesService:
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
-    async def create(self, tenant: str, body: dict[str, Any]) -> Outcome:
+    async def create(self, tenant: str, body: dict[str, Any], *,
+                     job_limit: dict[str, Any] | None = None) -> Outcome:
+        """`job_limit`: a background job's stream lease (services/limits.py), for its worker."""
         request, history, chat = await self._prepare(tenant, body)
-        outcome = await self._create(tenant, request, history, chat)
+        outcome = await self._create(tenant, request, history, chat, job_limit)
         outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
         return outcome
 
@@ -120,10 +122,10 @@ class ResponsesService:
         return request, history, chat
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any]) -> Outcome:
+                      chat: dict[str, Any], job_limit: dict[str, Any] | None = None) -> Outcome:
         assembler = self._assembler(request)
         if request.background:
-            return await self._submit(tenant, request, history, chat, assembler)
+            return await self._submit(tenant, request, history, chat, assembler, job_limit)
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
                                       affinity=history.affinity)
         try:
@@ -151,7 +153,8 @@ class ResponsesService:
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], assembler: Assembler) -> Outcome:
+                      chat: dict[str, Any], assembler: Assembler,
+                      job_limit: dict[str, Any] | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         await self._fleet.choose(request.model)
@@ -165,6 +168,8 @@ class ResponsesService:
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.
                 "request_id": current_request_id()}
+        if job_limit:
+            spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
         await self._background.submit(record, request.input, logged, spec)
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))

@@ -14,8 +14,6 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
-
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.conversations import Conversations
@@ -57,7 +55,7 @@ class Runtime:
     queue: JobQueue
     background: Background
     worker: Worker | None = None
-    # Per-key limits (`--keys-file`); None when no key has any.
+    # Per-key limits (`--keys-file`); `limits.active` is False when no key has any.
     limits: Limiter | None = None
     # Restarts the background loops; /readyz reports the ones failing.
     supervisor: Supervisor = field(default_factory=Supervisor)
@@ -86,9 +84,11 @@ class Runtime:
         background = Background(store, queue, settings)
         stored = StoredResponses(store, followers, settings)
         runner = None
+        # Always built (no I/O until used): jobs of limited keys may come from other instances.
+        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys))
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor)
+                            shared=not store.embedded, supervisor=supervisor, limits=limits)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -109,7 +109,7 @@ class Runtime:
             background=background,
             worker=runner,
             supervisor=supervisor,
-            limits=_limiter(settings, store.client),
+            limits=limits,
         )
 
     async def start(self) -> None:
@@ -124,6 +124,7 @@ class Runtime:
         if self.worker is not None:
             self.worker.start()
         if self.limits is not None:
+            # Renews the stream leases of this process's streams and background jobs.
             self._loops.append(self.supervisor.start("limit-leases", self.limits.run))
 
     async def aclose(self) -> None:
@@ -140,8 +141,3 @@ class Runtime:
         await self.store.aclose()
         await self.http.aclose()
 
-
-def _limiter(settings: Settings, client: Redis) -> Limiter | None:
-    """The limiter on the store's own client (the embedded store runs the same scripts)."""
-    table = limit_table(settings.keys_file, settings.api_keys)
-    return Limiter(client, table) if table else None

@@ -413,13 +413,19 @@ if used > 0 and ARGV[4] == '1' then redis.call('INCRBY', KEYS[2], used) end
 return 1
 """
 
-# KEYS: limit_streams. ARGV: lease ms, then lease ids. Pushes the leases this instance still
-# holds forward (XX: a lease already dropped as expired is not brought back).
+# KEYS: limit_streams. ARGV: lease ms, 'renew' or 'adopt', then lease ids. `renew` pushes the
+# leases this instance still holds forward (XX: a lease already dropped as expired is not
+# brought back); `adopt` (a worker starting a background job) takes the job's lease whatever
+# became of it while the job was queued: the job runs now, so it counts now.
 LIMIT_RENEW: Final = _LIMIT_CLOCK + """
 local _, ms = now()
 local lease_ms = tonumber(ARGV[1])
-for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', ms + lease_ms, ARGV[i])
+for i = 3, #ARGV do
+  if ARGV[2] == 'adopt' then
+    redis.call('ZADD', KEYS[1], ms + lease_ms, ARGV[i])
+  else
+    redis.call('ZADD', KEYS[1], 'XX', ms + lease_ms, ARGV[i])
+  end
 end
 redis.call('PEXPIRE', KEYS[1], 2 * lease_ms)
 return 1

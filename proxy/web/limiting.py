@@ -22,7 +22,7 @@ T = TypeVar("T")
 async def admitted(request: Request, *, hold: bool) -> Ticket | None:
     """Admit the request or raise the 429 (`hold`: it takes a stream slot)."""
     limiter = runtime_of(request).limits
-    if limiter is None:
+    if limiter is None or not limiter.active:
         return None
     return await limiter.admit(tenant(request), hold=hold)
 

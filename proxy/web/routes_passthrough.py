@@ -15,6 +15,7 @@ from starlette.routing import Route
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.limits import usage_in_json
+from proxy.services.runtime import Runtime
 from proxy.web.context import runtime_of
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import admitted, metered, released_on_error
@@ -24,7 +25,7 @@ from proxy.web.rendering import Reply, json_response, relay_response
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
-    ticket = await admitted(request, hold=runtime.limits is not None and streams(body))
+    ticket = await admitted(request, hold=limited(runtime) and streams(body))
     relay = await released_on_error(ticket, unless_disconnected(
         request, runtime.passthrough.chat_completions(body)))
     if relay.stream is not None:
@@ -32,6 +33,10 @@ async def chat_completions(request: Request) -> Reply:
     elif ticket is not None:
         await ticket.end(usage_in_json(relay.body) if relay.status == 200 else 0)
     return relay_response(relay, ping=runtime.settings.ping_interval)
+
+
+def limited(runtime: Runtime) -> bool:
+    return runtime.limits is not None and runtime.limits.active
 
 
 def streams(body: bytes) -> bool:

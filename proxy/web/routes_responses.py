@@ -20,9 +20,14 @@ from proxy.web.rendering import Reply, json_response, stream_response
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    ticket = await admitted(request, hold=body.get("stream") is True)
+    background = body.get("background") is True
+    ticket = await admitted(request, hold=background or body.get("stream") is True)
+    job_limit = ticket.job_limit() if ticket is not None and background else None
     outcome = await released_on_error(ticket, unless_disconnected(
-        request, runtime.responses.create(tenant(request), body)))
+        request, runtime.responses.create(tenant(request), body, job_limit=job_limit)))
+    if ticket is not None and background:
+        ticket.hand_over()  # the job's worker ends it; the client's replay is not metered
+        ticket = None
     if outcome.stream is not None:
         return stream_response(metered(request, ticket, outcome.stream),
                                ping=runtime.settings.ping_interval, headers=outcome.headers)

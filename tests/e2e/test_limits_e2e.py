@@ -31,6 +31,7 @@ KEYS = {
         {"key": "sk-budget", "name": "budget-team", "token_budget": 50},
         {"key": "sk-chat-budget", "name": "chat-budget-team", "token_budget": 30},
         {"key": "sk-free", "name": "free-team"},
+        {"key": "sk-jobs", "name": "jobs-team", "max_streams": 1, "token_budget": 400},
     ],
 }
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hello there"}]}
@@ -232,3 +233,51 @@ def test_concurrent_stream_admissions_never_exceed_max_streams(
     for thread in threads:
         thread.join(25)
     assert sorted(statuses) == [200, 200, 429, 429, 429, 429, 429, 429]
+
+
+def wait_status(server: ServerProcess, key: str, response_id: str, done: set[str]) -> str:
+    deadline = time.monotonic() + 20
+    while True:
+        status = httpx.get(f"{server.url}/v1/responses/{response_id}", headers=auth(key),
+                           timeout=10).json()["status"]
+        if status in done or time.monotonic() > deadline:
+            return str(status)
+        time.sleep(0.1)
+
+
+def test_a_running_background_job_holds_a_slot_and_counts_its_tokens(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = pair
+    job = post(a, "/v1/responses", "sk-jobs",
+               {"model": "sim-model", "background": True,
+                "input": "work [[sim tokens=150 delay_ms=20]]"})
+    assert job.status_code == 200, job.text
+    job_id = job.json()["id"]
+    assert wait_status(b, "sk-jobs", job_id, {"in_progress", "completed"}) == "in_progress"
+    check_rate_limited(post(b, "/v1/responses", "sk-jobs",
+                            {"model": "sim-model", "input": "x", "stream": True}))
+    assert wait_status(b, "sk-jobs", job_id, {"completed", "failed"}) == "completed"
+    # The worker freed the slot when the job ended (bounded wait: it writes the end first).
+    deadline = time.monotonic() + 10
+    while True:
+        again = post(b, "/v1/responses", "sk-jobs",
+                     {"model": "sim-model", "input": "y", "stream": True})
+        if again.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert again.status_code == 200, again.text
+    # 150+ tokens of the job and the stream's own count against the 400-token budget: two
+    # more such jobs spend it.
+    for _ in range(2):
+        spent = post(a, "/v1/responses", "sk-jobs",
+                     {"model": "sim-model", "background": True,
+                      "input": "more [[sim tokens=150]]"})
+        assert spent.status_code == 200, spent.text
+        assert wait_status(a, "sk-jobs", spent.json()["id"], {"completed"}) == "completed"
+    deadline = time.monotonic() + 5  # the worker counts the usage right after the end
+    while True:
+        last = post(b, "/v1/responses", "sk-jobs", {"model": "sim-model", "input": "z"})
+        if last.status_code == 429 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    check_rate_limited(last, "insufficient_quota")

@@ -136,5 +136,5 @@ def test_unparsable_files_are_one_line(tmp_path: Path, name: str, text: str, say
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="^--keys-file: cannot read"):
+    with pytest.raises(ConfigError, match=r"^--keys-file: cannot read"):
         build_settings({"keys_file": str(tmp_path / "nope.json")}, {})
