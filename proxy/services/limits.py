@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,7 +209,8 @@ class Limiter:
                 except StoreUnavailable as exc:
                     log.warning("could not renew stream leases: %s", exc.message)
 
-    async def metered(self, ticket: Ticket, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def metered(self, ticket: Ticket, body: AsyncIterator[bytes], *,
+                      usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
         """`body` passed through; when it ends (however), the ticket ends with the usage read
         from its last frames. Per chunk: two assignments, nothing parsed."""
         previous = last = b""
@@ -221,8 +222,9 @@ class Limiter:
             # The upstream first (vLLM stops generating), then the one round trip of the end.
             with contextlib.suppress(Exception):
                 await body.aclose()  # type: ignore[attr-defined]
+            tokens = (usage() if usage is not None else 0) or usage_in_sse(previous + last)
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(ticket.end(usage_in_sse(previous + last)))
+                await asyncio.shield(ticket.end(tokens))
 
 
 def _keys(tenant: str) -> list[str]:

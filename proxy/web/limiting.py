@@ -8,7 +8,7 @@ streams are handed on unwrapped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from starlette.requests import Request
@@ -38,9 +38,11 @@ async def released_on_error(ticket: Ticket | None, work: Awaitable[T]) -> T:
         raise
 
 
-def metered(request: Request, ticket: Ticket | None,
-            stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+def metered(request: Request, ticket: Ticket | None, stream: AsyncIterator[bytes], *,
+            usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
+    """`stream`, ending `ticket` when it ends; `usage`: the tokens, when the stream's own
+    last frames do not carry them (a usage chunk the pass-through took out)."""
     limiter = runtime_of(request).limits
     if ticket is None or limiter is None:
         return stream
-    return limiter.metered(ticket, stream)
+    return limiter.metered(ticket, stream, usage=usage)

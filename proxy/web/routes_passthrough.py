@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
-from proxy.services.limits import usage_in_json
+from proxy.services.limits import tokens_of, usage_in_json
 from proxy.services.runtime import Runtime
 from proxy.web.context import runtime_of
 from proxy.web.disconnect import unless_disconnected
@@ -26,10 +26,12 @@ async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     ticket = await admitted(request, hold=limited(runtime) and streams(body))
+    counts = ticket is not None and (ticket.per_minute or ticket.in_total)
     relay = await released_on_error(ticket, unless_disconnected(
-        request, runtime.passthrough.chat_completions(body)))
+        request, runtime.passthrough.chat_completions(body, meter_usage=counts)))
     if relay.stream is not None:
-        relay.stream = metered(request, ticket, relay.stream)
+        relay.stream = metered(request, ticket, relay.stream,
+                               usage=lambda: tokens_of(relay.usage))
     elif ticket is not None:
         await ticket.end(usage_in_json(relay.body) if relay.status == 200 else 0)
     return relay_response(relay, ping=runtime.settings.ping_interval)

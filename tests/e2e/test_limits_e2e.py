@@ -31,6 +31,7 @@ KEYS = {
         {"key": "sk-budget", "name": "budget-team", "token_budget": 50},
         {"key": "sk-chat-budget", "name": "chat-budget-team", "token_budget": 30},
         {"key": "sk-free", "name": "free-team"},
+        {"key": "sk-chat-stream", "name": "chat-stream-team", "token_budget": 30},
         {"key": "sk-jobs", "name": "jobs-team", "max_streams": 1, "token_budget": 400},
     ],
 }
@@ -281,3 +282,17 @@ def test_a_running_background_job_holds_a_slot_and_counts_its_tokens(
             break
         time.sleep(0.1)
     check_rate_limited(last, "insufficient_quota")
+
+
+def test_a_chat_stream_that_did_not_ask_for_usage_is_still_counted(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = pair
+    streamed = post(a, "/v1/chat/completions", "sk-chat-stream",
+                    {**CHAT, "stream": True,
+                     "messages": [{"role": "user", "content": "y [[sim tokens=40]]"}]})
+    assert streamed.status_code == 200
+    # The usage chunk the proxy asked for is not passed on: the client did not ask for it.
+    assert b'"usage"' not in streamed.content
+    assert streamed.content.endswith(b"data: [DONE]\n\n")
+    check_rate_limited(post(b, "/v1/chat/completions", "sk-chat-stream", CHAT),
+                       "insufficient_quota")
