@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -118,22 +119,24 @@ async def test_a_renewed_lease_keeps_its_slot(store: RedisStore) -> None:
         renewing.cancel()
 
 
-def _unreachable() -> Limiter:
+@pytest.fixture
+async def unreachable() -> AsyncIterator[Limiter]:
     table = {"kbudget": KeyLimits("paid", Limits(rpm=5, token_budget=100)),
              "krate": KeyLimits("rated", Limits(rpm=5, max_streams=1))}
     store = open_store(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=0.5)
-    return Limiter(store.client, table)
+    try:
+        yield Limiter(store.client, table)
+    finally:
+        await store.aclose()
 
 
-async def test_redis_down_a_budget_fails_closed() -> None:
-    lim = _unreachable()
+async def test_redis_down_a_budget_fails_closed(unreachable: Limiter) -> None:
     with pytest.raises(StoreUnavailable):
-        await lim.admit("kbudget", hold=False)
+        await unreachable.admit("kbudget", hold=False)
 
 
-async def test_redis_down_rate_limits_fail_open() -> None:
-    lim = _unreachable()
-    ticket = await lim.admit("krate", hold=True)
+async def test_redis_down_rate_limits_fail_open(unreachable: Limiter) -> None:
+    ticket = await unreachable.admit("krate", hold=True)
     assert ticket is not None
     await ticket.end(10)  # nothing to record it in: no error either
 
