@@ -3,6 +3,8 @@ one-line ConfigError naming the flag and the field."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -138,3 +140,24 @@ def test_unparsable_files_are_one_line(tmp_path: Path, name: str, text: str, say
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--keys-file: cannot read"):
         build_settings({"keys_file": str(tmp_path / "nope.json")}, {})
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("keys.json", '{"keys": [{"key": "sk-a", "rpm": 0}]}', "keys[0].rpm"),
+        ("keys.yml", "defaults:\n  tpm: -1\n", "defaults.tpm"),
+    ],
+)
+def test_the_cli_exits_with_one_line_naming_the_field(tmp_path: Path, name: str, text: str,
+                                                      says: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--upstream",
+                           "http://127.0.0.1:1", "--keys-file", str(path)],
+                          capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"responses-proxy: error: --keys-file: {says}: ")
