@@ -14,6 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import orjson
+import yaml
+
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
 
 CACHE_MODES = ("off", "exact", "semantic")
@@ -296,9 +299,6 @@ def load_keys_file(path: str) -> KeysFile:
             raw = file.read()
     except OSError as exc:
         raise ConfigError("--keys-file", f"cannot read {path}: {exc.strerror}") from None
-    import orjson
-    import yaml
-
     yaml_file = path.lower().endswith((".yaml", ".yml"))
     try:
         data = yaml.safe_load(raw) if yaml_file else orjson.loads(raw)

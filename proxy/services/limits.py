@@ -209,23 +209,46 @@ class Limiter:
                 except StoreUnavailable as exc:
                     log.warning("could not renew stream leases: %s", exc.message)
 
-    async def metered(self, ticket: Ticket, body: AsyncIterator[bytes], *,
-                      usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
-        """`body` passed through; when it ends (however), the ticket ends with the usage read
-        from its last frames. Per chunk: two assignments, nothing parsed."""
-        previous = last = b""
-        try:
-            async for chunk in body:
-                previous, last = last, chunk
-                yield chunk
-        finally:
-            # The upstream first (vLLM stops generating), then the one round trip of the end.
-            with contextlib.suppress(Exception):
-                await body.aclose()  # type: ignore[attr-defined]
-            tokens = (usage() if usage is not None else 0) or usage_in_sse(previous + last)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(ticket.end(tokens))
+    def metered(self, ticket: Ticket, body: AsyncIterator[bytes], *,
+                usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
+        """`body`, ending `ticket` when it is closed (see `Metered`)."""
+        return Metered(ticket, body, usage)
 
+
+class Metered:
+    """A stream passed through that ends its ticket when closed, with the usage read from its
+    last frames (or from `usage`). Closing ends the ticket even when the stream was never
+    iterated (a client gone before the first chunk): an async generator's `finally` would
+    not run then, and the lease would be renewed for ever. Per chunk: two assignments."""
+
+    def __init__(self, ticket: Ticket, body: AsyncIterator[bytes],
+                 usage: Callable[[], int] | None) -> None:
+        self._ticket = ticket
+        self._body = body
+        self._usage = usage
+        self._previous = self._last = b""
+
+    def __aiter__(self) -> Metered:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._body.__anext__()
+        self._previous, self._last = self._last, chunk
+        return chunk
+
+    async def aclose(self) -> None:
+        try:
+            # The upstream first (vLLM stops generating), then the one round trip of the end.
+            aclose = getattr(self._body, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        finally:
+            usage = self._usage
+            tokens = (usage() if usage is not None else 0) or usage_in_sse(
+                self._previous + self._last)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._ticket.end(tokens))
 
 def _keys(tenant: str) -> list[str]:
     return [keys.limit_minute(tenant), keys.limit_used(tenant), keys.limit_streams(tenant)]

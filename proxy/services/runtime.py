@@ -140,4 +140,3 @@ class Runtime:
         await self.followers.aclose()
         await self.store.aclose()
         await self.http.aclose()
-

@@ -74,3 +74,24 @@ async def test_the_embedded_store_enforces_limits(embedded: httpx.AsyncClient) -
     unknown = await embedded.post("/v1/responses", json={"model": "sim-model", "input": "hi"},
                                   headers={"authorization": "Bearer sk-nobody"})
     assert unknown.status_code == 401
+
+
+async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
+    from proxy.core.keysfile import Limits
+    from proxy.services.limits import KeyLimits, Limiter
+    from proxy.store.factory import embedded_client
+
+    async def never_read() -> AsyncIterator[bytes]:
+        yield b"data: {}\n\n"
+
+    client = embedded_client()
+    try:
+        limiter = Limiter(client, {"kt": KeyLimits("t", Limits(max_streams=1))})
+        ticket = await limiter.admit("kt", hold=True)
+        assert ticket is not None
+        stream = limiter.metered(ticket, never_read())
+        await stream.aclose()  # type: ignore[attr-defined]  # as EventStream closes its body
+        assert ticket.ended
+        assert await limiter.admit("kt", hold=True) is not None
+    finally:
+        await client.aclose()
