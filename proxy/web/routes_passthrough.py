@@ -6,12 +6,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.web.context import runtime_of
+from proxy.core.cachekey import parse_cache_control
+from proxy.web.context import runtime_of, tenant
 from proxy.web.rendering import Reply, json_response, relay_response
 
 
 async def chat_completions(request: Request) -> Reply:
-    relay = await runtime_of(request).passthrough.chat_completions(await request.body())
+    runtime = runtime_of(request)
+    body = await request.body()
+    if runtime.chat is not None:
+        relay = await runtime.chat.chat_completions(
+            body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
+    else:
+        relay = await runtime.passthrough.chat_completions(body)
     return relay_response(relay)
 
 
