@@ -150,9 +150,11 @@ class ResponseCache:
 
     # -- lookup ------------------------------------------------------------------------------
     async def lookup(self, tenant: str, route: str, material: dict[str, Any],
-                     directives: Directives, *, eligible: bool = True) -> Lookup:
+                     directives: Directives, *, eligible: bool = True,
+                     usable: Callable[[dict[str, Any]], bool] | None = None) -> Lookup:
         """`eligible` False (a background request, a shape we cannot replay): bypass, and the
-        answer is not kept either."""
+        answer is not kept either. `usable`: an entry it refuses is a miss (e.g. a stream
+        that wants usage, from an entry kept without it)."""
         if not self.enabled:
             return OFF
         if not eligible:
@@ -163,17 +165,18 @@ class ResponseCache:
             return self._count(found)
         started = self._timer()
         try:
-            await self._find(tenant, found)
+            await self._find(tenant, found, usable)
         finally:
             self._metrics.inc("proxy_cache_lookup_seconds_sum", self._timer() - started)
             self._metrics.inc("proxy_cache_lookup_seconds_count")
         return self._count(found)
 
-    async def _find(self, tenant: str, found: Lookup) -> None:
+    async def _find(self, tenant: str, found: Lookup,
+                    usable: Callable[[dict[str, Any]], bool] | None) -> None:
         key = found.key
         assert key is not None
         body = await self._entry(tenant, key.exact, found.route)
-        if body is not None:
+        if body is not None and (usable is None or usable(body)):
             found.state, found.body = HIT, body
             self._metrics.inc("proxy_cache_hits_total", route=found.route, kind="exact")
             return
@@ -186,7 +189,7 @@ class ResponseCache:
         if exact is None:
             return
         body = await self._entry(tenant, exact, found.route)
-        if body is not None:
+        if body is not None and (usable is None or usable(body)):
             found.state, found.body = HIT, body
             self._metrics.inc("proxy_cache_hits_total", route=found.route, kind="semantic")
 

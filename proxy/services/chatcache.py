@@ -46,11 +46,13 @@ class CachedChat:
             return await self._passthrough.chat_completions(body)
         request = parse_object(body)
         eligible = isinstance(request.get("model"), str) and not request.get("logprobs")
-        found = await cache.lookup(tenant, ROUTE_CHAT, chat_material(request), directives,
-                                   eligible=eligible)
         stream = request.get("stream") is True
+        wants_usage = stream and _include_usage(request)
+        found = await cache.lookup(tenant, ROUTE_CHAT, chat_material(request), directives,
+                                   eligible=eligible,
+                                   usable=_has_usage if wants_usage else None)
         if found.hit:
-            return self._hit(found, request, stream)
+            return self._hit(found, stream, wants_usage)
         relay = await self._passthrough.chat_completions(body)
         relay.headers.update(found.headers())
         if found.key is None or not found.directives.write:
@@ -66,16 +68,14 @@ class CachedChat:
                 cache.keep(tenant, found, completion)
         return relay
 
-    def _hit(self, found: Lookup, request: dict[str, Any], stream: bool) -> Relay:
+    def _hit(self, found: Lookup, stream: bool, wants_usage: bool) -> Relay:
         assert found.body is not None
         completion = {**found.body, "id": f"chatcmpl-{uuid.uuid4().hex}",
                       "created": int(self._clock())}
         headers = {HEADER: HIT}
         if not stream:
             return Relay(200, headers, body=orjson.dumps(completion))
-        options = request.get("stream_options")
-        usage = isinstance(options, dict) and options.get("include_usage") is True
-        return Relay(200, headers, stream=_once(chunks(completion, include_usage=usage)),
+        return Relay(200, headers, stream=_once(chunks(completion, include_usage=wants_usage)),
                      media_type="text/event-stream")
 
     async def _collect(self, stream: AsyncGenerator[bytes, None], tenant: str, found: Lookup,
@@ -100,6 +100,16 @@ class CachedChat:
         completion = fold(decoder.feed(b"".join(parts)) + decoder.flush())
         if completion is not None:
             cache.keep(tenant, found, completion)
+
+
+def _include_usage(request: dict[str, Any]) -> bool:
+    options = request.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _has_usage(completion: dict[str, Any]) -> bool:
+    """A stream kept without `include_usage` has no usage to give a client that wants it."""
+    return isinstance(completion.get("usage"), dict)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:

@@ -326,3 +326,16 @@ async def test_cache_off_adds_no_header(simulator: Any) -> None:
                         {"role": "user", "content": "plain"}]})):
                 reply = await http.post(path, json=body)
                 assert reply.status_code == 200 and "x-proxy-cache" not in reply.headers
+
+
+async def test_a_chat_stream_kept_without_usage_does_not_serve_one_that_wants_it(
+        app_client: Client) -> None:
+    body = {"model": "sim-model", "stream": True,
+            "messages": [{"role": "user", "content": "usage please"}]}
+    await post(app_client, "/v1/chat/completions", body)  # kept, without usage
+    plain = await post(app_client, "/v1/chat/completions", body)
+    assert plain.headers["x-proxy-cache"] == "hit"
+    wanting = await post(app_client, "/v1/chat/completions",
+                         {**body, "stream_options": {"include_usage": True}})
+    assert wanting.headers["x-proxy-cache"] == "miss"
+    assert next(p for p in data_payloads(wanting.text)[:-1] if not p["choices"])["usage"]
