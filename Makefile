@@ -27,9 +27,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check proxy tests
 	$(BIN)/mypy proxy
 
-## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md).
+## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
+## the response cache's hit and miss latency at one stream (bench/cache.py).
 bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.cache
 
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
