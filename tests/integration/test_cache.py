@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from proxy.app import create_app
 from proxy.core.cachekey import USE_CACHE
+from proxy.core.errors import StoreUnavailable
 from proxy.services.runtime import Runtime
 from proxy.settings import Settings
 from tests.conftest import SimControl
@@ -339,3 +340,21 @@ async def test_a_chat_stream_kept_without_usage_does_not_serve_one_that_wants_it
                          {**body, "stream_options": {"include_usage": True}})
     assert wanting.headers["x-proxy-cache"] == "miss"
     assert next(p for p in data_payloads(wanting.text)[:-1] if not p["choices"])["usage"]
+
+
+async def test_a_store_failure_is_a_miss_never_an_error(app_client: Client,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, runtime = app_client
+    cache = runtime.responses._cache
+    assert cache is not None
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("The store is unavailable (ConnectionError).")
+
+    monkeypatch.setattr(cache._store, "get", down)
+    monkeypatch.setattr(cache._store, "put", down)
+    body = {"model": "sim-model", "input": "redis is down", "store": False}
+    for _ in range(2):
+        reply = await post(app_client, "/v1/responses", body)
+        assert reply.headers["x-proxy-cache"] == "miss"
+        assert text_of(reply) == "You said: redis is down"
