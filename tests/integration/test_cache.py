@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from proxy.app import create_app
-from proxy.core.cachekey import USE_CACHE
+from proxy.core.cachekey import ROUTE_CHAT, USE_CACHE, cache_key, chat_material
 from proxy.core.errors import StoreUnavailable
 from proxy.services.runtime import Runtime
 from proxy.settings import Settings
@@ -358,3 +359,23 @@ async def test_a_store_failure_is_a_miss_never_an_error(app_client: Client,
         reply = await post(app_client, "/v1/responses", body)
         assert reply.headers["x-proxy-cache"] == "miss"
         assert text_of(reply) == "You said: redis is down"
+
+
+async def test_a_planted_tool_call_entry_is_never_served(app_client: Client) -> None:
+    """The read side checks too: an entry holding a tool call (planted here, as an older
+    version or another writer might have left it) is a miss."""
+    _, runtime = app_client
+    cache = runtime.responses._cache
+    assert cache is not None
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "planted"}]}
+    exact = cache_key("public", ROUTE_CHAT, chat_material(body)).exact
+    called = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "sim-model",
+              "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                  "role": "assistant", "content": None, "tool_calls": [{
+                      "id": "call_1", "type": "function",
+                      "function": {"name": "get_weather", "arguments": "{}"}}]}}]}
+    entry = orjson.dumps({"route": ROUTE_CHAT, "body": called})
+    await cache._store.put("public", exact, entry, ttl=60, now=0.0)
+    reply = await post(app_client, "/v1/chat/completions", body)
+    assert reply.headers["x-proxy-cache"] == "miss"
+    assert reply.json()["choices"][0]["message"]["content"] == "You said: planted"
