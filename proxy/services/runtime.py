@@ -104,7 +104,8 @@ class Runtime:
             queue=queue,
             background=background,
             worker=runner,
-            chat=CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes),
+            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes)
+                  if cache is not None else None),
         )
 
     async def start(self) -> None:
