@@ -53,17 +53,19 @@ class RedisCache:
         """Write the entry and, for a semantic one, its vector into the namespace (which keeps
         its newest `limit` members). One pipeline; never retried (a write)."""
         with store_errors():
+            if vector is None:  # exact mode: one plain SET, cheaper than a pipeline
+                await self._client.set(keys.cache_entry(tenant, exact), entry, ex=ttl)
+                return
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(keys.cache_entry(tenant, exact), entry, ex=ttl)
-                if vector is not None:
-                    ns = vector.namespace
-                    member = f"{vector.bucket}:{exact}"
-                    await self._add(
-                        keys=[keys.cache_vectors(tenant, ns), keys.cache_order(tenant, ns)],
-                        args=[member, vector.guard.encode() + b"\0" + vector.vector,
-                              now + ttl, now, limit, ttl,
-                              keys.cache_bucket_prefix(tenant, ns), vector.bucket],
-                        client=pipe)
+                ns = vector.namespace
+                member = f"{vector.bucket}:{exact}"
+                await self._add(
+                    keys=[keys.cache_vectors(tenant, ns), keys.cache_order(tenant, ns)],
+                    args=[member, vector.guard.encode() + b"\0" + vector.vector,
+                          now + ttl, now, limit, ttl,
+                          keys.cache_bucket_prefix(tenant, ns), vector.bucket],
+                    client=pipe)
                 await pipe.execute()
 
     async def candidates(self, tenant: str, namespace: str, buckets: Sequence[int], *,
