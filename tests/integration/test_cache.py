@@ -379,3 +379,38 @@ async def test_a_planted_tool_call_entry_is_never_served(app_client: Client) -> 
     reply = await post(app_client, "/v1/chat/completions", body)
     assert reply.headers["x-proxy-cache"] == "miss"
     assert reply.json()["choices"][0]["message"]["content"] == "You said: planted"
+
+
+async def test_a_hit_in_a_conversation_adds_the_turn_to_it(app_client: Client,
+                                                           sim: SimControl) -> None:
+    http, _ = app_client
+    first = (await http.post("/v1/conversations", json={})).json()["id"]
+    second = (await http.post("/v1/conversations", json={})).json()["id"]
+    body = {"model": "sim-model", "input": "a conversation opener"}
+    await post(app_client, "/v1/responses", {**body, "conversation": first})
+    calls = chat_calls(sim)
+    hit = await post(app_client, "/v1/responses", {**body, "conversation": second})
+    assert hit.headers["x-proxy-cache"] == "hit"
+    assert chat_calls(sim) == calls
+    items = (await http.get(f"/v1/conversations/{second}/items?order=asc")).json()["data"]
+    assert [item["role"] for item in items] == ["user", "assistant"]
+    assert items[1]["content"][0]["text"] == "You said: a conversation opener"
+    # the next turn of each conversation has the same history: a hit again
+    follow = {"model": "sim-model", "input": "go on"}
+    await post(app_client, "/v1/responses", {**follow, "conversation": first})
+    again = await post(app_client, "/v1/responses", {**follow, "conversation": second})
+    assert again.headers["x-proxy-cache"] == "hit"
+
+
+@pytest.mark.parametrize(("raw", "param"), [
+    (b'{"model": "sim-model", "messages": ', None),
+    (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+], ids=["bad-json", "no-model"])
+async def test_bad_chat_bodies_are_openai_errors_with_the_cache_on(
+        app_client: Client, raw: bytes, param: str | None) -> None:
+    http, _ = app_client
+    reply = await http.post("/v1/chat/completions", content=raw,
+                            headers={"content-type": "application/json"})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
