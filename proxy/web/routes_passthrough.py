@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.web.context import runtime_of
+from proxy.core.cachekey import parse_cache_control
+from proxy.web.context import runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.rendering import Reply, json_response, relay_response
 
@@ -20,7 +21,12 @@ from proxy.web.rendering import Reply, json_response, relay_response
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
-    relay = await unless_disconnected(request, runtime.passthrough.chat_completions(body))
+    if runtime.chat is not None:
+        call = runtime.chat.chat_completions(
+            body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
+    else:
+        call = runtime.passthrough.chat_completions(body)
+    relay = await unless_disconnected(request, call)
     return relay_response(relay, ping=runtime.settings.ping_interval)
 
 

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.cachekey import parse_cache_control
 from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
@@ -18,7 +19,9 @@ from proxy.web.rendering import Reply, json_response, stream_response
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body))
+    directives = parse_cache_control(request.headers.get("cache-control"))
+    outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body,
+                                                                          directives))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
                                headers=outcome.headers)
