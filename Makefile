@@ -27,9 +27,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check proxy tests
 	$(BIN)/mypy proxy
 
-## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md).
+## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
+## the response cache's hit and miss latency at one stream (bench/cache.py).
 bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.cache
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
 ## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).

@@ -69,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
     serve.add_argument("--cache", help="off | exact | semantic (default off)")
     serve.add_argument("--no-worker", action="store_true", help="do not run background jobs")
+    serve.add_argument("--cache-ttl", help="seconds cache entries live (default 86400)")
+    serve.add_argument("--embedding-model", help="fleet model for /v1/embeddings (semantic)")
+    serve.add_argument("--cache-similarity", help="cosine a semantic hit needs (default 0.95)")
+    serve.add_argument("--cache-max-entry-bytes", help="largest answer cached (default 1 MiB)")
+    serve.add_argument("--cache-max-per-namespace",
+                       help="semantic entries kept per namespace (default 256)")
+    serve.add_argument("--cache-embedding-timeout",
+                       help="seconds an embedding call may take; slower is a miss (default 0.5)")
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
     serve.add_argument("--discovery-interval", help="seconds between fleet health checks")

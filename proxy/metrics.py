@@ -13,6 +13,12 @@ _HELP = {
     "proxy_streamed_tokens_total": "Output tokens streamed to clients, by route.",
     "proxy_responses_total": "Responses finished, by terminal status.",
     "proxy_streams_active": "Streams open right now, by route.",
+    "proxy_cache_requests_total": "Cache lookups by route and result (hit, miss, bypass).",
+    "proxy_cache_hits_total": "Cache hits by route and kind (exact, semantic).",
+    "proxy_cache_lookup_seconds_sum": "Seconds spent in cache lookups (embedding included).",
+    "proxy_cache_lookup_seconds_count": "Cache lookups timed.",
+    "proxy_cache_writes_total": "Answers kept in the cache, by route.",
+    "proxy_cache_embedding_errors_total": "Embedding calls that failed or were too slow.",
 }
 
 

@@ -99,6 +99,17 @@ class Settings:
     # Fleet-wide secret that authenticates sealed blobs (core/seal.py); every instance sharing
     # one Redis must have the same one. None: EMBEDDED_FLEET_SECRET (see `seal_secret`).
     fleet_secret: str | None = None
+    # The response cache (services/cache.py): entries live `cache_ttl` seconds; `semantic` asks
+    # `embedding_model` on the fleet's /v1/embeddings and takes a neighbour at or above
+    # `cache_similarity` (cosine). An answer bigger than `cache_max_entry_bytes` is not kept,
+    # and one semantic namespace keeps its newest `cache_max_per_namespace` entries. An
+    # embedding call slower than `cache_embedding_timeout` seconds is a miss.
+    cache_ttl: int = 86_400
+    embedding_model: str | None = None
+    cache_similarity: float = 0.95
+    cache_max_entry_bytes: int = 1024 * 1024
+    cache_max_per_namespace: int = 256
+    cache_embedding_timeout: float = 0.5
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
 
@@ -188,10 +199,11 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     cache = str(pick("cache", "PROXY_CACHE") or "off").strip().lower()
     if cache not in CACHE_MODES:
         raise ConfigError("--cache", f"unknown cache mode {cache!r} (use off, exact or semantic)")
-    if cache != "off":
-        # Said at start rather than ignored: a cache that silently does nothing would be worse.
-        raise ConfigError("--cache", f"the {cache} cache is not available in this version yet; "
-                                     "use --cache off")
+    embedding_model = str(pick("embedding_model", "PROXY_EMBEDDING_MODEL") or "").strip()
+    if cache == "semantic" and not embedding_model:
+        # Said at start rather than at the first request: semantic needs vectors from the fleet.
+        raise ConfigError("--embedding-model", "`--cache semantic` needs the name of a model "
+                                               "the fleet serves on /v1/embeddings")
 
     log_level, log_format = _logging(pick)
 
@@ -257,6 +269,12 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         params=mode("params", PARAMS_MODES),
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
         fleet_secret=str(fleet_secret) if fleet_secret else None,
+        cache_ttl=count("cache_ttl"),
+        embedding_model=embedding_model or None,
+        cache_similarity=_similarity(pick("cache_similarity", "PROXY_CACHE_SIMILARITY")),
+        cache_max_entry_bytes=count("cache_max_entry_bytes"),
+        cache_max_per_namespace=count("cache_max_per_namespace"),
+        cache_embedding_timeout=seconds("cache_embedding_timeout"),
         keys_file=_keys_file(pick),
     )
 
@@ -332,6 +350,16 @@ def fleet_warning(settings: Settings) -> str | None:
                 "(reasoning encrypted_content) use the public default secret; set one shared "
                 "secret on every instance")
     return None
+
+
+def _similarity(value: object) -> float:
+    """A cosine threshold in (0, 1]: 1 only takes identical vectors."""
+    if value is None or value == "":
+        return Settings.cache_similarity
+    number = check_positive(value, "--cache-similarity")
+    if number > 1:
+        raise ConfigError("--cache-similarity", f"a cosine is at most 1: {value!r}")
+    return number
 
 
 def accepted_keys(settings: Settings) -> tuple[str, ...]:

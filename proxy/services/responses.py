@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -28,6 +28,7 @@ import orjson
 from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
+from proxy.core.cachekey import USE_CACHE, Directives
 from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound, UpstreamError
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
@@ -40,6 +41,7 @@ from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.background import Background
+from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.context import fit, measure
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
@@ -59,8 +61,7 @@ class Outcome:
 
     body: ResponseObject | None = None
     stream: AsyncIterator[bytes] | None = None
-    # What a lenient create left out (x-proxy-ignored-params, x-proxy-dropped-tools).
-    headers: dict[str, str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. x-proxy-cache
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class ResponsesService:
         *,
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
+        cache: ResponseCache | None = None,
     ) -> None:
+        self._cache = cache
         self._background = background
         self._stored = stored
         self._fleet = fleet
@@ -97,12 +100,13 @@ class ResponsesService:
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
-    async def create(self, tenant: str, body: dict[str, Any], *,
+    async def create(self, tenant: str, body: dict[str, Any],
+                     directives: Directives = USE_CACHE, *,
                      job_limit: dict[str, Any] | None = None) -> Outcome:
         """`job_limit`: a background job's stream lease (services/limits.py), for its worker."""
         request, history, chat = await self._prepare(tenant, body)
-        outcome = await self._create(tenant, request, history, chat, job_limit)
-        outcome.headers = tolerance_headers(request.ignored_params, request.dropped_tools)
+        outcome = await self._create(tenant, request, history, chat, directives, job_limit)
+        outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any]
@@ -122,10 +126,16 @@ class ResponsesService:
         return request, history, chat
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], job_limit: dict[str, Any] | None = None) -> Outcome:
+                      chat: dict[str, Any], directives: Directives,
+                      job_limit: dict[str, Any] | None = None) -> Outcome:
         assembler = self._assembler(request)
+        cached = await self._lookup(tenant, request, chat, directives)
+        if cached.hit:
+            return await self._cached(tenant, request, history, assembler, cached)
         if request.background:
-            return await self._submit(tenant, request, history, chat, assembler, job_limit)
+            outcome = await self._submit(tenant, request, history, chat, assembler, job_limit)
+            outcome.headers.update(cached.headers())
+            return outcome
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
                                       affinity=history.affinity)
         try:
@@ -136,14 +146,40 @@ class ResponsesService:
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics)
         if request.stream:
-            return Outcome(stream=_sse(turn))
+            return Outcome(stream=_sse(turn, self._keeper(tenant, cached, assembler)),
+                           headers=cached.headers())
         async with contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
-        return Outcome(body=final)
+        self._keeper(tenant, cached, assembler)()
+        return Outcome(body=final, headers=cached.headers())
+
+    # -- the response cache (services/cache.py does the work) -------------------------------
+    async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
+                      directives: Directives) -> Lookup:
+        if self._cache is None:
+            return OFF
+        return await self._cache.lookup_response(tenant, request, chat, directives)
+
+    async def _cached(self, tenant: str, request: ResponsesRequest, history: History,
+                      assembler: Assembler, cached: Lookup) -> Outcome:
+        assert self._cache is not None
+        final, stream = await self._cache.serve_response(tenant, request, history.parents,
+                                                         assembler.snapshot(), cached)
+        if stream is None:
+            return Outcome(body=final, headers=cached.headers())
+        return Outcome(stream=_once(stream), headers=cached.headers())
+
+    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> Callable[[], None]:
+        """What to run once the turn has ended whole: offer the final object to the cache
+        (which keeps only what it may serve again)."""
+        cache = self._cache
+        if cache is None or cached.key is None:
+            return _nothing
+        return lambda: cache.keep(tenant, cached, assembler.snapshot())
 
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
@@ -226,11 +262,22 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn) -> AsyncIterator[bytes]:
+async def _sse(turn: Turn, ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
     # One write per batch: the events of one upstream read leave together. `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
     async with contextlib.aclosing(turn.run()) as batches:
         async for encoded in batches:
             if encoded:
                 yield frames(encoded)
+    # Reached only when the stream ran to its end: a client that left never gets here.
+    if ended is not None:
+        ended()
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _nothing() -> None:
+    return None
 

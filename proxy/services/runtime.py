@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from proxy.metrics import Metrics
 from proxy.services.background import Background
+from proxy.services.cache import ResponseCache
+from proxy.services.chatcache import CachedChat
 from proxy.services.conversations import Conversations
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
@@ -28,6 +30,7 @@ from proxy.services.stored import StoredResponses
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.settings import Settings, fleet_warning
 from proxy.store.base import JobQueue, Store
+from proxy.store.cache import response_cache
 from proxy.store.factory import job_queue, open_store
 from proxy.upstream import ConnectionPool, Upstream
 
@@ -59,6 +62,7 @@ class Runtime:
     limits: Limiter | None = None
     # Restarts the background loops; /readyz reports the ones failing.
     supervisor: Supervisor = field(default_factory=Supervisor)
+    chat: CachedChat | None = None  # chat completions through the cache (when it is on)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -83,6 +87,9 @@ class Runtime:
         followers.recent = hub.recent
         background = Background(store, queue, settings)
         stored = StoredResponses(store, followers, settings)
+        cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
+                 if settings.cache != "off" else None)
+        passthrough = Passthrough(fleet)
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
         limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys))
@@ -100,15 +107,17 @@ class Runtime:
             tasks=tasks,
             hub=hub,
             followers=followers,
-            passthrough=Passthrough(fleet),
+            passthrough=passthrough,
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored),
+                                       stored, cache=cache),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,
             background=background,
             worker=runner,
             supervisor=supervisor,
+            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes)
+                  if cache is not None else None),
             limits=limits,
         )
 

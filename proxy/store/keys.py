@@ -137,6 +137,37 @@ F_JOB_SPEC: Final = "s"
 JOB_CANCEL_CHANNEL: Final = "jobs:cancel"
 
 
+# -- the response cache (services/cache.py) -------------------------------------------------
+# Keys are digests (core/cachekey.py): no prompt text ever appears in a key. Every key carries
+# the tenant, so one key's entries are never another's, and nothing is found by pattern.
+#
+#   ce:<tenant>:<exact>                 STRING  one cached answer (JSON), EX --cache-ttl
+#   cn:{<tenant>:<ns>}:v                HASH    member -> guard \0 float32 vector
+#   cn:{<tenant>:<ns>}:o                ZSET    member scored by its expiry (unix seconds)
+#   cn:{<tenant>:<ns>}:b:<bucket>       SET     the members of one hyperplane bucket
+# A member is `<bucket>:<exact>`: the namespace scripts find a member's bucket set without
+# decoding anything. One namespace's keys share a hash tag (one cluster slot, one script).
+
+
+def cache_entry(tenant: str, exact: str) -> str:
+    """One answer, JSON and SSE clients alike; it expires by itself after --cache-ttl."""
+    return f"ce:{tenant}:{exact}"
+
+
+def cache_vectors(tenant: str, namespace: str) -> str:
+    """The namespace's vectors with their guards, read only for the probed buckets' members."""
+    return f"cn:{{{tenant}:{namespace}}}:v"
+
+
+def cache_order(tenant: str, namespace: str) -> str:
+    """Members by expiry: the write script drops the expired and, past the namespace bound,
+    the oldest, so the namespace stays bounded without a scan."""
+    return f"cn:{{{tenant}:{namespace}}}:o"
+
+
+def cache_bucket_prefix(tenant: str, namespace: str) -> str:
+    """Prefix of the bucket sets; the scripts append the bucket number."""
+    return f"cn:{{{tenant}:{namespace}}}:b:"
 
 # -- per-key limits (`--keys-file`, services/limits.py) -------------------------------------
 # All keys of one client key share the hash tag `{<tenant>}` (the digest web/auth.py makes; the

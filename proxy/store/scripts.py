@@ -342,6 +342,64 @@ return redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
 """
 
 
+# -- the response cache -------------------------------------------------------------------------
+# Members of a semantic namespace are `<bucket>:<exact key>`; the bucket sets' names are ARGV
+# prefix .. bucket (same hash tag as KEYS, so the same slot).
+
+_CACHE_PRUNE: Final = """
+local function prune(vectors, order, prefix, members)
+  for _, member in ipairs(members) do
+    redis.call('ZREM', order, member)
+    redis.call('HDEL', vectors, member)
+    local bucket = string.match(member, '^(%d+):')
+    if bucket then redis.call('SREM', prefix .. bucket, member) end
+  end
+end
+"""
+
+# Add one vector to a namespace, keeping it bounded: drop what has expired, add, then drop the
+# oldest past `limit`. Every key touched gets the entries' TTL again.
+# KEYS: vectors, order
+# ARGV: member, value (guard \0 vector), expiry (unix s), now (unix s), limit, ttl, prefix, bucket
+CACHE_ADD_VECTOR: Final = _CACHE_PRUNE + """
+local prefix = ARGV[7]
+prune(KEYS[1], KEYS[2], prefix, redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4]))
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('SADD', prefix .. ARGV[8], ARGV[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
+if over > 0 then
+  prune(KEYS[1], KEYS[2], prefix, redis.call('ZRANGE', KEYS[2], 0, over - 1))
+end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+redis.call('EXPIRE', prefix .. ARGV[8], ARGV[6])
+return 1
+"""
+
+# The live members of the probed buckets with their values, in one round trip.
+# KEYS: vectors, order
+# ARGV: now (unix s), prefix, bucket*
+# Returns a flat list: member, value, member, value, ...
+CACHE_CANDIDATES: Final = """
+local sets = {}
+for i = 3, #ARGV do sets[#sets + 1] = ARGV[2] .. ARGV[i] end
+local members = redis.call('SUNION', (table.unpack or unpack)(sets))
+local out = {}
+local now = tonumber(ARGV[1])
+for _, member in ipairs(members) do
+  local expiry = redis.call('ZSCORE', KEYS[2], member)
+  if expiry and tonumber(expiry) > now then
+    local value = redis.call('HGET', KEYS[1], member)
+    if value then
+      out[#out + 1] = member
+      out[#out + 1] = value
+    end
+  end
+end
+return out
+"""
+
 # -- per-key limits (services/limits.py; keys in keys.py "per-key limits") -------------------
 # Time is the Redis server's (TIME), never an instance's: every instance sees the same minute
 # and the same lease expiries. A limit of 0 means "no limit of that kind".

@@ -12,11 +12,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.cachekey import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.limits import tokens_of, usage_in_json
 from proxy.services.runtime import Runtime
-from proxy.web.context import runtime_of
+from proxy.web.context import runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, relay_response
@@ -27,8 +28,14 @@ async def chat_completions(request: Request) -> Reply:
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     ticket = await admitted(request, hold=limited(runtime) and streams(body))
     counts = ticket is not None and (ticket.per_minute or ticket.in_total)
-    relay = await released_on_error(ticket, unless_disconnected(
-        request, runtime.passthrough.chat_completions(body, meter_usage=counts)))
+    if runtime.chat is not None:
+        # Through the cache: a stream that did not ask for its usage is not counted (the
+        # cache's own upstream call adds nothing for metering).
+        call = runtime.chat.chat_completions(
+            body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
+    else:
+        call = runtime.passthrough.chat_completions(body, meter_usage=counts)
+    relay = await released_on_error(ticket, unless_disconnected(request, call))
     if relay.stream is not None:
         relay.stream = metered(request, ticket, relay.stream,
                                usage=lambda: tokens_of(relay.usage))

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from proxy.core.cachekey import parse_cache_control
 from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
@@ -20,11 +21,13 @@ from proxy.web.rendering import Reply, json_response, stream_response
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
+    directives = parse_cache_control(request.headers.get("cache-control"))
     background = body.get("background") is True
     ticket = await admitted(request, hold=background or body.get("stream") is True)
     job_limit = ticket.job_limit() if ticket is not None and background else None
     outcome = await released_on_error(ticket, unless_disconnected(
-        request, runtime.responses.create(tenant(request), body, job_limit=job_limit)))
+        request, runtime.responses.create(tenant(request), body, directives,
+                                          job_limit=job_limit)))
     if ticket is not None and background:
         ticket.hand_over()  # the job's worker ends it; the client's replay is not metered
         ticket = None

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import openai
 import pytest
 
 from tests.support.clients import SDK
@@ -14,6 +15,13 @@ def proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
     server = start_proxy(simulator.url)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
+    """The official SDK against the module's proxy, no retries (a failure shows at once)."""
+    with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
+        yield sdk
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -6,7 +6,6 @@ simulator: reasoning summaries, `item_reference` inputs (the Vercel AI SDK's mul
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,6 +13,7 @@ import openai
 import pytest
 
 from tests.conftest import SimControl
+from tests.support.clients import streamed
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess
 from tests.support.sse import data_payloads
@@ -21,16 +21,6 @@ from tests.support.sse import data_payloads
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
-        yield sdk
-
-
-def streamed(client: openai.OpenAI, **body: Any) -> list[dict[str, Any]]:
-    events = [event.to_dict() for event in client.responses.create(stream=True, **body)]
-    check_stream(events)
-    return events
 
 
 # -- reasoning summaries ------------------------------------------------------------------------

@@ -5,8 +5,6 @@ types and checked against the stream invariants and vLLM's stream rules."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
@@ -14,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.conftest import SimControl
-from tests.support.conformance import check_stream
+from tests.support.clients import streamed
 from tests.support.servers import ServerProcess
 from tests.support.sse import data_payloads
 
@@ -29,17 +27,6 @@ WEATHER = {
 }
 
 
-@pytest.fixture
-def client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
-        yield sdk
-
-
-def streamed(client: openai.OpenAI, **body: Any) -> list[dict[str, Any]]:
-    """Every event of a streamed create, as received, after the full conformance check."""
-    events = [event.to_dict() for event in client.responses.create(stream=True, **body)]
-    check_stream(events)
-    return events
 
 
 def test_non_stream_create(client: openai.OpenAI) -> None:

@@ -6,7 +6,11 @@ to be running at that moment."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
+
+from tests.support.conformance import check_stream
 
 
 class SdkClients:
@@ -28,3 +32,10 @@ class SdkClients:
 
 # The registry e2e modules share; tests/e2e/conftest.py closes it when each module ends.
 SDK = SdkClients()
+
+
+def streamed(client: openai.OpenAI, **body: Any) -> list[dict[str, Any]]:
+    """Every event of a streamed create, as received, after the full conformance check."""
+    events = [event.to_dict() for event in client.responses.create(stream=True, **body)]
+    check_stream(events)
+    return events

@@ -58,8 +58,13 @@ def test_defaults() -> None:
         ({"port": "0"}, {}, "--port"),
         ({}, {"PROXY_PORT": "70000"}, "--port"),
         ({"cache": "fuzzy"}, {}, "--cache"),
-        ({"cache": "exact"}, {}, "--cache"),  # not available yet: said at start
-        ({}, {"PROXY_CACHE": "semantic"}, "--cache"),
+        ({}, {"PROXY_CACHE": "semantic"}, "--embedding-model"),  # semantic needs vectors
+        ({"cache": "exact", "cache_ttl": "0"}, {}, "--cache-ttl"),
+        ({"cache_similarity": "1.5"}, {}, "--cache-similarity"),
+        ({"cache_similarity": "high"}, {}, "--cache-similarity"),
+        ({"cache_max_entry_bytes": "0"}, {}, "--cache-max-entry-bytes"),
+        ({"cache_max_per_namespace": "x"}, {}, "--cache-max-per-namespace"),
+        ({"cache_embedding_timeout": "-1"}, {}, "--cache-embedding-timeout"),
         ({"heartbeat_interval": "0"}, {}, "--heartbeat-interval"),
         ({"max_queued_jobs": "many"}, {}, "--max-queued-jobs"),
         ({"event_ttl": "-5"}, {}, "--event-ttl"),
@@ -177,3 +182,12 @@ def test_upstream_client_settings(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             build_settings(flags, env)
         assert info.value.flag == flag
+
+
+def test_cache_modes_start_with_their_settings() -> None:
+    exact = build_settings({"cache": "exact", "cache_ttl": "60"}, {})
+    assert (exact.cache, exact.cache_ttl) == ("exact", 60)
+    semantic = build_settings({}, {"PROXY_CACHE": "semantic", "PROXY_EMBEDDING_MODEL": "emb",
+                                   "PROXY_CACHE_SIMILARITY": "0.9"})
+    assert (semantic.cache, semantic.embedding_model, semantic.cache_similarity) == (
+        "semantic", "emb", 0.9)
