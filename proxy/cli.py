@@ -100,20 +100,25 @@ def _serve(settings: Settings) -> None:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.server import DrainingServer
 
     for line in describe(settings):
         log.info(line)
     if not settings.api_keys:
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,  # ours is web/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
-        timeout_graceful_shutdown=30,
+        # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
+        # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
+        timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
 
 
 def _worker(settings: Settings) -> None:

@@ -41,6 +41,7 @@ from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.context import fit, measure
+from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.references import resolve_references
@@ -84,7 +85,10 @@ class ResponsesService:
         *,
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
+        drain: Drain | None = None,
     ) -> None:
+        # Foreground turns register here while they run (a SIGTERM's grace can end them).
+        self._drain = drain or Drain()
         self._background = background
         self._stored = stored
         self._fleet = fleet
@@ -133,11 +137,13 @@ class ResponsesService:
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics)
+        owned = self._drain.turn(assembler.snapshot()["id"], turn)
         if request.stream:
-            return Outcome(stream=_sse(turn))
-        async with contextlib.aclosing(turn.run()) as batches:
-            async for _ in batches:
-                pass
+            return Outcome(stream=_sse(turn, owned))
+        with owned:
+            async with contextlib.aclosing(turn.run()) as batches:
+                async for _ in batches:
+                    pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
@@ -221,11 +227,13 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn) -> AsyncIterator[bytes]:
+async def _sse(turn: Turn, owned: contextlib.AbstractContextManager[None]
+               ) -> AsyncIterator[bytes]:
     # One write per batch: the events of one upstream read leave together. `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
-    async with contextlib.aclosing(turn.run()) as batches:
-        async for encoded in batches:
-            if encoded:
-                yield frames(encoded)
+    with owned:
+        async with contextlib.aclosing(turn.run()) as batches:
+            async for encoded in batches:
+                if encoded:
+                    yield frames(encoded)
 

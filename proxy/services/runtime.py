@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.conversations import Conversations
+from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
@@ -56,11 +57,14 @@ class Runtime:
     worker: Worker | None = None
     # Restarts the background loops; /readyz reports the ones failing.
     supervisor: Supervisor = field(default_factory=Supervisor)
+    # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
+    draining: Drain = field(default_factory=Drain)
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def build(cls, settings: Settings, *, http: ConnectionPool | None = None,
-              worker: bool | None = None, metrics: Metrics | None = None) -> Runtime:
+              worker: bool | None = None, metrics: Metrics | None = None,
+              draining: Drain | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`)."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.max_connections_per_upstream,
@@ -70,6 +74,7 @@ class Runtime:
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0))
         metrics = metrics or Metrics()
+        draining = draining or Drain()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
         tasks = TaskSet()
@@ -97,13 +102,14 @@ class Runtime:
             followers=followers,
             passthrough=Passthrough(fleet),
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored),
+                                       stored, drain=draining),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,
             background=background,
             worker=runner,
             supervisor=supervisor,
+            draining=draining,
         )
 
     async def start(self) -> None:
@@ -117,6 +123,12 @@ class Runtime:
         self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
         if self.worker is not None:
             self.worker.start()
+
+    async def drain(self) -> None:
+        """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
+        worker_stop = (self.worker.stop(self.settings.shutdown_grace)
+                       if self.worker is not None else None)
+        await self.draining.run(self.settings.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
         if self.worker is not None:
