@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
                                               "left out (and named in a header) or refused "
                                               "(default drop)")
+    serve.add_argument("--lease-ttl",
+                       help="seconds a stored foreground response's lease lasts: a dead "
+                            "instance's responses end failed within ~1.5x (default 10)")
     serve.add_argument("--send-timeout",
                        help="seconds a stream may wait on a client that stopped reading "
                             "(default 30)")

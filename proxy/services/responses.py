@@ -44,6 +44,7 @@ from proxy.services.context import fit, measure
 from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.lease import Leases
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -86,7 +87,10 @@ class ResponsesService:
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
         drain: Drain | None = None,
+        leases: Leases | None = None,
     ) -> None:
+        # Stored foreground responses are leased while they run (lease.py); None: embedded.
+        self._leases = leases
         # Foreground turns register here while they run (a SIGTERM's grace can end them).
         self._drain = drain or Drain()
         self._background = background
@@ -137,17 +141,27 @@ class ResponsesService:
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics)
-        owned = self._drain.turn(assembler.snapshot()["id"], turn)
+        owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
             return Outcome(stream=_sse(turn, owned))
-        with owned:
-            async with contextlib.aclosing(turn.run()) as batches:
-                async for _ in batches:
-                    pass
+        async with owned, contextlib.aclosing(turn.run()) as batches:
+            async for _ in batches:
+                pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
+
+    @contextlib.asynccontextmanager
+    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+                     ) -> AsyncIterator[None]:
+        """While a foreground turn runs: registered for the drain, and leased when stored."""
+        with self._drain.turn(response_id, turn):
+            if leased and self._leases is not None:
+                async with self._leases.held(response_id):
+                    yield
+            else:
+                yield
 
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
@@ -227,13 +241,12 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn, owned: contextlib.AbstractContextManager[None]
+async def _sse(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None]
                ) -> AsyncIterator[bytes]:
     # One write per batch: the events of one upstream read leave together. `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
-    with owned:
-        async with contextlib.aclosing(turn.run()) as batches:
-            async for encoded in batches:
-                if encoded:
-                    yield frames(encoded)
+    async with owned, contextlib.aclosing(turn.run()) as batches:
+        async for encoded in batches:
+            if encoded:
+                yield frames(encoded)
 

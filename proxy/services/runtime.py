@@ -14,6 +14,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+from proxy.core.errors import ProxyError
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.conversations import Conversations
@@ -21,7 +22,8 @@ from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
-from proxy.services.jobs import Worker
+from proxy.services.jobs import Worker, worker_name
+from proxy.services.lease import Leases
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
@@ -29,6 +31,7 @@ from proxy.services.tasks import Supervisor, TaskSet
 from proxy.settings import Settings, fleet_warning
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import job_queue, open_store
+from proxy.store.leases import LeaseTable
 from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
@@ -59,6 +62,9 @@ class Runtime:
     supervisor: Supervisor = field(default_factory=Supervisor)
     # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
     draining: Drain = field(default_factory=Drain)
+    # Leases on the stored foreground responses this process generates (None: embedded store,
+    # which dies with the process anyway).
+    leases: Leases | None = None
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -84,7 +90,11 @@ class Runtime:
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
         background = Background(store, queue, settings)
-        stored = StoredResponses(store, followers, settings)
+        leases = None if store.embedded else Leases(
+            LeaseTable(store.client), store, hub, ttl=settings.lease_ttl,
+            response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+            owner=worker_name(), interrupt=draining.interrupt)
+        stored = StoredResponses(store, followers, settings, leases=leases)
         runner = None
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
@@ -102,7 +112,7 @@ class Runtime:
             followers=followers,
             passthrough=Passthrough(fleet),
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, drain=draining),
+                                       stored, drain=draining, leases=leases),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,
@@ -110,6 +120,7 @@ class Runtime:
             worker=runner,
             supervisor=supervisor,
             draining=draining,
+            leases=leases,
         )
 
     async def start(self) -> None:
@@ -121,6 +132,8 @@ class Runtime:
             if not replica.healthy:
                 log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
         self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
+        if self.leases is not None:
+            self._loops.append(self.supervisor.start("leases", self.leases.run))
         if self.worker is not None:
             self.worker.start()
 
@@ -139,6 +152,9 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
         await self.tasks.drain(DRAIN_SECONDS)
+        if self.leases is not None:
+            with contextlib.suppress(ProxyError):
+                await self.leases.renew()  # drops the leases of the turns that just ended
         await self.hub.aclose()
         await self.followers.aclose()
         await self.store.aclose()
