@@ -18,7 +18,7 @@ from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
 from proxy.store.leases import LeaseState, LeaseTable
 from proxy.store.redis import RedisStore
-from tests.support.assembly import CREATED_AT, assemble, base_response, golden_bytes
+from tests.support.assembly import CREATED_AT, assemble, golden_bytes
 from tests.support.conformance import check_stream
 
 TENANT = "tenant"
