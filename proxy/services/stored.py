@@ -108,10 +108,6 @@ class StoredResponses:
         async for page in log_pages(self._store, record.id, after=after):
             for event in page:
                 yield frame(event.type, event.data)
-                if event.type in t.TERMINAL_EVENTS:
-                    # Nothing follows a terminal event, even if a writer presumed dead (its
-                    # lease expired, lease.py) flushed a last batch behind its reaper's end.
-                    return
 
     async def _from_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
         if record.status in t.TERMINAL_STATUSES:

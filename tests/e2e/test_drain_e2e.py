@@ -150,3 +150,51 @@ async def test_grace_shorter_than_streams_ends_each_with_stored_failure(
     finally:
         proxy.stop()
         other.stop()
+
+
+def _status(server: ServerProcess, response_id: str) -> str:
+    body = httpx.get(f"{server.url}/v1/responses/{response_id}", headers=AUTH, timeout=10)
+    return str(body.json()["status"])
+
+
+def test_sigterm_on_serve_hands_queued_jobs_back_and_fails_the_overdue_one(
+        simulator: ServerProcess) -> None:
+    """The in-process worker during the drain: the running job (longer than the grace) ends
+    `failed`, the queued ones stay queued for another worker, which then runs them."""
+    from tests.support.servers import start_redis, start_worker
+
+    redis = start_redis()  # a queue of the test's own: no other worker takes its jobs
+    url = f"redis://127.0.0.1:{redis.port}/0"
+    proxy = start_proxy(simulator.url, "--shutdown-grace", "1", "--worker-concurrency", "1",
+                        "--heartbeat-interval", "0.5", redis_url=url)
+    front = start_proxy(simulator.url, "--no-worker", redis_url=url)
+    worker = None
+    try:
+        def submit(prompt: str) -> str:
+            answer = httpx.post(proxy.url + "/v1/responses", headers=AUTH, timeout=10, json={
+                "model": "sim-model", "input": prompt, "background": True})
+            assert answer.status_code == 200
+            return str(answer.json()["id"])
+
+        running = submit("long job [[sim tokens=200 delay_ms=50]]")
+        deadline = time.monotonic() + 10
+        while _status(front, running) != "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        queued = [submit(f"queued job {i}") for i in range(3)]
+        assert [_status(front, q) for q in queued] == ["queued"] * 3
+        proxy.signal(signal.SIGTERM)
+        assert _exit_code(proxy, 20) == 0, proxy.output()
+        assert _status(front, running) == "failed"
+        assert [_status(front, q) for q in queued] == ["queued"] * 3
+        worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5")
+        deadline = time.monotonic() + 20
+        while (any(_status(front, q) != "completed" for q in queued)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        assert [_status(front, q) for q in queued] == ["completed"] * 3
+    finally:
+        if worker is not None:
+            worker.stop()
+        proxy.stop()
+        front.stop()
+        redis.stop()

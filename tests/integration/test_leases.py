@@ -125,3 +125,28 @@ async def test_an_ended_turns_lease_is_dropped_at_the_next_renewal(store: RedisS
         assert await LeaseTable(store.client).state(response_id) is LeaseState.HELD
     await writer.renew()
     assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
+
+
+async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisStore) -> None:
+    """A writer presumed dead (stalled past its lease) may flush one more batch after its
+    reaper closed the log: the store drops events after `closed` (APPEND_EVENTS), so a replay
+    still ends at the one terminal event. (A guard of what leases rely on.)"""
+    from proxy.services.follow import Followers
+    from proxy.services.stored import StoredResponses
+    from proxy.settings import Settings
+    from tests.support.sse import data_payloads
+
+    response_id, _ = await half_written(store)
+    async with leases(store).held(response_id):
+        await expired(LeaseTable(store.client), response_id)
+        assert await leases(store).sweep() == 1
+    count, last = await store.log_extent(response_id)
+    assert last is not None and last.type == "response.failed"
+    late = {"type": "response.output_text.delta", "sequence_number": last.seq + 1}
+    await store.append_events({response_id: [StoredEvent(last.seq + 1, late["type"],
+                                                         orjson.dumps(late))]}, ttl=60)
+    stored = StoredResponses(store, Followers(store), Settings())
+    body = b"".join([chunk async for chunk in await stored.replay(TENANT, response_id, None)])
+    events = data_payloads(body)
+    assert events[-1]["type"] == "response.failed"
+    assert len(events) == count
