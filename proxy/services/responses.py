@@ -28,7 +28,13 @@ import orjson
 from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
-from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound, UpstreamError
+from proxy.core.errors import (
+    InvalidRequest,
+    NotFound,
+    PreviousResponseNotFound,
+    ShuttingDown,
+    UpstreamError,
+)
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
@@ -41,7 +47,7 @@ from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.context import fit, measure
-from proxy.services.drain import Drain
+from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.lease import Leases
@@ -149,6 +155,8 @@ class ResponsesService:
                 pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
+            if final["error"]["message"] == SHUTTING_DOWN:
+                raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
             raise UpstreamError(final["error"]["message"])
         return Outcome(body=final)
 

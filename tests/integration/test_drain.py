@@ -91,3 +91,19 @@ async def test_turns_past_the_grace_are_interrupted_and_the_worker_stop_awaited(
     await asyncio.wait_for(task, 1)
     assert turn.reasons == [SHUTTING_DOWN]
     assert stopped.is_set()
+
+
+async def test_a_json_create_past_the_grace_gets_503_shutting_down(
+        app_client: tuple[Runtime, httpx.AsyncClient]) -> None:
+    runtime, http = app_client
+    body = {"model": "sim-model", "input": "slow json [[sim tokens=200 delay_ms=50]]"}
+    call = asyncio.create_task(http.post("/v1/responses", json=body))
+    for _ in range(200):  # until the turn runs
+        if runtime.draining.turns:
+            break
+        await asyncio.sleep(0.02)
+    assert runtime.draining.turns == 1
+    await asyncio.wait_for(runtime.draining.run(grace=0.05), 10)
+    answer = await asyncio.wait_for(call, 10)
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "server_shutting_down"
