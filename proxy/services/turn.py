@@ -214,13 +214,13 @@ class Turn:
             # An interrupted turn's upstream was closed on purpose: say why, not "lost".
             yield assembler.fail(self._stop_reason or f"upstream connection lost: {exc.message}")
         finally:
-            if assembler.done and not self._abandoned:
+            if assembler.done and not self._abandoned and self._stop_reason is None:
                 # The answer is whole; only the body's end (usually in the same read) may be
                 # left. Reading it lets the connection go back to the pool, but our client need
                 # not wait for it: a task finishes the upstream side.
                 self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS),
                                   name="upstream-tail")
-            else:
+            else:  # cut short (or interrupted: its upstream is closed, nothing to read)
                 await self._tasks.shielded(call.aclose(), name="upstream-close")
 
 
