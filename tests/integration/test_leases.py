@@ -150,3 +150,53 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
     events = data_payloads(body)
     assert events[-1]["type"] == "response.failed"
     assert len(events) == count
+
+
+def replaying(store: RedisStore, lease_set: Leases) -> Any:
+    from proxy.services.follow import Followers
+    from proxy.services.stored import StoredResponses
+    from proxy.settings import Settings
+
+    # A follower re-checks the response after 0.2 s without an event.
+    return StoredResponses(store, Followers(store, block_ms=50), Settings(follow_idle=0.2),
+                           leases=lease_set)
+
+
+async def _read_all(stream: Any) -> bytes:
+    return b"".join([chunk async for chunk in stream])
+
+
+async def test_a_replay_waits_on_a_quiet_writer_that_holds_its_lease(store: RedisStore) -> None:
+    from tests.support.sse import data_payloads
+
+    response_id, prefix = await half_written(store)
+    writer = leases(store, ttl=30)
+    async with writer.held(response_id):
+        stored = replaying(store, leases(store, ttl=30))
+        reader = asyncio.create_task(_read_all(await stored.replay(TENANT, response_id, None)))
+        await asyncio.sleep(0.8)  # several idle rounds: the writer is alive, only quiet
+        assert not reader.done()
+        # The writer ends it (here by hand: the end a live turn would store).
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None
+        done = {**record.response, "status": "completed"}
+        seq = prefix[-1]["sequence_number"] + 1
+        end = {"type": "response.completed", "sequence_number": seq, "response": done}
+        await store.finish_response(done, StoredEvent(seq, end["type"], orjson.dumps(end)),
+                                    ttl=60, event_ttl=60)
+        events = data_payloads(await asyncio.wait_for(reader, 5))
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_a_replay_closes_a_response_whose_lease_expired(store: RedisStore) -> None:
+    from tests.support.sse import data_payloads
+
+    response_id, _ = await half_written(store)
+    async with leases(store).held(response_id):  # never renewed: the writer is dead
+        stored = replaying(store, leases(store))
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None and record.status == "in_progress"
+        stream = stored.replay_record(record, -1)  # started before the lease ran out
+        events = data_payloads(await asyncio.wait_for(_read_all(stream), 10))
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["message"] == LOST
