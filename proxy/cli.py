@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
                                               "left out (and named in a header) or refused "
                                               "(default drop)")
+    serve.add_argument("--lease-ttl",
+                       help="seconds a stored foreground response's lease lasts: a dead "
+                            "instance's responses end failed within ~1.5x (default 10)")
     serve.add_argument("--send-timeout",
                        help="seconds a stream may wait on a client that stopped reading "
                             "(default 30)")
@@ -117,20 +120,25 @@ def _serve(settings: Settings) -> None:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.server import DrainingServer
 
     for line in describe(settings):
         log.info(line)
     if not accepted_keys(settings):
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,  # ours is web/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
-        timeout_graceful_shutdown=30,
+        # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
+        # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
+        timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
 
 
 def _worker(settings: Settings) -> None:

@@ -87,6 +87,9 @@ class Settings:
     max_queued_jobs: int = 10_000
     # Seconds running jobs get to finish when a worker stops.
     shutdown_grace: float = 30.0
+    # Seconds a stored foreground response's lease lasts unless its instance renews it (every
+    # third of it); a dead instance's responses end `failed` within about 1.5 leases.
+    lease_ttl: float = 10.0
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
@@ -264,6 +267,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         heartbeat_interval=seconds("heartbeat_interval"),
         max_queued_jobs=count("max_queued_jobs"),
         shutdown_grace=seconds("shutdown_grace"),
+        lease_ttl=seconds("lease_ttl"),
         log_level=log_level,
         log_format=log_format,
         params=mode("params", PARAMS_MODES),

@@ -14,7 +14,8 @@
     │   ├── UpstreamUnreachable         502 connection refused / not made (safe to retry elsewhere)
     │   ├── UpstreamUnavailable         503 no replica can take the request
     │   └── UpstreamTimeout             504
-    └── StoreUnavailable            503 Redis (or the store) is down; stateless traffic goes on
+    ├── StoreUnavailable            503 Redis (or the store) is down; stateless traffic goes on
+    └── ShuttingDown                503 server_shutting_down (+ Retry-After): draining on SIGTERM
 
 Each error knows its HTTP status and renders `{"error": {"message", "type", "param", "code"}}`.
 """
@@ -152,3 +153,17 @@ class StoreUnavailable(ProxyError):
     status = 503
     type = "server_error"
     code = "store_unavailable"
+
+
+class ShuttingDown(ProxyError):
+    """This instance is draining (SIGTERM): the client should retry, another instance will
+    answer (the load balancer stops sending here once /readyz says 503)."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"
+
+    def __init__(self, *, retry_after: int = 1) -> None:
+        super().__init__("This server is shutting down; retry the request (another instance "
+                         "will answer it).",
+                         headers={"Retry-After": str(retry_after), "Connection": "close"})

@@ -29,7 +29,13 @@ from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
 from proxy.core.cachekey import USE_CACHE, Directives
-from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound, UpstreamError
+from proxy.core.errors import (
+    InvalidRequest,
+    NotFound,
+    PreviousResponseNotFound,
+    ShuttingDown,
+    UpstreamError,
+)
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
@@ -43,8 +49,10 @@ from proxy.metrics import Metrics
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.context import fit, measure
+from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.lease import Leases
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -86,8 +94,14 @@ class ResponsesService:
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
         cache: ResponseCache | None = None,
+        drain: Drain | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self._cache = cache
+        # Stored foreground responses are leased while they run (lease.py); None: embedded.
+        self._leases = leases
+        # Foreground turns register here while they run (a SIGTERM's grace can end them).
+        self._drain = drain or Drain()
         self._background = background
         self._stored = stored
         self._fleet = fleet
@@ -145,14 +159,17 @@ class ResponsesService:
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics)
+        owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
-            return Outcome(stream=_sse(turn, self._keeper(tenant, cached, assembler)),
+            return Outcome(stream=_sse(turn, owned, self._keeper(tenant, cached, assembler)),
                            headers=cached.headers())
-        async with contextlib.aclosing(turn.run()) as batches:
+        async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
+            if final["error"]["message"] == SHUTTING_DOWN:
+                raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
             raise UpstreamError(final["error"]["message"])
         self._keeper(tenant, cached, assembler)()
         return Outcome(body=final, headers=cached.headers())
@@ -180,6 +197,17 @@ class ResponsesService:
         if cache is None or cached.key is None:
             return _nothing
         return lambda: cache.keep(tenant, cached, assembler.snapshot())
+
+    @contextlib.asynccontextmanager
+    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+                     ) -> AsyncIterator[None]:
+        """While a foreground turn runs: registered for the drain, and leased when stored."""
+        with self._drain.turn(response_id, turn):
+            if leased and self._leases is not None:
+                async with self._leases.held(response_id):
+                    yield
+            else:
+                yield
 
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
@@ -262,10 +290,11 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn, ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+async def _sse(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+               ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
     # One write per batch: the events of one upstream read leave together. `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
-    async with contextlib.aclosing(turn.run()) as batches:
+    async with owned, contextlib.aclosing(turn.run()) as batches:
         async for encoded in batches:
             if encoded:
                 yield frames(encoded)

@@ -198,3 +198,20 @@ def limit_streams(tenant: str) -> str:
     died expires and is dropped by the next admission, so no slot leaks for ever. The key
     itself expires when no lease is renewed for twice a lease's life."""
     return f"lim:{{{tenant}}}:streams"
+# -- foreground ownership (leases) ----------------------------------------------------------
+# Who still writes each foreground stored response: member = response id, score = the lease's
+# deadline in milliseconds of the Redis server's clock (TIME inside the scripts: every instance
+# reads the same clock, whatever their own drift). The instance serving a response renews it
+# every third of `--lease-ttl`, for all its responses in one call; an entry whose deadline has
+# passed is a writer that died (kill -9, a lost host), and whoever finds it closes the response
+# (services/lease.py). A sorted set so that the expired ones are one ZRANGEBYSCORE away, never a
+# SCAN; bounded because entries leave when their response ends (or is reaped), and an entry
+# never renewed is reaped within two lease periods.
+LEASES: Final = "leases:{live}"
+
+
+def response_reaper(response_id: str) -> str:
+    """Claim (SET NX PX) on closing a response whose lease expired: of the instances that notice
+    it, one closes it; the claim expires with a lease period, so a reaper that dies too is
+    replaced."""
+    return f"rp:{{{response_id}}}:reaper"

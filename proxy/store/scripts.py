@@ -488,3 +488,55 @@ end
 redis.call('PEXPIRE', KEYS[1], 2 * lease_ms)
 return 1
 """
+
+# -- foreground leases (keys.LEASES; services/lease.py) -------------------------------------
+# These touch only the lease set (one slot). Deadlines are in milliseconds of the server's own
+# clock, so instances with drifting clocks agree on what has expired.
+_NOW_MS: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# One writer's leases in one call: new ones taken, held ones renewed, finished ones dropped.
+# A held lease whose deadline already passed is NOT renewed: someone may be closing that
+# response (its writer was presumed dead); the writer must stop it instead.
+# ARGV: ttl_ms, count of new ids, new id*, count of held ids, held id*, dropped id*
+# Returns the held ids that were lost (expired or gone).
+RENEW_LEASES: Final = _NOW_MS + """
+local deadline = now + tonumber(ARGV[1])
+local n_new = tonumber(ARGV[2])
+local i = 3
+for _ = 1, n_new do
+  redis.call('ZADD', KEYS[1], deadline, ARGV[i])
+  i = i + 1
+end
+local n_held = tonumber(ARGV[i])
+i = i + 1
+local lost = {}
+for _ = 1, n_held do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) >= now then
+    redis.call('ZADD', KEYS[1], deadline, ARGV[i])
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+  i = i + 1
+end
+for j = i, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[j])
+end
+return lost
+"""
+
+# ARGV: limit   Returns up to `limit` ids whose lease deadline has passed, oldest first.
+EXPIRED_LEASES: Final = _NOW_MS + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[1]))
+"""
+
+# ARGV: response id   Returns 1 (expired), 0 (held), -1 (no lease).
+LEASE_STATE: Final = _NOW_MS + """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return -1 end
+if tonumber(score) < now then return 1 end
+return 0
+"""

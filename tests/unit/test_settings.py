@@ -191,3 +191,13 @@ def test_cache_modes_start_with_their_settings() -> None:
                                    "PROXY_CACHE_SIMILARITY": "0.9"})
     assert (semantic.cache, semantic.embedding_model, semantic.cache_similarity) == (
         "semantic", "emb", 0.9)
+
+
+def test_lease_ttl_from_flag_or_environment() -> None:
+    assert build_settings({}, {}).lease_ttl == 10.0
+    assert build_settings({}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 3.0
+    assert build_settings({"lease_ttl": "2.5"}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError) as info:
+            build_settings({"lease_ttl": bad}, {})
+        assert info.value.flag == "--lease-ttl"
