@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from proxy.core.balancer import Candidate, rendezvous_order
@@ -58,17 +57,14 @@ def chats(sims: list[ServerProcess]) -> list[int]:
     return [httpx.get(s.url + "/sim/stats", timeout=5).json()["chat_requests"] for s in sims]
 
 
-def served_by(sims: list[ServerProcess], call: Callable[[], Any]) -> tuple[int, Any]:
-    """Run `call` (one chat upstream); the index of the simulator that answered it."""
+def served_by(sims: list[ServerProcess], proxy: ServerProcess, **create: Any) -> tuple[int, Any]:
+    """Create a response through `proxy` (one chat upstream); the index of the simulator that
+    answered it, and the response."""
     before = chats(sims)
-    result = call()
+    result = SDK.get(proxy.url, KEY).responses.create(model=MODEL, **create)
     moved = [i for i, (x, y) in enumerate(zip(before, chats(sims), strict=True)) if y != x]
     assert len(moved) == 1, (before, moved)
     return moved[0], result
-
-
-def sdk(server: ServerProcess) -> openai.OpenAI:
-    return SDK.get(server.url, KEY)
 
 
 def running(server: ServerProcess) -> float:
@@ -111,9 +107,8 @@ def test_every_turn_of_a_chain_lands_on_its_first_replica(
         replicas = []
         for turn in range(6):
             proxy = pair[turn % 2]  # turns alternate between the two instances
-            replica, response = served_by(sims, lambda: sdk(proxy).responses.create(
-                model=MODEL, input=f"chain {chain} turn {turn}",
-                previous_response_id=previous))
+            replica, response = served_by(sims, proxy, input=f"chain {chain} turn {turn}",
+                                          previous_response_id=previous)
             previous = response.id
             replicas.append(replica)
         assert len(set(replicas)) == 1, replicas
@@ -123,12 +118,12 @@ def test_every_turn_of_a_chain_lands_on_its_first_replica(
 
 def test_every_turn_of_a_conversation_lands_on_one_replica(
         sims: list[ServerProcess], pair: tuple[ServerProcess, ServerProcess]) -> None:
-    conversation = sdk(pair[0]).conversations.create()
+    conversation = SDK.get(pair[0].url, KEY).conversations.create()
     replicas = set()
     for turn in range(6):
         proxy = pair[turn % 2]
-        replica, _ = served_by(sims, lambda: sdk(proxy).responses.create(
-            model=MODEL, input=f"conversation turn {turn}", conversation=conversation.id))
+        replica, _ = served_by(sims, proxy, input=f"conversation turn {turn}",
+                               conversation=conversation.id)
         replicas.add(replica)
     assert len(replicas) == 1
 
@@ -138,9 +133,8 @@ def test_every_request_with_one_prompt_cache_key_lands_on_one_replica(
     replicas = set()
     for turn in range(6):
         proxy = pair[turn % 2]
-        replica, _ = served_by(sims, lambda: sdk(proxy).responses.create(
-            model=MODEL, input=f"keyed {turn}", prompt_cache_key="tenant-7-agent",
-            store=False))
+        replica, _ = served_by(sims, proxy, input=f"keyed {turn}",
+                               prompt_cache_key="tenant-7-agent", store=False)
         replicas.add(replica)
     assert len(replicas) == 1
 
@@ -150,8 +144,7 @@ def test_independent_requests_spread_across_the_fleet(
     counts = [0, 0, 0]
     for n in range(30):
         proxy = pair[n % 2]
-        replica, _ = served_by(sims, lambda: sdk(proxy).responses.create(
-            model=MODEL, input=f"independent {n}", store=False))
+        replica, _ = served_by(sims, proxy, input=f"independent {n}", store=False)
         counts[replica] += 1
     # The stated bound: max/mean <= 1.5 (list order would put all 30 on one).
     assert max(counts) / (sum(counts) / 3) <= 1.5, counts
@@ -165,8 +158,7 @@ def test_an_overloaded_affinity_target_sheds_to_its_stable_fallback(
     a = pair[0]
 
     def keyed() -> int:
-        return served_by(sims, lambda: sdk(a).responses.create(
-            model=MODEL, input="keyed request", prompt_cache_key=key, store=False))[0]
+        return served_by(sims, a, input="keyed request", prompt_cache_key=key, store=False)[0]
 
     assert keyed() == home
     threads = busy(sims[home], 8, ms=6000)

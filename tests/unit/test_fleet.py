@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from proxy.core.errors import ModelNotFound
 from proxy.core import replicaload
+from proxy.core.errors import ModelNotFound
 from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet import Fleet
 
