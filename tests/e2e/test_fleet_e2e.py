@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -186,3 +187,23 @@ def test_the_simulator_metrics_count_the_requests_it_runs(sims: list[ServerProce
         for thread in threads:
             thread.join(30)
     assert running(sim) == 0
+
+
+def test_a_fleet_file_sends_each_replica_its_own_key_and_never_logs_it(
+        sims: list[ServerProcess], tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"- url: {sims[0].url}\n  api_key: sk-replica-zero\n  models: [{MODEL}]\n"
+                     f"- url: {sims[1].url}\n  weight: 2\n  max_concurrency: 4\n")
+    proxy = start_proxy([], "--fleet", str(fleet), "--upstream-api-key", "sk-fleet-wide",
+                        "--log-level", "debug")
+    try:
+        seen: dict[int, str] = {}
+        for n in range(6):
+            replica, _ = served_by(sims, proxy, input=f"fleet file {n}", store=False)
+            headers = httpx.get(sims[replica].url + "/sim/stats", timeout=5).json()[
+                "last_headers"]
+            seen[replica] = headers.get("authorization", "")
+        assert seen == {0: "Bearer sk-replica-zero", 1: "Bearer sk-fleet-wide"}
+    finally:
+        proxy.stop()
+    assert "sk-replica-zero" not in Path(proxy._log.name).read_text(errors="replace")
