@@ -117,6 +117,22 @@ def test_every_turn_of_a_chain_lands_on_its_first_replica(
     assert len(homes) > 1  # turn 1 had no key: chains start on different replicas
 
 
+def test_a_background_turn_records_its_replica_for_the_follow_up(
+        sims: list[ServerProcess], pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = pair
+    before = chats(sims)
+    first = SDK.get(a.url, KEY).responses.create(model=MODEL, input="background turn 1",
+                                                 background=True)
+    wait_for(lambda: SDK.get(b.url, KEY).responses.retrieve(first.id).status == "completed",
+             "the background turn to complete")
+    ran = [i for i, (x, y) in enumerate(zip(before, chats(sims), strict=True)) if y != x]
+    assert len(ran) == 1
+    for turn, proxy in enumerate((b, a, b)):
+        replica, first = served_by(sims, proxy, input=f"foreground turn {turn + 2}",
+                                   previous_response_id=first.id)
+        assert replica == ran[0]
+
+
 def test_every_turn_of_a_conversation_lands_on_one_replica(
         sims: list[ServerProcess], pair: tuple[ServerProcess, ServerProcess]) -> None:
     conversation = SDK.get(pair[0].url, KEY).conversations.create()
