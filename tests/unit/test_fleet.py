@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from proxy.core import replicaload
-from proxy.core.errors import ModelNotFound
+from proxy.core.errors import ModelNotFound, UpstreamError
 from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet import Fleet
 
@@ -180,3 +180,19 @@ async def test_a_replica_back_up_does_not_take_every_tie_until_it_caught_up() ->
     f.replicas[0].picks, f.replicas[1].healthy = 100, False
     await f.refresh()  # b is back
     assert f.replicas[1].picks == 100
+
+
+class NoMetricsProbe(StaticProbe):
+    async def get(self, base: str, path: str, **kwargs: Any) -> Any:
+        if path == "/metrics":
+            raise UpstreamError("upstream answered 404")
+        return await super().get(base, path)
+
+
+async def test_a_replica_without_metrics_is_up_with_no_signal() -> None:
+    f = Fleet(NoMetricsProbe(), ["http://a"])  # type: ignore[arg-type]
+    f.replicas[0].signal = replicaload.Signal(9, 9, 1.0, 0)  # an old scrape is not kept
+    await f.refresh()
+    assert f.replicas[0].healthy and f.replicas[0].signal is None
+    f.replicas[0].in_flight = 2
+    assert f.replicas[0].load == 2.0
