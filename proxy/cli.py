@@ -34,6 +34,11 @@ class _Parser(argparse.ArgumentParser):
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", action="append", help="vLLM server root URL (repeatable)")
     p.add_argument("--upstream-api-key", help="key sent to the upstream instead of the client's")
+    p.add_argument("--fleet", help="YAML/JSON file of replicas (url, weight, api_key, "
+                                   "max_concurrency, models); instead of --upstream")
+    p.add_argument("--affinity-load-factor",
+                   help="a keyed request leaves its replica above this times the mean load "
+                        "(default 1.25)")
     p.add_argument("--redis-url", help="redis://host:port/db; omitted = embedded store")
     p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
     p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")

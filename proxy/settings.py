@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 
 CACHE_MODES = ("off", "exact", "semantic")
 PARAMS_MODES = ("lenient", "strict")
@@ -51,6 +52,10 @@ class Settings:
     port: int = 8080
     upstreams: tuple[str, ...] = ()
     upstream_api_key: str | None = None
+    # The fleet file's replicas (`--fleet`); their URLs are `upstreams` too.
+    fleet: tuple[ReplicaSpec, ...] = ()
+    # A keyed request leaves its replica once that one's load passes the mean by this factor.
+    affinity_load_factor: float = 1.25
     redis_url: str | None = None
     api_keys: tuple[str, ...] = ()
     cache: str = "off"
@@ -192,6 +197,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 
     upstream_values = flags.get("upstream") or _split(env.get("PROXY_UPSTREAMS"))
     upstreams = tuple(normalize_upstream(str(u)) for u in upstream_values)  # type: ignore[attr-defined]
+    fleet = _fleet_file(pick("fleet", "PROXY_FLEET"), upstreams)
+    upstreams = upstreams or tuple(spec.url for spec in fleet)
 
     redis_url = pick("redis_url", "PROXY_REDIS_URL")
     key_values = flags.get("api_key") or _split(env.get("PROXY_API_KEYS"))
@@ -280,10 +287,37 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         cache_max_per_namespace=count("cache_max_per_namespace"),
         cache_embedding_timeout=seconds("cache_embedding_timeout"),
         keys_file=_keys_file(pick),
+        fleet=fleet,
+        affinity_load_factor=_load_factor(pick("affinity_load_factor",
+                                               "PROXY_AFFINITY_LOAD_FACTOR")),
     )
 
 
 Pick = Callable[[str, str], object]
+
+
+def _fleet_file(path: object, upstreams: tuple[str, ...]) -> tuple[ReplicaSpec, ...]:
+    """The replicas of `--fleet FILE`; none without it. Not together with `--upstream`: two
+    lists of the fleet would disagree sooner or later."""
+    if not path:
+        return ()
+    if upstreams:
+        raise ConfigError("--fleet", "give either --fleet or --upstream (PROXY_UPSTREAMS), "
+                                     "not both")
+    try:
+        return load_fleet(str(path), normalize_upstream)
+    except FleetFileError as exc:
+        raise ConfigError("--fleet", str(exc)) from None
+
+
+def _load_factor(value: object) -> float:
+    if value is None or value == "":
+        return Settings.affinity_load_factor
+    factor = check_positive(value, "--affinity-load-factor")
+    if not 1 <= factor < float("inf"):
+        raise ConfigError("--affinity-load-factor", "must be >= 1 (1 = no replica above the "
+                                                    "mean; larger keeps more affinity)")
+    return factor
 
 
 def _logging(pick: Pick) -> tuple[str, str]:

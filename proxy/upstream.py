@@ -137,6 +137,8 @@ class Upstream:
             common.append(("authorization", f"Bearer {api_key}"))
         self._common = "".join(f"{name}: {value}\r\n" for name, value in common).encode("latin-1")
         self._targets: dict[str, _Target] = {}
+        # Per-replica keys (a fleet file's `api_key`), sent instead of `api_key` to that one.
+        self._own_auth: dict[str, bytes] = {}
         self._connect_timeout = timeouts.connect
         # Streams wait for their first chunk at most `first_token` (headers at most
         # `first_byte` too), then for each chunk at most `idle`; a whole non-streamed answer
@@ -145,6 +147,11 @@ class Upstream:
             timeouts.connect, min(timeouts.first_byte, timeouts.first_token),
             read=timeouts.idle, first=timeouts.first_token)
         self._call_timeouts = ExchangeTimeouts(timeouts.connect, timeouts.first_byte)
+
+    def use_key(self, base: str, api_key: str) -> None:
+        """Authenticate to the replica at `base` with its own key (before its first request)."""
+        self._own_auth[base] = f"authorization: Bearer {api_key}\r\n".encode("latin-1")
+        self._targets.pop(base, None)
 
     @staticmethod
     def make_pool(max_connections: int = 2048, max_idle_per_origin: int = 512, *,
@@ -214,6 +221,10 @@ class Upstream:
             port = parts.port or (443 if scheme == "https" else 80)
             host = parts.netloc.rpartition("@")[2]  # the Host header never carries userinfo
             head = b"host: " + host.encode("ascii") + b"\r\n" + self._common
+            own = self._own_auth.get(base)
+            if own is not None:  # the replica's key replaces the fleet-wide one
+                head = b"".join(line + b"\r\n" for line in head.split(b"\r\n")
+                                if line and not line.startswith(b"authorization:")) + own
             target = _Target((scheme, parts.hostname or "", port),
                              parts.path.rstrip("/").encode(), head)
             self._targets[base] = target

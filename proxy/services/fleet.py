@@ -1,33 +1,42 @@
 """The fleet: which vLLM replicas exist, which are healthy, which models each serves, and which
 one takes the next request.
 
-Health and models are hints refreshed in the background (`/health` + `/v1/models` every
-`discovery_interval`); a replica that refuses a connection is marked down at once. Choice, among
-healthy replicas serving the model: affinity first (the same conversation lands on the same
-replica, for vLLM's prefix cache) unless that replica is busier than the least loaded by more than
-`AFFINITY_SLACK`, else least in-flight. When nothing is known to be healthy we still try a replica:
-the failure then tells the client what is wrong (502), instead of a guess.
+Health, models and load are hints refreshed in the background (`/health`, `/v1/models` and
+`/metrics` every `discovery_interval`, within the probe timeout); a replica that refuses a
+connection is marked down at once. A replica without `/metrics` (or with nothing vLLM-like in
+it) counts only this process's requests. The choice among healthy replicas serving the model is
+core/balancer.py's pure function (its docstring states the load formula and the bound): the
+recorded replica of a chain (`home`), else the affinity key's rendezvous order, within the bounded
+load; else the least loaded, ties rotating. When nothing is known to be healthy we still try a
+replica: the failure then tells the client what is wrong (502), instead of a guess.
+
+Replicas come from `--upstream` URLs or a fleet file (proxy/fleetfile.py: weight, per-replica
+API key, max concurrency, a fixed model list). The per-replica key goes to the upstream client
+only; it is never logged nor shown in `status()`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core import balancer, replicaload
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.requestctx import note_replica
+from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream
 
 log = logging.getLogger("proxy.fleet")
 
-# How many more in-flight requests than the least loaded replica an affinity target may carry
-# before we give up on the prefix cache and balance instead.
-AFFINITY_SLACK = 8
+# How far above the fleet's mean load (per unit of weight) an affinity target may go before
+# its keys shed to their fallback (`--affinity-load-factor`).
+DEFAULT_LOAD_FACTOR = 1.25
+# /metrics text read at most this far (vLLM's is tens of kB; the gauges come first anyway).
+METRICS_MAX_BYTES = 1 << 20
 # Probes that must fail in a row before a replica that answered before is marked down.
 PROBES_TO_DOWN = 2
 # On-demand re-discovery (an unknown model may have just been loaded) at most this often.
@@ -45,9 +54,25 @@ class Replica:
     error: str | None = None
     checked_at: float = 0.0
     failed_probes: int = 0  # in a row
+    weight: float = 1.0  # share of un-keyed traffic and of the load bound
+    max_concurrency: int | None = None  # the fleet file's cap (flow control reads it)
+    allowed: frozenset[str] | None = None  # the fleet file's `models`: only these, ever
+    signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
+    picks: int = 0  # requests this process sent it: the balancer's tie-breaker
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
+
+    @property
+    def load(self) -> float:
+        return replicaload.load(self.in_flight, self.signal)
+
+    @classmethod
+    def of(cls, spec: ReplicaSpec) -> Replica:
+        allowed = frozenset(spec.models) if spec.models is not None else None
+        # A fixed model list is served from the start, before discovery confirms it.
+        return cls(spec.url, weight=spec.weight, max_concurrency=spec.max_concurrency,
+                   allowed=allowed, model_ids=allowed or frozenset())
 
 
 @dataclass
@@ -72,11 +97,21 @@ class Fleet:
     interval: float = 10.0
     probe_timeout: float = 5.0
     clock: Callable[[], float] = time.monotonic
+    # The fleet file's replicas; when given, they are the fleet and `urls` is not used.
+    specs: Sequence[ReplicaSpec] = ()
+    load_factor: float = DEFAULT_LOAD_FACTOR
     replicas: list[Replica] = field(init=False)
     _last_rediscovery: float = field(init=False, default=-1e9)
+    _turn: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.replicas = [Replica(url) for url in self.urls]
+        if self.specs:
+            self.replicas = [Replica.of(spec) for spec in self.specs]
+            for spec in self.specs:
+                if spec.api_key:
+                    self.upstream.use_key(spec.url, spec.api_key)
+        else:
+            self.replicas = [Replica(url) for url in self.urls]
 
     # -- discovery ---------------------------------------------------------------------------
     async def refresh(self) -> None:
@@ -102,12 +137,34 @@ class Fleet:
                 replica.healthy = False
         else:
             replica.failed_probes = 0
+            if replica.allowed is not None:
+                models = tuple(m for m in models if str(m.get("id")) in replica.allowed)
             if not replica.healthy:
                 log.info("replica %s is up, serving %d model(s)", replica.url, len(models))
+                self._level_picks(replica)
             replica.healthy, replica.known, replica.error = True, True, None
             replica.models = models
             replica.model_ids = frozenset(str(m.get("id")) for m in models)
+            replica.signal = await self._scrape(replica)
         replica.checked_at = self.clock()
+
+    async def _scrape(self, replica: Replica) -> replicaload.Signal | None:
+        """The replica's load gauges from its `/metrics`; None when it has none to give."""
+        own = replica.in_flight
+        try:
+            async with asyncio.timeout(self.probe_timeout):
+                response = await self.upstream.get(replica.url, "/metrics",
+                                                   timeout=self.probe_timeout)
+        except (ProxyError, TimeoutError):
+            return None
+        text = response.content[:METRICS_MAX_BYTES].decode("utf-8", "replace")
+        return replicaload.parse_signal(text, own)
+
+    def _level_picks(self, replica: Replica) -> None:
+        """A replica (back) up starts level with the others' picks per unit of weight, so the
+        tie-breaker does not send it every tied request until it has caught up."""
+        ratios = [r.picks / r.weight for r in self.replicas if r.healthy and r is not replica]
+        replica.picks = int(min(ratios, default=0.0) * replica.weight)
 
     async def run(self) -> None:
         """Re-probe forever (a lifespan task; cancelled at shutdown)."""
@@ -120,8 +177,10 @@ class Fleet:
         replica.error = reason
 
     # -- choice ------------------------------------------------------------------------------
-    async def choose(self, model: str, *, affinity: str | None = None,
+    async def choose(self, model: str, *, affinity: str | None = None, home: str | None = None,
                      exclude: Sequence[Replica] = ()) -> Replica:
+        """`affinity`: the request's key; `home`: the URL of the replica that ran the response
+        it follows (it goes there first, see core/balancer.py)."""
         candidates = self._candidates(model, exclude)
         if not candidates and self._model_unknown(model):
             now = self.clock()
@@ -130,7 +189,7 @@ class Fleet:
                 await self.refresh()
                 candidates = self._candidates(model, exclude)
         if candidates:
-            return self._pick(candidates, affinity)
+            return self._pick(candidates, affinity, home)
         if any(r.healthy for r in self.replicas):
             raise ModelNotFound(model)
         # Nothing is known to be up: try anyway; the attempt's error is the truthful answer.
@@ -143,20 +202,16 @@ class Fleet:
     def _model_unknown(self, model: str) -> bool:
         return not any(r.serves(model) for r in self.replicas)
 
-    @staticmethod
-    def _pick(candidates: list[Replica], affinity: str | None) -> Replica:
-        least = min(candidates, key=lambda r: r.in_flight)
-        if affinity is None or len(candidates) == 1:
-            return least
-        # Rendezvous hashing: stable per key, and only 1/N of keys move when a replica leaves.
-        target = max(
-            candidates,
-            key=lambda r: hashlib.blake2b(f"{affinity}|{r.url}".encode(), digest_size=8).digest(),
-        )
-        return target if target.in_flight <= least.in_flight + AFFINITY_SLACK else least
+    def _pick(self, candidates: list[Replica], affinity: str | None,
+              home: str | None) -> Replica:
+        states = [balancer.Candidate(r.url, r.load, r.weight, r.picks) for r in candidates]
+        chosen = balancer.choose(states, key=affinity, home=home, factor=self.load_factor,
+                                 turn=self._turn)
+        self._turn += 1
+        return next(r for r, s in zip(candidates, states, strict=True) if s is chosen)
 
     async def open(self, model: str, path: str, body: bytes, *, stream: bool,
-                   affinity: str | None = None) -> Call:
+                   affinity: str | None = None, home: str | None = None) -> Call:
         """POST to a replica serving `model`. A replica that refuses the connection is marked
         down and the next one tried (nothing reached it, so nothing runs twice); at most once
         per replica. Any other failure is final."""
@@ -164,7 +219,7 @@ class Fleet:
         last_error: UpstreamUnreachable | None = None
         for _ in range(len(self.replicas)):
             try:
-                replica = await self.choose(model, affinity=affinity, exclude=tried)
+                replica = await self.choose(model, affinity=affinity, home=home, exclude=tried)
             except ModelNotFound:
                 if last_error is not None:
                     raise last_error from None
@@ -182,6 +237,7 @@ class Fleet:
                 replica.in_flight -= 1
                 raise
             note_replica(replica.url)  # for the access log
+            replica.picks += 1
             return Call(replica, response)
         assert last_error is not None  # the loop ran at least once: a fleet is never empty
         raise last_error
@@ -210,6 +266,10 @@ class Fleet:
     def status(self) -> list[dict[str, Any]]:
         return [
             {"url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
-             "in_flight": r.in_flight, "error": r.error}
+             "in_flight": r.in_flight, "error": r.error, "load": round(r.load, 3),
+             "weight": r.weight, "max_concurrency": r.max_concurrency,
+             "metrics": None if r.signal is None else
+             {"running": r.signal.running, "waiting": r.signal.waiting,
+              "kv_cache_usage": r.signal.kv_usage}}
             for r in self.replicas
         ]

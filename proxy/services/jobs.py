@@ -283,7 +283,8 @@ class Worker:
                             conversation=await self._conversation(record, spec))
         try:
             call = await self._fleet.open(spec["model"], CHAT_PATH, orjson.dumps(spec["chat"]),
-                                          stream=True, affinity=spec.get("affinity"))
+                                          stream=True, affinity=spec.get("affinity"),
+                                          home=spec.get("home"))
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)

@@ -77,6 +77,7 @@ class History:
     items: list[Item]
     parents: tuple[str, ...] = ()
     affinity: str | None = None
+    home: str | None = None  # the replica that ran the previous response (its prefix cache)
 
 
 class ResponsesService:
@@ -151,9 +152,10 @@ class ResponsesService:
             outcome.headers.update(cached.headers())
             return outcome
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
-                                      affinity=history.affinity)
+                                      affinity=history.affinity, home=history.home)
         try:
-            recorder = await self._recorder(tenant, request, assembler, history)
+            recorder = await self._recorder(tenant, request, assembler, history,
+                                            replica=call.replica.url)
         except BaseException:
             await self._tasks.shielded(call.aclose())
             raise
@@ -221,13 +223,15 @@ class ResponsesService:
                       job_limit: dict[str, Any] | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
-        await self._fleet.choose(request.model)
+        # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
+        replica = await self._fleet.choose(request.model, affinity=history.affinity,
+                                           home=history.home)
         events = assembler.start(background=True)
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
         record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
-                                logged=True)
+                                logged=True, replica=replica.url)
         spec = {"tenant": tenant, "model": request.model, "chat": chat,
-                "affinity": history.affinity,
+                "affinity": history.affinity, "home": replica.url,
                 "seal": "reasoning.encrypted_content" in request.include,
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.
@@ -248,8 +252,10 @@ class ResponsesService:
                 raise InvalidRequest(
                     f"The chain of previous responses is longer than {MAX_CHAIN_DEPTH}; start "
                     "a new one (or use a conversation).", param="previous_response_id")
-            # The whole chain lands on one replica (vLLM's prefix cache), keyed on its root.
-            return History(chain.items, chain.parents, affinity=chain.parents[0])
+            # The whole chain lands on one replica (vLLM's prefix cache): where its last turn
+            # ran, else (that one unknown or overloaded) the root's rendezvous order.
+            return History(chain.items, chain.parents, affinity=chain.parents[0],
+                           home=chain.replica)
         if request.conversation:
             items = await self._store.all_conversation_items(tenant, request.conversation)
             if items is None:
@@ -271,7 +277,7 @@ class ResponsesService:
         return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
 
     async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,
-                        history: History) -> Recorder | None:
+                        history: History, *, replica: str | None = None) -> Recorder | None:
         conversation = (ConversationTurn(tenant, request.conversation, request.input)
                         if request.conversation else None)
         if not request.store and conversation is None:
@@ -282,7 +288,7 @@ class ResponsesService:
         if request.store:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
-                                    logged=request.stream)
+                                    logged=request.stream, replica=replica)
             await self._store.create_response(record, request.input, ttl=settings.response_ttl,
                                               event_ttl=settings.event_ttl)
             if request.stream:

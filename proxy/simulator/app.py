@@ -156,12 +156,15 @@ class Simulator:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.stats = Stats()
+        # Chat requests being answered, by model: vLLM's `num_requests_running` on /metrics.
+        self.running: dict[str, int] = dict.fromkeys(config.models, 0)
         self.models = wire.models_list(config.models, created=int(time.time()),
                                        max_model_len=config.max_model_len)
         self.routes: dict[str, tuple[tuple[str, ...], Callable[..., Awaitable[None]]]] = {
             "/health": (("GET",), self.health),
             "/ping": (("GET", "POST"), self.health),
             "/version": (("GET",), self.version),
+            "/metrics": (("GET",), self.metrics),
             "/v1/models": (("GET",), self.list_models),
             "/v1/chat/completions": (("POST",), self.chat),
             "/v1/embeddings": (("POST",), self.embed),
@@ -215,6 +218,13 @@ class Simulator:
     async def list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, self.models)
 
+    async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = wire.metrics_text(self.running).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
     async def read_stats(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, self.stats.snapshot())
 
@@ -252,10 +262,14 @@ class Simulator:
             raise SimError(fail.at, message)
         answer = plan(req, self.config, request_id=f"chatcmpl-{uuid.uuid4().hex}",
                       created=int(time.time()))
-        if req.stream:
-            await self.stream(req, answer, receive, send)
-        else:
-            await self.complete(req, answer, receive, send)
+        self.running[req.model] = self.running.get(req.model, 0) + 1
+        try:
+            if req.stream:
+                await self.stream(req, answer, receive, send)
+            else:
+                await self.complete(req, answer, receive, send)
+        finally:
+            self.running[req.model] -= 1
 
     def timing(self, req: ChatRequest) -> tuple[float, float]:
         """(ttft, delay) in seconds for this request."""

@@ -164,3 +164,24 @@ def _complete_calls(plan: Plan) -> list[dict[str, Any]]:
             out.append({"id": plan.call_id(index), "type": "function",
                         "function": {"name": call.name, "arguments": call.arguments}})
     return out
+
+
+# vLLM's load gauges under its own names (the proxy's fleet scrapes them). The simulator has no
+# scheduler queue (every request starts at once) and no KV cache: waiting and usage are a
+# truthful 0; running counts the chat requests being answered, per served model.
+_METRICS = (
+    ("vllm:num_requests_running", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+)
+
+
+def metrics_text(running: dict[str, int]) -> str:
+    """Prometheus text exposition of the three gauges, one sample per model."""
+    lines: list[str] = []
+    for name, doc in _METRICS:
+        lines += [f"# HELP {name} {doc}", f"# TYPE {name} gauge"]
+        for model, count in running.items():
+            value = count if name == "vllm:num_requests_running" else 0
+            lines.append(f'{name}{{model_name="{model}"}} {float(value)}')
+    return "\n".join(lines) + "\n"

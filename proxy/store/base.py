@@ -60,6 +60,8 @@ class StoredResponse:
     # Has `finish_response` stored its final object (and the terminal event, when it was given)?
     # Its log then receives nothing more: a reader stops at what is there.
     closed: bool = False
+    # The replica chosen to run it (its URL), where its follow-ups go; None when unknown.
+    replica: str | None = None
 
     @property
     def id(self) -> str:
@@ -89,6 +91,7 @@ class Chain:
     items: list[Item]  # every ancestor's input then output items, oldest first, then the target's
     parents: tuple[str, ...]  # the new response's ancestors: the target's parents + the target
     model: str | None = None  # the target's model (a hint for affinity and defaults)
+    replica: str | None = None  # the replica that ran the target (its follow-ups go there)
 
 
 @dataclass(frozen=True, slots=True)

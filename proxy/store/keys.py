@@ -13,7 +13,8 @@ Invariants (DESIGN.md, "Redis"):
 
 Layout:
 
-    rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed
+    rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed |
+                                    replica
     rp:{resp_id}:in         STRING  the request's input items, one JSON array
     rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
     it:{item_id}            STRING  where a stored item lives: `o:<resp_id>` (in its output) or
@@ -44,6 +45,10 @@ F_OBJECT: Final = "obj"
 # `previous_response_id` ancestors, oldest first, as a JSON array: lets `load_chain` fetch the
 # whole chain in one round trip instead of walking it one hop at a time.
 F_PARENTS: Final = "parents"
+# The URL of the replica chosen to run it ("" when unknown): its follow-ups go there too, so
+# vLLM's prefix cache of the chain is reused, whichever instance serves the next turn. Written
+# with the create (no extra round trip), read by `load_chain` with the target.
+F_REPLICA: Final = "replica"
 # "1" once an event log exists for the response (streamed or background).
 F_LOGGED: Final = "logged"
 # "1" once `finish_response` stored the final object: the log will receive nothing more.

@@ -149,7 +149,7 @@ class RedisStore:
         args: list[Any] = [
             ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
-            orjson.dumps(list(input_items)), *_event_args(events),
+            orjson.dumps(list(input_items)), record.replica or "", *_event_args(events),
         ]
         index = _index_args(input_items, keys.ITEM_IN_INPUT, rid)
         with store_errors():
@@ -186,10 +186,11 @@ class RedisStore:
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         # Round trip 1: the target (owner, object, ancestors) and its input items.
         def queue_target(pipe: Pipeline) -> None:
-            pipe.hmget(keys.response(response_id), keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS)
+            pipe.hmget(keys.response(response_id), keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS,
+                       keys.F_REPLICA)
             pipe.get(keys.response_input(response_id))
 
-        (owner, obj, parents_raw), inputs = await self._read(
+        (owner, obj, parents_raw, replica), inputs = await self._read(
             lambda: self._pipelined(queue_target))
         if owner is None or obj is None or owner.decode() != tenant:
             return None
@@ -200,7 +201,8 @@ class RedisStore:
         items += target.get("output") or []
         model = target.get("model")
         return Chain(items=items, parents=(*parents, response_id),
-                     model=model if isinstance(model, str) else None)
+                     model=model if isinstance(model, str) else None,
+                     replica=replica.decode() if replica else None)
 
     async def _ancestor_items(self, tenant: str, parents: Sequence[str]) -> list[Item]:
         # Round trip 2: every ancestor at once. One that expired or was deleted is skipped; one

@@ -82,16 +82,17 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 
 # Store a new response together with its input items and its first events.
 # KEYS: hash, input, log
-# ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, (seq, type, data)*
+# ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
+#       (seq, type, data)*
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
 CREATE_RESPONSE: Final = _APPEND + """
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
-           'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8])
+           'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-if #ARGV >= 10 then
-  append(KEYS[3], 10)
+if #ARGV >= 11 then
+  append(KEYS[3], 11)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
 end

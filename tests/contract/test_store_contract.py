@@ -195,6 +195,20 @@ async def test_load_chain_gives_inputs_then_outputs_oldest_first(store: RedisSto
     assert chain.model == "m1"
 
 
+async def test_load_chain_gives_the_replica_that_ran_the_target(store: RedisStore) -> None:
+    # Written with the create (same script, no extra round trip), read with the target.
+    await store.create_response(StoredResponse(response("resp_r", "completed"), TENANT,
+                                               replica="http://10.0.0.7:8000"),
+                                [message("in_r", "q")], events=[event(0, "response.created")],
+                                ttl=TTL, event_ttl=EVENT_TTL)
+    chain = await store.load_chain(TENANT, "resp_r")
+    assert chain is not None and chain.replica == "http://10.0.0.7:8000"
+    assert seqs(await store.read_events("resp_r")) == [0]  # the events still land after it
+    ids = await make_chain(store, 1)  # created without one
+    unknown = await store.load_chain(TENANT, ids[0])
+    assert unknown is not None and unknown.replica is None
+
+
 async def test_load_chain_skips_a_deleted_ancestor(store: RedisStore) -> None:
     ids = await make_chain(store, 3)
     assert await store.delete_response(TENANT, ids[1])

@@ -4,16 +4,30 @@ from typing import Any
 
 import pytest
 
-from proxy.core.errors import ModelNotFound
-from proxy.services.fleet import AFFINITY_SLACK, Fleet
+from proxy.core import replicaload
+from proxy.core.errors import ModelNotFound, UpstreamError
+from proxy.fleetfile import ReplicaSpec
+from proxy.services.fleet import Fleet
+
+
+class Page:
+    def __init__(self, content: bytes) -> None:
+        self.content = content
 
 
 class StaticProbe:
     """An upstream whose every replica serves model `m` (so an on-demand re-discovery does not
-    change the state a test set up)."""
+    change the state a test set up) and whose /metrics is `metrics[url]` (else empty)."""
 
-    async def get(self, *args: Any, **kwargs: Any) -> Any:
-        return None
+    def __init__(self) -> None:
+        self.metrics: dict[str, bytes] = {}
+        self.keys: dict[str, str] = {}
+
+    async def get(self, base: str, path: str, **kwargs: Any) -> Any:
+        return Page(self.metrics.get(base, b"") if path == "/metrics" else b"")
+
+    def use_key(self, base: str, api_key: str) -> None:
+        self.keys[base] = api_key
 
     async def get_json(self, *args: Any, **kwargs: Any) -> Any:
         return {"data": [{"id": "m"}]}
@@ -37,8 +51,11 @@ async def test_affinity_is_stable_and_bounded_by_load() -> None:
     first = await f.choose("m", affinity="conv_1")
     for _ in range(5):
         assert (await f.choose("m", affinity="conv_1")) is first
-    first.in_flight = AFFINITY_SLACK + 1
-    assert (await f.choose("m", affinity="conv_1")) is not first
+    first.in_flight = 9  # far above the mean of (9 + 1) / 3: it sheds, to one fallback
+    fallback = await f.choose("m", affinity="conv_1")
+    assert fallback is not first
+    for _ in range(5):
+        assert (await f.choose("m", affinity="conv_1")) is fallback
 
 
 async def test_unknown_model_is_model_not_found_when_replicas_are_up() -> None:
@@ -71,12 +88,13 @@ async def test_model_list_merges_replicas_first_wins() -> None:
 
 class FlakyProbe(StaticProbe):
     def __init__(self) -> None:
+        super().__init__()
         self.fail = False
 
-    async def get(self, *args: Any, **kwargs: Any) -> Any:
+    async def get(self, base: str, path: str, **kwargs: Any) -> Any:
         if self.fail:
             raise TimeoutError
-        return None
+        return await super().get(base, path)
 
 
 async def test_one_slow_probe_does_not_take_a_known_replica_down() -> None:
@@ -102,3 +120,79 @@ def test_max_model_len_is_the_smallest_a_serving_replica_reports() -> None:
     assert f.max_model_len("unknown") is None
     f.replicas[1].models = ({"id": "m"},)  # a server that does not say
     assert f.max_model_len("m") == 8192
+
+
+async def test_sequential_requests_rotate_over_an_idle_fleet() -> None:
+    f = fleet("http://a", "http://b", "http://c")
+    counts = dict.fromkeys(("http://a", "http://b", "http://c"), 0)
+    for _ in range(30):
+        replica = await f.choose("m")
+        replica.picks += 1  # what `open` does once the replica took the request
+        counts[replica.url] += 1
+    assert counts == dict.fromkeys(counts, 10)
+
+
+VLLM_METRICS = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 5.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+"""
+
+
+async def test_discovery_scrapes_the_load_other_instances_put_on_a_replica() -> None:
+    probe = StaticProbe()
+    probe.metrics["http://a"] = VLLM_METRICS
+    f = Fleet(probe, ["http://a", "http://b"])  # type: ignore[arg-type]
+    f.replicas[0].in_flight = 1  # ours, part of the 5 running
+    await f.refresh()
+    a, b = f.replicas
+    assert a.signal == replicaload.Signal(5.0, 2.0, 0.5, own_at_scrape=1)
+    assert b.signal is None  # no /metrics: no signal, only our own count
+    assert a.load == (1 + 6) * 1.5
+    a.in_flight = 0  # ours ended: the others' 6 remain until the next scrape
+    assert a.load == 6 * 1.5
+    assert (await f.choose("m")) is b
+    assert f.status()[0]["metrics"] == {"running": 5.0, "waiting": 2.0, "kv_cache_usage": 0.5}
+
+
+async def test_a_fleet_file_replica_serves_only_its_models_and_uses_its_key() -> None:
+    probe = StaticProbe()
+    specs = [ReplicaSpec("http://a", weight=2.0, api_key="sk-a", max_concurrency=8,
+                         models=("m",)),
+             ReplicaSpec("http://b", models=("n",))]
+    f = Fleet(probe, (), specs=specs)  # type: ignore[arg-type]
+    a, b = f.replicas
+    assert probe.keys == {"http://a": "sk-a"}
+    assert (a.weight, a.max_concurrency, b.max_concurrency) == (2.0, 8, None)
+    assert a.serves("m") and not b.serves("m")  # before any discovery
+    await f.refresh()  # the probe's replicas all list `m` only
+    assert a.serves("m") and not b.serves("m") and not b.serves("n")
+    assert "sk-a" not in repr(f.status()) and "sk-a" not in repr(specs)
+
+
+async def test_a_replica_back_up_does_not_take_every_tie_until_it_caught_up() -> None:
+    probe = FlakyProbe()
+    f = Fleet(probe, ["http://a", "http://b"])  # type: ignore[arg-type]
+    await f.refresh()
+    f.replicas[0].picks, f.replicas[1].healthy = 100, False
+    await f.refresh()  # b is back
+    assert f.replicas[1].picks == 100
+
+
+class NoMetricsProbe(StaticProbe):
+    async def get(self, base: str, path: str, **kwargs: Any) -> Any:
+        if path == "/metrics":
+            raise UpstreamError("upstream answered 404")
+        return await super().get(base, path)
+
+
+async def test_a_replica_without_metrics_is_up_with_no_signal() -> None:
+    f = Fleet(NoMetricsProbe(), ["http://a"])  # type: ignore[arg-type]
+    f.replicas[0].signal = replicaload.Signal(9, 9, 1.0, 0)  # an old scrape is not kept
+    await f.refresh()
+    assert f.replicas[0].healthy and f.replicas[0].signal is None
+    f.replicas[0].in_flight = 2
+    assert f.replicas[0].load == 2.0
