@@ -48,6 +48,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
     p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
+    p.add_argument("--max-inflight-per-replica",
+                   help="requests one replica takes at once from this process (default 64)")
+    p.add_argument("--max-queued-requests",
+                   help="requests that may wait for a saturated fleet (default 1024)")
+    p.add_argument("--queue-timeout",
+                   help="seconds a request may wait for a saturated fleet (default 30)")
+    p.add_argument("--routing", help="affinity | round_robin | least_loaded (default affinity)")
 
 
 def _parser() -> argparse.ArgumentParser:

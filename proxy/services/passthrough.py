@@ -21,6 +21,7 @@ import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.jsonbody import parse_object
+from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
 from proxy.upstream import end_to_end_headers, map_transport_errors
 
@@ -37,16 +38,20 @@ class Relay:
 
 
 class Passthrough:
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, admission: Admission | None = None) -> None:
         self._fleet = fleet
+        self._admission = admission or Admission(fleet)
 
-    async def chat_completions(self, body: bytes) -> Relay:
+    async def chat_completions(self, body: bytes, tenant: str = "") -> Relay:
         request = parse_object(body)
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
         stream = request.get("stream") is True
+        await self._admission.admit(model, tenant,
+                                    priority=request.get("service_tier") == "priority")
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
+        call = self._admission.watch(call)
         headers = end_to_end_headers(call.response.headers)
         if stream:
             chunks = call.response.aiter_raw()

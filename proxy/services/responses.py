@@ -40,6 +40,7 @@ from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
+from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.context import fit, measure
@@ -86,8 +87,10 @@ class ResponsesService:
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
         cache: ResponseCache | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._cache = cache
+        self._admission = admission or Admission.from_settings(fleet, settings)
         self._background = background
         self._stored = stored
         self._fleet = fleet
@@ -133,8 +136,11 @@ class ResponsesService:
             outcome = await self._submit(tenant, request, history, chat, assembler)
             outcome.headers.update(cached.headers())
             return outcome
+        await self._admission.admit(request.model, tenant,
+                                    priority=request.service_tier == "priority")
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
                                       affinity=history.affinity)
+        call = self._admission.watch(call)
         try:
             recorder = await self._recorder(tenant, request, assembler, history)
         except BaseException:
@@ -196,6 +202,7 @@ class ResponsesService:
                                 logged=True)
         spec = {"tenant": tenant, "model": request.model, "chat": chat,
                 "affinity": history.affinity,
+                "service_tier": request.service_tier,
                 "seal": "reasoning.encrypted_content" in request.include,
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from proxy.metrics import Metrics
+from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import ResponseCache
 from proxy.services.chatcache import CachedChat
@@ -86,11 +87,14 @@ class Runtime:
         stored = StoredResponses(store, followers, settings)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
-        passthrough = Passthrough(fleet)
+        # One admission per process: requests, chat and background jobs share the caps.
+        admission = Admission.from_settings(fleet, settings)
+        passthrough = Passthrough(fleet, admission)
         runner = None
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor)
+                            shared=not store.embedded, supervisor=supervisor,
+                            admission=admission)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -104,7 +108,7 @@ class Runtime:
             followers=followers,
             passthrough=passthrough,
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, cache=cache),
+                                       stored, cache=cache, admission=admission),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,

@@ -25,7 +25,7 @@ async def chat_completions(request: Request) -> Reply:
         call = runtime.chat.chat_completions(
             body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
     else:
-        call = runtime.passthrough.chat_completions(body)
+        call = runtime.passthrough.chat_completions(body, tenant(request))
     relay = await unless_disconnected(request, call)
     return relay_response(relay, ping=runtime.settings.ping_interval)
 
