@@ -21,6 +21,7 @@ from typing import Any
 
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.requestctx import note_replica
+from proxy.core.routing import baseline
 from proxy.upstream import Response, Upstream
 
 log = logging.getLogger("proxy.fleet")
@@ -72,7 +73,9 @@ class Fleet:
     interval: float = 10.0
     probe_timeout: float = 5.0
     clock: Callable[[], float] = time.monotonic
+    routing: str = "affinity"  # or a baseline of core/routing.py (`--routing`, benchmarks)
     replicas: list[Replica] = field(init=False)
+    _turn: int = field(init=False, default=0)
     _last_rediscovery: float = field(init=False, default=-1e9)
 
     def __post_init__(self) -> None:
@@ -130,6 +133,10 @@ class Fleet:
                 await self.refresh()
                 candidates = self._candidates(model, exclude)
         if candidates:
+            if self.routing != "affinity":
+                self._turn += 1
+                return candidates[baseline(self.routing, [r.in_flight for r in candidates],
+                                           self._turn)]
             return self._pick(candidates, affinity)
         if any(r.healthy for r in self.replicas):
             raise ModelNotFound(model)

@@ -73,7 +73,8 @@ class Runtime:
             no_proxy=settings.no_proxy)
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
-                      probe_timeout=min(5.0, settings.timeouts.connect + 2.0))
+                      probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
+                      routing=settings.routing)
         metrics = metrics or Metrics()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
