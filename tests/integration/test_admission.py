@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.app import create_app
@@ -213,3 +214,61 @@ async def test_saturated_fleet_queues_then_429s_within_the_deadline(
             assert (await slow).status_code == 200
             # The slot is free again: the next request goes through.
             assert (await client.post(path, json=body)).status_code == 200
+
+
+async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
+        settings: Settings, sim: SimControl) -> None:
+    """Through the whole app: the web layer cancels the create when the client leaves, and the
+    queued request is gone from the queue at once (not at its deadline)."""
+    app = create_app(settings.replace(worker=False, max_inflight_per_replica=1,
+                                      queue_timeout=20))
+    raw = orjson.dumps({"model": "sim-model", "store": False,
+                        "input": "queued [[sim tokens=2]]"})
+    leave = asyncio.Event()
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async with app.router.lifespan_context(app):
+        admission = app.state.runtime.responses._admission
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
+                                     timeout=20) as client:
+            slow = asyncio.create_task(client.post("/v1/chat/completions", json={
+                "model": "sim-model", "messages": [{"role": "user", "content": SLOW}]}))
+            for _ in range(200):
+                if app.state.runtime.fleet.replicas[0].in_flight == 1:
+                    break
+                await asyncio.sleep(0.01)
+            queued = asyncio.create_task(app(scope_for("/v1/responses", raw), receive, send))
+            for _ in range(200):
+                if admission.queued == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert admission.queued == 1
+            leave.set()
+            await asyncio.wait_for(queued, 2)
+            assert admission.queued == 0
+            assert not slow.done()  # the slot never freed: leaving emptied the queue
+            assert (await slow).status_code == 200
+    assert sim.stats()["prompt_counts"].get("queued") is None  # it never went upstream
+
+
+def scope_for(path: str, body: bytes) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+            "root_path": "", "query_string": b"", "client": ("127.0.0.1", 50000),
+            "server": ("proxy", 80),
+            "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
