@@ -4,9 +4,10 @@ a fleet whose replicas cache prompt prefixes.
 Servers: one redis-server, three simulators with the prefix cache's prefill cost on
 (`--prefill-ms-per-token`), and one proxy per routing policy (`--routing affinity`, the
 default; `round_robin`; `least_loaded`), all on the same three simulators. Workload per row:
-`--conversations` conversations at once, each `--turns` turns in sequence, chained with
-`previous_response_id` (stored, streamed), every one opening with the same long instructions
-(the shared system prompt), each turn a new user message and a short answer. The policies run
+`--conversations` conversations at once (their starts spread over `--ramp-seconds`), each
+`--turns` turns in sequence, chained with `previous_response_id` (stored, streamed), every one
+opening with the same long instructions (the shared system prompt), each turn a new user
+message and a short answer. The policies run
 one after another on the same simulators, reset (counters and prefix caches) before each row,
 so every row starts cold. Then the same again with the third simulator made slow (4x the token
 delay and the prefill cost), to show where each policy sends work when a replica lags.
@@ -92,7 +93,8 @@ async def turn(client: httpx.AsyncClient, port: int, text: str, previous: str | 
         if reply.status_code != 200:
             raise RuntimeError(f"HTTP {reply.status_code}")
         async for line in reply.aiter_lines():
-            if not line.startswith("data: "):
+            # Parse only what we read (the client shares the machine with what it measures).
+            if not line.startswith("data: ") or (ttft is not None and "response.c" not in line):
                 continue
             event = orjson.loads(line[6:])
             kind = event.get("type")
@@ -108,7 +110,8 @@ async def turn(client: httpx.AsyncClient, port: int, text: str, previous: str | 
 
 
 async def conversation(client: httpx.AsyncClient, port: int, row: Row, name: str, turns: int,
-                       tokens: int, deadline: float) -> None:
+                       tokens: int, deadline: float, delay: float) -> None:
+    await asyncio.sleep(delay)  # the ramp: conversations start spread out, not in one burst
     previous: str | None = None
     for n in range(turns):
         if time.monotonic() > deadline:
@@ -130,7 +133,7 @@ async def run_row(row: Row, port: int, options: argparse.Namespace) -> None:
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await asyncio.gather(*(
             conversation(client, port, row, f"{row.policy}-{n}", options.turns, options.tokens,
-                         deadline)
+                         deadline, options.ramp_seconds * n / options.conversations)
             for n in range(options.conversations)))
     row.seconds = time.monotonic() - started
 
@@ -157,10 +160,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=64)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=24, help="answer tokens per turn")
-    parser.add_argument("--token-delay-ms", type=float, default=5.0)
-    parser.add_argument("--prefill-ms-per-token", type=float, default=0.1)
+    parser.add_argument("--token-delay-ms", type=float, default=20.0)
+    parser.add_argument("--prefill-ms-per-token", type=float, default=0.5)
     parser.add_argument("--prefix-cache-blocks", type=int, default=4096)
     parser.add_argument("--max-seconds", type=float, default=60.0, help="per row")
+    parser.add_argument("--ramp-seconds", type=float, default=2.0,
+                        help="conversations start spread over this long")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--no-slow", action="store_true", help="skip the slow-replica rows")
     return parser.parse_args(argv)
