@@ -14,8 +14,9 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from proxy.metrics import Metrics
+from proxy.services.drain import Drain
 from proxy.services.runtime import Runtime
-from proxy.settings import Settings
+from proxy.settings import Settings, accepted_keys
 from proxy.web import (
     routes_conversations,
     routes_health,
@@ -25,6 +26,7 @@ from proxy.web import (
 from proxy.web.access import AccessLog
 from proxy.web.accounting import RequestMetrics
 from proxy.web.auth import AuthMiddleware
+from proxy.web.draining import DrainMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.limits import BodyLimitMiddleware
 
@@ -32,10 +34,12 @@ from proxy.web.limits import BodyLimitMiddleware
 def create_app(settings: Settings) -> Starlette:
     # Made here, not in the lifespan: the request-counting middleware needs it at build time.
     metrics = Metrics()
+    # Made here too: the drain middleware refuses requests once the runtime starts draining.
+    draining = Drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = Runtime.build(settings, metrics=metrics)
+        runtime = Runtime.build(settings, metrics=metrics, draining=draining)
         app.state.runtime = runtime
         await runtime.start()
         try:
@@ -51,8 +55,9 @@ def create_app(settings: Settings) -> Starlette:
             # every answer, errors from auth and the body limit included.
             Middleware(AccessLog),
             Middleware(RequestMetrics, metrics=metrics),
+            Middleware(DrainMiddleware, drain=draining),
             Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes),
-            Middleware(AuthMiddleware, keys=settings.api_keys),
+            Middleware(AuthMiddleware, keys=accepted_keys(settings)),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

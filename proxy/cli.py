@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from proxy.logs import configure_logging
-from proxy.settings import ConfigError, Settings, build_settings, describe, require_upstreams
+from proxy.settings import (
+    ConfigError,
+    Settings,
+    accepted_keys,
+    build_settings,
+    describe,
+    require_upstreams,
+)
 
 log = logging.getLogger("proxy")
 
@@ -55,6 +62,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-timeout",
                    help="seconds a request may wait for a saturated fleet (default 30)")
     p.add_argument("--routing", help="affinity | round_robin | least_loaded (default affinity)")
+    p.add_argument("--keys-file", help="JSON or YAML file of client keys with rpm, tpm, "
+                                       "max_streams and token_budget limits")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
                                               "left out (and named in a header) or refused "
                                               "(default drop)")
+    serve.add_argument("--lease-ttl",
+                       help="seconds a stored foreground response's lease lasts: a dead "
+                            "instance's responses end failed within ~1.5x (default 10)")
     serve.add_argument("--send-timeout",
                        help="seconds a stream may wait on a client that stopped reading "
                             "(default 30)")
@@ -119,20 +131,25 @@ def _serve(settings: Settings) -> None:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.server import DrainingServer
 
     for line in describe(settings):
         log.info(line)
-    if not settings.api_keys:
+    if not accepted_keys(settings):
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,  # ours is web/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
-        timeout_graceful_shutdown=30,
+        # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
+        # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
+        timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
 
 
 def _worker(settings: Settings) -> None:

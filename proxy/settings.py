@@ -14,6 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import orjson
+import yaml
+
+from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+
 CACHE_MODES = ("off", "exact", "semantic")
 PARAMS_MODES = ("lenient", "strict")
 HOSTED_TOOLS_MODES = ("drop", "reject")
@@ -83,6 +88,9 @@ class Settings:
     max_queued_jobs: int = 10_000
     # Seconds running jobs get to finish when a worker stops.
     shutdown_grace: float = 30.0
+    # Seconds a stored foreground response's lease lasts unless its instance renews it (every
+    # third of it); a dead instance's responses end `failed` within about 1.5 leases.
+    lease_ttl: float = 10.0
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
     log_level: str = "info"
@@ -115,6 +123,8 @@ class Settings:
     # How the fleet picks a replica: `affinity` (the default; services/fleet.py), or the
     # baselines `round_robin` and `least_loaded` that ignore affinity keys (benchmarks).
     routing: str = "affinity"
+    # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
+    keys_file: KeysFile | None = None
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -267,6 +277,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         heartbeat_interval=seconds("heartbeat_interval"),
         max_queued_jobs=count("max_queued_jobs"),
         shutdown_grace=seconds("shutdown_grace"),
+        lease_ttl=seconds("lease_ttl"),
         log_level=log_level,
         log_format=log_format,
         params=mode("params", PARAMS_MODES),
@@ -282,6 +293,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_queued_requests=count("max_queued_requests"),
         queue_timeout=seconds("queue_timeout"),
         routing=mode("routing", ROUTING_MODES),
+        keys_file=_keys_file(pick),
     )
 
 
@@ -308,6 +320,32 @@ def _upstream_client(pick: Pick, env: Mapping[str, str]) -> tuple[str | None, st
     if https_proxy:
         check_proxy_url(https_proxy)
     return (str(ca_bundle) if ca_bundle else None), https_proxy
+
+
+def _keys_file(pick: Pick) -> KeysFile | None:
+    path = pick("keys_file", "PROXY_KEYS_FILE")
+    return load_keys_file(str(path)) if path else None
+
+
+def load_keys_file(path: str) -> KeysFile:
+    """Read `--keys-file`: YAML when the name ends in .yaml/.yml, else JSON. Every problem is
+    one ConfigError naming the flag and the field."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError as exc:
+        raise ConfigError("--keys-file", f"cannot read {path}: {exc.strerror}") from None
+    yaml_file = path.lower().endswith((".yaml", ".yml"))
+    try:
+        data = yaml.safe_load(raw) if yaml_file else orjson.loads(raw)
+    except (ValueError, yaml.YAMLError) as exc:  # orjson.JSONDecodeError is a ValueError
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError("--keys-file", f"{path} is not valid "
+                                         f"{'YAML' if yaml_file else 'JSON'}: {detail}") from None
+    try:
+        return parse_keys_file(data)
+    except KeysFileError as exc:
+        raise ConfigError("--keys-file", str(exc)) from None
 
 
 # The documented default secret: it is public, so anyone could seal blobs we accept. That is
@@ -342,6 +380,12 @@ def _similarity(value: object) -> float:
     return number
 
 
+def accepted_keys(settings: Settings) -> tuple[str, ...]:
+    """Every client key: `--api-key`s and the keys file's (auth is on when there is one)."""
+    listed = settings.keys_file.keys if settings.keys_file else ()
+    return settings.api_keys + tuple(entry.key for entry in listed)
+
+
 def require_upstreams(settings: Settings, command: str) -> None:
     if not settings.upstreams:
         raise ConfigError("--upstream", f"`{command}` needs at least one upstream")
@@ -352,6 +396,6 @@ def describe(settings: Settings) -> Sequence[str]:
     return (
         f"upstreams: {', '.join(settings.upstreams) or '(none)'}",
         f"store: {'redis' if settings.redis_url else 'embedded (one instance; lost on exit)'}",
-        f"auth: {f'{len(settings.api_keys)} key(s)' if settings.api_keys else 'OFF (no keys)'}",
+        f"auth: {f'{len(keys)} key(s)' if (keys := accepted_keys(settings)) else 'OFF (no keys)'}",
         f"cache: {settings.cache}",
     )

@@ -9,11 +9,13 @@
     ├── MethodNotAllowed            405
     ├── PayloadTooLarge             413
     ├── RateLimited                 429 rate_limit_exceeded (+ Retry-After)
+    │   └── QuotaExceeded               429 insufficient_quota (a key's token budget is spent)
     ├── UpstreamError               502 upstream answered badly or broke off
     │   ├── UpstreamUnreachable         502 connection refused / not made (safe to retry elsewhere)
     │   ├── UpstreamUnavailable         503 no replica can take the request
     │   └── UpstreamTimeout             504
-    └── StoreUnavailable            503 Redis (or the store) is down; stateless traffic goes on
+    ├── StoreUnavailable            503 Redis (or the store) is down; stateless traffic goes on
+    └── ShuttingDown                503 server_shutting_down (+ Retry-After): draining on SIGTERM
 
 Each error knows its HTTP status and renders `{"error": {"message", "type", "param", "code"}}`.
 """
@@ -114,6 +116,19 @@ class RateLimited(ProxyError):
         super().__init__(message, headers={"Retry-After": str(retry_after)})
 
 
+class QuotaExceeded(RateLimited):
+    """A spent `token_budget`: retrying does not help (it never refills by itself), so the
+    SDKs are told not to (`x-should-retry: false`); Retry-After is still sent, as the contract
+    promises for every 429."""
+
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+
+    def __init__(self, message: str, *, retry_after: int = 60) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.headers["x-should-retry"] = "false"
+
+
 class UpstreamError(ProxyError):
     status = 502
     type = "server_error"
@@ -138,3 +153,17 @@ class StoreUnavailable(ProxyError):
     status = 503
     type = "server_error"
     code = "store_unavailable"
+
+
+class ShuttingDown(ProxyError):
+    """This instance is draining (SIGTERM): the client should retry, another instance will
+    answer (the load balancer stops sending here once /readyz says 503)."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"
+
+    def __init__(self, *, retry_after: int = 1) -> None:
+        super().__init__("This server is shutting down; retry the request (another instance "
+                         "will answer it).",
+                         headers={"Retry-After": str(retry_after), "Connection": "close"})

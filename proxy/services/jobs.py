@@ -45,6 +45,7 @@ from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.limits import Limiter, Ticket, tokens_of
 from proxy.services.logread import whole_log
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.turn import ConversationTurn, Recorder, Turn
@@ -83,7 +84,7 @@ class Worker:
     def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
                  tasks: TaskSet, metrics: Metrics, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
-                 supervisor: Supervisor | None = None,
+                 supervisor: Supervisor | None = None, limits: Limiter | None = None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
                  admission: Admission | None = None) -> None:
         self.name = name or worker_name()
@@ -103,6 +104,9 @@ class Worker:
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._supervisor = supervisor or Supervisor()
+        # Per-key limits: a job created by a limited key holds a stream slot while it runs
+        # here and counts its tokens when it ends (the spec's `limit`, services/limits.py).
+        self._limits = limits
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -198,6 +202,7 @@ class Worker:
         # they live in different Redis Cluster slots (store/keys.py); ordering them this way
         # (state first, ack retried by the reclaim) gives the same guarantee.
         settled = False
+        ticket: Ticket | None = None
         try:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
@@ -208,6 +213,7 @@ class Worker:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
                 CURRENT.set(RequestContext(str(spec["request_id"])))
+            ticket = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(
@@ -247,6 +253,24 @@ class Worker:
             elif running is None or not running.released:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
+            await self._end_ticket(ticket, running)
+
+    async def _adopt(self, spec: dict[str, Any]) -> Ticket | None:
+        if not spec.get("limit") or self._limits is None:
+            return None
+        return await self._limits.adopt(str(spec.get("tenant")), spec["limit"])
+
+    async def _end_ticket(self, ticket: Ticket | None, running: _Running | None) -> None:
+        """Free the job's stream slot and count its tokens, unless the job left us (handed
+        back or reclaimed): then whoever runs or settles it next ends the ticket."""
+        if ticket is None:
+            return
+        if running is not None and running.released:
+            ticket.hand_over()  # not ours to end: just stop renewing it
+            return
+        usage = running.turn.assembler.usage if running is not None and running.turn else None
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._tasks.shielded(ticket.end(tokens_of(usage)), name="job-limit-end")
 
     def _release(self, response_id: str) -> None:
         running = self._running.get(response_id)

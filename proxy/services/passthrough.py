@@ -35,6 +35,8 @@ class Relay:
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
+    # The usage chunk the proxy asked for (`meter_usage`) and took out of the client's stream.
+    usage: dict[str, Any] | None = None
 
 
 class Passthrough:
@@ -42,12 +44,21 @@ class Passthrough:
         self._fleet = fleet
         self._admission = admission or Admission(fleet)
 
-    async def chat_completions(self, body: bytes, tenant: str = "") -> Relay:
+    async def chat_completions(self, body: bytes, tenant: str = "", *,
+                               meter_usage: bool = False) -> Relay:
+        """`meter_usage`: the caller counts tokens (per-key limits); a stream that did not ask
+        for its usage chunk gets one from the upstream, taken out again before the client."""
         request = parse_object(body)
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
         stream = request.get("stream") is True
+        strip = meter_usage and stream and not _asks_usage(request)
+        if strip:
+            options = request.get("stream_options")
+            request["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                         "include_usage": True}
+            body = orjson.dumps(request)
         await self._admission.admit(model, tenant,
                                     priority=request.get("service_tier") == "priority")
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
@@ -61,8 +72,11 @@ class Passthrough:
             except BaseException:
                 await call.aclose()
                 raise
-            return Relay(call.response.status_code, headers, stream=_relay(call, chunks, first),
-                         media_type="text/event-stream")
+            relay = Relay(call.response.status_code, headers, media_type="text/event-stream")
+            relay.stream = _relay(call, chunks, first)
+            if strip:
+                relay.stream = _without_usage(relay, relay.stream)
+            return relay
         try:
             with map_transport_errors(call.replica.url):
                 content = await call.response.aread()
@@ -90,3 +104,54 @@ async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes
         yield b"data: " + frame + b"\n\ndata: [DONE]\n\n"
     finally:
         await call.aclose()
+
+
+def _asks_usage(request: dict[str, Any]) -> bool:
+    options = request.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+# Only the usage chunk has an empty `choices` list (vLLM, OpenAI): the one frame to take out.
+_USAGE_CHUNK = b'"choices":[]'
+
+
+async def _without_usage(relay: Relay, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`chunks` without the usage chunk, which is kept on `relay.usage`. Frames split across
+    reads are joined first (vLLM writes whole frames, so this rarely holds anything back); per
+    chunk one search for the frame end and one for the marker, nothing parsed."""
+    pending = b""
+    try:
+        async for chunk in chunks:
+            data = pending + chunk if pending else chunk
+            end = data.rfind(b"\n\n")
+            cut = end + 2 if end >= 0 else 0
+            whole, pending = data[:cut], data[cut:]
+            if _USAGE_CHUNK in whole:
+                whole = _take_usage(relay, whole)
+            if whole:
+                yield whole
+        if pending:
+            yield pending
+    finally:
+        await _close(chunks)
+
+
+def _take_usage(relay: Relay, whole: bytes) -> bytes:
+    kept = []
+    for frame in whole.split(b"\n\n"):
+        if _USAGE_CHUNK in frame and frame.startswith(b"data:"):
+            try:
+                data = orjson.loads(frame[5:])
+            except orjson.JSONDecodeError:
+                data = None
+            if isinstance(data, dict) and data.get("choices") == [] and data.get("usage"):
+                relay.usage = data["usage"]
+                continue
+        kept.append(frame)
+    return b"\n\n".join(kept)
+
+
+async def _close(chunks: AsyncIterator[bytes]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()

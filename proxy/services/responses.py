@@ -29,7 +29,13 @@ from proxy.core import ids as idp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
 from proxy.core.cachekey import USE_CACHE, Directives
-from proxy.core.errors import InvalidRequest, NotFound, PreviousResponseNotFound, UpstreamError
+from proxy.core.errors import (
+    InvalidRequest,
+    NotFound,
+    PreviousResponseNotFound,
+    ShuttingDown,
+    UpstreamError,
+)
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
@@ -44,8 +50,10 @@ from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.context import fit, measure
+from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.lease import Leases
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -88,9 +96,15 @@ class ResponsesService:
         ids: IdFactory = new_id,
         cache: ResponseCache | None = None,
         admission: Admission | None = None,
+        drain: Drain | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self._cache = cache
         self._admission = admission or Admission.from_settings(fleet, settings)
+        # Stored foreground responses are leased while they run (lease.py); None: embedded.
+        self._leases = leases
+        # Foreground turns register here while they run (a SIGTERM's grace can end them).
+        self._drain = drain or Drain()
         self._background = background
         self._stored = stored
         self._fleet = fleet
@@ -104,9 +118,11 @@ class ResponsesService:
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
 
     async def create(self, tenant: str, body: dict[str, Any],
-                     directives: Directives = USE_CACHE) -> Outcome:
+                     directives: Directives = USE_CACHE, *,
+                     job_limit: dict[str, Any] | None = None) -> Outcome:
+        """`job_limit`: a background job's stream lease (services/limits.py), for its worker."""
         request, history, chat = await self._prepare(tenant, body)
-        outcome = await self._create(tenant, request, history, chat, directives)
+        outcome = await self._create(tenant, request, history, chat, directives, job_limit)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
@@ -127,13 +143,14 @@ class ResponsesService:
         return request, history, chat
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], directives: Directives) -> Outcome:
+                      chat: dict[str, Any], directives: Directives,
+                      job_limit: dict[str, Any] | None = None) -> Outcome:
         assembler = self._assembler(request)
         cached = await self._lookup(tenant, request, chat, directives)
         if cached.hit:
             return await self._cached(tenant, request, history, assembler, cached)
         if request.background:
-            outcome = await self._submit(tenant, request, history, chat, assembler)
+            outcome = await self._submit(tenant, request, history, chat, assembler, job_limit)
             outcome.headers.update(cached.headers())
             return outcome
         await self._admission.admit(request.model, tenant,
@@ -148,14 +165,17 @@ class ResponsesService:
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics)
+        owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
-            return Outcome(stream=_sse(turn, self._keeper(tenant, cached, assembler)),
+            return Outcome(stream=_sse(turn, owned, self._keeper(tenant, cached, assembler)),
                            headers=cached.headers())
-        async with contextlib.aclosing(turn.run()) as batches:
+        async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
+            if final["error"]["message"] == SHUTTING_DOWN:
+                raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
             raise UpstreamError(final["error"]["message"])
         self._keeper(tenant, cached, assembler)()
         return Outcome(body=final, headers=cached.headers())
@@ -184,6 +204,17 @@ class ResponsesService:
             return _nothing
         return lambda: cache.keep(tenant, cached, assembler.snapshot())
 
+    @contextlib.asynccontextmanager
+    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+                     ) -> AsyncIterator[None]:
+        """While a foreground turn runs: registered for the drain, and leased when stored."""
+        with self._drain.turn(response_id, turn):
+            if leased and self._leases is not None:
+                async with self._leases.held(response_id):
+                    yield
+            else:
+                yield
+
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
@@ -192,7 +223,8 @@ class ResponsesService:
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], assembler: Assembler) -> Outcome:
+                      chat: dict[str, Any], assembler: Assembler,
+                      job_limit: dict[str, Any] | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         await self._fleet.choose(request.model)
@@ -207,6 +239,8 @@ class ResponsesService:
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.
                 "request_id": current_request_id()}
+        if job_limit:
+            spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
         await self._background.submit(record, request.input, logged, spec)
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))
@@ -263,10 +297,11 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn, ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+async def _sse(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+               ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
     # One write per batch: the events of one upstream read leave together. `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
-    async with contextlib.aclosing(turn.run()) as batches:
+    async with owned, contextlib.aclosing(turn.run()) as batches:
         async for encoded in batches:
             if encoded:
                 yield frames(encoded)

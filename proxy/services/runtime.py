@@ -14,16 +14,20 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+from proxy.core.errors import ProxyError
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import ResponseCache
 from proxy.services.chatcache import CachedChat
 from proxy.services.conversations import Conversations
+from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
-from proxy.services.jobs import Worker
+from proxy.services.jobs import Worker, worker_name
+from proxy.services.lease import Leases
+from proxy.services.limits import Limiter, limit_table
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
@@ -32,6 +36,7 @@ from proxy.settings import Settings, fleet_warning
 from proxy.store.base import JobQueue, Store
 from proxy.store.cache import response_cache
 from proxy.store.factory import job_queue, open_store
+from proxy.store.leases import LeaseTable
 from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
@@ -58,14 +63,22 @@ class Runtime:
     queue: JobQueue
     background: Background
     worker: Worker | None = None
+    # Per-key limits (`--keys-file`); `limits.active` is False when no key has any.
+    limits: Limiter | None = None
     # Restarts the background loops; /readyz reports the ones failing.
     supervisor: Supervisor = field(default_factory=Supervisor)
     chat: CachedChat | None = None  # chat completions through the cache (when it is on)
+    # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
+    draining: Drain = field(default_factory=Drain)
+    # Leases on the stored foreground responses this process generates (None: embedded store,
+    # which dies with the process anyway).
+    leases: Leases | None = None
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def build(cls, settings: Settings, *, http: ConnectionPool | None = None,
-              worker: bool | None = None, metrics: Metrics | None = None) -> Runtime:
+              worker: bool | None = None, metrics: Metrics | None = None,
+              draining: Drain | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`)."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.max_connections_per_upstream,
@@ -76,6 +89,7 @@ class Runtime:
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
                       routing=settings.routing)
         metrics = metrics or Metrics()
+        draining = draining or Drain()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
         tasks = TaskSet()
@@ -85,16 +99,22 @@ class Runtime:
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
         background = Background(store, queue, settings)
-        stored = StoredResponses(store, followers, settings)
+        leases = None if store.embedded else Leases(
+            LeaseTable(store.client), store, hub, ttl=settings.lease_ttl,
+            response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+            owner=worker_name(), interrupt=draining.interrupt)
+        stored = StoredResponses(store, followers, settings, leases=leases)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
         admission = Admission.from_settings(fleet, settings)
         passthrough = Passthrough(fleet, admission)
         runner = None
+        # Always built (no I/O until used): jobs of limited keys may come from other instances.
+        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys))
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor,
+                            shared=not store.embedded, supervisor=supervisor, limits=limits,
                             admission=admission)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
@@ -109,7 +129,8 @@ class Runtime:
             followers=followers,
             passthrough=passthrough,
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, cache=cache, admission=admission),
+                                       stored, cache=cache, drain=draining, leases=leases,
+                                       admission=admission),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,
@@ -118,6 +139,9 @@ class Runtime:
             supervisor=supervisor,
             chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes)
                   if cache is not None else None),
+            limits=limits,
+            draining=draining,
+            leases=leases,
         )
 
     async def start(self) -> None:
@@ -129,8 +153,19 @@ class Runtime:
             if not replica.healthy:
                 log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
         self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
+        if self.leases is not None:
+            self._loops.append(self.supervisor.start("leases", self.leases.run))
         if self.worker is not None:
             self.worker.start()
+        if self.limits is not None:
+            # Renews the stream leases of this process's streams and background jobs.
+            self._loops.append(self.supervisor.start("limit-leases", self.limits.run))
+
+    async def drain(self) -> None:
+        """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
+        worker_stop = (self.worker.stop(self.settings.shutdown_grace)
+                       if self.worker is not None else None)
+        await self.draining.run(self.settings.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
         if self.worker is not None:
@@ -141,6 +176,9 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
         await self.tasks.drain(DRAIN_SECONDS)
+        if self.leases is not None:
+            with contextlib.suppress(ProxyError):
+                await self.leases.renew()  # drops the leases of the turns that just ended
         await self.hub.aclose()
         await self.followers.aclose()
         await self.store.aclose()

@@ -30,9 +30,11 @@ from proxy.core.replay import events_from_response
 from proxy.core.sse import frame
 from proxy.core.types import ResponseObject
 from proxy.services.follow import Followers, FollowInterrupted
+from proxy.services.lease import Leases
 from proxy.services.logread import log_pages
 from proxy.settings import Settings
 from proxy.store.base import Store, StoredResponse
+from proxy.store.leases import LeaseState
 
 # However a replay waits, it ends after this long (a bound on every loop).
 MAX_REPLAY_SECONDS = 24 * 3600
@@ -45,7 +47,10 @@ def not_found(response_id: str) -> NotFound:
 
 
 class StoredResponses:
-    def __init__(self, store: Store, followers: Followers, settings: Settings) -> None:
+    def __init__(self, store: Store, followers: Followers, settings: Settings, *,
+                 leases: Leases | None = None) -> None:
+        # A foreground response whose writer's lease expired is closed when read (lease.py).
+        self.leases = leases
         self._store = store
         self._followers = followers
         self._settings = settings
@@ -54,6 +59,8 @@ class StoredResponses:
         record = await self._store.get_response(tenant, response_id)
         if record is None:
             raise not_found(response_id)
+        if self.leases is not None:
+            record, _ = await self.leases.check(record)
         return record
 
     async def get(self, tenant: str, response_id: str) -> ResponseObject:
@@ -125,7 +132,15 @@ class StoredResponses:
             if current.status in t.TERMINAL_STATUSES:
                 return  # finished, but its log never got the end (its writer lost the store)
             if not (current.status == t.S_QUEUED or current.background):
-                return  # a foreground writer silent this long is gone with its instance
+                if self.leases is None:
+                    return  # a foreground writer silent this long is gone with its instance
+                _, lease = await self.leases.check(current)
+                if lease is LeaseState.ABSENT:
+                    return  # never leased: no way to tell, so presumed gone as before
+                # held: the writer lives (a slow upstream), wait on; expired: just closed,
+                # the next round reads its terminal event
+
+
 
     async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""

@@ -114,6 +114,16 @@ class Turn:
         caller is about to cancel us for a reason of its own, e.g. a worker shutting down."""
         self._stop_reason = reason
 
+    def interrupt(self, reason: str) -> None:
+        """End this turn now with `response.failed` (`reason`), sent to its own caller like any
+        terminal event (the drain's grace is over, or this process lost the response's lease).
+        Closing the upstream makes the pending read fail, which `_events` turns into the
+        failure: nothing is added to the per-chunk path."""
+        if self.assembler.done or self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
+
     async def run(self) -> AsyncGenerator[Encoded, None]:
         """Batches of encoded events, the terminal one last. Closing the iterator early (the
         caller went away) cancels the response and still records its end."""
@@ -201,15 +211,16 @@ class Turn:
         except UpstreamTimeout:
             yield assembler.fail("upstream stalled: no data within the idle timeout")
         except ProxyError as exc:
-            yield assembler.fail(f"upstream connection lost: {exc.message}")
+            # An interrupted turn's upstream was closed on purpose: say why, not "lost".
+            yield assembler.fail(self._stop_reason or f"upstream connection lost: {exc.message}")
         finally:
-            if assembler.done and not self._abandoned:
+            if assembler.done and not self._abandoned and self._stop_reason is None:
                 # The answer is whole; only the body's end (usually in the same read) may be
                 # left. Reading it lets the connection go back to the pool, but our client need
                 # not wait for it: a task finishes the upstream side.
                 self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS),
                                   name="upstream-tail")
-            else:
+            else:  # cut short (or interrupted: its upstream is closed, nothing to read)
                 await self._tasks.shielded(call.aclose(), name="upstream-close")
 
 

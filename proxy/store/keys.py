@@ -168,3 +168,50 @@ def cache_order(tenant: str, namespace: str) -> str:
 def cache_bucket_prefix(tenant: str, namespace: str) -> str:
     """Prefix of the bucket sets; the scripts append the bucket number."""
     return f"cn:{{{tenant}:{namespace}}}:b:"
+
+# -- per-key limits (`--keys-file`, services/limits.py) -------------------------------------
+# All keys of one client key share the hash tag `{<tenant>}` (the digest web/auth.py makes; the
+# key itself is never stored), so each limit script touches one cluster slot.
+
+# The current minute's counters: `w` (the minute, from the Redis server's clock, so instances
+# with skewed clocks still share one window), `r` (requests admitted), `t` (tokens used). A
+# fixed window, reset by the first script that sees a new minute. Lives a little over a minute.
+F_LIMIT_WINDOW: Final = "w"
+F_LIMIT_REQUESTS: Final = "r"
+F_LIMIT_TOKENS: Final = "t"
+LIMIT_MINUTE_TTL_MS: Final = 120_000
+
+
+def limit_minute(tenant: str) -> str:
+    return f"lim:{{{tenant}}}:minute"
+
+
+def limit_used(tenant: str) -> str:
+    """Tokens used in total, for `token_budget`. The second key without a TTL: a budget that
+    expired would silently refill. Bounded instead: one small string per configured key."""
+    return f"lim:{{{tenant}}}:used"
+
+
+def limit_streams(tenant: str) -> str:
+    """Open streams and running background jobs: a ZSET of lease ids scored by their expiry
+    (ms, server clock). Its holder renews a lease while the stream runs; a lease whose instance
+    died expires and is dropped by the next admission, so no slot leaks for ever. The key
+    itself expires when no lease is renewed for twice a lease's life."""
+    return f"lim:{{{tenant}}}:streams"
+# -- foreground ownership (leases) ----------------------------------------------------------
+# Who still writes each foreground stored response: member = response id, score = the lease's
+# deadline in milliseconds of the Redis server's clock (TIME inside the scripts: every instance
+# reads the same clock, whatever their own drift). The instance serving a response renews it
+# every third of `--lease-ttl`, for all its responses in one call; an entry whose deadline has
+# passed is a writer that died (kill -9, a lost host), and whoever finds it closes the response
+# (services/lease.py). A sorted set so that the expired ones are one ZRANGEBYSCORE away, never a
+# SCAN; bounded because entries leave when their response ends (or is reaped), and an entry
+# never renewed is reaped within two lease periods.
+LEASES: Final = "leases:{live}"
+
+
+def response_reaper(response_id: str) -> str:
+    """Claim (SET NX PX) on closing a response whose lease expired: of the instances that notice
+    it, one closes it; the claim expires with a lease period, so a reaper that dies too is
+    replaced."""
+    return f"rp:{{{response_id}}}:reaper"

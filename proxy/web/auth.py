@@ -1,27 +1,24 @@
 """Bearer-key authentication and tenancy, as pure ASGI middleware (keeps streaming intact).
 
 Every `/v1/` request gets a tenant in `scope["state"]["tenant"]`: a digest of its key, so stored
-objects are scoped to the key that made them and no key is ever stored. With keys configured, a
+objects (and per-key limits, services/limits.py) are scoped to the key that made them and no key
+is ever stored. The keys are `--api-key`s and the `--keys-file`'s. With keys configured, a
 missing or unknown key is a 401; the comparison runs over every configured key in constant time.
 Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.core.errors import Unauthorized
+from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.web.errors import error_response
 
-PUBLIC_TENANT = "public"
-
-
-def tenant_of(key: str) -> str:
-    return "k" + hashlib.sha256(key.encode()).hexdigest()[:24]
+__all__ = ["PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
 
 
 def bearer(scope: Scope) -> str | None:

@@ -29,6 +29,8 @@ async def readyz(request: Request) -> Response:
     runtime = runtime_of(request)
     reasons: list[str] = []
     detail: dict[str, Any] = {}
+    if runtime.draining.draining:
+        reasons.append("draining")  # SIGTERM: the load balancer should stop sending here
     if not runtime.fleet.ready():
         reasons.append("upstreams")
     try:

@@ -11,8 +11,10 @@ from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
+from proxy.services.limits import tokens_of
 from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
+from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, stream_response
 
 
@@ -20,11 +22,20 @@ async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
     directives = parse_cache_control(request.headers.get("cache-control"))
-    outcome = await unless_disconnected(request, runtime.responses.create(tenant(request), body,
-                                                                          directives))
+    background = body.get("background") is True
+    ticket = await admitted(request, hold=background or body.get("stream") is True)
+    job_limit = ticket.job_limit() if ticket is not None and background else None
+    outcome = await released_on_error(ticket, unless_disconnected(
+        request, runtime.responses.create(tenant(request), body, directives,
+                                          job_limit=job_limit)))
+    if ticket is not None and background:
+        ticket.hand_over()  # the job's worker ends it; the client's replay is not metered
+        ticket = None
     if outcome.stream is not None:
-        return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
-                               headers=outcome.headers)
+        return stream_response(metered(request, ticket, outcome.stream),
+                               ping=runtime.settings.ping_interval, headers=outcome.headers)
+    if ticket is not None:
+        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
     return json_response(outcome.body, headers=outcome.headers)
 
 

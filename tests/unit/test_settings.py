@@ -212,3 +212,11 @@ def test_flow_control_and_routing_flags() -> None:
             assert exc.flag == flag
         else:
             raise AssertionError(f"{flags} was accepted")
+def test_lease_ttl_from_flag_or_environment() -> None:
+    assert build_settings({}, {}).lease_ttl == 10.0
+    assert build_settings({}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 3.0
+    assert build_settings({"lease_ttl": "2.5"}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError) as info:
+            build_settings({"lease_ttl": bad}, {})
+        assert info.value.flag == "--lease-ttl"

@@ -1,0 +1,123 @@
+"""The `--keys-file` document (CONTRACT.md "Operations"), parsed and validated. Pure: the caller
+reads the file and decodes JSON or YAML; this module checks the decoded data.
+
+    {"defaults": {...limits}, "keys": [{"key": "sk-...", "name": "team-a", ...limits}]}
+
+Limits: `rpm` (requests per minute), `tpm` (tokens per minute, input + output), `max_streams`
+(open streams and running background jobs at once), `token_budget` (tokens in total); each a
+positive integer, each optional. A key's missing limits come from `defaults`, which also apply
+to keys given with `--api-key`. Every problem is one `KeysFileError` naming the field
+(`keys[2].rpm`), so the start-up message points at the line to fix. Unknown fields are refused:
+a typo (`rmp`) would otherwise silently leave a key unlimited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+LIMIT_FIELDS = ("rpm", "tpm", "max_streams", "token_budget")
+
+
+class KeysFileError(ValueError):
+    """One bad field: `where` names it (`keys[0].tpm`), the message says what is wrong."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+@dataclass(frozen=True)
+class Limits:
+    """None: no limit of that kind."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_streams: int | None = None
+    token_budget: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def over(self, base: Limits) -> Limits:
+        """These limits, with `base`'s where these leave one unset."""
+        return replace(base, **{f.name: getattr(self, f.name) for f in fields(self)
+                                if getattr(self, f.name) is not None})
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    key: str
+    name: str
+    limits: Limits  # defaults already merged in
+
+    def __repr__(self) -> str:  # never print a key (settings are logged and shown in errors)
+        return f"KeyEntry(name={self.name!r}, limits={self.limits!r})"
+
+
+@dataclass(frozen=True)
+class KeysFile:
+    defaults: Limits = Limits()
+    keys: tuple[KeyEntry, ...] = ()
+
+
+def parse_keys_file(data: object) -> KeysFile:
+    if not isinstance(data, Mapping):
+        raise KeysFileError("(top level)", "expected an object with `defaults` and `keys`")
+    _no_unknown(data, ("defaults", "keys"), "")
+    defaults = _limits(data.get("defaults", {}), "defaults")
+    raw_keys = data.get("keys", [])
+    if not isinstance(raw_keys, list):
+        raise KeysFileError("keys", "expected a list of {key, name, ...limits}")
+    entries: list[KeyEntry] = []
+    seen_keys: set[str] = set()
+    seen_names: set[str] = set()
+    for index, raw in enumerate(raw_keys):
+        entry = _entry(raw, f"keys[{index}]", index, defaults)
+        if entry.key in seen_keys:
+            raise KeysFileError(f"keys[{index}].key", "the same key is listed twice")
+        if entry.name in seen_names:
+            raise KeysFileError(f"keys[{index}].name", f"the name {entry.name!r} is taken")
+        seen_keys.add(entry.key)
+        seen_names.add(entry.name)
+        entries.append(entry)
+    return KeysFile(defaults, tuple(entries))
+
+
+def _entry(raw: object, where: str, index: int, defaults: Limits) -> KeyEntry:
+    if not isinstance(raw, Mapping):
+        raise KeysFileError(where, "expected an object {key, name, ...limits}")
+    _no_unknown(raw, ("key", "name", *LIMIT_FIELDS), where + ".")
+    key = raw.get("key")
+    if not isinstance(key, str) or not key or any(c.isspace() for c in key):
+        raise KeysFileError(where + ".key", "a non-empty string without whitespace is required")
+    name = raw.get("name", f"key-{index}")
+    if not isinstance(name, str) or not name.strip():
+        raise KeysFileError(where + ".name", "must be a non-empty string")
+    own = _limits({k: v for k, v in raw.items() if k in LIMIT_FIELDS}, where)
+    return KeyEntry(key, name.strip(), own.over(defaults))
+
+
+def _limits(raw: object, where: str) -> Limits:
+    if not isinstance(raw, Mapping):
+        raise KeysFileError(where, "expected an object of limits")
+    _no_unknown(raw, LIMIT_FIELDS, where + ".")
+    values: dict[str, Any] = {}
+    for name in LIMIT_FIELDS:
+        if name not in raw or raw[name] is None:
+            continue
+        value = raw[name]
+        # bool is an int in Python: `rpm: true` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise KeysFileError(f"{where}.{name}", f"must be a positive integer, got {value!r}")
+        values[name] = value
+    return Limits(**values)
+
+
+def _no_unknown(raw: Mapping[Any, Any], known: tuple[str, ...], prefix: str) -> None:
+    for name in raw:
+        if name not in known:
+            raise KeysFileError(f"{prefix}{name}",
+                                f"unknown field (known: {', '.join(known)})")

@@ -1,0 +1,297 @@
+"""Per-key limits from `--keys-file`, held across every instance sharing the Redis.
+
+    admit(tenant) ──LIMIT_ADMIT──▶ refused: RateLimited / QuotaExceeded (429, Retry-After)
+        │ admitted: a Ticket (a stream lease when the request streams or runs in background)
+        ▼
+    ... the request runs; its lease is renewed by this instance every lease/3 seconds ...
+        ▼
+    ticket.end(tokens) ──LIMIT_FINISH──▶ lease freed, tokens added to the minute and the total
+
+Each check and its write is one Lua script (store/scripts.py), so two instances admitting at
+the same moment cannot both take the last request of a minute or the last stream slot. Costs:
+one script per request at admission and one at its end; none per token.
+
+- `rpm`: a fixed one-minute window on the Redis server's clock (the counter resets at each
+  minute's start). Simple and exact within a minute; a client may get up to twice `rpm` across a
+  minute boundary, the usual price of a fixed window. Retry-After: seconds to the next minute.
+- `tpm`: admission checks the tokens used in the current minute; a request's usage (input +
+  output) is added once, when it ends. A request admitted while the minute still had room may
+  therefore overshoot the limit by its own size; the next one is refused.
+- `max_streams`: a lease per open stream (a ZSET member scored by its expiry). Released when
+  the stream ends for any reason (completion, failure, client gone: the release runs in a
+  `finally`); renewed while it runs; a lease whose instance crashed expires after
+  `LEASE_SECONDS` and stops counting. Retry-After: 1 (a slot frees whenever any stream ends).
+- `token_budget`: tokens in total; refused (`insufficient_quota`) once spent.
+
+Redis down: a key with a `token_budget` is refused (503 store_unavailable, fail closed): tokens
+spent past a budget cannot be taken back, and a budget is usually money. A key with only rate
+limits is admitted (fail open): those protect capacity for a minute, and refusing all traffic
+because the limiter's store is down would turn a Redis outage into a full outage (stateless
+requests otherwise keep working without Redis). Its usage is then not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnavailable
+from proxy.core.ids import new_id
+from proxy.core.keysfile import KeysFile, Limits
+from proxy.core.tenancy import tenant_of
+from proxy.store import keys, scripts
+from proxy.store.redis import store_errors
+
+log = logging.getLogger("proxy.limits")
+
+# A stream lease's life without renewal: how long a crashed instance's slots keep counting.
+LEASE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    name: str  # the keys file's name for the key: what logs say instead of the key
+    limits: Limits
+
+
+def limit_table(keys_file: KeysFile | None, api_keys: tuple[str, ...]) -> dict[str, KeyLimits]:
+    """Limits by tenant digest (the one the store scopes by). `--api-key` keys get the file's
+    defaults, under the name `api-key-<n>`."""
+    if keys_file is None:
+        return {}
+    table = {tenant_of(key): KeyLimits(f"api-key-{n}", keys_file.defaults)
+             for n, key in enumerate(api_keys)}
+    for entry in keys_file.keys:
+        table[tenant_of(entry.key)] = KeyLimits(entry.name, entry.limits)
+    return {tenant: held for tenant, held in table.items() if held.limits.any}
+
+
+@dataclass
+class Ticket:
+    """One admitted request. `end` (idempotent) frees its stream lease and counts its tokens
+    (per minute when the key has a `tpm`, in total when it has a `token_budget`)."""
+
+    limiter: Limiter
+    tenant: str
+    lease: str | None = None
+    per_minute: bool = False
+    in_total: bool = False
+    ended: bool = field(default=False, init=False)
+
+    async def end(self, tokens: int) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        await self.limiter.finish(self, tokens)
+
+    def job_limit(self) -> dict[str, Any]:
+        """What a background job's spec carries so its worker can take the ticket over."""
+        return {"lease": self.lease, "minute": self.per_minute, "total": self.in_total}
+
+    def hand_over(self) -> None:
+        """The job is queued: its worker renews the lease and ends the ticket from now on
+        (`Limiter.adopt`). This instance forgets it."""
+        self.ended = True
+        self.limiter.forget(self)
+
+
+class Limiter:
+    def __init__(self, client: Redis, table: Mapping[str, KeyLimits], *,
+                 lease_seconds: float = LEASE_SECONDS) -> None:
+        self._table = dict(table)
+        self._lease_ms = int(lease_seconds * 1000)
+        self._lease_seconds = lease_seconds
+        self._admit = client.register_script(scripts.LIMIT_ADMIT)
+        self._finish = client.register_script(scripts.LIMIT_FINISH)
+        self._renew = client.register_script(scripts.LIMIT_RENEW)
+        self._held: dict[str, str] = {}  # lease id -> tenant, renewed by `run`
+
+    @property
+    def active(self) -> bool:
+        return bool(self._table)
+
+    async def admit(self, tenant: str, *, hold: bool) -> Ticket | None:
+        """None when the key has no limits. `hold`: the request keeps a stream slot (a stream
+        or a background job) until its ticket ends."""
+        held = self._table.get(tenant)
+        if held is None:
+            return None
+        limits = held.limits
+        lease = new_id("lease") if hold and limits.max_streams else None
+        try:
+            with store_errors():
+                verdict, retry = await self._admit(
+                    keys=_keys(tenant),
+                    args=[limits.rpm or 0, limits.tpm or 0, limits.token_budget or 0,
+                          limits.max_streams or 0, lease or "", self._lease_ms])
+        except StoreUnavailable:
+            if limits.token_budget:
+                raise  # fail closed: see the module docstring
+            log.warning("limits not checked for key %s: the store is unavailable", held.name)
+            return self._ticket(tenant, limits, None)
+        verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+        if verdict != "ok":
+            raise self._refused(held, verdict, max(1, int(retry)))
+        if lease is not None:
+            self._held[lease] = tenant
+        return self._ticket(tenant, limits, lease)
+
+    def _ticket(self, tenant: str, limits: Limits, lease: str | None) -> Ticket:
+        return Ticket(self, tenant, lease, per_minute=bool(limits.tpm),
+                      in_total=bool(limits.token_budget))
+
+    async def adopt(self, tenant: str, job_limit: dict[str, Any]) -> Ticket:
+        """A worker starting a background job takes over its ticket (`Ticket.job_limit`)."""
+        lease = job_limit.get("lease") or None
+        ticket = Ticket(self, tenant, lease, per_minute=bool(job_limit.get("minute")),
+                        in_total=bool(job_limit.get("total")))
+        if lease is not None:
+            self._held[lease] = tenant
+            try:
+                with store_errors():
+                    await self._renew(keys=[keys.limit_streams(tenant)],
+                                      args=[self._lease_ms, "adopt", lease])
+            except StoreUnavailable as exc:
+                log.warning("could not take over a job's stream lease: %s", exc.message)
+        return ticket
+
+    def forget(self, ticket: Ticket) -> None:
+        if ticket.lease is not None:
+            self._held.pop(ticket.lease, None)
+
+    def _refused(self, held: KeyLimits, reason: str, retry_after: int) -> ProxyError:
+        """The one place a request is refused by a limit (`reason`: rpm, tpm, streams, budget):
+        the place to count `proxy_rate_limited_total{reason}`."""
+        log.info("key %s refused: %s limit reached", held.name, reason)
+        limits = held.limits
+        if reason == "budget":
+            return QuotaExceeded(f"You exceeded your token budget ({limits.token_budget} "
+                                 "tokens) for this key.")
+        what = {"rpm": f"requests per minute ({limits.rpm})",
+                "tpm": f"tokens per minute ({limits.tpm})",
+                "streams": f"concurrent streams ({limits.max_streams})"}[reason]
+        return RateLimited(f"Rate limit reached for this key: {what}. Please try again in "
+                           f"{retry_after}s.", retry_after=retry_after)
+
+    async def finish(self, ticket: Ticket, tokens: int) -> None:
+        self.forget(ticket)
+        if ticket.lease is None and not (tokens > 0 and (ticket.per_minute or ticket.in_total)):
+            return  # nothing to free, nothing to count: no round trip
+        try:
+            with store_errors():
+                await self._finish(keys=_keys(ticket.tenant),
+                                   args=[max(0, tokens), ticket.lease or "",
+                                         "1" if ticket.per_minute else "0",
+                                         "1" if ticket.in_total else "0"])
+        except StoreUnavailable as exc:
+            # The lease expires by itself; the tokens are not counted.
+            log.warning("could not record the end of a limited request: %s", exc.message)
+
+    async def run(self) -> None:
+        """Renew this instance's leases every third of their life, while it lives."""
+        while True:
+            await asyncio.sleep(self._lease_seconds / 3)
+            by_tenant: dict[str, list[str]] = {}
+            for lease, tenant in list(self._held.items()):
+                by_tenant.setdefault(tenant, []).append(lease)
+            for tenant, leases in by_tenant.items():
+                try:
+                    with store_errors():
+                        await self._renew(keys=[keys.limit_streams(tenant)],
+                                          args=[self._lease_ms, "renew", *leases])
+                except StoreUnavailable as exc:
+                    log.warning("could not renew stream leases: %s", exc.message)
+
+    def metered(self, ticket: Ticket, body: AsyncIterator[bytes], *,
+                usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
+        """`body`, ending `ticket` when it is closed (see `Metered`)."""
+        return Metered(ticket, body, usage)
+
+
+class Metered:
+    """A stream passed through that ends its ticket when closed, with the usage read from its
+    last frames (or from `usage`). Closing ends the ticket even when the stream was never
+    iterated (a client gone before the first chunk): an async generator's `finally` would
+    not run then, and the lease would be renewed for ever. Per chunk: two assignments."""
+
+    def __init__(self, ticket: Ticket, body: AsyncIterator[bytes],
+                 usage: Callable[[], int] | None) -> None:
+        self._ticket = ticket
+        self._body = body
+        self._usage = usage
+        self._previous = self._last = b""
+
+    def __aiter__(self) -> Metered:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._body.__anext__()
+        self._previous, self._last = self._last, chunk
+        return chunk
+
+    async def aclose(self) -> None:
+        try:
+            # The upstream first (vLLM stops generating), then the one round trip of the end.
+            aclose = getattr(self._body, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        finally:
+            usage = self._usage
+            tokens = (usage() if usage is not None else 0) or usage_in_sse(
+                self._previous + self._last)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._ticket.end(tokens))
+
+def _keys(tenant: str) -> list[str]:
+    return [keys.limit_minute(tenant), keys.limit_used(tenant), keys.limit_streams(tenant)]
+
+
+def tokens_of(usage: object) -> int:
+    """Input + output tokens of a Responses or a Chat Completions usage object."""
+    if not isinstance(usage, dict):
+        return 0
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    parts = [usage.get(name) for name in ("input_tokens", "output_tokens", "prompt_tokens",
+                                          "completion_tokens")]
+    return sum(part for part in parts if isinstance(part, int))
+
+
+def usage_in_json(body: bytes | Any) -> int:
+    """The usage of a JSON answer: a chat completion (`usage`) or a response object."""
+    try:
+        data = orjson.loads(body) if isinstance(body, bytes | bytearray) else body
+    except orjson.JSONDecodeError:
+        return 0
+    return tokens_of(data.get("usage")) if isinstance(data, dict) else 0
+
+
+def usage_in_sse(tail: bytes) -> int:
+    """The usage in the last `data:` frame that carries one: a Responses terminal event
+    (`response.usage`) or a chat stream's usage chunk."""
+    at = tail.rfind(b'"usage"')
+    while at >= 0:
+        start = tail.rfind(b"data:", 0, at)
+        end = tail.find(b"\n", at)
+        if start >= 0:
+            line = tail[start + 5: end if end >= 0 else len(tail)]
+            try:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                data = None
+            if isinstance(data, dict):
+                found = tokens_of(data.get("usage")) or tokens_of(
+                    (data.get("response") or {}).get("usage"))
+                if found:
+                    return found
+        at = tail.rfind(b'"usage"', 0, start if start >= 0 else 0)
+    return 0

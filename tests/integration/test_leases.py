@@ -1,0 +1,202 @@
+"""`Leases` (services/lease.py) on the embedded store: a writer that stops renewing has its
+response closed from its log by whoever notices (a sweep, a GET), once; a writer that finds
+its own lease gone stops its turn."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.core.ids import counter_ids
+from proxy.services.eventlog import EventLogHub
+from proxy.services.lease import LEASE_LOST, LOST, Leases
+from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.factory import open_store
+from proxy.store.leases import LeaseState, LeaseTable
+from proxy.store.redis import RedisStore
+from tests.support.assembly import CREATED_AT, assemble, golden_bytes
+from tests.support.conformance import check_stream
+
+TENANT = "tenant"
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[RedisStore]:
+    store = open_store(None)
+    yield store
+    await store.aclose()
+
+
+def leases(store: RedisStore, *, ttl: float = 0.05,
+           interrupted: list[tuple[str, str]] | None = None) -> Leases:
+    hub = EventLogHub(store, ttl=60, event_ttl=60)
+    sink = interrupted if interrupted is not None else []
+    return Leases(LeaseTable(store.client), store, hub, ttl=ttl, response_ttl=60,
+                  event_ttl=60, owner="test", interrupt=lambda rid, why: sink.append((rid, why)),
+                  ids=counter_ids(), clock=lambda: CREATED_AT)
+
+
+async def half_written(store: RedisStore, *, background: bool = False
+                       ) -> tuple[str, list[dict[str, Any]]]:
+    """A stored foreground stream whose writer logged part of a text answer, then vanished."""
+    live = assemble(golden_bytes("text"))
+    prefix = live[: len(live) // 2]
+    response = dict(prefix[1]["response"])
+    response["background"] = background
+    record = StoredResponse(response, TENANT, logged=True)
+    events = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in prefix]
+    await store.create_response(record, [], events=events, ttl=60, event_ttl=60)
+    return str(response["id"]), prefix
+
+
+async def expired(table: LeaseTable, response_id: str) -> None:
+    for _ in range(100):
+        if await table.state(response_id) is LeaseState.EXPIRED:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the lease never expired")
+
+
+async def test_sweep_closes_a_dead_writers_response_from_its_log(store: RedisStore) -> None:
+    response_id, prefix = await half_written(store)
+    writer, reaper = leases(store), leases(store)
+    async with writer.held(response_id):
+        await expired(LeaseTable(store.client), response_id)  # the writer never renews
+        assert await reaper.sweep() == 1
+    record = await store.get_response(TENANT, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.response["error"]["message"] == LOST
+    logged = [orjson.loads(e.data) for e in await store.read_events(response_id)]
+    assert logged[: len(prefix)] == prefix
+    check_stream(logged)  # items closed, numbering dense, one terminal event, last
+    assert logged[-1]["type"] == "response.failed"
+    assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
+    assert await reaper.sweep() == 0
+
+
+async def test_get_closes_an_expired_response_at_once(store: RedisStore) -> None:
+    response_id, _ = await half_written(store)
+    writer = leases(store)
+    async with writer.held(response_id):
+        await expired(LeaseTable(store.client), response_id)
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None
+        checked, state = await leases(store).check(record)
+    assert state is LeaseState.EXPIRED
+    assert checked.status == "failed"
+
+
+async def test_a_held_lease_is_left_alone(store: RedisStore) -> None:
+    response_id, _ = await half_written(store)
+    async with leases(store, ttl=30).held(response_id):
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None
+        checked, state = await leases(store).check(record)
+        assert state is LeaseState.HELD and checked.status == "in_progress"
+        assert await leases(store).sweep() == 0
+
+
+async def test_background_responses_are_the_job_queues_business(store: RedisStore) -> None:
+    response_id, _ = await half_written(store, background=True)
+    record = await store.get_response(TENANT, response_id)
+    assert record is not None
+    checked, state = await leases(store).check(record)
+    assert state is LeaseState.ABSENT and checked.status == "in_progress"
+
+
+async def test_a_writer_that_lost_its_lease_stops_its_turn(store: RedisStore) -> None:
+    response_id, _ = await half_written(store)
+    stopped: list[tuple[str, str]] = []
+    writer = leases(store, interrupted=stopped)
+    async with writer.held(response_id):
+        await expired(LeaseTable(store.client), response_id)  # e.g. its loop stalled
+        await writer.renew()
+    assert stopped == [(response_id, LEASE_LOST)]
+
+
+async def test_an_ended_turns_lease_is_dropped_at_the_next_renewal(store: RedisStore) -> None:
+    response_id, _ = await half_written(store)
+    writer = leases(store, ttl=30)
+    async with writer.held(response_id):
+        assert await LeaseTable(store.client).state(response_id) is LeaseState.HELD
+    await writer.renew()
+    assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
+
+
+async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisStore) -> None:
+    """A writer presumed dead (stalled past its lease) may flush one more batch after its
+    reaper closed the log: the store drops events after `closed` (APPEND_EVENTS), so a replay
+    still ends at the one terminal event. (A guard of what leases rely on.)"""
+    from proxy.services.follow import Followers
+    from proxy.services.stored import StoredResponses
+    from proxy.settings import Settings
+    from tests.support.sse import data_payloads
+
+    response_id, _ = await half_written(store)
+    async with leases(store).held(response_id):
+        await expired(LeaseTable(store.client), response_id)
+        assert await leases(store).sweep() == 1
+    count, last = await store.log_extent(response_id)
+    assert last is not None and last.type == "response.failed"
+    late = {"type": "response.output_text.delta", "sequence_number": last.seq + 1}
+    await store.append_events({response_id: [StoredEvent(last.seq + 1, late["type"],
+                                                         orjson.dumps(late))]}, ttl=60)
+    stored = StoredResponses(store, Followers(store), Settings())
+    body = b"".join([chunk async for chunk in await stored.replay(TENANT, response_id, None)])
+    events = data_payloads(body)
+    assert events[-1]["type"] == "response.failed"
+    assert len(events) == count
+
+
+def replaying(store: RedisStore, lease_set: Leases) -> Any:
+    from proxy.services.follow import Followers
+    from proxy.services.stored import StoredResponses
+    from proxy.settings import Settings
+
+    # A follower re-checks the response after 0.2 s without an event.
+    return StoredResponses(store, Followers(store, block_ms=50), Settings(follow_idle=0.2),
+                           leases=lease_set)
+
+
+async def _read_all(stream: Any) -> bytes:
+    return b"".join([chunk async for chunk in stream])
+
+
+async def test_a_replay_waits_on_a_quiet_writer_that_holds_its_lease(store: RedisStore) -> None:
+    from tests.support.sse import data_payloads
+
+    response_id, prefix = await half_written(store)
+    writer = leases(store, ttl=30)
+    async with writer.held(response_id):
+        stored = replaying(store, leases(store, ttl=30))
+        reader = asyncio.create_task(_read_all(await stored.replay(TENANT, response_id, None)))
+        await asyncio.sleep(0.8)  # several idle rounds: the writer is alive, only quiet
+        assert not reader.done()
+        # The writer ends it (here by hand: the end a live turn would store).
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None
+        done = {**record.response, "status": "completed"}
+        seq = prefix[-1]["sequence_number"] + 1
+        end = {"type": "response.completed", "sequence_number": seq, "response": done}
+        await store.finish_response(done, StoredEvent(seq, end["type"], orjson.dumps(end)),
+                                    ttl=60, event_ttl=60)
+        events = data_payloads(await asyncio.wait_for(reader, 5))
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_a_replay_closes_a_response_whose_lease_expired(store: RedisStore) -> None:
+    from tests.support.sse import data_payloads
+
+    response_id, _ = await half_written(store)
+    async with leases(store).held(response_id):  # never renewed: the writer is dead
+        stored = replaying(store, leases(store))
+        record = await store.get_response(TENANT, response_id)
+        assert record is not None and record.status == "in_progress"
+        stream = stored.replay_record(record, -1)  # started before the lease ran out
+        events = data_payloads(await asyncio.wait_for(_read_all(stream), 10))
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["message"] == LOST
