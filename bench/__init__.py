@@ -23,4 +23,6 @@ Modules, one concept each:
     run       the command line: `python -m bench.run`
     clients   `python -m bench.clients`: our upstream client against aiohttp's, in one run
     aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
+    cache     `python -m bench.cache`: the response cache's hit and miss latency
+    fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
 """

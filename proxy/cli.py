@@ -60,6 +60,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
     p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
+    p.add_argument("--max-inflight-per-replica",
+                   help="requests one replica takes at once from this process (default 64)")
+    p.add_argument("--max-queued-requests",
+                   help="requests that may wait for a saturated fleet (default 1024)")
+    p.add_argument("--queue-timeout",
+                   help="seconds a request may wait for a saturated fleet (default 30)")
+    p.add_argument("--routing", help="affinity | round_robin | least_loaded (default affinity)")
     p.add_argument("--keys-file", help="JSON or YAML file of client keys with rpm, tpm, "
                                        "max_streams and token_budget limits")
 
@@ -113,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--model", action="append", help="served model name (repeatable)")
     sim.add_argument("--max-model-len", default="32768", help="context length in tokens")
+    sim.add_argument("--prefill-ms-per-token", default="0",
+                     help="prefill time per prompt token not in the prefix cache (default 0)")
+    sim.add_argument("--prefix-cache-blocks", default="4096",
+                     help="16-token blocks the prefix cache remembers (default 4096)")
     return parser
 
 
@@ -162,6 +173,12 @@ def _simulate(args: argparse.Namespace) -> None:
     ttft = float(args.ttft_ms)
     if delay < 0 or ttft < 0:
         raise ConfigError("--token-delay-ms", "delays must be >= 0")
+    prefill = float(args.prefill_ms_per_token)
+    if prefill < 0:
+        raise ConfigError("--prefill-ms-per-token", "must be >= 0")
+    blocks = int(args.prefix_cache_blocks)
+    if blocks < 0:
+        raise ConfigError("--prefix-cache-blocks", "must be >= 0")
     if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
         raise ConfigError("--reasoning-field", "use reasoning, reasoning_content or both")
     from proxy.simulator import SimConfig, create_app
@@ -171,6 +188,8 @@ def _simulate(args: argparse.Namespace) -> None:
         ttft_ms=ttft,
         reasoning_field=args.reasoning_field,
         max_model_len=int(check_positive(args.max_model_len, "--max-model-len", integer=True)),
+        prefill_ms_per_token=prefill,
+        prefix_cache_blocks=blocks,
         **({"models": tuple(args.model)} if args.model else {}),
     )
     log.info("vLLM simulator on http://%s:%d", args.host, port)

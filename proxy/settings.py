@@ -23,6 +23,7 @@ from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 CACHE_MODES = ("off", "exact", "semantic")
 PARAMS_MODES = ("lenient", "strict")
 HOSTED_TOOLS_MODES = ("drop", "reject")
+ROUTING_MODES = ("affinity", "round_robin", "least_loaded")
 
 
 class ConfigError(ValueError):
@@ -118,6 +119,15 @@ class Settings:
     cache_max_entry_bytes: int = 1024 * 1024
     cache_max_per_namespace: int = 256
     cache_embedding_timeout: float = 0.5
+    # Flow control (services/admission.py): a replica takes at most `max_inflight_per_replica`
+    # requests at once from this process; past that requests wait, at most
+    # `max_queued_requests` of them and each at most `queue_timeout` seconds, then 429.
+    max_inflight_per_replica: int = 64
+    max_queued_requests: int = 1024
+    queue_timeout: float = 30.0
+    # How the fleet picks a replica: `affinity` (the default; services/fleet.py), or the
+    # baselines `round_robin` and `least_loaded` that ignore affinity keys (benchmarks).
+    routing: str = "affinity"
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
 
@@ -286,6 +296,10 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         cache_max_entry_bytes=count("cache_max_entry_bytes"),
         cache_max_per_namespace=count("cache_max_per_namespace"),
         cache_embedding_timeout=seconds("cache_embedding_timeout"),
+        max_inflight_per_replica=count("max_inflight_per_replica"),
+        max_queued_requests=count("max_queued_requests"),
+        queue_timeout=seconds("queue_timeout"),
+        routing=mode("routing", ROUTING_MODES),
         keys_file=_keys_file(pick),
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",

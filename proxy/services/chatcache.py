@@ -43,7 +43,7 @@ class CachedChat:
     async def chat_completions(self, body: bytes, tenant: str, directives: Directives) -> Relay:
         cache = self._cache
         if cache is None or not cache.enabled:
-            return await self._passthrough.chat_completions(body)
+            return await self._passthrough.chat_completions(body, tenant)
         request = parse_object(body)
         eligible = isinstance(request.get("model"), str) and not request.get("logprobs")
         stream = request.get("stream") is True
@@ -53,7 +53,7 @@ class CachedChat:
                                    usable=_has_usage if wants_usage else None)
         if found.hit:
             return self._hit(found, stream, wants_usage)
-        relay = await self._passthrough.chat_completions(body)
+        relay = await self._passthrough.chat_completions(body, tenant)
         relay.headers.update(found.headers())
         if found.key is None or not found.directives.write:
             return relay

@@ -27,6 +27,7 @@ from typing import Any
 from proxy.core import balancer, replicaload
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.requestctx import note_replica
+from proxy.core.routing import baseline
 from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream
 
@@ -100,9 +101,10 @@ class Fleet:
     # The fleet file's replicas; when given, they are the fleet and `urls` is not used.
     specs: Sequence[ReplicaSpec] = ()
     load_factor: float = DEFAULT_LOAD_FACTOR
+    routing: str = "affinity"  # or a baseline of core/routing.py (`--routing`, benchmarks)
     replicas: list[Replica] = field(init=False)
-    _last_rediscovery: float = field(init=False, default=-1e9)
     _turn: int = field(init=False, default=0)
+    _last_rediscovery: float = field(init=False, default=-1e9)
 
     def __post_init__(self) -> None:
         if self.specs:
@@ -189,6 +191,10 @@ class Fleet:
                 await self.refresh()
                 candidates = self._candidates(model, exclude)
         if candidates:
+            if self.routing != "affinity":
+                self._turn += 1
+                return candidates[baseline(self.routing, [r.in_flight for r in candidates],
+                                           self._turn)]
             return self._pick(candidates, affinity, home)
         if any(r.healthy for r in self.replicas):
             raise ModelNotFound(model)

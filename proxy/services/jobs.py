@@ -42,6 +42,7 @@ from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.seal import Sealer
 from proxy.metrics import Metrics
+from proxy.services.admission import Admission
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.limits import Limiter, Ticket, tokens_of
@@ -84,8 +85,10 @@ class Worker:
                  tasks: TaskSet, metrics: Metrics, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
                  supervisor: Supervisor | None = None, limits: Limiter | None = None,
-                 clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
+                 clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
+                 admission: Admission | None = None) -> None:
         self.name = name or worker_name()
+        self._admission = admission or Admission.from_settings(fleet, settings)
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
@@ -282,6 +285,10 @@ class Worker:
                             log=self._hub.open(record.id),
                             conversation=await self._conversation(record, spec))
         try:
+            # A job waits for a saturated fleet like a request, past the queue's length bound
+            # (at most --worker-concurrency jobs wait) but not past its deadline.
+            await self._admission.admit(spec["model"], record.tenant, bounded=False,
+                                        priority=spec.get("service_tier") == "priority")
             call = await self._fleet.open(spec["model"], CHAT_PATH, orjson.dumps(spec["chat"]),
                                           stream=True, affinity=spec.get("affinity"),
                                           home=spec.get("home"))
@@ -289,6 +296,7 @@ class Worker:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)
             return True
+        call = self._admission.watch(call)
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
                     metrics=self._metrics)
         running = self._running.get(record.id)

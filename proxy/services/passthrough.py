@@ -21,6 +21,7 @@ import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.jsonbody import parse_object
+from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
 from proxy.upstream import end_to_end_headers, map_transport_errors
 
@@ -39,10 +40,12 @@ class Relay:
 
 
 class Passthrough:
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, admission: Admission | None = None) -> None:
         self._fleet = fleet
+        self._admission = admission or Admission(fleet)
 
-    async def chat_completions(self, body: bytes, *, meter_usage: bool = False) -> Relay:
+    async def chat_completions(self, body: bytes, tenant: str = "", *,
+                               meter_usage: bool = False) -> Relay:
         """`meter_usage`: the caller counts tokens (per-key limits); a stream that did not ask
         for its usage chunk gets one from the upstream, taken out again before the client."""
         request = parse_object(body)
@@ -56,7 +59,10 @@ class Passthrough:
             request["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                          "include_usage": True}
             body = orjson.dumps(request)
+        await self._admission.admit(model, tenant,
+                                    priority=request.get("service_tier") == "priority")
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
+        call = self._admission.watch(call)
         headers = end_to_end_headers(call.response.headers)
         if stream:
             chunks = call.response.aiter_raw()

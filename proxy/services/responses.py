@@ -46,6 +46,7 @@ from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
 from proxy.metrics import Metrics
+from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.context import fit, measure
@@ -95,10 +96,12 @@ class ResponsesService:
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
         cache: ResponseCache | None = None,
+        admission: Admission | None = None,
         drain: Drain | None = None,
         leases: Leases | None = None,
     ) -> None:
         self._cache = cache
+        self._admission = admission or Admission.from_settings(fleet, settings)
         # Stored foreground responses are leased while they run (lease.py); None: embedded.
         self._leases = leases
         # Foreground turns register here while they run (a SIGTERM's grace can end them).
@@ -151,8 +154,11 @@ class ResponsesService:
             outcome = await self._submit(tenant, request, history, chat, assembler, job_limit)
             outcome.headers.update(cached.headers())
             return outcome
+        await self._admission.admit(request.model, tenant,
+                                    priority=request.service_tier == "priority")
         call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
                                       affinity=history.affinity, home=history.home)
+        call = self._admission.watch(call)
         try:
             recorder = await self._recorder(tenant, request, assembler, history,
                                             replica=call.replica.url)
@@ -232,6 +238,7 @@ class ResponsesService:
                                 logged=True, replica=replica.url)
         spec = {"tenant": tenant, "model": request.model, "chat": chat,
                 "affinity": history.affinity, "home": replica.url,
+                "service_tier": request.service_tier,
                 "seal": "reasoning.encrypted_content" in request.include,
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
 from proxy.metrics import Metrics
+from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import ResponseCache
 from proxy.services.chatcache import CachedChat
@@ -86,7 +87,8 @@ class Runtime:
         upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
         fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
-                      specs=settings.fleet, load_factor=settings.affinity_load_factor)
+                      specs=settings.fleet, load_factor=settings.affinity_load_factor,
+                      routing=settings.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
         store = open_store(settings.redis_url)
@@ -105,13 +107,16 @@ class Runtime:
         stored = StoredResponses(store, followers, settings, leases=leases)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
-        passthrough = Passthrough(fleet)
+        # One admission per process: requests, chat and background jobs share the caps.
+        admission = Admission.from_settings(fleet, settings)
+        passthrough = Passthrough(fleet, admission)
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
         limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys))
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor, limits=limits)
+                            shared=not store.embedded, supervisor=supervisor, limits=limits,
+                            admission=admission)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -125,7 +130,8 @@ class Runtime:
             followers=followers,
             passthrough=passthrough,
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, cache=cache, drain=draining, leases=leases),
+                                       stored, cache=cache, drain=draining, leases=leases,
+                                       admission=admission),
             stored=stored,
             conversations=Conversations(store, settings),
             queue=queue,

@@ -30,6 +30,7 @@ import orjson
 from proxy.simulator import embeddings, wire
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError, error_body, invalid
+from proxy.simulator.prefixcache import PrefixCache, prompt_sequence
 from proxy.simulator.request import ChatRequest, parse_chat
 from proxy.simulator.script import Plan, plan
 from proxy.simulator.stats import Stats, StreamEnd
@@ -158,6 +159,10 @@ class Simulator:
         self.stats = Stats()
         # Chat requests being answered, by model: vLLM's `num_requests_running` on /metrics.
         self.running: dict[str, int] = dict.fromkeys(config.models, 0)
+        self.prefix_cache = PrefixCache(config.prefix_cache_blocks)
+        # Prefills run one at a time (a replica's compute is shared): the loop time at which
+        # the last one admitted ends. Only used when prefill costs time.
+        self._prefill_free_at = 0.0
         self.models = wire.models_list(config.models, created=int(time.time()),
                                        max_model_len=config.max_model_len)
         self.routes: dict[str, tuple[tuple[str, ...], Callable[..., Awaitable[None]]]] = {
@@ -230,6 +235,7 @@ class Simulator:
 
     async def reset_stats(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.stats.reset()
+        self.prefix_cache.clear()  # a benchmark row starts cold
         await send_json(send, 200, {"reset": True})
 
     async def embed(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -262,26 +268,40 @@ class Simulator:
             raise SimError(fail.at, message)
         answer = plan(req, self.config, request_id=f"chatcmpl-{uuid.uuid4().hex}",
                       created=int(time.time()))
+        prefill = self.prefill(req.messages, body.get("tools"))
         self.running[req.model] = self.running.get(req.model, 0) + 1
         try:
             if req.stream:
-                await self.stream(req, answer, receive, send)
+                await self.stream(req, answer, receive, send, prefill)
             else:
-                await self.complete(req, answer, receive, send)
+                await self.complete(req, answer, receive, send, prefill)
         finally:
             self.running[req.model] -= 1
 
-    def timing(self, req: ChatRequest) -> tuple[float, float]:
-        """(ttft, delay) in seconds for this request."""
+    def prefill(self, messages: list[dict[str, Any]], tools: Any) -> float:
+        """Seconds until this request's prefill is done: the prefills admitted before it, then
+        its own prompt tokens that the prefix cache did not hold (0 without a prefill cost)."""
+        seen = self.prefix_cache.admit(prompt_sequence(messages, tools))
+        self.stats.prefix(seen.hit_tokens, seen.miss_tokens)
+        cost = seen.miss_tokens * self.config.prefill_ms_per_token / 1000
+        if cost <= 0:
+            return 0.0
+        now = asyncio.get_running_loop().time()
+        self._prefill_free_at = max(now, self._prefill_free_at) + cost
+        return self._prefill_free_at - now
+
+    def timing(self, req: ChatRequest, prefill: float = 0.0) -> tuple[float, float]:
+        """(ttft, delay) in seconds for this request; the prefill comes before the ttft."""
         d = req.directives
         ttft = d.ttft_ms if d.ttft_ms is not None else self.config.ttft_ms
         delay = d.delay_ms if d.delay_ms is not None else self.config.token_delay_ms
-        return ttft / 1000, delay / 1000
+        return prefill + ttft / 1000, delay / 1000
 
-    async def stream(self, req: ChatRequest, answer: Plan, receive: Receive, send: Send) -> None:
+    async def stream(self, req: ChatRequest, answer: Plan, receive: Receive, send: Send,
+                     prefill: float = 0.0) -> None:
         blobs = grouped(wire.stream_frames(answer, include_usage=req.include_usage,
                                            continuous=req.continuous_usage))
-        ttft, delay = self.timing(req)
+        ttft, delay = self.timing(req, prefill)
         final = answer.ending in ("done", "error")
         outcome: StreamEnd = "cut"
 
@@ -301,8 +321,8 @@ class Simulator:
             raise SimulatedCut("fail=cut: dropping the connection mid-stream")
 
     async def complete(self, req: ChatRequest, answer: Plan, receive: Receive,
-                       send: Send) -> None:
-        ttft, delay = self.timing(req)
+                       send: Send, prefill: float = 0.0) -> None:
+        ttft, delay = self.timing(req, prefill)
         wait = ttft + max(answer.completion_tokens - 1, 0) * delay
         if answer.ending == "stall":
             wait += STALL_TIMEOUT_S

@@ -22,17 +22,25 @@ class SimConfig:
     reasoning_field: ReasoningField = "reasoning"
     max_model_len: int = 32768
     models: tuple[str, ...] = DEFAULT_MODELS
-    # No further fields: the CLI passes `models` as `**{...}`, which mypy checks against every
-    # remaining field. Fixed knobs live next to their use (embeddings.DEFAULT_DIM,
-    # script.REASONER_TOKENS, app.STALL_TIMEOUT_S, stats.PROMPT_COUNTS_LIMIT).
+    # The prefix cache (prefixcache.py): each prompt token it has not seen recently costs this
+    # much prefill time before the first token (0: caching is counted but costs nothing), and it
+    # remembers this many 16-token blocks.
+    prefill_ms_per_token: float = 0.0
+    prefix_cache_blocks: int = 4096
+    # The CLI passes `models` as `**{...}`, which mypy checks against every field not passed
+    # explicitly: pass any new field explicitly there. Fixed knobs live next to their use
+    # (embeddings.DEFAULT_DIM, script.REASONER_TOKENS, app.STALL_TIMEOUT_S,
+    # stats.PROMPT_COUNTS_LIMIT, prefixcache.BLOCK_TOKENS).
 
     def __post_init__(self) -> None:
         if not self.models:
             raise ValueError("the simulator needs at least one model")
-        if self.token_delay_ms < 0 or self.ttft_ms < 0:
+        if self.token_delay_ms < 0 or self.ttft_ms < 0 or self.prefill_ms_per_token < 0:
             raise ValueError("delays must be >= 0")
         if self.max_model_len < 1:
             raise ValueError("max_model_len must be >= 1")
+        if self.prefix_cache_blocks < 0:
+            raise ValueError("prefix_cache_blocks must be >= 0")
 
 
 def is_reasoner(model: str) -> bool:

@@ -41,6 +41,9 @@ class Stats:
         self.last_headers: dict[str, str] = {}
         self.prompt_counts: dict[str, int] = {}
         self.prompt_counts_dropped = 0
+        # Prompt tokens found in the prefix cache, and those that were not (prefilled).
+        self.prefix_hit_tokens = 0
+        self.prefix_miss_tokens = 0
 
     def request(self, path: str) -> None:
         self.requests += 1
@@ -58,6 +61,10 @@ class Stats:
             self.prompt_counts[text] = 1
         else:
             self.prompt_counts_dropped += 1
+
+    def prefix(self, hit: int, miss: int) -> None:
+        self.prefix_hit_tokens += hit
+        self.prefix_miss_tokens += miss
 
     def stream_started(self) -> None:
         self.streams_started += 1
@@ -86,4 +93,6 @@ class Stats:
             "last_request": self.last_request, "last_headers": dict(self.last_headers),
             "prompt_counts": dict(self.prompt_counts),
             "prompt_counts_dropped": self.prompt_counts_dropped,
+            "prefix_hit_tokens": self.prefix_hit_tokens,
+            "prefix_miss_tokens": self.prefix_miss_tokens,
         }

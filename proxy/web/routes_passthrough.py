@@ -34,7 +34,7 @@ async def chat_completions(request: Request) -> Reply:
         call = runtime.chat.chat_completions(
             body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
     else:
-        call = runtime.passthrough.chat_completions(body, meter_usage=counts)
+        call = runtime.passthrough.chat_completions(body, tenant(request), meter_usage=counts)
     relay = await released_on_error(ticket, unless_disconnected(request, call))
     if relay.stream is not None:
         relay.stream = metered(request, ticket, relay.stream,

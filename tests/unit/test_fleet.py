@@ -196,3 +196,20 @@ async def test_a_replica_without_metrics_is_up_with_no_signal() -> None:
     assert f.replicas[0].healthy and f.replicas[0].signal is None
     f.replicas[0].in_flight = 2
     assert f.replicas[0].load == 2.0
+
+
+async def test_round_robin_routing_takes_replicas_in_turn_and_ignores_affinity() -> None:
+    f = fleet("http://a", "http://b", "http://c")
+    f.routing = "round_robin"
+    f.replicas[0].in_flight = 5
+    picks = [(await f.choose("m", affinity="conv_1")).url for _ in range(6)]
+    assert sorted(picks[:3]) == ["http://a", "http://b", "http://c"]
+    assert picks[3:] == picks[:3]
+
+
+async def test_least_loaded_routing_ignores_affinity_and_rotates_ties() -> None:
+    f = fleet("http://a", "http://b", "http://c")
+    f.routing = "least_loaded"
+    f.replicas[1].in_flight = 2
+    picks = {(await f.choose("m", affinity="conv_1")).url for _ in range(4)}
+    assert picks == {"http://a", "http://c"}  # never the busier one; ties not by list order

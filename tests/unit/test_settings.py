@@ -193,6 +193,25 @@ def test_cache_modes_start_with_their_settings() -> None:
         "semantic", "emb", 0.9)
 
 
+def test_flow_control_and_routing_flags() -> None:
+    from proxy.settings import ConfigError, build_settings
+
+    defaults = build_settings({}, {})
+    assert (defaults.max_inflight_per_replica, defaults.max_queued_requests,
+            defaults.queue_timeout, defaults.routing) == (64, 1024, 30.0, "affinity")
+    given = build_settings({"max_inflight_per_replica": "8", "queue_timeout": "2.5",
+                            "routing": "round_robin"}, {"PROXY_MAX_QUEUED_REQUESTS": "10"})
+    assert (given.max_inflight_per_replica, given.max_queued_requests,
+            given.queue_timeout, given.routing) == (8, 10, 2.5, "round_robin")
+    for flags, flag in (({"routing": "random"}, "--routing"),
+                        ({"queue_timeout": "0"}, "--queue-timeout"),
+                        ({"max_inflight_per_replica": "x"}, "--max-inflight-per-replica")):
+        try:
+            build_settings(flags, {})
+        except ConfigError as exc:
+            assert exc.flag == flag
+        else:
+            raise AssertionError(f"{flags} was accepted")
 def test_lease_ttl_from_flag_or_environment() -> None:
     assert build_settings({}, {}).lease_ttl == 10.0
     assert build_settings({}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 3.0

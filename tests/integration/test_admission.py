@@ -1,0 +1,274 @@
+"""Flow control (services/admission.py): a saturated fleet queues requests fairly and with a
+deadline, then answers 429 with Retry-After in OpenAI's shape.
+
+The first tests drive `Admission` against a fleet whose in-flight counts the test sets (a slot
+frees when the test says so); the last ones run the whole app in-process against the simulator,
+with one slot per replica held by a slow request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from proxy.app import create_app
+from proxy.core.errors import RateLimited
+from proxy.services.admission import Admission
+from proxy.services.fleet import Fleet
+from proxy.settings import Settings
+from tests.conftest import SimControl
+from tests.unit.test_fleet import fleet
+
+
+def saturated(cap: int = 1, **kwargs: Any) -> tuple[Fleet, Admission]:
+    f = fleet("http://a", "http://b")
+    for replica in f.replicas:
+        replica.in_flight = cap
+    return f, Admission(f, per_replica=cap, **kwargs)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def free_one(f: Fleet, admission: Admission) -> None:
+    """A call ends (what an admitted call's close does)."""
+    f.replicas[0].in_flight -= 1
+    admission.pump_all()
+
+
+async def admitted_in_order(f: Fleet, admission: Admission, count: int,
+                            order: list[str]) -> None:
+    """Free one slot at a time; each admitted waiter takes it (as its call would)."""
+    for _ in range(count):
+        before = len(order)
+        free_one(f, admission)
+        await settle()
+        assert len(order) == before + 1
+
+
+def start(f: Fleet, admission: Admission, name: str, order: list[str], *, priority: bool = False,
+          model: str = "m") -> asyncio.Task[None]:
+    async def run() -> None:
+        await admission.admit(model, name[0], priority=priority)
+        order.append(name)
+        # The slot is taken as fleet.open would take it: on the least loaded replica.
+        replicas = [r for r in f.replicas if r.serves(model)]
+        min(replicas, key=lambda r: r.in_flight).in_flight += 1
+    return asyncio.create_task(run())
+
+
+async def test_room_admits_at_once_and_a_saturated_fleet_queues() -> None:
+    f, admission = saturated()
+    f.replicas[1].in_flight = 0
+    await asyncio.wait_for(admission.admit("m", "a"), 1)  # room: no wait
+    f.replicas[1].in_flight = 1
+    order: list[str] = []
+    task = start(f, admission, "a0", order)
+    await settle()
+    assert admission.queued == 1 and order == []
+    await admitted_in_order(f, admission, 1, order)
+    assert order == ["a0"] and admission.queued == 0
+    await task
+
+
+async def test_fair_between_two_keys_a_burst_does_not_starve_the_other() -> None:
+    f, admission = saturated()
+    order: list[str] = []
+    tasks = [start(f, admission, f"a{n}", order) for n in range(4)]
+    await settle()
+    tasks.append(start(f, admission, "b0", order))
+    await settle()
+    await admitted_in_order(f, admission, 5, order)
+    assert order == ["a0", "b0", "a1", "a2", "a3"]
+    await asyncio.gather(*tasks)
+
+
+async def test_priority_goes_first() -> None:
+    f, admission = saturated()
+    order: list[str] = []
+    tasks = [start(f, admission, f"a{n}", order) for n in range(2)]
+    await settle()
+    tasks.append(start(f, admission, "p0", order, priority=True))
+    await settle()
+    await admitted_in_order(f, admission, 3, order)
+    assert order == ["p0", "a0", "a1"]
+    await asyncio.gather(*tasks)
+
+
+async def test_a_client_that_leaves_leaves_the_queue() -> None:
+    f, admission = saturated()
+    order: list[str] = []
+    gone = start(f, admission, "a0", order)
+    stays = start(f, admission, "b0", order)
+    await settle()
+    assert admission.queued == 2
+    gone.cancel()  # what the web layer does when the client disconnects
+    await settle()
+    assert admission.queued == 1 and gone.cancelled()
+    await admitted_in_order(f, admission, 1, order)
+    assert order == ["b0"]
+    await stays
+
+
+async def test_a_waiter_cancelled_after_its_grant_hands_the_slot_on() -> None:
+    f, admission = saturated()
+    order: list[str] = []
+    first = start(f, admission, "a0", order)
+    second = start(f, admission, "b0", order)
+    await settle()
+    f.replicas[0].in_flight -= 1
+    admission.pump_all()  # a0 is granted ...
+    first.cancel()  # ... but leaves before it runs
+    await settle()
+    assert order == ["b0"] and admission.queued == 0
+    await second
+
+
+async def test_the_deadline_ends_the_wait_with_a_429_and_retry_after() -> None:
+    _, admission = saturated(timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as info:
+        await asyncio.wait_for(admission.admit("m", "a"), 5)
+    assert time.monotonic() - started >= 0.2
+    error = info.value
+    assert error.status == 429 and error.headers["Retry-After"] == "1"
+    assert error.body()["error"]["code"] == "rate_limit_exceeded"
+    assert "saturated" in error.message
+    assert admission.queued == 0
+
+
+async def test_a_full_queue_is_a_429_at_once_but_a_background_job_may_still_wait() -> None:
+    f, admission = saturated(max_queued=1)
+    order: list[str] = []
+    waiting = start(f, admission, "a0", order)
+    await settle()
+    with pytest.raises(RateLimited) as info:
+        await asyncio.wait_for(admission.admit("m", "b"), 0.5)  # no wait at all
+    assert "already waiting" in info.value.message
+    job = asyncio.create_task(admission.admit("m", "j", bounded=False))
+    await settle()
+    assert admission.queued == 2
+    await admitted_in_order(f, admission, 1, order)
+    free_one(f, admission)
+    await asyncio.wait_for(job, 1)
+    await waiting
+
+
+async def test_one_saturated_model_does_not_hold_up_another() -> None:
+    f, admission = saturated()
+    f.replicas[1].model_ids = frozenset({"other"})
+    f.replicas[1].in_flight = 0
+    f.replicas[0].model_ids = frozenset({"m"})
+    order: list[str] = []
+    waiting = start(f, admission, "a0", order)
+    await settle()
+    await asyncio.wait_for(admission.admit("other", "b"), 1)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_an_unknown_model_is_left_to_the_fleet_to_answer() -> None:
+    _, admission = saturated()
+    await asyncio.wait_for(admission.admit("nobody-serves-this", "a"), 1)
+
+
+# -- the whole app against the simulator -------------------------------------------------------
+SLOW = "hold the slot [[sim ttft_ms=4000 tokens=2]]"
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"model": "sim-model", "messages": [
+        {"role": "user", "content": "queued [[sim tokens=2]]"}]}),
+    ("/v1/responses", {"model": "sim-model", "store": False, "stream": True,
+                       "input": "queued [[sim tokens=2]]"}),
+], ids=["chat", "responses"])
+async def test_saturated_fleet_queues_then_429s_within_the_deadline(
+        settings: Settings, sim: SimControl, path: str, body: dict[str, Any]) -> None:
+    app = create_app(settings.replace(worker=False, max_inflight_per_replica=1,
+                                      queue_timeout=0.5))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
+                                     timeout=20) as client:
+            slow = asyncio.create_task(client.post("/v1/chat/completions", json={
+                "model": "sim-model", "messages": [{"role": "user", "content": SLOW}]}))
+            for _ in range(200):  # until the slow request holds the one slot
+                if app.state.runtime.fleet.replicas[0].in_flight == 1:
+                    break
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            response = await client.post(path, json=body)
+            waited = time.monotonic() - started
+            assert response.status_code == 429, response.text
+            assert response.headers["retry-after"] == "1"
+            error = response.json()["error"]
+            assert error["code"] == "rate_limit_exceeded" and "saturated" in error["message"]
+            assert 0.5 <= waited < 3.5  # it queued, and gave up before the slot freed (4 s)
+            assert not slow.done()
+            assert (await slow).status_code == 200
+            # The slot is free again: the next request goes through.
+            assert (await client.post(path, json=body)).status_code == 200
+
+
+async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
+        settings: Settings, sim: SimControl) -> None:
+    """Through the whole app: the web layer cancels the create when the client leaves, and the
+    queued request is gone from the queue at once (not at its deadline)."""
+    app = create_app(settings.replace(worker=False, max_inflight_per_replica=1,
+                                      queue_timeout=20))
+    raw = orjson.dumps({"model": "sim-model", "store": False,
+                        "input": "queued [[sim tokens=2]]"})
+    leave = asyncio.Event()
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async with app.router.lifespan_context(app):
+        admission = app.state.runtime.responses._admission
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
+                                     timeout=20) as client:
+            slow = asyncio.create_task(client.post("/v1/chat/completions", json={
+                "model": "sim-model", "messages": [{"role": "user", "content": SLOW}]}))
+            for _ in range(200):
+                if app.state.runtime.fleet.replicas[0].in_flight == 1:
+                    break
+                await asyncio.sleep(0.01)
+            queued = asyncio.create_task(app(scope_for("/v1/responses", raw), receive, send))
+            for _ in range(200):
+                if admission.queued == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert admission.queued == 1
+            leave.set()
+            await asyncio.wait_for(queued, 2)
+            assert admission.queued == 0
+            assert not slow.done()  # the slot never freed: leaving emptied the queue
+            assert (await slow).status_code == 200
+    assert sim.stats()["prompt_counts"].get("queued") is None  # it never went upstream
+
+
+def scope_for(path: str, body: bytes) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+            "root_path": "", "query_string": b"", "client": ("127.0.0.1", 50000),
+            "server": ("proxy", 80),
+            "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
