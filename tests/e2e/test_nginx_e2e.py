@@ -309,6 +309,17 @@ def test_a_dead_instance_is_skipped_without_an_error() -> None:
         alive.close()
 
 
+def test_no_instance_answering_is_an_openai_shaped_503() -> None:
+    edge = start_nginx([f"http://127.0.0.1:{free_port()}"])
+    try:
+        with pytest.raises(openai.InternalServerError) as info:
+            SDK.get(edge.url, KEY).responses.create(model="sim-model", input="anyone?")
+        assert info.value.status_code == 503
+        assert info.value.code == "service_unavailable"
+    finally:
+        edge.stop()
+
+
 def test_websocket_upgrade_is_passed_through() -> None:
     """The coming WebSocket mode: nginx forwards Upgrade/Connection and then tunnels bytes."""
     backend = _Echo()
