@@ -78,6 +78,10 @@ class ServerProcess:
     def output(self) -> str:
         return Path(self._log.name).read_text(errors="replace")[-4000:]
 
+    def full_output(self) -> str:
+        """Everything the process wrote so far (`output()` is its tail, for error messages)."""
+        return Path(self._log.name).read_text(errors="replace")
+
     def signal(self, sig: int) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)

@@ -241,8 +241,8 @@ def test_kubernetes_probes_ports_and_services_match_the_app(
     assert (annotations["prometheus.io/path"], "GET") in app_routes
     assert k8s("Deployment", "responses-proxy-worker")["spec"]["template"]["spec"][
         "containers"][0]["args"] == ["worker"]
-    for kind, name in (("HorizontalPodAutoscaler", "responses-proxy"),):
-        assert k8s(kind, name)["spec"]["scaleTargetRef"]["name"] == "responses-proxy"
+    assert k8s("HorizontalPodAutoscaler", "responses-proxy")["spec"]["scaleTargetRef"][
+        "name"] == "responses-proxy"
     pdb_selectors = [d["spec"]["selector"]["matchLabels"] for d in k8s_documents()
                      if d["kind"] == "PodDisruptionBudget"]
     assert k8s("Deployment", "responses-proxy")["spec"]["selector"]["matchLabels"] in (
