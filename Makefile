@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compat redis-server clean
+.PHONY: run test lint bench compat redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ run: $(STAMP)
 	@bash deploy/run-dev.sh
 
 ## test: everything, against a real redis-server and the simulator.
-test: $(STAMP) redis-server
+test: $(STAMP) redis-server nginx
 	$(BIN)/python -m pytest -q
 
 ## lint: ruff and mypy (strict) on proxy/.
@@ -51,6 +51,21 @@ redis-server:
 	    exit 1; \
 	  fi; }
 	@command -v redis-server >/dev/null 2>&1
+
+# nginx: the e2e tests put the config we ship (deploy/nginx/) in front of two instances. Only
+# the binary is used (a non-daemon child on loopback ports with its own prefix); apt-get does
+# not start a service where policy-rc.d forbids it (containers), and the tests never need one.
+nginx:
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nginx (apt-get)"; \
+	    (apt-get install -y -qq nginx >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq nginx >/dev/null)) ; \
+	  else \
+	    echo "nginx is missing: install it (Debian/Ubuntu: sudo apt-get install nginx)"; \
+	    exit 1; \
+	  fi; }
+	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -4,6 +4,7 @@ process on a free 127.0.0.1 port. Every wait is bounded in count and time."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -77,6 +78,10 @@ class ServerProcess:
     def output(self) -> str:
         return Path(self._log.name).read_text(errors="replace")[-4000:]
 
+    def full_output(self) -> str:
+        """Everything the process wrote so far (`output()` is its tail, for error messages)."""
+        return Path(self._log.name).read_text(errors="replace")
+
     def signal(self, sig: int) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
@@ -137,3 +142,84 @@ def start_redis(port: int | None = None) -> ServerProcess:
     cmd = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
            "--dir", workdir, "--protected-mode", "yes"]
     return ServerProcess(cmd, port, ready_path=None, log_name="redis").start()
+
+
+# nginx: the config we ship (deploy/nginx/responses-proxy.conf), rendered for loopback ports and
+# run as a foreground child with a prefix of its own, so nothing it touches is root-owned.
+NGINX_CONF = ROOT / "deploy" / "nginx" / "responses-proxy.conf"
+_UPSTREAM_BLOCK = re.compile(r"(upstream responses_proxy \{\n)((?:[ \t]*server [^\n]*;\n)+)")
+_LISTEN = re.compile(r"^([ \t]*)listen 80;$", re.MULTILINE)
+
+
+def render_nginx_config(text: str, *, port: int, upstreams: Sequence[str], log_dir: str,
+                        overrides: Mapping[str, str] | None = None) -> str:
+    """The shipped config with our listen port, our instances (`host:port`) as the upstream's
+    servers and its logs in `log_dir`. `overrides` ({directive: value}) replace or add directives
+    of the `location /` block, for tests that show what a setting does. Raises when the shipped
+    file no longer has the shape we rewrite."""
+    servers = "".join(f"    server {address};\n" for address in upstreams)
+    text, n_upstream = _UPSTREAM_BLOCK.subn(lambda m: m.group(1) + servers, text)
+    text, n_listen = _LISTEN.subn(rf"\g<1>listen 127.0.0.1:{port};", text)
+    if (n_upstream, n_listen) != (1, 1) or "/var/log/nginx/" not in text:
+        raise ValueError("deploy/nginx/responses-proxy.conf changed shape: update the renderer")
+    text = text.replace("/var/log/nginx/", log_dir.rstrip("/") + "/")
+    for directive, value in (overrides or {}).items():
+        line = f"        {directive} {value};\n"
+        text, replaced = re.subn(rf"^[ \t]*{directive} [^\n]*;\n", line, text, count=1,
+                                 flags=re.MULTILINE)
+        if not replaced:
+            marker = "proxy_pass http://responses_proxy;\n"
+            text = text.replace(marker, marker + line)
+    return text
+
+
+def nginx_executable() -> str:
+    exe = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK)
+                                    else None)
+    if exe is None:
+        raise RuntimeError("nginx is not installed (make test installs it)")
+    return exe
+
+
+class NginxServer(ServerProcess):
+    """nginx with `daemon off;`: its prefix (config, pid, logs, temp files) is `self.prefix`."""
+
+    def __init__(self, args: Sequence[str], port: int, prefix: Path) -> None:
+        super().__init__(args, port, ready_path=None, log_name="nginx")
+        self.prefix = prefix
+
+    def access_log(self) -> list[str]:
+        path = self.prefix / "access.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def output(self) -> str:
+        errors = self.prefix / "error.log"
+        return super().output() + (errors.read_text(errors="replace")[-4000:]
+                                   if errors.exists() else "")
+
+
+def start_nginx(upstreams: Sequence[str], *, port: int | None = None,
+                overrides: Mapping[str, str] | None = None) -> NginxServer:
+    """nginx on 127.0.0.1:`port` in front of `upstreams` (server roots such as
+    `http://127.0.0.1:8123`), configured by the shipped file."""
+    exe = nginx_executable()
+    port = port or free_port()
+    prefix = Path(tempfile.mkdtemp(prefix="nginx-"))
+    prefix.chmod(0o755)  # started as root, nginx's workers run as nobody and write temp files here
+    addresses = [url.split("://", 1)[-1].rstrip("/") for url in upstreams]
+    site = render_nginx_config(NGINX_CONF.read_text(), port=port, upstreams=addresses,
+                               log_dir=str(prefix), overrides=overrides)
+    (prefix / "responses-proxy.conf").write_text(site)
+    temp = "\n".join(f"    {name}_temp_path {prefix}/{name};"
+                     for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (prefix / "nginx.conf").write_text(
+        "daemon off;\nworker_processes 1;\n"
+        f"pid {prefix}/nginx.pid;\nerror_log {prefix}/error.log warn;\n"
+        "events { worker_connections 1024; }\n"
+        f"http {{\n{temp}\n    include {prefix}/responses-proxy.conf;\n}}\n"
+    )
+    cmd = [exe, "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"),
+           "-e", str(prefix / "error.log")]
+    server = NginxServer(cmd, port, prefix)
+    server.start()
+    return server
