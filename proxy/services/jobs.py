@@ -41,7 +41,7 @@ from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.seal import Sealer
-from proxy.metrics import Metrics
+from proxy.metrics import JobOutcome, Metrics
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.logread import whole_log
@@ -59,6 +59,9 @@ LOST = "the worker running this response stopped before it finished"
 SHUTDOWN = "the worker shut down before this response finished"
 # How long an empty take waits for a poke when the store cannot block (the embedded store).
 EMBEDDED_POLL = 0.2
+# A job's end as `proxy_jobs_total{outcome}` (requeued is counted where a job is handed back).
+_OUTCOMES: dict[str, JobOutcome] = {t.S_COMPLETED: "completed", t.S_FAILED: "failed",
+                                    t.S_CANCELLED: "cancelled", t.S_INCOMPLETE: "incomplete"}
 
 
 @dataclass
@@ -199,6 +202,7 @@ class Worker:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
+                self._metrics.job_finished("requeued")
                 return
             spec: dict[str, Any] = orjson.loads(job.spec)
             if spec.get("request_id"):
@@ -238,12 +242,25 @@ class Worker:
             running = self._running.get(job.response_id)
             if running is not None:
                 running.finished = True
+                self._count_turn(running)
             if not settled:
                 log.error("worker %s: the end of %s is not stored; left for a reclaim",
                           self.name, job.response_id)
             elif running is None or not running.released:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
+
+    def _count_turn(self, running: _Running) -> None:
+        """A job that ran a turn ends with its turn's status (the turn has closed itself by
+        now, cancelled or stopped included). A job released to another worker is theirs to
+        count; one that never began a turn is counted where it was settled."""
+        turn = running.turn
+        if turn is not None and not running.released and turn.assembler.done:
+            self._count(turn.assembler.status)
+
+    def _count(self, status: str) -> None:
+        if status in _OUTCOMES:
+            self._metrics.job_finished(_OUTCOMES[status])
 
     def _release(self, response_id: str) -> None:
         running = self._running.get(response_id)
@@ -263,6 +280,7 @@ class Worker:
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)
+            self._count(t.S_FAILED)
             return True
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
                     metrics=self._metrics)
@@ -306,7 +324,10 @@ class Worker:
         elif record.status == t.S_CANCELLED and not record.closed:
             ending = "cancel"
         else:
+            if record.status == t.S_CANCELLED:  # cancelled while queued, its log closed
+                self._count(t.S_CANCELLED)
             return
+        self._count(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         logged = await whole_log(self._store, record.id)
         assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
         assembler.restore(orjson.loads(e.data) for e in logged)

@@ -76,6 +76,9 @@ class Runtime:
         metrics = metrics or Metrics()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
+        # States read when /metrics is scraped, never kept in sync by the request path.
+        metrics.watch_replicas(lambda: fleet.replicas)
+        metrics.watch_queue(queue.length)
         tasks = TaskSet()
         supervisor = Supervisor()
         followers = Followers(store, supervisor=supervisor)
