@@ -152,7 +152,8 @@ class Worker:
         # fast path, but not relied on (fakeredis can swallow a cancellation mid-command)
         for loop in self._loops:
             loop.cancel()
-        await asyncio.wait(self._loops, timeout=3.0)
+        if self._loops:  # none when it never started (asyncio.wait refuses an empty set)
+            await asyncio.wait(self._loops, timeout=3.0)
 
     # -- taking ----------------------------------------------------------------------------------
     async def _take_loop(self) -> None:
@@ -262,6 +263,11 @@ class Worker:
         if status in _OUTCOMES:
             self._metrics.job_finished(_OUTCOMES[status])
 
+    def _ended_without_turn(self, status: str) -> None:
+        """This worker wrote the Response's end itself (no turn ran to count it)."""
+        self._count(status)
+        self._metrics.response_finished(status)
+
     def _release(self, response_id: str) -> None:
         running = self._running.get(response_id)
         if running is not None:
@@ -280,7 +286,7 @@ class Worker:
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)
-            self._count(t.S_FAILED)
+            self._ended_without_turn(t.S_FAILED)
             return True
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
                     metrics=self._metrics)
@@ -327,7 +333,7 @@ class Worker:
             if record.status == t.S_CANCELLED:  # cancelled while queued, its log closed
                 self._count(t.S_CANCELLED)
             return
-        self._count(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
+        self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         logged = await whole_log(self._store, record.id)
         assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
         assembler.restore(orjson.loads(e.data) for e in logged)

@@ -14,6 +14,7 @@ import pytest
 from proxy.app import create_app
 from proxy.core.errors import StoreUnavailable
 from proxy.metrics import JOB_OUTCOMES, LIMIT_REASONS, METHODS, Metrics
+from proxy.services.logread import whole_log
 from proxy.services.runtime import Runtime
 from proxy.settings import Settings
 from tests.support.prom import Scrape, parse
@@ -272,3 +273,66 @@ def test_rate_limited_counts_by_reason() -> None:
     assert metrics.value("proxy_rate_limited_total", reason="rpm") == 2
     assert metrics.value("proxy_rate_limited_total", reason="budget") == 1
     assert metrics.value("proxy_rate_limited_total", reason="tpm") == 0
+
+
+async def wait_status(http: httpx.AsyncClient, response_id: str,
+                      wanted: set[str]) -> dict[str, Any]:
+    for _ in range(300):  # bounded: about 6 s
+        state: dict[str, Any] = (await http.get(f"{RESPONSES}/{response_id}")).json()
+        if state["status"] in wanted:
+            return state
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{response_id} never reached {wanted}: {state['status']}")
+
+
+async def test_job_outcomes_are_counted_once_each(app_client: Client) -> None:
+    http, runtime = app_client
+
+    async def submit(text: str, **extra: Any) -> str:
+        reply = await http.post(RESPONSES, json={"model": "sim-model", "input": text,
+                                                 "background": True, **extra})
+        assert reply.status_code == 200, reply.text
+        return str(reply.json()["id"])
+
+    ends = {
+        await submit("cut me [[sim fail=error:1]]"): "failed",  # the stream breaks
+        await submit("refuse me [[sim fail=http:500]]"): "failed",  # refused before a byte
+        await submit("be long [[sim tokens=64]]", max_output_tokens=16): "incomplete",
+        await submit("be quick"): "completed",
+    }
+    slow = await submit("cancel me [[sim tokens=2000 delay_ms=20]]")
+    for _ in range(300):  # bounded: until its turn streams (events past created and queued)
+        if len(await whole_log(runtime.store, slow)) > 3:
+            break
+        await asyncio.sleep(0.02)
+    assert (await http.post(f"{RESPONSES}/{slow}/cancel")).json()["status"] == "cancelled"
+    ends[slow] = "cancelled"
+    for response_id, status in ends.items():
+        assert (await wait_status(http, response_id, {status}))["status"] == status
+    await idle(runtime)
+    seen = await scrape(http)
+    assert seen.value("proxy_jobs_total", outcome="failed") == 2
+    assert seen.value("proxy_jobs_total", outcome="incomplete") == 1
+    assert seen.value("proxy_jobs_total", outcome="completed") == 1
+    assert seen.value("proxy_jobs_total", outcome="cancelled") == 1
+    assert seen.value("proxy_jobs_total", outcome="requeued") == 0
+    # and each job's Response end, by the turn that ran it or where the worker closed it
+    assert seen.value("proxy_responses_total", status="failed") == 2
+    assert seen.value("proxy_responses_total", status="incomplete") == 1
+    assert seen.value("proxy_responses_total", status="cancelled") == 1
+
+
+async def test_a_job_handed_back_by_a_stopping_worker_is_counted_requeued(
+        simulator: Any) -> None:
+    runtime = Runtime.build(Settings(upstreams=(simulator.url,)), worker=True)
+    try:
+        worker = runtime.worker
+        assert worker is not None
+        assert await runtime.queue.enqueue("resp_handed_back", b"{}", limit=10)
+        [job] = await runtime.queue.take("us", 1, block_ms=0)
+        worker._stopping = True  # taken just as the worker stops (never started: no loops)
+        await worker._execute(job)
+        assert runtime.metrics.value("proxy_jobs_total", outcome="requeued") == 1
+        assert await runtime.queue.length() == 1  # back in the queue for another worker
+    finally:
+        await runtime.aclose()
