@@ -30,6 +30,9 @@ _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 class RequestContext:
     request_id: str
     replica: str | None = None  # the upstream root URL that answered, when one did
+    # When (perf_counter) the generation request was first written to a replica: the end of
+    # the proxy's own work on the request, for `proxy_overhead_seconds` (web/accounting.py).
+    upstream_sent: float | None = None
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
@@ -46,6 +49,15 @@ def accept_request_id(value: str | None) -> str | None:
 def current_request_id() -> str | None:
     context = CURRENT.get()
     return context.request_id if context is not None else None
+
+
+def note_upstream_sent(at: float) -> None:
+    """Record when the current request's generation call was written (the first one only: a
+    retry on another replica is the fleet's delay, not the proxy's work). No-op outside a
+    request. `at` comes from the caller: this module reads no clock."""
+    context = CURRENT.get()
+    if context is not None and context.upstream_sent is None:
+        context.upstream_sent = at
 
 
 def note_replica(url: str) -> None:

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -50,7 +50,7 @@ from proxy.core.request import ResponsesRequest
 from proxy.core.sse import frames
 from proxy.core.types import Item, ResponseObject
 from proxy.core.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
-from proxy.metrics import Metrics
+from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet import Fleet
 from proxy.services.tasks import TaskSet
 from proxy.settings import Settings
@@ -59,9 +59,9 @@ from proxy.store.cache import RedisCache, VectorWrite
 
 log = logging.getLogger("proxy.cache")
 
-HIT = "hit"
-MISS = "miss"
-BYPASS = "bypass"
+HIT: Final = "hit"
+MISS: Final = "miss"
+BYPASS: Final = "bypass"
 HEADER = "x-proxy-cache"
 EMBEDDINGS_PATH = "/v1/embeddings"
 # Output items a cached Responses answer may hold: anything else (function, custom, MCP calls,
@@ -74,7 +74,7 @@ _NEW_ITEM_ID = {t.MESSAGE: idp.MESSAGE, t.REASONING: idp.REASONING}
 class Lookup:
     """One request's dealings with the cache. `state` is None when the cache is off."""
 
-    state: str | None = None
+    state: CacheResult | None = None
     route: str = ""
     key: CacheKey | None = None
     directives: Directives = field(default_factory=Directives)
@@ -164,12 +164,8 @@ class ResponseCache:
             found.state = BYPASS
             return self._count(found)
         started = self._timer()
-        try:
-            await self._find(tenant, found, usable)
-        finally:
-            self._metrics.inc("proxy_cache_lookup_seconds_sum", self._timer() - started)
-            self._metrics.inc("proxy_cache_lookup_seconds_count")
-        return self._count(found)
+        await self._find(tenant, found, usable)
+        return self._count(found, self._timer() - started)
 
     async def _find(self, tenant: str, found: Lookup,
                     usable: Callable[[dict[str, Any]], bool] | None) -> None:
@@ -178,7 +174,7 @@ class ResponseCache:
         body = await self._entry(tenant, key.exact, found.route)
         if body is not None and (usable is None or usable(body)):
             found.state, found.body = HIT, body
-            self._metrics.inc("proxy_cache_hits_total", route=found.route, kind="exact")
+            self._metrics.cache_hit(found.route, "exact")
             return
         if not self._semantic or key.namespace is None:
             return
@@ -191,7 +187,7 @@ class ResponseCache:
         body = await self._entry(tenant, exact, found.route)
         if body is not None and (usable is None or usable(body)):
             found.state, found.body = HIT, body
-            self._metrics.inc("proxy_cache_hits_total", route=found.route, kind="semantic")
+            self._metrics.cache_hit(found.route, "semantic")
 
     async def _entry(self, tenant: str, exact: str, route: str) -> dict[str, Any] | None:
         try:
@@ -245,12 +241,13 @@ class ResponseCache:
             return unit(data) if isinstance(data, list) else None
         except (ProxyError, TimeoutError, OSError, orjson.JSONDecodeError, KeyError, IndexError,
                 TypeError, ValueError):
-            self._metrics.inc("proxy_cache_embedding_errors_total")
+            self._metrics.cache_embedding_error()
             return None
 
-    def _count(self, found: Lookup) -> Lookup:
+    def _count(self, found: Lookup, seconds: float | None = None) -> Lookup:
+        """`seconds`: how long the lookup took (a bypass looked nothing up)."""
         assert found.state is not None
-        self._metrics.inc("proxy_cache_requests_total", route=found.route, result=found.state)
+        self._metrics.cache_result(found.route, found.state, seconds)
         return found
 
     # -- write -------------------------------------------------------------------------------
@@ -281,7 +278,7 @@ class ResponseCache:
         except StoreUnavailable as exc:
             log.warning("could not keep a cache entry: %s", exc)
             return
-        self._metrics.inc("proxy_cache_writes_total", route=found.route)
+        self._metrics.cache_write(found.route)
 
 
 def servable(route: str, body: dict[str, Any]) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.core import balancer, replicaload
 from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
-from proxy.core.requestctx import note_replica
+from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.routing import baseline
 from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream
@@ -42,6 +42,10 @@ METRICS_MAX_BYTES = 1 << 20
 PROBES_TO_DOWN = 2
 # On-demand re-discovery (an unknown model may have just been loaded) at most this often.
 REDISCOVER_MIN_INTERVAL = 2.0
+# The generation call: where a request's time inside the proxy ends (`proxy_overhead_seconds`).
+# Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
+# the proxy's work, since the client waits for them before generation starts.
+GENERATION_PATH = "/v1/chat/completions"
 
 
 @dataclass
@@ -231,6 +235,8 @@ class Fleet:
                     raise last_error from None
                 raise
             replica.in_flight += 1
+            if path == GENERATION_PATH:
+                note_upstream_sent(time.perf_counter())
             try:
                 response = await self.upstream.post(replica.url, path, body, stream=stream)
             except UpstreamUnreachable as exc:

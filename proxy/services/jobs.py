@@ -41,7 +41,7 @@ from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.seal import Sealer
-from proxy.metrics import Metrics
+from proxy.metrics import JobOutcome, Metrics
 from proxy.services.admission import Admission
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
@@ -61,6 +61,9 @@ LOST = "the worker running this response stopped before it finished"
 SHUTDOWN = "the worker shut down before this response finished"
 # How long an empty take waits for a poke when the store cannot block (the embedded store).
 EMBEDDED_POLL = 0.2
+# A job's end as `proxy_jobs_total{outcome}` (requeued is counted where a job is handed back).
+_OUTCOMES: dict[str, JobOutcome] = {t.S_COMPLETED: "completed", t.S_FAILED: "failed",
+                                    t.S_CANCELLED: "cancelled", t.S_INCOMPLETE: "incomplete"}
 
 
 @dataclass
@@ -156,7 +159,8 @@ class Worker:
         # fast path, but not relied on (fakeredis can swallow a cancellation mid-command)
         for loop in self._loops:
             loop.cancel()
-        await asyncio.wait(self._loops, timeout=3.0)
+        if self._loops:  # none when it never started (asyncio.wait refuses an empty set)
+            await asyncio.wait(self._loops, timeout=3.0)
 
     # -- taking ----------------------------------------------------------------------------------
     async def _take_loop(self) -> None:
@@ -207,6 +211,7 @@ class Worker:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
+                self._metrics.job_finished("requeued")
                 return
             spec: dict[str, Any] = orjson.loads(job.spec)
             if spec.get("request_id"):
@@ -247,6 +252,7 @@ class Worker:
             running = self._running.get(job.response_id)
             if running is not None:
                 running.finished = True
+                self._count_turn(running)
             if not settled:
                 log.error("worker %s: the end of %s is not stored; left for a reclaim",
                           self.name, job.response_id)
@@ -272,6 +278,23 @@ class Worker:
         with contextlib.suppress(asyncio.CancelledError):
             await self._tasks.shielded(ticket.end(tokens_of(usage)), name="job-limit-end")
 
+    def _count_turn(self, running: _Running) -> None:
+        """A job that ran a turn ends with its turn's status (the turn has closed itself by
+        now, cancelled or stopped included). A job released to another worker is theirs to
+        count; one that never began a turn is counted where it was settled."""
+        turn = running.turn
+        if turn is not None and not running.released and turn.assembler.done:
+            self._count(turn.assembler.status)
+
+    def _count(self, status: str) -> None:
+        if status in _OUTCOMES:
+            self._metrics.job_finished(_OUTCOMES[status])
+
+    def _ended_without_turn(self, status: str) -> None:
+        """This worker wrote the Response's end itself (no turn ran to count it)."""
+        self._count(status)
+        self._metrics.response_finished(status)
+
     def _release(self, response_id: str) -> None:
         running = self._running.get(response_id)
         if running is not None:
@@ -295,6 +318,7 @@ class Worker:
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await _record_all(recorder, events)
+            self._ended_without_turn(t.S_FAILED)
             return True
         call = self._admission.watch(call)
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
@@ -339,7 +363,10 @@ class Worker:
         elif record.status == t.S_CANCELLED and not record.closed:
             ending = "cancel"
         else:
+            if record.status == t.S_CANCELLED:  # cancelled while queued, its log closed
+                self._count(t.S_CANCELLED)
             return
+        self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         logged = await whole_log(self._store, record.id)
         assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
         assembler.restore(orjson.loads(e.data) for e in logged)

@@ -46,6 +46,7 @@ from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnava
 from proxy.core.ids import new_id
 from proxy.core.keysfile import KeysFile, Limits
 from proxy.core.tenancy import tenant_of
+from proxy.metrics import LIMIT_REASONS, LimitReason
 from proxy.store import keys, scripts
 from proxy.store.redis import store_errors
 
@@ -104,8 +105,10 @@ class Ticket:
 
 class Limiter:
     def __init__(self, client: Redis, table: Mapping[str, KeyLimits], *,
-                 lease_seconds: float = LEASE_SECONDS) -> None:
+                 lease_seconds: float = LEASE_SECONDS,
+                 refused: Callable[[LimitReason], None] | None = None) -> None:
         self._table = dict(table)
+        self._count_refusal = refused  # proxy_rate_limited_total{reason}
         self._lease_ms = int(lease_seconds * 1000)
         self._lease_seconds = lease_seconds
         self._admit = client.register_script(scripts.LIMIT_ADMIT)
@@ -167,9 +170,11 @@ class Limiter:
             self._held.pop(ticket.lease, None)
 
     def _refused(self, held: KeyLimits, reason: str, retry_after: int) -> ProxyError:
-        """The one place a request is refused by a limit (`reason`: rpm, tpm, streams, budget):
-        the place to count `proxy_rate_limited_total{reason}`."""
+        """The one place a request is refused by a limit (`reason`: rpm, tpm, streams, budget),
+        counted in `proxy_rate_limited_total{reason}`."""
         log.info("key %s refused: %s limit reached", held.name, reason)
+        if self._count_refusal is not None and reason in LIMIT_REASONS:
+            self._count_refusal(reason)
         limits = held.limits
         if reason == "budget":
             return QuotaExceeded(f"You exceeded your token budget ({limits.token_budget} "

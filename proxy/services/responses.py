@@ -194,6 +194,7 @@ class ResponsesService:
         assert self._cache is not None
         final, stream = await self._cache.serve_response(tenant, request, history.parents,
                                                          assembler.snapshot(), cached)
+        self._metrics.response_finished(final["status"])  # a Response, though no tokens
         if stream is None:
             return Outcome(body=final, headers=cached.headers())
         return Outcome(stream=_once(stream), headers=cached.headers())

@@ -93,6 +93,9 @@ class Runtime:
         draining = draining or Drain()
         store = open_store(settings.redis_url)
         queue = job_queue(store)
+        # States read when /metrics is scraped, never kept in sync by the request path.
+        metrics.watch_replicas(lambda: fleet.replicas)
+        metrics.watch_queue(queue.length)
         tasks = TaskSet()
         supervisor = Supervisor()
         followers = Followers(store, supervisor=supervisor)
@@ -112,7 +115,8 @@ class Runtime:
         passthrough = Passthrough(fleet, admission)
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys))
+        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),
+                         refused=metrics.rate_limited)
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
                             shared=not store.embedded, supervisor=supervisor, limits=limits,

@@ -183,10 +183,9 @@ class Turn:
         if metrics is None:
             return
         assembler = self.assembler
-        metrics.inc("proxy_responses_total", status=assembler.status)
-        if assembler.usage:
-            metrics.inc("proxy_streamed_tokens_total", assembler.usage["output_tokens"],
-                        route="responses")
+        usage = assembler.usage or {}
+        metrics.response_finished(assembler.status, usage.get("input_tokens", 0),
+                                  usage.get("output_tokens", 0))
 
     async def _events(self) -> AsyncGenerator[list[Event], None]:
         """The assembler's events in batches: the start events at once (before the upstream's

@@ -1,12 +1,29 @@
-"""Per-request metrics as pure ASGI middleware: one counter per answered request (by route
-template and status) and a gauge of open streams. Per request, never per chunk: the wrapped
-`send` only looks at the first message of a response and at the last."""
+"""Per-request metrics as pure ASGI middleware (inside the access log, outside everything else).
+
+What it records, per request and never per chunk:
+- at the response's start: a stream (`text/event-stream`) is counted open;
+- at a stream's first non-empty body message: its time to first byte (`proxy_ttft_seconds`),
+  what a client waits before it sees anything (for a Responses stream: `response.created`);
+- at the end (the last byte sent, or the app raising): the request by route template, method
+  and status, its duration, the stream closed, and how long the proxy worked before it wrote
+  the generation request to a replica (`RequestContext.upstream_sent`, noted by the fleet).
+
+The wrapped `send` tests one boolean, or one dict key, per message. The route label is the
+matched route's template (`/v1/responses/{response_id}`), never the raw path: an id in a label
+would make one series per response. A request the client left before any answer is 499, one
+whose handler raised before answering 500, as in the access log.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.core.requestctx import CURRENT
 from proxy.metrics import Metrics
+from proxy.web.access import CLIENT_CLOSED
 
 
 class RequestMetrics:
@@ -19,26 +36,43 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         metrics = self.metrics
-        status = "none"  # the app raised before answering
+        started = time.perf_counter()
+        context = CURRENT.get()  # set by the access log, outside us
+        status = 0
         stream = False
+        first_pending = False  # a stream whose first body bytes have not been sent yet
 
         async def counted(message: Message) -> None:
-            nonlocal status, stream
-            if message["type"] == "http.response.start":
-                status = str(message["status"])
+            nonlocal status, stream, first_pending
+            if first_pending:
+                if message.get("body"):
+                    first_pending = False
+                    metrics.first_byte(_route(scope), time.perf_counter() - started)
+            elif message["type"] == "http.response.start":
+                status = int(message["status"])
                 stream = any(name == b"content-type" and value.startswith(b"text/event-stream")
                              for name, value in message.get("headers", ()))
                 if stream:
-                    metrics.inc("proxy_streams_active", route=_route(scope))
+                    first_pending = True
+                    metrics.stream_opened(_route(scope))
             await send(message)
 
         try:
             await self.app(scope, receive, counted)
+        except asyncio.CancelledError:
+            status = status or CLIENT_CLOSED
+            raise
+        except BaseException:
+            status = status or 500  # Starlette's outer error middleware answers 500
+            raise
         finally:
             route = _route(scope)
             if stream:
-                metrics.dec("proxy_streams_active", route=route)
-            metrics.inc("proxy_requests_total", route=route, status=status)
+                metrics.stream_closed(route)
+            if context is not None and context.upstream_sent is not None:
+                metrics.overhead(route, context.upstream_sent - started)
+            metrics.request_finished(route, str(scope.get("method", "-")),
+                                     status or CLIENT_CLOSED, time.perf_counter() - started)
 
 
 def _route(scope: Scope) -> str:

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core.errors import MethodNotAllowed, NotFound, ProxyError
+from proxy.core.errors import MethodNotAllowed, NotFound, ProxyError, StoreUnavailable
 from proxy.core.requestctx import current_request_id
 
 log = logging.getLogger("proxy.web")
@@ -31,6 +31,10 @@ def error_response(error: ProxyError) -> Response:
 
 async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
+    if isinstance(exc, StoreUnavailable):
+        # Counted here, where every store failure that reaches a client is rendered (the
+        # runtime is the lifespan's; web/context.py's `runtime_of` would be a circular import).
+        request.app.state.runtime.metrics.store_error()
     return error_response(exc)
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.errors import ProxyError
+from proxy.metrics import CONTENT_TYPE
 from proxy.web.auth import bearer, key_accepted
 from proxy.web.context import runtime_of
 from proxy.web.rendering import json_response
@@ -55,8 +56,9 @@ def _may_see_detail(request: Request, keys: tuple[str, ...]) -> bool:
 
 
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(runtime_of(request).metrics.render(),
-                             media_type="text/plain; version=0.0.4")
+    """Prometheus text format 0.0.4 (prometheus_client's `generate_latest`)."""
+    body = await runtime_of(request).metrics.render()
+    return Response(body, headers={"content-type": CONTENT_TYPE})
 
 
 routes = [

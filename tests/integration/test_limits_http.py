@@ -71,6 +71,8 @@ async def test_the_embedded_store_enforces_limits(embedded: httpx.AsyncClient) -
     assert statuses == [200, 200, 429]
     assert response.json()["error"]["code"] == "rate_limit_exceeded"
     assert 1 <= int(response.headers["retry-after"]) <= 60
+    metrics = (await embedded.get("/metrics")).text
+    assert 'proxy_rate_limited_total{reason="rpm"} 1.0' in metrics
     unknown = await embedded.post("/v1/responses", json={"model": "sim-model", "input": "hi"},
                                   headers={"authorization": "Bearer sk-nobody"})
     assert unknown.status_code == 401

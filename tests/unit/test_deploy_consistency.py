@@ -349,9 +349,8 @@ def exposed_samples(text: str) -> set[str]:
 
 async def test_dashboard_metrics_agree_with_a_running_apps_metrics(
         client: httpx.AsyncClient) -> None:
-    """The families the app already exposes (after a little traffic) carry the names the
-    dashboard queries. Families not exposed yet are allowed (the prometheus_client families
-    land in another branch today); once merged, every family should be here."""
+    """Every agreed family is declared by the app's /metrics, and after a little traffic the
+    samples the dashboard queries carry the names it uses."""
     assert (await client.post("/v1/responses", json={
         "model": "sim-model", "input": "hi"})).status_code == 200
     assert (await client.post("/v1/responses", json={
@@ -360,6 +359,8 @@ async def test_dashboard_metrics_agree_with_a_running_apps_metrics(
         "model": "sim-model", "messages": [{"role": "user", "content": "hi"}]})).status_code == 200
     text = (await client.get("/metrics")).text
     samples = exposed_samples(text)
+    declared = set(re.findall(r"^# TYPE (proxy_[a-z_]+) ", text, re.M))
+    assert set(METRIC_FAMILIES) <= declared, set(METRIC_FAMILIES) - declared
     assert "proxy_requests_total" in samples
     exposed_families = {family_of(sample) for sample in samples}
     for query in dashboard_queries():
