@@ -117,8 +117,9 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
-                     "types are 'message', 'function_call', 'function_call_output' and "
-                     "'reasoning'.")
+                     "types are 'message', 'function_call', 'function_call_output', "
+                     "'custom_tool_call', 'custom_tool_call_output' and 'reasoning' "
+                     "('item_reference' too in a create's input).")
 
 
 def _given_id(item: dict[str, Any], path: str) -> str | None:
