@@ -350,7 +350,10 @@ async def test_idle_connections_expire() -> None:
         await up.get(server.url, "/")
         assert pool.idle_connections() == 1
         started = time.monotonic()
-        assert await server.eof_seen(within=5) - started >= 0.2  # closed by the pool, expired
+        # Closed by the pool once expired, not at once: the expiry timer starts at the release,
+        # a moment before `started`, and the loop's timers may fire a little early, so the
+        # bound is half the expiry (a close at once would be ~0).
+        assert await server.eof_seen(within=5) - started >= 0.1
         assert pool.idle_connections() == 0 and pool.open_connections == 0
 
 
