@@ -239,3 +239,18 @@ def test_connection_closes_at_its_max_age_with_the_limit_error(
         assert error["error"]["code"] == "websocket_connection_limit_reached"
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=5)
+
+
+def test_a_failed_continuation_evicts_its_entry(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, _ = pair
+    with socket(a) as ws:
+        first = create(ws, input="one", store=False)
+        first_id = first[-1]["response"]["id"]
+        failed = create(ws, input="two", store=False, previous_response_id=first_id,
+                        model="no-such-model")
+        assert failed[-1]["type"] == "error"
+        assert failed[-1]["status"] == 404
+        gone = create(ws, input="three", store=False, previous_response_id=first_id)
+        assert gone[-1]["type"] == "error"
+        assert gone[-1]["error"]["code"] == "previous_response_not_found"
