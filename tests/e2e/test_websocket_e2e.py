@@ -6,12 +6,14 @@ cross-instance chain; the simulator's stats show what reached the fleet.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -254,3 +256,28 @@ def test_a_failed_continuation_evicts_its_entry(
         gone = create(ws, input="three", store=False, previous_response_id=first_id)
         assert gone[-1]["type"] == "error"
         assert gone[-1]["error"]["code"] == "previous_response_not_found"
+
+
+# The SDK opens its socket without websockets' context manager (its own warning, not ours).
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_sdks_own_websocket_client_chains_two_responses(
+        pair: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
+    a, _ = pair
+    client = openai.OpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
+    finals: list[Any] = []
+    with client, client.responses.connect(max_retries=0) as connection:
+        previous: str | None = None
+        for text in ("first words", "second words"):
+            extra = {"previous_response_id": previous} if previous else {}
+            connection.response.create(model="sim-model", input=text, store=False, **extra)
+            for event in itertools.islice(connection, 500):
+                assert event.type != "error", event
+                if event.type == "response.completed":
+                    finals.append(event.response)
+                    previous = event.response.id
+                    break
+    assert len(finals) == 2
+    assert finals[1].previous_response_id == finals[0].id
+    sent = sim.stats()["last_request"]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["first words",
+                                                                     "second words"]
