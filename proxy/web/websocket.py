@@ -30,6 +30,7 @@ from proxy.core.wsframe import CREATE, parse_frame
 from proxy.services.localchains import LocalChains
 from proxy.services.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
+from proxy.web.limiting import released_on_error
 
 log = logging.getLogger("proxy.web")
 
@@ -65,17 +66,24 @@ class _Connection:
     async def run(self, body: dict[str, Any]) -> None:
         previous = body.get("previous_response_id")
         try:
-            outcome = await self.runtime.responses.create(self.tenant, {**body, "stream": True},
-                                                          local=self.local)
+            # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
+            limiter = self.runtime.limits
+            ticket = (await limiter.admit(self.tenant, hold=True)
+                      if limiter is not None and limiter.active else None)
+            outcome = await released_on_error(ticket, self.runtime.responses.create(
+                self.tenant, {**body, "stream": True}, local=self.local))
             assert outcome.stream is not None  # a streamed create always streams
+            stream = outcome.stream
+            if ticket is not None and limiter is not None:
+                stream = limiter.metered(ticket, stream)
             decoder = DataDecoder()
             try:
-                async for chunk in outcome.stream:
+                async for chunk in stream:
                     for payload in decoder.feed(chunk):
                         await self.send(payload)
             finally:
                 # At once, also when cancelled: the turn's cleanup aborts the upstream request.
-                aclose = getattr(outcome.stream, "aclose", None)
+                aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
                     await aclose()
             for payload in decoder.flush():

@@ -281,3 +281,23 @@ def test_the_sdks_own_websocket_client_chains_two_responses(
     sent = sim.stats()["last_request"]["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"] == ["first words",
                                                                      "second words"]
+
+
+@pytest.fixture(scope="module")
+def limited(simulator: ServerProcess, redis_server: ServerProcess,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    path = tmp_path_factory.mktemp("wslimits") / "keys.json"
+    path.write_text(json.dumps({"keys": [{"key": "sk-ws-rpm", "name": "ws-rpm", "rpm": 2}]}))
+    server = start_proxy(simulator.url, "--keys-file", str(path),
+                         redis_url=f"redis://127.0.0.1:{redis_server.port}/1")
+    yield server
+    server.stop()
+
+
+def test_per_key_limits_apply_to_socket_creates(limited: ServerProcess) -> None:
+    with socket(limited, key="sk-ws-rpm") as ws:
+        for _ in range(2):
+            assert create(ws, input="hi", store=False)[-1]["type"] == "response.completed"
+        refused = create(ws, input="hi", store=False)
+        assert refused[-1]["type"] == "error"
+        assert refused[-1]["status"] == 429
