@@ -36,7 +36,7 @@ TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 def pair(simulator: ServerProcess, redis_server: ServerProcess
          ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     url = f"redis://127.0.0.1:{redis_server.port}/0"
-    a = start_proxy(simulator.url, "--api-key", KEY, redis_url=url)
+    a = start_proxy(simulator.url, "--api-key", KEY, "--max-body-bytes", "8192", redis_url=url)
     b = start_proxy(simulator.url, "--api-key", KEY, "--ws-max-age", "3", redis_url=url)
     yield a, b
     a.stop()
@@ -301,3 +301,13 @@ def test_per_key_limits_apply_to_socket_creates(limited: ServerProcess) -> None:
         refused = create(ws, input="hi", store=False)
         assert refused[-1]["type"] == "error"
         assert refused[-1]["status"] == 429
+
+
+def test_a_frame_over_max_body_bytes_is_an_error_frame(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, _ = pair  # a runs with --max-body-bytes 8192
+    with socket(a) as ws:
+        error = create(ws, input="x" * 9000, store=False)
+        assert error[-1]["type"] == "error"
+        assert error[-1]["error"]["code"] == "frame_too_large"
+        assert create(ws, input="small", store=False)[-1]["type"] == "response.completed"
