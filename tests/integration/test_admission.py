@@ -135,7 +135,7 @@ async def test_the_deadline_ends_the_wait_with_a_429_and_retry_after() -> None:
     started = time.monotonic()
     with pytest.raises(RateLimited) as info:
         await asyncio.wait_for(admission.admit("m", "a"), 5)
-    assert time.monotonic() - started >= 0.2
+    assert time.monotonic() - started >= 0.15  # it waited (timers may fire a hair early)
     error = info.value
     assert error.status == 429 and error.headers["Retry-After"] == "1"
     assert error.body()["error"]["code"] == "rate_limit_exceeded"
