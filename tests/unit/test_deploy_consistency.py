@@ -213,8 +213,7 @@ def test_grace_periods_exceed_the_shutdown_grace() -> None:
 def app_routes() -> set[tuple[str, str]]:
     app = create_app(Settings(upstreams=("http://127.0.0.1:1",)))
     return {(route.path, method) for route in app.routes  # type: ignore[attr-defined]
-            # WebSocket routes (web/websocket.py) have no HTTP methods.
-            for method in (getattr(route, "methods", None) or ())}
+            for method in (route.methods or ())}  # type: ignore[attr-defined]
 
 
 def test_kubernetes_probes_ports_and_services_match_the_app(
