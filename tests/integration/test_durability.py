@@ -4,20 +4,16 @@ lost after the write was applied, a dropped event-log flush, or an early job ack
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
-from proxy.app import create_app
 from proxy.core.errors import StoreUnavailable
 from proxy.services import durable
-from proxy.services.runtime import Runtime
 from proxy.settings import Settings
+from tests.support.inprocess import app_for, until
 
 ASK = {"model": "sim-model", "input": "hello there"}
 
@@ -27,21 +23,8 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(durable, "RETRY_DELAYS", (0.01, 0.01, 0.01, 0.01, 0.01))
 
 
-@contextlib.asynccontextmanager
-async def app_for(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
-            yield http, app.state.runtime
 
 
-async def until(check: Callable[[], Awaitable[bool]], *, tries: int = 300) -> None:
-    for _ in range(tries):  # bounded: at most tries x 20 ms
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition never became true")
 
 
 def failing_first(real: Callable[..., Awaitable[Any]], times: int, *,
@@ -157,7 +140,7 @@ async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
         async def gave_up() -> bool:
             return attempts[0] >= len(durable.RETRY_DELAYS) + 1 and worker.running == 0
 
-        await until(gave_up)
+        await until(gave_up, interval=0.02)
         assert acked == []  # the end is not stored: the entry stays for a reclaim
         outage[0] = False
 
@@ -165,7 +148,8 @@ async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
             got = (await client.get(f"/v1/responses/{response_id}")).json()
             return got["status"] not in ("queued", "in_progress") and bool(acked)
 
-        await until(settled)  # reclaimed: closed (failed, never stuck) and only then acked
+        # Reclaimed: closed (failed, never stuck) and only then acked.
+        await until(settled, interval=0.02)
 
 
 def test_reconcile_takes_only_our_own_object_as_our_write() -> None:

@@ -4,36 +4,14 @@ that crashed (the loops are supervised: logged, restarted with a bounded backoff
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.services.runtime import Runtime
 from proxy.services.tasks import Supervisor
 from proxy.settings import Settings
+from tests.support.inprocess import app_for, until
 from tests.support.servers import free_port
-
-
-@contextlib.asynccontextmanager
-async def app_for(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
-            yield http, app.state.runtime
-
-
-async def until(check: Callable[[], Awaitable[bool]], *, tries: int = 300) -> None:
-    """Polls `check` until true, at most `tries` times 50 ms (a bound, not a speed claim)."""
-    for _ in range(tries):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition never became true")
 
 
 async def test_the_public_probe_names_no_upstream_and_no_error_text(settings: Settings) -> None:
