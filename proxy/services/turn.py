@@ -208,7 +208,7 @@ class Turn:
             if not assembler.done:
                 yield reader.end()
         except UpstreamTimeout:
-            yield assembler.fail("upstream stalled: no data within the idle timeout")
+            yield assembler.fail("upstream stalled: no data within the first-token or idle timeout")
         except ProxyError as exc:
             # An interrupted turn's upstream was closed on purpose: say why, not "lost".
             yield assembler.fail(self._stop_reason or f"upstream connection lost: {exc.message}")

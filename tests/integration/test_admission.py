@@ -21,6 +21,7 @@ from proxy.services.admission import Admission
 from proxy.services.fleet import Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
+from tests.support.inprocess import post_scope
 from tests.unit.test_fleet import fleet
 
 
@@ -251,7 +252,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
                 if app.state.runtime.fleet.replicas[0].in_flight == 1:
                     break
                 await asyncio.sleep(0.01)
-            queued = asyncio.create_task(app(scope_for("/v1/responses", raw), receive, send))
+            queued = asyncio.create_task(app(post_scope("/v1/responses", raw), receive, send))
             for _ in range(200):
                 if admission.queued == 1:
                     break
@@ -265,10 +266,3 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
     assert sim.stats()["prompt_counts"].get("queued") is None  # it never went upstream
 
 
-def scope_for(path: str, body: bytes) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-            "root_path": "", "query_string": b"", "client": ("127.0.0.1", 50000),
-            "server": ("proxy", 80),
-            "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())]}

@@ -15,15 +15,7 @@ from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.upstream import ConnectionPool
 from tests.conftest import SimControl
-
-
-def scope_for(path: str, body: bytes) -> dict[str, Any]:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-            "root_path": "", "query_string": b"", "client": ("127.0.0.1", 50000),
-            "server": ("proxy", 80),
-            "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())]}
+from tests.support.inprocess import post_scope
 
 
 @pytest.mark.parametrize("path, body", [
@@ -59,7 +51,7 @@ async def test_a_stalled_client_frees_its_upstream_connection(
     async with app.router.lifespan_context(app):
         pool: ConnectionPool = app.state.runtime.http
         async with asyncio.timeout(20):  # the test's bound, not a speed assertion
-            await app(scope_for(path, raw), receive, send)
+            await app(post_scope(path, raw), receive, send)
             await app.state.runtime.tasks.drain(5.0)
         assert stalled.is_set()
         assert pool.open_connections == pool.idle_connections()  # no connection in use

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 
@@ -31,3 +32,14 @@ async def until(check: Callable[[], Awaitable[bool]], *, tries: int = 300,
             return
         await asyncio.sleep(interval)
     raise AssertionError("condition never became true")
+
+
+def post_scope(path: str, body: bytes) -> dict[str, Any]:
+    """An ASGI scope for `POST path` with a JSON body, for tests that drive the app's ASGI
+    callable themselves (to hold a request open or to watch its sends)."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+            "root_path": "", "query_string": b"", "client": ("127.0.0.1", 50000),
+            "server": ("proxy", 80),
+            "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
