@@ -159,6 +159,9 @@ def _serve(settings: Settings) -> None:
         # Larger frames are refused by the transport itself (close 1009); up to this size the
         # handler answers an over-long frame with an error frame (web/websocket.py).
         ws_max_size=2 * settings.max_body_bytes,
+        # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
+        # behind proxies that cut silent connections.
+        ws_ping_interval=settings.ping_interval,
     )
     DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
 

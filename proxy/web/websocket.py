@@ -5,7 +5,8 @@ A client's `response.create` frame runs exactly as a streamed HTTP create
 (core/sse.py's `DataDecoder`), and each payload goes out unchanged as one text frame: no JSON is
 decoded or encoded again per event, and the objects and sequence numbers are those of SSE.
 
-Per connection: one response in flight (a second create meanwhile gets an error frame), a
+Per connection: one response in flight (a second create meanwhile gets an error frame; see
+`SocketState` for the create that arrives while the previous response is still closing), a
 bounded memory of the last responses so `store: false` chains continue
 (services/localchains.py), one send at a time under `--send-timeout` (a reader that stops
 reading loses the connection, as a stalled SSE client does), frames up to `--max-body-bytes`,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from typing import Any
 
@@ -47,6 +49,23 @@ def error_frame(error: ProxyError) -> bytes:
     return orjson.dumps({"type": "error", "status": error.status, **error.body()})
 
 
+class SocketState(enum.Enum):
+    """Where a connection's response is; moves idle → running → closing → idle.
+
+    A response's last frame (its terminal event, or the error frame of a create that failed)
+    goes out before its task has finished: closing the stream then stores the response, writes
+    the connection's memory of the chain and releases the key's limits. An agent loop sends its
+    next `response.create` the moment it reads that frame, so a create that finds the socket
+    `CLOSING` waits for the closing (bounded by `--send-timeout`, the time a stream's write may
+    take) and then runs; only a create while the previous one is genuinely `RUNNING` (its last
+    frame not yet sent) is refused with `response_in_progress`.
+    """
+
+    IDLE = "idle"
+    RUNNING = "running"
+    CLOSING = "closing"
+
+
 class _Connection:
     """One accepted socket: its sends, its memory and its response in flight."""
 
@@ -55,10 +74,8 @@ class _Connection:
         self.runtime = runtime
         self.tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
         self.local = LocalChains()
+        self.state = SocketState.IDLE
         self.current: asyncio.Task[None] | None = None
-        # The response in flight has sent its terminal event and is only closing: a client may
-        # send its next `response.create` the moment it reads that event.
-        self.finishing = False
         self._sending = asyncio.Lock()  # events and error frames never interleave mid-frame
 
     async def send(self, data: bytes) -> None:
@@ -71,6 +88,13 @@ class _Connection:
         if isinstance(error, StoreUnavailable):
             self.runtime.metrics.store_error()
         await self.send(error_frame(error))
+
+    async def _respond(self, body: dict[str, Any]) -> None:
+        """The response task: running until its last frame, closing until it returns."""
+        try:
+            await self.run(body)
+        finally:
+            self.state = SocketState.IDLE
 
     async def run(self, body: dict[str, Any]) -> None:
         previous = body.get("previous_response_id")
@@ -90,7 +114,8 @@ class _Connection:
                 async for chunk in stream:
                     for payload in decoder.feed(chunk):
                         if payload.startswith(_TERMINAL_HEADS):
-                            self.finishing = True
+                            # Before the send: the client may answer the moment it reads it.
+                            self.state = SocketState.CLOSING
                         await self.send(payload)
             finally:
                 # At once, also when cancelled: the turn's cleanup aborts the upstream request.
@@ -102,16 +127,27 @@ class _Connection:
         except ProxyError as error:
             if isinstance(previous, str):
                 self.local.evict(previous)  # a failed continuation: its entry is not trusted
+            self.state = SocketState.CLOSING  # the error frame is this response's last frame
             await self.fail(error)
         except (asyncio.CancelledError, TimeoutError, WebSocketDisconnect):
             raise
         except Exception:
             log.exception("unhandled error on a WebSocket response")
+            self.state = SocketState.CLOSING
             await self.fail(ProxyError("The server had an error while processing your "
                                        "request."))
 
     def busy(self) -> bool:
         return self.current is not None and not self.current.done()
+
+    async def _closed(self) -> None:
+        """Waits, bounded, for a `CLOSING` response's task to return."""
+        task = self.current
+        if task is None:
+            return
+        await asyncio.wait({task}, timeout=self.runtime.settings.send_timeout)
+        if task.done():
+            _raise_transport_failure(task)  # its last send failed: the connection is over
 
     async def receive(self, text: str | None, data: bytes | None) -> None:
         raw = text if text is not None else data
@@ -128,17 +164,15 @@ class _Connection:
             return
         if kind != CREATE:
             return  # e.g. Codex's `response.processed`, `response.append`: not ours to refuse
-        if self.busy() and self.finishing and self.current is not None:
-            # The previous response has ended for the client; let it finish closing (its
-            # memory of the chain is written then) rather than refuse a well-timed create.
-            await asyncio.wait({self.current}, timeout=self.runtime.settings.send_timeout)
-        if self.busy():
+        if self.state is SocketState.CLOSING:
+            await self._closed()
+        if self.state is not SocketState.IDLE:
             await self.fail(InvalidRequest(
                 "A response is already in progress on this connection; send the next "
                 "`response.create` after its terminal event.", code="response_in_progress"))
             return
-        self.finishing = False
-        self.current = asyncio.create_task(self.run(body), name="websocket-response")
+        self.state = SocketState.RUNNING
+        self.current = asyncio.create_task(self._respond(body), name="websocket-response")
 
     async def close_current(self) -> None:
         if self.current is not None and not self.current.done():
@@ -184,8 +218,12 @@ async def responses_socket(websocket: WebSocket) -> None:
             if message["type"] == "websocket.disconnect":
                 return
             await connection.receive(message.get("text"), message.get("bytes"))
-    except (TimeoutError, WebSocketDisconnect, RuntimeError):
-        return  # a reader that stopped reading, or a socket already gone
+    except TimeoutError:
+        # Once per connection, not per event: the response's upstream request is aborted below.
+        log.warning("WebSocket client stopped reading for %ss; connection dropped",
+                    runtime.settings.send_timeout)
+    except (WebSocketDisconnect, RuntimeError):
+        return  # a socket already gone
     finally:
         if receiving is not None and not receiving.done():
             receiving.cancel()

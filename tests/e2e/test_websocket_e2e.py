@@ -6,10 +6,15 @@ cross-instance chain; the simulator's stats show what reached the fleet.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import os
+import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from socket import SO_RCVBUF, SOL_SOCKET
+from socket import socket as tcp_socket
 from typing import Any
 
 import httpx
@@ -193,6 +198,7 @@ def test_malformed_frames_are_error_frames(pair: tuple[ServerProcess, ServerProc
         assert error["error"]["param"] == param
         # Unknown frame types are ignored; the socket still serves.
         ws.send(json.dumps({"type": "response.processed", "response_id": "resp_x"}))
+        ws.send(json.dumps({"type": "response.append", "input": "more"}))
         events = create(ws, input="after", store=False)
         assert events[-1]["type"] == "response.completed"
 
@@ -327,3 +333,120 @@ def test_back_to_back_creates_chain_the_moment_each_terminal_event_arrives(
             events = create(ws, **body)
             assert events[-1]["type"] == "response.completed", events[-1]
             previous = events[-1]["response"]["id"]
+
+
+def test_creates_right_after_error_frames_are_served(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """An error frame is a response's last frame too: a create sent the moment it is read
+    waits for the failed response to finish closing instead of being refused."""
+    a, _ = pair
+    with socket(a) as ws:
+        for _ in range(8):
+            error = create(ws, input="x", previous_response_id="resp_0000nothere")
+            assert error[-1]["error"]["code"] == "previous_response_not_found", error[-1]
+            done = create(ws, input="y [[sim tokens=2]]", store=False)
+            assert done[-1]["type"] == "response.completed", done[-1]
+
+
+# -- a raw client: the sync websockets client reads in a thread of its own, so a client that
+# never reads (and one that sees the server's pings) is written by hand.
+
+# A long answer (nominally 50 s): the proxy's writes to a client that stopped reading block
+# once the socket's buffers are full (a few MB, some 20,000 events), long before the simulator
+# has sent its half million, even when a loaded machine slows the proxy more than the simulator
+# (the simulator's writes are absorbed by loopback receive buffers that grow to tens of MB).
+FLOOD = "[[sim tokens=500000 delay_ms=0.1]]"
+
+
+@pytest.fixture(scope="module")
+def impatient(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    server = start_proxy(simulator.url, "--api-key", KEY, "--send-timeout", "1",
+                         "--ping-interval", "0.5")
+    yield server
+    server.stop()
+
+
+def raw_socket(server: ServerProcess) -> tcp_socket:
+    """An upgraded connection with a tiny receive buffer, handshake done by hand."""
+    sock = tcp_socket()
+    sock.setsockopt(SOL_SOCKET, SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", server.port))
+    nonce = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /v1/responses HTTP/1.1\r\nhost: proxy\r\nupgrade: websocket\r\n"
+                  f"connection: Upgrade\r\nsec-websocket-key: {nonce}\r\n"
+                  f"sec-websocket-version: 13\r\nauthorization: Bearer {KEY}\r\n\r\n"
+                  ).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def send_text(sock: tcp_socket, text: str) -> None:
+    """One masked text frame (RFC 6455 5.2), as a client must send it."""
+    payload = text.encode()
+    mask = os.urandom(4)
+    size = len(payload)
+    head = (struct.pack("!BB", 0x81, 0x80 | size) if size < 126
+            else struct.pack("!BBH", 0x81, 0x80 | 126, size))
+    sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+def read_frame(sock: tcp_socket) -> tuple[int, bytes]:
+    """(opcode, payload) of one unmasked server frame."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "connection closed"
+            data += chunk
+        return data
+    first, second = exactly(2)
+    size = second & 0x7F
+    if size == 126:
+        size = struct.unpack("!H", exactly(2))[0]
+    elif size == 127:
+        size = struct.unpack("!Q", exactly(8))[0]
+    return first & 0x0F, exactly(size)
+
+
+def wait_for(check: Callable[[], bool], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def test_a_client_that_never_reads_is_dropped_and_its_upstream_aborted(
+        impatient: ServerProcess, sim: SimControl) -> None:
+    sock = raw_socket(impatient)
+    try:
+        send_text(sock, json.dumps({"type": "response.create", "model": "sim-model",
+                                    "store": False, "input": f"flood {FLOOD}"}))
+        ended = wait_for(lambda: sim.stats()["streams_started"] == 1
+                         and sim.stats()["active_streams"] == 0, within=90)
+        stats = sim.stats()
+        assert ended and stats["streams_aborted"] == 1, stats  # cut short, not completed
+        assert wait_for(lambda: "client stopped reading" in impatient.output(), within=10)
+    finally:
+        sock.close()
+
+
+def test_an_idle_socket_is_pinged(impatient: ServerProcess) -> None:
+    sock = raw_socket(impatient)  # the server runs with --ping-interval 0.5
+    try:
+        opcodes = []
+        for _ in range(20):
+            opcode, _payload = read_frame(sock)
+            opcodes.append(opcode)
+            if opcode == 0x9:
+                break
+        assert opcodes[-1] == 0x9, opcodes  # a ping, with nothing asked on the socket
+    finally:
+        sock.close()
