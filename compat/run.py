@@ -160,6 +160,7 @@ def clients() -> list[Client]:
     every = [
         Client("python_sdk", [python, "python_sdk.py"], HERE / "clients"),
         Client("openai_agents", [python, "agents_sdk.py"], HERE / "clients"),
+        Client("openai_agents_ws", [python, "agents_ws.py"], HERE / "clients"),
         Client("node_sdk", ["node", "node_sdk.mjs"], scripts),
         Client("ai_sdk", ["node", "ai_sdk.mjs"], scripts),
         Client("codex", [python, "codex_cli.py"], HERE / "clients"),

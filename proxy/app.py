@@ -22,6 +22,7 @@ from proxy.web import (
     routes_health,
     routes_passthrough,
     routes_responses,
+    websocket,
 )
 from proxy.web.access import AccessLog
 from proxy.web.accounting import RequestMetrics
@@ -49,7 +50,7 @@ def create_app(settings: Settings) -> Starlette:
 
     return Starlette(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
-                *routes_conversations.routes],
+                *routes_conversations.routes, *websocket.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.

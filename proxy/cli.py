@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--send-timeout",
                        help="seconds a stream may wait on a client that stopped reading "
                             "(default 30)")
+    serve.add_argument("--ws-max-age",
+                       help="seconds a WebSocket connection lasts before it is closed "
+                            "(default 3600)")
     _add_common(serve)
 
     worker = sub.add_parser("worker", help="run background jobs only")
@@ -153,6 +156,12 @@ def _serve(settings: Settings) -> None:
         # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
         # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
         timeout_graceful_shutdown=5,
+        # Larger frames are refused by the transport itself (close 1009); up to this size the
+        # handler answers an over-long frame with an error frame (web/websocket.py).
+        ws_max_size=2 * settings.max_body_bytes,
+        # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
+        # behind proxies that cut silent connections.
+        ws_ping_interval=settings.ping_interval,
     )
     DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
 

@@ -68,6 +68,9 @@ class Settings:
     # Seconds a stream's write to a client that stopped reading may stay blocked before the
     # stream is abandoned (its upstream request aborted, its connection freed).
     send_timeout: float = 30.0
+    # Seconds a WebSocket connection lives before it is closed with the error
+    # `websocket_connection_limit_reached`.
+    ws_max_age: float = 3600.0
     # Upstream connections: at most this many to one replica (of 2048 in all), so one hung
     # replica cannot hold every slot of the pool.
     max_connections_per_upstream: int = 1024
@@ -274,6 +277,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         timeouts=timeouts,
         ping_interval=seconds("ping_interval"),
         send_timeout=seconds("send_timeout"),
+        ws_max_age=seconds("ws_max_age"),
         max_connections_per_upstream=count("max_connections_per_upstream"),
         upstream_ca_bundle=ca_bundle,
         https_proxy=https_proxy,

@@ -54,6 +54,7 @@ from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.lease import Leases
+from proxy.services.localchains import LocalChains
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -120,14 +121,20 @@ class ResponsesService:
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *,
-                     job_limit: dict[str, Any] | None = None) -> Outcome:
-        """`job_limit`: a background job's stream lease (services/limits.py), for its worker."""
-        request, history, chat = await self._prepare(tenant, body)
-        outcome = await self._create(tenant, request, history, chat, directives, job_limit)
+                     job_limit: dict[str, Any] | None = None,
+                     local: LocalChains | None = None) -> Outcome:
+        """`job_limit`: a background job's stream lease (services/limits.py), for its worker.
+        `local`: a WebSocket connection's memory (services/localchains.py): a
+        `previous_response_id` found there needs no store read, and a streamed response that
+        ends whole is remembered there."""
+        request, history, chat = await self._prepare(tenant, body, local)
+        outcome = await self._create(tenant, request, history, chat, directives, job_limit,
+                                     local)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
-    async def _prepare(self, tenant: str, body: dict[str, Any]
+    async def _prepare(self, tenant: str, body: dict[str, Any],
+                       local: LocalChains | None = None
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`."""
@@ -136,7 +143,7 @@ class ResponsesService:
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer)
         request = await resolve_references(self._store, tenant, request)
-        history = await self._history(tenant, request)
+        history = await self._history(tenant, request, local)
         chat = to_chat_request(request, history.items)
         if request.truncation == "auto":
             chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
@@ -145,7 +152,8 @@ class ResponsesService:
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives,
-                      job_limit: dict[str, Any] | None = None) -> Outcome:
+                      job_limit: dict[str, Any] | None = None,
+                      local: LocalChains | None = None) -> Outcome:
         assembler = self._assembler(request)
         cached = await self._lookup(tenant, request, chat, directives)
         if cached.hit:
@@ -169,7 +177,11 @@ class ResponsesService:
                     metrics=self._metrics)
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
-            return Outcome(stream=_sse(turn, owned, self._keeper(tenant, cached, assembler)),
+            ended = self._keeper(tenant, cached, assembler)
+            if local is not None:
+                ended = _then(ended, _remembering(local, assembler, request, history,
+                                                  call.replica.url))
+            return Outcome(stream=_sse(turn, owned, ended),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
@@ -251,9 +263,12 @@ class ResponsesService:
             return Outcome(stream=self._stored.replay_record(record, after=-1))
         return Outcome(body=record.response)
 
-    async def _history(self, tenant: str, request: ResponsesRequest) -> History:
+    async def _history(self, tenant: str, request: ResponsesRequest,
+                       local: LocalChains | None = None) -> History:
         if request.previous_response_id:
-            chain = await self._store.load_chain(tenant, request.previous_response_id)
+            chain = local.get(request.previous_response_id) if local is not None else None
+            if chain is None:
+                chain = await self._store.load_chain(tenant, request.previous_response_id)
             if chain is None:
                 raise PreviousResponseNotFound(request.previous_response_id)
             if len(chain.parents) > MAX_CHAIN_DEPTH:
@@ -323,4 +338,17 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 def _nothing() -> None:
     return None
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        second()
+    return both
+
+
+def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesRequest,
+                 history: History, replica: str) -> Callable[[], None]:
+    return lambda: local.remember(assembler.snapshot(), history.items, history.parents,
+                                  request.input, replica)
 

@@ -5,6 +5,7 @@ objects (and per-key limits, services/limits.py) are scoped to the key that made
 is ever stored. The keys are `--api-key`s and the `--keys-file`'s. With keys configured, a
 missing or unknown key is a 401; the comparison runs over every configured key in constant time.
 Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
+WebSocket handshakes on `/v1/` are checked the same way; a refused one is closed before accept.
 """
 
 from __future__ import annotations
@@ -50,11 +51,16 @@ class AuthMiddleware:
         return key_accepted(self._keys, token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         token = bearer(scope)
-        if self._keys:
+        if self._keys and scope["type"] == "websocket":
+            if token is None or not self._accepts(token):
+                # Refused at the handshake, before accept: uvicorn answers it with HTTP 403.
+                await send({"type": "websocket.close", "code": 1008})
+                return
+        elif self._keys:
             if token is None:
                 error = Unauthorized(
                     "You didn't provide an API key. Send it as `Authorization: Bearer KEY`."
