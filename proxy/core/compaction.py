@@ -166,9 +166,10 @@ def summary_message(item_id: str, text: str) -> Item:
 
 def tail_length(items: Sequence[Item], newest: int) -> int:
     """How many of the last items an automatic compaction keeps whole: the `newest` (the
-    request's own input), and further back whatever a kept tool output needs (its call), so no
-    output is sent without its call. `len(items)` means there is nothing to compact."""
-    start = max(len(items) - max(newest, 1), 0)
+    request's own input; none when it was only a `compaction_trigger`: all is compacted), and
+    further back whatever a kept tool output needs (its call), so no output is sent without its
+    call. `len(items)` means there is nothing to compact."""
+    start = len(items) - min(max(newest, 0), len(items))
     while start > 0:
         calls = {item.get("call_id") for item in items[start:]
                  if item.get("type") in _OUTPUTS.values()}

@@ -15,6 +15,7 @@ from proxy.core.assembler import Assembler
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
 from proxy.core.items import parse_input, seal_reasoning
+from proxy.core.replay import events_from_response
 from proxy.core.request import parse_request
 from proxy.core.seal import VERSION, Sealer
 from proxy.core.translate import to_messages
@@ -161,6 +162,10 @@ def test_only_the_newest_turn_means_nothing_to_compact() -> None:
     assert c.tail_length([user("only")], 1) == 1
 
 
+def test_a_lone_trigger_compacts_everything() -> None:
+    assert c.tail_length([user("one"), assistant("a1")], 0) == 0
+
+
 # -- the summarisation turn ----------------------------------------------------------------------
 def test_the_summary_request_is_the_conversation_plus_one_instruction() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
@@ -241,3 +246,8 @@ def test_a_prefaced_compaction_streams_first_and_the_events_validate() -> None:
     validate_with_sdk(events)
     check_invariants(events)
     check_vllm_rules(events)
+    # A replay rebuilt from the final object (no event log) streams the item the same way.
+    replayed = events_from_response(events[-1]["response"])
+    assert [e["type"] for e in replayed] == [e["type"] for e in events]
+    assert replayed[2:5] == events[2:5]
+    validate_with_sdk(replayed)
