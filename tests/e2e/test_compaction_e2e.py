@@ -17,7 +17,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.responses import ResponseCompactionItem
+from openai.types.responses import (
+    ResponseCompactionCompactingEvent,
+    ResponseCompactionItem,
+    ResponseCompletedEvent,
+    ResponseOutputItemAddedEvent,
+)
 from websockets.sync.client import ClientConnection, connect
 
 from proxy.core.compaction import SUMMARY_HEADER, SUMMARY_INSTRUCTION
@@ -254,6 +259,23 @@ def test_automatic_compaction_past_the_threshold_streams_the_item(pair: Pair,
     check_summary_upstream(sent, absent=[text_of(first)])
     assert [m["role"] for m in sent] == ["system", "user", "user", "assistant", "user"]
     assert sent[3]["content"] == text_of(final)
+
+
+def test_the_sdk_streams_an_automatic_compaction(pair: Pair) -> None:
+    a, _ = pair
+    client = SDK.get(a.url, KEY)
+    first = client.responses.create(model="sim-model", input="a first turn for the sdk")
+    with client.responses.create(model="sim-model", input="the sdk's second turn",
+                                 previous_response_id=first.id, stream=True,
+                                 context_management=[{"type": "compaction",
+                                                      "compact_threshold": 5}]) as stream:
+        events = list(stream)
+    assert isinstance(events[3], ResponseCompactionCompactingEvent)
+    assert isinstance(events[2], ResponseOutputItemAddedEvent)
+    assert isinstance(events[2].item, ResponseCompactionItem)
+    final = events[-1]
+    assert isinstance(final, ResponseCompletedEvent)
+    assert [i.type for i in final.response.output] == ["compaction", "message"]
 
 
 def test_below_the_threshold_nothing_is_compacted(pair: Pair, sim: SimControl) -> None:
