@@ -241,7 +241,8 @@ class CompactBody:
     ignored: tuple[str, ...] = ()
 
 
-def parse_compact_body(body: dict[str, Any]) -> CompactBody:
+def parse_compact_body(body: dict[str, Any], *, strict: bool = False) -> CompactBody:
+    """`strict` (`--params strict`): an unknown field is a 400, else it is ignored and named."""
     model = body.get("model")
     if model is None:
         raise bad("model", "Missing required parameter: 'model'.")
@@ -257,4 +258,6 @@ def parse_compact_body(body: dict[str, Any]) -> CompactBody:
         expect_object(body["prompt_cache_options"], "prompt_cache_options")
     ignored = tuple(key for key, value in body.items()
                     if key not in _COMPACT_FIELDS and value is not None)
+    if strict and ignored:
+        raise bad(ignored[0], f"Unknown parameter: '{ignored[0]}'.")
     return CompactBody(model, body.get("input"), instructions, previous, ignored)

@@ -256,11 +256,11 @@ class ResponsesService:
         seen = await measure(self._fleet, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
-    async def compact(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def compact(self, tenant: str, body: dict[str, Any]) -> Outcome:
         """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
         chain, scoped to the key) summarised by the fleet's model: the user messages, then one
         sealed compaction item (core/compaction.py)."""
-        parsed = parse_compact_body(body)
+        parsed = parse_compact_body(body, strict=self._settings.params == "strict")
         inputs = ([] if parsed.input is None else
                   parse_input(parsed.input, self._ids, max_items=self._settings.max_input_items,
                               sealer=self._sealer))
@@ -270,13 +270,13 @@ class ResponsesService:
         history = await self._history(tenant, request)
         done = await self._compactor.compact(tenant, request, history.items,
                                              affinity=history.affinity, home=history.home)
-        return {
+        return Outcome(body={
             "id": self._ids(idp.RESPONSE),
             "object": COMPACTION_OBJECT,
             "created_at": int(self._clock()),
             "output": compacted_output(done.items, done.item),
             "usage": done.usage or map_usage({"prompt_tokens": 0}),
-        }
+        }, headers=tolerance_headers(parsed.ignored, ()))
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler,

@@ -50,11 +50,11 @@ async def compact(request: Request) -> Response:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
     ticket = await admitted(request, hold=False)
-    result = await released_on_error(ticket, unless_disconnected(
+    outcome = await released_on_error(ticket, unless_disconnected(
         request, runtime.responses.compact(tenant(request), body)))
     if ticket is not None:
-        await ticket.end(tokens_of(result.get("usage")))
-    return json_response(result)
+        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
+    return json_response(outcome.body, headers=outcome.headers)
 
 
 def _flag(value: str | None, name: str) -> bool:

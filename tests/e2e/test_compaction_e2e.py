@@ -212,6 +212,12 @@ def test_compact_without_a_model_is_a_400_naming_it(pair: Pair) -> None:
     assert error["type"] == "invalid_request_error"
     nothing = post(a, "/v1/responses/compact", {"model": "sim-model"})
     assert nothing.status_code == 400 and nothing.json()["error"]["param"] == "input"
+    unknown = post(a, "/v1/responses/compact", {"model": "no-such-model", "input": "hi"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    lenient = post(a, "/v1/responses/compact", {"model": "sim-model", "input": "hi",
+                                                "surprise": True})
+    assert lenient.status_code == 200
+    assert lenient.headers["x-proxy-ignored-params"] == "surprise"
     with pytest.raises(openai.BadRequestError):
         SDK.get(a.url, KEY).responses.compact(model=None, input="hi")  # type: ignore[arg-type]
 

@@ -224,6 +224,9 @@ def test_the_compact_body_needs_a_model_and_some_context() -> None:
     parsed = c.parse_compact_body({"model": "m", "previous_response_id": "resp_1",
                                    "prompt_cache_key": "k", "surprise": 1})
     assert parsed.previous_response_id == "resp_1" and parsed.ignored == ("surprise",)
+    with pytest.raises(InvalidRequest) as info:
+        c.parse_compact_body({"model": "m", "input": "x", "surprise": 1}, strict=True)
+    assert info.value.param == "surprise"
 
 
 # -- the stream ----------------------------------------------------------------------------------
