@@ -165,11 +165,13 @@ class Assembler:
         """First events: created + in_progress, or created + queued for a background job."""
         if background:
             self.status = t.S_QUEUED
-            return [self._lifecycle(t.CREATED), self._lifecycle(t.QUEUED), *self._prefaced()]
+            return [self._lifecycle(t.CREATED), self._lifecycle(t.QUEUED)]
         return [self._lifecycle(t.CREATED), self._lifecycle(t.IN_PROGRESS), *self._prefaced()]
 
     def preface(self, item: Item) -> None:
-        """A finished item to put first in the output, sent right after the start events."""
+        """A compaction item made before the upstream call (core/compaction.py): first in the
+        output, its events right after the start events. Foreground only: a background job's
+        worker builds its own assembler (compaction is refused with `background`)."""
         self._preface.append(item)
 
     def _prefaced(self) -> list[Event]:

@@ -36,6 +36,7 @@ from proxy.core.compaction import (
     without_triggers,
 )
 from proxy.core.errors import NotFound, UpstreamError
+from proxy.core.fields import bad
 from proxy.core.ids import IdFactory
 from proxy.core.request import ResponsesRequest
 from proxy.core.seal import Sealer
@@ -83,6 +84,10 @@ class Compactor:
                       home: str | None = None) -> tuple[dict[str, Any], Item | None]:
         """(the chat request, the compaction item made for it or None)."""
         trigger = check_trigger(request.input)
+        if trigger and request.background:
+            where = f"input[{len(request.input) - 1}]"
+            raise bad(where, f"Invalid '{where}': a 'compaction_trigger' cannot be used with "
+                             "background mode on this server.")
         inputs = without_triggers(request.input)
         items = self.expanded([*history, *inputs])
         chat = self.chat(request, items)

@@ -307,6 +307,11 @@ def test_a_compaction_trigger_compacts_now(pair: Pair, sim: SimControl) -> None:
         {"type": "compaction_trigger"}, user("go on")]})
     assert misplaced.status_code == 400
     assert misplaced.json()["error"]["param"] == "input[0]"
+    trigger = {"type": "compaction_trigger"}
+    background = post(a, "/v1/responses", {"model": "sim-model", "background": True,
+                                           "input": [user("go on"), trigger]})
+    assert background.status_code == 400
+    assert background.json()["error"]["param"] == "input[1]"
 
 
 # -- over the WebSocket --------------------------------------------------------------------------
