@@ -164,21 +164,29 @@ def summary_message(item_id: str, text: str) -> Item:
             "content": [{"type": "input_text", "text": SUMMARY_HEADER + text}]}
 
 
-def tail_length(items: Sequence[Item], newest: int) -> int:
-    """How many of the last items an automatic compaction keeps whole: the `newest` (the
-    request's own input; none when it was only a `compaction_trigger`: all is compacted), and
-    further back whatever a kept tool output needs (its call), so no output is sent without its
-    call. `len(items)` means there is nothing to compact."""
-    start = len(items) - min(max(newest, 0), len(items))
+def tail_length(items: Sequence[Item]) -> int:
+    """How many of the last items an automatic compaction keeps whole: the newest turn, i.e.
+    the trailing items that are not the model's (user, system and developer messages, tool
+    outputs; none after a lone `compaction_trigger`), and further back whatever a kept tool
+    output needs (its call), so no output is sent without its call. Counted on the items, not
+    on the request's input, so a client that resends its whole history as `input` (`store:
+    false`) is compacted too. `len(items)` means there is nothing older to compact."""
+    start = len(items)
+    while start > 0 and _from_client(items[start - 1]):
+        start -= 1
     while start > 0:
-        calls = {item.get("call_id") for item in items[start:]
-                 if item.get("type") in _OUTPUTS.values()}
-        needed = {item.get("call_id") for item in items[start:]
-                  if item.get("type") in _OUTPUTS} - calls
+        kept = items[start:]
+        calls = {item.get("call_id") for item in kept if item.get("type") in _OUTPUTS.values()}
+        needed = {item.get("call_id") for item in kept if item.get("type") in _OUTPUTS} - calls
         if not needed:
             break
         start -= 1
     return len(items) - start
+
+
+def _from_client(item: Item) -> bool:
+    kind = item.get("type")
+    return kind in _OUTPUTS or (kind == MESSAGE and item.get("role") != "assistant")
 
 
 def compacted_output(items: Sequence[Item], compaction: Item) -> list[Item]:

@@ -93,7 +93,7 @@ class Compactor:
         chat = self.chat(request, items)
         if not compact or not (trigger or request.auto_compact):
             return chat, None
-        tail = tail_length(items, len(inputs))
+        tail = tail_length(items)
         if tail >= len(items):
             return chat, None  # only the newest turn: nothing older to compact
         if not trigger and not await self._over_threshold(request, chat, affinity):

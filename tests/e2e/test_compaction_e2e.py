@@ -267,6 +267,25 @@ def test_automatic_compaction_past_the_threshold_streams_the_item(pair: Pair,
     assert sent[3]["content"] == text_of(final)
 
 
+def test_a_stateless_client_resending_its_history_is_compacted(pair: Pair,
+                                                               sim: SimControl) -> None:
+    a, b = pair
+    history = [user("stateless turn about otters"),
+               {"role": "assistant", "content": "otter-answer-text"}, user("next question")]
+    made = create(a, input=history, store=False,
+                  context_management=[{"type": "compaction", "compact_threshold": 5}])
+    assert [i["type"] for i in made["output"]] == ["compaction", "message"]
+    check_summary_upstream(upstream_messages(sim), absent=["otter-answer-text"])
+    # The client keeps its items and appends the output, as store: false clients do; B opens
+    # the item and keeps the turn it answered (the item counts the items before it it keeps).
+    create(b, store=False, input=[*history, *made["output"], user("last question")])
+    sent = upstream_messages(sim)
+    check_summary_upstream(sent, absent=["otter-answer-text"])
+    assert [m["role"] for m in sent] == ["system", "user", "user", "assistant", "user"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == [
+        "stateless turn about otters", "next question", "last question"]
+
+
 def test_the_sdk_streams_an_automatic_compaction(pair: Pair) -> None:
     a, _ = pair
     client = SDK.get(a.url, KEY)

@@ -149,21 +149,26 @@ def test_a_trigger_must_be_the_last_input_item() -> None:
 # -- what an automatic compaction keeps ----------------------------------------------------------
 def test_the_tail_is_the_newest_turn() -> None:
     items = [user("one"), assistant("a1"), user("two")]
-    assert c.tail_length(items, 1) == 1
+    assert c.tail_length(items) == 1
+    # The whole history resent as input (a store: false client): still only the newest turn.
+    assert c.tail_length([*items, assistant("a2"), user("three"), user("four")]) == 2
 
 
 def test_the_tail_takes_the_calls_its_outputs_answer() -> None:
     items = [user("one"), assistant("a1"), user("two"), call("c1"), call("c2"),
              output("c1"), output("c2")]
-    assert c.tail_length(items, 2) == 4  # both calls come with their outputs
+    assert c.tail_length(items) == 4  # both calls come with their outputs
+    agent_loop = [user("one"), call("c1"), output("c1"), call("c2"), output("c2")]
+    assert c.tail_length(agent_loop) == 2  # the earlier call and output are compacted
 
 
 def test_only_the_newest_turn_means_nothing_to_compact() -> None:
-    assert c.tail_length([user("only")], 1) == 1
+    assert c.tail_length([user("only")]) == 1
 
 
-def test_a_lone_trigger_compacts_everything() -> None:
-    assert c.tail_length([user("one"), assistant("a1")], 0) == 0
+def test_after_the_models_answer_everything_is_compacted() -> None:
+    # A lone compaction_trigger after a previous response: nothing of the client's is new.
+    assert c.tail_length([user("one"), assistant("a1")]) == 0
 
 
 # -- the summarisation turn ----------------------------------------------------------------------
