@@ -16,9 +16,10 @@ turn it answers: its output starts with a compaction item whose `tail` counts th
 turn, which in the stored chain (inputs, then outputs) sit right before it. A later compaction
 replaces an earlier summary too (the later summary was written from it).
 
-The summary becomes one system message where the compacted items were (core/system_prompt.py
-merges it into the leading system prompt): context from the server, never mistaken for an
-answer of the model.
+The summary becomes one system message after the user messages kept and before the tail
+(core/system_prompt.py merges it into the leading system prompt): context from the server,
+never mistaken for an answer of the model. Sealed means authenticated, not encrypted (as for
+reasoning blobs): the client holding an item can read its summary, but not change it.
 
 `compaction_trigger` (an input item, "Must be the final input item") asks for a compaction now,
 whatever the size; it is not context and never reaches the model.
