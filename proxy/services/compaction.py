@@ -131,8 +131,8 @@ class Compactor:
     async def summarise(self, tenant: str, chat: dict[str, Any], *, affinity: str | None = None,
                         home: str | None = None) -> tuple[str, dict[str, Any] | None]:
         """(the summary the model wrote of `chat`'s conversation, the turn's Responses usage)."""
-        body = summary_request(chat)
-        model = body["model"]
+        model = chat["model"]
+        body = summary_request(chat, self._fleet.max_model_len(model))
         if self._admission is not None:
             await self._admission.admit(model, tenant)
         call = await self._fleet.open(model, CHAT_PATH, orjson.dumps(body), stream=False,

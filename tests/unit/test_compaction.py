@@ -180,6 +180,8 @@ def test_the_summary_request_is_the_conversation_plus_one_instruction() -> None:
     assert body["messages"][-1] == {"role": "user", "content": c.SUMMARY_INSTRUCTION}
     assert body["stream"] is False and body["tool_choice"] == "none"
     assert body["tools"] == chat["tools"]
+    assert body["max_tokens"] == c.SUMMARY_MAX_TOKENS
+    assert c.summary_request(chat, max_model_len=4096)["max_tokens"] == 1024
 
 
 @pytest.mark.parametrize(("answer", "text"), [
