@@ -30,6 +30,7 @@ from typing import Any
 
 from proxy.core import ids as idp
 from proxy.core import types as t
+from proxy.core.compaction import item_events as compaction_events
 from proxy.core.custominput import InputStream
 from proxy.core.ids import IdFactory
 from proxy.core.summaries import summary_part, wants_summaries
@@ -151,6 +152,9 @@ class Assembler:
         self._incomplete: dict[str, Any] | None = None
         self._completed_at: int | None = None
         self.final: ResponseObject | None = None
+        # Whole items made before the upstream call (a compaction, core/compaction.py): they
+        # open the output, their events right after the start events.
+        self._preface: list[Item] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -162,7 +166,21 @@ class Assembler:
         if background:
             self.status = t.S_QUEUED
             return [self._lifecycle(t.CREATED), self._lifecycle(t.QUEUED)]
-        return [self._lifecycle(t.CREATED), self._lifecycle(t.IN_PROGRESS)]
+        return [self._lifecycle(t.CREATED), self._lifecycle(t.IN_PROGRESS), *self._prefaced()]
+
+    def preface(self, item: Item) -> None:
+        """A compaction item made before the upstream call (core/compaction.py): first in the
+        output, its events right after the start events. Foreground only: a background job's
+        worker builds its own assembler (compaction is refused with `background`)."""
+        self._preface.append(item)
+
+    def _prefaced(self) -> list[Event]:
+        events: list[Event] = []
+        for item in self._preface:
+            events += compaction_events(item, len(self.output), self._take)
+            self.output.append(item)
+        self._preface = []
+        return events
 
     def resume(self) -> list[Event]:
         """A queued background job starts running."""

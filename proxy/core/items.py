@@ -12,6 +12,8 @@ Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it
     custom_tool_call      {id, type, call_id, name, input, status:"completed", namespace?}
     custom_tool_call_output {id, type, call_id, output, status:"completed"}
     reasoning             {id, type, summary, content?, encrypted_content?}
+    compaction            {id, type, encrypted_content}  (core/compaction.py: a sealed summary)
+    compaction_trigger    {id, type}  (compact now; the last input item)
 A request's `item_reference` is resolved to the stored item it names (core/references.py).
 Anything else (built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
@@ -32,6 +34,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core import compaction
 from proxy.core import ids as idp
 from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
@@ -113,12 +116,17 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
         }
     if kind == REASONING:
         return _parse_reasoning(item, ids, path, sealer)
+    if kind == compaction.COMPACTION:
+        return compaction.parse_compaction(item, ids, path, sealer)
+    if kind == compaction.TRIGGER:
+        return compaction.parse_trigger(item, ids, path)
     where = at(path, "type")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
                      "types are 'message', 'function_call', 'function_call_output', "
-                     "'custom_tool_call', 'custom_tool_call_output' and 'reasoning' "
+                     "'custom_tool_call', 'custom_tool_call_output', 'reasoning', "
+                     "'compaction' and 'compaction_trigger' "
                      "('item_reference' too in a create's input).")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core import types as t
+from proxy.core.compaction import COMPACTION
+from proxy.core.compaction import item_events as compaction_events
 from proxy.core.summaries import summary_events
 from proxy.core.types import Event, Item, ResponseObject
 
@@ -76,6 +78,8 @@ def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
             events += summary_events(item, index)
         events.append({"type": t.ITEM_DONE, "output_index": index, "item": item})
         return events
+    if kind == COMPACTION:  # as it streamed live, `response.compaction.compacting` included
+        return compaction_events(item, index, lambda: 0)
     return [{"type": t.ITEM_ADDED, "output_index": index, "item": item},
             {"type": t.ITEM_DONE, "output_index": index, "item": item}]
 

@@ -53,10 +53,10 @@ _SERVED = frozenset({
     "include", "truncation", "service_tier", "prompt_cache_key", "prompt_cache_retention",
     "safety_identifier", "max_tool_calls", "top_logprobs",
     "presence_penalty", "frequency_penalty", "client_metadata", "prompt_cache_options",
+    "context_management",
 })
 _WHY_NOT = {
     "prompt": "reusable prompt templates live on OpenAI's platform",
-    "context_management": "server-side context compaction is not implemented",
     "background_options": "background jobs take no options here",
     "moderation": "this server runs no moderation",
     "image": "image generation is not served by a chat fleet",
@@ -96,6 +96,10 @@ class ResponsesRequest:
     ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
     dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
     truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
+    # `context_management: [{"type": "compaction", "compact_threshold": N}]` (core/compaction.py):
+    # compact automatically; the threshold None means a share of the model's context.
+    auto_compact: bool = False
+    compact_threshold: int | None = None
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -160,6 +164,10 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
                                max_tools=MAX_TOOLS)
     tools = parsed_tools.tools
     parallel = opt_bool(body, "parallel_tool_calls")
+    auto_compact, threshold = _context_management(body.get("context_management"))
+    if auto_compact and background:
+        raise bad("context_management", "'context_management' cannot be used with background "
+                                        "mode on this server.")
     return ResponsesRequest(
         model=model,
         input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
@@ -193,7 +201,28 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         dropped_tools=parsed_tools.dropped,
         truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
                           "truncation"),
+        auto_compact=auto_compact,
+        compact_threshold=threshold,
     )
+
+
+def _context_management(value: Any) -> tuple[bool, int | None]:
+    """(compact automatically?, the threshold in tokens). One `compaction` entry at most."""
+    if value is None:
+        return False, None
+    entries = expect_list(value, "context_management")
+    if len(entries) > 1:
+        raise bad("context_management", "Invalid 'context_management': at most one entry is "
+                                        "allowed.")
+    if not entries:
+        return False, None
+    path = at("context_management", 0)
+    entry = expect_object(entries[0], path)
+    one_of(entry.get("type"), ("compaction",), at(path, "type"))
+    for key in entry:
+        if key not in ("type", "compact_threshold"):
+            raise bad(at(path, key), f"Unknown parameter: '{at(path, key)}'.")
+    return True, opt_int(entry, "compact_threshold", path, low=1)
 
 
 def _refuse_unknown(body: dict[str, Any], tolerance: Tolerance) -> tuple[str, ...]:

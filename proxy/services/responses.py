@@ -18,6 +18,7 @@ The non-streaming path runs the very same turn and returns the final object.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ import orjson
 
 from proxy.core import ids as idp
 from proxy.core import types as t
-from proxy.core.assembler import Assembler
+from proxy.core.assembler import Assembler, map_usage
 from proxy.core.cachekey import USE_CACHE, Directives
+from proxy.core.compaction import OBJECT as COMPACTION_OBJECT
+from proxy.core.compaction import compacted_output, has_compaction, parse_compact_body
 from proxy.core.errors import (
     InvalidRequest,
     NotFound,
@@ -37,7 +40,7 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.ids import IdFactory, new_id
-from proxy.core.items import seal_reasoning
+from proxy.core.items import parse_input, seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.seal import Sealer
@@ -49,6 +52,7 @@ from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
+from proxy.services.compaction import Compactor
 from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
@@ -80,6 +84,8 @@ class History:
     parents: tuple[str, ...] = ()
     affinity: str | None = None
     home: str | None = None  # the replica that ran the previous response (its prefix cache)
+    # A compaction made for this request (context_management): first in its output.
+    compaction: Item | None = None
 
 
 class ResponsesService:
@@ -118,6 +124,7 @@ class ResponsesService:
         self._clock = clock
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *,
@@ -134,17 +141,25 @@ class ResponsesService:
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
-                       local: LocalChains | None = None
+                       local: LocalChains | None = None, *, compact: bool = True
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
-        everything up to the chat request a create sends, shared with `count_input_tokens`."""
+        everything up to the chat request a create sends, shared with `count_input_tokens`.
+        `compact`: run the automatic compaction a request asks for (services/compaction.py)."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer)
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
-        chat = to_chat_request(request, history.items)
+        if request.auto_compact or has_compaction(history.items) or \
+                has_compaction(request.input):
+            chat, made = await self._compactor.context(
+                tenant, request, history.items, compact=compact, affinity=history.affinity,
+                home=history.home)
+            history = dataclasses.replace(history, compaction=made)
+        else:
+            chat = to_chat_request(request, history.items)
         if request.truncation == "auto":
             chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
@@ -155,7 +170,11 @@ class ResponsesService:
                       job_limit: dict[str, Any] | None = None,
                       local: LocalChains | None = None) -> Outcome:
         assembler = self._assembler(request)
-        cached = await self._lookup(tenant, request, chat, directives)
+        if history.compaction is not None:
+            assembler.preface(history.compaction)
+        # A compacted turn is not served from the cache: its output must carry the compaction.
+        cached = (await self._lookup(tenant, request, chat, directives)
+                  if history.compaction is None else OFF)
         if cached.hit:
             return await self._cached(tenant, request, history, assembler, cached)
         if request.background:
@@ -233,9 +252,31 @@ class ResponsesService:
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
-        _, history, chat = await self._prepare(tenant, body)
+        _, history, chat = await self._prepare(tenant, body, compact=False)
         seen = await measure(self._fleet, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
+
+    async def compact(self, tenant: str, body: dict[str, Any]) -> Outcome:
+        """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
+        chain, scoped to the key) summarised by the fleet's model: the user messages, then one
+        sealed compaction item (core/compaction.py)."""
+        parsed = parse_compact_body(body, strict=self._settings.params == "strict")
+        inputs = ([] if parsed.input is None else
+                  parse_input(parsed.input, self._ids, max_items=self._settings.max_input_items,
+                              sealer=self._sealer))
+        request = ResponsesRequest(model=parsed.model, input=inputs,
+                                   instructions=parsed.instructions,
+                                   previous_response_id=parsed.previous_response_id)
+        history = await self._history(tenant, request)
+        done = await self._compactor.compact(tenant, request, history.items,
+                                             affinity=history.affinity, home=history.home)
+        return Outcome(body={
+            "id": self._ids(idp.RESPONSE),
+            "object": COMPACTION_OBJECT,
+            "created_at": int(self._clock()),
+            "output": compacted_output(done.items, done.item),
+            "usage": done.usage or map_usage({"prompt_tokens": 0}),
+        }, headers=tolerance_headers(parsed.ignored, ()))
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler,

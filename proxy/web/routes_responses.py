@@ -45,6 +45,18 @@ async def count_input_tokens(request: Request) -> Response:
     return json_response(await runtime.responses.count_input_tokens(tenant(request), body))
 
 
+async def compact(request: Request) -> Response:
+    """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
+    runtime = runtime_of(request)
+    body = parse_object(await request.body())
+    ticket = await admitted(request, hold=False)
+    outcome = await released_on_error(ticket, unless_disconnected(
+        request, runtime.responses.compact(tenant(request), body)))
+    if ticket is not None:
+        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
+    return json_response(outcome.body, headers=outcome.headers)
+
+
 def _flag(value: str | None, name: str) -> bool:
     if value is None or value.lower() in ("false", "0", ""):
         return False
@@ -108,6 +120,7 @@ async def cancel(request: Request) -> Response:
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
     Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
+    Route("/v1/responses/compact", compact, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
