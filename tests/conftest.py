@@ -35,11 +35,11 @@ class SimControl:
         self.url = url
 
     def stats(self) -> dict[str, Any]:
-        data: dict[str, Any] = httpx.get(self.url + "/sim/stats", timeout=5).json()
+        data: dict[str, Any] = httpx.get(self.url + "/sim/stats", timeout=30).json()
         return data
 
     def reset(self) -> None:
-        httpx.post(self.url + "/sim/reset", timeout=5).raise_for_status()
+        httpx.post(self.url + "/sim/reset", timeout=30).raise_for_status()
 
 
 @pytest.fixture
