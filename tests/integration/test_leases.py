@@ -206,7 +206,7 @@ async def test_a_turn_whose_end_was_not_stored_leaves_its_lease_to_the_sweep(
         store: RedisStore) -> None:
     """The final write failed past its retries: the writer must not drop the lease (that would
     leave the response `in_progress` for its TTL); it expires and a sweep closes the response."""
-    response_id, prefix = await half_written(store)
+    response_id, _ = await half_written(store)
     writer = leases(store)
     async with writer.held(response_id, end_stored=lambda: False):
         pass
