@@ -373,6 +373,7 @@ def never_reads(running: Lab) -> Outcome:
 # -- a thousand readers of one response --------------------------------------------------------
 
 READERS = 1000
+RAMP = 1.0  # seconds over which the readers arrive
 
 
 def thousand_readers(running: Lab) -> Outcome:
@@ -405,8 +406,11 @@ def thousand_readers(running: Lab) -> Outcome:
 
             watcher = asyncio.create_task(watch())
             try:
-                return await asyncio.gather(*(one(http) for _ in range(READERS)),
-                                            return_exceptions=True)
+                readers = []
+                for _ in range(READERS):  # arriving over about a second, not in one tick
+                    readers.append(asyncio.create_task(one(http)))
+                    await asyncio.sleep(RAMP / READERS)
+                return await asyncio.gather(*readers, return_exceptions=True)
             finally:
                 watcher.cancel()
 
@@ -418,7 +422,8 @@ def thousand_readers(running: Lab) -> Outcome:
                if line.startswith("data: ")] if isinstance(b, bytes) else None for b in bodies]
     identical = sum(p == reference for p in parsed)
     complete = sum(bool(p) and p[-1]["type"] == "response.completed" for p in parsed)
-    client = (f"{READERS} concurrent replays joined mid-stream: {identical} identical to the "
+    client = (f"{READERS} concurrent replays (arriving over {RAMP:.0f} s) joined mid-stream: "
+              f"{identical} identical to the "
               f"stored log ({len(reference)} events), {complete} complete, "
               f"{sum(p is None for p in parsed)} errors")
     what = (f"{stored(proxy.url, response_id).get('status')}; proxy RSS {rss0 >> 20} MiB -> "
