@@ -9,6 +9,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -156,23 +157,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
-def tcp_connections(pid: int) -> int:
-    """Sockets of `pid` that are TCP connections (listening ones excluded): the inodes under
-    /proc/pid/fd matched against /proc/net/tcp{,6} entries not in LISTEN state."""
+def tcp_connections(pid: int, ports: dict[int, str]) -> Counter[str]:
+    """`pid`'s TCP connections (listening sockets excluded), by the name `ports` gives to the
+    port at either end ("other" for the rest): /proc/pid/fd's socket inodes matched against
+    /proc/net/tcp{,6}."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
-    count = 0
+    found: Counter[str] = Counter()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:
             for line in f.readlines()[1:]:
                 parts = line.split()
-                if parts[9] in inodes and parts[3] != "0A":  # 0A: LISTEN
-                    count += 1
-    return count
+                if parts[9] not in inodes or parts[3] == "0A":  # 0A: LISTEN
+                    continue
+                local, remote = (int(a.rsplit(":", 1)[1], 16) for a in parts[1:3])
+                found[ports.get(local) or ports.get(remote) or "other"] += 1
+    return found
 
 
 def pid_of(server: ServerProcess) -> int:
