@@ -66,7 +66,7 @@ class Scenario:
     run: Callable[[Lab], Outcome]
 
 
-def post(base: str, text: str, **body: object) -> httpx.Response:
+def post(base: str, text: object, **body: object) -> httpx.Response:
     return httpx.post(base + "/v1/responses", headers=AUTH, timeout=60,
                       json={"model": MODEL, "input": text, **body})
 
@@ -421,7 +421,8 @@ def thousand_readers(running: Lab) -> Outcome:
     parsed = [[orjson.loads(line[6:]) for line in b.decode().splitlines()
                if line.startswith("data: ")] if isinstance(b, bytes) else None for b in bodies]
     identical = sum(p == reference for p in parsed)
-    complete = sum(bool(p) and p[-1]["type"] == "response.completed" for p in parsed)
+    complete = sum(p is not None and bool(p) and p[-1]["type"] == "response.completed"
+                   for p in parsed)
     client = (f"{READERS} concurrent replays (arriving over {RAMP:.0f} s) joined mid-stream: "
               f"{identical} identical to the "
               f"stored log ({len(reference)} events), {complete} complete, "
@@ -454,7 +455,7 @@ def size_limits(running: Lab) -> Outcome:
 
     def items(n: int) -> int:
         many = [{"role": "user", "content": "hi"}] * n
-        return post(proxy.url, "", input=many, store=False).status_code  # type: ignore[arg-type]
+        return post(proxy.url, "", input=many, store=False).status_code
 
     def metadata(keys: int, key_len: int, value_len: int) -> int:
         data = {f"{i:0{key_len}d}": "v" * value_len for i in range(keys)}

@@ -208,10 +208,10 @@ def test_redis_killed_under_load_loses_no_acknowledged_response(
 
 # -- Redis full --------------------------------------------------------------------------------
 
-def test_redis_at_maxmemory_is_a_clear_503_and_recovers(
-        simulator: ServerProcess, redis_server: ServerProcess) -> None:
-    proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{redis_server.port}/0")
-    admin = redis.Redis(port=redis_server.port)
+def test_redis_at_maxmemory_is_a_clear_503_and_recovers(simulator: ServerProcess) -> None:
+    own = start_redis()  # not the session's: a full store must not reach another test
+    proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{own.port}/0")
+    admin = redis.Redis(port=own.port)
     try:
         before = httpx.post(proxy.url + "/v1/responses", headers=AUTH, timeout=30,
                             json={"model": "sim-model", "input": "before the store fills"})
@@ -234,9 +234,9 @@ def test_redis_at_maxmemory_is_a_clear_503_and_recovers(
                            json={"model": "sim-model", "input": "room again"})
         assert after.status_code == 200, after.text
     finally:
-        admin.config_set("maxmemory", "0")
         admin.close()
         proxy.stop()
+        own.stop()
 
 
 # -- point 4 against a real Redis: the end of a stream while Redis is down ---------------------
