@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compat redis-server nginx clean
+.PHONY: run test lint bench compat chaos soak redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ test: $(STAMP) redis-server nginx
 
 ## lint: ruff and mypy (strict) on proxy/.
 lint: $(STAMP)
-	$(BIN)/ruff check proxy tests
+	$(BIN)/ruff check proxy tests reliability
 	$(BIN)/mypy proxy
 
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
@@ -39,6 +39,17 @@ bench: $(STAMP) redis-server
 ## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).
 compat: $(STAMP)
 	$(BIN)/python compat/run.py
+
+## chaos: one fault at a time on real processes (Redis killed or full, a replica, a worker or
+## an instance killed -9, a stalled network, a client that never reads, a thousand replays,
+## every size limit): what the client saw, what is stored, lost/run-twice counts. A few minutes.
+chaos: $(STAMP) redis-server
+	$(BIN)/python -m reliability.chaos
+
+## soak: mixed traffic at concurrency 64 on two instances and one Redis for SOAK_SECONDS
+## (default 300), sampling memory, fds, connections, tasks and Redis keys (docs/RELIABILITY.md).
+soak: $(STAMP) redis-server
+	$(BIN)/python -m reliability.soak
 
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \

@@ -205,6 +205,7 @@ class Metrics:
         """The text exposition; the queue depth is read first (bounded), then everything at
         once, synchronously, so two concurrent scrapes cannot mix their depths."""
         self._states.depth = await self._states.read_depth()
+        self._states.tasks = len(asyncio.all_tasks())
         return generate_latest(self.registry)
 
     def value(self, name: str, **labels: str) -> float:
@@ -222,6 +223,7 @@ class _States:
         self.replicas: Callable[[], Iterable[ReplicaView]] = _no_replicas
         self.queue_depth: Callable[[], Awaitable[int]] | None = None
         self.depth: int | None = None  # read by `Metrics.render` just before a collection
+        self.tasks: int | None = None  # the event loop's tasks, counted by `Metrics.render`
 
     async def read_depth(self) -> int | None:
         read = self.queue_depth
@@ -237,16 +239,18 @@ class _States:
         yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        up, in_flight, queued = self._families()
+        up, in_flight, queued, tasks = self._families()
         for replica in self.replicas():
             up.add_metric([replica.url], 1.0 if replica.healthy else 0.0)
             in_flight.add_metric([replica.url], float(replica.in_flight))
         if self.depth is not None:
             queued.add_metric([], float(self.depth))
-        yield from (up, in_flight, queued)
+        if self.tasks is not None:
+            tasks.add_metric([], float(self.tasks))
+        yield from (up, in_flight, queued, tasks)
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily("proxy_upstream_up", "Replica health: 1 healthy, 0 down.",
                               labels=("replica",)),
@@ -256,6 +260,10 @@ class _States:
             GaugeMetricFamily("proxy_jobs_queued",
                               "Background jobs in the shared queue, queued + running (XLEN); "
                               "the same on every instance: aggregate with max().",
+                              labels=()),
+            # A leak shows here first (the soak watches it): tasks that outlive their request.
+            GaugeMetricFamily("proxy_event_loop_tasks",
+                              "asyncio tasks alive in this process's event loop when scraped.",
                               labels=()),
         )
 

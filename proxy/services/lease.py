@@ -70,9 +70,16 @@ class Leases:
 
     # -- the writer's side -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def held(self, response_id: str) -> AsyncIterator[None]:
+    async def held(self, response_id: str,
+                   end_stored: Callable[[], bool] = lambda: True) -> AsyncIterator[None]:
         """Hold the lease of `response_id` while the body runs. Taking it may fail (the store
-        is down): the response is then served unleased, as before leases existed."""
+        is down): the response is then served unleased, as before leases existed.
+
+        When the body is over but `end_stored()` says its end never reached the store (the
+        final write failed past its retries: Redis out for longer than they last), the lease
+        is not dropped but left to expire: the stored object is still `in_progress`, and the
+        sweep of whichever instance sees the expired lease first closes it from its log, as it
+        would a dead writer's. So a writer never leaves its own response `in_progress`."""
         try:
             await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
             self._held.add(response_id)
@@ -83,7 +90,11 @@ class Leases:
         finally:
             if response_id in self._held:
                 self._held.discard(response_id)
-                self._dropped.add(response_id)
+                if end_stored():
+                    self._dropped.add(response_id)
+                else:
+                    log.error("the end of %s is not stored: its lease is left to expire, so "
+                              "a sweep closes it", response_id)
 
     async def renew(self) -> None:
         held = sorted(self._held)

@@ -244,7 +244,10 @@ class ResponsesService:
         """While a foreground turn runs: registered for the drain, and leased when stored."""
         with self._drain.turn(response_id, turn):
             if leased and self._leases is not None:
-                async with self._leases.held(response_id):
+                recorder = turn.recorder
+                async with self._leases.held(
+                        response_id,
+                        end_stored=lambda: recorder is None or recorder.final is not None):
                     yield
             else:
                 yield

@@ -125,22 +125,44 @@ class StoredResponses:
                     if event.type in t.TERMINAL_EVENTS:
                         return
             except FollowInterrupted:
-                return
+                pass  # the tail lost the store: the read below says whether it is back
+            # A store still down raises here: the stream is cut, never ended as if complete.
             current = await self._store.get_response(record.tenant, record.id)
             if current is None:
                 return  # deleted or expired meanwhile
             if current.status in t.TERMINAL_STATUSES:
-                return  # finished, but its log never got the end (its writer lost the store)
-            if not (current.status == t.S_QUEUED or current.background):
-                if self.leases is None:
-                    return  # a foreground writer silent this long is gone with its instance
-                _, lease = await self.leases.check(current)
-                if lease is LeaseState.ABSENT:
-                    return  # never leased: no way to tell, so presumed gone as before
-                # held: the writer lives (a slow upstream), wait on; expired: just closed,
-                # the next round reads its terminal event
+                # Finished while this follower was not fed: the rest, its end at least.
+                async for data in self._rest(current, position):
+                    yield data
+                return
+            if await self._writer_gone(current):
+                return
 
+    async def _writer_gone(self, current: StoredResponse) -> bool:
+        """After `follow_idle` of silence on an unfinished response: stop waiting?"""
+        if current.status == t.S_QUEUED or current.background:
+            return False  # the job queue guarantees it ends
+        if self.leases is None:
+            return True  # a foreground writer silent this long is gone with its instance
+        _, lease = await self.leases.check(current)
+        # absent: never leased, no way to tell, so presumed gone as before; held: the writer
+        # lives (a slow upstream), wait on; expired: just closed, the next round reads its end
+        return lease is LeaseState.ABSENT
 
+    async def _rest(self, record: StoredResponse, position: int) -> AsyncIterator[bytes]:
+        """What a follower at `position` still needs of a finished response. From the log when
+        it is whole; when it is not (its writer gave a flush up, or the end was stored without
+        its terminal event), the final object is the source of truth: its terminal event,
+        numbered to follow `position`, so the client's sequence never skips a number."""
+        count, last = await self._store.log_extent(record.id)
+        if last is not None and count == last.seq + 1 and last.type in t.TERMINAL_EVENTS:
+            async for page in log_pages(self._store, record.id, after=position):
+                for event in page:
+                    yield frame(event.type, event.data)
+            return
+        terminal = events_from_response(record.response)[-1]
+        terminal["sequence_number"] = position + 1
+        yield frame(terminal["type"], orjson.dumps(terminal))
 
     async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""

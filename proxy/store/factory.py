@@ -51,7 +51,10 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
     pool = BlockingConnectionPool.from_url(
         redis_url,
         max_connections=max_connections,
-        timeout=connect_timeout,  # waiting for a free pooled connection
+        # Waiting for a free pooled connection is queueing behind our own burst (a thousand
+        # replays at once), not a sign of a dead server (that fails its connect or its
+        # command): it may take as long as a command may.
+        timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
         socket_timeout=socket_timeout,
         health_check_interval=health_check_interval,

@@ -73,6 +73,10 @@ def store_errors() -> Iterator[None]:
     the kind of failure: addresses and credentials stay in the chained exception."""
     try:
         yield
+    except rex.OutOfMemoryError as exc:
+        # Not down but full: say so, an operator reading the client's error knows where to look.
+        raise StoreUnavailable("The store is full (Redis maxmemory reached); writes are refused "
+                               "until memory is freed.") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
 

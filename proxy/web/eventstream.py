@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from starlette.types import Receive, Scope, Send
 
+from proxy.core.errors import StoreUnavailable
 from proxy.core.sse import PING
 
 log = logging.getLogger("proxy.web")
@@ -101,10 +102,18 @@ class EventStream:
                 self._sent += 1
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 self._done += 1
+        except StoreUnavailable as exc:
+            # A replay that lost the store part-way (its reads only: a live turn ends with a
+            # terminal event of its own). Cut the stream: a clean end would tell the client
+            # the stream was whole; a broken transfer tells it to read again.
+            log.warning("stream cut: %s", exc)
+            return
         except Exception:
             # Headers are out: an error can no longer be an HTTP status. The iterators we
-            # stream end with a terminal event of their own; this is a bug, so say so loudly.
+            # stream end with a terminal event of their own; this is a bug, so say so loudly,
+            # and cut the stream (see above).
             log.exception("stream body failed")
+            return
         self._sent += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._done += 1

@@ -4,6 +4,7 @@ lost after the write was applied, a dropped event-log flush, or an early job ack
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,8 +12,11 @@ import orjson
 import pytest
 
 from proxy.core.errors import StoreUnavailable
+from proxy.core.tenancy import tenant_of
 from proxy.services import durable
 from proxy.settings import Settings
+from proxy.store.base import StoredEvent, StoredResponse
+from tests.support.assembly import assemble, golden_bytes
 from tests.support.inprocess import app_for, until
 
 ASK = {"model": "sim-model", "input": "hello there"}
@@ -185,3 +189,28 @@ async def test_retries_are_bounded_and_only_for_an_unavailable_store() -> None:
     with pytest.raises(ValueError):
         await durable.retried("test", bug, delays=(0, 0, 0))
     assert calls == 1
+
+
+async def test_a_follower_gets_the_end_of_a_response_finished_without_its_terminal_event(
+        settings: Settings) -> None:
+    """A follower tailing a log whose writer stored the final object but never its terminal
+    event (its log flush was given up) must not see the stream end as if whole: after
+    `follow_idle` it reads the final object and sends its terminal event, numbered next."""
+
+    live = assemble(golden_bytes("text"))
+    prefix = live[: len(live) // 2]
+    async with app_for(settings.replace(follow_idle=0.3)) as (client, runtime):
+        store = runtime.store
+        record = StoredResponse(dict(prefix[1]["response"]), tenant_of("sk-test"), logged=True)
+        await store.create_response(record, [], ttl=60, event_ttl=60, events=[
+            StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in prefix])
+        follower = client.get(f"/v1/responses/{record.id}", params={"stream": "true"},
+                              headers={"authorization": "Bearer sk-test"})
+        reading = asyncio.ensure_future(follower)
+        await asyncio.sleep(0.1)
+        await store.finish_response(live[-1]["response"], None, ttl=60, event_ttl=60)
+        got = sse_events((await reading).content)
+    assert got[: len(prefix)] == prefix
+    assert [e["sequence_number"] for e in got] == list(range(len(got)))
+    assert got[-1]["type"] == "response.completed"
+    assert got[-1]["response"]["output"] == live[-1]["response"]["output"]

@@ -200,3 +200,20 @@ async def test_a_replay_closes_a_response_whose_lease_expired(store: RedisStore)
         events = data_payloads(await asyncio.wait_for(_read_all(stream), 10))
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["message"] == LOST
+
+
+async def test_a_turn_whose_end_was_not_stored_leaves_its_lease_to_the_sweep(
+        store: RedisStore) -> None:
+    """The final write failed past its retries: the writer must not drop the lease (that would
+    leave the response `in_progress` for its TTL); it expires and a sweep closes the response."""
+    response_id, _ = await half_written(store)
+    writer = leases(store)
+    async with writer.held(response_id, end_stored=lambda: False):
+        pass
+    await writer.renew()  # a drop would happen here
+    table = LeaseTable(store.client)
+    await expired(table, response_id)
+    assert await leases(store).sweep() == 1
+    closed = await store.get_response(TENANT, response_id)
+    assert closed is not None and closed.status == "failed"
+    assert closed.response["error"]["message"] == LOST

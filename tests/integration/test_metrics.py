@@ -35,6 +35,7 @@ FAMILIES = {
     "proxy_upstream_up": "gauge",
     "proxy_upstream_in_flight": "gauge",
     "proxy_jobs_queued": "gauge",
+    "proxy_event_loop_tasks": "gauge",
     "proxy_jobs": "counter",
     "proxy_cache_requests": "counter",
     "proxy_cache_lookup_seconds": "histogram",

@@ -133,14 +133,17 @@ def start_worker(upstream: str, redis_url: str, *flags: str) -> ServerProcess:
                          ready_text="worker running").start()
 
 
-def start_redis(port: int | None = None) -> ServerProcess:
+def start_redis(port: int | None = None, *, flags: Sequence[str] = (),
+                workdir: str | None = None) -> ServerProcess:
+    """redis-server without persistence; `flags` come last, so `--appendonly yes` (with the
+    same `workdir` on a restart) gives a server that comes back with its data."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server is not installed (make test installs it)")
     port = port or free_port()
-    workdir = tempfile.mkdtemp(prefix="redis-")
+    workdir = workdir or tempfile.mkdtemp(prefix="redis-")
     cmd = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-           "--dir", workdir, "--protected-mode", "yes"]
+           "--dir", workdir, "--protected-mode", "yes", *flags]
     return ServerProcess(cmd, port, ready_path=None, log_name="redis").start()
 
 

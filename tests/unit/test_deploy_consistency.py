@@ -43,6 +43,7 @@ METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "proxy_upstream_up": ("replica",),
     "proxy_upstream_in_flight": ("replica",),
     "proxy_jobs_queued": (),
+    "proxy_event_loop_tasks": (),
     "proxy_jobs_total": ("outcome",),
     "proxy_cache_requests_total": ("route", "result"),
     "proxy_cache_lookup_seconds": (),

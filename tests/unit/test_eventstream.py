@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from proxy.core.errors import StoreUnavailable
 from proxy.web.eventstream import EventStream
 
 
@@ -70,3 +71,23 @@ async def test_a_slow_reader_that_keeps_reading_is_not_abandoned() -> None:
     async with asyncio.timeout(10):
         await stream({"type": "http"}, never_disconnects, send)
     assert not stream.stalled and written == [*frames, b""]
+
+
+async def test_a_body_that_fails_part_way_is_cut_not_ended_as_if_whole() -> None:
+    """A replay that loses the store after its first frames: no end-of-body message, so the
+    client sees a broken transfer (and reads again) rather than a stream that looks complete."""
+
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"data: 0\n\n"
+        raise StoreUnavailable("injected")
+
+    messages: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    async with asyncio.timeout(10):
+        await EventStream(failing(), ping=0)({"type": "http"}, never_disconnects, send)
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    assert [m["body"] for m in bodies] == [b"data: 0\n\n"]
+    assert all(m["more_body"] for m in bodies)
