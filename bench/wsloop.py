@@ -10,6 +10,8 @@ and send its output back with the next step's user message, chained by
 - `http+sse store`: `POST /v1/responses` with `stream: true` on one keep-alive connection,
   `store: true` (the chain is read back from Redis each step);
 - `ws store`: the same creates as `response.create` frames on one socket;
+- `http+sse resend`: `store: false` over HTTP, so no chain: the whole conversation is sent
+  again each step (what a stateless client such as Codex does over HTTP);
 - `ws local`: on one socket with `store: false` (the chain from the connection's own memory,
   nothing written to Redis): what the WebSocket mode is for.
 
@@ -96,18 +98,23 @@ class Socket:
         self._stack.close()
 
 
-def run_loop(transport: Transport, steps: int, store: bool, tag: str) -> list[float]:
-    """One agent loop; the milliseconds of each step (send to terminal event, parsed)."""
+def run_loop(transport: Transport, steps: int, store: bool, tag: str,
+             chained: bool = True) -> list[float]:
+    """One agent loop; the milliseconds of each step (send to terminal event, parsed).
+    `chained`: by `previous_response_id`; otherwise the whole conversation is sent each step."""
     times: list[float] = []
     previous: str | None = None
     output: list[dict[str, Any]] = []
+    history: list[dict[str, Any]] = []
     for n in range(steps):
         ask = {"role": "user", "content": f"{tag} step {n}: call get_weather city=Oslo{n} "
                                           "[[sim tools=1]]"}
         body: dict[str, Any] = {"model": "sim-model", "store": store, "tools": [WEATHER],
-                                "input": [*output, ask]}
-        if previous is not None:
+                                "input": [*history, *output, ask]}
+        if previous is not None and chained:
             body["previous_response_id"] = previous
+        if not chained:
+            history = body["input"]
         started = time.perf_counter()
         terminal = transport.create(body)
         if not terminal.startswith(_COMPLETED):
@@ -118,16 +125,20 @@ def run_loop(transport: Transport, steps: int, store: bool, tag: str) -> list[fl
         if len(calls) != 1:
             raise RuntimeError(f"step {n}: expected one function call, got {response['output']}")
         previous = response["id"]
+        if not chained:
+            history = [*history, *response["output"]]
         output = [{"type": "function_call_output", "call_id": calls[0]["call_id"],
                    "output": f"snow in Oslo{n}"}]
     return times
 
 
 Make = Callable[[int], Transport]
-SYSTEMS: dict[str, tuple[Make, bool]] = {
-    "http+sse store": (Sse, True),
-    "ws store": (Socket, True),
-    "ws local": (Socket, False),
+# name: (transport, store, chained by previous_response_id)
+SYSTEMS: dict[str, tuple[Make, bool, bool]] = {
+    "http+sse store": (Sse, True, True),
+    "ws store": (Socket, True, True),
+    "http+sse resend": (Sse, False, False),
+    "ws local": (Socket, False, True),
 }
 
 
@@ -167,9 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.wsloop: a {options.steps}-step tool-calling loop, {options.loops} loops "
               f"per system at most, {options.max_seconds:.0f} s in all at most; shared "
               "machine: compare systems within one run")
-        transports = {name: make(port) for name, (make, _) in SYSTEMS.items()}
+        transports = {name: make(port) for name, (make, _, _) in SYSTEMS.items()}
         for name, transport in transports.items():  # warm up: connections, imports, caches
-            run_loop(transport, 2, SYSTEMS[name][1], f"warm {name}")
+            _, store, chained = SYSTEMS[name]
+            run_loop(transport, 2, store, f"warm {name}", chained)
         per_step: dict[str, list[float]] = {name: [] for name in SYSTEMS}
         steps: dict[str, list[float]] = {name: [] for name in SYSTEMS}
         deadline = time.monotonic() + options.max_seconds
@@ -177,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if loop and time.monotonic() > deadline:
                 break
             for name, transport in transports.items():
-                times = run_loop(transport, options.steps, SYSTEMS[name][1], f"{name} {loop}")
+                _, store, chained = SYSTEMS[name]
+                times = run_loop(transport, options.steps, store, f"{name} {loop}", chained)
                 per_step[name].append(sum(times) / len(times))
                 steps[name].extend(times)
         for transport in transports.values():
@@ -185,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         baseline = statistics.median(per_step["http+sse store"])
         for name in SYSTEMS:
             median = statistics.median(per_step[name])
-            print(f"{name:15s} loops={len(per_step[name]):2d}  per step {median:6.2f} ms "
+            print(f"{name:16s} loops={len(per_step[name]):2d}  per step {median:6.2f} ms "
                   f"(median of loops; {median / baseline:4.2f}x http+sse)  single steps "
                   f"p50 {statistics.median(steps[name]):6.2f} ms  "
                   f"p90 {percentile(steps[name], 0.9):6.2f} ms")

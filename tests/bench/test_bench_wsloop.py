@@ -14,6 +14,6 @@ pytestmark = pytest.mark.e2e
 def test_bench_wsloop_prints_a_row_per_system(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--steps", "3", "--loops", "1", "--max-seconds", "30"]) == 0
     out = capsys.readouterr().out
-    assert set(SYSTEMS) == {"http+sse store", "ws store", "ws local"}
+    assert set(SYSTEMS) == {"http+sse store", "ws store", "http+sse resend", "ws local"}
     for name in SYSTEMS:
-        assert f"{name:15s} loops= 1  per step" in out, out
+        assert f"{name:16s} loops= 1  per step" in out, out
