@@ -58,11 +58,16 @@ def test_an_agent_runs_a_tool_over_one_websocket_session(proxy: ServerProcess,
 
     before = http_creates(proxy)
     first, again = asyncio.run(asyncio.wait_for(run(), 120))
+    sent = sim.stats()["last_request"]["messages"]
     assert calls == ["Oslo"]
     assert "get_weather=sunny in Oslo" in first
     assert "thanks" in again
     assert http_creates(proxy) == before  # every create went over the socket
+    # ...and the count is one that moves: an HTTP create shows in it.
+    made = httpx.post(proxy.url + "/v1/responses", json={"model": "sim-model", "input": "hi"},
+                      headers={"authorization": f"Bearer {KEY}"}, timeout=30)
+    assert made.status_code == 200
+    assert http_creates(proxy) == before + 1
     # The second run chained on the first: the simulator saw the whole conversation.
-    sent = sim.stats()["last_request"]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant",
                                          "user"], sent

@@ -6,6 +6,7 @@ cross-instance chain; the simulator's stats show what reached the fleet.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -461,3 +462,48 @@ def test_an_idle_socket_is_pinged(impatient: ServerProcess) -> None:
         assert opcodes[-1] == 0x9, opcodes  # a ping, with nothing asked on the socket
     finally:
         sock.close()
+
+
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_async_sdk_client_runs_a_tool_round_trip_over_its_socket(
+        pair: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
+    """`AsyncOpenAI().responses.connect()`: every frame parses as the SDK's event types, the
+    sequence numbers count up from 0 in each response, and a function call's output goes back
+    on the same socket."""
+    a, _ = pair
+
+    async def run() -> list[list[Any]]:
+        client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
+        responses: list[list[Any]] = []
+        async with client, client.responses.connect(max_retries=0) as connection:
+            await connection.response.create(model="sim-model", store=False, tools=[WEATHER],
+                                             input="please call get_weather city=Bergen")
+            for _ in range(2):
+                events: list[Any] = []
+                async for event in connection:
+                    assert event.type != "error", event
+                    events.append(event)
+                    if event.type in TERMINAL:
+                        break
+                responses.append(events)
+                final = events[-1].response
+                calls = [item for item in final.output if item.type == "function_call"]
+                if not calls:
+                    break
+                await connection.response.create(
+                    model="sim-model", store=False, tools=[WEATHER],
+                    previous_response_id=final.id,
+                    input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                            "output": "fog"}])
+        return responses
+
+    responses = asyncio.run(asyncio.wait_for(run(), 60))
+    assert len(responses) == 2
+    for events in responses:
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[-1].type == "response.completed"
+    call = responses[0][-1].response.output[0]
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Bergen"}
+    sent = sim.stats()["last_request"]["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "fog"}
+    assert responses[1][-1].response.output[0].content[0].text == "Tool results: get_weather=fog"
