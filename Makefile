@@ -29,11 +29,13 @@ lint: $(STAMP)
 
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
 ## the response cache's hit and miss latency at one stream (bench/cache.py); then the
-## routing policies on a fleet of three simulators with prefix caches (bench/fleet.py).
+## routing policies on a fleet of three simulators with prefix caches (bench/fleet.py); then
+## a 20-step tool-calling loop over WebSocket against HTTP+SSE (bench/wsloop.py).
 bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.cache
 	$(BIN)/python -m bench.fleet
+	$(BIN)/python -m bench.wsloop
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
 ## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).

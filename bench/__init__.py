@@ -25,4 +25,5 @@ Modules, one concept each:
     aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
+    wsloop    `python -m bench.wsloop`: a tool-calling agent loop over WebSocket vs HTTP+SSE
 """

@@ -80,9 +80,9 @@ class _Connection:
 
     async def send(self, data: bytes) -> None:
         """One frame, within `--send-timeout`; a reader that stopped raises TimeoutError."""
-        timeout = self.runtime.settings.send_timeout
-        async with self._sending:
-            await asyncio.wait_for(self.websocket.send_text(data.decode()), timeout)
+        # `asyncio.timeout`, not `wait_for`: no task per frame on the per-event path.
+        async with self._sending, asyncio.timeout(self.runtime.settings.send_timeout):
+            await self.websocket.send_text(data.decode())
 
     async def fail(self, error: ProxyError) -> None:
         if isinstance(error, StoreUnavailable):

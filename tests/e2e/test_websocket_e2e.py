@@ -6,6 +6,7 @@ cross-instance chain; the simulator's stats show what reached the fleet.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -42,7 +43,8 @@ def pair(simulator: ServerProcess, redis_server: ServerProcess
          ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     url = f"redis://127.0.0.1:{redis_server.port}/0"
     a = start_proxy(simulator.url, "--api-key", KEY, "--max-body-bytes", "8192", redis_url=url)
-    b = start_proxy(simulator.url, "--api-key", KEY, "--ws-max-age", "3", redis_url=url)
+    # b: sockets live 6 s, room for a create on a loaded machine, short enough to wait out.
+    b = start_proxy(simulator.url, "--api-key", KEY, "--ws-max-age", "6", redis_url=url)
     yield a, b
     a.stop()
     b.stop()
@@ -149,7 +151,7 @@ def test_a_second_create_in_flight_is_refused_and_the_first_goes_on(
     a, _ = pair
     with socket(a) as ws:
         ws.send(json.dumps({"type": "response.create", "model": "sim-model", "store": False,
-                            "input": "slow [[sim tokens=30 delay_ms=20]]"}))
+                            "input": "slow [[sim tokens=60 delay_ms=50]]"}))
         first = receive(ws)
         assert first["type"] == "response.created"
         ws.send(json.dumps({"type": "response.create", "model": "sim-model", "input": "x"}))
@@ -238,11 +240,11 @@ def test_a_client_that_leaves_mid_response_aborts_the_upstream(
 
 def test_connection_closes_at_its_max_age_with_the_limit_error(
         pair: tuple[ServerProcess, ServerProcess]) -> None:
-    _, b = pair  # b runs with --ws-max-age 3
+    _, b = pair  # b runs with --ws-max-age 6
     with socket(b) as ws:
-        events = create(ws, input="quick", store=False)
+        events = create(ws, input="quick [[sim tokens=2]]", store=False)
         assert events[-1]["type"] == "response.completed"
-        error = receive(ws)  # waits out the rest of the 3 s
+        error = receive(ws)  # waits out the rest of the 6 s
         assert error["type"] == "error"
         assert error["error"]["code"] == "websocket_connection_limit_reached"
         with pytest.raises(ConnectionClosed):
@@ -319,15 +321,17 @@ def test_a_frame_over_max_body_bytes_is_an_error_frame(
         assert create(ws, input="small", store=False)[-1]["type"] == "response.completed"
 
 
+@pytest.mark.parametrize("store", [False, True])
 def test_back_to_back_creates_chain_the_moment_each_terminal_event_arrives(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], store: bool) -> None:
     """An agent loop sends its next create as soon as it reads the terminal event: the server
-    must neither refuse it as "in progress" nor miss the chain it has just remembered."""
+    must neither refuse it as "in progress" nor miss the chain it has just remembered (with
+    `store: true` the closing also writes the response to Redis, a longer window)."""
     a, _ = pair
     previous = None
     with socket(a) as ws:
         for n in range(12):
-            body: dict[str, Any] = {"input": f"step {n} [[sim tokens=3]]", "store": False}
+            body: dict[str, Any] = {"input": f"step {n} [[sim tokens=3]]", "store": store}
             if previous is not None:
                 body["previous_response_id"] = previous
             events = create(ws, **body)
@@ -351,11 +355,11 @@ def test_creates_right_after_error_frames_are_served(
 # -- a raw client: the sync websockets client reads in a thread of its own, so a client that
 # never reads (and one that sees the server's pings) is written by hand.
 
-# A long answer (nominally 50 s): the proxy's writes to a client that stopped reading block
-# once the socket's buffers are full (a few MB, some 20,000 events), long before the simulator
-# has sent its half million, even when a loaded machine slows the proxy more than the simulator
-# (the simulator's writes are absorbed by loopback receive buffers that grow to tens of MB).
-FLOOD = "[[sim tokens=500000 delay_ms=0.1]]"
+# 60,000 tokens at once (some 12 MB of event frames, several times what the socket's buffers
+# hold), then the simulator stalls, holding its stream open for 300 s until the proxy leaves:
+# the stream can only end early by the proxy aborting it, however the machine's load shifts
+# the proxy's pace against the simulator's.
+FLOOD = "[[sim tokens=100000 fail=stall:60000]]"
 
 
 @pytest.fixture(scope="module")
@@ -423,16 +427,24 @@ def wait_for(check: Callable[[], bool], within: float) -> bool:
     return check()
 
 
+def ended_one(sim: SimControl) -> bool:
+    """One stream started and none left; a simulator too busy flooding to answer is not yet."""
+    try:
+        stats = sim.stats()
+    except httpx.TimeoutException:
+        return False
+    return bool(stats["streams_started"] == 1 and stats["active_streams"] == 0)
+
+
 def test_a_client_that_never_reads_is_dropped_and_its_upstream_aborted(
         impatient: ServerProcess, sim: SimControl) -> None:
     sock = raw_socket(impatient)
     try:
         send_text(sock, json.dumps({"type": "response.create", "model": "sim-model",
                                     "store": False, "input": f"flood {FLOOD}"}))
-        ended = wait_for(lambda: sim.stats()["streams_started"] == 1
-                         and sim.stats()["active_streams"] == 0, within=90)
+        ended = wait_for(lambda: ended_one(sim), within=90)
         stats = sim.stats()
-        assert ended and stats["streams_aborted"] == 1, stats  # cut short, not completed
+        assert ended and stats["streams_aborted"] == 1, stats  # cut short by the proxy
         assert wait_for(lambda: "client stopped reading" in impatient.output(), within=10)
     finally:
         sock.close()
@@ -450,3 +462,48 @@ def test_an_idle_socket_is_pinged(impatient: ServerProcess) -> None:
         assert opcodes[-1] == 0x9, opcodes  # a ping, with nothing asked on the socket
     finally:
         sock.close()
+
+
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_async_sdk_client_runs_a_tool_round_trip_over_its_socket(
+        pair: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
+    """`AsyncOpenAI().responses.connect()`: every frame parses as the SDK's event types, the
+    sequence numbers count up from 0 in each response, and a function call's output goes back
+    on the same socket."""
+    a, _ = pair
+
+    async def run() -> list[list[Any]]:
+        client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
+        responses: list[list[Any]] = []
+        async with client, client.responses.connect(max_retries=0) as connection:
+            await connection.response.create(model="sim-model", store=False, tools=[WEATHER],
+                                             input="please call get_weather city=Bergen")
+            for _ in range(2):
+                events: list[Any] = []
+                async for event in connection:
+                    assert event.type != "error", event
+                    events.append(event)
+                    if event.type in TERMINAL:
+                        break
+                responses.append(events)
+                final = events[-1].response
+                calls = [item for item in final.output if item.type == "function_call"]
+                if not calls:
+                    break
+                await connection.response.create(
+                    model="sim-model", store=False, tools=[WEATHER],
+                    previous_response_id=final.id,
+                    input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                            "output": "fog"}])
+        return responses
+
+    responses = asyncio.run(asyncio.wait_for(run(), 60))
+    assert len(responses) == 2
+    for events in responses:
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[-1].type == "response.completed"
+    call = responses[0][-1].response.output[0]
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Bergen"}
+    sent = sim.stats()["last_request"]["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "fog"}
+    assert responses[1][-1].response.output[0].content[0].text == "Tool results: get_weather=fog"

@@ -1,0 +1,19 @@
+"""`python -m bench.wsloop` end to end, tiny: every system's row is printed, and every step of
+every loop was checked on the way (a step that does not end in `response.completed` with one
+function call aborts the run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.wsloop import SYSTEMS, main
+
+pytestmark = pytest.mark.e2e
+
+
+def test_bench_wsloop_prints_a_row_per_system(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--steps", "3", "--loops", "1", "--max-seconds", "30"]) == 0
+    out = capsys.readouterr().out
+    assert set(SYSTEMS) == {"http+sse store", "ws store", "http+sse resend", "ws local"}
+    for name in SYSTEMS:
+        assert f"{name:16s} loops= 1  per step" in out, out
