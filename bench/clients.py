@@ -23,8 +23,8 @@ from pathlib import Path
 
 from bench.matrix import Bench
 from bench.options import ROOT, parse_options
-from bench.run import _loop_factory
 from bench.procs import Service, free_port, pin_self, plan_pinning
+from bench.run import _loop_factory
 from bench.stack import HOST, Stack, StackOptions, http_ok
 from bench.stats import Row
 from bench.systems import SYSTEMS
