@@ -35,6 +35,7 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.items import parse_input
+from proxy.core.mcp import McpServer
 from proxy.core.seal import Sealer
 from proxy.core.tolerance import Tolerance
 from proxy.core.tools import parse_tool_choice, parse_tools
@@ -96,6 +97,7 @@ class ResponsesRequest:
     ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
     dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
     truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
+    mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -139,7 +141,8 @@ class ResponsesRequest:
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
                   max_input_items: int = 2048, sealer: Sealer | None = None,
-                  tolerance: Tolerance | None = None) -> ResponsesRequest:
+                  tolerance: Tolerance | None = None,
+                  mcp_allow: tuple[str, ...] = ()) -> ResponsesRequest:
     tolerance = tolerance or Tolerance()
     ignored = _refuse_unknown(body, tolerance)
     model = req_str(body, "model")
@@ -157,7 +160,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
                                   "together: a conversation already carries the history.")
     parsed_tools = parse_tools(body.get("tools"), drop_hosted=not tolerance.reject_hosted,
-                               max_tools=MAX_TOOLS)
+                               max_tools=MAX_TOOLS, mcp_allow=mcp_allow)
     tools = parsed_tools.tools
     parallel = opt_bool(body, "parallel_tool_calls")
     return ResponsesRequest(
@@ -191,6 +194,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
         ignored_params=ignored,
         dropped_tools=parsed_tools.dropped,
+        mcp=parsed_tools.mcp,
         truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
                           "truncation"),
     )
