@@ -253,7 +253,10 @@ class Assembler:
 
     # -- upstream chunks -------------------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[Event]:
-        if self.phase is Phase.DONE or self.phase is Phase.TOOL:
+        if self.phase is Phase.DONE:
+            return []
+        if self.phase is Phase.TOOL:  # the rest of a turn whose MCP call waits: usage only
+            self._usage(chunk.get("usage"))
             return []
         events: list[Event] = []
         try:
@@ -268,9 +271,7 @@ class Assembler:
             return self.fail(f"upstream error: {message or 'unknown error'}")
         usage = chunk.get("usage")
         if usage:
-            self.usage = map_usage(usage)
-            if self._usage_before is not None:
-                self.usage = add_usage(self._usage_before, self.usage)
+            self._usage(usage)
         choices = chunk.get("choices")
         if not choices:
             return events
@@ -295,6 +296,17 @@ class Assembler:
             self._close(events, t.S_INCOMPLETE if finish in _INCOMPLETE_REASONS else t.S_COMPLETED)
             self.phase = Phase.FINISHED
         return events
+
+    def _usage(self, usage: dict[str, Any] | None) -> None:
+        if usage:
+            self.usage = map_usage(usage)
+            if self._usage_before is not None:
+                self.usage = add_usage(self._usage_before, self.usage)
+
+    @property
+    def turn_finished(self) -> bool:
+        """The upstream turn sent its finish_reason (what follows is usage and the end)."""
+        return self._finish is not None
 
     def end(self) -> list[Event]:
         """The upstream stream is over (`[DONE]` or a clean end of body)."""

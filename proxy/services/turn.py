@@ -232,8 +232,9 @@ class Turn:
                     events = reader.feed(raw)
                     if events:
                         yield events
-                    if assembler.done or assembler.phase is Phase.TOOL:
-                        break
+                    if assembler.done or (assembler.phase is Phase.TOOL
+                                          and not assembler.turn_finished):
+                        break  # (a finished turn whose MCP call waits: read its usage)
             if not assembler.done and assembler.phase is not Phase.TOOL:
                 yield reader.end()
         except UpstreamTimeout:

@@ -121,7 +121,7 @@ def test_list_call_and_answer_not_streamed(mcp_proxy: ServerProcess,
                                                tools=[mcp_tool(tools_server)])
     assert response.status == "completed"
     assert types(response.output) == ["mcp_list_tools", "mcp_call", "message"]
-    listed, call, answer = response.output
+    listed, call, _ = response.output
     assert listed.type == "mcp_list_tools" and listed.server_label == "calc"
     assert {t.name for t in listed.tools} >= {"add", "echo", "fail", "slow"}
     assert call.type == "mcp_call"
