@@ -220,6 +220,11 @@ class Turn:
             async for events in loop.resume(assembler):
                 yield events
             self.call = loop.call
+            if self._stop_reason is not None and not assembler.done:
+                # interrupted while no upstream call was open (during an MCP call): end here
+                await loop.aclose()
+                yield assembler.fail(self._stop_reason)
+                return
 
     async def _read(self, call: Call) -> AsyncGenerator[list[Event], None]:
         """One upstream turn through the assembler; ends at the terminal event, or where an

@@ -281,3 +281,23 @@ def test_an_approved_call_streams_as_if_the_model_made_it() -> None:
     check_stream(events)
     call = events[-1]["response"]["output"][0]
     assert call["approval_request_id"] == "mcpr_9" and call["output"] == "1"
+
+
+def test_the_loop_stops_offering_mcp_tools_once_its_bound_is_spent() -> None:
+    from proxy.services.toolloop import LoopPlan, ToolLoop
+
+    server = mcp.McpServer("calc", "http://127.0.0.1/mcp", approval="never")
+    plan = LoopPlan((server,), {"calc": [mcp.listed_tool("add", "Add.", {"type": "object"},
+                                                         None)]}, [], max_calls=1)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    loop = ToolLoop(plan, None, None, None, chat, "m", "t")  # type: ignore[arg-type]
+    a = assembler()
+    loop._tools = dict(plan.listed)
+    loop._offer(a)
+    first = loop._request(a)
+    assert [f["function"]["name"] for f in first["tools"]] == ["add"]
+    assert first["tool_choice"] == "auto"
+    loop.calls = 1
+    spent = loop._request(a)
+    assert "tools" not in spent and "tool_choice" not in spent
+    assert LoopPlan.from_spec(plan.to_spec()) == plan
