@@ -8,6 +8,14 @@ An explicit state machine with one open item at a time:
       └─ finish_reason ─▶ FINISHED (open item closed) ─ end() ─▶ DONE (terminal event)
        error frame / fail() / cancel() from any state ──────────▶ DONE
 
+MCP tools run by the proxy (core/mcp.py, services/toolloop.py) add one state, TOOL: an
+`mcp_list_tools` item, or an `mcp_call` whose arguments are whole, waits there (open, its
+`output_item.done` not yet sent) while the tool loop does the I/O; `mcp_list_end` /
+`mcp_call_end` close it, `next_turn()` takes the next upstream turn into the same response
+(numbering goes on; usage is summed). A call closing ends the upstream turn (the rest is not
+read, but for its usage), so items still never interleave. fail()/cancel() close a waiting
+item too (`mcp_call.failed`, status incomplete).
+
 Invariants (PROTOCOL.md §3.5; tests/unit/test_assembler_properties.py checks them):
 - `sequence_number` is assigned when an event is made: 0, 1, 2, … with no gaps, never patched.
 - `output_index` is dense from 0 and follows the order of `output_item.added`; items never
@@ -559,11 +567,9 @@ class Assembler:
                   events: list[Event]) -> None:
         label, name, approval = served
         item.name, item.mcp = name, (label, approval)
-        if approval:
-            item.item_id = self._ids(mcp.ID_PREFIX[mcp.APPROVAL_REQUEST])
-        else:
-            item.item_id = self._ids(mcp.ID_PREFIX[mcp.CALL]) if not item.item_id.startswith(
-                mcp.ID_PREFIX[mcp.CALL] + "_") else item.item_id
+        if item.call_index is not None:  # the model's call: an id of the item's own kind
+            kind = mcp.APPROVAL_REQUEST if approval else mcp.CALL
+            item.item_id = self._ids(mcp.ID_PREFIX[kind])
         events.append(self._event(t.ITEM_ADDED, output_index=item.index,
                                   item=_mcp_item(item, "", status=t.S_IN_PROGRESS)))
         if not approval:

@@ -133,6 +133,11 @@ class ToolLoop:
                            servers: dict[str, McpServer]) -> AsyncIterator[list[Event]]:
         waiting = assembler.waiting
         assert waiting is not None and waiting["type"] == mcp.CALL
+        if self.calls >= self.plan.max_calls:  # no longer offered; a model may still try
+            yield assembler.mcp_call_end(None, {
+                "type": "mcp_protocol_error", "code": -32000,
+                "message": f"this response may make at most {self.plan.max_calls} MCP calls"})
+            return
         self.calls += 1
         server = servers.get(waiting["server_label"])
         if server is None:  # cannot happen for calls we offered; a stale approval at most

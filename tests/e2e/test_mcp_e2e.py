@@ -4,6 +4,7 @@ proxy processes, the official SDK as the client, every event validated (check_st
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -291,6 +292,19 @@ def test_an_unreachable_server_fails_cleanly_within_a_bound(mcp_proxy: ServerPro
     check_stream(events)
     assert events[-1]["type"] == "response.failed"
     assert "unreachable" in events[-1]["response"]["error"]["message"]
+
+
+def test_a_server_that_never_answers_fails_within_the_bound(mcp_proxy: ServerProcess) -> None:
+    # A port that accepts connections (the kernel's backlog) and never says a word.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        tool = {"type": "mcp", "server_label": "mute", "server_url": url}
+        # --mcp-timeout 3: the proxy gives up long before this client's 60 s
+        refused = post_json(mcp_proxy, {"model": "sim-model", "input": "x", "tools": [tool]})
+    assert refused.status_code == 424
+    assert "mute" in refused.json()["error"]["message"]
 
 
 def test_a_call_slower_than_the_bound_fails_and_the_response_goes_on(
