@@ -4,7 +4,8 @@ The only module that imports `mcp`. Two operations, each one short session (init
 the request, then close): `list_tools` and `call_tool`. Every way they can go wrong becomes a
 value, never an exception for the caller:
 
-    unreachable, refused address, timeout, HTTP 4xx/5xx  → McpFailure(http_error | timeout)
+    unreachable, refused address, HTTP 4xx/5xx         → McpFailure(http_error)
+    too slow (whichever clock noticed)                  → McpFailure(http_error 504)
     JSON-RPC error from the server                      → McpFailure(mcp_protocol_error)
     a tool that ran and reported an error (isError)     → CallResult(error=tool execution)
 
@@ -23,18 +24,16 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
 
 from proxy.core import mcp as core
 from proxy.core.mcp import McpServer
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 T = TypeVar("T")
 # A tool's output beyond this many bytes is cut (it goes to the model and into the store).
@@ -71,11 +70,13 @@ class McpClient:
     async def list_tools(self, server: McpServer) -> list[dict[str, Any]]:
         """The server's tools as `mcp_list_tools` shows them. Raises McpFailure."""
         async def run(session: ClientSession) -> list[dict[str, Any]]:
+            from mcp.types import PaginatedRequestParams
+
             tools: list[dict[str, Any]] = []
             cursor: str | None = None
             for _ in range(32):  # pages, bounded
-                result = await (session.list_tools() if cursor is None else
-                                session.list_tools(params=_page(cursor)))
+                result = await (session.list_tools() if cursor is None else session.list_tools(
+                    params=PaginatedRequestParams(cursor=cursor)))
                 for tool in result.tools:
                     annotations = (tool.annotations.model_dump(exclude_none=True, by_alias=True)
                                    if tool.annotations is not None else None)
@@ -106,6 +107,13 @@ class McpClient:
 
     async def _session(self, server: McpServer,
                        run: Callable[[ClientSession], Awaitable[T]]) -> T:
+        # The SDK is imported on first use: it doubles the process's start-up time, and most
+        # deployments never call an MCP server.
+        import httpx2
+        from mcp.client.session import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         await self._check_address(server)
         timeout = httpx2.Timeout(self._timeout, connect=self._connect)
         try:
@@ -119,16 +127,11 @@ class McpClient:
                     await session.initialize()
                     return await run(session)
         except TimeoutError:
-            raise McpFailure({"type": "http_error", "code": 504,
-                              "message": f"the MCP server did not answer within "
-                                         f"{self._timeout + self._connect:g}s"}) from None
-        except MCPError as exc:
-            raise McpFailure({"type": "mcp_protocol_error", "code": exc.code,
-                              "message": exc.message}) from None
+            raise McpFailure(_timed_out(self._timeout + self._connect)) from None
         except McpFailure:
             raise
         except Exception as exc:  # transport errors arrive as several kinds, often grouped
-            raise McpFailure(_transport_error(exc)) from None
+            raise McpFailure(_transport_error(exc, self._timeout)) from None
 
     async def _check_address(self, server: McpServer) -> None:
         """Refuse a host that resolves to a private address the operator did not name."""
@@ -151,11 +154,6 @@ class McpClient:
                                              "explicitly"})
 
 
-def _page(cursor: str) -> Any:
-    from mcp.types import PaginatedRequestParams
-    return PaginatedRequestParams(cursor=cursor)
-
-
 def _arguments(text: str) -> dict[str, Any]:
     import json
     value = json.loads(text or "{}")
@@ -172,17 +170,28 @@ def _text_of(content: list[Any]) -> str:
     return "\n".join(parts)
 
 
-def _transport_error(exc: BaseException) -> dict[str, Any]:
+def _timed_out(seconds: float) -> dict[str, Any]:
+    return {"type": "http_error", "code": 504,
+            "message": f"the MCP server did not answer within {seconds:g}s"}
+
+
+def _transport_error(exc: BaseException, timeout: float) -> dict[str, Any]:
     """The most telling error inside `exc` (task groups wrap them) as an `mcp_call.error`."""
+    import httpx2
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import REQUEST_TIMEOUT
+
     leaf = exc
     while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
         leaf = leaf.exceptions[0]
+    # Three clocks can end a slow operation (ours, the session's read timeout, the HTTP
+    # client's): each says so in its own way, and all of them mean the same thing.
+    if isinstance(leaf, TimeoutError | httpx2.TimeoutException) or (
+            isinstance(leaf, MCPError) and leaf.code == REQUEST_TIMEOUT):
+        return _timed_out(timeout)
     if isinstance(leaf, MCPError):  # e.g. the transport's view of an HTTP error status
         return {"type": "mcp_protocol_error", "code": leaf.code,
                 "message": f"the MCP server refused: {leaf.message}"}
-    if isinstance(leaf, httpx2.TimeoutException):
-        return {"type": "http_error", "code": 504,
-                "message": f"the MCP server timed out ({leaf.__class__.__name__})"}
     status = getattr(getattr(leaf, "response", None), "status_code", None)
     if isinstance(status, int):
         return {"type": "http_error", "code": status,
