@@ -364,3 +364,22 @@ def test_background_mcp_response_cancels_mid_call(
     call = events[-1]["response"]["output"][1]
     assert call["type"] == "mcp_call" and call["status"] == "incomplete"
     assert sdk(a).responses.retrieve(job.id).status == "cancelled"
+
+
+def test_a_client_leaving_during_a_call_cancels_the_response(
+        mcp_proxy: ServerProcess, tools_server: ServerProcess) -> None:
+    body = {"model": "sim-model", "stream": True, "tools": [mcp_tool(tools_server)],
+            "input": '[[sim call=slow call_args={"seconds":60}]]'}
+    with httpx.stream("POST", mcp_proxy.url + "/v1/responses", json=body, headers=AUTH,
+                      timeout=60) as response:
+        buffer = b""
+        for chunk in response.iter_raw():
+            buffer += chunk
+            if b"response.mcp_call_arguments.done" in buffer:
+                break
+    response_id = data_payloads(buffer[:buffer.find(b"\n\n") + 2])[0]["response"]["id"]
+    # the stream closed mid-call: the call is cancelled, the stored response ends cancelled
+    final = wait_status(mcp_proxy, response_id, TERMINAL)
+    assert final["status"] == "cancelled"
+    assert final["output"][1]["type"] == "mcp_call"
+    assert final["output"][1]["status"] == "incomplete"
