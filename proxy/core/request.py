@@ -6,7 +6,7 @@ Three kinds of field (CONTRACT.md lists what we serve):
   oldest messages to fit, core/truncation.py)
 - accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
-  `max_tool_calls` (we run no built-in tools), `text.verbosity`,
+  `max_tool_calls` (it bounds only the MCP calls the proxy runs), `text.verbosity`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
 - features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
 - anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the

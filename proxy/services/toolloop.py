@@ -21,6 +21,8 @@ Tool outputs and arguments are never logged.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,8 @@ from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
 from proxy.mcpclient import McpClient, McpFailure
 from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
+
+log = logging.getLogger("proxy.mcp")
 
 CHAT_PATH = "/v1/chat/completions"
 # Items that end a response for the client to act on (its own tools, an approval).
@@ -144,11 +148,14 @@ class ToolLoop:
             yield assembler.mcp_call_end(None, {"type": "mcp_protocol_error", "code": -32601,
                                                 "message": "unknown MCP server"})
             return
+        started = time.monotonic()
         try:
             result = await self.client.call_tool(server, waiting["name"], waiting["arguments"])
         except McpFailure as exc:
+            _logged(server, waiting["name"], str(exc.error.get("type")), started)
             yield assembler.mcp_call_end(None, exc.error)
             return
+        _logged(server, waiting["name"], "ok" if result.error is None else "tool_error", started)
         yield assembler.mcp_call_end(result.output, result.error)
 
     def _offer(self, assembler: Assembler) -> None:
@@ -195,3 +202,10 @@ class ToolLoop:
             return
         self.call = self.admission.watch(call)
         self.home = call.replica.url  # the next turns go where the prefix cache is
+
+
+def _logged(server: McpServer, name: str, outcome: str, started: float) -> None:
+    """One line per MCP call: where, what, how it went, how long. Never arguments or output
+    (they are the user's data), never headers (credentials)."""
+    log.info("mcp call %s/%s: %s in %.0f ms", server.label, name, outcome,
+             (time.monotonic() - started) * 1000)
