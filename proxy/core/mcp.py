@@ -270,6 +270,21 @@ def upstream_names(taken: Iterable[str],
     return out
 
 
+def offered_by_choice(choice: str | dict[str, Any],
+                      labels: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """(the servers whose tools the model may call, the chat tool_choice mode) under the
+    request's `tool_choice`: `none` offers none, a forced client function none either,
+    `allowed_tools` the servers it names (`{"type": "mcp", "server_label"}` entries)."""
+    if choice == "none":
+        return (), "none"
+    if isinstance(choice, str):
+        return labels, choice
+    if choice.get("type") == "allowed_tools":
+        named = {e.get("server_label") for e in choice["tools"] if e.get("type") == MCP}
+        return tuple(label for label in labels if label in named), choice["mode"]
+    return (), "auto"
+
+
 def chat_function(flat: str, tool: dict[str, Any]) -> dict[str, Any]:
     function: dict[str, Any] = {"name": flat,
                                 "parameters": tool.get("input_schema") or

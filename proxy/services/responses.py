@@ -252,9 +252,10 @@ class ResponsesService:
             return None
         servers = {s.label: s for s in request.mcp}
         ceiling = self._settings.max_mcp_calls
+        offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
-                        min(request.max_tool_calls or ceiling, ceiling))
+                        min(request.max_tool_calls or ceiling, ceiling), offered, mode)
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler,

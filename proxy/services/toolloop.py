@@ -54,18 +54,23 @@ class LoopPlan:
     listed: dict[str, list[dict[str, Any]]]  # server_label → tools, from the chain
     approved: list[Approved]
     max_calls: int
+    # What `tool_choice` leaves of the MCP tools: the servers whose tools the model may call,
+    # and the chat tool_choice mode when the client offered no tools of its own.
+    offered: tuple[str, ...] = ()
+    mode: str = "auto"
 
     def to_spec(self) -> dict[str, Any]:
         return {"servers": [s.to_spec() for s in self.servers], "listed": self.listed,
                 "approved": [[a.request_id, a.label, a.name, a.arguments]
                              for a in self.approved],
-                "max_calls": self.max_calls}
+                "max_calls": self.max_calls, "offered": list(self.offered), "mode": self.mode}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> LoopPlan:
         return cls(tuple(McpServer.from_spec(s) for s in spec["servers"]),
                    dict(spec["listed"]), [Approved(*a) for a in spec["approved"]],
-                   int(spec["max_calls"]))
+                   int(spec["max_calls"]), tuple(spec.get("offered") or ()),
+                   str(spec.get("mode") or "auto"))
 
 
 @dataclass
@@ -161,7 +166,8 @@ class ToolLoop:
     def _offer(self, assembler: Assembler) -> None:
         """The MCP tools the model sees (allowed_tools applied), named for upstream."""
         offered = {label: [t for t in tools if self._server(label).offers(t)]
-                   for label, tools in self._tools.items() if self._has(label)}
+                   for label, tools in self._tools.items()
+                   if self._has(label) and label in self.plan.offered}
         taken = [f["function"]["name"] for f in self.chat.get("tools") or ()]
         names = mcp.upstream_names(taken, offered)
         by_label = {label: {t["name"]: t for t in tools} for label, tools in offered.items()}
@@ -184,7 +190,10 @@ class ToolLoop:
                             *to_messages(assembler.output[self._first:])]
         if self.calls < self.plan.max_calls and self._functions:
             chat["tools"] = [*(self.chat.get("tools") or ()), *self._functions]
-            chat.setdefault("tool_choice", "auto")
+            # the client's own tools brought the request's choice; else it is the plan's.
+            # `required` asks for a call: once one ran, the model may answer.
+            choice = self.chat.get("tool_choice", self.plan.mode)
+            chat["tool_choice"] = "auto" if choice == "required" and self.calls else choice
         elif not self.chat.get("tools"):  # the bound is spent: the model answers in text
             chat.pop("tools", None)
             chat.pop("tool_choice", None)

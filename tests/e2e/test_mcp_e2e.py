@@ -170,6 +170,15 @@ def test_allowed_tools_narrow_the_list_and_the_offer(mcp_proxy: ServerProcess,
         model="sim-model", input='[[sim call=echo call_args={"text":"hi"}]]',
         tools=[mcp_tool(tools_server, allowed_tools={"tool_names": ["echo"]})])
     assert echoed.output[1].output == "hi"  # type: ignore[union-attr]
+    # tool_choice "none": listed, never offered; allowed_tools may name an MCP server
+    quiet = sdk(mcp_proxy).responses.create(model="sim-model", input=add_call(),
+                                            tools=[mcp_tool(tools_server)], tool_choice="none")
+    assert types(quiet.output) == ["mcp_list_tools", "message"]
+    chosen = sdk(mcp_proxy).responses.create(
+        model="sim-model", input=add_call(), tools=[mcp_tool(tools_server)],
+        tool_choice={"type": "allowed_tools", "mode": "auto",
+                     "tools": [{"type": "mcp", "server_label": "calc"}]})
+    assert chosen.output[1].output == "5"  # type: ignore[union-attr]
 
 
 def test_a_failing_tool_is_reported_and_fed_back(mcp_proxy: ServerProcess,

@@ -288,7 +288,8 @@ def test_the_loop_stops_offering_mcp_tools_once_its_bound_is_spent() -> None:
 
     server = mcp.McpServer("calc", "http://127.0.0.1/mcp", approval="never")
     plan = LoopPlan((server,), {"calc": [mcp.listed_tool("add", "Add.", {"type": "object"},
-                                                         None)]}, [], max_calls=1)
+                                                         None)]}, [], max_calls=2,
+                   offered=("calc",), mode="required")
     chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
     loop = ToolLoop(plan, None, None, None, chat, "m", "t")  # type: ignore[arg-type]
     a = assembler()
@@ -296,8 +297,27 @@ def test_the_loop_stops_offering_mcp_tools_once_its_bound_is_spent() -> None:
     loop._offer(a)
     first = loop._request(a)
     assert [f["function"]["name"] for f in first["tools"]] == ["add"]
-    assert first["tool_choice"] == "auto"
+    assert first["tool_choice"] == "required"
     loop.calls = 1
+    assert loop._request(a)["tool_choice"] == "auto"  # one call made: the model may answer
+    loop.calls = 2
     spent = loop._request(a)
     assert "tools" not in spent and "tool_choice" not in spent
     assert LoopPlan.from_spec(plan.to_spec()) == plan
+
+
+def test_tool_choice_decides_which_servers_are_offered() -> None:
+    labels = ("a", "b")
+    assert mcp.offered_by_choice("auto", labels) == (labels, "auto")
+    assert mcp.offered_by_choice("required", labels) == (labels, "required")
+    assert mcp.offered_by_choice("none", labels) == ((), "none")
+    assert mcp.offered_by_choice({"type": "function", "name": "f"}, labels) == ((), "auto")
+    allowed = {"type": "allowed_tools", "mode": "required",
+               "tools": [{"type": "mcp", "server_label": "b"}, {"type": "function",
+                                                                "name": "f"}]}
+    assert mcp.offered_by_choice(allowed, labels) == (("b",), "required")
+    request = parse_request({"model": "m", "input": "x", "tools": [tool()],
+                             "tool_choice": allowed | {"tools": [{"type": "mcp",
+                                                                  "server_label": "calc"}]}},
+                            counter_ids(), mcp_allow=ALLOW)
+    assert request.tool_choice["tools"] == [{"type": "mcp", "server_label": "calc"}]
