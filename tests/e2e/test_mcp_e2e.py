@@ -392,3 +392,21 @@ def test_a_client_leaving_during_a_call_cancels_the_response(
     assert final["status"] == "cancelled"
     assert final["output"][1]["type"] == "mcp_call"
     assert final["output"][1]["status"] == "incomplete"
+
+
+def test_a_conversation_lists_each_server_once(mcp_proxy: ServerProcess,
+                                               tools_server: ServerProcess) -> None:
+    client = sdk(mcp_proxy)
+    conversation = client.conversations.create()
+    first = client.responses.create(model="sim-model", input=add_call(1, 2),
+                                    conversation=conversation.id,
+                                    tools=[mcp_tool(tools_server)])
+    assert types(first.output) == ["mcp_list_tools", "mcp_call", "message"]
+    second = client.responses.create(model="sim-model", input=add_call(3, 4),
+                                     conversation=conversation.id,
+                                     tools=[mcp_tool(tools_server)])
+    assert types(second.output) == ["mcp_call", "message"]
+    assert second.output[0].output == "7"  # type: ignore[union-attr]
+    items = client.conversations.items.list(conversation.id, order="asc")
+    assert [i.type for i in items.data] == ["message", "mcp_list_tools", "mcp_call", "message",
+                                            "message", "mcp_call", "message"]
