@@ -316,11 +316,12 @@ class Assembler:
         """The upstream turn sent its finish_reason (what follows is usage and the end)."""
         return self._finish is not None
 
-    def end(self) -> list[Event]:
-        """The upstream stream is over (`[DONE]` or a clean end of body)."""
+    def end(self, *, finish: str | None = None) -> list[Event]:
+        """The upstream stream is over (`[DONE]` or a clean end of body). `finish`: what the
+        turn ended with if it sent no finish_reason (the tool loop cut it at an MCP call)."""
         if self.phase is Phase.DONE or self.phase is Phase.TOOL:
             return []
-        finish = self._finish
+        finish = self._finish or finish
         if finish is None:
             return self.fail("upstream ended the stream before it finished")
         if finish == "abort":

@@ -127,7 +127,7 @@ class ToolLoop:
             yield events
         if any(item["type"] in _CLIENT_ITEMS for item in assembler.output[self._first:]):
             # The model also called the client's own tools: the client answers those first.
-            yield assembler.end()
+            yield assembler.end(finish="tool_calls")
             return
         assembler.next_turn()
         async for events in self._open(assembler):

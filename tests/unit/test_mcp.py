@@ -321,3 +321,19 @@ def test_tool_choice_decides_which_servers_are_offered() -> None:
                                                                   "server_label": "calc"}]}},
                             counter_ids(), mcp_allow=ALLOW)
     assert request.tool_choice["tools"] == [{"type": "mcp", "server_label": "calc"}]
+
+
+def test_a_client_call_before_an_mcp_call_ends_the_response_after_it() -> None:
+    a = assembler()
+    events = a.start()
+    a.offer_mcp({"add": ("calc", "add", False)})
+    events += a.feed(call_chunk("client_fn", "{}", index=0))
+    events += a.feed(call_chunk("add", "{}", index=1))
+    events += a.feed(call_chunk("other", "{}", index=2))  # cut here: no finish_reason came
+    assert a.waiting is not None and not a.turn_finished
+    events += a.mcp_call_end("3", None)
+    events += a.end(finish="tool_calls")  # what the tool loop does: the client answers next
+    check_stream(events)
+    final = events[-1]["response"]
+    assert final["status"] == "completed"
+    assert [i["type"] for i in final["output"]] == ["function_call", "mcp_call"]
