@@ -20,6 +20,7 @@ address outside the allow-list's intent (private, loopback) is refused before co
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -125,13 +126,17 @@ class McpClient:
                     ClientSession(read, write, read_timeout_seconds=self._timeout) as session,
                 ):
                     await session.initialize()
-                    return await run(session)
+                    result = await run(session)
         except TimeoutError:
+            _still_cancelled()
             raise McpFailure(_timed_out(self._timeout + self._connect)) from None
         except McpFailure:
             raise
         except Exception as exc:  # transport errors arrive as several kinds, often grouped
+            _still_cancelled()
             raise McpFailure(_transport_error(exc, self._timeout)) from None
+        _still_cancelled()  # a cancellation the SDK swallowed on its way out
+        return result
 
     async def _check_address(self, server: McpServer) -> None:
         """Refuse a host that resolves to a private address the operator did not name."""
@@ -168,6 +173,15 @@ def _text_of(content: list[Any]) -> str:
         text = getattr(block, "text", None)
         parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]")
     return "\n".join(parts)
+
+
+def _still_cancelled() -> None:
+    """Our task is being cancelled (a client gone, a background cancel) and the SDK's cleanup
+    raised an error of its own on the way out: the cancellation wins, it is not a failed call
+    (else the loop would go on, the cancellation swallowed)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _timed_out(seconds: float) -> dict[str, Any]:
