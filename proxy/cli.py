@@ -60,6 +60,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
     p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
+    p.add_argument("--mcp-allow", action="append",
+                   help="URL prefix of MCP servers the proxy may call (repeatable; default "
+                        "none: MCP tools are refused)")
+    p.add_argument("--max-mcp-calls", help="MCP tool calls one response may make (default 16)")
+    p.add_argument("--mcp-timeout",
+                   help="seconds one MCP list or call may take, connect included (default 60)")
     p.add_argument("--max-inflight-per-replica",
                    help="requests one replica takes at once from this process (default 64)")
     p.add_argument("--max-queued-requests",

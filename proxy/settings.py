@@ -131,6 +131,12 @@ class Settings:
     # How the fleet picks a replica: `affinity` (the default; services/fleet.py), or the
     # baselines `round_robin` and `least_loaded` that ignore affinity keys (benchmarks).
     routing: str = "affinity"
+    # MCP tools run by the proxy (core/mcp.py, services/toolloop.py): the URL prefixes an MCP
+    # `server_url` must start with (none: MCP tools are a 400), the calls one response may
+    # make at most, and the seconds one MCP operation (list or call) may take.
+    mcp_allow: tuple[str, ...] = ()
+    max_mcp_calls: int = 16
+    mcp_timeout: float = 60.0
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
 
@@ -304,6 +310,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_queued_requests=count("max_queued_requests"),
         queue_timeout=seconds("queue_timeout"),
         routing=mode("routing", ROUTING_MODES),
+        mcp_allow=_mcp_allow(flags.get("mcp_allow") or _split(env.get("PROXY_MCP_ALLOW"))),
+        max_mcp_calls=count("max_mcp_calls"),
+        mcp_timeout=seconds("mcp_timeout"),
         keys_file=_keys_file(pick),
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",
@@ -312,6 +321,19 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 
 
 Pick = Callable[[str, str], object]
+
+
+def _mcp_allow(values: object) -> tuple[str, ...]:
+    """Each prefix an http(s) URL with a host (a bare scheme would admit everything)."""
+    out: list[str] = []
+    for value in values or ():  # type: ignore[attr-defined]
+        prefix = str(value).strip()
+        parts = urlsplit(prefix)
+        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+            raise ConfigError("--mcp-allow", f"{prefix!r} is not an http(s) URL prefix with a "
+                                             "host, e.g. https://tools.example.com/mcp")
+        out.append(prefix)
+    return tuple(out)
 
 
 def _fleet_file(path: object, upstreams: tuple[str, ...]) -> tuple[ReplicaSpec, ...]:

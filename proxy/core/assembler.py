@@ -8,6 +8,14 @@ An explicit state machine with one open item at a time:
       └─ finish_reason ─▶ FINISHED (open item closed) ─ end() ─▶ DONE (terminal event)
        error frame / fail() / cancel() from any state ──────────▶ DONE
 
+MCP tools run by the proxy (core/mcp.py, services/toolloop.py) add one state, TOOL: an
+`mcp_list_tools` item, or an `mcp_call` whose arguments are whole, waits there (open, its
+`output_item.done` not yet sent) while the tool loop does the I/O; `mcp_list_end` /
+`mcp_call_end` close it, `next_turn()` takes the next upstream turn into the same response
+(numbering goes on; usage is summed). A call closing ends the upstream turn (the rest is not
+read, but for its usage), so items still never interleave. fail()/cancel() close a waiting
+item too (`mcp_call.failed`, status incomplete).
+
 Invariants (PROTOCOL.md §3.5; tests/unit/test_assembler_properties.py checks them):
 - `sequence_number` is assigned when an event is made: 0, 1, 2, … with no gaps, never patched.
 - `output_index` is dense from 0 and follows the order of `output_item.added`; items never
@@ -29,6 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from proxy.core import ids as idp
+from proxy.core import mcp
 from proxy.core import types as t
 from proxy.core.compaction import item_events as compaction_events
 from proxy.core.custominput import InputStream
@@ -45,6 +54,7 @@ class Phase(enum.Enum):
     MESSAGE = "message"
     FUNCTION_CALL = "function_call"
     FINISHED = "finished"
+    TOOL = "tool"  # an MCP item waits for the tool loop (services/toolloop.py) to run it
     DONE = "done"
 
 
@@ -86,7 +96,7 @@ class _OpenItem:
     """The one item being streamed: its identity and the text gathered so far."""
 
     __slots__ = ("call_id", "call_index", "custom", "decoder", "index", "item_id", "kind",
-                 "name", "namespace", "parts", "stage", "summary", "summary_sent")
+                 "mcp", "name", "namespace", "parts", "stage", "summary", "summary_sent")
 
     def __init__(self, kind: Phase, item_id: str, index: int, stage: int = 1) -> None:
         self.kind = kind
@@ -110,6 +120,14 @@ class _OpenItem:
         # reasoning delta had its summary delta).
         self.summary = _ADDED
         self.summary_sent: int | None = None
+        # A call of an MCP tool the proxy runs: (server_label, approval needed?); its item is
+        # an `mcp_call` (or an `mcp_approval_request`) and `name` the MCP tool's own name.
+        self.mcp: tuple[str, bool] | None = None
+
+
+class _RoundOver(Exception):
+    """An MCP call's arguments are complete: the rest of this upstream turn is not read (the
+    tool loop runs the call and asks the model again), so items never interleave."""
 
 
 class _PendingCall:
@@ -155,6 +173,12 @@ class Assembler:
         # Whole items made before the upstream call (a compaction, core/compaction.py): they
         # open the output, their events right after the start events.
         self._preface: list[Item] = []
+        # MCP tools (core/mcp.py): upstream name → (server_label, tool name, approval?), set by
+        # the tool loop once listed; the item waiting for it in Phase.TOOL; usage of the
+        # upstream turns before this one (one response may take several).
+        self._mcp: dict[str, tuple[str, str, bool]] = {}
+        self._tool: _OpenItem | None = None
+        self._usage_before: dict[str, Any] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -194,7 +218,11 @@ class Assembler:
         for event in events:
             self._seq = event["sequence_number"] + 1
             kind = event["type"]
-            if kind == t.ITEM_ADDED:
+            if kind == t.ITEM_ADDED and event["item"].get("type") in mcp.ITEM_TYPES:
+                self._restore_mcp(event)
+            elif kind == mcp.ARGS_DONE and self._tool is not None:
+                self._tool.parts = [event["arguments"]]
+            elif kind == t.ITEM_ADDED:
                 item = event["item"]
                 phase = _PHASE_OF_ITEM.get(item.get("type"), Phase.MESSAGE)
                 stage = _STREAMING if phase is Phase.FUNCTION_CALL else _ADDED
@@ -214,9 +242,26 @@ class Assembler:
                 self._open.stage = _STAGE_AFTER[kind]
             elif kind == t.ITEM_DONE:
                 self.output.append(event["item"])
-                self._open, self.phase = None, Phase.READY
+                self._open, self._tool, self.phase = None, None, Phase.READY
             elif kind == t.IN_PROGRESS:
                 self.status = t.S_IN_PROGRESS
+
+    def _restore_mcp(self, event: Event) -> None:
+        """An MCP item reopened from a log: it waits (a call, a listing) as when it was cut."""
+        item = event["item"]
+        opened = _OpenItem(Phase.TOOL, item["id"], event["output_index"])
+        if item["type"] == mcp.LIST_TOOLS:
+            opened.name = item["server_label"]
+            self._tool, self.phase = opened, Phase.TOOL
+            return
+        opened.name = item["name"]
+        opened.mcp = (item["server_label"], item["type"] == mcp.APPROVAL_REQUEST)
+        opened.call_id = item.get("approval_request_id") or ""
+        if item["type"] == mcp.APPROVAL_REQUEST:
+            opened.kind = Phase.FUNCTION_CALL
+            self._open, self.phase = opened, Phase.FUNCTION_CALL
+        else:
+            self._tool, self.phase = opened, Phase.TOOL
 
     def snapshot(self) -> ResponseObject:
         """The Response object as it stands (the final one once DONE)."""
@@ -236,14 +281,23 @@ class Assembler:
     def feed(self, chunk: Chunk) -> list[Event]:
         if self.phase is Phase.DONE:
             return []
+        if self.phase is Phase.TOOL:  # the rest of a turn whose MCP call waits: usage only
+            self._usage(chunk.get("usage"))
+            return []
         events: list[Event] = []
+        try:
+            return self._feed(chunk, events)
+        except _RoundOver:
+            return events
+
+    def _feed(self, chunk: Chunk, events: list[Event]) -> list[Event]:
         error = chunk.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else str(error)
             return self.fail(f"upstream error: {message or 'unknown error'}")
         usage = chunk.get("usage")
         if usage:
-            self.usage = map_usage(usage)
+            self._usage(usage)
         choices = chunk.get("choices")
         if not choices:
             return events
@@ -269,11 +323,23 @@ class Assembler:
             self.phase = Phase.FINISHED
         return events
 
-    def end(self) -> list[Event]:
-        """The upstream stream is over (`[DONE]` or a clean end of body)."""
-        if self.phase is Phase.DONE:
+    def _usage(self, usage: dict[str, Any] | None) -> None:
+        if usage:
+            self.usage = map_usage(usage)
+            if self._usage_before is not None:
+                self.usage = add_usage(self._usage_before, self.usage)
+
+    @property
+    def turn_finished(self) -> bool:
+        """The upstream turn sent its finish_reason (what follows is usage and the end)."""
+        return self._finish is not None
+
+    def end(self, *, finish: str | None = None) -> list[Event]:
+        """The upstream stream is over (`[DONE]` or a clean end of body). `finish`: what the
+        turn ended with if it sent no finish_reason (the tool loop cut it at an MCP call)."""
+        if self.phase is Phase.DONE or self.phase is Phase.TOOL:
             return []
-        finish = self._finish
+        finish = self._finish or finish
         if finish is None:
             return self.fail("upstream ended the stream before it finished")
         if finish == "abort":
@@ -291,6 +357,7 @@ class Assembler:
             return []
         events: list[Event] = []
         self._close(events, t.S_INCOMPLETE)
+        self._end_tool(events)
         if code == "server_error" and is_context_overflow(message):
             code = CONTEXT_LENGTH_EXCEEDED  # what Codex keys its context handling on
         self._error = {"code": code, "message": message}
@@ -301,6 +368,7 @@ class Assembler:
             return []
         events: list[Event] = []
         self._close(events, t.S_INCOMPLETE)
+        self._end_tool(events)
         return self._terminal(t.CANCELLED, events)
 
     # -- item kinds --------------------------------------------------------------------------
@@ -367,17 +435,28 @@ class Assembler:
             item = self._begin(Phase.FUNCTION_CALL, idp.FUNCTION_CALL, events)
             item.call_index = index
             item.call_id = pending.call_id or self._ids(idp.CALL)
-            target = self._names.target(name)
-            item.name, item.namespace, item.custom = target.name, target.namespace, target.custom
-            if target.custom:
-                item.decoder = InputStream()
-            events.append(self._event(t.ITEM_ADDED, output_index=item.index,
-                                      item=_call_item(item, t.S_IN_PROGRESS, "")))
+            served = self._mcp.get(name) if self._mcp else None
+            if served is not None:
+                item.call_id = ""  # the model's call id stays upstream; the item id is ours
+                self._open_mcp(item, served, events)
+            else:
+                target = self._names.target(name)
+                item.name, item.namespace = target.name, target.namespace
+                item.custom = target.custom
+                if target.custom:
+                    item.decoder = InputStream()
+                events.append(self._event(t.ITEM_ADDED, output_index=item.index,
+                                          item=_call_item(item, t.S_IN_PROGRESS, "")))
             for fragment in pending.args:
                 self._args(item, fragment, events)
 
     def _args(self, item: _OpenItem, fragment: str, events: list[Event]) -> None:
         item.parts.append(fragment)
+        if item.mcp is not None:
+            if not item.mcp[1]:  # an approval request's arguments come whole at its end
+                events.append(self._event(mcp.ARGS_DELTA, item_id=item.item_id,
+                                          output_index=item.index, delta=fragment))
+            return
         if item.custom:  # the input is the string inside the arguments: decoded as it comes
             text = item.decoder.feed(fragment) if item.decoder is not None else ""
             if text:
@@ -405,7 +484,11 @@ class Assembler:
         text = "".join(item.parts)
         where = {"item_id": item.item_id, "output_index": item.index}
         final: Item
-        if item.custom:
+        if item.mcp is not None:
+            if self._close_mcp(item, text, status, events):
+                raise _RoundOver
+            final = _mcp_item(item, text)
+        elif item.custom:
             final = self._close_custom(item, status, events)
         elif item.kind is Phase.FUNCTION_CALL:
             if item.stage == _STREAMING:
@@ -427,6 +510,123 @@ class Assembler:
                          "content": content, "status": status}
                 if self._seal is not None:
                     final["encrypted_content"] = self._seal(text)
+        self.output.append(final)
+        events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
+
+    # -- MCP items (the tool loop, services/toolloop.py, runs them) ------------------------
+    @property
+    def waiting(self) -> Item | None:
+        """The MCP item the tool loop must finish (an `mcp_call` or `mcp_list_tools`)."""
+        item = self._tool
+        if item is None:
+            return None
+        if item.mcp is None:
+            return {"type": mcp.LIST_TOOLS, "id": item.item_id, "server_label": item.name}
+        return {"type": mcp.CALL, "id": item.item_id, "server_label": item.mcp[0],
+                "name": item.name, "arguments": "".join(item.parts)}
+
+    def offer_mcp(self, names: dict[str, tuple[str, str, bool]]) -> None:
+        """The MCP tools the model is offered: upstream name → (label, name, approval?)."""
+        self._mcp = names
+
+    def next_turn(self) -> None:
+        """Another upstream turn of the same response follows (the tool loop's)."""
+        self._finish = None
+        self._pending = None
+        self._usage_before = self.usage
+        if self.phase is not Phase.DONE:
+            self.phase = Phase.READY
+
+    def mcp_list_begin(self, label: str) -> list[Event]:
+        events: list[Event] = []
+        item = self._begin(Phase.TOOL, mcp.ID_PREFIX[mcp.LIST_TOOLS], events)
+        self._open, self._tool, item.name = None, item, label
+        events.append(self._event(t.ITEM_ADDED, output_index=item.index,
+                                  item=mcp.list_tools_item(item.item_id, label, [])))
+        events.append(self._event(mcp.LIST_IN_PROGRESS, item_id=item.item_id,
+                                  output_index=item.index))
+        return events
+
+    def mcp_list_end(self, tools: list[dict[str, Any]], error: str | None) -> list[Event]:
+        item = self._tool
+        assert item is not None and item.mcp is None
+        self._tool, self.phase = None, Phase.READY
+        where = {"item_id": item.item_id, "output_index": item.index}
+        final = mcp.list_tools_item(item.item_id, item.name, tools, error)
+        self.output.append(final)
+        return [self._event(mcp.LIST_FAILED if error else mcp.LIST_COMPLETED, **where),
+                self._event(t.ITEM_DONE, output_index=item.index, item=final)]
+
+    def mcp_call_begin(self, label: str, name: str, arguments: str,
+                       approval_request_id: str | None = None) -> list[Event]:
+        """A call the model did not just make (one approved in a later request): its events
+        as if streamed, then it waits for the loop like any other."""
+        events: list[Event] = []
+        item = self._begin(Phase.FUNCTION_CALL, mcp.ID_PREFIX[mcp.CALL], events)
+        item.call_id = approval_request_id or ""
+        self._open_mcp(item, (label, name, False), events)
+        self._args(item, arguments, events)
+        self._close_mcp(item, arguments, t.S_COMPLETED, events)
+        return events
+
+    def mcp_call_end(self, output: str | None, error: Any) -> list[Event]:
+        item = self._tool
+        assert item is not None and item.mcp is not None
+        self._tool, self.phase = None, Phase.READY
+        final = _mcp_item(item, "".join(item.parts),
+                          status=t.S_FAILED if error is not None else t.S_COMPLETED,
+                          output=output, error=error)
+        self.output.append(final)
+        where = {"item_id": item.item_id, "output_index": item.index}
+        return [self._event(mcp.CALL_FAILED if error is not None else mcp.CALL_COMPLETED,
+                            **where),
+                self._event(t.ITEM_DONE, output_index=item.index, item=final)]
+
+    def _open_mcp(self, item: _OpenItem, served: tuple[str, str, bool],
+                  events: list[Event]) -> None:
+        label, name, approval = served
+        item.name, item.mcp = name, (label, approval)
+        if item.call_index is not None:  # the model's call: an id of the item's own kind
+            kind = mcp.APPROVAL_REQUEST if approval else mcp.CALL
+            item.item_id = self._ids(mcp.ID_PREFIX[kind])
+        events.append(self._event(t.ITEM_ADDED, output_index=item.index,
+                                  item=_mcp_item(item, "", status=t.S_IN_PROGRESS)))
+        if not approval:
+            events.append(self._event(mcp.CALL_IN_PROGRESS, item_id=item.item_id,
+                                      output_index=item.index))
+
+    def _close_mcp(self, item: _OpenItem, text: str, status: str,
+                   events: list[Event]) -> bool:
+        """True when the item now waits for the loop (its arguments are whole); an approval
+        request (or a call cut short) closes like any item."""
+        assert item.mcp is not None
+        if not item.mcp[1] and not item.parts:  # every done has a delta before it
+            self._args(item, "", events)
+        if item.mcp[1] or status != t.S_COMPLETED:
+            if not item.mcp[1]:
+                events.append(self._event(mcp.ARGS_DONE, item_id=item.item_id,
+                                          output_index=item.index, arguments=text))
+                events.append(self._event(mcp.CALL_FAILED, item_id=item.item_id,
+                                          output_index=item.index))
+            return False
+        events.append(self._event(mcp.ARGS_DONE, item_id=item.item_id, output_index=item.index,
+                                  arguments=text))
+        self._open, self._tool, self.phase = None, item, Phase.TOOL
+        return True
+
+    def _end_tool(self, events: list[Event]) -> None:
+        """A response ends (failed, cancelled) while an MCP item waits: it ends incomplete."""
+        item = self._tool
+        if item is None:
+            return
+        self._tool = None
+        where = {"item_id": item.item_id, "output_index": item.index}
+        if item.mcp is None:
+            final = mcp.list_tools_item(item.item_id, item.name, [], "interrupted")
+            events.append(self._event(mcp.LIST_FAILED, **where))
+        else:
+            final = _mcp_item(item, "".join(item.parts), status=t.S_INCOMPLETE)
+            events.append(self._event(mcp.CALL_FAILED, **where))
         self.output.append(final)
         events.append(self._event(t.ITEM_DONE, output_index=item.index, item=final))
 
@@ -504,6 +704,36 @@ class Assembler:
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": t.OUTPUT_TEXT, "annotations": [], "logprobs": [], "text": text}
+
+
+def add_usage(before: dict[str, Any], now: dict[str, Any] | None) -> dict[str, Any]:
+    """Usage of several upstream turns of one response, summed."""
+    if now is None:
+        return before
+    out = {key: before[key] + now[key] for key in
+           ("input_tokens", "output_tokens", "total_tokens")}
+    out["input_tokens_details"] = {
+        key: before["input_tokens_details"][key] + now["input_tokens_details"][key]
+        for key in ("cached_tokens", "cache_write_tokens")}
+    out["output_tokens_details"] = {"reasoning_tokens": (
+        before["output_tokens_details"]["reasoning_tokens"] +
+        now["output_tokens_details"]["reasoning_tokens"])}
+    return out
+
+
+def _mcp_item(item: _OpenItem, arguments: str, *, status: str = t.S_COMPLETED,
+              output: str | None = None, error: Any = None) -> Item:
+    assert item.mcp is not None
+    label, approval = item.mcp
+    if approval:
+        return {"id": item.item_id, "type": mcp.APPROVAL_REQUEST, "arguments": arguments,
+                "name": item.name, "server_label": label}
+    out: Item = {"id": item.item_id, "type": mcp.CALL, "status": status,
+                 "arguments": arguments, "name": item.name, "server_label": label,
+                 "output": output, "error": error}
+    if item.call_id:
+        out["approval_request_id"] = item.call_id
+    return out
 
 
 def _call_item(item: _OpenItem, status: str, text: str) -> Item:

@@ -48,6 +48,8 @@ from proxy.core.fields import (
     req_str,
 )
 from proxy.core.ids import IdFactory
+from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
+from proxy.core.mcp import parse_mcp_item
 from proxy.core.references import is_reference, parse_reference
 from proxy.core.seal import Sealer, SealError
 from proxy.core.types import (
@@ -120,13 +122,15 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
         return compaction.parse_compaction(item, ids, path, sealer)
     if kind == compaction.TRIGGER:
         return compaction.parse_trigger(item, ids, path)
+    if kind in MCP_ITEM_TYPES:
+        return parse_mcp_item(item, ids, path)
     where = at(path, "type")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
                      "types are 'message', 'function_call', 'function_call_output', "
                      "'custom_tool_call', 'custom_tool_call_output', 'reasoning', "
-                     "'compaction' and 'compaction_trigger' "
+                     "'compaction', 'compaction_trigger' and the 'mcp_*' items "
                      "('item_reference' too in a create's input).")
 
 

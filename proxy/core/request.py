@@ -6,7 +6,7 @@ Three kinds of field (CONTRACT.md lists what we serve):
   oldest messages to fit, core/truncation.py)
 - accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
-  `max_tool_calls` (we run no built-in tools), `text.verbosity`,
+  `max_tool_calls` (it bounds only the MCP calls the proxy runs), `text.verbosity`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
 - features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
 - anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the
@@ -35,6 +35,7 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.items import parse_input
+from proxy.core.mcp import McpServer
 from proxy.core.seal import Sealer
 from proxy.core.tolerance import Tolerance
 from proxy.core.tools import parse_tool_choice, parse_tools
@@ -100,6 +101,7 @@ class ResponsesRequest:
     # compact automatically; the threshold None means a share of the model's context.
     auto_compact: bool = False
     compact_threshold: int | None = None
+    mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -143,7 +145,8 @@ class ResponsesRequest:
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
                   max_input_items: int = 2048, sealer: Sealer | None = None,
-                  tolerance: Tolerance | None = None) -> ResponsesRequest:
+                  tolerance: Tolerance | None = None,
+                  mcp_allow: tuple[str, ...] = ()) -> ResponsesRequest:
     tolerance = tolerance or Tolerance()
     ignored = _refuse_unknown(body, tolerance)
     model = req_str(body, "model")
@@ -161,7 +164,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
                                   "together: a conversation already carries the history.")
     parsed_tools = parse_tools(body.get("tools"), drop_hosted=not tolerance.reject_hosted,
-                               max_tools=MAX_TOOLS)
+                               max_tools=MAX_TOOLS, mcp_allow=mcp_allow)
     tools = parsed_tools.tools
     parallel = opt_bool(body, "parallel_tool_calls")
     auto_compact, threshold = _context_management(body.get("context_management"))
@@ -199,6 +202,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
         ignored_params=ignored,
         dropped_tools=parsed_tools.dropped,
+        mcp=parsed_tools.mcp,
         truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
                           "truncation"),
         auto_compact=auto_compact,

@@ -105,6 +105,8 @@ def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
     """The chat request's `tools` and `tool_choice` (no tools offered: an empty list)."""
     offered: list[dict[str, Any]] = []
     for tool in tools:
+        if tool["type"] == "mcp":  # offered by the tool loop once listed (core/mcp.py)
+            continue
         if tool["type"] == "namespace":
             offered += [_chat_function(m, names.flat(m["name"], tool["name"]))
                         for m in tool["tools"]]

@@ -23,6 +23,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
+from proxy.core.mcp import McpServer, parse_mcp_tool
 from proxy.core.toolnames import ToolNames
 
 # Tools OpenAI runs on its side; a chat fleet cannot (PROTOCOL-2026.md §2.6).
@@ -42,10 +43,12 @@ _SUPPORTED = ("only 'function', 'custom' and 'namespace' tools are run here (the
 class ParsedTools:
     tools: list[dict[str, Any]]  # as echoed in the Response object (hosted ones left out)
     dropped: tuple[str, ...]  # the types of the hosted tools left out, in request order
+    mcp: tuple[McpServer, ...] = ()  # `mcp` tools, run by the proxy (core/mcp.py)
 
 
 # -- parsing ----------------------------------------------------------------------------------
-def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int) -> ParsedTools:
+def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
+                mcp_allow: tuple[str, ...] = ()) -> ParsedTools:
     if value is None:
         return ParsedTools([], ())
     tools = expect_list(value, "tools")
@@ -55,6 +58,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int) -> ParsedTools
     out: list[dict[str, Any]] = []
     dropped: list[str] = []
     names: set[tuple[str, str]] = set()  # (space, name): functions and customs share one
+    servers: list[McpServer] = []
     for i, raw in enumerate(tools):
         path = at("tools", i)
         tool = expect_object(raw, path)
@@ -66,13 +70,21 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int) -> ParsedTools
                           "with --hosted-tools drop to have hosted tools ignored.")
             dropped.append(str(kind))
             continue
+        if kind == "mcp":
+            echo, server = parse_mcp_tool(tool, path, mcp_allow)
+            if any(s.label == server.label for s in servers):
+                raise bad(at(path, "server_label"), f"Duplicate MCP server_label "
+                                                    f"{server.label!r}.")
+            servers.append(server)
+            out.append(echo)
+            continue
         parsed = _namespace(tool, path) if kind == "namespace" else _member(tool, path)
         key = ("namespace" if kind == "namespace" else "tool", parsed["name"])
         if key in names:
             raise bad(at(path, "name"), f"Duplicate tool name {parsed['name']!r}.")
         names.add(key)
         out.append(parsed)
-    return ParsedTools(out, tuple(dropped))
+    return ParsedTools(out, tuple(dropped), tuple(servers))
 
 
 def _name(tool: dict[str, Any], path: str) -> str:
@@ -182,6 +194,10 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
         kind = entry.get("type")
         if kind in HOSTED_TYPES:
             picked.append({"type": kind})  # allowed, never offered: the proxy cannot run it
+            continue
+        if kind == "mcp":  # the proxy runs it (core/mcp.py): every tool of that server
+            picked.append({"type": kind, "server_label": req_str(entry, "server_label", path)})
+            runnable += 1
             continue
         name = req_str(entry, "name", path)
         if kind == "namespace":

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from proxy.core.items import file_text, reasoning_text
+from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
+from proxy.core.mcp import mcp_messages
 from proxy.core.request import ResponsesRequest
 from proxy.core.system_prompt import lead_with_system
 from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
@@ -93,6 +95,8 @@ def to_messages(items: Iterable[Item]) -> list[Message]:
         elif kind == FUNCTION_CALL_OUTPUT:
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _tool_content(item["output"])})
+        elif kind in MCP_ITEM_TYPES:
+            mcp_messages(item, messages)
         if pending_reasoning and messages and messages[-1]["role"] == "assistant":
             messages[-1]["reasoning"] = "\n".join(pending_reasoning)
             pending_reasoning = []

@@ -41,6 +41,7 @@ from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.seal import Sealer
+from proxy.mcpclient import McpClient
 from proxy.metrics import JobOutcome, Metrics
 from proxy.services.admission import Admission
 from proxy.services.eventlog import EventLogHub
@@ -48,6 +49,7 @@ from proxy.services.fleet import Fleet
 from proxy.services.limits import Limiter, Ticket, tokens_of
 from proxy.services.logread import whole_log
 from proxy.services.tasks import Supervisor, TaskSet
+from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings, seal_secret
 from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
@@ -95,6 +97,8 @@ class Worker:
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
+                              call_timeout=settings.mcp_timeout)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
@@ -307,6 +311,8 @@ class Worker:
                             event_ttl=self._settings.event_ttl,
                             log=self._hub.open(record.id),
                             conversation=await self._conversation(record, spec))
+        if spec.get("mcp"):
+            return await self._run_loop(job, record, spec, assembler, recorder)
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound
             # (at most --worker-concurrency jobs wait) but not past its deadline.
@@ -323,6 +329,24 @@ class Worker:
         call = self._admission.watch(call)
         turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
                     metrics=self._metrics)
+        running = self._running.get(record.id)
+        if running is not None:
+            running.turn = turn
+        async with contextlib.aclosing(turn.run()) as batches:
+            async for _ in batches:
+                pass
+        return recorder.final is not None
+
+    async def _run_loop(self, job: Job, record: StoredResponse, spec: dict[str, Any],
+                        assembler: Assembler, recorder: Recorder) -> bool:
+        """A job with MCP tools: the tool loop (services/toolloop.py) opens each upstream turn
+        and runs the calls; a cancel cancels this task, an MCP call in flight included."""
+        loop = ToolLoop(LoopPlan.from_spec(spec["mcp"]), self._mcp, self._fleet,
+                        self._admission, spec["chat"], spec["model"], record.tenant,
+                        affinity=spec.get("affinity"), home=spec.get("home"),
+                        priority=spec.get("service_tier") == "priority")
+        turn = Turn(None, assembler, self._tasks, recorder=recorder, started=True,
+                    metrics=self._metrics, loop=loop)
         running = self._running.get(record.id)
         if running is not None:
             running.turn = turn

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from proxy.core import ids as idp
+from proxy.core import mcp
 from proxy.core import types as t
 from proxy.core.assembler import Assembler, map_usage
 from proxy.core.cachekey import USE_CACHE, Directives
@@ -36,6 +37,7 @@ from proxy.core.errors import (
     InvalidRequest,
     NotFound,
     PreviousResponseNotFound,
+    ProxyError,
     ShuttingDown,
     UpstreamError,
 )
@@ -48,6 +50,7 @@ from proxy.core.sse import frames
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
+from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
@@ -56,12 +59,13 @@ from proxy.services.compaction import Compactor
 from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Fleet
+from proxy.services.fleet import Call, Fleet
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
+from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings, seal_secret
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
@@ -125,6 +129,8 @@ class ResponsesService:
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
+        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
+                              call_timeout=settings.mcp_timeout)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *,
@@ -149,7 +155,7 @@ class ResponsesService:
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
-                                sealer=self._sealer)
+                                sealer=self._sealer, mcp_allow=settings.mcp_allow)
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         if request.auto_compact or has_compaction(history.items) or \
@@ -169,6 +175,7 @@ class ResponsesService:
                       chat: dict[str, Any], directives: Directives,
                       job_limit: dict[str, Any] | None = None,
                       local: LocalChains | None = None) -> Outcome:
+        plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
         if history.compaction is not None:
             assembler.preface(history.compaction)
@@ -178,28 +185,26 @@ class ResponsesService:
         if cached.hit:
             return await self._cached(tenant, request, history, assembler, cached)
         if request.background:
-            outcome = await self._submit(tenant, request, history, chat, assembler, job_limit)
+            outcome = await self._submit(tenant, request, history, chat, assembler, job_limit,
+                                         plan=plan)
             outcome.headers.update(cached.headers())
             return outcome
-        await self._admission.admit(request.model, tenant,
-                                    priority=request.service_tier == "priority")
-        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
-                                      affinity=history.affinity, home=history.home)
-        call = self._admission.watch(call)
+        call, loop = await self._open(tenant, request, history, chat, plan)
         try:
             recorder = await self._recorder(tenant, request, assembler, history,
-                                            replica=call.replica.url)
+                                            replica=call.replica.url if call else None)
         except BaseException:
-            await self._tasks.shielded(call.aclose())
+            if call is not None:
+                await self._tasks.shielded(call.aclose())
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
-                    metrics=self._metrics)
+                    metrics=self._metrics, loop=loop)
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
             ended = self._keeper(tenant, cached, assembler)
             if local is not None:
                 ended = _then(ended, _remembering(local, assembler, request, history,
-                                                  call.replica.url))
+                                                  call, loop))
             return Outcome(stream=_sse(turn, owned, ended),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
@@ -209,14 +214,32 @@ class ResponsesService:
         if final["status"] == t.S_FAILED:
             if final["error"]["message"] == SHUTTING_DOWN:
                 raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
+            if loop is not None and loop.listing_failed:  # as OpenAI: 424, the tool's fault
+                raise ProxyError(final["error"]["message"], status=424, param="tools",
+                                 code=mcp.SERVER_ERROR)
             raise UpstreamError(final["error"]["message"])
         self._keeper(tenant, cached, assembler)()
         return Outcome(body=final, headers=cached.headers())
 
+    async def _open(self, tenant: str, request: ResponsesRequest, history: History,
+                    chat: dict[str, Any], plan: LoopPlan | None,
+                    ) -> tuple[Call | None, ToolLoop | None]:
+        """The upstream stream of a foreground turn, or (MCP tools) the tool loop that opens
+        each upstream turn itself."""
+        priority = request.service_tier == "priority"
+        if plan is not None:
+            return None, ToolLoop(plan, self._mcp, self._fleet, self._admission, chat,
+                                  request.model, tenant, affinity=history.affinity,
+                                  home=history.home, priority=priority)
+        await self._admission.admit(request.model, tenant, priority=priority)
+        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
+                                      affinity=history.affinity, home=history.home)
+        return self._admission.watch(call), None
+
     # -- the response cache (services/cache.py does the work) -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
                       directives: Directives) -> Lookup:
-        if self._cache is None:
+        if self._cache is None or request.mcp:  # tools run by us: never served from a cache
             return OFF
         return await self._cache.lookup_response(tenant, request, chat, directives)
 
@@ -280,10 +303,22 @@ class ResponsesService:
             "output": compacted_output(done.items, done.item),
             "usage": done.usage or map_usage({"prompt_tokens": 0}),
         }, headers=tolerance_headers(parsed.ignored, ()))
+    def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:
+        """The MCP tool loop's plan (servers listed earlier in the chain, approved calls), or
+        None for a request without MCP tools. An approval of nothing we asked is a 400."""
+        if not request.mcp:
+            return None
+        servers = {s.label: s for s in request.mcp}
+        ceiling = self._settings.max_mcp_calls
+        offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
+        return LoopPlan(request.mcp, mcp.listed_in(history.items),
+                        mcp.approvals(request.input, history.items, servers),
+                        min(request.max_tool_calls or ceiling, ceiling), offered, mode)
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler,
-                      job_limit: dict[str, Any] | None = None) -> Outcome:
+                      job_limit: dict[str, Any] | None = None, *,
+                      plan: LoopPlan | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
@@ -300,6 +335,10 @@ class ResponsesService:
                 "conversation": request.conversation,
                 # The worker's upstream call and log lines carry the creating request's id.
                 "request_id": current_request_id()}
+        if plan is not None:
+            # The worker runs the tool loop. The MCP headers ride in the job's spec (the
+            # worker needs them), never in the stored Response object.
+            spec["mcp"] = plan.to_spec()
         if job_limit:
             spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
         await self._background.submit(record, request.input, logged, spec)
@@ -392,7 +431,10 @@ def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[],
 
 
 def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesRequest,
-                 history: History, replica: str) -> Callable[[], None]:
-    return lambda: local.remember(assembler.snapshot(), history.items, history.parents,
-                                  request.input, replica)
+                 history: History, call: Call | None,
+                 loop: ToolLoop | None) -> Callable[[], None]:
+    # The replica that served the last turn (a tool loop may take several): the chain's home.
+    return lambda: local.remember(
+        assembler.snapshot(), history.items, history.parents, request.input,
+        call.replica.url if call is not None else (loop.home if loop is not None else None))
 

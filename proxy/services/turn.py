@@ -22,11 +22,12 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
 from proxy.core import types as t
-from proxy.core.assembler import Assembler
+from proxy.core.assembler import Assembler, Phase
 from proxy.core.chatstream import ChatStreamReader
 from proxy.core.errors import ProxyError, UpstreamTimeout
 from proxy.core.types import Event, Item, ResponseObject
@@ -37,6 +38,9 @@ from proxy.services.fleet import Call
 from proxy.services.tasks import TaskSet
 from proxy.store.base import Store, StoredEvent, Transition
 from proxy.upstream import map_transport_errors
+
+if TYPE_CHECKING:
+    from proxy.services.toolloop import ToolLoop
 
 log = logging.getLogger("proxy.turn")
 
@@ -96,10 +100,13 @@ class Recorder:
 
 
 class Turn:
-    def __init__(self, call: Call, assembler: Assembler, tasks: TaskSet, *,
+    def __init__(self, call: Call | None, assembler: Assembler, tasks: TaskSet, *,
                  recorder: Recorder | None = None, encode: bool = True,
-                 started: bool = False, metrics: Metrics | None = None) -> None:
+                 started: bool = False, metrics: Metrics | None = None,
+                 loop: ToolLoop | None = None) -> None:
+        # `call` is None when a tool loop opens the upstream turns itself (MCP tools).
         self.call = call
+        self._loop = loop
         self._metrics = metrics
         self.assembler = assembler
         self.recorder = recorder
@@ -122,7 +129,8 @@ class Turn:
         if self.assembler.done or self._stop_reason is not None:
             return
         self._stop_reason = reason
-        self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
+        if self.call is not None:
+            self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
 
     async def run(self) -> AsyncGenerator[Encoded, None]:
         """Batches of encoded events, the terminal one last. Closing the iterator early (the
@@ -167,7 +175,10 @@ class Turn:
     async def _abandon(self) -> None:
         """Our caller went away before the end: stop the upstream, close the log."""
         self._abandoned = True
-        await self.call.aclose()
+        if self.call is not None:
+            await self.call.aclose()
+        if self._loop is not None:
+            await self._loop.aclose()
         reason = self._stop_reason
         events = self.assembler.fail(reason) if reason else self.assembler.cancel()
         if self.recorder is not None and events:
@@ -195,17 +206,41 @@ class Turn:
             yield assembler.start()
         else:
             yield assembler.resume()
+        loop = self._loop
+        if loop is not None:  # MCP: list, run approved calls, open the first upstream turn
+            async for events in loop.start(assembler):
+                yield events
+            self.call = loop.call
+        while self.call is not None and not assembler.done:
+            async for events in self._read(self.call):
+                yield events
+            if loop is None or assembler.waiting is None or assembler.done:
+                return
+            # The model called an MCP tool: run it, then the next upstream turn.
+            async for events in loop.resume(assembler):
+                yield events
+            self.call = loop.call
+            if self._stop_reason is not None and not assembler.done:
+                # interrupted while no upstream call was open (during an MCP call): end here
+                await loop.aclose()
+                yield assembler.fail(self._stop_reason)
+                return
+
+    async def _read(self, call: Call) -> AsyncGenerator[list[Event], None]:
+        """One upstream turn through the assembler; ends at the terminal event, or where an
+        MCP call waits for the tool loop (the rest of that upstream turn is not read)."""
+        assembler = self.assembler
         reader = ChatStreamReader(assembler)
-        call = self.call
         try:
             with map_transport_errors(call.replica.url):
                 async for raw in call.response.aiter_raw():
                     events = reader.feed(raw)
                     if events:
                         yield events
-                    if assembler.done:
-                        break
-            if not assembler.done:
+                    if assembler.done or (assembler.phase is Phase.TOOL
+                                          and not assembler.turn_finished):
+                        break  # (a finished turn whose MCP call waits: read its usage)
+            if not assembler.done and assembler.phase is not Phase.TOOL:
                 yield reader.end()
         except UpstreamTimeout:
             yield assembler.fail("upstream stalled: no data within the first-token or idle timeout")

@@ -9,6 +9,7 @@ no directive can make the simulator hang or allocate without limit.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -53,6 +54,11 @@ class Directives:
     # `required` ones, as a real model mostly does; real clients (Codex's `exec_command`) take
     # an optional "sim" for a shell binary or a directory and fail.
     args: str | None = None
+    # Call this offered tool (by its function name upstream), with `call_args` (a JSON object
+    # written without spaces) or else a schema instance; only while the last message is not a
+    # tool result, so a tool loop's next turn answers in text.
+    call: str | None = None
+    call_args: str | None = None
 
 
 def strip(text: str) -> str:
@@ -93,7 +99,24 @@ def _apply(found: Directives, key: str, value: str) -> Directives:
         return replace(found, fail=_failure(value))
     if key == "args":
         return replace(found, args=_choice(key, value, TOOL_ARGS))
+    if key in ("call", "call_args"):
+        return _call(found, key, value)
     raise DirectiveError(f"unknown simulator directive `{key}`")
+
+
+def _call(found: Directives, key: str, value: str) -> Directives:
+    if key == "call":
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", value):
+            raise DirectiveError("simulator directive `call` needs a tool name")
+        return replace(found, call=value)
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise DirectiveError("simulator directive `call_args` needs a JSON object without "
+                             "spaces") from None
+    if not isinstance(parsed, dict):
+        raise DirectiveError("simulator directive `call_args` needs a JSON object")
+    return replace(found, call_args=json.dumps(parsed))
 
 
 def _failure(value: str) -> Failure:

@@ -9,7 +9,8 @@ Rules (in order):
     a `tools=N` directive asks for calls; otherwise no calls;
   - `tools=N` makes exactly N calls, cycling through the offered tools from the first chosen one
     (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
-  - `parallel_tool_calls: false` keeps only the first call.
+  - `parallel_tool_calls: false` keeps only the first call;
+  - a `call=NAME` directive (with `call_args=JSON`) makes exactly that one call, when offered.
 Arguments are `json.dumps` of a schema instance (only its required properties with the
 `args=required` directive) (vLLM's tool parsers re-serialise with json.dumps,
 so `{"city": "sim"}` with its spaces, not the compact form).
@@ -34,6 +35,14 @@ class Call:
 def choose_calls(req: ChatRequest) -> list[Call]:
     if not req.tools or req.tool_mode == "none" or _answers_tool_results(req):
         return []
+    named = req.directives.call
+    if named is not None:  # `call=NAME`: that tool (when offered), once
+        tool = next((t for t in req.tools if t.name == named), None)
+        if tool is None:
+            return []
+        arguments = req.directives.call_args or json.dumps(
+            instance(tool.parameters, req.hints, required_only=True))
+        return [Call(tool.name, arguments)]
     chosen = _chosen(req)
     wanted = req.directives.tools
     if wanted is not None and req.tool_mode != "named":

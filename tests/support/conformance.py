@@ -28,9 +28,16 @@ PAIRS = {
     "response.reasoning_text.done": "response.reasoning_text.delta",
     "response.function_call_arguments.done": "response.function_call_arguments.delta",
     "response.custom_tool_call_input.done": "response.custom_tool_call_input.delta",
+    # MCP tools run by the proxy: in_progress opens, completed or failed closes
+    "response.mcp_call_arguments.done": "response.mcp_call_arguments.delta",
+    "response.mcp_call.completed": "response.mcp_call.in_progress",
+    "response.mcp_call.failed": "response.mcp_call.in_progress",
+    "response.mcp_list_tools.completed": "response.mcp_list_tools.in_progress",
+    "response.mcp_list_tools.failed": "response.mcp_list_tools.in_progress",
 }
 DELTAS = {"response.output_text.delta", "response.reasoning_text.delta",
-          "response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+          "response.function_call_arguments.delta", "response.custom_tool_call_input.delta",
+          "response.mcp_call_arguments.delta"}
 STARTS = {start for start in PAIRS.values() if start not in DELTAS}
 LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TERMINALS}
 

@@ -351,6 +351,31 @@ def test_tools_directive_cycles_and_parallel_false_keeps_one() -> None:
     assert len(calls("[[sim tools=3]]", tools=both, parallel_tool_calls=False)) == 1
 
 
+def test_call_directive_calls_the_named_tool_with_the_given_arguments() -> None:
+    both = [WEATHER, TIME]
+    assert calls('[[sim call=get_time call_args={"tz":"UTC"}]]', tools=both) == \
+        [("get_time", '{"tz": "UTC"}')]
+    # without call_args: the required properties only; not offered: no call
+    assert calls("[[sim call=get_weather]]", tools=both) == [("get_weather", '{"city": "sim"}')]
+    assert calls("[[sim call=nope]]", tools=both) == []
+    assert calls("[[sim call=get_time]]", tools=both, tool_choice="none") == []
+    after_result = [
+        {"role": "user", "content": "[[sim call=get_time]]"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "noon"},
+    ]
+    req = parse_chat({"model": "sim-model", "messages": after_result, "tools": both}, CONFIG)
+    assert tools.choose_calls(req) == []
+
+
+@pytest.mark.parametrize("text", ["[[sim call_args=[1]]]", "[[sim call_args={x}]]",
+                                  "[[sim call=a/b]]"])
+def test_bad_call_directives_are_rejected(text: str) -> None:
+    with pytest.raises(directives.DirectiveError):
+        directives.parse(text)
+
+
 def test_a_tool_result_turn_is_answered_in_text() -> None:
     messages = [
         {"role": "user", "content": "call get_weather"},
