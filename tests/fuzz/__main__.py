@@ -27,23 +27,17 @@ BODY_LIMIT = 1 << 20
 WS_TARGET = "WebSocket frames on GET /v1/responses"
 
 
-def fuzz_websocket(url: str, known: s.Known, tally: harness.Tally, seconds: float) -> None:
+def fuzz_websocket(url: str, known: s.Known, writes: harness.Writes, tally: harness.Tally,
+                   seconds: float) -> None:
     ws_url = url.replace("http://", "ws://") + "/v1/responses"
 
-    def connection() -> object:
-        return connect(ws_url, additional_headers={"authorization": f"Bearer {KEY}"},
-                       open_timeout=10, close_timeout=5, max_size=None)
-
-    ws = connection()
-
-    def check(frame: str | bytes) -> None:
-        harness.ws_exchange(ws, frame)
-        tally.add(WS_TARGET, False)
-
+    ws = connect(ws_url, additional_headers={"authorization": f"Bearer {KEY}"},
+                 open_timeout=10, close_timeout=5, max_size=None)
     try:
-        harness.run_cases(s.ws_frames(known, BODY_LIMIT), check, seconds=seconds)
+        harness.run_cases(s.ws_frames(known, BODY_LIMIT),
+                          harness.ws_checker(ws, writes, tally, WS_TARGET), seconds=seconds)
     finally:
-        ws.close()  # type: ignore[attr-defined]
+        ws.close()
 
 
 def table(tally: harness.Tally, seconds: float, elapsed: float) -> str:
@@ -73,7 +67,7 @@ def main() -> int:
             targets = harness.http_targets(known, KEY)
             share = seconds / (len(targets) + 1)
             harness.fuzz_http(client, known, KEY, writes, tally, seconds=share)
-            fuzz_websocket(proxy.url, known, tally, share)
+            fuzz_websocket(proxy.url, known, writes, tally, share)
             harness.assert_healthy(client)
     except BaseException:
         print("proxy log tail:\n" + proxy.output(), file=sys.stderr)

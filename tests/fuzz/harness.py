@@ -249,9 +249,11 @@ def run_cases(strategy: st.SearchStrategy[Any], check: Callable[[Any], None], *,
 
         @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
-        @given(value=strategy)
-        def batch_of(value: Any) -> None:
-            check(value)
+        # Drawn inside (not `given(value=strategy)`): hypothesis would otherwise build the
+        # repr of the whole strategy tree, tens of kB, for its reports.
+        @given(data=st.data())
+        def batch_of(data: st.DataObject) -> None:
+            check(data.draw(strategy, label="case"))
 
         batch_of()
         if left is not None:
@@ -365,3 +367,25 @@ def fuzz_http(client: httpx.Client, known: s.Known, key: str, writes: Writes | N
         run_cases(strategy, http_checker(client, writes, tally, name), examples=examples,
                   seconds=seconds)
         assert_healthy(client)
+
+
+def ws_checker(ws: Any, writes: Writes | None, tally: Tally,
+               name: str) -> Callable[[str | bytes], None]:
+    """`ws_exchange` per frame; a frame answered only by error frames (a rejected create,
+    a frame that is not one) must not have written to Redis, checked as for HTTP."""
+    def check(frame: str | bytes) -> None:
+        if writes is not None:
+            writes.fence()
+        received = ws_exchange(ws, frame)
+        rejected = bool(received) and all(m.get("type") == "error" for m in received)
+        if writes is not None and rejected:
+            written = writes.fence()
+            if written:
+                writes.quiet()
+                again = ws_exchange(ws, frame)
+                written = writes.fence()
+                assert not (all(m.get("type") == "error" for m in again) and written), (
+                    f"ws frame {frame[:300]!r}: rejected yet wrote {written[:10]}")
+        tally.add(name, rejected, 400 if rejected else 200)
+
+    return check
