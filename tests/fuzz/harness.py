@@ -42,7 +42,8 @@ class Writes:
         self._redis = redis.Redis.from_url(url)
         self._redis.config_set("notify-keyspace-events", "KEA")
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        self._pubsub.psubscribe("__keyevent@*__:*")
+        db = self._redis.connection_pool.connection_kwargs.get("db", 0)
+        self._pubsub.psubscribe(f"__keyevent@{db}__:*")  # this database only
         self._pubsub.subscribe(_MARKER)
         self._lock = threading.Lock()
         self._events: list[tuple[str, str]] = []
