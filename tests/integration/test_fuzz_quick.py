@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
@@ -73,3 +74,22 @@ def test_deep_nesting_is_a_400_naming_the_field(app_client: TestClient) -> None:
                 assert response.json()["error"]["param"] == "metadata"
                 assert response.json()["error"]["code"] == "nesting_too_deep"
     harness.assert_healthy(app_client)
+
+
+def test_the_oracle_can_fail(writes: harness.Writes, redis_server: ServerProcess) -> None:
+    """The checks above are not vacuous: a write is seen, a wrong error shape is caught."""
+    client = redis.Redis(port=redis_server.port, db=3)
+    writes.fence()
+    client.set("fuzz:probe", "1")
+    client.delete("fuzz:probe")
+    assert writes.fence() == [("set", "fuzz:probe"), ("del", "fuzz:probe")]
+    assert writes.fence() == []
+    client.close()
+    for body in ({"error": "x"}, {"detail": "x"},
+                 {"error": {"message": "m", "type": "t", "param": None}},
+                 {"error": {"message": "", "type": "t", "param": None, "code": None}}):
+        with pytest.raises(AssertionError):
+            harness.check_error_body(400, body, "probe")
+    with pytest.raises(AssertionError):
+        harness.check_event({"type": "response.failed", "response": {
+            "error": {"code": "server_error", "message": "boom"}}}, "probe")
