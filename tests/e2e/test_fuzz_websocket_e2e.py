@@ -55,4 +55,4 @@ def test_generated_frames_get_events_or_error_frames(proxy: ServerProcess,
     finally:
         writes.close()
     assert tally.total == FRAMES
-    assert 0 < sum(tally.rejected.values()) < FRAMES  # both kinds of frame were made
+    assert sum(tally.rejected.values()) > 0  # the Redis check ran (accepted ones: above)
