@@ -42,12 +42,18 @@ def fuzz_websocket(url: str, known: s.Known, writes: harness.Writes, tally: harn
 
 def table(tally: harness.Tally, seconds: float, elapsed: float) -> str:
     lines = [f"Run: `make fuzz` with FUZZ_SECONDS={seconds:g} ({elapsed:.0f} s of wall time).",
-             "", "| Endpoint | Cases | Rejected (4xx, state checked) | 5xx |",
-             "|---|---:|---:|---:|"]
+             "", "| Endpoint | Cases | Accepted | Rejected (4xx, Redis checked) | 5xx |",
+             "|---|---:|---:|---:|---:|"]
     for name, count in tally.cases.items():
-        lines.append(f"| `{name}` | {count} | {tally.rejected.get(name, 0)} | 0 |")
-    lines.append(f"| **total** | **{tally.total}** | **{sum(tally.rejected.values())}** | "
-                 "**0** |")
+        rejected = tally.rejected.get(name, 0)
+        lines.append(f"| `{name}` | {count} | {count - rejected} | {rejected} | 0 |")
+    rejected = sum(tally.rejected.values())
+    lines.append(f"| **total** | **{tally.total}** | **{tally.total - rejected}** | "
+                 f"**{rejected}** | **0** |")
+    if tally.rechecked:
+        seen = sorted({key for _, keys in tally.rechecked for _, key in keys})
+        lines += ["", f"{len(tally.rechecked)} rejected cases saw a write of an earlier case "
+                      f"in their window and were sent again, writing nothing ({', '.join(seen)})."]
     return "\n".join(lines)
 
 

@@ -220,6 +220,8 @@ class Tally:
 
     cases: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+    # Rejected cases re-sent because a write landed in their window (none repeated it).
+    rechecked: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
     statuses: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def add(self, name: str, rejected: bool, status: int = 0) -> None:
@@ -275,6 +277,7 @@ def http_checker(client: httpx.Client, writes: Writes | None, tally: Tally,
             written = writes.fence()
             if written:
                 # Maybe an earlier accepted request's job: again, once Redis is quiet.
+                tally.rechecked.append((name, written[:5]))
                 writes.quiet()
                 again = send(client, case)
                 written = writes.fence()
