@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compat chaos soak redis-server nginx clean
+.PHONY: run test lint bench compat fuzz chaos soak redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.cache
 	$(BIN)/python -m bench.fleet
 	$(BIN)/python -m bench.wsloop
+
+## fuzz: generated requests (hypothesis: Responses bodies, mutated; query strings; headers;
+## WebSocket frames) on every endpoint of a real stack (uvicorn, redis-server, the simulator)
+## for FUZZ_SECONDS (default 300): no 5xx, OpenAI-shaped errors, no Redis write by a rejected
+## request; prints the cases run per endpoint (docs/RELIABILITY.md, "Fuzzing").
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP) redis-server
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/python -m tests.fuzz
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
 ## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).

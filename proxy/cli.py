@@ -96,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-embedding-timeout",
                        help="seconds an embedding call may take; slower is a miss (default 0.5)")
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
+    serve.add_argument("--max-input-items",
+                       help="input items accepted in one create (default 2048)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
     serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
     serve.add_argument("--params", help="lenient | strict: unknown create fields ignored (and "

@@ -280,6 +280,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         worker=not flags.get("no_worker"),
         worker_concurrency=count("worker_concurrency"),
         max_body_bytes=count("max_body_bytes"),
+        max_input_items=count("max_input_items"),
         timeouts=timeouts,
         ping_interval=seconds("ping_interval"),
         send_timeout=seconds("send_timeout"),

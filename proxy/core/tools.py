@@ -63,7 +63,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
         path = at("tools", i)
         tool = expect_object(raw, path)
         kind = tool.get("type")
-        if kind in HOSTED_TYPES:
+        if _hosted(kind):
             if not drop_hosted:
                 raise bad(at(path, "type"), f"Tool type {kind!r} is a hosted tool this server "
                           "cannot run (it serves chat models); leave it out, or run the proxy "
@@ -176,11 +176,17 @@ def parse_tool_choice(value: Any, tools: list[dict[str, Any]],
         return out
     if kind == "allowed_tools":
         return _allowed(choice, names)
-    if kind in HOSTED_TYPES or kind == "mcp":
+    if _hosted(kind) or kind == "mcp":
         raise bad("tool_choice.type", f"`tool_choice` forces the hosted tool {kind!r}, which this "
                                  "server does not run (hosted tools are left out of the "
                                  "request).")
     raise bad("tool_choice.type", f"Tool choice type {kind!r} is not supported: {_SUPPORTED}.")
+
+
+def _hosted(kind: Any) -> bool:
+    """A hosted tool's type; a `type` of the wrong JSON type (an object: unhashable) is not
+    one, and is refused below as an unsupported type rather than raising here."""
+    return isinstance(kind, str) and kind in HOSTED_TYPES
 
 
 def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
@@ -192,7 +198,7 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
         path = at("tool_choice.tools", i)
         entry = expect_object(raw, path)
         kind = entry.get("type")
-        if kind in HOSTED_TYPES:
+        if _hosted(kind):
             picked.append({"type": kind})  # allowed, never offered: the proxy cannot run it
             continue
         if kind == "mcp":  # the proxy runs it (core/mcp.py): every tool of that server

@@ -71,6 +71,8 @@ def test_defaults() -> None:
         ({"redis_url": "localhost:6379"}, {}, "--redis-url"),
         ({"api_key": ["has space"]}, {}, "--api-key"),
         ({"max_body_bytes": "-1"}, {}, "--max-body-bytes"),
+        ({}, {"PROXY_MAX_INPUT_ITEMS": "0"}, "--max-input-items"),
+        ({"max_input_items": "lots"}, {}, "--max-input-items"),
         ({"idle_timeout": "soon"}, {}, "--idle-timeout"),
     ],
 )
@@ -220,3 +222,10 @@ def test_lease_ttl_from_flag_or_environment() -> None:
         with pytest.raises(ConfigError) as info:
             build_settings({"lease_ttl": bad}, {})
         assert info.value.flag == "--lease-ttl"
+
+
+def test_max_input_items_from_flag_or_env() -> None:
+    assert build_settings({}, {}).max_input_items == 2048
+    assert build_settings({}, {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 64
+    assert build_settings({"max_input_items": "8"},
+                          {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 8
