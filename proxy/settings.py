@@ -130,6 +130,9 @@ class Settings:
     routing: str = "affinity"
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
+    # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
+    # state only through Redis, so it needs `redis_url`.
+    workers: int = 1
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -260,7 +263,14 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     if fleet_secret is not None and not _split(str(fleet_secret)):
         raise ConfigError("--fleet-secret", "give at least one non-empty secret")
     ca_bundle, https_proxy = _upstream_client(pick, env)
+    workers = _workers(pick("workers", "PROXY_WORKERS"))
+    if workers > 1 and not redis_url:
+        # The embedded store lives in one process's memory: N processes would be N proxies
+        # that cannot see each other's responses, streams or jobs.
+        raise ConfigError("--workers", "more than one process needs a shared store: "
+                                       "give --redis-url (or use --workers 1)")
     return Settings(
+        workers=workers,
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
         upstreams=upstreams,
@@ -308,6 +318,15 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 
 
 Pick = Callable[[str, str], object]
+
+
+def _workers(value: object) -> int:
+    """`--workers`: a count >= 1, or `auto` (the cores this process may run on)."""
+    if value is None or value == "":
+        return 1
+    if str(value).strip().lower() == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    return int(check_positive(value, "--workers", integer=True))
 
 
 def _fleet_file(path: object, upstreams: tuple[str, ...]) -> tuple[ReplicaSpec, ...]:
@@ -432,4 +451,5 @@ def describe(settings: Settings) -> Sequence[str]:
         f"store: {'redis' if settings.redis_url else 'embedded (one instance; lost on exit)'}",
         f"auth: {f'{len(keys)} key(s)' if (keys := accepted_keys(settings)) else 'OFF (no keys)'}",
         f"cache: {settings.cache}",
+        f"processes: {settings.workers}",
     )

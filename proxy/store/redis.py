@@ -99,7 +99,7 @@ class RedisStore:
         # Registered once: each keeps its sha and is loaded into the server on first use (and
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
-        self._append = client.register_script(scripts.APPEND_EVENTS)
+        self._append = client.register_script(scripts.APPEND_EVENTS_MANY)
         self._transition = client.register_script(scripts.TRANSITION)
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
@@ -314,25 +314,20 @@ class RedisStore:
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
+        blob = _packed_streams(batches)
         with store_errors():
             try:
-                await self._append_pipelined(batches, ttl)
+                await self._append_all(blob, ttl)
             except rex.NoScriptError:
                 # The server lost its script cache (a restart). Load the script and send the
                 # batch again: the events that did land are skipped as duplicates.
-                await self._client.script_load(scripts.APPEND_EVENTS)
-                await self._append_pipelined(batches, ttl)
+                await self._client.script_load(scripts.APPEND_EVENTS_MANY)
+                await self._append_all(blob, ttl)
 
-    async def _append_pipelined(self, batches: Mapping[str, Sequence[StoredEvent]],
-                                ttl: int) -> None:
-        # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
-        # EXISTS round trip to every flush.
-        def queue(pipe: Pipeline) -> None:
-            for rid, events in batches.items():
-                pipe.evalsha(self._append.sha, 2, keys.response(rid), keys.response_log(rid),
-                             ttl, _packed(events))
-
-        await self._pipelined(queue)
+    async def _append_all(self, blob: bytes, ttl: int) -> None:
+        # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
+        # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush.
+        await self._client.evalsha(self._append.sha, 0, ttl, blob)
 
     async def read_events(self, response_id: str, *, after: int = -1,
                           limit: int | None = None) -> list[StoredEvent]:
@@ -503,6 +498,13 @@ def _packed(events: Sequence[StoredEvent]) -> bytes:
     """Events as one script argument (scripts.py, `append_packed`)."""
     return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
                           for e in events])
+
+
+def _packed_streams(batches: Mapping[str, Sequence[StoredEvent]]) -> bytes:
+    """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
+    `<id> 0x03 <packed events>`, streams separated by 0x02 (ids are ASCII, JSON escapes both)."""
+    return b"\x02".join([b"%s\x03%s" % (rid.encode(), _packed(events))
+                          for rid, events in batches.items()])
 
 
 def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:

@@ -745,3 +745,24 @@ async def test_conversation_reads_are_one_round_trip(
         round_trips.reset()
         await call
         assert round_trips.count == 1
+
+
+async def test_one_flush_for_many_streams_skips_only_the_closed_one(store: RedisStore) -> None:
+    # One script call carries every stream of a flush and derives each stream's keys from its
+    # id (scripts.APPEND_EVENTS_MANY): the keys it writes must be keys.py's, with their TTL,
+    # and a closed stream in the batch must not stop the others.
+    await create(store, "resp_1", events=(event(0),))
+    await create(store, "resp_2", events=(event(0),))
+    await create(store, "resp_3")
+    await store.finish_response(response("resp_1", "completed"), event(1, "response.completed"),
+                                ttl=TTL, event_ttl=EVENT_TTL)
+    await store.append_events({"resp_1": [event(2)], "resp_2": [event(1), event(2)],
+                               "resp_3": [event(0, note="\x02\x03 separators")]},
+                              ttl=EVENT_TTL)
+    assert seqs(await store.read_events("resp_1")) == [0, 1]
+    assert seqs(await store.read_events("resp_2")) == [0, 1, 2]
+    assert await store.read_events("resp_3") == [event(0, note="\x02\x03 separators")]
+    for rid in ("resp_2", "resp_3"):
+        assert 0 < await store.client.ttl(keys.response_log(rid)) <= EVENT_TTL
+    got = await store.get_response(TENANT, "resp_3")
+    assert got is not None and got.logged
