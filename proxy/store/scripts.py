@@ -52,8 +52,7 @@ end
 # character, and types and numbers are plain ASCII. Reading the range in place (rather than a
 # `string.sub` of it) spares a copy of every stream's part of the flush.
 _APPEND_PACKED: Final = """
-local function append_packed(log, blob, pos, stop)
-  local last = last_seq(log)
+local function append_from(log, blob, pos, stop, last)
   local added = 0
   while pos < stop do
     local finish = string.find(blob, '\1', pos, true)
@@ -69,6 +68,11 @@ local function append_packed(log, blob, pos, stop)
     end
     pos = finish + 1
   end
+  return added, last
+end
+
+local function append_packed(log, blob, pos, stop)
+  local added = append_from(log, blob, pos, stop, last_seq(log))
   return added
 end
 """
@@ -140,13 +144,19 @@ while pos <= size do
   local stop = string.find(blob, '\2', pos, true) or (size + 1)
   local sep = string.find(blob, '\3', pos, true)
   local hash = 'rp:{' .. string.sub(blob, pos, sep - 1) .. '}'
-  local state = redis.call('HMGET', hash, 'tenant', 'logged', 'closed')
-  if state[1] and state[3] ~= '1' then
+  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last')
+  if state[1] and state[2] ~= '1' then
     local log = hash .. ':log'
-    local n = append_packed(log, blob, sep + 1, stop)
-    redis.call('EXPIRE', log, ARGV[1])
-    if n > 0 and state[2] ~= '1' then
-      redis.call('HSET', hash, 'logged', '1')
+    -- `last`: the log's newest sequence number as of this script's previous call, which
+    -- spares an XREVRANGE per stream and flush. Only this script keeps it; the others that
+    -- append (create, finish) do so before it first runs or close the log, so a missing
+    -- field (first flush) falls back to reading the log itself.
+    local last = tonumber(state[3]) or last_seq(log)
+    local n
+    n, last = append_from(log, blob, sep + 1, stop, last)
+    if n > 0 then
+      redis.call('HSET', hash, 'logged', '1', 'last', last)
+      redis.call('EXPIRE', log, ARGV[1])
     end
     added = added + n
   end
