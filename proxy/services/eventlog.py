@@ -88,7 +88,8 @@ class LogHandle:
         followers."""
         try:
             try:
-                await retried(f"event log flush of {self.response_id}", self.hub.flush_or_raise)
+                await retried(f"event log flush of {self.response_id}",
+                              lambda: self.hub.flush_through(self))
             except ProxyError as exc:
                 log.error("event log of %s left incomplete: %s", self.response_id, exc)
             result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
@@ -169,33 +170,54 @@ class EventLogHub:
         if not await self.flush_now():
             raise StoreUnavailable("the event log could not be written")
 
+    async def flush_through(self, handle: LogHandle) -> None:
+        """Return once every event given to `handle` is in the store (or its log was given
+        up); raise `StoreUnavailable` if the write failed.
+
+        Streams that finish together share flushes (a group commit): each waits for the flush
+        lock, and one that finds its events confirmed by a flush made meanwhile (every flush
+        writes every stream's pending events) leaves without a round trip of its own. Without
+        this, 256 streams ending in the same instant made 256 flushes one after another, and
+        the last stream waited for all of them: seconds on a busy Redis."""
+        if not handle.recent or handle.broken:
+            return
+        async with self._lock:
+            if not handle.recent or handle.broken:
+                return  # a flush made while we waited covered us
+            if not await self._flush_locked():
+                raise StoreUnavailable("the event log could not be written")
+
     async def flush_now(self) -> bool:
         """Write every stream's pending events; False if the write failed (the events are kept
         for the next attempt, up to `MAX_FLUSH_ATTEMPTS` in a row per stream)."""
         async with self._lock:
-            taken: dict[LogHandle, list[StoredEvent]] = {}
-            for handle in self._handles:
-                if handle.pending:
-                    taken[handle] = handle.pending
-                    handle.pending = []
-            if not taken:
-                return True
-            try:
-                await self.store.append_events({h.response_id: events
-                                                for h, events in taken.items()},
-                                               ttl=self.event_ttl)
-            except ProxyError as exc:
-                log.error("event log write failed for %d stream(s): %s", len(taken), exc)
-                for handle, events in taken.items():
-                    handle.failures += 1
-                    if handle.failures >= MAX_FLUSH_ATTEMPTS:
-                        handle.give_up()
-                    elif not handle.broken:
-                        handle.pending[:0] = events  # in front of what came meanwhile
-                return False
-            for handle, events in taken.items():
-                handle.confirmed(events[-1].seq)
+            return await self._flush_locked()
+
+    async def _flush_locked(self) -> bool:
+        """`flush_now`'s work; the caller holds `_lock` (one flush at a time keeps order)."""
+        taken: dict[LogHandle, list[StoredEvent]] = {}
+        for handle in self._handles:
+            if handle.pending:
+                taken[handle] = handle.pending
+                handle.pending = []
+        if not taken:
             return True
+        try:
+            await self.store.append_events({h.response_id: events
+                                            for h, events in taken.items()},
+                                           ttl=self.event_ttl)
+        except ProxyError as exc:
+            log.error("event log write failed for %d stream(s): %s", len(taken), exc)
+            for handle, events in taken.items():
+                handle.failures += 1
+                if handle.failures >= MAX_FLUSH_ATTEMPTS:
+                    handle.give_up()
+                elif not handle.broken:
+                    handle.pending[:0] = events  # in front of what came meanwhile
+            return False
+        for handle, events in taken.items():
+            handle.confirmed(events[-1].seq)
+        return True
 
     async def aclose(self) -> None:
         if self._task is not None:
