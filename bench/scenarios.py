@@ -57,6 +57,7 @@ BEGIN, END = "<!-- scenarios:begin -->", "<!-- scenarios:end -->"
 STREAM_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 SHORT_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 PROCESS_SYSTEMS = ("responses", "responses-store")
+TABLES = ("placement", "burst", "short", "processes")
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,10 @@ def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
 
 
 class Scenarios:
-    def __init__(self, sizes: Sizes, out: Callable[[str], None] = print) -> None:
+    def __init__(self, sizes: Sizes, out: Callable[[str], None] = print,
+                 only: Sequence[str] = TABLES) -> None:
         self.sizes = sizes
+        self.only = set(only)
         self.out = out
         self.results: list[Measured] = []
 
@@ -207,9 +210,14 @@ class Scenarios:
                 for proxy in (apart, beside):
                     with _using(stack, proxy):
                         bench.warm_up()
-                self.placement(bench, stack, apart, beside)
-                self.burst(bench, stack, beside)
-                self.short(bench, stack, beside)
+                if "placement" in self.only:
+                    self.placement(bench, stack, apart, beside)
+                if "burst" in self.only:
+                    self.burst(bench, stack, beside)
+                if "short" in self.only:
+                    self.short(bench, stack, beside)
+                if "processes" not in self.only:
+                    return self.results
                 # The processes rows run unpinned: both cores for everyone.
                 free = Pinning(None, None, "unpinned")
                 pin_self(frozenset(affinity))
@@ -341,9 +349,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run, about a minute")
     parser.add_argument("--docs", action="store_true", help="write docs/BENCHMARKS.md")
+    parser.add_argument("--only", default=",".join(TABLES),
+                        help=f"comma-separated tables to run (default {','.join(TABLES)})")
+    parser.add_argument("--streams", type=int, help="streams of the placement and burst rows")
+    parser.add_argument("--tokens", type=int, help="tokens of the placement and burst rows")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     sizes = QUICK if args.quick else Sizes()
-    results = Scenarios(sizes).run()
+    if args.streams:
+        sizes = dataclasses.replace(sizes, streams=args.streams)
+    if args.tokens:
+        sizes = dataclasses.replace(sizes, tokens=args.tokens)
+    only = [t for t in args.only.split(",") if t]
+    if any(t not in TABLES for t in only):
+        parser.error(f"--only takes {','.join(TABLES)}")
+    results = Scenarios(sizes, only=only).run()
     lines = tables(results, sizes)
     print("\n".join(lines))
     if args.docs:

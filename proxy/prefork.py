@@ -98,7 +98,7 @@ class Supervisor:
                     if index != slot and sock is not self.sockets[slot]:
                         sock.close()
                 code = self.serve(self.sockets[slot], parent)
-            except BaseException:  # noqa: BLE001 - a child must end here, whatever happened
+            except BaseException:  # a child must end here (os._exit), whatever happened
                 log.exception("worker process %d failed", os.getpid())
             finally:
                 logging.shutdown()

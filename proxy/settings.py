@@ -263,12 +263,7 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     if fleet_secret is not None and not _split(str(fleet_secret)):
         raise ConfigError("--fleet-secret", "give at least one non-empty secret")
     ca_bundle, https_proxy = _upstream_client(pick, env)
-    workers = _workers(pick("workers", "PROXY_WORKERS"))
-    if workers > 1 and not redis_url:
-        # The embedded store lives in one process's memory: N processes would be N proxies
-        # that cannot see each other's responses, streams or jobs.
-        raise ConfigError("--workers", "more than one process needs a shared store: "
-                                       "give --redis-url (or use --workers 1)")
+    workers = _workers(pick("workers", "PROXY_WORKERS"), shared=bool(redis_url))
     return Settings(
         workers=workers,
         host=str(pick("host", "PROXY_HOST") or defaults.host),
@@ -320,13 +315,21 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
 Pick = Callable[[str, str], object]
 
 
-def _workers(value: object) -> int:
-    """`--workers`: a count >= 1, or `auto` (the cores this process may run on)."""
+def _workers(value: object, *, shared: bool) -> int:
+    """`--workers`: a count >= 1, or `auto` (the cores this process may run on). More than one
+    needs a shared store (`shared`: a Redis URL)."""
     if value is None or value == "":
         return 1
     if str(value).strip().lower() == "auto":
-        return max(1, len(os.sched_getaffinity(0)))
-    return int(check_positive(value, "--workers", integer=True))
+        workers = max(1, len(os.sched_getaffinity(0)))
+    else:
+        workers = int(check_positive(value, "--workers", integer=True))
+    if workers > 1 and not shared:
+        # The embedded store lives in one process's memory: N processes would be N proxies
+        # that cannot see each other's responses, streams or jobs.
+        raise ConfigError("--workers", "more than one process needs a shared store: "
+                                       "give --redis-url (or use --workers 1)")
+    return workers
 
 
 def _fleet_file(path: object, upstreams: tuple[str, ...]) -> tuple[ReplicaSpec, ...]:

@@ -220,3 +220,20 @@ def test_lease_ttl_from_flag_or_environment() -> None:
         with pytest.raises(ConfigError) as info:
             build_settings({"lease_ttl": bad}, {})
         assert info.value.flag == "--lease-ttl"
+
+
+def test_workers_count_auto_and_the_shared_store_they_need() -> None:
+    import os
+
+    redis = {"redis_url": "redis://127.0.0.1:6379/0"}
+    assert build_settings({}, {}).workers == 1
+    assert build_settings({**redis, "workers": "3"}, {}).workers == 3
+    assert build_settings(redis, {"PROXY_WORKERS": "2"}).workers == 2
+    cores = len(os.sched_getaffinity(0))
+    if cores > 1:
+        assert build_settings({**redis, "workers": "auto"}, {}).workers == cores
+    assert build_settings({"workers": "1"}, {}).workers == 1  # one process: embedded is fine
+    for bad, flags in (("0", redis), ("two", redis), ("2", {})):
+        with pytest.raises(ConfigError) as info:
+            build_settings({**flags, "workers": bad}, {})
+        assert info.value.flag == "--workers"
