@@ -120,6 +120,9 @@ class EventLogHub:
         self._full = asyncio.Event()  # a stream reached `max_pending`: flush without waiting
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
+        # Resolved (True: written) by the next flush to start: what finishing streams wait on
+        # (`flush_through`). One future for all of them, so they all resume in one step.
+        self._next_round: asyncio.Future[bool] | None = None
         self._supervisor = supervisor or Supervisor()
 
     def open(self, response_id: str) -> LogHandle:
@@ -174,17 +177,26 @@ class EventLogHub:
         """Return once every event given to `handle` is in the store (or its log was given
         up); raise `StoreUnavailable` if the write failed.
 
-        Streams that finish together share flushes (a group commit): each waits for the flush
-        lock, and one that finds its events confirmed by a flush made meanwhile (every flush
-        writes every stream's pending events) leaves without a round trip of its own. Without
-        this, 256 streams ending in the same instant made 256 flushes one after another, and
-        the last stream waited for all of them: seconds on a busy Redis."""
-        if not handle.recent or handle.broken:
-            return
-        async with self._lock:
-            if not handle.recent or handle.broken:
-                return  # a flush made while we waited covered us
-            if not await self._flush_locked():
+        Streams that finish together share flushes (a group commit): each asks the flusher for
+        a flush now and waits on one future that the next flush to start resolves; every
+        flush writes every stream's pending events. Why not each take the flush lock in turn:
+        256 streams ending together then made 256 flushes one after another; and even when
+        most found their events already written, the lock is handed from waiter to waiter one
+        event-loop step at a time, and on a busy loop (one step = every stream's chunk of that
+        moment) that chain took seconds, with the timed flusher queued behind it: the probe of
+        issue 18 saw flushes ~8 s apart, each carrying 20-48k events."""
+        while handle.recent and not handle.broken:
+            if self._task is None or self._task.done():  # no flusher (closing): flush here
+                async with self._lock:
+                    if handle.recent and not handle.broken and not await self._flush_locked():
+                        raise StoreUnavailable("the event log could not be written")
+                return
+            round_ = self._next_round
+            if round_ is None:
+                round_ = self._next_round = asyncio.get_running_loop().create_future()
+            self._full.set()  # the flusher starts at once, without its window
+            self._wakeup.set()
+            if not await asyncio.shield(round_) and handle.recent and not handle.broken:
                 raise StoreUnavailable("the event log could not be written")
 
     async def flush_now(self) -> bool:
@@ -195,6 +207,18 @@ class EventLogHub:
 
     async def _flush_locked(self) -> bool:
         """`flush_now`'s work; the caller holds `_lock` (one flush at a time keeps order)."""
+        round_, self._next_round = self._next_round, None  # what waits on this flush
+        try:
+            written = await self._write_pending()
+        except BaseException:
+            if round_ is not None and not round_.done():
+                round_.set_result(False)
+            raise
+        if round_ is not None and not round_.done():
+            round_.set_result(written)
+        return written
+
+    async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
         for handle in self._handles:
             if handle.pending:
