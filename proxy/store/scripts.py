@@ -2,7 +2,8 @@
 
 Conventions every script keeps:
 - It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py.
+  slot), all passed in KEYS; field names are the ones in keys.py. One exception, said where it
+  is: APPEND_EVENTS_MANY (the event-log flush) writes many responses' logs in one call.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
