@@ -28,11 +28,14 @@ lint: $(STAMP)
 	$(BIN)/mypy proxy
 
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
-## the response cache's hit and miss latency at one stream (bench/cache.py); then the
-## routing policies on a fleet of three simulators with prefix caches (bench/fleet.py); then
-## a 20-step tool-calling loop over WebSocket against HTTP+SSE (bench/wsloop.py).
+## issue 18's rows (Redis beside the proxy and apart, the burst, short answers, 1 and 2
+## processes: bench/scenarios.py); then the response cache's hit and miss latency at one
+## stream (bench/cache.py); then the routing policies on a fleet of three simulators with
+## prefix caches (bench/fleet.py); then a 20-step tool-calling loop over WebSocket against
+## HTTP+SSE (bench/wsloop.py).
 bench: $(STAMP) redis-server
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.scenarios --docs
 	$(BIN)/python -m bench.cache
 	$(BIN)/python -m bench.fleet
 	$(BIN)/python -m bench.wsloop

@@ -23,6 +23,9 @@ Modules, one concept each:
     run       the command line: `python -m bench.run`
     clients   `python -m bench.clients`: our upstream client against aiohttp's, in one run
     aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
+    scenarios `python -m bench.scenarios`: Redis beside the proxy or apart, the burst, short
+              answers (requests per CPU-second), `serve --workers 1` against 2 (issue 18)
+    appends   `python -m bench.appends`: three ways to write an event-log flush, side by side
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
     wsloop    `python -m bench.wsloop`: a tool-calling agent loop over WebSocket vs HTTP+SSE

@@ -43,14 +43,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of a process, in clock ticks (0 if it has gone)."""
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of `/proc/<pid>/stat` after the name (None if the process has gone)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()  # the name may hold spaces: cut after it
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, in clock ticks (0 if it has gone)."""
+    fields = _stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields is not None else 0
+
+
+def tree_ticks(pid: int) -> int:
+    """`cpu_ticks` of a process plus those of its live children and of children it has
+    reaped (cutime + cstime): a `serve --workers N` supervisor with its N serving processes."""
+    fields = _stat(pid)
+    if fields is None:
         return 0
-    fields = raw[raw.rindex(b")") + 2:].split()  # the name may hold spaces: cut after it
-    return int(fields[11]) + int(fields[12])
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                child = _stat(entry.name)
+                if child is not None and child[1] == str(pid).encode():
+                    total += int(child[11]) + int(child[12])
+    return total
 
 
 def core_times() -> dict[int, tuple[int, int]]:
@@ -122,6 +143,7 @@ class Service:
     cores: frozenset[int] | None = None
     env: dict[str, str] | None = None
     stop_signal: int = signal.SIGTERM  # SIGINT lets a process under cProfile write its profile
+    tree: bool = False  # CPU counted with its child processes (`serve --workers N`)
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _log: IO[bytes] | None = field(default=None, init=False)
 
@@ -163,7 +185,10 @@ class Service:
         return self.proc is not None and self.proc.poll() is None
 
     def cpu_ticks(self) -> int:
-        return cpu_ticks(self.pid) if self.proc is not None else 0
+        if self.proc is None:
+            return 0
+        # A process that forks its servers (`serve --workers N`) is counted with its children.
+        return tree_ticks(self.pid) if self.tree else cpu_ticks(self.pid)
 
     def log_size(self) -> int:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -87,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
     serve.add_argument("--cache", help="off | exact | semantic (default off)")
     serve.add_argument("--no-worker", action="store_true", help="do not run background jobs")
+    serve.add_argument("--workers",
+                       help="serving processes on the port: a count or `auto` (one per core); "
+                            "more than 1 needs --redis-url (default 1)")
     serve.add_argument("--cache-ttl", help="seconds cache entries live (default 86400)")
     serve.add_argument("--embedding-model", help="fleet model for /v1/embeddings (semantic)")
     serve.add_argument("--cache-similarity", help="cosine a semantic hit needs (default 0.95)")
@@ -144,15 +148,43 @@ def _configure_logging(level: str, fmt: str = "text") -> None:
 
 
 def _serve(settings: Settings) -> None:
+    for line in describe(settings):
+        log.info(line)
+    if not accepted_keys(settings):
+        log.warning("no API keys configured: the proxy accepts every request (auth is off)")
+    if settings.workers == 1:
+        _serve_one(settings)
+        return
+    from proxy.prefork import Supervisor, listening_sockets
+
+    try:
+        sockets = listening_sockets(settings.host, settings.port, settings.workers)
+    except OSError as exc:
+        raise ConfigError("--port", f"cannot listen on {settings.host}:{settings.port}: "
+                                    f"{exc.strerror or exc}") from None
+    log.info("serving with %d processes on %s:%d", settings.workers, settings.host,
+             settings.port)
+
+    def child(sock: socket.socket, parent: int) -> int:
+        _serve_one(settings, sock, parent)
+        return 0
+
+    # A child's drain takes up to `--shutdown-grace`, then uvicorn's own 5 s: the supervisor
+    # waits that long, and a little more, before it kills what is left.
+    supervisor = Supervisor(settings.workers, sockets, child,
+                            stop_timeout=settings.shutdown_grace + 10)
+    code = supervisor.run()
+    if code:
+        raise SystemExit(code)
+
+
+def _serve_one(settings: Settings, sock: socket.socket | None = None,
+               parent: int | None = None) -> None:
     import uvicorn
 
     from proxy.app import create_app
     from proxy.server import DrainingServer
 
-    for line in describe(settings):
-        log.info(line)
-    if not accepted_keys(settings):
-        log.warning("no API keys configured: the proxy accepts every request (auth is off)")
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -171,7 +203,8 @@ def _serve(settings: Settings) -> None:
         # behind proxies that cut silent connections.
         ws_ping_interval=settings.ping_interval,
     )
-    DrainingServer(config, drain=lambda: app.state.runtime.drain()).run()
+    server = DrainingServer(config, drain=lambda: app.state.runtime.drain(), parent_pid=parent)
+    server.run(sockets=[sock] if sock is not None else None)
 
 
 def _worker(settings: Settings) -> None:

@@ -28,14 +28,16 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """`{"time", "level", "logger", "request_id", "message"}`, plus the access log's fields
-    (method, route, status, ...) as keys of their own, and `exc` for a traceback."""
+    """`{"time", "level", "logger", "pid", "request_id", "message"}`, plus the access log's
+    fields (method, route, status, ...) as keys of their own, and `exc` for a traceback. `pid`
+    tells the processes of `serve --workers N` apart (they share one output)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "time": self.formatTime(record),
             "level": record.levelname,
             "logger": record.name,
+            "pid": record.process,
             "request_id": getattr(record, "request_id", "-"),
             "message": record.getMessage(),
         }

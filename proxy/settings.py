@@ -139,6 +139,9 @@ class Settings:
     mcp_timeout: float = 60.0
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
+    # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
+    # state only through Redis, so it needs `redis_url`.
+    workers: int = 1
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -269,7 +272,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
     if fleet_secret is not None and not _split(str(fleet_secret)):
         raise ConfigError("--fleet-secret", "give at least one non-empty secret")
     ca_bundle, https_proxy = _upstream_client(pick, env)
+    workers = _workers(pick("workers", "PROXY_WORKERS"), shared=bool(redis_url))
     return Settings(
+        workers=workers,
         host=str(pick("host", "PROXY_HOST") or defaults.host),
         port=check_port(pick("port", "PROXY_PORT") or defaults.port),
         upstreams=upstreams,
@@ -335,6 +340,23 @@ def _mcp_allow(values: object) -> tuple[str, ...]:
                                              "host, e.g. https://tools.example.com/mcp")
         out.append(prefix)
     return tuple(out)
+
+
+def _workers(value: object, *, shared: bool) -> int:
+    """`--workers`: a count >= 1, or `auto` (the cores this process may run on). More than one
+    needs a shared store (`shared`: a Redis URL)."""
+    if value is None or value == "":
+        return 1
+    if str(value).strip().lower() == "auto":
+        workers = max(1, len(os.sched_getaffinity(0)))
+    else:
+        workers = int(check_positive(value, "--workers", integer=True))
+    if workers > 1 and not shared:
+        # The embedded store lives in one process's memory: N processes would be N proxies
+        # that cannot see each other's responses, streams or jobs.
+        raise ConfigError("--workers", "more than one process needs a shared store: "
+                                       "give --redis-url (or use --workers 1)")
+    return workers
 
 
 def _fleet_file(path: object, upstreams: tuple[str, ...]) -> tuple[ReplicaSpec, ...]:
@@ -459,4 +481,5 @@ def describe(settings: Settings) -> Sequence[str]:
         f"store: {'redis' if settings.redis_url else 'embedded (one instance; lost on exit)'}",
         f"auth: {f'{len(keys)} key(s)' if (keys := accepted_keys(settings)) else 'OFF (no keys)'}",
         f"cache: {settings.cache}",
+        f"processes: {settings.workers}",
     )

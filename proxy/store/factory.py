@@ -33,7 +33,12 @@ SOCKET_TIMEOUT = 5.0
 # timed out on the server side must arrive before the client gives up on the socket.
 BLOCK_MARGIN = 1.5
 HEALTH_CHECK_INTERVAL = 15
-MAX_CONNECTIONS = 64
+# Redis connections one process opens at most. Every stored stream makes a few round trips
+# as it starts and ends (create, lease, final write), each holding a connection for its round
+# trip; 256 streams starting together over 64 connections queued for them, and on a loaded
+# host some waited out the 2 s pool wait and failed with 503 (issue 18's burst rows). Redis
+# serves thousands of clients; 256 per process is cheap (one socket each, opened on demand).
+MAX_CONNECTIONS = 256
 # Oldest Redis we support (DESIGN.md): the embedded server refuses what 7.0 would refuse.
 EMBEDDED_VERSION = (7, 0)
 

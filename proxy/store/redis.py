@@ -103,7 +103,7 @@ class RedisStore:
         # Registered once: each keeps its sha and is loaded into the server on first use (and
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
-        self._append = client.register_script(scripts.APPEND_EVENTS)
+        self._append = client.register_script(scripts.APPEND_EVENTS_MANY)
         self._transition = client.register_script(scripts.TRANSITION)
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
@@ -318,23 +318,27 @@ class RedisStore:
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
+        blobs = _packed_calls(batches)
         with store_errors():
             try:
-                await self._append_pipelined(batches, ttl)
+                await self._append_all(blobs, ttl)
             except rex.NoScriptError:
                 # The server lost its script cache (a restart). Load the script and send the
                 # batch again: the events that did land are skipped as duplicates.
-                await self._client.script_load(scripts.APPEND_EVENTS)
-                await self._append_pipelined(batches, ttl)
+                await self._client.script_load(scripts.APPEND_EVENTS_MANY)
+                await self._append_all(blobs, ttl)
 
-    async def _append_pipelined(self, batches: Mapping[str, Sequence[StoredEvent]],
-                                ttl: int) -> None:
-        # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
-        # EXISTS round trip to every flush.
+    async def _append_all(self, blobs: list[bytes], ttl: int) -> None:
+        # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
+        # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
+        # flush bigger than `MAX_EVENTS_PER_CALL` goes as several calls in one pipeline.
+        if len(blobs) == 1:
+            await self._client.evalsha(self._append.sha, 0, ttl, blobs[0])
+            return
+
         def queue(pipe: Pipeline) -> None:
-            for rid, events in batches.items():
-                pipe.evalsha(self._append.sha, 2, keys.response(rid), keys.response_log(rid),
-                             ttl, _packed(events))
+            for blob in blobs:
+                pipe.evalsha(self._append.sha, 0, ttl, blob)
 
         await self._pipelined(queue)
 
@@ -507,6 +511,37 @@ def _packed(events: Sequence[StoredEvent]) -> bytes:
     """Events as one script argument (scripts.py, `append_packed`)."""
     return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
                           for e in events])
+
+
+# Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
+# anything else: a flush that grew large (the store slow, a backlog) would otherwise stall
+# every other client (creates, leases, final writes) for as long as it runs, and they in turn
+# let the next backlog grow. About 2 ms of Redis at this size (bench/appends.py).
+MAX_EVENTS_PER_CALL = 256
+
+
+def _packed_calls(batches: Mapping[str, Sequence[StoredEvent]]) -> list[bytes]:
+    """The flush as APPEND_EVENTS_MANY arguments of at most ~`MAX_EVENTS_PER_CALL` events
+    (a stream's events are never split: they stay in order within one call)."""
+    calls: list[bytes] = []
+    part: dict[str, Sequence[StoredEvent]] = {}
+    size = 0
+    for rid, events in batches.items():
+        if part and size + len(events) > MAX_EVENTS_PER_CALL:
+            calls.append(_packed_streams(part))
+            part, size = {}, 0
+        part[rid] = events
+        size += len(events)
+    if part:
+        calls.append(_packed_streams(part))
+    return calls
+
+
+def _packed_streams(batches: Mapping[str, Sequence[StoredEvent]]) -> bytes:
+    """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
+    `<id> 0x03 <packed events>`, streams separated by 0x02 (ids are ASCII, JSON escapes both)."""
+    return b"\x02".join([b"%s\x03%s" % (rid.encode(), _packed(events))
+                          for rid, events in batches.items()])
 
 
 def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:

@@ -2,7 +2,8 @@
 
 Conventions every script keeps:
 - It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py.
+  slot), all passed in KEYS; field names are the ones in keys.py. One exception, said where it
+  is: APPEND_EVENTS_MANY (the event-log flush) writes many responses' logs in one call.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -45,30 +46,34 @@ local function append(log, from)
 end
 """
 
-# `append_packed(log, blob)`: the same for events packed into one argument (the hot path: one
-# argument per response and flush instead of three per event, which redis-py encodes one by one
-# in Python). Records are separated by byte 1, fields (seq, type, data) by byte 0. Neither byte
-# can occur inside a record: JSON escapes every control character, and types and numbers are
-# plain ASCII.
+# `append_packed(log, blob, pos, stop)`: the same for events packed into bytes `pos` to
+# `stop - 1` of one argument (the hot path: one argument per flush instead of three per event,
+# which redis-py encodes one by one in Python). Records are separated by byte 1, fields (seq,
+# type, data) by byte 0. Neither byte can occur inside a record: JSON escapes every control
+# character, and types and numbers are plain ASCII. Reading the range in place (rather than a
+# `string.sub` of it) spares a copy of every stream's part of the flush.
 _APPEND_PACKED: Final = """
-local function append_packed(log, blob)
-  local last = last_seq(log)
+local function append_from(log, blob, pos, stop, last)
   local added = 0
-  local pos = 1
-  local size = #blob
-  while pos <= size do
-    local stop = string.find(blob, '\1', pos, true) or (size + 1)
+  while pos < stop do
+    local finish = string.find(blob, '\1', pos, true)
+    if not finish or finish > stop then finish = stop end
     local a = string.find(blob, '\0', pos, true)
     local b = string.find(blob, '\0', a + 1, true)
     local seq = tonumber(string.sub(blob, pos, a - 1))
     if seq > last then
       redis.call('XADD', log, '1-' .. seq, 't', string.sub(blob, a + 1, b - 1),
-                 'd', string.sub(blob, b + 1, stop - 1))
+                 'd', string.sub(blob, b + 1, finish - 1))
       last = seq
       added = added + 1
     end
-    pos = stop + 1
+    pos = finish + 1
   end
+  return added, last
+end
+
+local function append_packed(log, blob, pos, stop)
+  local added = append_from(log, blob, pos, stop, last_seq(log))
   return added
 end
 """
@@ -109,10 +114,54 @@ return 1
 APPEND_EVENTS: Final = _APPEND + _APPEND_PACKED + """
 local state = redis.call('HMGET', KEYS[1], 'tenant', 'logged', 'closed')
 if not state[1] or state[3] == '1' then return 0 end
-local added = append_packed(KEYS[2], ARGV[2])
+local added = append_packed(KEYS[2], ARGV[2], 1, #ARGV[2] + 1)
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 if added > 0 and state[2] ~= '1' then
   redis.call('HSET', KEYS[1], 'logged', '1')
+end
+return added
+"""
+
+# Append the events of every live stream of this process: one call per flush, whatever the
+# number of streams (the flusher's hot path, services/eventlog.py). Per stream it does what
+# APPEND_EVENTS does, with the same rules (unknown or closed responses dropped whole).
+# Why one call and not one per stream: at 256 streams with tokens 20 ms apart every flush
+# carries about one event per stream, so one script per stream meant one EVALSHA, its argument
+# parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
+# docs/BENCHMARKS.md, "Event-log appends").
+# KEYS: none. The keys are made here from the response ids, `rp:{<id>}` and `rp:{<id>}:log`
+#   (keys.py, checked by tests/integration/test_store_append_many.py): a script that names
+#   undeclared keys runs on a single Redis server (what the proxy connects to) but not on a
+#   cluster, which would need one call per slot.
+# ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
+#   <response id> byte 3 <packed events (`append_packed`)>. Ids are ASCII made by the proxy.
+# Returns the number of events added.
+APPEND_EVENTS_MANY: Final = _APPEND + _APPEND_PACKED + """
+local blob = ARGV[2]
+local size = #blob
+local pos = 1
+local added = 0
+while pos <= size do
+  local stop = string.find(blob, '\2', pos, true) or (size + 1)
+  local sep = string.find(blob, '\3', pos, true)
+  local hash = 'rp:{' .. string.sub(blob, pos, sep - 1) .. '}'
+  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last')
+  if state[1] and state[2] ~= '1' then
+    local log = hash .. ':log'
+    -- `last`: the log's newest sequence number as of this script's previous call, which
+    -- spares an XREVRANGE per stream and flush. Only this script keeps it; the others that
+    -- append (create, finish) do so before it first runs or close the log, so a missing
+    -- field (first flush) falls back to reading the log itself.
+    local last = tonumber(state[3]) or last_seq(log)
+    local n
+    n, last = append_from(log, blob, sep + 1, stop, last)
+    if n > 0 then
+      redis.call('HSET', hash, 'logged', '1', 'last', last)
+      redis.call('EXPIRE', log, ARGV[1])
+    end
+    added = added + n
+  end
+  pos = stop + 1
 end
 return added
 """

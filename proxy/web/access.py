@@ -35,6 +35,8 @@ from proxy.core.requestctx import CURRENT, RequestContext, accept_request_id
 
 _HEADER = b"x-request-id"
 _CACHE_HEADER = b"x-proxy-cache"
+# Scope key of the send a stream's body may use once its first bytes are out (see __call__).
+BODY_SEND = "proxy.body_send"
 # nginx's code for a request the client closed before an answer was sent.
 CLIENT_CLOSED = 499
 
@@ -77,6 +79,10 @@ class AccessLog:
                 message = {**message, "headers": headers}
             await send(message)
 
+        # The send beneath every wrapper of ours, for a stream's body once it has begun
+        # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers (ours and
+        # Starlette's) only hand messages on, and skipping them spares ~4 frames per token.
+        scope[BODY_SEND] = send
         try:
             await self.app(scope, receive, tagged)
         except asyncio.CancelledError:

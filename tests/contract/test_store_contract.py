@@ -745,3 +745,43 @@ async def test_conversation_reads_are_one_round_trip(
         round_trips.reset()
         await call
         assert round_trips.count == 1
+
+
+async def test_one_flush_for_many_streams_skips_only_the_closed_one(store: RedisStore) -> None:
+    # One script call carries every stream of a flush and derives each stream's keys from its
+    # id (scripts.APPEND_EVENTS_MANY): the keys it writes must be keys.py's, with their TTL,
+    # and a closed stream in the batch must not stop the others.
+    await create(store, "resp_1", events=(event(0),))
+    await create(store, "resp_2", events=(event(0),))
+    await create(store, "resp_3")
+    await store.finish_response(response("resp_1", "completed"), event(1, "response.completed"),
+                                ttl=TTL, event_ttl=EVENT_TTL)
+    await store.append_events({"resp_1": [event(2)], "resp_2": [event(1), event(2)],
+                               "resp_3": [event(0, note="\x02\x03 separators")]},
+                              ttl=EVENT_TTL)
+    assert seqs(await store.read_events("resp_1")) == [0, 1]
+    assert seqs(await store.read_events("resp_2")) == [0, 1, 2]
+    assert await store.read_events("resp_3") == [event(0, note="\x02\x03 separators")]
+    for rid in ("resp_2", "resp_3"):
+        assert 0 < await store.client.ttl(keys.response_log(rid)) <= EVENT_TTL
+    got = await store.get_response(TENANT, "resp_3")
+    assert got is not None and got.logged
+
+
+async def test_a_flush_bigger_than_one_call_is_split_in_one_round_trip(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    # A backlog (the store was slow) must not become one long script that stalls every other
+    # client: past MAX_EVENTS_PER_CALL events it goes as several calls, still one round trip.
+    from proxy.store.redis import MAX_EVENTS_PER_CALL
+
+    streams = 6
+    per_stream = MAX_EVENTS_PER_CALL // 2 + 1  # two streams never fit in one call
+    for n in range(streams):
+        await create(store, f"resp_{n}", events=(event(0),))
+    await store.append_events({"resp_0": [event(1)]}, ttl=EVENT_TTL)  # loads the script
+    round_trips.reset()
+    await store.append_events({f"resp_{n}": [event(i) for i in range(1, per_stream + 1)]
+                               for n in range(streams)}, ttl=EVENT_TTL)
+    assert round_trips.count == 1
+    for n in range(streams):
+        assert seqs(await store.read_events(f"resp_{n}")) == list(range(per_stream + 1))

@@ -227,3 +227,44 @@ async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
     assert seen == [0, 1]
     assert supervisor.restarts == 1 and not crashes
     await followers.aclose()
+
+
+async def test_streams_ending_together_share_their_flushes(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty streams finishing in the same instant while ten others go on streaming: each
+    finisher's events are in the store when its flush returns, yet the flushes are shared (a
+    group commit): a finisher already covered does not flush the live streams' new events."""
+    ids = [f"resp_g{n}" for n in range(40)]
+    live_ids = [f"resp_live{n}" for n in range(10)]
+    for rid in ids + live_ids:
+        record = StoredResponse({"id": rid, "status": "in_progress"}, "tenant", logged=True)
+        await store.create_response(record, [], ttl=60, event_ttl=60)
+    real = store.append_events
+    calls: list[int] = []
+
+    async def counted(batches: dict[str, list[StoredEvent]], **kwargs: int) -> None:
+        calls.append(len(batches))
+        await asyncio.sleep(0.01)  # a round trip's time, so that finishers pile up
+        await real(batches, **kwargs)
+
+    monkeypatch.setattr(store, "append_events", counted)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # no timed flush
+    handles = [hub.open(rid) for rid in ids]
+    live = [hub.open(rid) for rid in live_ids]
+    for handle in handles:
+        for seq in range(3):
+            handle.add(event(seq))
+
+    async def stream_on() -> None:
+        for seq in range(10_000):
+            for handle in live:
+                handle.add(event(seq))
+            await asyncio.sleep(0.001)
+
+    streaming = asyncio.create_task(stream_on())
+    await asyncio.gather(*(hub.flush_through(handle) for handle in handles))
+    streaming.cancel()
+    for rid in ids:
+        assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2]
+    assert len(calls) <= 3, calls  # one per stream would be 40
+    await hub.aclose()

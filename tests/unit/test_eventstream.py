@@ -91,3 +91,30 @@ async def test_a_body_that_fails_part_way_is_cut_not_ended_as_if_whole() -> None
     bodies = [m for m in messages if m["type"] == "http.response.body"]
     assert [m["body"] for m in bodies] == [b"data: 0\n\n"]
     assert all(m["more_body"] for m in bodies)
+
+
+async def test_after_the_first_bytes_the_body_skips_the_wrapped_send() -> None:
+    """The start and the first body bytes go through the middlewares' `send` (status, headers,
+    time to first byte); the rest goes to the send beneath them (`BODY_SEND`), in order."""
+    from proxy.web.access import BODY_SEND
+
+    frames = [b"", b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n"]
+    wire: list[tuple[str, bytes | None]] = []
+
+    async def finite() -> AsyncIterator[bytes]:
+        for frame in frames:
+            yield frame
+
+    async def raw(message: dict[str, Any]) -> None:
+        wire.append(("raw", message.get("body")))
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        wire.append(("wrapped", message.get("body")))
+        await raw(message)
+        wire.pop()  # counted once, as wrapped
+
+    stream = EventStream(finite(), ping=0, send_timeout=0)
+    async with asyncio.timeout(10):
+        await stream({"type": "http", BODY_SEND: raw}, never_disconnects, wrapped)
+    assert wire == [("wrapped", None), ("wrapped", b""), ("wrapped", b"data: 0\n\n"),
+                    ("raw", b"data: 1\n\n"), ("raw", b"data: 2\n\n"), ("raw", b"")]

@@ -229,3 +229,20 @@ def test_max_input_items_from_flag_or_env() -> None:
     assert build_settings({}, {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 64
     assert build_settings({"max_input_items": "8"},
                           {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 8
+
+
+def test_workers_count_auto_and_the_shared_store_they_need() -> None:
+    import os
+
+    redis = {"redis_url": "redis://127.0.0.1:6379/0"}
+    assert build_settings({}, {}).workers == 1
+    assert build_settings({**redis, "workers": "3"}, {}).workers == 3
+    assert build_settings(redis, {"PROXY_WORKERS": "2"}).workers == 2
+    cores = len(os.sched_getaffinity(0))
+    if cores > 1:
+        assert build_settings({**redis, "workers": "auto"}, {}).workers == cores
+    assert build_settings({"workers": "1"}, {}).workers == 1  # one process: embedded is fine
+    for bad, flags in (("0", redis), ("two", redis), ("2", {})):
+        with pytest.raises(ConfigError) as info:
+            build_settings({**flags, "workers": bad}, {})
+        assert info.value.flag == "--workers"

@@ -1,0 +1,163 @@
+"""`python -m bench.appends`: three ways to write one event-log flush, side by side (issue 18).
+
+The flush of `services/eventlog.py` at 256 streams x 20 ms/token carries about one event per
+stream (tokens are 20 ms apart, the window is 20 ms). Measured here without the proxy, on a
+redis-server of its own pinned to core 0 (this process on core 1), for `--streams` streams
+with `--events` events each per flush, `--flushes` flushes per round, the methods interleaved
+round by round:
+
+    per-stream  one EVALSHA of scripts.APPEND_EVENTS per stream, pipelined (before issue 18)
+    one-call    one EVALSHA of scripts.APPEND_EVENTS_MANY for every stream (what the store does)
+    xadd        plain pipelined XADD per event plus EXPIRE per stream, as redis-py sends them
+                (no tenant/closed check: the rules the scripts keep would be lost)
+
+Reported per 1,000 events: redis-server CPU (utime+stime from /proc) and this process's CPU
+(building and sending the commands, reading the replies). Both count: on one host they share
+the machine with the proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from redis.asyncio import Redis
+
+from bench.procs import CLK_TCK, Service, free_port, plan_pinning
+from bench.stack import HOST, redis_ok
+from proxy.store import keys, scripts
+from proxy.store.base import StoredEvent
+from proxy.store.redis import _packed, _packed_streams
+
+METHODS = ("per-stream", "one-call", "xadd")
+DELTA = (b'{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef",'
+         b'"output_index":0,"content_index":0,"delta":" word","logprobs":[],'
+         b'"sequence_number":%d}')
+
+
+def _batch(streams: int, events: int, seq: int) -> dict[str, list[StoredEvent]]:
+    return {f"resp_bench{n:05d}": [StoredEvent(seq + i, "response.output_text.delta",
+                                               DELTA % (seq + i)) for i in range(events)]
+            for n in range(streams)}
+
+
+async def _setup(client: Redis, streams: int) -> None:
+    async with client.pipeline(transaction=False) as pipe:
+        for n in range(streams):
+            rid = f"resp_bench{n:05d}"
+            pipe.delete(keys.response_log(rid))
+            pipe.hset(keys.response(rid), mapping={"tenant": "t", "status": "in_progress",
+                                                   "logged": "0", "closed": "0"})
+        await pipe.execute()
+
+
+def _writers(client: Redis, shas: dict[str, str]
+             ) -> dict[str, Callable[[dict[str, list[StoredEvent]]], Awaitable[object]]]:
+    async def per_stream(batch: dict[str, list[StoredEvent]]) -> object:
+        async with client.pipeline(transaction=False) as pipe:
+            for rid, events in batch.items():
+                pipe.evalsha(shas["per-stream"], 2, keys.response(rid), keys.response_log(rid),
+                             3600, _packed(events))
+            return await pipe.execute()
+
+    async def one_call(batch: dict[str, list[StoredEvent]]) -> object:
+        return await client.evalsha(shas["one-call"], 0, 3600, _packed_streams(batch))
+
+    async def xadd(batch: dict[str, list[StoredEvent]]) -> object:
+        async with client.pipeline(transaction=False) as pipe:
+            for rid, events in batch.items():
+                log = keys.response_log(rid)
+                for e in events:
+                    pipe.xadd(log, {"t": e.type, "d": e.data}, id=keys.log_entry_id(e.seq))
+                pipe.expire(log, 3600)
+            return await pipe.execute()
+
+    return {"per-stream": per_stream, "one-call": one_call, "xadd": xadd}
+
+
+async def _measure(redis_pid: int, port: int, streams: int, events: int, flushes: int,
+                   rounds: int) -> dict[str, tuple[float, float]]:
+    client = Redis(host=HOST, port=port)
+    shas = {"per-stream": await client.script_load(scripts.APPEND_EVENTS),
+            "one-call": await client.script_load(scripts.APPEND_EVENTS_MANY)}
+    writers = _writers(client, shas)
+    from bench.procs import cpu_ticks
+    totals = {m: [0, 0.0, 0] for m in METHODS}  # redis ticks, own seconds, events
+    try:
+        for _ in range(rounds):
+            for method in METHODS:
+                await _setup(client, streams)
+                write = writers[method]
+                seq = 0
+                ticks0, own0 = cpu_ticks(redis_pid), time.process_time()
+                for _ in range(flushes):
+                    await write(_batch(streams, events, seq))
+                    seq += events
+                totals[method][0] += cpu_ticks(redis_pid) - ticks0
+                totals[method][1] += time.process_time() - own0
+                totals[method][2] += streams * events * flushes
+    finally:
+        await client.aclose()
+    return {m: (ticks * 1000 / CLK_TCK * 1000 / n, own * 1000 * 1000 / n)
+            for m, (ticks, own, n) in totals.items()}
+
+
+def run(streams: int, events: int, flushes: int, rounds: int) -> dict[str, tuple[float, float]]:
+    pinning = plan_pinning()
+    affinity = os.sched_getaffinity(0)
+    workdir = tempfile.mkdtemp(prefix="bench-appends-")
+    port = free_port()
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed")
+    logs = tempfile.mkdtemp(prefix="bench-appends-logs-")
+    from pathlib import Path
+    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(port), "--save", "",
+                                     "--appendonly", "no", "--dir", workdir],
+                    Path(logs) / "redis.log", pinning.proxy)
+    try:
+        redis.start(lambda: redis_ok(port))
+        if pinning.load is not None:
+            os.sched_setaffinity(0, pinning.load)
+        return asyncio.run(_measure(redis.pid, port, streams, events, flushes, rounds))
+    finally:
+        redis.stop()
+        os.sched_setaffinity(0, affinity)
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def table(results: dict[str, tuple[float, float]]) -> list[str]:
+    base = sum(results["per-stream"])
+    lines = ["| method | redis-server CPU ms / 1k events | client CPU ms / 1k events | "
+             "both | x per-stream |", "|---|---:|---:|---:|---:|"]
+    for method, (redis_ms, own_ms) in results.items():
+        both = redis_ms + own_ms
+        lines.append(f"| {method} | {redis_ms:.1f} | {own_ms:.1f} | {both:.1f} "
+                     f"| {both / base:.2f} |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.appends", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--events", type=int, default=1, help="events per stream per flush")
+    parser.add_argument("--flushes", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    results = run(args.streams, args.events, args.flushes, args.rounds)
+    print(f"{args.streams} streams x {args.events} event(s) per flush, {args.flushes} flushes "
+          f"x {args.rounds} rounds, interleaved")
+    print("\n".join(table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

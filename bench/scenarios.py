@@ -1,0 +1,379 @@
+"""`python -m bench.scenarios` (run by `make bench` after the matrix): the rows of issue 18.
+
+Each table's ratios come from rows measured side by side in this one run, interleaved, with
+the matrix's own row (`matrix.Bench.run_one`: same load generator, stream checks, CPU and TTFT
+figures). What runs, on this machine's two cores:
+
+    simulator, load generator (this process)        core 1 (the load core)
+    redis "apart"                                   core 1
+    redis "beside"                                  core 0, next to the proxy
+    proxy "apart"    serve, pinned to core 0, using redis apart   (the matrix's placement)
+    proxy "beside"   serve, pinned to core 0, using redis beside  (one host, one core)
+    proxy "w1", "w2" serve --workers 1 / 2 on redis apart, not pinned (the processes rows)
+
+The proxies not being measured sit idle. Every row's CPU is counted for the proxy (its worker
+processes included) and for the Redis it uses: Redis's work is caused by the proxy, so
+`proxy+redis ms/1k` is the cost of a token wherever Redis runs.
+
+Tables:
+  placement  256 streams x 256 tokens x 20 ms, ramped (steady): direct, passthrough,
+             responses, responses-store, through the proxy with Redis apart and beside;
+  burst      the same with every stream starting in the same instant (no ramp), Redis beside;
+  short      16-token answers at 0 ms/token, 32 streams: requests per second, and requests per
+             CPU-second of proxy + Redis (requests per second per core at saturation);
+  processes  the short load at 64 streams through `serve --workers 1` and `--workers 2`, all
+             processes unpinned (both cores shared by the proxy, Redis, the simulator and the
+             load generator: see the docs for what that bounds).
+
+`--quick` is a smoke run (fewer streams and tokens, short windows). `--docs` writes the tables
+into docs/BENCHMARKS.md between the `scenarios:begin` / `scenarios:end` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import machine
+from bench.matrix import Bench, plan_row
+from bench.options import ROOT, Options, parse_options
+from bench.procs import CLK_TCK, Pinning, Service, free_port, pin_self, plan_pinning
+from bench.run import _loop_factory
+from bench.stack import HOST, Stack, StackOptions, http_ok, redis_ok
+from bench.stats import Row, compare_with_direct
+from bench.systems import SYSTEMS
+
+BEGIN, END = "<!-- scenarios:begin -->", "<!-- scenarios:end -->"
+STREAM_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
+SHORT_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
+PROCESS_SYSTEMS = ("responses", "responses-store")
+TABLES = ("placement", "burst", "short", "processes")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    streams: int = 256
+    tokens: int = 256
+    delay: float = 20.0
+    short_streams: int = 32
+    process_streams: int = 64
+    short_tokens: int = 16
+    seconds: float = 5.0
+    waves: int = 2
+
+
+QUICK = Sizes(streams=16, tokens=32, short_streams=8, process_streams=8, seconds=1.0, waves=1)
+
+
+@dataclass
+class Proxy:
+    """One proxy under test and the Redis it uses."""
+
+    name: str
+    service: Service
+    port: int
+    redis: Service
+    redis_port: int
+
+
+@dataclass
+class Measured:
+    table: str
+    label: str  # the proxy (or `-` for direct)
+    row: Row
+
+    @property
+    def cpu_ms_per_1k(self) -> dict[str, float | None]:
+        tokens = self.row.total_tokens
+        out: dict[str, float | None] = {}
+        for key in ("proxy", "redis"):
+            ticks = self.row.cpu_ticks.get(key, 0)
+            out[key] = ticks * 1000 / CLK_TCK * 1000 / tokens if tokens else None
+        both = [v for v in out.values() if v is not None]
+        out["both"] = sum(both) if len(both) == 2 else None
+        return out
+
+    @property
+    def requests_per_cpu_second(self) -> float | None:
+        """Requests the row completed per CPU-second of proxy + Redis."""
+        ticks = self.row.cpu_ticks.get("proxy", 0) + self.row.cpu_ticks.get("redis", 0)
+        done = self.row.upstream.get("streams_completed") or 0
+        return done / (ticks / CLK_TCK) if ticks else None
+
+
+def _redis(name: str, cores: frozenset[int] | None, log_dir: Path, env: dict[str, str],
+           workdir: str) -> tuple[Service, int]:
+    exe = shutil.which("redis-server")
+    assert exe is not None
+    port = free_port()
+    service = Service(name, [exe, "--bind", HOST, "--port", str(port), "--save", "",
+                             "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
+                      log_dir / f"{name}.log", cores, env)
+    service.start(lambda: redis_ok(port))
+    return service, port
+
+
+def _proxy(stack: Stack, name: str, redis: Service, redis_port: int,
+           cores: frozenset[int] | None, log_dir: Path, extra: Sequence[str] = ()) -> Proxy:
+    port = free_port()
+    args = list(stack.proxy.args)
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--redis-url") + 1] = f"redis://{HOST}:{redis_port}/0"
+    service = Service(name, [*args, *extra], log_dir / f"{name}.log", cores, stack.proxy.env,
+                      tree=bool(extra))
+    service.start(lambda: http_ok(port, "/healthz") and http_ok(port, "/readyz"))
+    return Proxy(name, service, port, redis, redis_port)
+
+
+@contextmanager
+def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
+    """Point the matrix's stack (what `Bench` measures) at `proxy` and its Redis."""
+    saved = (stack.proxy, stack.proxy_port, stack.redis, stack.redis_port)
+    stack.proxy, stack.proxy_port = proxy.service, proxy.port
+    stack.redis, stack.redis_port = proxy.redis, proxy.redis_port
+    try:
+        yield
+    finally:
+        stack.proxy, stack.proxy_port, stack.redis, stack.redis_port = saved
+
+
+class Scenarios:
+    def __init__(self, sizes: Sizes, out: Callable[[str], None] = print,
+                 only: Sequence[str] = TABLES) -> None:
+        self.sizes = sizes
+        self.only = set(only)
+        self.out = out
+        self.results: list[Measured] = []
+
+    def options(self, tokens: int, delay: float, concurrency: int) -> Options:
+        return parse_options(["--systems", ",".join(STREAM_SYSTEMS), "--concurrency",
+                              str(concurrency), "--delays", f"{delay:g}", "--tokens",
+                              str(tokens), "--seconds", f"{self.sizes.seconds:g}", "--waves",
+                              str(self.sizes.waves), "--retries", "0", "--no-docs",
+                              "--warmup-seconds", "0.5"])
+
+    def row(self, bench: Bench, stack: Stack, table: str, proxy: Proxy | None, system: str,
+            tokens: int, delay: float, concurrency: int, *, burst: bool = False) -> Row:
+        options = self.options(tokens, delay, concurrency)
+        bench.options = options
+        spec = SYSTEMS[system]
+        plan = plan_row(stack, spec, concurrency, delay, options)
+        if burst:
+            plan = dataclasses.replace(plan, ramp=0.0)  # every stream in the same instant
+        row, _ = bench.run_one(spec, concurrency, delay, plan)
+        label = proxy.name if proxy is not None and spec.via_proxy else "-"
+        self.results.append(Measured(table, label, row))
+        cell = [m.row for m in self.results if m.table == table and m.label in (label, "-")]
+        compare_with_direct(cell)
+        measured = self.results[-1]
+        cpu = measured.cpu_ms_per_1k
+        self.out(f"{table:<9} {label:<7} {system:<16} tok/s {row.tps:8.0f}  x direct "
+                 f"{row.tps_ratio or 0:5.3f}  ttft p50 {row.ttft_ms['p50'] or 0:8.1f} ms  "
+                 f"proxy+redis {cpu['both'] or 0:6.1f} ms/1k  req/s {row.rps:7.1f}  "
+                 f"errors {row.errors}")
+        return row
+
+    def run(self) -> list[Measured]:
+        sizes = self.sizes
+        pinning = plan_pinning()
+        affinity = os.sched_getaffinity(0)
+        pin_self(pinning.load)
+        log_dir = ROOT / "bench" / "results" / f"scenarios-{time.strftime('%Y%m%dT%H%M%S')}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        redis_dir = tempfile.mkdtemp(prefix="bench-scenarios-")
+        stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
+                                   worker_concurrency=max(sizes.streams, 64)))
+        extra: list[Service] = []
+        try:
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
+                env = stack.proxy.env or {}
+                beside_redis, beside_port = _redis("redis-beside", pinning.proxy, log_dir, env,
+                                                   redis_dir)
+                extra.append(beside_redis)
+                apart = Proxy("apart", stack.proxy, stack.proxy_port, stack.redis,
+                              stack.redis_port)
+                beside = _proxy(stack, "beside", beside_redis, beside_port, pinning.proxy,
+                                log_dir)
+                extra.append(beside.service)
+                bench = Bench(self.options(sizes.tokens, sizes.delay, sizes.streams), stack,
+                              runner, self.out)
+                for proxy in (apart, beside):
+                    with _using(stack, proxy):
+                        bench.warm_up()
+                if "placement" in self.only:
+                    self.placement(bench, stack, apart, beside)
+                if "burst" in self.only:
+                    self.burst(bench, stack, beside)
+                if "short" in self.only:
+                    self.short(bench, stack, beside)
+                if "processes" not in self.only:
+                    return self.results
+                # The processes rows run unpinned: both cores for everyone.
+                free = Pinning(None, None, "unpinned")
+                pin_self(frozenset(affinity))
+                w1 = _proxy(stack, "w1", stack.redis, stack.redis_port, free.proxy, log_dir,
+                            ["--workers", "1"])
+                extra.append(w1.service)
+                w2 = _proxy(stack, "w2", stack.redis, stack.redis_port, free.proxy, log_dir,
+                            ["--workers", "2"])
+                extra.append(w2.service)
+                self.processes(bench, stack, w1, w2)
+        finally:
+            for service in extra:
+                service.stop()
+            shutil.rmtree(redis_dir, ignore_errors=True)
+            os.sched_setaffinity(0, affinity)
+        return self.results
+
+    def placement(self, bench: Bench, stack: Stack, apart: Proxy, beside: Proxy) -> None:
+        s = self.sizes
+        self.row(bench, stack, "placement", None, "direct", s.tokens, s.delay, s.streams)
+        for system in STREAM_SYSTEMS[1:]:
+            for proxy in (apart, beside):
+                with _using(stack, proxy):
+                    self.row(bench, stack, "placement", proxy, system, s.tokens, s.delay,
+                             s.streams)
+
+    def burst(self, bench: Bench, stack: Stack, beside: Proxy) -> None:
+        s = self.sizes
+        for system in STREAM_SYSTEMS:
+            with _using(stack, beside):
+                self.row(bench, stack, "burst", beside, system, s.tokens, s.delay, s.streams,
+                         burst=True)
+
+    def short(self, bench: Bench, stack: Stack, beside: Proxy) -> None:
+        s = self.sizes
+        for system in SHORT_SYSTEMS:
+            with _using(stack, beside):
+                self.row(bench, stack, "short", beside, system, s.short_tokens, 0.0,
+                         s.short_streams)
+
+    def processes(self, bench: Bench, stack: Stack, w1: Proxy, w2: Proxy) -> None:
+        s = self.sizes
+        for system in PROCESS_SYSTEMS:
+            for proxy in (w1, w2):
+                with _using(stack, proxy):
+                    self.row(bench, stack, "processes", proxy, system, s.short_tokens, 0.0,
+                             s.process_streams)
+
+
+# -- report --------------------------------------------------------------------------------------
+
+def _n(value: float | None, digits: int = 1, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def tables(results: Sequence[Measured], sizes: Sizes) -> list[str]:
+    lines: list[str] = []
+    stream_head = ("| system | Redis | tok/s | x direct | TTFT p50 ms | dTTFT p50 ms | TTFT p99 ms "
+                   "| proxy ms/1k | Redis ms/1k | proxy+Redis ms/1k | proxy core % | errors |")
+    stream_rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    titles = {
+        "placement": f"Steady: {sizes.streams} streams x {sizes.tokens} tokens x "
+                     f"{sizes.delay:g} ms, starts spread over one request (ramp)",
+        "burst": f"Burst: {sizes.streams} streams x {sizes.tokens} tokens x {sizes.delay:g} ms, "
+                 "all starting at once, Redis beside the proxy",
+    }
+    for table in ("placement", "burst"):
+        rows = [m for m in results if m.table == table]
+        if not rows:
+            continue
+        lines += ["", f"**{titles[table]}**", "", stream_head, stream_rule]
+        for m in rows:
+            r, cpu = m.row, m.cpu_ms_per_1k
+            redis = {"apart": "other core", "beside": "proxy's core"}.get(m.label, "-")
+            lines.append(
+                f"| {r.system} | {redis} | {r.tps:.0f} | {_n(r.tps_ratio, 3)} "
+                f"| {_n(r.ttft_ms['p50'])} | {_n(r.ttft_p50_delta_ms, 1, True)} "
+                f"| {_n(r.ttft_ms['p99'])} | {_n(cpu['proxy'])} | {_n(cpu['redis'])} "
+                f"| {_n(cpu['both'])} | {_n(r.proxy_core_pct, 0)} | {r.errors} |")
+    short = [m for m in results if m.table == "short"]
+    if short:
+        lines += ["", f"**Short answers: {sizes.short_tokens} tokens at 0 ms/token, "
+                      f"{sizes.short_streams} streams, Redis beside the proxy**", "",
+                  "| system | req/s | requests per CPU-second (proxy + Redis) | TTFT p50 ms "
+                  "| proxy core % | errors |", "|---|---:|---:|---:|---:|---:|"]
+        for m in short:
+            r = m.row
+            per_core = "-" if r.system == "direct" else _n(m.requests_per_cpu_second, 0)
+            lines.append(f"| {r.system} | {r.rps:.0f} | {per_core} | {_n(r.ttft_ms['p50'])} "
+                         f"| {_n(r.proxy_core_pct, 0)} | {r.errors} |")
+    procs = [m for m in results if m.table == "processes"]
+    if procs:
+        lines += ["", f"**Processes: `serve --workers 1` against `--workers 2`, "
+                      f"{sizes.short_tokens}-token answers at 0 ms/token, "
+                      f"{sizes.process_streams} streams; the proxy processes and the load "
+                      "generator unpinned "
+                      "(simulator and Redis stay on core 1)**", "",
+                  "| system | processes | req/s | x 1 process | requests per CPU-second "
+                  "(proxy + Redis) | proxy CPU % of a core | errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        base = {m.row.system: m.row.rps for m in procs if m.label == "w1"}
+        for m in procs:
+            r = m.row
+            ratio = r.rps / base[r.system] if base.get(r.system) else None
+            lines.append(f"| {r.system} | {m.label[1:]} | {r.rps:.0f} | {_n(ratio, 2)} "
+                         f"| {_n(m.requests_per_cpu_second, 0)} | {_n(r.proxy_core_pct, 0)} "
+                         f"| {r.errors} |")
+    return lines
+
+
+def write_docs(path: Path, lines: Sequence[str], meta: str) -> None:
+    text = path.read_text()
+    block = "\n".join([BEGIN, "### Issue 18 scenarios (generated by `python -m bench.scenarios`;"
+                       " do not edit by hand)", "", meta, *lines, END])
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        marker = "<!-- bench:begin -->"
+        text = text.replace(marker, block + "\n\n" + marker) if marker in text \
+            else text + "\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scenarios", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run, about a minute")
+    parser.add_argument("--docs", action="store_true", help="write docs/BENCHMARKS.md")
+    parser.add_argument("--only", default=",".join(TABLES),
+                        help=f"comma-separated tables to run (default {','.join(TABLES)})")
+    parser.add_argument("--streams", type=int, help="streams of the placement and burst rows")
+    parser.add_argument("--tokens", type=int, help="tokens of the placement and burst rows")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    sizes = QUICK if args.quick else Sizes()
+    if args.streams:
+        sizes = dataclasses.replace(sizes, streams=args.streams)
+    if args.tokens:
+        sizes = dataclasses.replace(sizes, tokens=args.tokens)
+    only = [t for t in args.only.split(",") if t]
+    if any(t not in TABLES for t in only):
+        parser.error(f"--only takes {','.join(TABLES)}")
+    results = Scenarios(sizes, only=only).run()
+    lines = tables(results, sizes)
+    print("\n".join(lines))
+    if args.docs:
+        info = machine.describe(ROOT)
+        meta = (f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                f"proxy commit {info.get('commit', '?')}; {info.get('cpu', '')}")
+        write_docs(ROOT / "docs" / "BENCHMARKS.md", lines, meta)
+        print("wrote docs/BENCHMARKS.md")
+    errors = sum(m.row.errors for m in results)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""`python -m bench.scenarios` and `python -m bench.appends` end to end, tiny: every table of
+issue 18 gets its rows (both Redis placements, the burst, the short answers, one and two
+processes), with data, no errors and the CPU of proxy + Redis counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import appends
+from bench.scenarios import Scenarios, Sizes, tables
+
+pytestmark = pytest.mark.e2e
+
+TINY = Sizes(streams=4, tokens=8, delay=5.0, short_streams=2, process_streams=4,
+             short_tokens=4, seconds=0.3, waves=1)
+
+
+def test_every_scenario_table_has_its_rows() -> None:
+    results = Scenarios(TINY, out=lambda _line: None).run()
+    by_table: dict[str, list[tuple[str, str]]] = {}
+    for m in results:
+        by_table.setdefault(m.table, []).append((m.label, m.row.system))
+        assert m.row.errors == 0, (m.table, m.label, m.row.system, m.row.error_kinds)
+        assert m.row.total_tokens > 0
+    assert by_table["placement"] == [("-", "direct"), ("apart", "passthrough"),
+                                     ("beside", "passthrough"), ("apart", "responses"),
+                                     ("beside", "responses"), ("apart", "responses-store"),
+                                     ("beside", "responses-store")]
+    assert [s for _, s in by_table["burst"]] == ["direct", "passthrough", "responses",
+                                                 "responses-store"]
+    assert [s for _, s in by_table["short"]] == ["direct", "passthrough", "responses",
+                                                 "responses-store"]
+    assert by_table["processes"] == [("w1", "responses"), ("w2", "responses"),
+                                     ("w1", "responses-store"), ("w2", "responses-store")]
+    # Redis's CPU is counted for the stored rows (it did the work), and the two-process
+    # proxy's CPU includes its children.
+    stored = [m for m in results if m.row.system == "responses-store"]
+    assert all(m.row.cpu_ticks.get("proxy", 0) > 0 for m in stored)
+    two = [m for m in results if m.label == "w2"]
+    assert all(m.requests_per_cpu_second is not None for m in two)
+    text = "\n".join(tables(results, TINY))
+    for title in ("Steady:", "Burst:", "Short answers:", "Processes:"):
+        assert title in text
+
+
+def test_appends_compares_the_three_flush_methods() -> None:
+    results = appends.run(streams=8, events=2, flushes=5, rounds=1)
+    assert set(results) == set(appends.METHODS)
+    for redis_ms, own_ms in results.values():
+        assert redis_ms >= 0 and own_ms > 0
+    assert len(appends.table(results)) == 2 + len(appends.METHODS)
