@@ -250,6 +250,9 @@ def test_sigterm_lets_running_jobs_finish(simulator: ServerProcess,
         front.stop()
 
 
+# Three processes start, then 200 jobs run within the test's own 60 s deadline: more than the
+# suite's default 60 s on a loaded machine.
+@pytest.mark.timeout(180)
 def test_two_hundred_jobs_on_two_workers_each_run_once(
         simulator: ServerProcess, fresh_redis: ServerProcess, sim: SimControl) -> None:
     url = redis_url(fresh_redis)
