@@ -45,7 +45,6 @@ from proxy.core.types import Item
 from proxy.services.admission import Admission
 from proxy.services.context import measure
 from proxy.services.fleet import Fleet
-from proxy.upstream import map_transport_errors
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -139,11 +138,7 @@ class Compactor:
                                       affinity=affinity, home=home)
         if self._admission is not None:
             call = self._admission.watch(call)
-        try:
-            with map_transport_errors(call.replica.url):
-                content = await call.response.aread()
-        finally:
-            await call.aclose()
+        content = await call.read_all()
         try:
             answer = orjson.loads(content)
         except orjson.JSONDecodeError as exc:

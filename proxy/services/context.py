@@ -21,7 +21,6 @@ import orjson
 from proxy.core.errors import NotFound, UpstreamError
 from proxy.core.truncation import shorten
 from proxy.services.fleet import Fleet
-from proxy.upstream import map_transport_errors
 
 TOKENIZE_PATH = "/tokenize"
 MAX_ROUNDS = 3
@@ -41,11 +40,7 @@ async def measure(fleet: Fleet, chat: dict[str, Any], *,
         body["tools"] = chat["tools"]
     call = await fleet.open(chat["model"], TOKENIZE_PATH, orjson.dumps(body), stream=False,
                             affinity=affinity)
-    try:
-        with map_transport_errors(call.replica.url):
-            content = await call.response.aread()
-    finally:
-        await call.aclose()
+    content = await call.read_all()
     try:
         answer = orjson.loads(content)
         count, limit = answer["count"], answer.get("max_model_len")

@@ -29,7 +29,7 @@ from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.routing import baseline
 from proxy.fleetfile import ReplicaSpec
-from proxy.upstream import Response, Upstream
+from proxy.upstream import Response, Upstream, map_transport_errors
 
 log = logging.getLogger("proxy.fleet")
 
@@ -93,6 +93,15 @@ class Call:
             self._closed = True
             self.replica.in_flight -= 1
             await self.response.aclose()
+
+    async def read_all(self) -> bytes:
+        """A non-streamed answer's whole body (transport errors mapped, as on every upstream
+        read), the call closed after it either way."""
+        try:
+            with map_transport_errors(self.replica.url):
+                return await self.response.aread()
+        finally:
+            await self.aclose()
 
 
 @dataclass

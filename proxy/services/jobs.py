@@ -327,15 +327,8 @@ class Worker:
             self._ended_without_turn(t.S_FAILED)
             return True
         call = self._admission.watch(call)
-        turn = Turn(call, assembler, self._tasks, recorder=recorder, started=True,
-                    metrics=self._metrics)
-        running = self._running.get(record.id)
-        if running is not None:
-            running.turn = turn
-        async with contextlib.aclosing(turn.run()) as batches:
-            async for _ in batches:
-                pass
-        return recorder.final is not None
+        return await self._drive(record, Turn(call, assembler, self._tasks, recorder=recorder,
+                                              started=True, metrics=self._metrics), recorder)
 
     async def _run_loop(self, job: Job, record: StoredResponse, spec: dict[str, Any],
                         assembler: Assembler, recorder: Recorder) -> bool:
@@ -345,8 +338,13 @@ class Worker:
                         self._admission, spec["chat"], spec["model"], record.tenant,
                         affinity=spec.get("affinity"), home=spec.get("home"),
                         priority=spec.get("service_tier") == "priority")
-        turn = Turn(None, assembler, self._tasks, recorder=recorder, started=True,
-                    metrics=self._metrics, loop=loop)
+        return await self._drive(record, Turn(None, assembler, self._tasks, recorder=recorder,
+                                              started=True, metrics=self._metrics, loop=loop),
+                                 recorder)
+
+    async def _drive(self, record: StoredResponse, turn: Turn, recorder: Recorder) -> bool:
+        """Runs a job's turn to its end (made known first, so a cancel reaches it); whether its
+        end was recorded."""
         running = self._running.get(record.id)
         if running is not None:
             running.turn = turn

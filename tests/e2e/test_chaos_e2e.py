@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -29,7 +28,7 @@ import redis
 from reliability.forwarder import Forwarder
 from tests.conftest import SimControl
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess, start_proxy, start_redis
+from tests.support.servers import ServerProcess, start_proxy, start_redis, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,14 +37,6 @@ TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 # Every fsync'd write survives a SIGKILL: what the proxy acknowledged is there after a restart.
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
-
-def wait_for(check: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def events_of(text: str) -> list[dict[str, Any]]:

@@ -11,8 +11,7 @@ deadline, it never hangs it. No assertion is on speed.
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ import orjson
 import pytest
 
 from tests.conftest import SimControl
-from tests.support.servers import ServerProcess, start_proxy
+from tests.support.servers import ServerProcess, start_proxy, wait_for
 from tests.support.sse import data_payloads, frames, mask
 
 pytestmark = pytest.mark.e2e
@@ -49,14 +48,6 @@ def impatient(simulator: ServerProcess) -> Iterator[ServerProcess]:
     yield server
     server.stop()
 
-
-def wait_for(check: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def raw_request(port: int, path: str, body: dict[str, Any]) -> socket.socket:

@@ -13,7 +13,7 @@ import json
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from socket import SO_RCVBUF, SOL_SOCKET
 from socket import socket as tcp_socket
 from typing import Any
@@ -26,7 +26,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import SimControl
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess, start_proxy
+from tests.support.servers import ServerProcess, start_proxy, wait_for
 from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
@@ -417,14 +417,6 @@ def read_frame(sock: tcp_socket) -> tuple[int, bytes]:
         size = struct.unpack("!Q", exactly(8))[0]
     return first & 0x0F, exactly(size)
 
-
-def wait_for(check: Callable[[], bool], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def ended_one(sim: SimControl) -> bool:

@@ -12,12 +12,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(check: Callable[[], bool], within: float) -> bool:
+    """Polls `check` for at most `within` seconds (a bound, not a speed claim); its last answer."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
 
 
 def free_port() -> int:
