@@ -48,6 +48,10 @@ class _Call:
     async def aclose(self) -> None:
         return None
 
+    async def read_all(self) -> bytes:
+        data: bytes = await self.response.aread()
+        return data
+
 
 def chat(n: int) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "system", "content": "s"},
