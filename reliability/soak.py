@@ -7,7 +7,9 @@ The stack: one simulator, one redis-server (no persistence), two `serve` instanc
 its in-process worker) with `--cache exact` and TTLs scaled to the run (responses a fifth of
 it, event logs and cache entries a tenth), so that within the run keys expire as fast as they
 are made and Redis's key count levels off. Traffic: the kinds registered in
-reliability/traffic.py, drawn by weight by 64 concurrent loops.
+reliability/traffic.py, drawn by weight by 64 concurrent loops; for the `mcp` kind a real MCP
+server (tests/support/mcp_server.py) on loopback, which the instances may call
+(`--mcp-allow http://127.0.0.1`).
 
 Sampled per instance: resident memory (/proc/pid/statm), open file descriptors (/proc/pid/fd),
 TCP connections (/proc/net/tcp matched to the process's sockets), asyncio tasks (the
@@ -39,7 +41,7 @@ import redis
 
 from reliability.lab import AUTH, Lab, Redis, lab, open_fds, pid_of, rss_bytes, tcp_connections
 from reliability.traffic import KINDS, Ctx, Kind
-from tests.support.servers import ServerProcess, start_proxy, start_simulator
+from tests.support.servers import ServerProcess, start_mcp_server, start_proxy, start_simulator
 
 RSS_GROWTH = 0.10  # at most 10% more resident memory at the end than at mid-run
 PERSISTENT_KEYS = 16  # keys without a TTL: a handful of per-deployment structures
@@ -54,7 +56,7 @@ class Sample:
     at: float
     rss: list[int]
     fds: list[int]
-    conns: list[Counter[str]]  # by peer: clients (inbound), redis, replica
+    conns: list[Counter[str]]  # by peer: clients (inbound), redis, replica, mcp
     tasks: list[int]
     keys: int
     keys_without_ttl: Counter[str]  # by prefix (up to the first ':')
@@ -69,6 +71,7 @@ class Tally:
     refused: Counter[str] = field(default_factory=Counter)  # "kind status" for non-2xx
     notes: Counter[str] = field(default_factory=Counter)  # refusal messages
     errors: Counter[str] = field(default_factory=Counter)
+    seen: Counter[str] = field(default_factory=Counter)  # e.g. MCP calls that ran
 
     def add(self, kind: Kind, codes: list[int]) -> None:
         self.by_kind[kind.name] += 1
@@ -119,7 +122,7 @@ def sample(proxies: list[ServerProcess], admin: redis.Redis, started: float,
 
 
 async def drive(proxies: list[ServerProcess], seconds: float, concurrency: int,
-                tally: Tally, seed: int) -> None:
+                tally: Tally, seed: int, mcp_url: str) -> None:
     limits = httpx.Limits(max_connections=concurrency * 2,
                           max_keepalive_connections=concurrency * 2)
     kinds = list(KINDS.values())
@@ -132,7 +135,8 @@ async def drive(proxies: list[ServerProcess], seconds: float, concurrency: int,
         serial = itertools.count()
 
         async def loop(n: int) -> None:
-            ctx = Ctx(a, b, random.Random(seed + n), serial, tally.notes)
+            ctx = Ctx(a, b, random.Random(seed + n), serial, tally.notes, errors=tally.errors,
+                      seen=tally.seen, mcp_url=mcp_url)
             while time.monotonic() < deadline:
                 chosen = ctx.rng.choices(kinds, weights)[0]
                 try:
@@ -177,7 +181,8 @@ def verdicts(samples: list[Sample], idle: Sample, before: Sample, tally: Tally
         calm = idle.tasks[i] <= before.tasks[i] + TASKS_IDLE_SLACK
         out.append((f"{name}: 5 s after the load: client connections {idle.conns[i]['clients']}"
                     f", Redis {idle.conns[i]['redis']} (pool bound {REDIS_POOL}), replica "
-                    f"{idle.conns[i]['replica']} (keep-alive), fds {idle.fds[i]}, tasks "
+                    f"{idle.conns[i]['replica']} (keep-alive), MCP {idle.conns[i]['mcp']}, fds "
+                    f"{idle.fds[i]}, tasks "
                     f"{idle.tasks[i]} (before the load: {before.tasks[i]})",
                     gone and pooled and calm))
     # Every key a request makes carries a TTL; the few without one are per-deployment
@@ -209,13 +214,15 @@ def ttl_flags(seconds: float) -> tuple[str, ...]:
 
 def soak(running: Lab, seconds: float, concurrency: int, every: float, seed: int) -> int:
     sim = running.keep(start_simulator())
+    tools = running.keep(start_mcp_server())
     store = Redis(running)
-    flags = ("--cache", "exact", *ttl_flags(seconds))
+    # The instances may call the MCP server on loopback (the `mcp` kind's tool).
+    flags = ("--cache", "exact", "--mcp-allow", "http://127.0.0.1", *ttl_flags(seconds))
     proxies = [running.keep(start_proxy(sim.url, *flags, redis_url=store.url))
                for _ in range(2)]
     admin = redis.Redis(port=store.port)
     running.on_close(admin.close)
-    ports = {store.port: "redis", sim.port: "replica"}
+    ports = {store.port: "redis", sim.port: "replica", tools.port: "mcp"}
     tally = Tally()
     started = time.monotonic()
     before = sample(proxies, admin, started, tally, ports)
@@ -224,7 +231,7 @@ def soak(running: Lab, seconds: float, concurrency: int, every: float, seed: int
 
     def traffic() -> None:
         try:
-            asyncio.run(drive(proxies, seconds, concurrency, tally, seed))
+            asyncio.run(drive(proxies, seconds, concurrency, tally, seed, f"{tools.url}/mcp"))
         except BaseException as exc:  # reported below, the verdicts still printed
             failure.append(exc)
 
@@ -246,7 +253,7 @@ def soak(running: Lab, seconds: float, concurrency: int, every: float, seed: int
         tally.errors[f"traffic driver: {failure[0]!r}"] += 1
     time.sleep(5)  # let the last streams end and the clients' keep-alives close
     idle = sample(proxies, admin, started, tally, ports)
-    print(f"interactions by kind: {dict(tally.by_kind)}")
+    print(f"interactions by kind: {dict(tally.by_kind)}; {dict(tally.seen)}")
     if tally.notes:
         print(f"refusal messages: {dict(tally.notes)}")
     results = verdicts(samples, idle, before, tally) if len(samples) >= 2 else \

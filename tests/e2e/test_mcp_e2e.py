@@ -5,7 +5,6 @@ proxy processes, the official SDK as the client, every event validated (check_st
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ from openai.types.responses import Response
 
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess, free_port, start_proxy
+from tests.support.servers import ServerProcess, free_port, start_mcp_server, start_proxy
 from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
@@ -26,12 +25,6 @@ KEY = "sk-test"
 AUTH = {"authorization": f"Bearer {KEY}"}
 TOKEN = "s3cret-token"
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
-
-
-def start_mcp_server(*flags: str) -> ServerProcess:
-    port = free_port()
-    cmd = [sys.executable, "-m", "tests.support.mcp_server", "--port", str(port), *flags]
-    return ServerProcess(cmd, port, ready_path=None, log_name="mcp").start()
 
 
 @pytest.fixture(scope="module")
