@@ -494,6 +494,7 @@ def mcp_server_killed(running: Lab) -> Outcome:
     reader.start()
     started = wait_for(lambda: any(e.get("type") == "response.mcp_call.in_progress"
                                    for e in reader.events), 30)
+    time.sleep(0.5)  # the call's request is at the server, `slow` sleeping in it
     tools.kill()
     killed = time.monotonic()
     reader.join(90)
