@@ -45,7 +45,7 @@ from reliability.lab import (
     stored,
     wait_for,
 )
-from tests.support.servers import start_proxy, start_simulator, start_worker
+from tests.support.servers import start_mcp_server, start_proxy, start_simulator, start_worker
 
 MODEL = "sim-model"
 
@@ -476,6 +476,53 @@ def size_limits(running: Lab) -> Outcome:
     return Outcome(client, "nothing (store: false); no 500", 0, 0, not bad)
 
 
+# -- an MCP server dies mid-call -----------------------------------------------------------
+
+def mcp_server_killed(running: Lab) -> Outcome:
+    sim = running.keep(start_simulator())
+    store = Redis(running)
+    tools = running.keep(start_mcp_server())
+    # The call's own bound is far above what the kill should take: a failure comes from the
+    # dead connection, not from the timeout.
+    proxy = running.keep(start_proxy(sim.url, "--mcp-allow", "http://127.0.0.1",
+                                     "--mcp-timeout", "60", redis_url=store.url))
+    reader = Reader(proxy.url + "/v1/responses", {
+        "model": MODEL, "stream": True,
+        "input": 'mcp-kill [[sim call=slow call_args={"seconds":50}]]',
+        "tools": [{"type": "mcp", "server_label": "tools", "server_url": f"{tools.url}/mcp",
+                   "require_approval": "never"}]})
+    reader.start()
+    started = wait_for(lambda: any(e.get("type") == "response.mcp_call.in_progress"
+                                   for e in reader.events), 30)
+    time.sleep(0.5)  # the call's request is at the server, `slow` sleeping in it
+    tools.kill()
+    killed = time.monotonic()
+    reader.join(90)
+    ended_after = time.monotonic() - killed
+    kinds = [str(e.get("type")) for e in reader.events]
+    final = stored(proxy.url, reader.response_id()) if reader.events else {}
+    calls = [i for i in final.get("output", []) if i.get("type") == "mcp_call"]
+    same = bool(reader.events) and replay(proxy.url, reader.response_id()) == reader.events
+    after = post(proxy.url, "mcp-kill-after")
+    failed = "response.mcp_call.failed" if "response.mcp_call.failed" in kinds else "no failure"
+    client = (f"the call in progress when the server was SIGKILLed: {failed}"
+              f" then {reader.last()} {ended_after:.1f}s after the kill (`--mcp-timeout 60`); "
+              f"a create without MCP after: {after.status_code}")
+    error = calls[0].get("error") if calls else None
+    what = (f"{final.get('status')}; mcp_call {calls[0].get('status') if calls else 'missing'}"
+            f" ({error.get('type') if isinstance(error, dict) else error}); replay equals the "
+            f"stream: {same}")
+    # A tool loop asks the model twice by design (the call, then the answer with its result):
+    # "twice" here is a third time.
+    counts = sim_stats(sim)["prompt_counts"]
+    asked = counts.get("mcp-kill", 0) if isinstance(counts, dict) else 0
+    ok = (started and failed != "no failure" and reader.last() == "response.completed"
+          and final.get("status") == "completed" and len(calls) == 1
+          and calls[0].get("status") == "failed" and same and after.status_code == 200
+          and ended_after < 30 and asked == 2)
+    return Outcome(client, what, 0, int(asked > 2), ok)
+
+
 SCENARIOS = (
     Scenario("redis-restart-aof", "Redis SIGKILLed under load (16 clients), restarted on the "
              "same port about 1 s later with its AOF (appendfsync always)", redis_restart(True)),
@@ -496,6 +543,8 @@ SCENARIOS = (
     Scenario("thousand-readers", f"{READERS} readers replaying one live response",
              thousand_readers),
     Scenario("size-limits", "inputs exactly at and one over each size limit", size_limits),
+    Scenario("mcp-server-killed", "the MCP server SIGKILLed while the proxy waits on a tool "
+             "call of a streamed response", mcp_server_killed),
 )
 
 

@@ -1,11 +1,13 @@
 """The soak's traffic, one kind per function, in a registry: `KINDS` maps a name to its weight
-and its coroutine. A new kind of traffic (MCP tool calls, once that lands) is one more
-`@kind(...)`-decorated function here; the soak draws from whatever is registered.
+and its coroutine. A new kind of traffic is one more `@kind(...)`-decorated
+function here; the soak draws from whatever is registered.
 
 Each kind runs one client interaction against the two instances (`Ctx.a`, `Ctx.b`: whichever
 serves is drawn at random, so objects made on one are read on the other), and returns the
-status codes it met; the soak counts them by kind. Prompts are unique per call except the
-cache kind's, which repeats a few on purpose (exact cache hits).
+status codes it met; the soak counts them by kind. A 200 whose content is wrong (an MCP call
+without its result) goes to `Ctx.errors`, which fails the soak as a transport error does.
+Prompts are unique per call except the cache kind's, which repeats a few on purpose (exact
+cache hits).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import orjson
@@ -32,6 +34,9 @@ class Ctx:
     rng: random.Random
     serial: itertools.count[int]
     notes: Counter[str]  # the messages of refusals, for the report
+    errors: Counter[str] = field(default_factory=Counter)  # wrong answers: the soak fails
+    seen: Counter[str] = field(default_factory=Counter)  # what was done, for the report
+    mcp_url: str | None = None  # a real MCP server the instances may call (`--mcp-allow`)
 
     def note(self, response: httpx.Response) -> int:
         if response.status_code >= 300:
@@ -168,3 +173,38 @@ async def chain(ctx: Ctx) -> list[int]:
             break
         previous = got.json()["id"]
     return codes
+
+
+def mcp_call_checked(ctx: Ctx, output: list[dict[str, object]], total: int) -> None:
+    """The call ran on the MCP server and its result is the sum asked for."""
+    calls = [item for item in output if item.get("type") == "mcp_call"]
+    if len(calls) == 1 and calls[0].get("output") == str(total) and calls[0].get("error") is None:
+        ctx.seen["mcp calls"] += 1
+    else:
+        ctx.errors[f"mcp: a call without its result: {[i.get('type') for i in output]}"] += 1
+
+
+@kind("mcp", 2)
+async def mcp(ctx: Ctx) -> list[int]:
+    """The proxy lists the server's tools, runs the `add` the model asks for, and continues
+    the turn with its result; one in two streamed."""
+    assert ctx.mcp_url is not None, "the soak starts an MCP server for this kind"
+    a, b = ctx.rng.randrange(1000), ctx.rng.randrange(1000)
+    body: dict[str, object] = {
+        "model": MODEL,
+        "input": f'soak mcp {next(ctx.serial)} [[sim call=add call_args={{"a":{a},"b":{b}}}]]',
+        "tools": [{"type": "mcp", "server_label": "soak", "server_url": ctx.mcp_url,
+                   "require_approval": "never"}]}
+    if ctx.rng.random() < 0.5:
+        status, events = await read_stream(ctx.either(), "POST", "/v1/responses",
+                                           {**body, "stream": True})
+        if status == 200:
+            last = events[-1] if events else {}
+            final = last.get("response") if last.get("type") == "response.completed" else None
+            output = final.get("output") if isinstance(final, dict) else None
+            mcp_call_checked(ctx, output if isinstance(output, list) else [], a + b)
+        return [status]
+    got = await ctx.either().post("/v1/responses", json=body)
+    if got.status_code == 200:
+        mcp_call_checked(ctx, got.json().get("output", []), a + b)
+    return [ctx.note(got)]

@@ -2,7 +2,8 @@
 
 Only `response.create` does anything; a frame of another type is ignored (Codex sends
 `response.processed` and `response.append`). A frame that is not a JSON object with a string
-`type` is an error naming `type`, as a create body's errors name their field.
+`type` is an error naming `type`, as a create body's errors name their field. A frame's size is
+counted in bytes, as an HTTP body's is (`--max-body-bytes`), whatever the frame's kind.
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.jsonbody import check_depth
 
 CREATE = "response.create"
+
+# The most bytes one character takes in UTF-8.
+_UTF8_MAX = 4
+
+
+def frame_over(data: str | bytes, limit: int) -> bool:
+    """Whether a frame is larger than `limit` bytes on the wire.
+
+    A text frame arrives decoded (a str): its character count is a lower bound of its UTF-8
+    size and four times that an upper bound, so only a frame between the two is encoded (once,
+    to measure it) and a typical frame is judged without a copy.
+    """
+    if isinstance(data, bytes) or len(data) > limit:
+        return len(data) > limit
+    if len(data) * _UTF8_MAX <= limit:
+        return False
+    return len(data.encode("utf-8", "surrogatepass")) > limit
 
 
 def parse_frame(data: str | bytes) -> tuple[str, dict[str, Any]]:

@@ -9,9 +9,11 @@ Per connection: one response in flight (a second create meanwhile gets an error 
 `SocketState` for the create that arrives while the previous response is still closing), a
 bounded memory of the last responses so `store: false` chains continue
 (services/localchains.py), one send at a time under `--send-timeout` (a reader that stops
-reading loses the connection, as a stalled SSE client does), frames up to `--max-body-bytes`,
-and a life of `--ws-max-age` seconds. Pings are uvicorn's (`ws_ping_interval`). A client that
-leaves cancels its response, which closes the upstream request as for an HTTP client.
+reading loses the connection, as a stalled SSE client does), frames up to `--max-body-bytes`
+bytes (a larger one gets a 413 error frame, up to uvicorn's `ws_max_size` past which the
+transport closes the socket with 1009: see proxy/cli.py), and a life of `--ws-max-age`
+seconds. Pings are uvicorn's (`ws_ping_interval`). A client that leaves cancels its response,
+which closes the upstream request as for an HTTP client.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from proxy.core import types as t
-from proxy.core.errors import InvalidRequest, ProxyError, StoreUnavailable
+from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
 from proxy.core.sse import DataDecoder
-from proxy.core.wsframe import CREATE, parse_frame
+from proxy.core.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.localchains import LocalChains
 from proxy.services.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
@@ -153,9 +155,10 @@ class _Connection:
         raw = text if text is not None else data
         if raw is None:
             return
-        if len(raw) > self.runtime.settings.max_body_bytes:
-            await self.fail(InvalidRequest("The frame is larger than the maximum request size.",
-                                           code="frame_too_large"))
+        if frame_over(raw, self.runtime.settings.max_body_bytes):
+            # 413 as for an HTTP body over the limit; the code says it was a frame.
+            await self.fail(PayloadTooLarge("The frame is larger than the maximum request size.",
+                                            code="frame_too_large"))
             return
         try:
             kind, body = parse_frame(raw)

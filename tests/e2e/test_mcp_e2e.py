@@ -4,8 +4,8 @@ proxy processes, the official SDK as the client, every event validated (check_st
 
 from __future__ import annotations
 
+import json
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +17,7 @@ from openai.types.responses import Response
 
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess, free_port, start_proxy
+from tests.support.servers import ServerProcess, free_port, start_mcp_server, start_proxy
 from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
@@ -26,12 +26,6 @@ KEY = "sk-test"
 AUTH = {"authorization": f"Bearer {KEY}"}
 TOKEN = "s3cret-token"
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
-
-
-def start_mcp_server(*flags: str) -> ServerProcess:
-    port = free_port()
-    cmd = [sys.executable, "-m", "tests.support.mcp_server", "--port", str(port), *flags]
-    return ServerProcess(cmd, port, ready_path=None, log_name="mcp").start()
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +319,41 @@ def test_a_call_slower_than_the_bound_fails_and_the_response_goes_on(
     assert final["status"] == "completed"  # --mcp-timeout 3: the call failed, not the response
     call = final["output"][1]
     assert call["status"] == "failed" and call["error"]["code"] == 504
+
+
+def test_a_server_killed_mid_call_fails_the_call_and_the_response_goes_on(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """SIGKILL of the MCP server while the proxy waits on `slow`: the broken connection fails
+    the call (not the 60 s `--mcp-timeout` of instance A), the model answers with the error,
+    and what is stored and replayed is what the client saw."""
+    a, _ = pair
+    doomed = start_mcp_server()
+    events: list[dict[str, Any]] = []
+    try:
+        body = {"model": "sim-model", "stream": True, "tools": [mcp_tool(doomed)],
+                "input": '[[sim call=slow call_args={"seconds":50}]]'}
+        with httpx.stream("POST", a.url + "/v1/responses", json=body, headers=AUTH,
+                          timeout=httpx.Timeout(10, read=45)) as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "response.mcp_call.in_progress":
+                    doomed.kill()  # whether the request is sent yet or not, the call is lost
+    finally:
+        doomed.stop()
+    check_stream(events)
+    kinds = [e["type"] for e in events]
+    assert "response.mcp_call.failed" in kinds and "response.mcp_call.completed" not in kinds
+    final = events[-1]["response"]
+    assert (events[-1]["type"], final["status"]) == ("response.completed", "completed")
+    call = final["output"][1]
+    assert call["type"] == "mcp_call" and call["status"] == "failed"
+    assert call["output"] is None and call["error"] is not None
+    assert final["output"][2]["type"] == "message"  # the model went on with the failure
+    assert wait_status(a, final["id"], TERMINAL)["output"] == final["output"]
+    assert sse_get(a, f"/v1/responses/{final['id']}?stream=true") == events
 
 
 # -- background ------------------------------------------------------------------------------

@@ -317,7 +317,41 @@ def test_a_frame_over_max_body_bytes_is_an_error_frame(
     with socket(a) as ws:
         error = create(ws, input="x" * 9000, store=False)
         assert error[-1]["type"] == "error"
+        assert error[-1]["status"] == 413  # as an HTTP body over the limit
         assert error[-1]["error"]["code"] == "frame_too_large"
+        assert create(ws, input="small", store=False)[-1]["type"] == "response.completed"
+
+
+def test_a_frame_is_measured_in_bytes_so_multibyte_text_over_the_limit_is_refused(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, _ = pair  # --max-body-bytes 8192
+    frame = json.dumps({"type": "response.create", "model": "sim-model", "input": "é" * 4100,
+                        "store": False}, ensure_ascii=False)
+    assert len(frame) < 8192 < len(frame.encode())  # under in characters, over in bytes
+    with socket(a) as ws:
+        ws.send(frame)  # a text frame: the server sees a str
+        error = until_terminal(ws)
+        assert error[-1]["type"] == "error"
+        assert (error[-1]["status"], error[-1]["error"]["code"]) == (413, "frame_too_large")
+        # Just under the limit in bytes runs (raw UTF-8, not `\u00e9` escapes).
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model",
+                            "input": "é" * 4000, "store": False}, ensure_ascii=False))
+        assert until_terminal(ws)[-1]["type"] == "response.completed"
+
+
+def test_a_frame_past_twice_the_limit_is_closed_by_the_transport_with_1009(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """uvicorn's `ws_max_size` (2 x --max-body-bytes) bounds what a frame may make the server
+    buffer; past it there is no error frame, the socket is closed "message too big"."""
+    a, _ = pair
+    with socket(a) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model",
+                            "input": "x" * (2 * 8192 + 100)}))
+        with pytest.raises(ConnectionClosed) as closed:
+            for _ in range(5):
+                ws.recv(timeout=20)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    with socket(a) as ws:  # the server goes on
         assert create(ws, input="small", store=False)[-1]["type"] == "response.completed"
 
 

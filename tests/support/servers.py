@@ -136,6 +136,13 @@ def start_proxy(upstream: str | Sequence[str], *flags: str, redis_url: str | Non
     return ServerProcess(cmd, port, env=env, log_name="proxy").start()
 
 
+def start_mcp_server(*flags: str, port: int | None = None) -> ServerProcess:
+    """tests/support/mcp_server.py's real MCP server (streamable HTTP at `/mcp`) on loopback."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "tests.support.mcp_server", "--port", str(port), *flags]
+    return ServerProcess(cmd, port, ready_path=None, log_name="mcp").start()
+
+
 def start_worker(upstream: str, redis_url: str, *flags: str) -> ServerProcess:
     """A `responses-proxy worker` process (no port): ready once it says so in its log."""
     cmd = proxy_command("worker", "--upstream", upstream, "--redis-url", redis_url, *flags)

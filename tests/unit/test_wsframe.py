@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.wsframe import CREATE, parse_frame
+from proxy.core.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.localchains import LocalChains
 
 
@@ -67,3 +69,23 @@ def test_the_terminal_events_are_found_by_their_opening_bytes() -> None:
         assert orjson.dumps({"type": kind, "sequence_number": 9}).startswith(_TERMINAL_HEADS)
     for kind in ("response.created", "response.output_text.delta", "response.completed_x"):
         assert not orjson.dumps({"type": kind, "sequence_number": 1}).startswith(_TERMINAL_HEADS)
+
+
+@pytest.mark.parametrize(("text", "limit", "over"), [
+    ("x" * 10, 10, False),
+    ("x" * 11, 10, True),
+    ("é" * 5, 10, False),     # 5 characters, 10 bytes: exactly the limit
+    ("é" * 6, 10, True),      # 6 characters under the limit, 12 bytes over it
+    ("€" * 4, 12, False),     # three bytes each
+    ("😀" * 3, 11, True),     # four bytes each: 12
+    ("a😀", 20, False),       # surely under: 2 characters * 4 <= 20, nothing encoded
+])
+def test_a_text_frame_is_measured_in_bytes_not_characters(text: str, limit: int,
+                                                          over: bool) -> None:
+    assert frame_over(text, limit) is over
+    assert frame_over(text.encode(), limit) is over  # a binary frame: the same size
+
+
+@given(st.text(), st.integers(min_value=0, max_value=64))
+def test_frame_over_agrees_with_the_encoded_size(text: str, limit: int) -> None:
+    assert frame_over(text, limit) is (len(text.encode("utf-8", "surrogatepass")) > limit)
