@@ -44,15 +44,15 @@ from proxy.core.seal import Sealer
 from proxy.mcpclient import McpClient
 from proxy.metrics import JobOutcome, Metrics
 from proxy.services.admission import Admission
+from proxy.services.closing import close_from_log, record_all
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.limits import Limiter, Ticket, tokens_of
-from proxy.services.logread import whole_log
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings, seal_secret
-from proxy.store.base import Job, JobQueue, Store, StoredEvent, StoredResponse
+from proxy.store.base import Job, JobQueue, Store, StoredResponse
 
 log = logging.getLogger("proxy.worker")
 
@@ -323,7 +323,7 @@ class Worker:
                                           home=spec.get("home"))
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
-            await _record_all(recorder, events)
+            await record_all(recorder, events)
             self._ended_without_turn(t.S_FAILED)
             return True
         call = self._admission.watch(call)
@@ -389,13 +389,11 @@ class Worker:
                 self._count(t.S_CANCELLED)
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
-        logged = await whole_log(self._store, record.id)
-        assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
-        assembler.restore(orjson.loads(e.data) for e in logged)
-        events = assembler.fail(reason) if ending == "fail" else assembler.cancel()
-        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
-                            event_ttl=self._settings.event_ttl, log=self._hub.open(record.id))
-        await _record_all(recorder, events)
+        await close_from_log(
+            self._store, self._hub, record,
+            (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
+            ids=self._ids, clock=self._clock, response_ttl=self._settings.response_ttl,
+            event_ttl=self._settings.event_ttl)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
                     record.status)
 
@@ -452,12 +450,3 @@ class Worker:
                 log.warning("worker %s: cancel channel lost: %s", self.name, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), 1.0)
-
-
-async def _record_all(recorder: Recorder, events: list[dict[str, Any]]) -> None:
-    """Write a short, complete run of events (the last one terminal) to a log at once."""
-    encoded = [(e["type"], orjson.dumps(e)) for e in events]
-    recorder.add(events[:-1], encoded[:-1])
-    kind, data = encoded[-1]
-    await recorder.finish(events[-1]["response"],
-                          StoredEvent(events[-1]["sequence_number"], kind, data))

@@ -29,16 +29,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-import orjson
-
 from proxy.core import types as t
-from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError
 from proxy.core.ids import IdFactory, new_id
+from proxy.services.closing import close_from_log
 from proxy.services.eventlog import EventLogHub
-from proxy.services.logread import whole_log
-from proxy.services.turn import Recorder
-from proxy.store.base import Store, StoredEvent, StoredResponse
+from proxy.store.base import Store, StoredResponse
 from proxy.store.leases import LeaseState, LeaseTable
 
 log = logging.getLogger("proxy.lease")
@@ -158,15 +154,6 @@ class Leases:
     async def _close(self, record: StoredResponse) -> None:
         """Complete the response from where its log stopped, as a dead worker's job is
         (services/jobs.py): the terminal event and the final object stored together."""
-        assembler = Assembler(dict(record.response), ids=self._ids, clock=self._clock)
-        logged = await whole_log(self._store, record.id) if record.logged else []
-        assembler.restore(orjson.loads(e.data) for e in logged)
-        events = assembler.fail(LOST)
-        recorder = Recorder(self._store, ttl=self._response_ttl, event_ttl=self._event_ttl,
-                            log=self._hub.open(record.id) if record.logged else None)
-        encoded = [(e["type"], orjson.dumps(e)) for e in events]
-        recorder.add(events[:-1], encoded[:-1])
-        kind, data = encoded[-1]
-        terminal = StoredEvent(events[-1]["sequence_number"], kind, data) if record.logged \
-            else None
-        await recorder.finish(events[-1]["response"], terminal)
+        await close_from_log(self._store, self._hub, record, lambda a: a.fail(LOST),
+                             ids=self._ids, clock=self._clock,
+                             response_ttl=self._response_ttl, event_ttl=self._event_ttl)

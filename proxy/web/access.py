@@ -41,6 +41,12 @@ BODY_SEND = "proxy.body_send"
 CLIENT_CLOSED = 499
 
 
+def failed_status(exc: BaseException) -> int:
+    """The status to log and count for a request whose app raised before answering: the
+    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends."""
+    return CLIENT_CLOSED if isinstance(exc, asyncio.CancelledError) else 500
+
+
 def new_request_id() -> str:
     return f"req_{secrets.token_hex(16)}"
 
@@ -85,11 +91,8 @@ class AccessLog:
         scope[BODY_SEND] = send
         try:
             await self.app(scope, receive, tagged)
-        except asyncio.CancelledError:
-            status = status or CLIENT_CLOSED
-            raise
-        except BaseException:
-            status = status or 500  # Starlette's outer error middleware answers 500
+        except BaseException as exc:
+            status = status or failed_status(exc)
             raise
         finally:
             self._write(scope, status, time.perf_counter() - started, cache, context)

@@ -16,14 +16,13 @@ whose handler raised before answering 500, as in the access log.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.requestctx import CURRENT
 from proxy.metrics import Metrics
-from proxy.web.access import CLIENT_CLOSED
+from proxy.web.access import CLIENT_CLOSED, failed_status
 
 
 class RequestMetrics:
@@ -59,11 +58,8 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, counted)
-        except asyncio.CancelledError:
-            status = status or CLIENT_CLOSED
-            raise
-        except BaseException:
-            status = status or 500  # Starlette's outer error middleware answers 500
+        except BaseException as exc:
+            status = status or failed_status(exc)
             raise
         finally:
             route = _route(scope)

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from tests.conftest import SimControl
+from tests.support import servers
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_proxy, start_redis
@@ -67,13 +68,7 @@ def sdk(server: ServerProcess) -> openai.OpenAI:
 
 def wait_status(server: ServerProcess, response_id: str, statuses: set[str],
                 timeout: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = httpx.get(f"{server.url}/v1/responses/{response_id}",
-                                         headers=AUTH, timeout=10).json()
-        if body["status"] in statuses or time.monotonic() > deadline:
-            return body
-        time.sleep(0.05)
+    return servers.wait_status(server, response_id, statuses, timeout, headers=AUTH)
 
 
 def sse_get(server: ServerProcess, path: str) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import openai
 import pytest
 from openai.types.responses import Response
 
+from tests.support import servers
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, free_port, start_mcp_server, start_proxy
@@ -96,13 +96,7 @@ def sse_get(server: ServerProcess, path: str) -> list[dict[str, Any]]:
 
 def wait_status(server: ServerProcess, response_id: str, statuses: set[str],
                 timeout: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = httpx.get(f"{server.url}/v1/responses/{response_id}",
-                                         headers=AUTH, timeout=10).json()
-        if body["status"] in statuses or time.monotonic() > deadline:
-            return body
-        time.sleep(0.05)
+    return servers.wait_status(server, response_id, statuses, timeout, headers=AUTH)
 
 
 def types(output: list[Any]) -> list[str]:

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -28,6 +29,19 @@ def wait_for(check: Callable[[], bool], within: float) -> bool:
             return True
         time.sleep(0.05)
     return check()
+
+
+def wait_status(server: ServerProcess, response_id: str, statuses: set[str],
+                timeout: float = 20.0, *, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The stored response once its status is one of `statuses`, or as it is after `timeout`
+    seconds (polled; the caller asserts on what it got)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body: dict[str, Any] = httpx.get(f"{server.url}/v1/responses/{response_id}",
+                                         headers=dict(headers), timeout=10).json()
+        if body["status"] in statuses or time.monotonic() > deadline:
+            return body
+        time.sleep(0.05)
 
 
 def free_port() -> int:
