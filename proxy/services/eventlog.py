@@ -208,15 +208,13 @@ class EventLogHub:
     async def _flush_locked(self) -> bool:
         """`flush_now`'s work; the caller holds `_lock` (one flush at a time keeps order)."""
         round_, self._next_round = self._next_round, None  # what waits on this flush
+        written = False
         try:
             written = await self._write_pending()
-        except BaseException:
+            return written
+        finally:  # its waiters learn the outcome, also when the write raised (False)
             if round_ is not None and not round_.done():
-                round_.set_result(False)
-            raise
-        if round_ is not None and not round_.done():
-            round_.set_result(written)
-        return written
+                round_.set_result(written)
 
     async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
