@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
 from proxy.services.drain import Drain
@@ -24,7 +25,7 @@ from proxy.web import (
     routes_responses,
     websocket,
 )
-from proxy.web.access import AccessLog
+from proxy.web.access import BODY_SEND, AccessLog
 from proxy.web.accounting import RequestMetrics
 from proxy.web.auth import AuthMiddleware
 from proxy.web.draining import DrainMiddleware
@@ -48,7 +49,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             await runtime.aclose()
 
-    return Starlette(
+    return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes, *websocket.routes],
         middleware=[
@@ -63,3 +64,16 @@ def create_app(settings: Settings) -> Starlette:
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+
+
+class _ProxyApp(Starlette):
+    """Starlette, with the server's own `send` kept in the scope (`BODY_SEND`) for the bodies
+    of streams: once a stream's first bytes are out, its tokens skip every wrapper, Starlette's
+    outermost error middleware included (one frame per token less than what the access log
+    alone can offer: ~1.5% of the proxy's CPU in the 256-stream profile). Only body messages of
+    a started response take that path, and the wrappers only hand those on."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[BODY_SEND] = send
+        await super().__call__(scope, receive, send)

@@ -88,7 +88,9 @@ class AccessLog:
         # The send beneath every wrapper of ours, for a stream's body once it has begun
         # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers (ours and
         # Starlette's) only hand messages on, and skipping them spares ~4 frames per token.
-        scope[BODY_SEND] = send
+        # The proxy's app puts the server's own send there first (app.py: beneath Starlette's
+        # error middleware too); served alone, this is the lowest send we see.
+        scope.setdefault(BODY_SEND, send)
         try:
             await self.app(scope, receive, tagged)
         except BaseException as exc:
