@@ -147,20 +147,26 @@ class RedisStore:
 
     async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
-                              event_ttl: int) -> None:
+                              event_ttl: int, lease_ms: int | None = None) -> None:
         _check_ttl(ttl, event_ttl)
+        if lease_ms is not None and lease_ms <= 0:
+            raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid = record.id
         args: list[Any] = [
             ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
-            orjson.dumps(list(input_items)), record.replica or "", *_event_args(events),
+            orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
+            *_event_args(events),
         ]
+        keys_ = _response_keys(rid)
+        if lease_ms is not None:
+            keys_.append(keys.LEASES)  # the script takes the lease too (scripts.py)
         index = _index_args(input_items, keys.ITEM_IN_INPUT, rid)
         with store_errors():
             if not index:
-                await self._create(keys=_response_keys(rid), args=args)
+                await self._create(keys=keys_, args=args)
             else:
-                await self._script_indexing(self._create, _response_keys(rid), args, index, ttl,
+                await self._script_indexing(self._create, keys_, args, index, ttl,
                                             only_new=True)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:

@@ -2,8 +2,9 @@
 
 Conventions every script keeps:
 - It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py. One exception, said where it
-  is: APPEND_EVENTS_MANY (the event-log flush) writes many responses' logs in one call.
+  slot), all passed in KEYS; field names are the ones in keys.py. Two exceptions, said where
+  they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses' logs in one call,
+  and CREATE_RESPONSE may take the new response's lease in the lease set.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -78,6 +79,13 @@ local function append_packed(log, blob, pos, stop)
 end
 """
 
+# `now`: the server's clock in milliseconds (lease deadlines: instances whose clocks drift
+# still agree on what has expired).
+_NOW_MS: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # Statuses TRANSITION never moves away from (FINISH_RESPONSE lists what it accepts).
 _TERMINAL: Final = """
 local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled = true}
@@ -85,21 +93,30 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 
 # -- responses ------------------------------------------------------------------------------
 
-# Store a new response together with its input items and its first events.
-# KEYS: hash, input, log
+# Store a new response together with its input items and its first events, and (a stored
+# foreground response, services/lease.py) take its writer's lease in the same call.
+# KEYS: hash, input, log[, leases]
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
-#       (seq, type, data)*
+#       lease ms, response id, (seq, type, data)*
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
+# The lease is the second exception to "one slot per script" (the lease set is one key shared
+# by every response): taken here, it costs a stored foreground response no round trip of its
+# own before its first event (issue 18). Its deadline is on the server's clock, as
+# RENEW_LEASES sets it. The ZADD comes last, so a create that failed (an error ends a script
+# where it happens) leaves no lease behind.
 CREATE_RESPONSE: Final = _APPEND + """
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-if #ARGV >= 11 then
-  append(KEYS[3], 11)
+if #ARGV >= 13 then
+  append(KEYS[3], 13)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+if #KEYS == 4 then""" + _NOW_MS + """
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
 return 1
 """
@@ -541,11 +558,8 @@ return 1
 
 # -- foreground leases (keys.LEASES; services/lease.py) -------------------------------------
 # These touch only the lease set (one slot). Deadlines are in milliseconds of the server's own
-# clock, so instances with drifting clocks agree on what has expired.
-_NOW_MS: Final = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+# clock (`_NOW_MS`), so instances with drifting clocks agree on what has expired. A stored
+# foreground response's lease is taken by CREATE_RESPONSE; these renew, list and drop it.
 
 # One writer's leases in one call: new ones taken, held ones renewed, finished ones dropped.
 # A held lease whose deadline already passed is NOT renewed: someone may be closing that
