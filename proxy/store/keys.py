@@ -8,8 +8,9 @@ Invariants (DESIGN.md, "Redis"):
   pipelines or multi-key reads that a cluster client can split. Two exceptions, for the hot
   path: `append_events` writes every live stream's events in one script call that builds the
   keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
-  create of a stored foreground response takes its lease in `LEASES` in the same script
-  (scripts.CREATE_RESPONSE); on a cluster each would have to become a call per slot.
+  scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
+  item index entries and, at creation, its lease in `LEASES`; on a cluster each would have
+  to become a call per slot.
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead
   of expiring: the job queue (see "background jobs" below).
