@@ -4,9 +4,11 @@ A background job has the job queue to notice its worker's death (jobs.py); a for
 response has only the instance serving it. So that instance holds a lease on each of its
 stored foreground responses while it generates them (store/leases.py: one sorted set of
 deadlines on the Redis clock):
-- taken when the turn starts (one round trip per request, never per token), renewed for all
-  of this process's live responses in ONE call every third of `--lease-ttl`, dropped with the
-  next renewal once the turn has ended (its end is already stored by then);
+- taken by the create that stores the response (`Store.create_response(lease_ms=...)`: the
+  same script, so no round trip of its own, and a create that fails leaves no lease; never
+  per token), renewed for all of this process's live responses in ONE call every third of
+  `--lease-ttl`, dropped with the next renewal once the turn has ended (its end is already
+  stored by then);
 - a lease whose deadline passed is a writer that stopped renewing (kill -9, a lost host).
   Whoever notices closes the response, exactly as a dead worker's job is closed: the log read
   back (`Assembler.restore`), the open items closed, `response.failed` ("the instance serving
@@ -65,22 +67,33 @@ class Leases:
         self._dropped: set[str] = set()
 
     # -- the writer's side -------------------------------------------------------------------
+    @property
+    def ttl_ms(self) -> int:
+        """A lease's length: what a create taking the lease passes as `lease_ms`."""
+        return self._ttl_ms
+
     @contextlib.asynccontextmanager
     async def held(self, response_id: str,
-                   end_stored: Callable[[], bool] = lambda: True) -> AsyncIterator[None]:
-        """Hold the lease of `response_id` while the body runs. Taking it may fail (the store
-        is down): the response is then served unleased, as before leases existed.
+                   end_stored: Callable[[], bool] = lambda: True, *,
+                   taken: bool = False) -> AsyncIterator[None]:
+        """Hold the lease of `response_id` while the body runs. `taken`: the create already
+        took it (`ttl_ms` ago at most), so it is only registered here for renewal, with no
+        round trip. Otherwise it is taken now, which may fail (the store is down): the
+        response is then served unleased, as before leases existed.
 
         When the body is over but `end_stored()` says its end never reached the store (the
         final write failed past its retries: Redis out for longer than they last), the lease
         is not dropped but left to expire: the stored object is still `in_progress`, and the
         sweep of whichever instance sees the expired lease first closes it from its log, as it
         would a dead writer's. So a writer never leaves its own response `in_progress`."""
-        try:
-            await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
+        if taken:
             self._held.add(response_id)
-        except ProxyError as exc:
-            log.warning("no lease for %s: %s", response_id, exc)
+        else:
+            try:
+                await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
+                self._held.add(response_id)
+            except ProxyError as exc:
+                log.warning("no lease for %s: %s", response_id, exc)
         try:
             yield
         finally:

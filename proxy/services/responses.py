@@ -264,12 +264,13 @@ class ResponsesService:
     @contextlib.asynccontextmanager
     async def _owned(self, response_id: str, turn: Turn, *, leased: bool
                      ) -> AsyncIterator[None]:
-        """While a foreground turn runs: registered for the drain, and leased when stored."""
+        """While a foreground turn runs: registered for the drain, and leased when stored.
+        The lease itself was taken by the create (`_recorder`): here it is only held."""
         with self._drain.turn(response_id, turn):
             if leased and self._leases is not None:
                 recorder = turn.recorder
                 async with self._leases.held(
-                        response_id,
+                        response_id, taken=True,
                         end_stored=lambda: recorder is None or recorder.final is not None):
                     yield
             else:
@@ -395,8 +396,12 @@ class ResponsesService:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
                                     logged=request.stream, replica=replica)
+            # The writer's lease is taken in the same round trip as the create (lease.py): a
+            # stored stream waits on one Redis call before its first event, not two.
+            leases = self._leases
             await self._store.create_response(record, request.input, ttl=settings.response_ttl,
-                                              event_ttl=settings.event_ttl)
+                                              event_ttl=settings.event_ttl,
+                                              lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 recorder.log = self._hub.open(snapshot["id"])
         return recorder

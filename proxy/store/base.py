@@ -116,9 +116,13 @@ class Store(Protocol):
         events: Sequence[StoredEvent] = (),
         ttl: int,
         event_ttl: int,
+        lease_ms: int | None = None,
     ) -> None:
         """Store a new response (any status) with its input items (already carrying ids) and,
-        atomically with it, the first events of its log (e.g. created + queued)."""
+        atomically with it, the first events of its log (e.g. created + queued).
+        `lease_ms`: also take the response's writer lease (store/leases.py), `lease_ms` from
+        now on the store's clock, in the same round trip (a stored foreground response,
+        services/lease.py); a create that fails takes no lease."""
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...
 

@@ -5,10 +5,12 @@ Invariants (DESIGN.md, "Redis"):
 - All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
   share `{<conversation id>}`: a Lua script or MULTI touches only one slot, so the layout works
   unchanged on a Redis Cluster. Calls that span several responses (`load_chain`, `tail`) are
-  pipelines or multi-key reads that a cluster client can split. One exception, for the hot
+  pipelines or multi-key reads that a cluster client can split. Two exceptions, for the hot
   path: `append_events` writes every live stream's events in one script call that builds the
-  keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY); on a
-  cluster it would have to become one call per slot.
+  keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
+  scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
+  item index entries and, at creation, its lease in `LEASES`; on a cluster each would have
+  to become a call per slot.
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead
   of expiring: the job queue (see "background jobs" below).

@@ -8,7 +8,8 @@ Invariants:
 - Round trips are constant per call: one command, one script or one pipeline; `load_chain` two
   (the target, then every ancestor at once) whatever the chain's depth; `find_items` two (where
   the items live, then every response holding one). Storing a response's items in the item
-  index rides in the same pipeline as the script that stores the response.
+  index, and a foreground response's lease, ride in the script that stores the response (one
+  EVALSHA: a redis-py pipeline costs the proxy more CPU than the round trip it carries).
 - Every Redis failure that means "the store is not answering" becomes `StoreUnavailable` where it
   happens (`raise ... from exc`). A `ResponseError` from a script is a bug and propagates.
 - Reads are retried once on a dropped connection (a pooled socket a Redis restart closed); writes
@@ -147,21 +148,22 @@ class RedisStore:
 
     async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
-                              event_ttl: int) -> None:
+                              event_ttl: int, lease_ms: int | None = None) -> None:
         _check_ttl(ttl, event_ttl)
+        if lease_ms is not None and lease_ms <= 0:
+            raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid = record.id
+        # One script call (scripts.CREATE_RESPONSE): the record, its input, its first events,
+        # its input items' index entries and, when asked, its lease.
+        keys_ = [*_response_keys(rid), keys.LEASES, *_index_keys(input_items)]
         args: list[Any] = [
             ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
-            orjson.dumps(list(input_items)), record.replica or "", *_event_args(events),
+            orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
+            f"{keys.ITEM_IN_INPUT}:{rid}", *_event_args(events),
         ]
-        index = _index_args(input_items, keys.ITEM_IN_INPUT, rid)
         with store_errors():
-            if not index:
-                await self._create(keys=_response_keys(rid), args=args)
-            else:
-                await self._script_indexing(self._create, _response_keys(rid), args, index, ttl,
-                                            only_new=True)
+            await self._create(keys=keys_, args=args)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -242,38 +244,16 @@ class RedisStore:
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
-        args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl]
+        rid = str(response["id"])
+        args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
+                           f"{keys.ITEM_IN_OUTPUT}:{rid}"]
         if terminal is not None:
             args += _event_args((terminal,))
-        rid = str(response["id"])
-        index = _index_args(response.get("output") or (), keys.ITEM_IN_OUTPUT, rid)
+        # One script call (scripts.FINISH_RESPONSE), the output items' index entries included.
+        keys_ = [*_response_keys(rid), *_index_keys(response.get("output") or ())]
         with store_errors():
-            if not index:
-                reply = await self._finish(keys=_response_keys(rid), args=args)
-            else:
-                reply = await self._script_indexing(self._finish, _response_keys(rid), args,
-                                                    index, ttl, only_new=False)
+            reply = await self._finish(keys=keys_, args=args)
         return _transition(reply)
-
-    async def _script_indexing(self, script: Any, keys_: list[str], args: list[Any],
-                               index: list[tuple[str, str]], ttl: int, *,
-                               only_new: bool) -> Any:
-        """Run `script` and write the item index entries in the same round trip (one pipeline;
-        the index keys live in other slots, so they cannot be written by the script itself).
-        Returns the script's reply."""
-        def queue(pipe: Pipeline) -> None:
-            pipe.evalsha(script.sha, len(keys_), *keys_, *args)
-            for key, location in index:
-                pipe.set(key, location, ex=ttl, nx=only_new)
-
-        try:
-            replies = await self._pipelined(queue)
-        except rex.NoScriptError:
-            # The server lost its script cache (a restart): the script did not run, the index
-            # writes are idempotent; load it and send the whole pipeline again.
-            await self._client.script_load(script.script)
-            replies = await self._pipelined(queue)
-        return replies[0]
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))
@@ -559,10 +539,9 @@ def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> 
     return items
 
 
-def _index_args(items: Sequence[Item], where: str, response_id: str) -> list[tuple[str, str]]:
-    """Item index entries (keys.py, "the item index") for items with an id."""
-    location = f"{where}:{response_id}"
-    return [(keys.item_location(str(item["id"])), location) for item in items
+def _index_keys(items: Sequence[Item]) -> list[str]:
+    """The item index keys (keys.py, "the item index") of the items with an id."""
+    return [keys.item_location(str(item["id"])) for item in items
             if isinstance(item, dict) and item.get("id")]
 
 

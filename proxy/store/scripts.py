@@ -2,8 +2,11 @@
 
 Conventions every script keeps:
 - It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py. One exception, said where it
-  is: APPEND_EVENTS_MANY (the event-log flush) writes many responses' logs in one call.
+  slot), all passed in KEYS; field names are the ones in keys.py. Exceptions, for the hot
+  path, said where they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses'
+  logs in one call; CREATE_RESPONSE and FINISH_RESPONSE write the response's item index
+  entries, and CREATE_RESPONSE may take its lease in the lease set (keys in other slots,
+  declared in KEYS). The proxy runs on one Redis server; a cluster would need these split.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -78,6 +81,13 @@ local function append_packed(log, blob, pos, stop)
 end
 """
 
+# `now`: the server's clock in milliseconds (lease deadlines: instances whose clocks drift
+# still agree on what has expired).
+_NOW_MS: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # Statuses TRANSITION never moves away from (FINISH_RESPONSE lists what it accepts).
 _TERMINAL: Final = """
 local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled = true}
@@ -85,21 +95,34 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 
 # -- responses ------------------------------------------------------------------------------
 
-# Store a new response together with its input items and its first events.
-# KEYS: hash, input, log
+# Store a new response together with its input items and its first events, index its input
+# items (keys.py, "the item index": NX, a client picks those ids), and (a stored foreground
+# response, services/lease.py) take its writer's lease, all in one call.
+# KEYS: hash, input, log, leases, item index key*
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
-#       (seq, type, data)*
+#       lease ms ('0': take no lease), response id, index location, (seq, type, data)*
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
+# The index entries and the lease live in other slots (the exception to "one slot per script",
+# see above): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
+# CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
+# The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
+# a create that failed (an error ends a script where it happens) leaves no lease behind.
 CREATE_RESPONSE: Final = _APPEND + """
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-if #ARGV >= 11 then
-  append(KEYS[3], 11)
+if #ARGV >= 14 then
+  append(KEYS[3], 14)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+for i = 5, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[13], 'EX', ARGV[1], 'NX')
+end
+if ARGV[11] ~= '0' then""" + _NOW_MS + """
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
 return 1
 """
@@ -191,9 +214,10 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
 
-# Store the final object, close the log and append the terminal event, all or nothing.
-# KEYS: hash, input, log
-# ARGV: status (terminal), obj, ttl, event_ttl, [seq, type, data]
+# Store the final object, close the log and append the terminal event, all or nothing, and
+# index the output items (keys.py, "the item index"; other slots, as in CREATE_RESPONSE).
+# KEYS: hash, input, log, item index key*
+# ARGV: status (terminal), obj, ttl, event_ttl, index location, [seq, type, data]
 # Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
 # the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
 # ran the response then closes its log with the partial output. `closed` makes that once.
@@ -209,13 +233,16 @@ if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
-if #ARGV >= 7 then
-  append(KEYS[3], 5)
+if #ARGV >= 8 then
+  append(KEYS[3], 6)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
+for i = 4, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
+end
 return {1, ARGV[1], ARGV[2]}
 """
 
@@ -541,11 +568,8 @@ return 1
 
 # -- foreground leases (keys.LEASES; services/lease.py) -------------------------------------
 # These touch only the lease set (one slot). Deadlines are in milliseconds of the server's own
-# clock, so instances with drifting clocks agree on what has expired.
-_NOW_MS: Final = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+# clock (`_NOW_MS`), so instances with drifting clocks agree on what has expired. A stored
+# foreground response's lease is taken by CREATE_RESPONSE; these renew, list and drop it.
 
 # One writer's leases in one call: new ones taken, held ones renewed, finished ones dropped.
 # A held lease whose deadline already passed is NOT renewed: someone may be closing that

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from redis.exceptions import ResponseError
+
 from proxy.store import keys
 from proxy.store.base import StoredResponse
 from proxy.store.redis import RedisStore
@@ -93,3 +96,23 @@ async def test_a_server_that_lost_its_scripts_still_stores_and_indexes(store: Re
     assert sorted(await store.find_items(TENANT, ["msg_b", "msg_c"])) == ["msg_b", "msg_c"]
     record = await store.get_response(TENANT, "resp_1")
     assert record is not None and record.status == "completed"
+
+
+async def test_a_refused_final_write_indexes_nothing(store: RedisStore) -> None:
+    await stored(store, "resp_1", [], [message("msg_kept", "a", role="assistant")])
+    # A second, late final write (say after a cancel had ended it) is refused whole: its items
+    # are not the stored response's, so no index entry may point there.
+    late = await store.finish_response(
+        response("resp_1", "completed", output=[message("msg_late", "b", role="assistant")]),
+        None, ttl=TTL, event_ttl=60)
+    assert not late.changed
+    assert await store.client.exists(keys.item_location("msg_late")) == 0
+    assert sorted(await store.find_items(TENANT, ["msg_kept", "msg_late"])) == ["msg_kept"]
+
+
+async def test_a_failed_create_indexes_nothing(store: RedisStore) -> None:
+    await store.client.set(keys.response("resp_bad"), "not a hash")  # its HSET fails
+    with pytest.raises(ResponseError):
+        await store.create_response(StoredResponse(response("resp_bad"), TENANT),
+                                    [message("msg_orphan", "q")], ttl=TTL, event_ttl=60)
+    assert await store.client.exists(keys.item_location("msg_orphan")) == 0

@@ -1,4 +1,5 @@
-"""`LeaseTable` (store/leases.py) on both backends: take, renew, expire, drop, claim.
+"""`LeaseTable` (store/leases.py) on both backends: take, renew, expire, drop, claim; and the
+lease a create takes in its own round trip (`RedisStore.create_response(lease_ms=...)`).
 
 Expiry is on the server's clock; the tests wait for a lease of a few milliseconds to pass (a
 bounded sleep, not a measure of speed)."""
@@ -7,8 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from redis.exceptions import ResponseError
+
+from proxy.store import keys
+from proxy.store.base import StoredResponse
 from proxy.store.leases import LeaseState, LeaseTable
 from proxy.store.redis import RedisStore
+from tests.contract.conftest import RoundTrips
 
 
 async def _expire(table: LeaseTable, response_id: str) -> None:
@@ -63,3 +70,60 @@ async def test_one_claim_wins(store: RedisStore) -> None:
     assert await table.claim("resp_a", "one", 10_000) is True
     assert await table.claim("resp_a", "two", 10_000) is False
     assert await table.claim("resp_b", "two", 10_000) is True
+
+
+# -- the lease a create takes (Store.create_response(lease_ms=...), scripts.CREATE_RESPONSE) --
+
+def _record(response_id: str) -> StoredResponse:
+    return StoredResponse({"id": response_id, "object": "response", "status": "in_progress",
+                           "output": []}, "tenant", logged=True)
+
+
+async def test_a_create_with_a_lease_takes_it_in_the_same_round_trip(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    table = LeaseTable(store.client)
+    # The first call of a script loads it into the server (extra round trips, once).
+    await store.create_response(_record("resp_warm"), [], ttl=60, event_ttl=60, lease_ms=10_000)
+    items = [{"id": "msg_in", "type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "hi"}]}]
+    for rid, inputs in (("resp_plain", []), ("resp_indexed", items)):
+        round_trips.reset()
+        await store.create_response(_record(rid), inputs, ttl=60, event_ttl=60,
+                                    lease_ms=10_000)
+        assert round_trips.count == 1, rid
+        assert await table.state(rid) is LeaseState.HELD
+        record = await store.get_response("tenant", rid)
+        assert record is not None and record.status == "in_progress"
+    # The lease is the table's like any other: renewed by its holder, then dropped.
+    assert await table.renew(ttl_ms=10_000, held=["resp_plain"]) == []
+    await table.renew(ttl_ms=10_000, dropped=["resp_plain"])
+    assert await table.state("resp_plain") is LeaseState.ABSENT
+
+
+async def test_the_lease_a_create_takes_expires_on_the_servers_clock(store: RedisStore) -> None:
+    table = LeaseTable(store.client)
+    await store.create_response(_record("resp_short"), [], ttl=60, event_ttl=60, lease_ms=30)
+    await _expire(table, "resp_short")
+    assert await table.expired(10) == ["resp_short"]
+
+
+async def test_a_create_without_a_lease_takes_none(store: RedisStore) -> None:
+    await store.create_response(_record("resp_bg"), [], ttl=60, event_ttl=60)
+    assert await LeaseTable(store.client).state("resp_bg") is LeaseState.ABSENT
+
+
+async def test_a_failed_create_leaves_no_lease(store: RedisStore) -> None:
+    # The response's hash key holds a string: the script's first HSET fails (WRONGTYPE), which
+    # ends the script before the lease is taken.
+    await store.client.set(keys.response("resp_bad"), "not a hash")
+    with pytest.raises(ResponseError):
+        await store.create_response(_record("resp_bad"), [], ttl=60, event_ttl=60,
+                                    lease_ms=10_000)
+    assert await LeaseTable(store.client).state("resp_bad") is LeaseState.ABSENT
+
+
+async def test_a_bad_lease_length_is_refused_before_anything_is_written(
+        store: RedisStore) -> None:
+    with pytest.raises(ValueError):
+        await store.create_response(_record("resp_zero"), [], ttl=60, event_ttl=60, lease_ms=0)
+    assert await store.get_response("tenant", "resp_zero") is None

@@ -40,16 +40,18 @@ def leases(store: RedisStore, *, ttl: float = 0.05,
                   ids=counter_ids(), clock=lambda: CREATED_AT)
 
 
-async def half_written(store: RedisStore, *, background: bool = False
-                       ) -> tuple[str, list[dict[str, Any]]]:
-    """A stored foreground stream whose writer logged part of a text answer, then vanished."""
+async def half_written(store: RedisStore, *, background: bool = False,
+                       lease_ms: int | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """A stored foreground stream whose writer logged part of a text answer, then vanished.
+    `lease_ms`: its create took its lease, as the service's creates do."""
     live = assemble(golden_bytes("text"))
     prefix = live[: len(live) // 2]
     response = dict(prefix[1]["response"])
     response["background"] = background
     record = StoredResponse(response, TENANT, logged=True)
     events = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in prefix]
-    await store.create_response(record, [], events=events, ttl=60, event_ttl=60)
+    await store.create_response(record, [], events=events, ttl=60, event_ttl=60,
+                                lease_ms=lease_ms)
     return str(response["id"]), prefix
 
 
@@ -217,3 +219,42 @@ async def test_a_turn_whose_end_was_not_stored_leaves_its_lease_to_the_sweep(
     closed = await store.get_response(TENANT, response_id)
     assert closed is not None and closed.status == "failed"
     assert closed.response["error"]["message"] == LOST
+
+
+# -- the lease taken by the create (`held(taken=True)`: no round trip of its own) --------------
+
+async def test_a_lease_taken_by_the_create_is_renewed_then_dropped_after_the_end(
+        store: RedisStore) -> None:
+    writer = leases(store, ttl=30)
+    response_id, _ = await half_written(store, lease_ms=writer.ttl_ms)
+    table = LeaseTable(store.client)
+    assert await table.state(response_id) is LeaseState.HELD
+    calls: list[dict[str, Any]] = []
+    real = writer._table.renew
+
+    async def renew(**kwargs: Any) -> list[str]:
+        calls.append(kwargs)
+        return await real(**kwargs)
+
+    writer._table.renew = renew  # type: ignore[method-assign]
+    async with writer.held(response_id, taken=True):
+        assert calls == []  # registered, not taken again
+        await writer.renew()
+        assert calls[-1]["held"] == [response_id]
+        assert await table.state(response_id) is LeaseState.HELD
+    await writer.renew()
+    assert calls[-1]["dropped"] == [response_id]
+    assert await table.state(response_id) is LeaseState.ABSENT
+
+
+async def test_a_writer_dead_right_after_its_create_is_closed_by_the_sweep(
+        store: RedisStore) -> None:
+    """Killed between the create (which took the lease) and its first renewal: nobody renews
+    the lease, and the sweep closes the response as it would any dead writer's."""
+    response_id, _ = await half_written(store, lease_ms=50)
+    await expired(LeaseTable(store.client), response_id)
+    assert await leases(store).sweep() == 1
+    closed = await store.get_response(TENANT, response_id)
+    assert closed is not None and closed.status == "failed"
+    assert closed.response["error"]["message"] == LOST
+    assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
