@@ -224,8 +224,10 @@ def _cpu_ms(pid: int) -> float:
 def measure(shape: str, streams: int, delay: float, seconds: float,
             cores: Cores) -> Result:
     port, upstream_port = free_port(), free_port()
-    ready = multiprocessing.Event()
-    relay = multiprocessing.Process(target=_relay, args=(shape, port, upstream_port, cores[0],
+    # spawn, not fork: the caller may have threads (pytest's timeout thread, a loop's executor)
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    relay = context.Process(target=_relay, args=(shape, port, upstream_port, cores[0],
                                                          ready), daemon=True)
     relay.start()
     try:
