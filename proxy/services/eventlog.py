@@ -19,9 +19,9 @@ events, the stream's log is given up (the stream to the client goes on) and a re
 the gap and is rebuilt from the final object (services/stored.py). The flusher never dies of it.
 
 `LogHandle.recent` holds only the events not yet confirmed in the store: a follower on this
-instance that joins late reads the store, then catches up from here. Once a flush lands, its
-events leave `recent` (a follower finds them in the store), so memory is bounded by what is
-unflushed, whether or not anyone follows.
+instance that joins late reads the store, then catches up from here. Once a flush (or the final
+write that carried them) lands, its events leave `recent` (a follower finds them in the
+store), so memory is bounded by what is unflushed, whether or not anyone follows.
 """
 
 from __future__ import annotations
