@@ -7,7 +7,9 @@ when the store is unavailable. Each is safe to repeat:
 - `finish_response` is a compare-and-set: a retry after an attempt that *was* applied (a reply
   lost to a timeout) finds the status already terminal and answers changed=False with the stored
   object. `store_final` then compares that object with ours: the same final object means our
-  write landed, and the turn goes on as if the first reply had arrived (`reconcile`).
+  write landed, and the turn goes on as if the first reply had arrived (`reconcile`). The
+  stream's last events that the write carries (services/eventlog.py) landed with it, once: the
+  refused retry appends nothing, and the log skips any event whose seq it already holds.
 - the conversation append adds items by id (`ZADD NX`, `HSET`): a repeated append is a no-op.
 The conversation lives under another hash tag than the response (Redis Cluster slots), so it
 cannot share the final write's script: it is idempotent and retried instead.
@@ -58,10 +60,13 @@ def reconcile(result: Transition, final: ResponseObject) -> Transition:
 
 
 async def store_final(store: Store, final: ResponseObject, terminal: StoredEvent | None, *,
-                      ttl: int, event_ttl: int,
+                      ttl: int, event_ttl: int, events: Sequence[StoredEvent] = (),
                       delays: Sequence[float] | None = None) -> Transition:
+    """The final write, retried and reconciled; `events` (the stream's last unflushed ones)
+    go to the log with it, before `terminal`."""
     async def attempt() -> Transition:
-        result = await store.finish_response(final, terminal, ttl=ttl, event_ttl=event_ttl)
+        result = await store.finish_response(final, terminal, ttl=ttl, event_ttl=event_ttl,
+                                             events=events)
         return reconcile(result, final)
 
     return await retried(f"final write of {final.get('id')}", attempt, delays)

@@ -5,9 +5,13 @@ everything pending, for every stream, in one store call (one Redis pipeline), `w
 after the first event of a batch, or at once when a stream has `max_pending` events waiting
 (a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
 cost on Redis is a fraction of a command, not a round trip. A stream's end goes through
-`LogHandle.finish`, which first flushes its pending events and then stores the final object
-together with the terminal event (`Store.finish_response`, retried and reconciled by
-services/durable.py): the client is sent the terminal event only after that returns.
+`LogHandle.finish`, which stores the final object together with the terminal event
+(`Store.finish_response`, retried and reconciled by services/durable.py): the client is sent the
+terminal event only after that returns. The stream's events still pending then ride in that
+same write (one round trip for the end of a short answer, not a flush and then the final
+write), provided no flush carrying its earlier events is still in flight: the end waits for
+that one (it must land first, or the log would be out of order), or, for a backlog too big for
+one call, flushes it through the shared flusher first (`EventLogHub.flush_through`).
 
 A failed flush keeps its events and is tried again (after a growing delay, at most
 `MAX_FLUSH_ATTEMPTS` times in a row per stream); past that, or past `MAX_UNFLUSHED` waiting
@@ -15,9 +19,9 @@ events, the stream's log is given up (the stream to the client goes on) and a re
 the gap and is rebuilt from the final object (services/stored.py). The flusher never dies of it.
 
 `LogHandle.recent` holds only the events not yet confirmed in the store: a follower on this
-instance that joins late reads the store, then catches up from here. Once a flush lands, its
-events leave `recent` (a follower finds them in the store), so memory is bounded by what is
-unflushed, whether or not anyone follows.
+instance that joins late reads the store, then catches up from here. Once a flush (or the final
+write that carried them) lands, its events leave `recent` (a follower finds them in the
+store), so memory is bounded by what is unflushed, whether or not anyone follows.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ log = logging.getLogger("proxy.eventlog")
 MAX_UNFLUSHED = 20_000
 # Consecutive failed flushes of one stream's events before its log is given up.
 MAX_FLUSH_ATTEMPTS = len(RETRY_DELAYS) + 1
+# Pending events a stream's final write carries at most. Redis runs a script to its end before
+# anything else, so a bigger backlog goes through the flusher (which splits it into calls of
+# store/redis.py's MAX_EVENTS_PER_CALL) before the final write.
+MAX_CARRIED = 256
 
 
 @dataclass(eq=False)
@@ -55,6 +63,9 @@ class LogHandle:
     # joins late catches up from here, with no await between its catch-up and its joining (so
     # nothing made meanwhile can slip between the two). Trimmed by every flush that lands.
     recent: list[StoredEvent] = field(default_factory=list)
+    # Resolved when the flush now writing some of this stream's events is over (None: no flush
+    # holds any): the end must not overtake it (`finish`).
+    in_flight: asyncio.Future[bool] | None = None
 
     def add(self, event: StoredEvent) -> None:
         if self.broken:
@@ -83,23 +94,57 @@ class LogHandle:
         del recent[:cut]
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
-        """Flush what is pending (retried), then store the final object and terminal event
-        atomically (retried, reconciled); only then is the terminal event handed to local
-        followers."""
+        """Store the final object with the pending events and the terminal event atomically
+        (retried, reconciled); only then is the terminal event handed to local followers."""
         try:
-            try:
-                await retried(f"event log flush of {self.response_id}",
-                              lambda: self.hub.flush_through(self))
-            except ProxyError as exc:
-                log.error("event log of %s left incomplete: %s", self.response_id, exc)
+            carried = await self._take_for_final()
+            if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
+                try:
+                    await retried(f"event log flush of {self.response_id}",
+                                  lambda: self.hub.flush_through(self))
+                except ProxyError as exc:
+                    log.error("event log of %s left incomplete: %s", self.response_id, exc)
+                carried = []
             result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
-                                       event_ttl=self.hub.event_ttl)
-            if terminal is not None and result.changed:
-                self.recent.append(terminal)
-                self.hub.local(self.response_id, terminal)
+                                       event_ttl=self.hub.event_ttl, events=carried)
+            if result.changed:
+                if carried:
+                    self.confirmed(carried[-1].seq)
+                if terminal is not None:
+                    self.recent.append(terminal)
+                    self.hub.local(self.response_id, terminal)
+            elif carried:
+                await self._append_refused(carried)
             return result
         finally:
             self.hub.release(self)
+
+    async def _take_for_final(self) -> list[StoredEvent] | None:
+        """The pending events, taken for the final write once no flush holding earlier events
+        of this stream is in flight (waited for: the flush's own future, no lock); None when
+        they must go through the flusher instead (too many, or flushes keep taking them)."""
+        for _ in range(MAX_FLUSH_ATTEMPTS + 1):  # each wait is one flush: bounded
+            flight = self.in_flight
+            if flight is None:
+                break
+            await asyncio.shield(flight)
+        if self.in_flight is not None or len(self.pending) > MAX_CARRIED:
+            return None
+        # Taken with no await since the check: no flush can start in between (one thread), and
+        # with none in flight for this stream, `pending` holds every event not yet stored.
+        carried, self.pending = self.pending, []
+        return carried
+
+    async def _append_refused(self, events: list[StoredEvent]) -> None:
+        """A refused final write (e.g. a late completion after a cancel) appended nothing: the
+        events go to the log as a flush would have taken them (dropped if the log is closed)."""
+        try:
+            await retried(f"event log flush of {self.response_id}",
+                          lambda: self.hub.store.append_events({self.response_id: events},
+                                                               ttl=self.hub.event_ttl))
+            self.confirmed(events[-1].seq)
+        except ProxyError as exc:
+            log.error("event log of %s left incomplete: %s", self.response_id, exc)
 
 
 class EventLogHub:
@@ -218,16 +263,22 @@ class EventLogHub:
 
     async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
+        flight: asyncio.Future[bool] | None = None
         for handle in self._handles:
             if handle.pending:
+                if flight is None:
+                    flight = asyncio.get_running_loop().create_future()
                 taken[handle] = handle.pending
                 handle.pending = []
-        if not taken:
+                handle.in_flight = flight
+        if flight is None:
             return True
+        written = False
         try:
             await self.store.append_events({h.response_id: events
                                             for h, events in taken.items()},
                                            ttl=self.event_ttl)
+            written = True
         except ProxyError as exc:
             log.error("event log write failed for %d stream(s): %s", len(taken), exc)
             for handle, events in taken.items():
@@ -237,8 +288,15 @@ class EventLogHub:
                 elif not handle.broken:
                     handle.pending[:0] = events  # in front of what came meanwhile
             return False
-        for handle, events in taken.items():
-            handle.confirmed(events[-1].seq)
+        finally:
+            # Settled before any finisher waiting on it runs again: its events are then either
+            # stored (out of `recent`) or back in `pending`, in front.
+            if written:
+                for handle, events in taken.items():
+                    handle.confirmed(events[-1].seq)
+            for handle in taken:
+                handle.in_flight = None
+            flight.set_result(written)
         return True
 
     async def aclose(self) -> None:

@@ -166,14 +166,16 @@ class Store(Protocol):
 
     async def finish_response(
         self, response: ResponseObject, terminal: StoredEvent | None, *, ttl: int,
-        event_ttl: int,
+        event_ttl: int, events: Sequence[StoredEvent] = (),
     ) -> Transition:
-        """Atomically store the final object (its status is terminal) and append its terminal
-        event to the log (when given), if the stored status is queued or in_progress.
+        """Atomically store the final object (its status is terminal) and append `events` (the
+        stream's events not yet in its log, in order) then its terminal event (when given) to
+        the log, if the stored status is queued or in_progress. As with `append_events`, an
+        event whose number is not above the log's last one is skipped (a retry is harmless).
         One exception: a stored `cancelled` whose log is not yet closed accepts a final object
         that is `cancelled` too (the worker that ran it closes its log with the partial output).
-        Otherwise nothing changes: changed=False with the stored object (e.g. a late completion
-        after a cancel)."""
+        Otherwise nothing changes, the log included: changed=False with the stored object (e.g.
+        a late completion after a cancel)."""
 
     # -- event logs --------------------------------------------------------------------------
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,

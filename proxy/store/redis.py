@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -239,16 +240,20 @@ class RedisStore:
         return _transition(reply)
 
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
-                              ttl: int, event_ttl: int) -> Transition:
+                              ttl: int, event_ttl: int,
+                              events: Sequence[StoredEvent] = ()) -> Transition:
         _check_ttl(ttl, event_ttl)
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
+        logged = [*events, terminal] if terminal is not None else list(events)
+        if any(a.seq >= b.seq for a, b in itertools.pairwise(logged)):
+            raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
                            f"{keys.ITEM_IN_OUTPUT}:{rid}"]
-        if terminal is not None:
-            args += _event_args((terminal,))
+        if logged:
+            args.append(_packed(logged))
         # One script call (scripts.FINISH_RESPONSE), the output items' index entries included.
         keys_ = [*_response_keys(rid), *_index_keys(response.get("output") or ())]
         with store_errors():

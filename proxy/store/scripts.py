@@ -214,15 +214,22 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
 
-# Store the final object, close the log and append the terminal event, all or nothing, and
-# index the output items (keys.py, "the item index"; other slots, as in CREATE_RESPONSE).
+# Store the final object, close the log and append the stream's last events (those not yet
+# flushed, then the terminal one), all or nothing, and index the output items (keys.py, "the
+# item index"; other slots, as in CREATE_RESPONSE).
 # KEYS: hash, input, log, item index key*
-# ARGV: status (terminal), obj, ttl, event_ttl, index location, [seq, type, data]
+# ARGV: status (terminal), obj, ttl, event_ttl, index location, [packed events]
+# The events are packed as APPEND_EVENTS_MANY packs them (`append_packed`: one argument, not
+# three per event), in order. Carrying the stream's pending events here spares a short stream
+# its own flush before the end (services/eventlog.py). An event whose seq is not above the
+# log's last is skipped, so a retried call (the first one landed, its reply lost) adds nothing:
+# it is refused anyway, the log being closed.
 # Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
 # the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
 # ran the response then closes its log with the partial output. `closed` makes that once.
-# A late completion after a cancel is refused. Returns nil or {changed, status, obj}.
-FINISH_RESPONSE: Final = _APPEND + """
+# A late completion after a cancel is refused (and appends nothing). Returns nil or
+# {changed, status, obj}.
+FINISH_RESPONSE: Final = _APPEND + _APPEND_PACKED + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return false end
 local ok = status == 'queued' or status == 'in_progress'
@@ -233,8 +240,8 @@ if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
-if #ARGV >= 8 then
-  append(KEYS[3], 6)
+if #ARGV >= 6 and #ARGV[6] > 0 then
+  append_packed(KEYS[3], ARGV[6], 1, #ARGV[6] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 end

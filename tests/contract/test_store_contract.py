@@ -343,6 +343,77 @@ async def test_a_late_completion_never_overwrites_a_cancel(store: RedisStore) ->
     assert seqs(await store.read_events("resp_1")) == [0]
 
 
+async def test_finish_carries_the_unflushed_events_before_the_terminal_one(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await create(store, "resp_0")
+    # a first final write loads the script into a fresh server (not what is counted here)
+    await store.finish_response(response("resp_0", "completed"), None, ttl=TTL,
+                                event_ttl=EVENT_TTL)
+    final = response("resp_1", "completed", output=[message("msg_1", "done", "assistant")])
+    round_trips.reset()
+    done = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL,
+                                       events=(event(1, note="a"), event(2), event(3)))
+    assert round_trips.count == 1  # the events, the end and the item index: one script call
+    assert done.changed and done.response == final
+    log = await store.read_events("resp_1")
+    assert [(e.seq, e.type) for e in log] == [
+        (0, "response.output_text.delta"), (1, "response.output_text.delta"),
+        (2, "response.output_text.delta"), (3, "response.output_text.delta"),
+        (4, "response.completed")]
+    assert log[1] == event(1, note="a")  # the bytes as given
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.closed and got.logged
+
+
+async def test_finish_with_events_and_no_log_yet_marks_it_logged(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    done = await store.finish_response(response("resp_1", "completed"),
+                                       event(2, "response.completed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL, events=(event(0), event(1)))
+    assert done.changed
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.logged and got.closed
+    assert seqs(await store.read_events("resp_1")) == [0, 1, 2]
+
+
+async def test_a_retried_finish_adds_none_of_its_events_twice(store: RedisStore) -> None:
+    """The first attempt landed and its reply was lost: the retry is refused, the log as the
+    first one left it."""
+    await create(store, "resp_1", events=(event(0), event(1)))
+    final = response("resp_1", "completed")
+    carried = (event(1), event(2), event(3))  # 1 is in the log already: skipped
+    first = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+                                        event_ttl=EVENT_TTL, events=carried)
+    again = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+                                        event_ttl=EVENT_TTL, events=carried)
+    assert first.changed and not again.changed and again.response == final
+    assert seqs(await store.read_events("resp_1")) == [0, 1, 2, 3, 4]
+
+
+async def test_a_refused_finish_appends_none_of_its_events(store: RedisStore) -> None:
+    await create(store, "resp_1", events=(event(0),))
+    await store.transition("resp_1", allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    late = response("resp_1", "completed")
+    done = await store.finish_response(late, event(3, "response.completed"), ttl=TTL,
+                                       event_ttl=EVENT_TTL, events=(event(1), event(2)))
+    assert not done.changed
+    assert seqs(await store.read_events("resp_1")) == [0]
+
+
+async def test_finish_needs_its_events_in_order(store: RedisStore) -> None:
+    await create(store, "resp_1")
+    with pytest.raises(ValueError):
+        await store.finish_response(response("resp_1", "completed"), event(2), ttl=TTL,
+                                    event_ttl=EVENT_TTL, events=(event(1), event(3)))
+    with pytest.raises(ValueError):
+        await store.finish_response(response("resp_1", "completed"), None, ttl=TTL,
+                                    event_ttl=EVENT_TTL, events=(event(1), event(1)))
+    got = await store.get_response(TENANT, "resp_1")
+    assert got is not None and got.status == "in_progress"
+
+
 async def test_finish_needs_a_terminal_status(store: RedisStore) -> None:
     await create(store, "resp_1")
     with pytest.raises(ValueError):
