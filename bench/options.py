@@ -12,6 +12,8 @@
     --spy       a py-spy sampling profile of the proxy during each row through it (`spy.py`):
                 the top functions and buckets, also in µs per token, printed and written as
                 markdown under bench/results/ (the CPU figures stay honest)
+    --spy-blocking  the same, py-spy pausing the proxy for each sample: whole stacks (with
+                `--spy`, 15-35% of the stacks lose their root), but the row runs slower
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Options:
     argv: list[str] = field(default_factory=list)
     profile: bool = False  # the proxy under cProfile (skews its CPU; never written to docs)
     spy: bool = False  # a py-spy profile of each row through the proxy (never written to docs)
+    spy_blocking: bool = False  # py-spy pauses the proxy per sample (whole stacks)
     capture: bool = False  # keep each row's first body (for tests)
     idle_seconds: float = IDLE_SECONDS  # how long the idle proxy's CPU is measured
 
@@ -99,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--spy", action="store_true",
                         help="record a py-spy profile of the proxy during each row through it "
                              "and summarise it (needs py-spy; docs are not written)")
+    parser.add_argument("--spy-blocking", action="store_true",
+                        help="--spy with py-spy pausing the proxy for each sample (whole "
+                             "stacks; the row runs slower)")
     docs = parser.add_mutually_exclusive_group()
     docs.add_argument("--docs", dest="docs", action="store_true", default=None,
                       help="write docs/BENCHMARKS.md even for a partial matrix")
@@ -123,7 +129,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         warmup_seconds=args.warmup_seconds if args.warmup_seconds is not None
         else (0.5 if quick else 2.0),
         retries=args.retries, quick=quick, docs=args.docs, profile=bool(args.profile),
-        spy=bool(args.spy),
+        spy=bool(args.spy or args.spy_blocking), spy_blocking=bool(args.spy_blocking),
         docs_path=ROOT / "docs" / "BENCHMARKS.md", results_dir=args.results_dir,
         argv=list(argv),
     )

@@ -105,7 +105,7 @@ def _run_bench(options: Options, out: Callable[[str], None]) -> BenchResult:
             out(f"  {name}: cpu {masks}")
         bench = Bench(options, stack, runner, out)
         if options.spy:
-            bench.spy = _spy(log_dir, out)
+            bench.spy = _spy(log_dir, out, blocking=options.spy_blocking)
         meta["proxy_idle_cpu_ms_per_s"] = bench.idle_cpu()
         out(f"proxy idle: {meta['proxy_idle_cpu_ms_per_s']:.1f} ms CPU per second")
         warmups = bench.warm_up()
@@ -148,12 +148,12 @@ def _print_profile(path: Path, out: Callable[[str], None], top: int = 30) -> Non
     out(f"proxy profile: {path} (python -m pstats {path})")
 
 
-def _spy(log_dir: Path, out: Callable[[str], None]) -> spy.Spy | None:
+def _spy(log_dir: Path, out: Callable[[str], None], *, blocking: bool) -> spy.Spy | None:
     exe = spy.find_py_spy()
     if exe is None:
         out(spy.MISSING)
         return None
-    return spy.Spy(exe, log_dir)
+    return spy.Spy(exe, log_dir, nonblocking=not blocking)
 
 
 def _spy_report(bench: Bench, options: Options, meta: dict[str, Any],

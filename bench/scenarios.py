@@ -238,12 +238,13 @@ def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
 class Scenarios:
     def __init__(self, sizes: Sizes, out: Callable[[str], None] = print,
                  only: Sequence[str] = TABLES, *, budget_cores: float = BUDGET,
-                 spy_exe: str | None = None) -> None:
+                 spy_exe: str | None = None, spy_blocking: bool = False) -> None:
         self.sizes = sizes
         self.only = set(only)
         self.out = out
         self.budget_cores = budget_cores
         self.spy_exe = spy_exe
+        self.spy_blocking = spy_blocking
         self.spy: spy.Spy | None = None
         self.results: list[Measured] = []
         self.skipped: dict[str, str] = {}  # table -> why it was not run
@@ -300,7 +301,7 @@ class Scenarios:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.load_cores = sorted(pinning.load) if pinning.load is not None else []
         if self.spy_exe is not None:
-            self.spy = spy.Spy(self.spy_exe, log_dir)
+            self.spy = spy.Spy(self.spy_exe, log_dir, nonblocking=not self.spy_blocking)
         redis_dir = tempfile.mkdtemp(prefix="bench-scenarios-")
         stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
                                    worker_concurrency=max(sizes.streams, 64)))
@@ -533,7 +534,8 @@ def spy_report(results: Sequence[Measured]) -> None:
             continue
         if m.recording.error is not None:
             print(f"py-spy {m.recording.name}: {m.recording.error}")
-        summaries.append(spy.summarize(f"{m.recording.name} (raw: {m.recording.raw})",
+        raw = os.path.relpath(m.recording.raw, ROOT)
+        summaries.append(spy.summarize(f"{m.recording.name} (raw: {raw})",
                                        m.recording.stacks(), m.cpu_ms_per_1k["proxy"]))
     path = spy.results_path(ROOT / "bench" / "results", "spy-scenarios")
     spy.write_markdown(path, summaries, [f"py-spy profiles of `python -m bench.scenarios` "
@@ -571,6 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spy", action="store_true",
                         help="record a py-spy profile of the proxy during each row through it; "
                              "summaries under bench/results/ (docs are not written)")
+    parser.add_argument("--spy-blocking", action="store_true",
+                        help="--spy with py-spy pausing the proxy for each sample (whole "
+                             "stacks; the rows run slower)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.budget <= 1:
         parser.error("--budget takes a share of one core, > 0 and <= 1")
@@ -582,10 +587,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = [t for t in args.only.split(",") if t]
     if any(t not in TABLES for t in only):
         parser.error(f"--only takes {','.join(TABLES)}")
-    spy_exe = spy.find_py_spy() if args.spy else None
-    if args.spy and spy_exe is None:
+    spying = args.spy or args.spy_blocking
+    spy_exe = spy.find_py_spy() if spying else None
+    if spying and spy_exe is None:
         print(spy.MISSING)
-    scenarios = Scenarios(sizes, only=only, budget_cores=args.budget, spy_exe=spy_exe)
+    scenarios = Scenarios(sizes, only=only, budget_cores=args.budget, spy_exe=spy_exe,
+                          spy_blocking=args.spy_blocking)
     results = scenarios.run()
     lines = tables(results, sizes, skipped=scenarios.skipped, budget_cores=args.budget,
                    load_cores=scenarios.load_cores)

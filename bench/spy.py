@@ -257,9 +257,10 @@ def markdown(summary: Summary) -> list[str]:
            else f"{summary.cpu_us_per_token:.1f} µs per token")
     lines = [f"#### py-spy: {summary.name}", "",
              f"{summary.samples} samples at {RATE}/s while the proxy was on a CPU; the row's "
-             f"proxy CPU: {cpu}. {summary.torn_pct:.0f}% of the stacks were read while "
-             "they changed (`--nonblocking`) and miss their root: their own time counts, "
-             "their buckets go by the frames that were read.", "",
+             f"proxy CPU: {cpu}. {summary.torn_pct:.0f}% of the stacks miss their root (py-spy "
+             "`--nonblocking` reads stacks while they change; `--spy-blocking` does not, at a "
+             "cost to the row): their own time counts, their buckets go by the frames read.",
+             "",
              "| bucket | % of samples | µs per token |", "|---|---:|---:|"]
     lines += [f"| {b} | {p:.1f} | {_us(summary, p)} |" for b, p in summary.buckets.items()]
     for title, rows in (("own time (function)", summary.own),
@@ -298,6 +299,8 @@ class Spy:
     exe: str
     out_dir: Path
     rate: int = RATE
+    # False pauses the process for each sample: whole stacks, at a cost to the row
+    nonblocking: bool = True
     recordings: list[Recording] = field(default_factory=list)
 
     @contextlib.contextmanager
@@ -308,7 +311,7 @@ class Spy:
         recording = Recording(name, stem.with_suffix(".txt"), stem.with_suffix(".log"))
         self.recordings.append(recording)
         args = [self.exe, "record", "-p", str(pid), "-r", str(self.rate), "-f", "raw",
-                "-o", str(recording.raw), "--nonblocking",
+                "-o", str(recording.raw), *(["--nonblocking"] if self.nonblocking else []),
                 *(["--subprocesses"] if subprocesses else [])]
         with open(recording.log, "wb") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
