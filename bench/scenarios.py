@@ -380,7 +380,6 @@ class Scenarios:
                     self.row(bench, stack, "processes", proxy, system, s.short_tokens, 0.0,
                              s.process_streams)
 
-
     def budgeted(self, bench: Bench, stack: Stack, pinning: Pinning, log_dir: Path) -> None:
         """`serve --workers 1` and `--workers 2` on core 0, each process in its own cgroup with
         `budget_cores`; the proxies are stopped and the groups removed however this ends."""
@@ -390,9 +389,9 @@ class Scenarios:
             self.out(f"budgeted: skipped: {reason}")
             return
         cores = self.budget_cores
-        started: list[Service] = []
-        try:
-            with cgroups.Budgets(cgroups.hierarchy()) as budgets:
+        with cgroups.Budgets(cgroups.hierarchy()) as budgets:
+            started: list[Service] = []
+            try:
                 proxies: list[tuple[Proxy, list[cgroups.Group]]] = []
                 for name, workers in (("b1", 1), ("b2", 2)):
                     proxy = _proxy(stack, name, stack.redis, stack.redis_port, pinning.proxy,
@@ -412,11 +411,9 @@ class Scenarios:
                         with _using(stack, proxy):
                             self.row(bench, stack, "budgeted", proxy, system, tokens, 0.0,
                                      s.process_streams, groups=groups)
+            finally:
                 for service in started:  # before the groups go: they empty as these exit
                     service.stop()
-        finally:
-            for service in started:
-                service.stop()
 
 
 # -- report --------------------------------------------------------------------------------------

@@ -75,6 +75,13 @@ def test_children_are_read_from_the_parent_field() -> None:
     assert cgroups.children_in(stats, 99) == []
 
 
+def test_why_budgets_are_unavailable_is_one_line(tmp_path: Path) -> None:
+    assert cgroups.unavailable(tmp_path / "missing").startswith("cannot read")
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert cgroups.unavailable(mounts) == "no cgroup hierarchy is mounted"
+
+
 # -- real groups -------------------------------------------------------------------------------
 
 REASON = cgroups.unavailable()

@@ -6,6 +6,7 @@ saying why not elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -53,7 +54,10 @@ REASON = cgroups.unavailable()
 
 @pytest.mark.skipif(REASON is not None, reason=f"no CPU cgroups: {REASON}")
 def test_budgeted_rows_put_each_proxy_process_under_its_own_quota() -> None:
-    scenarios = Scenarios(TINY, out=lambda _line: None, only=("budgeted",), budget_cores=0.3)
+    # 16 connections: SO_REUSEPORT hashes each to one of the two processes, and all 16 on one
+    # (which would leave the other idle) has odds of 2 in 65,536; 4 would be 1 in 8.
+    sizes = dataclasses.replace(TINY, process_streams=16)
+    scenarios = Scenarios(sizes, out=lambda _line: None, only=("budgeted",), budget_cores=0.3)
     results = scenarios.run()
     rows = [m for m in results if m.table == "budgeted"]
     assert [(m.label, m.row.system, m.row.tokens) for m in rows] == [
@@ -67,7 +71,7 @@ def test_budgeted_rows_put_each_proxy_process_under_its_own_quota() -> None:
         # every serving process ran under its quota during the row (CFS counted its periods)
         assert all(p.throttling.periods > 0 for p in m.processes if p.name != "supervisor")
         assert m.requests_per_proxy_cpu_second is not None
-    text = "\n".join(tables(results, TINY, budget_cores=0.3,
+    text = "\n".join(tables(results, sizes, budget_cores=0.3,
                              load_cores=scenarios.load_cores))
     assert "Processes with a CPU budget" in text and "| responses-store | 4 | 2 | 0.6 |" in text
     hierarchy = cgroups.hierarchy()
