@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -249,6 +249,3 @@ def hierarchy() -> Hierarchy:
         raise RuntimeError("no cgroup hierarchy with the cpu controller")
     return found
 
-
-def describe(groups: Iterable[Group]) -> str:
-    return ", ".join(f"{g.name} (pid {g.pid}) {g.cores:g} core" for g in groups)
