@@ -13,7 +13,7 @@
                 the top functions and buckets, also in µs per token, printed and written as
                 markdown under bench/results/ (the CPU figures stay honest)
     --spy-blocking  the same, py-spy pausing the proxy for each sample: whole stacks (with
-                `--spy`, 15-35% of the stacks lose their root), but the row runs slower
+                `--spy`, a fifth to a half of the stacks lose their root), but the row runs slower
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ What the summary gives (`summarize`, `markdown`):
   - the top lines by own time (function, file and line);
   - every percentage also as microseconds per token: the row's proxy CPU in ms per 1k tokens
     is microseconds per token, and a function with p % of the samples costs p % of it.
+With `--nonblocking` a stack is read while the process runs, so a fifth to a half of them (in
+the 256-stream rows) lose their outer frames: their own time still counts, their bucket goes by
+the frames that were read, and the summary says how many; `Spy(nonblocking=False)` (the
+`--spy-blocking` option) pauses the process per sample for whole stacks, slowing the row.
 Samples of the loop itself (no Python frame of ours or the libraries' beyond the loop's run
 call: uvloop is Cython, so its own work shows as the Python frame that entered it) fall in the
 "event loop" bucket by the leaf rule there.
