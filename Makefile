@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test lint bench compat fuzz chaos soak redis-server nginx clean
 
@@ -13,6 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	@touch $(STAMP)
+
+# The bench extra (py-spy, for `--spy`) on top of the test and dev ones; `make test` and
+# `make run` do not need it.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,bench]'
+	@touch $(BENCH_STAMP)
 
 ## run: the proxy on :8080 (the simulator as upstream when none is configured).
 run: $(STAMP)
@@ -32,8 +39,8 @@ lint: $(STAMP)
 ## processes: bench/scenarios.py); then the response cache's hit and miss latency at one
 ## stream (bench/cache.py); then the routing policies on a fleet of three simulators with
 ## prefix caches (bench/fleet.py); then a 20-step tool-calling loop over WebSocket against
-## HTTP+SSE (bench/wsloop.py).
-bench: $(STAMP) redis-server
+## HTTP+SSE (bench/wsloop.py). It installs py-spy (the `bench` extra) for `--spy` profiles.
+bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.scenarios --docs
 	$(BIN)/python -m bench.cache

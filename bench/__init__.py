@@ -24,7 +24,11 @@ Modules, one concept each:
     clients   `python -m bench.clients`: our upstream client against aiohttp's, in one run
     aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
     scenarios `python -m bench.scenarios`: Redis beside the proxy or apart, the burst, short
-              answers (requests per CPU-second), `serve --workers 1` against 2 (issue 18)
+              answers (requests per CPU-second), `serve --workers 1` against 2, unpinned and
+              with a CPU budget per process (issue 18)
+    cgroups   CPU budgets: one cgroup per process with a CFS quota, always removed after
+    spy       `--spy`: a py-spy sampling profile of the proxy per row, summarised by function
+              and by bucket, in µs per token
     appends   `python -m bench.appends`: three ways to write an event-log flush, side by side
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches

@@ -27,15 +27,17 @@ with other test suites running). `estimate_seconds` prints a rough figure first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from bench import report
 from bench.loadgen import RowPlan, RowRun, Sample, run_row
 from bench.options import Options
 from bench.procs import CLK_TCK, core_times, cpu_ticks
+from bench.spy import Recording, Spy
 from bench.stack import HOST, Stack
 from bench.stats import (
     Groups,
@@ -112,6 +114,10 @@ class Bench:
         self.captured: dict[tuple[str, int, float], bytes] = {}
         self.broken: dict[str, str] = {}  # systems whose every warm-up request failed
         self.rerun_seconds = 0.0  # spent on re-runs and quiet waits so far
+        # `--spy`: a py-spy profile of the proxy around each measured row through it; the
+        # kept attempt's recording per (system, concurrency, delay)
+        self.spy: Spy | None = None
+        self.spied: dict[tuple[str, int, float], Recording] = {}
 
     # -- measuring -----------------------------------------------------------------------------
     def mark(self) -> Mark:
@@ -159,7 +165,8 @@ class Bench:
         """`run_one`, again while other work on the machine disturbed it (bounded)."""
         disturbed: list[str] = []
         for attempt in range(self.options.retries + 1):
-            row, run = self.run_one(system, concurrency, delay_ms)
+            with self.spying(system, concurrency, delay_ms):
+                row, run = self.run_one(system, concurrency, delay_ms)
             worst = self._worst_others(system, row)
             if worst[1] < OTHERS_LIMIT:
                 break
@@ -176,6 +183,18 @@ class Bench:
             state = "clean" if kept < OTHERS_LIMIT else f"disturbed too ({kept:.0f}%)"
             row.notes.append("; ".join(disturbed) + f"; the kept attempt is {state}")
         return row, run
+
+    @contextlib.contextmanager
+    def spying(self, system: System, concurrency: int, delay_ms: float) -> Iterator[None]:
+        """py-spy on the proxy (its worker processes too) for one row through it, if `--spy`."""
+        if self.spy is None or not system.via_proxy:
+            yield
+            return
+        proxy = self.stack.proxy
+        name = f"{system.name} c{concurrency} d{delay_ms:g}"
+        with self.spy.record(name, proxy.pid, subprocesses=proxy.tree) as recording:
+            yield
+        self.spied[(system.name, concurrency, delay_ms)] = recording
 
     @staticmethod
     def _worst_others(system: System, row: Row) -> tuple[str, float]:

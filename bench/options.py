@@ -9,6 +9,11 @@
                 of the matrix (a partial matrix prints and saves JSON; `--docs` writes the docs)
     --retries   how often a row disturbed by other work on the machine is run again
     --profile   the proxy under cProfile: where its time goes (the CPU figures are inflated)
+    --spy       a py-spy sampling profile of the proxy during each row through it (`spy.py`):
+                the top functions and buckets, also in µs per token, printed and written as
+                markdown under bench/results/ (the CPU figures stay honest)
+    --spy-blocking  the same, py-spy pausing the proxy for each sample: whole stacks (with
+                `--spy`, a fifth to a half of the stacks lose their root), but the row runs slower
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class Options:
     results_dir: Path
     argv: list[str] = field(default_factory=list)
     profile: bool = False  # the proxy under cProfile (skews its CPU; never written to docs)
+    spy: bool = False  # a py-spy profile of each row through the proxy (never written to docs)
+    spy_blocking: bool = False  # py-spy pauses the proxy per sample (whole stacks)
     capture: bool = False  # keep each row's first body (for tests)
     idle_seconds: float = IDLE_SECONDS  # how long the idle proxy's CPU is measured
 
@@ -56,7 +63,7 @@ class Options:
 
     @property
     def write_docs(self) -> bool:
-        if self.profile:
+        if self.profile or self.spy:
             return False
         return self.docs if self.docs is not None else self.full_matrix
 
@@ -92,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true",
                         help="run the proxy under cProfile; print its top functions at the end "
                              "(its CPU figures are inflated; docs are not written)")
+    parser.add_argument("--spy", action="store_true",
+                        help="record a py-spy profile of the proxy during each row through it "
+                             "and summarise it (needs py-spy; docs are not written)")
+    parser.add_argument("--spy-blocking", action="store_true",
+                        help="--spy with py-spy pausing the proxy for each sample (whole "
+                             "stacks; the row runs slower)")
     docs = parser.add_mutually_exclusive_group()
     docs.add_argument("--docs", dest="docs", action="store_true", default=None,
                       help="write docs/BENCHMARKS.md even for a partial matrix")
@@ -116,9 +129,12 @@ def parse_options(argv: Sequence[str]) -> Options:
         warmup_seconds=args.warmup_seconds if args.warmup_seconds is not None
         else (0.5 if quick else 2.0),
         retries=args.retries, quick=quick, docs=args.docs, profile=bool(args.profile),
+        spy=bool(args.spy or args.spy_blocking), spy_blocking=bool(args.spy_blocking),
         docs_path=ROOT / "docs" / "BENCHMARKS.md", results_dir=args.results_dir,
         argv=list(argv),
     )
+    if options.profile and options.spy:
+        parser.error("--profile and --spy: choose one (cProfile would skew py-spy's profile)")
     unknown = [s for s in options.systems if s not in SYSTEMS]
     if unknown:
         parser.error(f"unknown system(s) {','.join(unknown)}; use {','.join(SYSTEMS)}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import machine, report
+from bench import machine, report, spy
 from bench.loadgen import Sample
 from bench.matrix import Bench, estimate_seconds
 from bench.options import ROOT, Options, parse_options
@@ -104,6 +104,8 @@ def _run_bench(options: Options, out: Callable[[str], None]) -> BenchResult:
         for name, masks in meta["pinning"]["verified"].items():
             out(f"  {name}: cpu {masks}")
         bench = Bench(options, stack, runner, out)
+        if options.spy:
+            bench.spy = _spy(log_dir, out, blocking=options.spy_blocking)
         meta["proxy_idle_cpu_ms_per_s"] = bench.idle_cpu()
         out(f"proxy idle: {meta['proxy_idle_cpu_ms_per_s']:.1f} ms CPU per second")
         warmups = bench.warm_up()
@@ -125,6 +127,8 @@ def _run_bench(options: Options, out: Callable[[str], None]) -> BenchResult:
     out(f"raw results: {path}")
     if profile is not None:
         _print_profile(profile, out)
+    if bench.spy is not None:
+        _spy_report(bench, options, meta, out)
     if failure is not None:
         raise RuntimeError(f"bench aborted: {meta['aborted']}") from failure
     if options.write_docs:
@@ -142,6 +146,42 @@ def _print_profile(path: Path, out: Callable[[str], None], top: int = 30) -> Non
     pstats.Stats(str(path), stream=buffer).sort_stats("tottime").print_stats(top)
     out(buffer.getvalue())
     out(f"proxy profile: {path} (python -m pstats {path})")
+
+
+def _spy(log_dir: Path, out: Callable[[str], None], *, blocking: bool) -> spy.Spy | None:
+    exe = spy.find_py_spy()
+    if exe is None:
+        out(spy.MISSING)
+        return None
+    return spy.Spy(exe, log_dir, nonblocking=not blocking)
+
+
+def _spy_report(bench: Bench, options: Options, meta: dict[str, Any],
+                out: Callable[[str], None]) -> None:
+    """Each profiled row's summary, printed and written as markdown under the results."""
+    summaries = []
+    for row in bench.rows:
+        recording = bench.spied.get((row.system, row.concurrency, row.delay_ms))
+        if recording is None:
+            continue
+        if recording.error is not None:
+            out(f"py-spy {recording.name}: {recording.error}")
+        summaries.append(spy.summarize(
+            f"{row.system}, {row.concurrency} streams x {row.tokens} tokens x "
+            f"{row.delay_ms:g} ms (raw: {_relative(recording.raw)})",
+            recording.stacks(), row.proxy_cpu_ms_per_1k))
+    if not summaries:
+        out("py-spy: no row through the proxy was profiled")
+        return
+    path = spy.results_path(options.results_dir)
+    header = [f"py-spy profiles of `{meta['command']}` ({meta['machine'].get('cpu', '')}, "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"]
+    spy.write_markdown(path, summaries, header)
+    for summary in summaries:
+        out("")
+        for line in spy.markdown(summary):
+            out(line)
+    out(f"py-spy summary: {_relative(path)}")
 
 
 def _source_note(start: dict[str, str], end: dict[str, str]) -> str:

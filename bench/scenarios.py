@@ -10,6 +10,8 @@ figures). What runs, on this machine's two cores:
     proxy "apart"    serve, pinned to core 0, using redis apart   (the matrix's placement)
     proxy "beside"   serve, pinned to core 0, using redis beside  (one host, one core)
     proxy "w1", "w2" serve --workers 1 / 2 on redis apart, not pinned (the processes rows)
+    proxy "b1", "b2" serve --workers 1 / 2 on redis apart, pinned to core 0, each process
+                     in its own cgroup with a CPU quota (the budgeted rows)
 
 The proxies not being measured sit idle. Every row's CPU is counted for the proxy (its worker
 processes included) and for the Redis it uses: Redis's work is caused by the proxy, so
@@ -23,7 +25,19 @@ Tables:
              CPU-second of proxy + Redis (requests per second per core at saturation);
   processes  the short load at 64 streams through `serve --workers 1` and `--workers 2`, all
              processes unpinned (both cores shared by the proxy, Redis, the simulator and the
-             load generator: see the docs for what that bounds).
+             load generator: see the docs for what that bounds);
+  budgeted   the same load (and a 256-token stream at 0 ms/token) through `serve --workers 1`
+             and `--workers 2` where every proxy process (the idle supervisor too) runs in a
+             cgroup of its own with the same CPU quota B (`--budget`, 0.4 core: `cgroups.py`),
+             all of them on core 0: 1 process has B, 2 have 2B, so the rows show whether
+             throughput doubles with the processes when each has a CPU of its own, which an
+             unpinned 2-core machine cannot give. Each row reports every process's CPU and
+             how often its quota ran out (`cpu.stat`), so one can see the budget was what
+             bound it, and the load core's busy %, so one can see the load side was not.
+             Skipped, with one line saying why, where cgroups are not writable (non-root, CI).
+
+`--spy` records a py-spy profile of the proxy during each row through it (`spy.py`) and writes
+the summaries under bench/results/.
 
 `--quick` is a smoke run (fewer streams and tokens, short windows). `--docs` writes the tables
 into docs/BENCHMARKS.md between the `scenarios:begin` / `scenarios:end` markers.
@@ -39,15 +53,24 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import machine
+from bench import cgroups, machine, spy
 from bench.matrix import Bench, plan_row
 from bench.options import ROOT, Options, parse_options
-from bench.procs import CLK_TCK, Pinning, Service, free_port, pin_self, plan_pinning
+from bench.procs import (
+    CLK_TCK,
+    POLL,
+    Pinning,
+    Service,
+    cpu_ticks,
+    free_port,
+    pin_self,
+    plan_pinning,
+)
 from bench.run import _loop_factory
 from bench.stack import HOST, Stack, StackOptions, http_ok, redis_ok
 from bench.stats import Row, compare_with_direct
@@ -57,7 +80,10 @@ BEGIN, END = "<!-- scenarios:begin -->", "<!-- scenarios:end -->"
 STREAM_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 SHORT_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 PROCESS_SYSTEMS = ("responses", "responses-store")
-TABLES = ("placement", "burst", "short", "processes")
+TABLES = ("placement", "burst", "short", "processes", "budgeted")
+BUDGET = 0.4  # cores per proxy process in the budgeted rows
+BUDGET_STREAM_TOKENS = 256  # the budgeted streaming row: 256-token answers at 0 ms/token
+CHILDREN_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -70,9 +96,11 @@ class Sizes:
     short_tokens: int = 16
     seconds: float = 5.0
     waves: int = 2
+    stream_tokens: int = BUDGET_STREAM_TOKENS  # the budgeted streaming row
 
 
-QUICK = Sizes(streams=16, tokens=32, short_streams=8, process_streams=8, seconds=1.0, waves=1)
+QUICK = Sizes(streams=16, tokens=32, short_streams=8, process_streams=8, seconds=1.0, waves=1,
+              stream_tokens=64)
 
 
 @dataclass
@@ -86,11 +114,22 @@ class Proxy:
     redis_port: int
 
 
+@dataclass(frozen=True)
+class ProcessShare:
+    """One budgeted proxy process over a row: its CPU and its quota's throttling."""
+
+    name: str  # "main", "child1", "supervisor"
+    cpu_pct: float  # % of one core over the whole row
+    throttling: cgroups.Throttling
+
+
 @dataclass
 class Measured:
     table: str
     label: str  # the proxy (or `-` for direct)
     row: Row
+    processes: list[ProcessShare] = dataclasses.field(default_factory=list)  # budgeted rows
+    recording: spy.Recording | None = None  # `--spy`
 
     @property
     def cpu_ms_per_1k(self) -> dict[str, float | None]:
@@ -102,6 +141,12 @@ class Measured:
         both = [v for v in out.values() if v is not None]
         out["both"] = sum(both) if len(both) == 2 else None
         return out
+
+    @property
+    def requests_per_proxy_cpu_second(self) -> float | None:
+        ticks = self.row.cpu_ticks.get("proxy", 0)
+        done = self.row.upstream.get("streams_completed") or 0
+        return done / (ticks / CLK_TCK) if ticks else None
 
     @property
     def requests_per_cpu_second(self) -> float | None:
@@ -135,6 +180,49 @@ def _proxy(stack: Stack, name: str, redis: Service, redis_port: int,
     return Proxy(name, service, port, redis, redis_port)
 
 
+def wait_children(pid: int, count: int, timeout: float = CHILDREN_TIMEOUT) -> list[int]:
+    """The `count` serving processes a `serve --workers N` supervisor forked (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    found: list[int] = []
+    while time.monotonic() < deadline:
+        found = cgroups.children(pid)
+        if len(found) >= count:
+            return found[:count]
+        time.sleep(POLL)
+    raise RuntimeError(f"pid {pid} has {len(found)} child process(es), wanted {count}")
+
+
+def budget(budgets: cgroups.Budgets, proxy: Proxy, workers: int, cores: float
+           ) -> list[cgroups.Group]:
+    """Each process of `proxy` in its own group with `cores`: the serving processes first,
+    then an idle supervisor (a child it replaces would land in the supervisor's group)."""
+    pid = proxy.service.pid
+    if workers == 1:
+        return [budgets.limit(f"{proxy.name}-main", pid, cores)]
+    groups = [budgets.limit(f"{proxy.name}-child{i}", child, cores)
+              for i, child in enumerate(wait_children(pid, workers), 1)]
+    groups.append(budgets.limit(f"{proxy.name}-supervisor", pid, cores))
+    return groups
+
+
+@dataclass(frozen=True)
+class _Reading:
+    ticks: int
+    throttling: cgroups.Throttling
+
+
+def _read(groups: Sequence[cgroups.Group]) -> list[_Reading]:
+    return [_Reading(cpu_ticks(g.pid), g.stat()) for g in groups]
+
+
+def shares(groups: Sequence[cgroups.Group], before: Sequence[_Reading],
+           after: Sequence[_Reading], seconds: float) -> list[ProcessShare]:
+    return [ProcessShare(g.name.rsplit("-", 1)[-1],
+                         100.0 * (b.ticks - a.ticks) / CLK_TCK / max(seconds, 1e-9),
+                         b.throttling - a.throttling)
+            for g, a, b in zip(groups, before, after, strict=True)]
+
+
 @contextmanager
 def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
     """Point the matrix's stack (what `Bench` measures) at `proxy` and its Redis."""
@@ -149,11 +237,18 @@ def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
 
 class Scenarios:
     def __init__(self, sizes: Sizes, out: Callable[[str], None] = print,
-                 only: Sequence[str] = TABLES) -> None:
+                 only: Sequence[str] = TABLES, *, budget_cores: float = BUDGET,
+                 spy_exe: str | None = None, spy_blocking: bool = False) -> None:
         self.sizes = sizes
         self.only = set(only)
         self.out = out
+        self.budget_cores = budget_cores
+        self.spy_exe = spy_exe
+        self.spy_blocking = spy_blocking
+        self.spy: spy.Spy | None = None
         self.results: list[Measured] = []
+        self.skipped: dict[str, str] = {}  # table -> why it was not run
+        self.load_cores: list[int] = []
 
     def options(self, tokens: int, delay: float, concurrency: int) -> Options:
         return parse_options(["--systems", ",".join(STREAM_SYSTEMS), "--concurrency",
@@ -163,16 +258,20 @@ class Scenarios:
                               "--warmup-seconds", "0.5"])
 
     def row(self, bench: Bench, stack: Stack, table: str, proxy: Proxy | None, system: str,
-            tokens: int, delay: float, concurrency: int, *, burst: bool = False) -> Row:
+            tokens: int, delay: float, concurrency: int, *, burst: bool = False,
+            groups: Sequence[cgroups.Group] = ()) -> Row:
         options = self.options(tokens, delay, concurrency)
         bench.options = options
         spec = SYSTEMS[system]
         plan = plan_row(stack, spec, concurrency, delay, options)
         if burst:
             plan = dataclasses.replace(plan, ramp=0.0)  # every stream in the same instant
-        row, _ = bench.run_one(spec, concurrency, delay, plan)
         label = proxy.name if proxy is not None and spec.via_proxy else "-"
-        self.results.append(Measured(table, label, row))
+        before = _read(groups)
+        with self._spying(f"{table} {label} {system} {tokens}t", stack, spec.via_proxy) as rec:
+            row, _ = bench.run_one(spec, concurrency, delay, plan)
+        processes = shares(groups, before, _read(groups), row.elapsed_s)
+        self.results.append(Measured(table, label, row, processes, rec))
         cell = [m.row for m in self.results if m.table == table and m.label in (label, "-")]
         compare_with_direct(cell)
         measured = self.results[-1]
@@ -183,6 +282,16 @@ class Scenarios:
                  f"errors {row.errors}")
         return row
 
+    @contextmanager
+    def _spying(self, name: str, stack: Stack, via_proxy: bool
+                ) -> Iterator[spy.Recording | None]:
+        if self.spy is None or not via_proxy:
+            yield None
+            return
+        proxy = stack.proxy
+        with self.spy.record(name, proxy.pid, subprocesses=proxy.tree) as recording:
+            yield recording
+
     def run(self) -> list[Measured]:
         sizes = self.sizes
         pinning = plan_pinning()
@@ -190,6 +299,9 @@ class Scenarios:
         pin_self(pinning.load)
         log_dir = ROOT / "bench" / "results" / f"scenarios-{time.strftime('%Y%m%dT%H%M%S')}"
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.load_cores = sorted(pinning.load) if pinning.load is not None else []
+        if self.spy_exe is not None:
+            self.spy = spy.Spy(self.spy_exe, log_dir, nonblocking=not self.spy_blocking)
         redis_dir = tempfile.mkdtemp(prefix="bench-scenarios-")
         stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
                                    worker_concurrency=max(sizes.streams, 64)))
@@ -216,18 +328,20 @@ class Scenarios:
                     self.burst(bench, stack, beside)
                 if "short" in self.only:
                     self.short(bench, stack, beside)
-                if "processes" not in self.only:
-                    return self.results
-                # The processes rows run unpinned: both cores for everyone.
-                free = Pinning(None, None, "unpinned")
-                pin_self(frozenset(affinity))
-                w1 = _proxy(stack, "w1", stack.redis, stack.redis_port, free.proxy, log_dir,
-                            ["--workers", "1"])
-                extra.append(w1.service)
-                w2 = _proxy(stack, "w2", stack.redis, stack.redis_port, free.proxy, log_dir,
-                            ["--workers", "2"])
-                extra.append(w2.service)
-                self.processes(bench, stack, w1, w2)
+                if "processes" in self.only:
+                    # The processes rows run unpinned: both cores for everyone.
+                    free = Pinning(None, None, "unpinned")
+                    pin_self(frozenset(affinity))
+                    w1 = _proxy(stack, "w1", stack.redis, stack.redis_port, free.proxy,
+                                log_dir, ["--workers", "1"])
+                    extra.append(w1.service)
+                    w2 = _proxy(stack, "w2", stack.redis, stack.redis_port, free.proxy,
+                                log_dir, ["--workers", "2"])
+                    extra.append(w2.service)
+                    self.processes(bench, stack, w1, w2)
+                    pin_self(pinning.load)
+                if "budgeted" in self.only:
+                    self.budgeted(bench, stack, pinning, log_dir)
         finally:
             for service in extra:
                 service.stop()
@@ -266,6 +380,41 @@ class Scenarios:
                     self.row(bench, stack, "processes", proxy, system, s.short_tokens, 0.0,
                              s.process_streams)
 
+    def budgeted(self, bench: Bench, stack: Stack, pinning: Pinning, log_dir: Path) -> None:
+        """`serve --workers 1` and `--workers 2` on core 0, each process in its own cgroup with
+        `budget_cores`; the proxies are stopped and the groups removed however this ends."""
+        reason = cgroups.unavailable() if pinning.pinned else "it needs 2 usable cores"
+        if reason is not None:
+            self.skipped["budgeted"] = reason
+            self.out(f"budgeted: skipped: {reason}")
+            return
+        cores = self.budget_cores
+        with cgroups.Budgets(cgroups.hierarchy()) as budgets:
+            started: list[Service] = []
+            try:
+                proxies: list[tuple[Proxy, list[cgroups.Group]]] = []
+                for name, workers in (("b1", 1), ("b2", 2)):
+                    proxy = _proxy(stack, name, stack.redis, stack.redis_port, pinning.proxy,
+                                   log_dir, ["--workers", str(workers)])
+                    started.append(proxy.service)
+                    groups = budget(budgets, proxy, workers, cores)
+                    self.out(f"budgeted {name}: " + ", ".join(
+                        f"{g.name} pid {g.pid}" for g in groups) + f", {cores:g} core each")
+                    proxies.append((proxy, groups))
+                    with _using(stack, proxy):
+                        bench.warm_up()
+                s = self.sizes
+                loads = [(system, s.short_tokens) for system in PROCESS_SYSTEMS]
+                loads.append(("responses", s.stream_tokens))
+                for system, tokens in loads:
+                    for proxy, groups in proxies:
+                        with _using(stack, proxy):
+                            self.row(bench, stack, "budgeted", proxy, system, tokens, 0.0,
+                                     s.process_streams, groups=groups)
+            finally:
+                for service in started:  # before the groups go: they empty as these exit
+                    service.stop()
+
 
 # -- report --------------------------------------------------------------------------------------
 
@@ -275,7 +424,8 @@ def _n(value: float | None, digits: int = 1, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
-def tables(results: Sequence[Measured], sizes: Sizes) -> list[str]:
+def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, str] | None = None,
+           budget_cores: float = BUDGET, load_cores: Sequence[int] = (1,)) -> list[str]:
     lines: list[str] = []
     stream_head = ("| system | Redis | tok/s | x direct | TTFT p50 ms | dTTFT p50 ms | TTFT p99 ms "
                    "| proxy ms/1k | Redis ms/1k | proxy+Redis ms/1k | proxy core % | errors |")
@@ -327,7 +477,69 @@ def tables(results: Sequence[Measured], sizes: Sizes) -> list[str]:
             lines.append(f"| {r.system} | {m.label[1:]} | {r.rps:.0f} | {_n(ratio, 2)} "
                          f"| {_n(m.requests_per_cpu_second, 0)} | {_n(r.proxy_core_pct, 0)} "
                          f"| {r.errors} |")
+    lines += budgeted_table([m for m in results if m.table == "budgeted"], sizes, budget_cores,
+                            load_cores, (skipped or {}).get("budgeted"))
     return lines
+
+
+def _per_process(m: Measured, value: Callable[[ProcessShare], float | None]) -> str:
+    """Serving processes' values, `a / b`; an idle supervisor's after a `+`."""
+    served = [_n(value(p), 0) for p in m.processes if p.name != "supervisor"]
+    idle = [_n(value(p), 0) for p in m.processes if p.name == "supervisor"]
+    return " / ".join(served) + (f" (+{idle[0]} supervisor)" if idle else "")
+
+
+def budgeted_table(rows: Sequence[Measured], sizes: Sizes, cores: float,
+                   load_cores: Sequence[int], skipped: str | None) -> list[str]:
+    title = (f"**Processes with a CPU budget: each proxy process in a cgroup of its own with "
+             f"{cores:g} core (CFS quota), all on core 0; simulator, Redis and the load "
+             f"generator on core 1; {sizes.process_streams} streams at 0 ms/token**")
+    if skipped is not None:
+        return ["", title, "", f"Not run: {skipped}."]
+    if not rows:
+        return []
+    lines = ["", title, "",
+             "| system | tokens | processes | budget (cores) | req/s | x 1 process | tok/s "
+             "| requests per proxy CPU-second | CPU % of a core, per process "
+             "| periods throttled %, per process | throttled s | load core % "
+             "| others % (proxy core / load core) | errors |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|---:|"]
+    base = {(m.row.system, m.row.tokens): m.row.rps for m in rows if m.label == "b1"}
+    for m in rows:
+        r = m.row
+        one = base.get((r.system, r.tokens))
+        ratio = r.rps / one if one else None
+        serving = [p for p in m.processes if p.name != "supervisor"]
+        busy = [r.core_busy_pct[c] for c in load_cores if c in r.core_busy_pct]
+        lines.append(
+            f"| {r.system} | {r.tokens} | {len(serving)} | {cores * len(serving):g} "
+            f"| {r.rps:.0f} | {_n(ratio, 2)} | {r.tps:.0f} "
+            f"| {_n(m.requests_per_proxy_cpu_second, 0)} "
+            f"| {_per_process(m, lambda p: p.cpu_pct)} "
+            f"| {_per_process(m, lambda p: p.throttling.throttled_pct)} "
+            f"| {sum(p.throttling.throttled_s for p in m.processes):.1f} "
+            f"| {_n(max(busy) if busy else None, 0)} "
+            f"| {_n(r.others_pct.get('proxy core'), 0)} / {_n(r.others_pct.get('load cores'), 0)} "
+            f"| {r.errors} |")
+    return lines
+
+
+def spy_report(results: Sequence[Measured]) -> None:
+    summaries = []
+    for m in results:
+        if m.recording is None:
+            continue
+        if m.recording.error is not None:
+            print(f"py-spy {m.recording.name}: {m.recording.error}")
+        raw = os.path.relpath(m.recording.raw, ROOT)
+        summaries.append(spy.summarize(f"{m.recording.name} (raw: {raw})",
+                                       m.recording.stacks(), m.cpu_ms_per_1k["proxy"]))
+    path = spy.results_path(ROOT / "bench" / "results", "spy-scenarios")
+    spy.write_markdown(path, summaries, [f"py-spy profiles of `python -m bench.scenarios` "
+                                         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"])
+    for summary in summaries:
+        print("\n".join(["", *spy.markdown(summary)]))
+    print(f"py-spy summary: {path}")
 
 
 def write_docs(path: Path, lines: Sequence[str], meta: str) -> None:
@@ -353,7 +565,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"comma-separated tables to run (default {','.join(TABLES)})")
     parser.add_argument("--streams", type=int, help="streams of the placement and burst rows")
     parser.add_argument("--tokens", type=int, help="tokens of the placement and burst rows")
+    parser.add_argument("--budget", type=float, default=BUDGET,
+                        help=f"cores per proxy process in the budgeted rows (default {BUDGET:g})")
+    parser.add_argument("--spy", action="store_true",
+                        help="record a py-spy profile of the proxy during each row through it; "
+                             "summaries under bench/results/ (docs are not written)")
+    parser.add_argument("--spy-blocking", action="store_true",
+                        help="--spy with py-spy pausing the proxy for each sample (whole "
+                             "stacks; the rows run slower)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not 0 < args.budget <= 1:
+        parser.error("--budget takes a share of one core, > 0 and <= 1")
     sizes = QUICK if args.quick else Sizes()
     if args.streams:
         sizes = dataclasses.replace(sizes, streams=args.streams)
@@ -362,10 +584,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = [t for t in args.only.split(",") if t]
     if any(t not in TABLES for t in only):
         parser.error(f"--only takes {','.join(TABLES)}")
-    results = Scenarios(sizes, only=only).run()
-    lines = tables(results, sizes)
+    spying = args.spy or args.spy_blocking
+    spy_exe = spy.find_py_spy() if spying else None
+    if spying and spy_exe is None:
+        print(spy.MISSING)
+    scenarios = Scenarios(sizes, only=only, budget_cores=args.budget, spy_exe=spy_exe,
+                          spy_blocking=args.spy_blocking)
+    results = scenarios.run()
+    lines = tables(results, sizes, skipped=scenarios.skipped, budget_cores=args.budget,
+                   load_cores=scenarios.load_cores)
     print("\n".join(lines))
-    if args.docs:
+    if scenarios.spy is not None:
+        spy_report(results)
+    if args.docs and scenarios.spy is not None:
+        print("docs/BENCHMARKS.md not written: py-spy was sampling the proxy")
+    elif args.docs:
         info = machine.describe(ROOT)
         meta = (f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                 f"proxy commit {info.get('commit', '?')}; {info.get('cpu', '')}")

@@ -1,12 +1,17 @@
 """`python -m bench.scenarios` and `python -m bench.appends` end to end, tiny: every table of
 issue 18 gets its rows (both Redis placements, the burst, the short answers, one and two
-processes), with data, no errors and the CPU of proxy + Redis counted."""
+processes), with data, no errors and the CPU of proxy + Redis counted; the budgeted processes
+rows (each proxy process in a cgroup of its own) where cgroups are writable, and one line
+saying why not elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 
-from bench import appends
+from bench import appends, cgroups
 from bench.scenarios import Scenarios, Sizes, tables
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +21,8 @@ TINY = Sizes(streams=4, tokens=8, delay=5.0, short_streams=2, process_streams=4,
 
 
 def test_every_scenario_table_has_its_rows() -> None:
-    results = Scenarios(TINY, out=lambda _line: None).run()
+    results = Scenarios(TINY, out=lambda _line: None,
+                        only=("placement", "burst", "short", "processes")).run()
     by_table: dict[str, list[tuple[str, str]]] = {}
     for m in results:
         by_table.setdefault(m.table, []).append((m.label, m.row.system))
@@ -41,6 +47,41 @@ def test_every_scenario_table_has_its_rows() -> None:
     text = "\n".join(tables(results, TINY))
     for title in ("Steady:", "Burst:", "Short answers:", "Processes:"):
         assert title in text
+
+
+REASON = cgroups.unavailable()
+
+
+@pytest.mark.skipif(REASON is not None, reason=f"no CPU cgroups: {REASON}")
+def test_budgeted_rows_put_each_proxy_process_under_its_own_quota() -> None:
+    # 16 connections: SO_REUSEPORT hashes each to one of the two processes, and all 16 on one
+    # (which would leave the other idle) has odds of 2 in 65,536; 4 would be 1 in 8.
+    sizes = dataclasses.replace(TINY, process_streams=16)
+    scenarios = Scenarios(sizes, out=lambda _line: None, only=("budgeted",), budget_cores=0.3)
+    results = scenarios.run()
+    rows = [m for m in results if m.table == "budgeted"]
+    assert [(m.label, m.row.system, m.row.tokens) for m in rows] == [
+        ("b1", "responses", 4), ("b2", "responses", 4),
+        ("b1", "responses-store", 4), ("b2", "responses-store", 4),
+        ("b1", "responses", TINY.stream_tokens), ("b2", "responses", TINY.stream_tokens)]
+    for m in rows:
+        assert m.row.errors == 0, (m.label, m.row.system, m.row.error_kinds)
+        names = [p.name for p in m.processes]
+        assert names == (["main"] if m.label == "b1" else ["child1", "child2", "supervisor"])
+        # every serving process ran under its quota during the row (CFS counted its periods)
+        assert all(p.throttling.periods > 0 for p in m.processes if p.name != "supervisor")
+        assert m.requests_per_proxy_cpu_second is not None
+    text = "\n".join(tables(results, sizes, budget_cores=0.3,
+                             load_cores=scenarios.load_cores))
+    assert "Processes with a CPU budget" in text and "| responses-store | 4 | 2 | 0.6 |" in text
+    hierarchy = cgroups.hierarchy()
+    assert not [p for p in hierarchy.root.iterdir()
+                if p.name.startswith(f"{cgroups.PARENT_PREFIX}{os.getpid()}")]
+
+
+def test_a_skipped_budgeted_table_says_why() -> None:
+    text = tables([], TINY, skipped={"budgeted": "cgroups need root"})
+    assert text[-1] == "Not run: cgroups need root."
 
 
 def test_appends_compares_the_three_flush_methods() -> None:
