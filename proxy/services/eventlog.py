@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable
@@ -68,11 +68,18 @@ class LogHandle:
     in_flight: asyncio.Future[bool] | None = None
 
     def add(self, event: StoredEvent) -> None:
-        if self.broken:
+        self.add_all((event,))
+
+    def add_all(self, events: Sequence[StoredEvent]) -> None:
+        """The events of one upstream read, in order: per batch one extend of each list, one
+        size check and one flusher wake-up (per event only the local followers' lookup)."""
+        if self.broken or not events:
             return
-        self.pending.append(event)
-        self.recent.append(event)
-        self.hub.local(self.response_id, event)
+        self.pending += events
+        self.recent += events
+        local, response_id = self.hub.local, self.response_id
+        for event in events:
+            local(response_id, event)
         if len(self.pending) > MAX_UNFLUSHED:
             self.give_up()
             return

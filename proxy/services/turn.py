@@ -76,8 +76,8 @@ class Recorder:
         handle = self.log
         if handle is None:
             return
-        for event, (kind, data) in zip(events, encoded, strict=True):
-            handle.add(StoredEvent(event["sequence_number"], kind, data))
+        handle.add_all([StoredEvent(event["sequence_number"], kind, data)
+                        for event, (kind, data) in zip(events, encoded, strict=True)])
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
         """Store the end (retried, reconciled: services/durable.py), then the conversation's
