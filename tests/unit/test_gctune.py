@@ -24,7 +24,7 @@ def test_serving_processes_freeze_start_up_and_collect_less_often() -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     before, after = out[0] + out[1] + out[2], out[3] + out[4] + out[5]
-    assert before == "(700,10,10)"
+    assert before != after  # whatever this Python's defaults are, they were replaced
     assert after == f"({gctune.YOUNG},{gctune.MIDDLE},{gctune.OLD})"
     assert int(out[6]) > 1000  # the imports' objects went to the permanent generation
     assert out[7] == "True"
