@@ -183,19 +183,9 @@ class Budgets:
             for pid in _procs(group.path):
                 with contextlib.suppress(OSError):  # it may have exited meanwhile
                     _write(self.hierarchy.root / "cgroup.procs", str(pid))
-            try:
-                group.path.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                leftover.append(f"{group.path}: {exc.strerror}")
+            _rmdir(group.path, leftover)
         self.groups.clear()
-        try:
-            self.parent.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            leftover.append(f"{self.parent}: {exc.strerror}")
+        _rmdir(self.parent, leftover)
         if leftover:
             raise RuntimeError("cgroups left behind: " + "; ".join(leftover))
 
@@ -249,3 +239,13 @@ def hierarchy() -> Hierarchy:
         raise RuntimeError("no cgroup hierarchy with the cpu controller")
     return found
 
+
+def _rmdir(path: Path, leftover: list[str]) -> None:
+    """Remove an empty cgroup directory; one already gone is fine, any other failure is noted
+    in `leftover`."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        leftover.append(f"{path}: {exc.strerror}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import spy
 from bench.systems import SYSTEMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,12 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true",
                         help="run the proxy under cProfile; print its top functions at the end "
                              "(its CPU figures are inflated; docs are not written)")
-    parser.add_argument("--spy", action="store_true",
-                        help="record a py-spy profile of the proxy during each row through it "
-                             "and summarise it (needs py-spy; docs are not written)")
-    parser.add_argument("--spy-blocking", action="store_true",
-                        help="--spy with py-spy pausing the proxy for each sample (whole "
-                             "stacks; the row runs slower)")
+    spy.add_arguments(parser, "each row through it")
     docs = parser.add_mutually_exclusive_group()
     docs.add_argument("--docs", dest="docs", action="store_true", default=None,
                       help="write docs/BENCHMARKS.md even for a partial matrix")

@@ -567,12 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, help="tokens of the placement and burst rows")
     parser.add_argument("--budget", type=float, default=BUDGET,
                         help=f"cores per proxy process in the budgeted rows (default {BUDGET:g})")
-    parser.add_argument("--spy", action="store_true",
-                        help="record a py-spy profile of the proxy during each row through it; "
-                             "summaries under bench/results/ (docs are not written)")
-    parser.add_argument("--spy-blocking", action="store_true",
-                        help="--spy with py-spy pausing the proxy for each sample (whole "
-                             "stacks; the rows run slower)")
+    spy.add_arguments(parser, "each row through it")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.budget <= 1:
         parser.error("--budget takes a share of one core, > 0 and <= 1")

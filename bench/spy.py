@@ -31,6 +31,7 @@ call: uvloop is Cython, so its own work shows as the Python frame that entered i
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import re
 import shutil
@@ -47,6 +48,18 @@ from typing import Literal
 RATE = 200  # samples per second
 STOP_TIMEOUT = 15.0  # py-spy writes its file on SIGINT; a large profile takes a moment
 TOP = 15
+
+
+def add_arguments(parser: argparse.ArgumentParser, runs: str) -> None:
+    """`--spy` and `--spy-blocking`, as every bench command that can profile its proxy takes
+    them (`runs`: what the flag records, e.g. "each row through it")."""
+    parser.add_argument("--spy", action="store_true",
+                        help=f"record a py-spy profile of the proxy during {runs} and "
+                             "summarise it under bench/results/ (needs py-spy; docs are not "
+                             "written)")
+    parser.add_argument("--spy-blocking", action="store_true",
+                        help="--spy with py-spy pausing the proxy for each sample (whole "
+                             "stacks; the rows run slower)")
 
 
 def find_py_spy() -> str | None:

@@ -221,10 +221,6 @@ class EventLogHub:
             failed += 1
             self._wakeup.set()
 
-    async def flush_or_raise(self) -> None:
-        if not await self.flush_now():
-            raise StoreUnavailable("the event log could not be written")
-
     async def flush_through(self, handle: LogHandle) -> None:
         """Return once every event given to `handle` is in the store (or its log was given
         up); raise `StoreUnavailable` if the write failed.

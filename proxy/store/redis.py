@@ -161,8 +161,10 @@ class RedisStore:
             ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
-            f"{keys.ITEM_IN_INPUT}:{rid}", *_event_args(events),
+            f"{keys.ITEM_IN_INPUT}:{rid}",
         ]
+        if events:
+            args.append(_packed(events))
         with store_errors():
             await self._create(keys=keys_, args=args)
 
@@ -483,13 +485,6 @@ def _check_ttl(*ttls: int) -> None:
 
 def _flag(value: bool) -> str:
     return "1" if value else "0"
-
-
-def _event_args(events: Sequence[StoredEvent]) -> list[Any]:
-    args: list[Any] = []
-    for event in events:
-        args += (event.seq, event.type, event.data)
-    return args
 
 
 def _packed(events: Sequence[StoredEvent]) -> bytes:

@@ -24,34 +24,20 @@ from typing import Final
 
 # Shared Lua pieces, prepended to the scripts that use them.
 
-# `append(log, from)`: XADD the (seq, type, data) triples found in ARGV from index `from` on,
-# with ids `1-<seq>`, skipping any whose seq is not above the log's last. We never delete single
-# entries, so the newest entry's id is the stream's last id. Returns how many were added.
-_APPEND: Final = """
+# `last_seq(log)`: the sequence number of a log's newest event (-1 for none). We never delete
+# single entries, so the newest entry's id (`1-<seq>`) is the stream's last id.
+_LAST_SEQ: Final = """
 local function last_seq(log)
   local top = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
   if #top == 0 then return -1 end
   return tonumber(string.sub(top[1][1], 3))
 end
-
-local function append(log, from)
-  local last = last_seq(log)
-  local added = 0
-  for i = from, #ARGV, 3 do
-    local seq = tonumber(ARGV[i])
-    if seq > last then
-      redis.call('XADD', log, '1-' .. ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
-      last = seq
-      added = added + 1
-    end
-  end
-  return added
-end
 """
 
-# `append_packed(log, blob, pos, stop)`: the same for events packed into bytes `pos` to
-# `stop - 1` of one argument (the hot path: one argument per flush instead of three per event,
-# which redis-py encodes one by one in Python). Records are separated by byte 1, fields (seq,
+# `append_packed(log, blob, pos, stop)`: XADD the events packed into bytes `pos` to `stop - 1`
+# of one argument, with ids `1-<seq>`, skipping any whose seq is not above the log's last (so a
+# retried write adds nothing twice). One argument per call instead of three per event, which
+# redis-py would encode one by one in Python. Records are separated by byte 1, fields (seq,
 # type, data) by byte 0. Neither byte can occur inside a record: JSON escapes every control
 # character, and types and numbers are plain ASCII. Reading the range in place (rather than a
 # `string.sub` of it) spares a copy of every stream's part of the flush.
@@ -100,7 +86,7 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # response, services/lease.py) take its writer's lease, all in one call.
 # KEYS: hash, input, log, leases, item index key*
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
-#       lease ms ('0': take no lease), response id, index location, (seq, type, data)*
+#       lease ms ('0': take no lease), response id, index location[, packed events]
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
 # The index entries and the lease live in other slots (the exception to "one slot per script",
@@ -108,13 +94,13 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
-CREATE_RESPONSE: Final = _APPEND + """
+CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + """
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
 if #ARGV >= 14 then
-  append(KEYS[3], 14)
+  append_packed(KEYS[3], ARGV[14], 1, #ARGV[14] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
 end
@@ -134,7 +120,7 @@ return 1
 # goes through the record's tenant check, so such a log could never be read, and writing it
 # would resurrect a deleted response's log until its TTL), and events after `closed` (the
 # terminal event is the last one a reader will ever see).
-APPEND_EVENTS: Final = _APPEND + _APPEND_PACKED + """
+APPEND_EVENTS: Final = _LAST_SEQ + _APPEND_PACKED + """
 local state = redis.call('HMGET', KEYS[1], 'tenant', 'logged', 'closed')
 if not state[1] or state[3] == '1' then return 0 end
 local added = append_packed(KEYS[2], ARGV[2], 1, #ARGV[2] + 1)
@@ -159,7 +145,7 @@ return added
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
 #   <response id> byte 3 <packed events (`append_packed`)>. Ids are ASCII made by the proxy.
 # Returns the number of events added.
-APPEND_EVENTS_MANY: Final = _APPEND + _APPEND_PACKED + """
+APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_PACKED + """
 local blob = ARGV[2]
 local size = #blob
 local pos = 1
@@ -229,7 +215,7 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # ran the response then closes its log with the partial output. `closed` makes that once.
 # A late completion after a cancel is refused (and appends nothing). Returns nil or
 # {changed, status, obj}.
-FINISH_RESPONSE: Final = _APPEND + _APPEND_PACKED + """
+FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return false end
 local ok = status == 'queued' or status == 'in_progress'
