@@ -68,6 +68,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-mcp-calls", help="MCP tool calls one response may make (default 16)")
     p.add_argument("--mcp-timeout",
                    help="seconds one MCP list or call may take, connect included (default 60)")
+    p.add_argument("--fetch-allow", action="append",
+                   help="URL prefix of images/media the proxy may fetch for the fleet and send "
+                        "inline (repeatable; default https:// to public addresses; `none`: "
+                        "data: URLs only)")
+    p.add_argument("--fetch-timeout",
+                   help="seconds one media fetch may take, connect included (default 10)")
     p.add_argument("--max-inflight-per-replica",
                    help="requests one replica takes at once from this process (default 64)")
     p.add_argument("--max-queued-requests",

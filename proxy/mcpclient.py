@@ -13,28 +13,30 @@ Bounds: the whole operation (connect, initialize, request) runs under `anyio.fai
 the caller's own task. Not `asyncio.wait_for`: the client runs its transport in an anyio task
 group, and cancelling that from another task can hang on a closed port; an anyio deadline in
 the same task unwinds the cancel scopes in order. The tool's output is cut to
-`max_output_bytes`. Redirects are not followed to another origin (the SDK's rule), and an
-address outside the allow-list's intent (private, loopback) is refused before connecting
-(core/mcp.py `address_allowed`). Headers are sent to the MCP server only, and never logged.
+`max_output_bytes`. Redirects are not followed to another origin (the SDK's rule). The server's
+name is resolved once and the connection goes to the address vetted then (proxy/egress.py): an
+address outside the allow-list's intent (private, loopback) is refused before connecting, and a
+second DNS answer never gets a say. Headers are sent to the MCP server only, and never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 
 from proxy.core import mcp as core
 from proxy.core.mcp import McpServer
+from proxy.core.urlpolicy import UrlRefused, parse_target
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
+
+    from proxy.egress import Pinned, Resolve
 
 T = TypeVar("T")
 # A tool's output beyond this many bytes is cut (it goes to the model and into the store).
@@ -61,8 +63,10 @@ class CallResult:
 
 class McpClient:
     def __init__(self, *, connect_timeout: float, call_timeout: float,
-                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
+                 max_output_bytes: int = MAX_OUTPUT_BYTES,
+                 resolve: Resolve | None = None) -> None:
         self._connect = connect_timeout
+        self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
         self._timeout = call_timeout
         self._max_output = max_output_bytes
         # The SDK's HTTP client logs every request at INFO; one MCP call is several requests.
@@ -113,15 +117,16 @@ class McpClient:
         import httpx2
         from mcp.client.session import ClientSession
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
 
-        await self._check_address(server)
+        from proxy.egress import pinned_client
+
+        pinned = await self._pin(server)
         timeout = httpx2.Timeout(self._timeout, connect=self._connect)
         try:
             with anyio.fail_after(self._timeout + self._connect):
                 async with (
-                    create_mcp_http_client(headers=server.headers, timeout=timeout) as http,
-                    streamable_http_client(server.url, http_client=http,
+                    pinned_client(pinned, headers=server.headers, timeout=timeout) as http,
+                    streamable_http_client(pinned.target.url, http_client=http,
                                            terminate_on_close=False) as (read, write),
                     ClientSession(read, write, read_timeout_seconds=self._timeout) as session,
                 ):
@@ -138,25 +143,19 @@ class McpClient:
         _still_cancelled()  # a cancellation the SDK swallowed on its way out
         return result
 
-    async def _check_address(self, server: McpServer) -> None:
-        """Refuse a host that resolves to a private address the operator did not name."""
-        if server.private_ok:
-            return
-        parts = urlsplit(server.url)
-        host = parts.hostname or ""
+    async def _pin(self, server: McpServer) -> Pinned:
+        """The server's address, resolved once and vetted: the one the connection goes to."""
+        from proxy.egress import EgressRefused, pin, system_resolve
+
         try:
-            with anyio.fail_after(self._connect):
-                found = await anyio.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-        except (OSError, TimeoutError) as exc:
-            raise McpFailure({"type": "http_error", "code": 502,
-                              "message": "cannot resolve the MCP server's host "
-                                         f"({exc.__class__.__name__})"}) from None
-        for entry in found:
-            if not core.address_allowed(str(entry[4][0]), server):
-                raise McpFailure({"type": "http_error", "code": 403,
-                                  "message": "the MCP server's host resolves to a private "
-                                             "address, which --mcp-allow did not name "
-                                             "explicitly"})
+            return await pin(parse_target(server.url), server.private_ok, timeout=self._connect,
+                             allow="--mcp-allow", resolve=self._resolve or system_resolve)
+        except UrlRefused as exc:  # a spec queued before the URL rules were what they are
+            raise McpFailure({"type": "http_error", "code": 403,
+                              "message": f"the MCP server's URL is refused: {exc}"}) from None
+        except EgressRefused as exc:
+            raise McpFailure({"type": "http_error", "code": exc.status,
+                              "message": f"the MCP server's {exc.message}"}) from None
 
 
 def _arguments(text: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.urlpolicy import UrlRefused, parse_prefix
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 
 CACHE_MODES = ("off", "exact", "semantic")
@@ -33,6 +34,9 @@ class ConfigError(ValueError):
         super().__init__(f"{flag}: {message}")
         self.flag = flag
 
+
+# `--fetch-allow` not given: https URLs, of public addresses only (core/urlpolicy.py).
+FETCH_ALLOW_DEFAULT = ("https://",)
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -137,6 +141,13 @@ class Settings:
     mcp_allow: tuple[str, ...] = ()
     max_mcp_calls: int = 16
     mcp_timeout: float = 60.0
+    # URLs the proxy fetches for the fleet (issue 23, services/media.py): an image (or audio,
+    # video) URL in a request is fetched here and sent to vLLM inline as a data: URL, when one
+    # of these prefixes admits it (core/urlpolicy.py; the default: any https URL of a public
+    # address); `()` fetches nothing (data: URLs only). Each fetch is bounded by
+    # `fetch_timeout` seconds, and a request's fetched bytes by `max_body_bytes`.
+    fetch_allow: tuple[str, ...] = FETCH_ALLOW_DEFAULT
+    fetch_timeout: float = 10.0
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
     # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
@@ -319,6 +330,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         mcp_allow=_mcp_allow(flags.get("mcp_allow") or _split(env.get("PROXY_MCP_ALLOW"))),
         max_mcp_calls=count("max_mcp_calls"),
         mcp_timeout=seconds("mcp_timeout"),
+        fetch_allow=_fetch_allow(flags.get("fetch_allow") or
+                                 _split(env.get("PROXY_FETCH_ALLOW"))),
+        fetch_timeout=seconds("fetch_timeout"),
         keys_file=_keys_file(pick),
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",
@@ -331,13 +345,28 @@ Pick = Callable[[str, str], object]
 
 def _mcp_allow(values: object) -> tuple[str, ...]:
     """Each prefix an http(s) URL with a host (a bare scheme would admit everything)."""
+    return _prefixes(values, "--mcp-allow", host_required=True)
+
+
+def _fetch_allow(values: object) -> tuple[str, ...]:
+    """Not given: the default (https, public addresses); `none`: fetch nothing."""
+    if not values:
+        return FETCH_ALLOW_DEFAULT
+    if [str(v).strip().lower() for v in values] == ["none"]:  # type: ignore[attr-defined]
+        return ()
+    return _prefixes(values, "--fetch-allow", host_required=False)
+
+
+def _prefixes(values: object, flag: str, *, host_required: bool) -> tuple[str, ...]:
     out: list[str] = []
     for value in values or ():  # type: ignore[attr-defined]
         prefix = str(value).strip()
-        parts = urlsplit(prefix)
-        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-            raise ConfigError("--mcp-allow", f"{prefix!r} is not an http(s) URL prefix with a "
-                                             "host, e.g. https://tools.example.com/mcp")
+        try:
+            parse_prefix(prefix, host_required=host_required)
+        except UrlRefused as exc:
+            example = "https://tools.example.com/mcp" if host_required else "https://"
+            raise ConfigError(flag, f"{prefix!r} is not an http(s) URL prefix ({exc}), "
+                                    f"e.g. {example}") from None
         out.append(prefix)
     return tuple(out)
 

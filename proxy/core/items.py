@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from proxy.core import compaction
@@ -202,6 +202,22 @@ def _image_part(part: dict[str, Any], path: str) -> dict[str, Any]:
                          "image as `image_url` (a URL or a data: URL).")
     url = req_str(part, "image_url", path)
     return {"type": "input_image", "detail": detail, "image_url": url}
+
+
+def image_urls(items: Iterable[Item], path: str | None = "input"
+               ) -> Iterator[tuple[str, str | None]]:
+    """(URL, where) of every input_image in messages and tool outputs, data: URLs left out.
+    `where` is the part's path under `path` (`input[i].content[j].image_url`), None when
+    `path` is None (history: the client did not send it in this request)."""
+    for i, item in enumerate(items):
+        key = "content" if item.get("type") == MESSAGE else "output"
+        parts = item.get(key)
+        if not isinstance(parts, list):
+            continue
+        for j, part in enumerate(parts):
+            url = part.get("image_url") if part.get("type") == "input_image" else None
+            if isinstance(url, str) and url[:5].lower() != "data:":
+                yield url, None if path is None else f"{path}[{i}].{key}[{j}].image_url"
 
 
 def _file_part(part: dict[str, Any], path: str) -> dict[str, Any]:

@@ -5,15 +5,17 @@
         ─ parse_mcp_tool ─▶ McpServer (what the loop needs, headers included)
                            + its echo (what the Response object shows: never the headers)
 
-- Allow-list (an SSRF surface): a `server_url` must start with one of `--mcp-allow`'s prefixes
-  *at a boundary* (the prefix ends with `/`, or the URL goes on with `/`, `?`, `#` or ends):
-  `http://tools.corp` does not admit `http://tools.corp.evil.com` (a bare scheme://host
-  prefix admits that host on any port). No user info in URLs. With
-  no prefix configured every MCP tool is a 400 saying how to enable it. A hostname that resolves
-  to a private, loopback or link-local address is refused by the client adapter
-  (proxy/mcpclient.py, `address_allowed`) unless the prefix that admitted it names that host as
-  an IP literal or `localhost`: pointing at a private address must be the operator's explicit
-  choice, never the result of a DNS answer.
+- Allow-list (an SSRF surface, core/urlpolicy.py): a `server_url` is taken in normal form (no
+  dot segments, no encoded separators, no user info) and must be admitted by one of
+  `--mcp-allow`'s prefixes, compared by scheme, host, port and whole path segments:
+  `http://tools.corp` does not admit `http://tools.corp.evil.com`, and a bare host prefix
+  (`http://tools.corp`, `http://127.0.0.1:`) admits that host on any port. With no prefix
+  configured every MCP tool is a 400 saying how to enable it. The name is resolved once by the
+  client adapter (proxy/mcpclient.py, through proxy/egress.py) and the connection goes to the
+  address vetted: a private, loopback or link-local one only when the admitting prefix names
+  that host as an IP literal or `localhost`.
+- Tool `headers` go to the MCP server; `Host` and the hop-by-hop headers are refused (they
+  would re-aim or re-frame the request our HTTP client makes).
 - Names upstream: an MCP tool is offered to the model as a function of its own name when no
   other offered tool has it, else as `<server_label>__<name>` (`upstream_names`); the loop maps
   a call back to (server, tool).
@@ -24,11 +26,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
@@ -42,6 +42,7 @@ from proxy.core.fields import (
 )
 from proxy.core.ids import IdFactory
 from proxy.core.types import Item
+from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
 
 MCP = "mcp"
 LIST_TOOLS = "mcp_list_tools"
@@ -66,6 +67,11 @@ SEPARATOR = "__"
 SERVER_ERROR = "mcp_server_error"  # a server could not be listed: a JSON create's 424 code
 DENIED = "The user denied this tool call; it was not run."
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+# Headers a tool may not set: `Host` re-aims the request at another virtual host, the others
+# belong to one hop (RFC 9110 §7.6.1) or frame the body our client writes.
+REFUSED_HEADERS = frozenset({
+    "host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
+    "trailer", "upgrade", "proxy-authorization", "proxy-authenticate", "content-length"})
 _ENABLE = ("MCP tools are not enabled on this server: start it with --mcp-allow PREFIX "
            "(env PROXY_MCP_ALLOW) naming the MCP server URLs it may call.")
 
@@ -146,10 +152,10 @@ def parse_mcp_tool(tool: dict[str, Any], path: str,
                                             "`server_url`.")
     url_path = at(path, "server_url")
     url = req_str(tool, "server_url", path)
-    prefix = admitting_prefix(url, allow)
-    if prefix is None:
-        raise bad(url_path, f"MCP server URL {url!r} is not allowed by this server's "
-                            "--mcp-allow list.")
+    try:
+        target, prefix = check(url, tuple(parse_prefix(p) for p in allow), "--mcp-allow")
+    except UrlRefused as exc:
+        raise bad(url_path, f"MCP server URL {url!r} is refused: {exc}.") from None
     headers = _headers(tool.get("headers"), at(path, "headers"))
     authorization = opt_str(tool, "authorization", path)
     if authorization:
@@ -161,46 +167,9 @@ def parse_mcp_tool(tool: dict[str, Any], path: str,
                             "require_approval": approval}
     if tool.get("server_description") is not None:
         echo["server_description"] = opt_str(tool, "server_description", path)
-    server = McpServer(label, url, headers, allowed, read_only, approval,
-                       private_ok=_names_private_host(prefix))
+    server = McpServer(label, target.url, headers, allowed, read_only, approval,
+                       private_ok=prefix.private_ok)
     return echo, server
-
-
-def admitting_prefix(url: str, allow: Iterable[str]) -> str | None:
-    """The allow-list prefix that admits `url`, or None. Only http(s), no user info."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-        return None
-    for prefix in allow:
-        if not url.startswith(prefix):
-            continue
-        rest = url[len(prefix):]
-        if prefix.endswith("/") or not rest or rest[0] in "/?#":
-            return prefix
-        bare = urlsplit(prefix)
-        if rest[0] == ":" and bare.port is None and not bare.path:  # a host: any of its ports
-            return prefix
-    return None
-
-
-def _names_private_host(prefix: str) -> bool:
-    host = urlsplit(prefix).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return not ipaddress.ip_address(host).is_global
-    except ValueError:
-        return False
-
-
-def address_allowed(address: str, server: McpServer) -> bool:
-    """A resolved address of the server's host may be connected to: a public one always, any
-    other only when the operator's prefix named a private host explicitly."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    return ip.is_global or server.private_ok
 
 
 def _headers(value: Any, path: str) -> dict[str, str]:
@@ -213,6 +182,9 @@ def _headers(value: Any, path: str) -> dict[str, str]:
         if any(c in key + text for c in "\r\n") or not key:
             raise bad(at(path, key), f"Invalid '{at(path, key)}': header names and values "
                                      "cannot hold line breaks.")
+        if key.lower() in REFUSED_HEADERS:
+            raise bad(path, f"Invalid '{path}': the {key!r} header cannot be set (Host and "
+                            "hop-by-hop headers are the proxy's own).")
         out[key] = text
     return out
 

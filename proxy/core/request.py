@@ -102,6 +102,9 @@ class ResponsesRequest:
     auto_compact: bool = False
     compact_threshold: int | None = None
     mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
+    # Image URL → the data: URL the proxy fetched for it (services/media.py): translation sends
+    # vLLM the data, never a URL to fetch; the stored items keep the client's URL.
+    media: dict[str, str] = field(default_factory=dict)
 
     @property
     def text_format(self) -> dict[str, Any]:

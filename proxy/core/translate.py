@@ -23,7 +23,7 @@ both paths, and usage is needed for the terminal event.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.core.items import file_text, reasoning_text
@@ -42,7 +42,7 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
     messages += to_messages(flatten_history([*history, *request.input],
-                                            ToolNames(request.tools)))
+                                            ToolNames(request.tools)), request.media)
     chat: dict[str, Any] = {
         "model": request.model,
         "messages": lead_with_system(messages),
@@ -71,7 +71,10 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     return chat
 
 
-def to_messages(items: Iterable[Item]) -> list[Message]:
+def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
+                ) -> list[Message]:
+    """`media`: image URL → the data: URL to send in its place (services/media.py)."""
+    media = media or {}
     messages: list[Message] = []
     pending_reasoning: list[str] = []
     for item in items:
@@ -82,7 +85,8 @@ def to_messages(items: Iterable[Item]) -> list[Message]:
                 pending_reasoning.append(text)
             continue
         if kind == MESSAGE and item["role"] != "assistant":
-            messages.append({"role": _role(item["role"]), "content": _content(item["content"])})
+            messages.append({"role": _role(item["role"]),
+                             "content": _content(item["content"], media)})
         elif kind == MESSAGE:
             assistant: Message = {"role": "assistant", "content": _assistant_text(item)}
             messages.append(assistant)
@@ -94,7 +98,7 @@ def to_messages(items: Iterable[Item]) -> list[Message]:
             })
         elif kind == FUNCTION_CALL_OUTPUT:
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
-                             "content": _tool_content(item["output"])})
+                             "content": _tool_content(item["output"], media)})
         elif kind in MCP_ITEM_TYPES:
             mcp_messages(item, messages)
         if pending_reasoning and messages and messages[-1]["role"] == "assistant":
@@ -123,18 +127,20 @@ def _assistant_text(item: Item) -> str:
     )
 
 
-def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    converted = [_part(p) for p in parts]
+def _content(parts: list[dict[str, Any]], media: Mapping[str, str] | None = None
+             ) -> str | list[dict[str, Any]]:
+    converted = [_part(p, media or {}) for p in parts]
     if all(p["type"] == "text" for p in converted):
         return "".join(p["text"] for p in converted)
     return converted
 
 
-def _part(part: dict[str, Any]) -> dict[str, Any]:
+def _part(part: dict[str, Any], media: Mapping[str, str]) -> dict[str, Any]:
     kind = part["type"]
     if kind == "input_image":
+        url = part["image_url"]
         return {"type": "image_url",
-                "image_url": {"url": part["image_url"], "detail": part.get("detail", "auto")}}
+                "image_url": {"url": media.get(url, url), "detail": part.get("detail", "auto")}}
     if kind == "input_file":
         text = file_text(part["file_data"], "input_file.file_data")
         name = part.get("filename")
@@ -143,8 +149,9 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "text", "text": part.get("text", "")}
 
 
-def _tool_content(output: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    return output if isinstance(output, str) else _content(output)
+def _tool_content(output: str | list[dict[str, Any]], media: Mapping[str, str]
+                  ) -> str | list[dict[str, Any]]:
+    return output if isinstance(output, str) else _content(output, media)
 
 
 def _add_tools(chat: dict[str, Any], request: ResponsesRequest) -> None:

@@ -1,6 +1,8 @@
 """Chat Completions and the model list, passed through to the fleet.
 
-The request body goes upstream byte for byte (we parse it once, only to route on `model`); the
+The request body goes upstream byte for byte (we parse it once, to route on `model`) unless it
+names media URLs: those are fetched here and sent inline (services/media.py: the fleet never
+fetches a URL a client named); the
 answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
 the HTTP status is already on the wire.
@@ -23,6 +25,7 @@ from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
+from proxy.services.media import MediaFetcher
 from proxy.upstream import end_to_end_headers, map_transport_errors
 
 
@@ -40,9 +43,11 @@ class Relay:
 
 
 class Passthrough:
-    def __init__(self, fleet: Fleet, admission: Admission | None = None) -> None:
+    def __init__(self, fleet: Fleet, admission: Admission | None = None,
+                 media: MediaFetcher | None = None) -> None:
         self._fleet = fleet
         self._admission = admission or Admission(fleet)
+        self._media = media  # None: bodies go as they are (tests of the relay alone)
 
     async def chat_completions(self, body: bytes, tenant: str = "", *,
                                meter_usage: bool = False) -> Relay:
@@ -52,6 +57,8 @@ class Passthrough:
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
+        if self._media is not None and await self._media.inline_chat(request.get("messages")):
+            body = orjson.dumps(request)
         stream = request.get("stream") is True
         strip = meter_usage and stream and not _asks_usage(request)
         if strip:

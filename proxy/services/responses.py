@@ -62,6 +62,7 @@ from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Call, Fleet
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
+from proxy.services.media import MediaFetcher
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -131,6 +132,7 @@ class ResponsesService:
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp_timeout)
+        self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *,
@@ -158,6 +160,7 @@ class ResponsesService:
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
+        request = await self._with_media(request, history)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
@@ -295,6 +298,7 @@ class ResponsesService:
                                    instructions=parsed.instructions,
                                    previous_response_id=parsed.previous_response_id)
         history = await self._history(tenant, request)
+        request = await self._with_media(request, history)
         done = await self._compactor.compact(tenant, request, history.items,
                                              affinity=history.affinity, home=history.home)
         return Outcome(body={
@@ -304,6 +308,15 @@ class ResponsesService:
             "output": compacted_output(done.items, done.item),
             "usage": done.usage or map_usage({"prompt_tokens": 0}),
         }, headers=tolerance_headers(parsed.ignored, ()))
+    async def _with_media(self, request: ResponsesRequest, history: History
+                          ) -> ResponsesRequest:
+        """The request with its image URLs fetched (services/media.py): translation then sends
+        the fleet their data, never a URL to fetch."""
+        where = ("previous_response_id" if request.previous_response_id else
+                 "conversation" if request.conversation else "input")
+        media = await self._media.for_items(request.input, history.items, where)
+        return dataclasses.replace(request, media=media) if media else request
+
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:
         """The MCP tool loop's plan (servers listed earlier in the chain, approved calls), or
         None for a request without MCP tools. An approval of nothing we asked is a 400."""

@@ -28,6 +28,7 @@ from proxy.services.follow import Followers
 from proxy.services.jobs import Worker, worker_name
 from proxy.services.lease import Leases
 from proxy.services.limits import Limiter, limit_table
+from proxy.services.media import MediaFetcher
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
 from proxy.services.stored import StoredResponses
@@ -112,7 +113,7 @@ class Runtime:
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
         admission = Admission.from_settings(fleet, settings)
-        passthrough = Passthrough(fleet, admission)
+        passthrough = Passthrough(fleet, admission, MediaFetcher.from_settings(settings))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
         limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),

@@ -12,6 +12,7 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
 from proxy.core.request import parse_request
 from proxy.core.translate import to_messages
+from proxy.core.urlpolicy import address_allowed
 from proxy.settings import ConfigError, build_settings
 from tests.support.conformance import check_stream
 
@@ -42,10 +43,40 @@ def test_without_an_allow_list_mcp_tools_are_refused_saying_how_to_enable() -> N
 
 @pytest.mark.parametrize("url", [
     "http://127.0.0.1.evil.com/mcp", "https://tools.corp/mcpx", "https://tools.corp/mcp",
-    "http://user@127.0.0.1/mcp", "ftp://127.0.0.1/mcp", "https://TOOLS.corp/mcp/x",
-    "https://tools.corp.evil/mcp/"])
+    "http://user@127.0.0.1/mcp", "ftp://127.0.0.1/mcp", "https://tools.corp.evil/mcp/",
+    "https://tools.corp:8443/mcp/x",  # a prefix with a path means the scheme's own port
+    # Dot segments and encoded separators: an HTTP client would send `/admin/secret`.
+    "https://tools.corp/mcp/../admin/secret", "https://tools.corp/mcp/%2e%2e/admin",
+    "https://tools.corp/mcp/%2E%2E/admin", "https://tools.corp/mcp/x%2fy",
+    "https://tools.corp/mcp/.%2e/admin", "https://tools.corp/mcp/a%5c..%5cb",
+    "https://tools.corp/mcp/a\\..\\b", "https://tools.corp/mcp/./x",
+    "http://127.0.0.1:9/mcp/../../admin", "http://127.0.0.1%2f@x/mcp"])
 def test_urls_outside_the_allow_list_are_refused(url: str) -> None:
     refused([tool(server_url=url)], "tools[0].server_url")
+
+
+def test_hosts_compare_without_case_and_the_normal_form_is_what_is_called() -> None:
+    server = parse([tool(server_url="https://TOOLS.corp:443/mcp/x")]).mcp[0]
+    assert server.url == "https://tools.corp:443/mcp/x"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1/mcp", "http://127.0.0.1:8123/mcp",
+                                 "http://127.0.0.1:1/", "http://127.0.0.1:65535/x/y"])
+def test_a_prefix_ending_in_a_colon_admits_that_host_on_any_port(url: str) -> None:
+    server = parse([tool(server_url=url)], allow=("http://127.0.0.1:",)).mcp[0]
+    assert server.url == url and server.private_ok
+    refused([tool(server_url=url.replace("127.0.0.1", "127.0.0.2"))], "tools[0].server_url",
+            allow=("http://127.0.0.1:",))
+    refused([tool(server_url=url.replace("http:", "https:"))], "tools[0].server_url",
+            allow=("http://127.0.0.1:",))
+
+
+@pytest.mark.parametrize("name", ["Host", "host", "HOST", "Connection", "Keep-Alive",
+                                  "Proxy-Connection", "Transfer-Encoding", "TE", "Trailer",
+                                  "Upgrade", "Proxy-Authorization", "Content-Length"])
+def test_host_and_hop_by_hop_headers_are_refused(name: str) -> None:
+    message = refused([tool(headers={"X-Ok": "1", name: "evil.internal"})], "tools[0].headers")
+    assert name in message
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1/mcp", "http://127.0.0.1:8123/mcp",
@@ -78,11 +109,12 @@ def test_bad_mcp_tools_name_the_field() -> None:
 def test_private_addresses_need_an_explicit_prefix() -> None:
     named = parse([tool(server_url="https://tools.corp/mcp/")]).mcp[0]
     assert not named.private_ok
-    assert mcp.address_allowed("8.8.8.8", named)
-    for private in ("10.0.0.5", "127.0.0.1", "169.254.169.254", "::1", "fd00::1", "bogus"):
-        assert not mcp.address_allowed(private, named), private
+    assert address_allowed("8.8.8.8", named.private_ok)
+    for private in ("10.0.0.5", "127.0.0.1", "169.254.169.254", "::1", "fd00::1", "bogus",
+                    "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1"):
+        assert not address_allowed(private, named.private_ok), private
     loopback = parse([tool()]).mcp[0]
-    assert mcp.address_allowed("127.0.0.1", loopback)
+    assert address_allowed("127.0.0.1", loopback.private_ok)
 
 
 def test_approval_rules() -> None:
@@ -167,7 +199,7 @@ def test_the_allow_list_flag_is_checked_at_start() -> None:
         ("http://127.0.0.1",)
     assert build_settings({}, {"PROXY_MCP_ALLOW": "https://a/mcp, https://b/"}).mcp_allow == \
         ("https://a/mcp", "https://b/")
-    for bad in ("*", "http://", "ftp://x/", "http://u@x/"):
+    for bad in ("*", "http://", "ftp://x/", "http://u@x/", "https://x/a/../b"):
         with pytest.raises(ConfigError) as info:
             build_settings({"mcp_allow": [bad]}, {})
         assert info.value.flag == "--mcp-allow"
