@@ -433,3 +433,64 @@ def test_a_conversation_lists_each_server_once(mcp_proxy: ServerProcess,
     items = client.conversations.items.list(conversation.id, order="asc")
     assert [i.type for i in items.data] == ["message", "mcp_list_tools", "mcp_call", "message",
                                             "message", "mcp_call", "message"]
+
+
+# -- issue 23: the URL is checked in normal form, the name resolved once -----------------------
+def test_dot_segments_host_and_hop_by_hop_headers_are_refused(
+        mcp_proxy: ServerProcess, tools_server: ServerProcess) -> None:
+    for tool, param in (
+            (mcp_tool(tools_server, server_url=f"{tools_server.url}/mcp/../admin"),
+             "tools[0].server_url"),
+            (mcp_tool(tools_server, server_url=f"{tools_server.url}/mcp/%2e%2e/admin"),
+             "tools[0].server_url"),
+            (mcp_tool(tools_server, headers={"Host": "internal.admin"}), "tools[0].headers"),
+            (mcp_tool(tools_server, headers={"transfer-encoding": "chunked"}),
+             "tools[0].headers")):
+        refused = post_json(mcp_proxy, {"model": "sim-model", "input": "x", "tools": [tool]})
+        assert refused.status_code == 400, tool
+        assert refused.json()["error"]["param"] == param
+
+
+async def test_a_name_that_rebinds_to_loopback_never_reaches_it(
+        tools_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding: `rebind.test` answers a public address first and 127.0.0.1 after. The
+    check and the connection must see the same answer: one resolution, the vetted address."""
+    from proxy.core.mcp import McpServer
+    from proxy.mcpclient import McpClient, McpFailure
+
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in ("rebind.test", b"rebind.test"):  # anyio asks in IDNA bytes
+            return real(host, port, *args, **kwargs)
+        asked.append("rebind.test")
+        address = "93.184.216.34" if len(asked) == 1 else "127.0.0.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    client = McpClient(connect_timeout=1, call_timeout=3)
+    server = McpServer("x", f"http://rebind.test:{tools_server.port}/mcp")
+    with pytest.raises(McpFailure):
+        await client.list_tools(server)  # the vetted public address: unreachable from here
+    assert asked == ["rebind.test"]
+
+
+async def test_an_injected_resolver_decides_where_the_client_connects(
+        tools_server: ServerProcess) -> None:
+    from proxy.core.mcp import McpServer
+    from proxy.mcpclient import McpClient, McpFailure
+
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    client = McpClient(connect_timeout=1, call_timeout=3, resolve=resolve)
+    named = McpServer("x", f"http://localhost:{tools_server.port}/mcp", private_ok=True)
+    assert "add" in [t["name"] for t in await client.list_tools(named)]
+    with pytest.raises(McpFailure) as info:  # a name the operator did not name: refused
+        await client.list_tools(McpServer("x", f"http://tools.test:{tools_server.port}/mcp"))
+    assert info.value.error["code"] == 403 and "private address" in info.value.message
+    assert asked == ["localhost", "tools.test"]
