@@ -1,0 +1,87 @@
+"""Media URLs end to end (issue 23 point 12): the proxy fetches an allowed image and sends it
+to the simulator inline; a URL the fleet must not fetch (the metadata service) is a 400 naming
+the part, on /v1/responses and on the chat pass-through."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.servers import ServerProcess, start_proxy
+
+pytestmark = pytest.mark.e2e
+
+AUTH = {"authorization": "Bearer sk-test"}
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+METADATA = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "image/png")
+            self.send_header("content-length", str(len(PNG)))
+            self.end_headers()
+            self.wfile.write(PNG)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def fetching(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    server = start_proxy(simulator.url, "--fetch-allow", "http://127.0.0.1:")
+    yield server
+    server.stop()
+
+
+def create(server: ServerProcess, url: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/responses", headers=AUTH, timeout=30, json={
+        "model": "sim-model", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "what is it?"},
+            {"type": "input_image", "image_url": url}]}]})
+
+
+def test_an_allowed_image_is_fetched_by_the_proxy_and_the_answer_comes(
+        fetching: ServerProcess, images: tuple[str, list[str]]) -> None:
+    base, seen = images
+    answer = create(fetching, f"{base}/cat.png")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "completed"
+    assert seen == ["/cat.png"]  # fetched once, by the proxy
+    # The stored input keeps the client's URL, not the data.
+    items = httpx.get(f"{fetching.url}/v1/responses/{answer.json()['id']}/input_items",
+                      headers=AUTH, timeout=10).json()["data"]
+    assert items[0]["content"][1]["image_url"] == f"{base}/cat.png"
+
+
+def test_the_metadata_service_is_refused_naming_the_part(proxy: ServerProcess) -> None:
+    refused = create(proxy, METADATA)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input[0].content[1].image_url"
+
+
+def test_the_chat_pass_through_is_held_to_the_same_rule(proxy: ServerProcess) -> None:
+    refused = httpx.post(f"{proxy.url}/v1/chat/completions", headers=AUTH, timeout=30, json={
+        "model": "sim-model", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": METADATA}}]}]})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "messages[0].content[1].image_url"
