@@ -26,7 +26,7 @@ def images() -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_GET(self) -> None:
             seen.append(self.path)
             self.send_response(200)
             self.send_header("content-type", "image/png")
