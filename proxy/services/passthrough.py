@@ -45,7 +45,7 @@ class Relay:
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
-    # The usage chunk the proxy asked for (`meter_usage`) and took out of the client's stream.
+    # The usage chunk the proxy asked for (a metered stream) and took out of the client's stream.
     usage: dict[str, Any] | None = None
 
 
