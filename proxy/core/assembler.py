@@ -166,6 +166,9 @@ class Assembler:
         self._pending: _PendingCall | None = None
         self._finish: str | None = None
         self.usage: dict[str, Any] | None = None
+        # Output deltas since the last usage the upstream reported: what a turn cut before its
+        # usage chunk still streamed (services/metering.py). One increment per chunk.
+        self.deltas = 0
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
         self._completed_at: int | None = None
@@ -304,6 +307,7 @@ class Assembler:
         choice = choices[0]
         delta = choice.get("delta")
         if delta:
+            self.deltas += 1
             reasoning = delta.get("reasoning")
             if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
                 reasoning = delta.get("reasoning_content")
@@ -325,6 +329,7 @@ class Assembler:
 
     def _usage(self, usage: dict[str, Any] | None) -> None:
         if usage:
+            self.deltas = 0  # counted in the usage
             self.usage = map_usage(usage)
             if self._usage_before is not None:
                 self.usage = add_usage(self._usage_before, self.usage)

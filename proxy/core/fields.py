@@ -96,6 +96,26 @@ def opt_bool(obj: dict[str, Any], key: str, path: str = "") -> bool | None:
     return value
 
 
+# pydantic v2's lax booleans (vLLM's request models read `stream` so), strings case-insensitive.
+_LAX_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_LAX_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def lax_bool(obj: dict[str, Any], key: str) -> bool | None:
+    """`obj[key]` read as vLLM reads a boolean (pydantic's lax mode: true/false, 0/1 and the
+    strings t/true/on/y/yes/1, f/false/off/n/no/0); anything else is a 400 naming `key`. A
+    body passed to vLLM as it is must be read the same way here, or the proxy and the replica
+    disagree on what the request is (e.g. a stream that the proxy takes for a JSON answer)."""
+    value = obj.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _LAX_TRUE | _LAX_FALSE:
+        return value.lower() in _LAX_TRUE
+    raise bad(key, f"Invalid type for '{key}': expected a boolean, but got {_kind(value)}.")
+
+
 def opt_number(obj: dict[str, Any], key: str, path: str = "", *, low: float,
                high: float) -> float | None:
     value = obj.get(key)

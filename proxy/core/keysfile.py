@@ -6,9 +6,11 @@ reads the file and decodes JSON or YAML; this module checks the decoded data.
 Limits: `rpm` (requests per minute), `tpm` (tokens per minute, input + output), `max_streams`
 (open streams and running background jobs at once), `token_budget` (tokens in total); each a
 positive integer, each optional. A key's missing limits come from `defaults`, which also apply
-to keys given with `--api-key`. Every problem is one `KeysFileError` naming the field
-(`keys[2].rpm`), so the start-up message points at the line to fix. Unknown fields are refused:
-a typo (`rmp`) would otherwise silently leave a key unlimited.
+to keys given with `--api-key`. `priority: true` (per key, not in `defaults`) lets the key's
+`service_tier: "priority"` go ahead of other keys in the fleet's queue. Every problem is one
+`KeysFileError` naming the field (`keys[2].rpm`), so the start-up message points at the line
+to fix. Unknown fields are refused: a typo (`rmp`) would otherwise silently leave a key
+unlimited.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ class KeyEntry:
     key: str
     name: str
     limits: Limits  # defaults already merged in
+    priority: bool = False  # its `service_tier: "priority"` is honoured
 
     def __repr__(self) -> str:  # never print a key (settings are logged and shown in errors)
-        return f"KeyEntry(name={self.name!r}, limits={self.limits!r})"
+        return (f"KeyEntry(name={self.name!r}, limits={self.limits!r}, "
+                f"priority={self.priority!r})")
 
 
 @dataclass(frozen=True)
@@ -89,15 +93,18 @@ def parse_keys_file(data: object) -> KeysFile:
 def _entry(raw: object, where: str, index: int, defaults: Limits) -> KeyEntry:
     if not isinstance(raw, Mapping):
         raise KeysFileError(where, "expected an object {key, name, ...limits}")
-    _no_unknown(raw, ("key", "name", *LIMIT_FIELDS), where + ".")
+    _no_unknown(raw, ("key", "name", "priority", *LIMIT_FIELDS), where + ".")
     key = raw.get("key")
     if not isinstance(key, str) or not key or any(c.isspace() for c in key):
         raise KeysFileError(where + ".key", "a non-empty string without whitespace is required")
     name = raw.get("name", f"key-{index}")
     if not isinstance(name, str) or not name.strip():
         raise KeysFileError(where + ".name", "must be a non-empty string")
+    priority = raw.get("priority", False)
+    if not isinstance(priority, bool):
+        raise KeysFileError(where + ".priority", f"must be true or false, got {priority!r}")
     own = _limits({k: v for k, v in raw.items() if k in LIMIT_FIELDS}, where)
-    return KeyEntry(key, name.strip(), own.over(defaults))
+    return KeyEntry(key, name.strip(), own.over(defaults), priority)
 
 
 def _limits(raw: object, where: str) -> Limits:

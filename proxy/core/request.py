@@ -136,7 +136,9 @@ class ResponsesRequest:
             "conversation": {"id": self.conversation} if self.conversation else None,
             "truncation": self.truncation,
             "top_logprobs": 0,
-            "service_tier": "default",
+            # The tier served: "priority" only when the key's grant let it through (the
+            # service turns an ungranted ask into "default" before anything is echoed).
+            "service_tier": "priority" if self.service_tier == "priority" else "default",
             "prompt_cache_key": self.prompt_cache_key,
             "prompt_cache_retention": self.prompt_cache_retention,
             "prompt_cache_options": self.prompt_cache_options,

@@ -6,8 +6,10 @@ Rules:
     (`replica_cap`: `--max-inflight-per-replica`). The in-flight counts are the fleet's own, so
     every call of this process counts, admitted or not (tokenize, embeddings);
   - a request that finds room and nobody of its model waiting goes at once (no task, no timer);
-    otherwise it queues: priority (`service_tier: "priority"`) first, round robin between
-    tenants (API keys), FIFO within one (core/fairqueue.py). Queues are per model, so a
+    otherwise it queues: priority first, round robin between tenants (API keys), FIFO within
+    one (core/fairqueue.py). Priority is `service_tier: "priority"` from a key whose keys-file
+    entry grants it (`"priority": true`, `grants`); anyone else's ask is an ordinary request,
+    or one key could push every other key's requests behind its own. Queues are per model, so a
     saturated model never holds up another one's requests;
   - bounds: at most `max_queued` foreground requests wait (past that: 429 at once); each waits
     at most `timeout` seconds (then 429); both 429s carry `Retry-After` and code
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 
 from proxy.core.errors import RateLimited
 from proxy.core.fairqueue import FairQueue
+from proxy.core.tenancy import tenant_of
 from proxy.services.fleet import Call, Fleet, Replica
 from proxy.settings import Settings
 
@@ -76,8 +79,10 @@ class _Waiter:
 
 class Admission:
     def __init__(self, fleet: Fleet, *, per_replica: int = DEFAULT_PER_REPLICA,
-                 max_queued: int = DEFAULT_MAX_QUEUED, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 max_queued: int = DEFAULT_MAX_QUEUED, timeout: float = DEFAULT_TIMEOUT,
+                 priority: frozenset[str] = frozenset()) -> None:
         self._fleet = fleet
+        self._priority = priority  # tenants granted `service_tier: "priority"`
         self.per_replica = per_replica
         self.max_queued = max_queued
         self.timeout = timeout
@@ -87,8 +92,16 @@ class Admission:
 
     @classmethod
     def from_settings(cls, fleet: Fleet, settings: Settings) -> Admission:
+        keys_file = settings.keys_file
+        granted = frozenset(tenant_of(entry.key) for entry in keys_file.keys
+                            if entry.priority) if keys_file is not None else frozenset()
         return cls(fleet, per_replica=settings.max_inflight_per_replica,
-                   max_queued=settings.max_queued_requests, timeout=settings.queue_timeout)
+                   max_queued=settings.max_queued_requests, timeout=settings.queue_timeout,
+                   priority=granted)
+
+    def grants(self, tenant: str) -> bool:
+        """The key may ask for `service_tier: "priority"` (no keys file: no key may)."""
+        return tenant in self._priority
 
     @property
     def queued(self) -> int:

@@ -7,6 +7,11 @@ non-streamed body is offered to the cache as it is, and a stream's bytes are col
 pass (one list append per chunk, nothing parsed) and folded into a completion once it ended.
 A stream the client left, one cut by an error frame, or one bigger than the bound is not kept.
 
+Metering (services/metering.py) is the pass-through's on a miss (the usage chunk asked for
+when the key counts tokens is folded into the kept completion, so a later hit knows its
+size); a hit is charged the cached completion's usage, or, kept without one, the frames it
+sends: what reached the client counts whether or not a replica generated it.
+
 The request body still goes upstream byte for byte: the cache parses its own copy.
 """
 
@@ -15,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -25,7 +30,8 @@ from proxy.core.completion import chunks, fold
 from proxy.core.jsonbody import parse_object
 from proxy.core.sse import DataDecoder
 from proxy.services.cache import HEADER, HIT, Lookup, ResponseCache
-from proxy.services.passthrough import Passthrough, Relay
+from proxy.services.metering import Meter, estimate, tokens_of
+from proxy.services.passthrough import Passthrough, Relay, chat_stream
 
 # A stream's raw SSE is several times its folded completion (each token carries its chunk's
 # envelope): collect up to this many times the entry bound, then give up on keeping it.
@@ -40,25 +46,27 @@ class CachedChat:
         self._max_raw = max_entry_bytes * RAW_PER_ENTRY_BYTE
         self._clock = clock
 
-    async def chat_completions(self, body: bytes, tenant: str, directives: Directives) -> Relay:
+    async def chat_completions(self, body: bytes, tenant: str, directives: Directives, *,
+                               meter: Meter | None = None) -> Relay:
+        meter = meter or Meter()
         cache = self._cache
         if cache is None or not cache.enabled:
-            return await self._passthrough.chat_completions(body, tenant)
+            return await self._passthrough.chat_completions(body, tenant, meter=meter)
         request = parse_object(body)
         eligible = isinstance(request.get("model"), str) and not request.get("logprobs")
-        stream = request.get("stream") is True
+        stream = bool(chat_stream(request))
         wants_usage = stream and _include_usage(request)
         found = await cache.lookup(tenant, ROUTE_CHAT, chat_material(request), directives,
                                    eligible=eligible,
                                    usable=_has_usage if wants_usage else None)
         if found.hit:
-            return self._hit(found, stream, wants_usage)
-        relay = await self._passthrough.chat_completions(body, tenant)
+            return self._hit(found, stream, wants_usage, meter, len(body))
+        relay = await self._passthrough.chat_completions(body, tenant, meter=meter)
         relay.headers.update(found.headers())
         if found.key is None or not found.directives.write:
             return relay
-        if isinstance(relay.stream, AsyncGenerator):
-            relay.stream = self._collect(relay.stream, tenant, found, cache)
+        if relay.stream is not None:
+            relay.stream = self._collect(relay, relay.stream, tenant, found, cache)
         else:
             try:
                 completion = orjson.loads(relay.body)
@@ -68,23 +76,28 @@ class CachedChat:
                 cache.keep(tenant, found, completion)
         return relay
 
-    def _hit(self, found: Lookup, stream: bool, wants_usage: bool) -> Relay:
+    def _hit(self, found: Lookup, stream: bool, wants_usage: bool, meter: Meter,
+             prompt_bytes: int) -> Relay:
         assert found.body is not None
         completion = {**found.body, "id": f"chatcmpl-{uuid.uuid4().hex}",
                       "created": int(self._clock())}
         headers = {HEADER: HIT}
+        whole = orjson.dumps(completion)
+        # Kept without a usage (by a request that did not count): estimated from the bytes.
+        meter.track(lambda: tokens_of(completion.get("usage")) or estimate(prompt_bytes,
+                                                                          len(whole)))
         if not stream:
-            return Relay(200, headers, body=orjson.dumps(completion))
-        return Relay(200, headers, stream=_once(chunks(completion, include_usage=wants_usage)),
-                     media_type="text/event-stream")
+            return Relay(200, headers, body=whole)
+        sent = meter.stream(_once(chunks(completion, include_usage=wants_usage)))
+        return Relay(200, headers, stream=sent, media_type="text/event-stream")
 
-    async def _collect(self, stream: AsyncGenerator[bytes, None], tenant: str, found: Lookup,
-                       cache: ResponseCache) -> AsyncIterator[bytes]:
+    async def _collect(self, relay: Relay, stream: AsyncIterator[bytes], tenant: str,
+                       found: Lookup, cache: ResponseCache) -> AsyncIterator[bytes]:
         parts: list[bytes] | None = []
         size = 0
         # `aclosing`: a client that leaves closes us, and we close the pass-through at once
         # (its `finally` aborts the upstream, so vLLM stops generating).
-        async with contextlib.aclosing(stream) as chunks_in:
+        async with _closing(stream) as chunks_in:
             async for chunk in chunks_in:
                 if parts is not None:
                     size += len(chunk)
@@ -99,6 +112,8 @@ class CachedChat:
         decoder = DataDecoder()
         completion = fold(decoder.feed(b"".join(parts)) + decoder.flush())
         if completion is not None:
+            if completion.get("usage") is None and relay.usage is not None:
+                completion["usage"] = relay.usage  # the usage chunk metering took out
             cache.keep(tenant, found, completion)
 
 
@@ -114,3 +129,14 @@ def _has_usage(completion: dict[str, Any]) -> bool:
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
+    """`contextlib.aclosing` for any stream with an `aclose` (a generator, a metered one)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -80,8 +80,9 @@ class Compactor:
 
     async def context(self, tenant: str, request: ResponsesRequest, history: Sequence[Item], *,
                       compact: bool = True, affinity: str | None = None,
-                      home: str | None = None) -> tuple[dict[str, Any], Item | None]:
-        """(the chat request, the compaction item made for it or None)."""
+                      home: str | None = None) -> tuple[dict[str, Any], Compacted | None]:
+        """(the chat request, the compaction made for it (its item first in the create's
+        output, its summarisation turn's usage charged to the key) or None)."""
         trigger = check_trigger(request.input)
         if trigger and request.background:
             where = f"input[{len(request.input) - 1}]"
@@ -98,7 +99,7 @@ class Compactor:
         if not trigger and not await self._over_threshold(request, chat, affinity):
             return chat, None
         done = await self._compact(tenant, request, items, tail, affinity=affinity, home=home)
-        return self.chat(request, done.items), done.item
+        return self.chat(request, done.items), done
 
     async def compact(self, tenant: str, request: ResponsesRequest, history: Sequence[Item], *,
                       affinity: str | None = None, home: str | None = None) -> Compacted:

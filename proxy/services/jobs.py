@@ -47,7 +47,8 @@ from proxy.services.admission import Admission
 from proxy.services.closing import close_from_log, record_all
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
-from proxy.services.limits import Limiter, Ticket, tokens_of
+from proxy.services.limits import Limiter
+from proxy.services.metering import Meter, turn_spent
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
@@ -210,19 +211,20 @@ class Worker:
         # they live in different Redis Cluster slots (store/keys.py); ordering them this way
         # (state first, ack retried by the reclaim) gives the same guarantee.
         settled = False
-        ticket: Ticket | None = None
+        meter = Meter()
+        spec: dict[str, Any] = {}
         try:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
                 self._metrics.job_finished("requeued")
                 return
-            spec: dict[str, Any] = orjson.loads(job.spec)
+            spec = orjson.loads(job.spec)
             if spec.get("request_id"):
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
                 CURRENT.set(RequestContext(str(spec["request_id"])))
-            ticket = await self._adopt(spec)
+            meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(
@@ -263,24 +265,27 @@ class Worker:
             elif running is None or not running.released:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
-            await self._end_ticket(ticket, running)
+            await self._settle_meter(meter, running, spec)
 
-    async def _adopt(self, spec: dict[str, Any]) -> Ticket | None:
+    async def _adopt(self, spec: dict[str, Any]) -> Meter:
+        """The job's ticket, taken over from the request that created it."""
         if not spec.get("limit") or self._limits is None:
-            return None
-        return await self._limits.adopt(str(spec.get("tenant")), spec["limit"])
+            return Meter()
+        return Meter(await self._limits.adopt(str(spec.get("tenant")), spec["limit"]))
 
-    async def _end_ticket(self, ticket: Ticket | None, running: _Running | None) -> None:
-        """Free the job's stream slot and count its tokens, unless the job left us (handed
-        back or reclaimed): then whoever runs or settles it next ends the ticket."""
-        if ticket is None:
-            return
+    async def _settle_meter(self, meter: Meter, running: _Running | None,
+                            spec: dict[str, Any]) -> None:
+        """Free the job's stream slot and count what its turn spent, finished or cancelled
+        mid-way (services/metering.py), unless the job left us (handed back or reclaimed):
+        then whoever runs or settles it next ends the ticket."""
         if running is not None and running.released:
-            ticket.hand_over()  # not ours to end: just stop renewing it
+            await meter.hand_over()  # not ours to end: just stop renewing it
             return
-        usage = running.turn.assembler.usage if running is not None and running.turn else None
+        turn = running.turn if running is not None else None
+        if turn is not None:
+            meter.track(turn_spent(turn.assembler, spec.get("chat") or {}))
         with contextlib.suppress(asyncio.CancelledError):
-            await self._tasks.shielded(ticket.end(tokens_of(usage)), name="job-limit-end")
+            await self._tasks.shielded(meter.settle(), name="job-limit-end")
 
     def _count_turn(self, running: _Running) -> None:
         """A job that ran a turn ends with its turn's status (the turn has closed itself by

@@ -7,6 +7,9 @@
         ▼
     ticket.end(tokens) ──LIMIT_FINISH──▶ lease freed, tokens added to the minute and the total
 
+What a request spent, and when its ticket ends, is services/metering.py's (the one path every
+entry point takes).
+
 Each check and its write is one Lua script (store/scripts.py), so two instances admitting at
 the same moment cannot both take the last request of a minute or the last stream slot. Costs:
 one script per request at admission and one at its end; none per token.
@@ -33,13 +36,11 @@ requests otherwise keep working without Redis). Its usage is then not counted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnavailable
@@ -114,7 +115,10 @@ class Limiter:
         self._admit = client.register_script(scripts.LIMIT_ADMIT)
         self._finish = client.register_script(scripts.LIMIT_FINISH)
         self._renew = client.register_script(scripts.LIMIT_RENEW)
-        self._held: dict[str, str] = {}  # lease id -> tenant, renewed by `run`
+        # lease id -> the ticket holding it here, renewed by `run`. A job's worker in this
+        # process may adopt a lease before the creating request has handed it over: the
+        # latest holder wins, and an earlier one's `forget` leaves it alone.
+        self._held: dict[str, Ticket] = {}
 
     @property
     def active(self) -> bool:
@@ -142,9 +146,10 @@ class Limiter:
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict != "ok":
             raise self._refused(held, verdict, max(1, int(retry)))
+        ticket = self._ticket(tenant, limits, lease)
         if lease is not None:
-            self._held[lease] = tenant
-        return self._ticket(tenant, limits, lease)
+            self._held[lease] = ticket
+        return ticket
 
     def _ticket(self, tenant: str, limits: Limits, lease: str | None) -> Ticket:
         return Ticket(self, tenant, lease, per_minute=bool(limits.tpm),
@@ -156,7 +161,7 @@ class Limiter:
         ticket = Ticket(self, tenant, lease, per_minute=bool(job_limit.get("minute")),
                         in_total=bool(job_limit.get("total")))
         if lease is not None:
-            self._held[lease] = tenant
+            self._held[lease] = ticket
             try:
                 with store_errors():
                     await self._renew(keys=[keys.limit_streams(tenant)],
@@ -166,8 +171,8 @@ class Limiter:
         return ticket
 
     def forget(self, ticket: Ticket) -> None:
-        if ticket.lease is not None:
-            self._held.pop(ticket.lease, None)
+        if ticket.lease is not None and self._held.get(ticket.lease) is ticket:
+            del self._held[ticket.lease]
 
     def _refused(self, held: KeyLimits, reason: str, retry_after: int) -> ProxyError:
         """The one place a request is refused by a limit (`reason`: rpm, tpm, streams, budget),
@@ -204,8 +209,8 @@ class Limiter:
         while True:
             await asyncio.sleep(self._lease_seconds / 3)
             by_tenant: dict[str, list[str]] = {}
-            for lease, tenant in list(self._held.items()):
-                by_tenant.setdefault(tenant, []).append(lease)
+            for lease, ticket in list(self._held.items()):
+                by_tenant.setdefault(ticket.tenant, []).append(lease)
             for tenant, leases in by_tenant.items():
                 try:
                     with store_errors():
@@ -214,89 +219,6 @@ class Limiter:
                 except StoreUnavailable as exc:
                     log.warning("could not renew stream leases: %s", exc.message)
 
-    def metered(self, ticket: Ticket, body: AsyncIterator[bytes], *,
-                usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
-        """`body`, ending `ticket` when it is closed (see `Metered`)."""
-        return Metered(ticket, body, usage)
-
-
-class Metered:
-    """A stream passed through that ends its ticket when closed, with the usage read from its
-    last frames (or from `usage`). Closing ends the ticket even when the stream was never
-    iterated (a client gone before the first chunk): an async generator's `finally` would
-    not run then, and the lease would be renewed for ever. Per chunk: two assignments."""
-
-    def __init__(self, ticket: Ticket, body: AsyncIterator[bytes],
-                 usage: Callable[[], int] | None) -> None:
-        self._ticket = ticket
-        self._body = body
-        self._usage = usage
-        self._previous = self._last = b""
-
-    def __aiter__(self) -> Metered:
-        return self
-
-    async def __anext__(self) -> bytes:
-        chunk = await self._body.__anext__()
-        self._previous, self._last = self._last, chunk
-        return chunk
-
-    async def aclose(self) -> None:
-        try:
-            # The upstream first (vLLM stops generating), then the one round trip of the end.
-            aclose = getattr(self._body, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-        finally:
-            usage = self._usage
-            tokens = (usage() if usage is not None else 0) or usage_in_sse(
-                self._previous + self._last)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._ticket.end(tokens))
 
 def _keys(tenant: str) -> list[str]:
     return [keys.limit_minute(tenant), keys.limit_used(tenant), keys.limit_streams(tenant)]
-
-
-def tokens_of(usage: object) -> int:
-    """Input + output tokens of a Responses or a Chat Completions usage object."""
-    if not isinstance(usage, dict):
-        return 0
-    total = usage.get("total_tokens")
-    if isinstance(total, int):
-        return total
-    parts = [usage.get(name) for name in ("input_tokens", "output_tokens", "prompt_tokens",
-                                          "completion_tokens")]
-    return sum(part for part in parts if isinstance(part, int))
-
-
-def usage_in_json(body: bytes | Any) -> int:
-    """The usage of a JSON answer: a chat completion (`usage`) or a response object."""
-    try:
-        data = orjson.loads(body) if isinstance(body, bytes | bytearray) else body
-    except orjson.JSONDecodeError:
-        return 0
-    return tokens_of(data.get("usage")) if isinstance(data, dict) else 0
-
-
-def usage_in_sse(tail: bytes) -> int:
-    """The usage in the last `data:` frame that carries one: a Responses terminal event
-    (`response.usage`) or a chat stream's usage chunk."""
-    at = tail.rfind(b'"usage"')
-    while at >= 0:
-        start = tail.rfind(b"data:", 0, at)
-        end = tail.find(b"\n", at)
-        if start >= 0:
-            line = tail[start + 5: end if end >= 0 else len(tail)]
-            try:
-                data = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                data = None
-            if isinstance(data, dict):
-                found = tokens_of(data.get("usage")) or tokens_of(
-                    (data.get("response") or {}).get("usage"))
-                if found:
-                    return found
-        at = tail.rfind(b'"usage"', 0, start if start >= 0 else 0)
-    return 0

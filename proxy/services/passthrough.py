@@ -7,6 +7,14 @@ answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
 the HTTP status is already on the wire.
 
+`stream` is read as vLLM reads it (a lax boolean: `"true"`, `1`, ...) and, when it was not a
+JSON boolean, sent upstream as one: the proxy and the replica must agree on whether the answer
+is a stream, or a stream would be relayed as one JSON body and never metered.
+
+Per-key metering (services/metering.py): a JSON answer is charged its `usage`; a stream its
+usage chunk (asked for on the client's behalf and taken out again when it did not ask), or,
+when the stream is cut before it, the frames it carried.
+
 A stream's first chunk is awaited before the answer starts (bounded by `--first-token-timeout`
 in the upstream client): vLLM sends its headers before it has queued the request, and while no
 byte has reached our client a stalled replica can still be an HTTP error (504) instead of a
@@ -22,10 +30,12 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
+from proxy.core.fields import lax_bool
 from proxy.core.jsonbody import parse_object
 from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
 from proxy.services.media import MediaFetcher
+from proxy.services.metering import Meter, tokens_of, usage_in_json
 from proxy.upstream import end_to_end_headers, map_transport_errors
 
 
@@ -38,7 +48,7 @@ class Relay:
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     media_type: str = "application/json"
-    # The usage chunk the proxy asked for (`meter_usage`) and took out of the client's stream.
+    # The usage chunk the proxy asked for (a metered stream) and took out of the client's stream.
     usage: dict[str, Any] | None = None
 
 
@@ -50,24 +60,28 @@ class Passthrough:
         self._media = media  # None: bodies go as they are (tests of the relay alone)
 
     async def chat_completions(self, body: bytes, tenant: str = "", *,
-                               meter_usage: bool = False) -> Relay:
-        """`meter_usage`: the caller counts tokens (per-key limits); a stream that did not ask
-        for its usage chunk gets one from the upstream, taken out again before the client."""
+                               meter: Meter | None = None) -> Relay:
+        """`meter`: the request's per-key account; when it counts tokens, a stream that did
+        not ask for its usage chunk gets one from the upstream, taken out before the client."""
+        meter = meter or Meter()
         request = parse_object(body)
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
         if self._media is not None and await self._media.inline_chat(request.get("messages")):
             body = orjson.dumps(request)
-        stream = request.get("stream") is True
-        strip = meter_usage and stream and not _asks_usage(request)
+        stream = bool(chat_stream(request))
+        rewrite = stream is not request.get("stream", False)
+        strip = meter.counts and stream and not _asks_usage(request)
         if strip:
             options = request.get("stream_options")
             request["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                          "include_usage": True}
+        if strip or rewrite:
+            request["stream"] = stream
             body = orjson.dumps(request)
-        await self._admission.admit(model, tenant,
-                                    priority=request.get("service_tier") == "priority")
+        priority = request.get("service_tier") == "priority" and self._admission.grants(tenant)
+        await self._admission.admit(model, tenant, priority=priority)
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
         call = self._admission.watch(call)
         headers = end_to_end_headers(call.response.headers)
@@ -83,13 +97,17 @@ class Passthrough:
             relay.stream = _relay(call, chunks, first)
             if strip:
                 relay.stream = _without_usage(relay, relay.stream)
+            meter.track(lambda: tokens_of(relay.usage))
+            relay.stream = meter.stream(relay.stream, prompt_bytes=len(body))
             return relay
         try:
             with map_transport_errors(call.replica.url):
                 content = await call.response.aread()
         finally:
             await call.aclose()
-        return Relay(call.response.status_code, headers, body=content)
+        answer = Relay(call.response.status_code, headers, body=content)
+        meter.track(lambda: usage_in_json(content) if answer.status == 200 else 0)
+        return answer
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": self._fleet.model_list()}
@@ -111,6 +129,11 @@ async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes
         yield b"data: " + frame + b"\n\ndata: [DONE]\n\n"
     finally:
         await call.aclose()
+
+
+def chat_stream(request: dict[str, Any]) -> bool | None:
+    """A chat request's `stream`, read as vLLM reads it (core/fields.py `lax_bool`)."""
+    return lax_bool(request, "stream")
 
 
 def _asks_usage(request: dict[str, Any]) -> bool:

@@ -63,6 +63,7 @@ from proxy.services.fleet import Call, Fleet
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
+from proxy.services.metering import Meter, tokens_of, turn_spent
 from proxy.services.references import resolve_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
@@ -135,38 +136,45 @@ class ResponsesService:
         self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
-                     directives: Directives = USE_CACHE, *,
-                     job_limit: dict[str, Any] | None = None,
+                     directives: Directives = USE_CACHE, *, meter: Meter | None = None,
                      local: LocalChains | None = None) -> Outcome:
-        """`job_limit`: a background job's stream lease (services/limits.py), for its worker.
-        `local`: a WebSocket connection's memory (services/localchains.py): a
+        """`meter`: the request's per-key account (services/metering.py), told what it
+        spends. `local`: a WebSocket connection's memory (services/localchains.py): a
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there."""
-        request, history, chat = await self._prepare(tenant, body, local)
-        outcome = await self._create(tenant, request, history, chat, directives, job_limit,
-                                     local)
+        meter = meter or Meter()
+        request, history, chat = await self._prepare(tenant, body, local, meter=meter)
+        outcome = await self._create(tenant, request, history, chat, directives, meter, local)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
-                       local: LocalChains | None = None, *, compact: bool = True
+                       local: LocalChains | None = None, *, meter: Meter | None = None
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
-        `compact`: run the automatic compaction a request asks for (services/compaction.py)."""
+        With a `meter`, run the automatic compaction a request asks for
+        (services/compaction.py) and charge its summarisation turn to the key; it stays out of
+        the response's `usage`, which keeps describing this turn's context (agents read
+        `input_tokens` as the context's size and would see the pre-compaction one)."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
+        if request.service_tier == "priority" and not self._admission.grants(tenant):
+            request = dataclasses.replace(request, service_tier="default")
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         request = await self._with_media(request, history)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
-                tenant, request, history.items, compact=compact, affinity=history.affinity,
-                home=history.home)
-            history = dataclasses.replace(history, compaction=made)
+                tenant, request, history.items, compact=meter is not None,
+                affinity=history.affinity, home=history.home)
+            if made is not None:
+                assert meter is not None
+                meter.charge(tokens_of(made.usage))
+                history = dataclasses.replace(history, compaction=made.item)
         else:
             chat = to_chat_request(request, history.items)
         if request.truncation == "auto":
@@ -175,8 +183,7 @@ class ResponsesService:
         return request, history, chat
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], directives: Directives,
-                      job_limit: dict[str, Any] | None = None,
+                      chat: dict[str, Any], directives: Directives, meter: Meter,
                       local: LocalChains | None = None) -> Outcome:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
@@ -186,9 +193,9 @@ class ResponsesService:
         cached = (await self._lookup(tenant, request, chat, directives)
                   if history.compaction is None else OFF)
         if cached.hit:
-            return await self._cached(tenant, request, history, assembler, cached)
+            return await self._cached(tenant, request, history, assembler, cached, meter)
         if request.background:
-            outcome = await self._submit(tenant, request, history, chat, assembler, job_limit,
+            outcome = await self._submit(tenant, request, history, chat, assembler, meter,
                                          plan=plan)
             outcome.headers.update(cached.headers())
             return outcome
@@ -202,13 +209,14 @@ class ResponsesService:
             raise
         turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
                     metrics=self._metrics, loop=loop)
+        meter.track(turn_spent(assembler, chat))
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         if request.stream:
             ended = self._keeper(tenant, cached, assembler)
             if local is not None:
                 ended = _then(ended, _remembering(local, assembler, request, history,
                                                   call, loop))
-            return Outcome(stream=_sse(turn, owned, ended),
+            return Outcome(stream=meter.stream(_sse(turn, owned, ended)),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
@@ -247,10 +255,11 @@ class ResponsesService:
         return await self._cache.lookup_response(tenant, request, chat, directives)
 
     async def _cached(self, tenant: str, request: ResponsesRequest, history: History,
-                      assembler: Assembler, cached: Lookup) -> Outcome:
+                      assembler: Assembler, cached: Lookup, meter: Meter) -> Outcome:
         assert self._cache is not None
         final, stream = await self._cache.serve_response(tenant, request, history.parents,
                                                          assembler.snapshot(), cached)
+        meter.charge(tokens_of(final.get("usage")))  # served, though not generated
         self._metrics.response_finished(final["status"])  # a Response, though no tokens
         if stream is None:
             return Outcome(body=final, headers=cached.headers())
@@ -282,11 +291,12 @@ class ResponsesService:
     async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
-        _, history, chat = await self._prepare(tenant, body, compact=False)
+        _, history, chat = await self._prepare(tenant, body)
         seen = await measure(self._fleet, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
-    async def compact(self, tenant: str, body: dict[str, Any]) -> Outcome:
+    async def compact(self, tenant: str, body: dict[str, Any], *,
+                      meter: Meter | None = None) -> Outcome:
         """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
         chain, scoped to the key) summarised by the fleet's model: the user messages, then one
         sealed compaction item (core/compaction.py)."""
@@ -301,6 +311,8 @@ class ResponsesService:
         request = await self._with_media(request, history)
         done = await self._compactor.compact(tenant, request, history.items,
                                              affinity=history.affinity, home=history.home)
+        if meter is not None:
+            meter.charge(tokens_of(done.usage))
         return Outcome(body={
             "id": self._ids(idp.RESPONSE),
             "object": COMPACTION_OBJECT,
@@ -330,8 +342,7 @@ class ResponsesService:
                         min(request.max_tool_calls or ceiling, ceiling), offered, mode)
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
-                      chat: dict[str, Any], assembler: Assembler,
-                      job_limit: dict[str, Any] | None = None, *,
+                      chat: dict[str, Any], assembler: Assembler, meter: Meter, *,
                       plan: LoopPlan | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
@@ -353,9 +364,11 @@ class ResponsesService:
             # The worker runs the tool loop. The MCP headers ride in the job's spec (the
             # worker needs them), never in the stored Response object.
             spec["mcp"] = plan.to_spec()
+        job_limit = meter.job_limit()
         if job_limit:
             spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
         await self._background.submit(record, request.input, logged, spec)
+        await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))
         return Outcome(body=record.response)

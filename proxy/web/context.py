@@ -1,23 +1,24 @@
-"""What a handler may take from the request: the runtime and the caller's tenant."""
+"""What a handler may take from the request (or WebSocket): the runtime and the caller's
+tenant."""
 
 from __future__ import annotations
 
 import re
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from proxy.core.errors import NotFound
 from proxy.services.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
 
 
-def runtime_of(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
+def runtime_of(conn: HTTPConnection) -> Runtime:
+    runtime: Runtime = conn.app.state.runtime
     return runtime
 
 
-def tenant(request: Request) -> str:
-    return str(request.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
+def tenant(conn: HTTPConnection) -> str:
+    return str(conn.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
 
 
 # Every id we hand out is a prefix, an underscore and hex; clients' item ids are similar. Ids

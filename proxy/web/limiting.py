@@ -1,48 +1,40 @@
-"""The routes' hook into per-key limits (services/limits.py): admit before the work, end the
-ticket when the answer is whole (a JSON body) or when its stream ends, however it ends.
+"""The routes' one hook into per-key limits: `metering` admits the request (or raises its 429)
+and settles what it spent however it ends (services/metering.py). Every billable entry point
+uses it, the WebSocket too (a `WebSocket` is an `HTTPConnection` like a `Request`):
 
-Nothing here runs when no key has limits: `admitted` answers None without a round trip and
+    async with metering(request, hold=streams) as meter:
+        outcome = await service.work(..., meter=meter)   # the service tracks what it spends
+
+Nothing here costs a round trip when no key has limits: the meter then counts nothing and
 streams are handed on unwrapped.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+import contextlib
+from collections.abc import AsyncIterator
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
-from proxy.services.limits import Ticket
+from proxy.services.metering import Meter
 from proxy.web.context import runtime_of, tenant
 
-T = TypeVar("T")
+
+def limits_on(conn: HTTPConnection) -> bool:
+    limiter = runtime_of(conn).limits
+    return limiter is not None and limiter.active
 
 
-async def admitted(request: Request, *, hold: bool) -> Ticket | None:
-    """Admit the request or raise the 429 (`hold`: it takes a stream slot)."""
-    limiter = runtime_of(request).limits
+@contextlib.asynccontextmanager
+async def metering(conn: HTTPConnection, *, hold: bool = False) -> AsyncIterator[Meter]:
+    """Admit (`hold`: the request takes a stream slot until it settles), then settle in a
+    `finally`, unless a stream or a background job took the meter over."""
+    limiter = runtime_of(conn).limits
     if limiter is None or not limiter.active:
-        return None
-    return await limiter.admit(tenant(request), hold=hold)
-
-
-async def released_on_error(ticket: Ticket | None, work: Awaitable[T]) -> T:
-    """`work`, ending the ticket (no tokens used) if it fails or is cancelled before any
-    answer exists."""
+        yield Meter()
+        return
+    meter = Meter(await limiter.admit(tenant(conn), hold=hold))
     try:
-        return await work
-    except BaseException:
-        if ticket is not None:
-            await asyncio.shield(ticket.end(0))
-        raise
-
-
-def metered(request: Request, ticket: Ticket | None, stream: AsyncIterator[bytes], *,
-            usage: Callable[[], int] | None = None) -> AsyncIterator[bytes]:
-    """`stream`, ending `ticket` when it ends; `usage`: the tokens, when the stream's own
-    last frames do not carry them (a usage chunk the pass-through took out)."""
-    limiter = runtime_of(request).limits
-    if ticket is None or limiter is None:
-        return stream
-    return limiter.metered(ticket, stream, usage=usage)
+        yield meter
+    finally:
+        await meter.close()

@@ -1,4 +1,5 @@
-"""`/v1/conversations` routes (PROTOCOL.md §4.7), each one service call."""
+"""`/v1/conversations` routes (PROTOCOL.md §4.7), each one service call. The ones that store
+(create, update, add items) count in the key's `rpm` (web/limiting.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from starlette.routing import Route
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.web.context import path_id, runtime_of, tenant
+from proxy.web.limiting import metering
 from proxy.web.rendering import json_response
 
 
@@ -18,7 +20,9 @@ def _ids(request: Request) -> tuple[str, str]:
 
 async def create(request: Request) -> Response:
     body = parse_object(await request.body())
-    return json_response(await runtime_of(request).conversations.create(tenant(request), body))
+    async with metering(request):
+        made = await runtime_of(request).conversations.create(tenant(request), body)
+    return json_response(made)
 
 
 async def retrieve(request: Request) -> Response:
@@ -27,7 +31,9 @@ async def retrieve(request: Request) -> Response:
 
 async def update(request: Request) -> Response:
     body = parse_object(await request.body())
-    return json_response(await runtime_of(request).conversations.update(*_ids(request), body))
+    async with metering(request):
+        updated = await runtime_of(request).conversations.update(*_ids(request), body)
+    return json_response(updated)
 
 
 async def delete(request: Request) -> Response:
@@ -36,7 +42,9 @@ async def delete(request: Request) -> Response:
 
 async def add_items(request: Request) -> Response:
     body = parse_object(await request.body())
-    return json_response(await runtime_of(request).conversations.add_items(*_ids(request), body))
+    async with metering(request):
+        added = await runtime_of(request).conversations.add_items(*_ids(request), body)
+    return json_response(added)
 
 
 async def list_items(request: Request) -> Response:

@@ -15,43 +15,31 @@ from starlette.routing import Route
 from proxy.core.cachekey import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
-from proxy.services.limits import tokens_of, usage_in_json
-from proxy.services.runtime import Runtime
+from proxy.services.passthrough import chat_stream
 from proxy.web.context import runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.limiting import admitted, metered, released_on_error
+from proxy.web.limiting import limits_on, metering
 from proxy.web.rendering import Reply, json_response, relay_response
 
 
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
-    ticket = await admitted(request, hold=limited(runtime) and streams(body))
-    counts = ticket is not None and (ticket.per_minute or ticket.in_total)
-    if runtime.chat is not None:
-        # Through the cache: a stream that did not ask for its usage is not counted (the
-        # cache's own upstream call adds nothing for metering).
-        call = runtime.chat.chat_completions(
-            body, tenant(request), parse_cache_control(request.headers.get("cache-control")))
-    else:
-        call = runtime.passthrough.chat_completions(body, tenant(request), meter_usage=counts)
-    relay = await released_on_error(ticket, unless_disconnected(request, call))
-    if relay.stream is not None:
-        relay.stream = metered(request, ticket, relay.stream,
-                               usage=lambda: tokens_of(relay.usage))
-    elif ticket is not None:
-        await ticket.end(usage_in_json(relay.body) if relay.status == 200 else 0)
+    async with metering(request, hold=limits_on(request) and streams(body)) as meter:
+        if runtime.chat is not None:
+            call = runtime.chat.chat_completions(
+                body, tenant(request), parse_cache_control(request.headers.get("cache-control")),
+                meter=meter)
+        else:
+            call = runtime.passthrough.chat_completions(body, tenant(request), meter=meter)
+        relay = await unless_disconnected(request, call)
     return relay_response(relay, ping=runtime.settings.ping_interval)
-
-
-def limited(runtime: Runtime) -> bool:
-    return runtime.limits is not None and runtime.limits.active
 
 
 def streams(body: bytes) -> bool:
     """The request asks for a stream (a bad body is refused by the service, right after)."""
     try:
-        return parse_object(body).get("stream") is True
+        return bool(chat_stream(parse_object(body)))
     except ProxyError:
         return False
 

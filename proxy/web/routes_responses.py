@@ -11,10 +11,9 @@ from proxy.core.fields import bad
 from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
-from proxy.services.limits import tokens_of
 from proxy.web.context import path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.limiting import admitted, metered, released_on_error
+from proxy.web.limiting import metering
 from proxy.web.rendering import Reply, json_response, stream_response
 
 
@@ -22,38 +21,33 @@ async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     body = parse_object(await request.body())
     directives = parse_cache_control(request.headers.get("cache-control"))
-    background = body.get("background") is True
-    ticket = await admitted(request, hold=background or body.get("stream") is True)
-    job_limit = ticket.job_limit() if ticket is not None and background else None
-    outcome = await released_on_error(ticket, unless_disconnected(
-        request, runtime.responses.create(tenant(request), body, directives,
-                                          job_limit=job_limit)))
-    if ticket is not None and background:
-        ticket.hand_over()  # the job's worker ends it; the client's replay is not metered
-        ticket = None
+    # `parse_request` refuses a `stream` or `background` that is not a boolean.
+    hold = body.get("background") is True or body.get("stream") is True
+    async with metering(request, hold=hold) as meter:
+        outcome = await unless_disconnected(request, runtime.responses.create(
+            tenant(request), body, directives, meter=meter))
     if outcome.stream is not None:
-        return stream_response(metered(request, ticket, outcome.stream),
-                               ping=runtime.settings.ping_interval, headers=outcome.headers)
-    if ticket is not None:
-        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
+        return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
+                               headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
 
 
 async def count_input_tokens(request: Request) -> Response:
+    """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    return json_response(await runtime.responses.count_input_tokens(tenant(request), body))
+    async with metering(request):
+        counted = await runtime.responses.count_input_tokens(tenant(request), body)
+    return json_response(counted)
 
 
 async def compact(request: Request) -> Response:
     """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
     runtime = runtime_of(request)
     body = parse_object(await request.body())
-    ticket = await admitted(request, hold=False)
-    outcome = await released_on_error(ticket, unless_disconnected(
-        request, runtime.responses.compact(tenant(request), body)))
-    if ticket is not None:
-        await ticket.end(tokens_of((outcome.body or {}).get("usage")))
+    async with metering(request) as meter:
+        outcome = await unless_disconnected(
+            request, runtime.responses.compact(tenant(request), body, meter=meter))
     return json_response(outcome.body, headers=outcome.headers)
 
 

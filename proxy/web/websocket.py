@@ -35,7 +35,7 @@ from proxy.core.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.localchains import LocalChains
 from proxy.services.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
-from proxy.web.limiting import released_on_error
+from proxy.web.limiting import metering
 
 log = logging.getLogger("proxy.web")
 
@@ -102,15 +102,11 @@ class _Connection:
         previous = body.get("previous_response_id")
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
-            limiter = self.runtime.limits
-            ticket = (await limiter.admit(self.tenant, hold=True)
-                      if limiter is not None and limiter.active else None)
-            outcome = await released_on_error(ticket, self.runtime.responses.create(
-                self.tenant, {**body, "stream": True}, local=self.local))
+            async with metering(self.websocket, hold=True) as meter:
+                outcome = await self.runtime.responses.create(
+                    self.tenant, {**body, "stream": True}, meter=meter, local=self.local)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream
-            if ticket is not None and limiter is not None:
-                stream = limiter.metered(ticket, stream)
             decoder = DataDecoder()
             try:
                 async for chunk in stream:

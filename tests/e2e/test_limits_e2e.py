@@ -33,6 +33,8 @@ KEYS = {
         {"key": "sk-free", "name": "free-team"},
         {"key": "sk-chat-stream", "name": "chat-stream-team", "token_budget": 30},
         {"key": "sk-jobs", "name": "jobs-team", "max_streams": 1, "token_budget": 400},
+        {"key": "sk-leaves", "name": "leaving-team", "token_budget": 100000},
+        {"key": "sk-cancels", "name": "cancelling-team", "token_budget": 100000},
     ],
 }
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hello there"}]}
@@ -296,3 +298,67 @@ def test_a_chat_stream_that_did_not_ask_for_usage_is_still_counted(
     assert streamed.content.endswith(b"data: [DONE]\n\n")
     check_rate_limited(post(b, "/v1/chat/completions", "sk-chat-stream", CHAT),
                        "insufficient_quota")
+
+
+def charged(redis_server: ServerProcess, key: str) -> int:
+    """What the key's `token_budget` has counted so far, read from the shared Redis."""
+    import redis
+
+    from proxy.core.tenancy import tenant_of
+    from proxy.store import keys
+
+    with redis.Redis(port=redis_server.port) as client:
+        return int(client.get(keys.limit_used(tenant_of(key))) or 0)
+
+
+def charged_after(redis_server: ServerProcess, key: str, above: int) -> int:
+    """The key's count once it passed `above` (the settlement follows the close), bounded."""
+    deadline = time.monotonic() + 10
+    while (used := charged(redis_server, key)) <= above and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return used
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT, "stream": True, "messages": [
+        {"role": "user", "content": "leave me [[sim tokens=400 delay_ms=20]]"}]}),
+    ("/v1/responses", {"model": "sim-model", "stream": True,
+                       "input": "leave me [[sim tokens=400 delay_ms=20]]"}),
+])
+def test_a_client_that_leaves_a_stream_is_charged_what_it_got(
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess,
+        path: str, body: dict[str, Any]) -> None:
+    a, _ = pair
+    before = charged(redis_server, "sk-leaves")
+    got = 0
+    with httpx.Client(timeout=30) as client:
+        request = client.build_request("POST", a.url + path, json=body,
+                                       headers={**auth("sk-leaves"), "cache-control": "no-store"})
+        response = client.send(request, stream=True)
+        assert response.status_code == 200
+        for chunk in response.iter_raw():
+            got += chunk.count(b'"delta"')
+            if got >= 20:
+                break
+        response.close()  # gone long before the 400 tokens and the usage
+    spent = charged_after(redis_server, "sk-leaves", before) - before
+    # What it got (and the prompt), not the 400 tokens it asked for, and never nothing.
+    assert got <= spent < 400, (got, spent)
+
+
+def test_a_background_job_cancelled_mid_way_is_charged_what_it_streamed(
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess) -> None:
+    a, b = pair
+    before = charged(redis_server, "sk-cancels")
+    job = post(a, "/v1/responses", "sk-cancels",
+               {"model": "sim-model", "background": True,
+                "input": "cancel me [[sim tokens=400 delay_ms=20]]"})
+    assert job.status_code == 200, job.text
+    job_id = job.json()["id"]
+    assert wait_status(b, "sk-cancels", job_id, {"in_progress"}) == "in_progress"
+    time.sleep(1.0)  # about 50 of its 400 tokens streamed into its log
+    cancelled = httpx.post(f"{b.url}/v1/responses/{job_id}/cancel", headers=auth("sk-cancels"),
+                           timeout=10)
+    assert cancelled.json()["status"] == "cancelled", cancelled.text
+    spent = charged_after(redis_server, "sk-cancels", before) - before
+    assert 10 <= spent < 400, spent

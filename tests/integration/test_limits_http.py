@@ -81,6 +81,7 @@ async def test_the_embedded_store_enforces_limits(embedded: httpx.AsyncClient) -
 async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
     from proxy.core.keysfile import Limits
     from proxy.services.limits import KeyLimits, Limiter
+    from proxy.services.metering import Meter
     from proxy.store.factory import embedded_client
 
     async def never_read() -> AsyncIterator[bytes]:
@@ -91,7 +92,7 @@ async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
         limiter = Limiter(client, {"kt": KeyLimits("t", Limits(max_streams=1))})
         ticket = await limiter.admit("kt", hold=True)
         assert ticket is not None
-        stream = limiter.metered(ticket, never_read())
+        stream = Meter(ticket).stream(never_read())
         await stream.aclose()  # type: ignore[attr-defined]  # as EventStream closes its body
         assert ticket.ended
         assert await limiter.admit("kt", hold=True) is not None

@@ -96,6 +96,8 @@ def test_a_key_never_shows_in_the_settings_repr(tmp_path: Path) -> None:
         ({"keys": [{"key": "sk-a"}, {"key": "sk-a"}]}, "keys[1].key"),
         ({"keys": [{"key": "sk-a", "name": "x"}, {"key": "sk-b", "name": "x"}]},
          "keys[1].name"),
+        ({"keys": [{"key": "sk-a", "priority": "yes"}]}, "keys[0].priority"),
+        ({"defaults": {"priority": True}}, "defaults.priority"),  # granted per key only
     ],
 )
 def test_every_bad_field_is_named(tmp_path: Path, doc: object, field: str) -> None:
@@ -161,3 +163,10 @@ def test_the_cli_exits_with_one_line_naming_the_field(tmp_path: Path, name: str,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"responses-proxy: error: --keys-file: {says}: ")
+
+
+def test_priority_is_granted_per_key() -> None:
+    parsed = parse_keys_file({"keys": [{"key": "sk-vip", "priority": True, "rpm": 5},
+                                       {"key": "sk-other"}]})
+    assert [entry.priority for entry in parsed.keys] == [True, False]
+    assert parsed.keys[0].limits == Limits(rpm=5)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.services.limits import tokens_of, usage_in_sse
+from proxy.services.metering import tokens_of, usage_in_sse
 from proxy.services.passthrough import Relay, _without_usage
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
