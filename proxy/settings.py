@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 
 CACHE_MODES = ("off", "exact", "semantic")
@@ -139,6 +140,10 @@ class Settings:
     mcp_timeout: float = 60.0
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
+    # Multi-tenant storage bound (issue 23): bytes one key may keep in the shared store when
+    # its keys-file entry (or the file's defaults) sets no `max_stored_bytes`; the anonymous
+    # tenant of a proxy without keys too. 0: no limit. core/storagebudget.py says why 1 GiB.
+    max_stored_bytes_per_key: int = DEFAULT_MAX_STORED_BYTES
     # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
     # state only through Redis, so it needs `redis_url`.
     workers: int = 1
@@ -320,6 +325,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         max_mcp_calls=count("max_mcp_calls"),
         mcp_timeout=seconds("mcp_timeout"),
         keys_file=_keys_file(pick),
+        max_stored_bytes_per_key=_byte_count(pick, "max_stored_bytes_per_key",
+                                             defaults.max_stored_bytes_per_key),
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",
                                                "PROXY_AFFINITY_LOAD_FACTOR")),
@@ -403,6 +410,18 @@ def _upstream_client(pick: Pick, env: Mapping[str, str]) -> tuple[str | None, st
     if https_proxy:
         check_proxy_url(https_proxy)
     return (str(ca_bundle) if ca_bundle else None), https_proxy
+
+
+def _byte_count(pick: Pick, name: str, default: int) -> int:
+    """A non-negative integer from `--<name>` / `PROXY_<NAME>` (0 is meaningful: no limit)."""
+    value = pick(name, "PROXY_" + name.upper())
+    if value is None or value == "":
+        return default
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError("--" + name.replace("_", "-"),
+                          f"must be a whole number of bytes (0: no limit), got {value!r}")
+    return int(text)
 
 
 def _keys_file(pick: Pick) -> KeysFile | None:

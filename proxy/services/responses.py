@@ -140,22 +140,29 @@ class ResponsesService:
         `local`: a WebSocket connection's memory (services/localchains.py): a
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there."""
-        request, history, chat = await self._prepare(tenant, body, local)
+        request, history, chat = await self._prepare(tenant, body, local, storing=True)
         outcome = await self._create(tenant, request, history, chat, directives, job_limit,
                                      local)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
-                       local: LocalChains | None = None, *, compact: bool = True
+                       local: LocalChains | None = None, *, compact: bool = True,
+                       storing: bool = False,
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
-        `compact`: run the automatic compaction a request asks for (services/compaction.py)."""
+        `compact`: run the automatic compaction a request asks for (services/compaction.py).
+        `storing`: a create, which checks the key's storage budget when it will store."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
+        if storing and (request.store or request.conversation):
+            # Before any upstream call (compaction, truncation's count, the turn): a key that
+            # holds its storage budget is refused now (429). The store's create checks again,
+            # atomically, for two requests racing for the last bytes.
+            await self._store.check_storage(tenant)
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         if request.auto_compact or has_compaction(history.items) or \
