@@ -9,7 +9,8 @@ Invariants (DESIGN.md, "Redis"):
   path: `append_events` writes every live stream's events in one script call that builds the
   keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
   scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
-  item index entries and, at creation, its lease in `LEASES`; on a cluster each would have
+  item index entries, its tenant's storage ledger (`stored_bytes`, which the conversation
+  scripts write too) and, at creation, its lease in `LEASES`; on a cluster each would have
   to become a call per slot.
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead

@@ -22,14 +22,16 @@ ones are dropped by the scripts that read the sum. Rounding up means bytes stop 
 most one bucket (a day at 30 days) after their record expired: the ledger errs on the side of
 counting, never of forgetting.
 
-Every check and its count are one script (scripts.py CREATE_RESPONSE, CREATE_CONVERSATION,
-ADD_CONVERSATION_ITEMS): two instances cannot both take the last bytes. A write is refused when
-the key already holds its budget or more; the write that crosses it is let through, so a key
-may overshoot by one request's bytes (at most `--max-body-bytes`) plus the outputs of its
-responses then running (the final write counts its output and is never refused: the answer was
-generated). The clock is the Redis server's (TIME), the one its TTLs run on.
+Every check and its count are one script (scripts.py CREATE_RESPONSE; conversations.py
+CREATE_CONVERSATION, ADD_CONVERSATION_ITEMS): two instances cannot both take the last bytes. A
+write is refused when the key already holds its budget or more; the write that crosses it is
+let through, so a key may overshoot by one request's bytes (at most `--max-body-bytes`) plus
+the outputs of its responses then running (the final write counts its output and is never
+refused: the answer was generated). The clock is the Redis server's (TIME), the one its TTLs
+run on.
 
-The Lua pieces here are prepended to the scripts in scripts.py that write a record.
+The Lua pieces here are prepended to the scripts that write a record (scripts.py,
+conversations.py).
 """
 
 from __future__ import annotations

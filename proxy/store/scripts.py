@@ -5,8 +5,11 @@ Conventions every script keeps:
   slot), all passed in KEYS; field names are the ones in keys.py. Exceptions, for the hot
   path, said where they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses'
   logs in one call; CREATE_RESPONSE and FINISH_RESPONSE write the response's item index
-  entries, and CREATE_RESPONSE may take its lease in the lease set (keys in other slots,
-  declared in KEYS). The proxy runs on one Redis server; a cluster would need these split.
+  entries and its tenant's storage ledger (ledger.py), and CREATE_RESPONSE may take its lease
+  in the lease set (keys in other slots; FINISH_RESPONSE and TRANSITION build the tenant's
+  keys from the record's tenant, `_TENANT_KEYS`, since their callers need not know it). The
+  proxy runs on one Redis server; a cluster would need these split. The conversation scripts
+  live with their adapter (conversations.py), the ledger's shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
