@@ -83,6 +83,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing", help="affinity | round_robin | least_loaded (default affinity)")
     p.add_argument("--keys-file", help="JSON or YAML file of client keys with rpm, tpm, "
                                        "max_streams and token_budget limits")
+    # Multi-tenant storage bound (issue 23): core/storagebudget.py.
+    p.add_argument("--max-stored-bytes-per-key",
+                   help="bytes of stored responses and conversations one key may hold, for "
+                        "keys whose keys-file entry sets no max_stored_bytes; 0 = no limit "
+                        "(default 1 GiB)")
 
 
 def _parser() -> argparse.ArgumentParser:

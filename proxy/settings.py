@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
 from proxy.core.urlpolicy import UrlRefused, parse_prefix
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 
@@ -150,6 +151,10 @@ class Settings:
     fetch_timeout: float = 10.0
     # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
     keys_file: KeysFile | None = None
+    # Multi-tenant storage bound (issue 23): bytes one key may keep in the shared store when
+    # its keys-file entry (or the file's defaults) sets no `max_stored_bytes`; the anonymous
+    # tenant of a proxy without keys too. 0: no limit. core/storagebudget.py says why 1 GiB.
+    max_stored_bytes_per_key: int = DEFAULT_MAX_STORED_BYTES
     # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
     # state only through Redis, so it needs `redis_url`.
     workers: int = 1
@@ -334,6 +339,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
                                  _split(env.get("PROXY_FETCH_ALLOW"))),
         fetch_timeout=seconds("fetch_timeout"),
         keys_file=_keys_file(pick),
+        max_stored_bytes_per_key=_byte_count(pick, "max_stored_bytes_per_key",
+                                             defaults.max_stored_bytes_per_key),
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",
                                                "PROXY_AFFINITY_LOAD_FACTOR")),
@@ -432,6 +439,18 @@ def _upstream_client(pick: Pick, env: Mapping[str, str]) -> tuple[str | None, st
     if https_proxy:
         check_proxy_url(https_proxy)
     return (str(ca_bundle) if ca_bundle else None), https_proxy
+
+
+def _byte_count(pick: Pick, name: str, default: int) -> int:
+    """A non-negative integer from `--<name>` / `PROXY_<NAME>` (0 is meaningful: no limit)."""
+    value = pick(name, "PROXY_" + name.upper())
+    if value is None or value == "":
+        return default
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError("--" + name.replace("_", "-"),
+                          f"must be a whole number of bytes (0: no limit), got {value!r}")
+    return int(text)
 
 
 def _keys_file(pick: Pick) -> KeysFile | None:

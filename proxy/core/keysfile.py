@@ -11,6 +11,10 @@ to keys given with `--api-key`. `priority: true` (per key, not in `defaults`) le
 `KeysFileError` naming the field (`keys[2].rpm`), so the start-up message points at the line
 to fix. Unknown fields are refused: a typo (`rmp`) would otherwise silently leave a key
 unlimited.
+
+`max_stored_bytes`: bytes the key may keep stored (its responses and conversations), a
+non-negative integer (0: no limit), optional like the others; enforced by the store
+(core/storagebudget.py), not by services/limits.py.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-LIMIT_FIELDS = ("rpm", "tpm", "max_streams", "token_budget")
+LIMIT_FIELDS = ("rpm", "tpm", "max_streams", "token_budget", "max_stored_bytes")
+# Limits the store enforces (core/storagebudget.py), not services/limits.py; 0 means unlimited.
+STORE_FIELDS = ("max_stored_bytes",)
 
 
 class KeysFileError(ValueError):
@@ -38,10 +44,13 @@ class Limits:
     tpm: int | None = None
     max_streams: int | None = None
     token_budget: int | None = None
+    max_stored_bytes: int | None = None
 
     @property
     def any(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in fields(self))
+        """Any limit services/limits.py enforces (the store enforces STORE_FIELDS)."""
+        return any(getattr(self, f.name) is not None for f in fields(self)
+                   if f.name not in STORE_FIELDS)
 
     def over(self, base: Limits) -> Limits:
         """These limits, with `base`'s where these leave one unset."""
@@ -117,8 +126,10 @@ def _limits(raw: object, where: str) -> Limits:
             continue
         value = raw[name]
         # bool is an int in Python: `rpm: true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise KeysFileError(f"{where}.{name}", f"must be a positive integer, got {value!r}")
+        least = 0 if name in STORE_FIELDS else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            what = "a non-negative" if least == 0 else "a positive"
+            raise KeysFileError(f"{where}.{name}", f"must be {what} integer, got {value!r}")
         values[name] = value
     return Limits(**values)
 

@@ -142,7 +142,7 @@ class ResponseCache:
         if request.conversation:
             await self._objects.add_conversation_items(
                 tenant, request.conversation, [*request.input, *final["output"]],
-                ttl=settings.response_ttl)
+                ttl=settings.response_ttl, bounded=False)
         if not request.stream:
             return final, None
         dumps = orjson.dumps

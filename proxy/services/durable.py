@@ -76,6 +76,9 @@ async def append_conversation(store: Store, tenant: str, conversation_id: str,
                               items: Sequence[Item], *, ttl: int,
                               delays: Sequence[float] | None = None) -> None:
     async def attempt() -> None:
-        await store.add_conversation_items(tenant, conversation_id, items, ttl=ttl)
+        # The turn ran: its items are counted, never refused (the storage budget was checked
+        # before it started, store/base.py).
+        await store.add_conversation_items(tenant, conversation_id, items, ttl=ttl,
+                                           bounded=False)
 
     await retried(f"conversation append to {conversation_id}", attempt, delays)

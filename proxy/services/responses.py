@@ -143,16 +143,19 @@ class ResponsesService:
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there."""
         meter = meter or Meter()
-        request, history, chat = await self._prepare(tenant, body, local, meter=meter)
+        request, history, chat = await self._prepare(tenant, body, local, meter=meter,
+                                                      storing=True)
         outcome = await self._create(tenant, request, history, chat, directives, meter, local)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
-                       local: LocalChains | None = None, *, meter: Meter | None = None
+                       local: LocalChains | None = None, *, meter: Meter | None = None,
+                       storing: bool = False,
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
+        `storing`: a create, which checks the key's storage budget when it will store.
         With a `meter`, run the automatic compaction a request asks for
         (services/compaction.py) and charge its summarisation turn to the key; it stays out of
         the response's `usage`, which keeps describing this turn's context (agents read
@@ -163,6 +166,11 @@ class ResponsesService:
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
         if request.service_tier == "priority" and not self._admission.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
+        if storing and (request.store or request.conversation):
+            # Before any upstream call (compaction, truncation's count, the turn): a key that
+            # holds its storage budget is refused now (429). The store's create checks again,
+            # atomically, for two requests racing for the last bytes.
+            await self._store.check_storage(tenant)
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         request = await self._with_media(request, history)

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.storagebudget import storage_budget
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
@@ -92,7 +93,8 @@ class Runtime:
                       routing=settings.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
-        store = open_store(settings.redis_url)
+        store = open_store(settings.redis_url, budget=storage_budget(
+            settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
         queue = job_queue(store)
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)

@@ -19,6 +19,12 @@ Rules every backend keeps:
   (`1-<seq>`); reading returns them in order; a log is closed by its terminal event.
 - **Everything expires** (`ttl` seconds, set at creation and renewed on update); nothing grows
   without bound (conversations cap their items, see `MAX_CONVERSATION_ITEMS`).
+- **Bytes are bounded per tenant.** The bytes of a tenant's stored responses and conversations
+  are counted as they are written and stop counting when they expire or are deleted
+  (store/ledger.py); a write that creates (a response, a conversation, items added through the
+  API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
+  budget (core/storagebudget.py), the check and the count in one atomic step. Writes that end a
+  turn already running (its final object, its conversation append) count but are never refused.
 - Failures of the backing service raise `StoreUnavailable` (503), never a raw client exception.
 
 Values cross this interface as plain JSON-able dicts; events as their encoded JSON bytes (the
@@ -126,7 +132,8 @@ class Store(Protocol):
         atomically with it, the first events of its log (e.g. created + queued).
         `lease_ms`: also take the response's writer lease (store/leases.py), `lease_ms` from
         now on the store's clock, in the same round trip (a stored foreground response,
-        services/lease.py); a create that fails takes no lease."""
+        services/lease.py); a create that fails takes no lease. Raises QuotaExceeded, writing
+        nothing, when the tenant already holds its storage budget."""
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...
 
@@ -141,8 +148,18 @@ class Store(Protocol):
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         """The stored items with those ids (input or output items of this tenant's stored
-        responses), by id; an id unknown to this tenant is absent. Two round trips however many
-        ids (`item_reference` inputs)."""
+        responses), by id; an id unknown to this tenant is absent, whatever other tenants
+        store under it (the index is per tenant: another's ids neither block nor show). Two
+        round trips however many ids (`item_reference` inputs)."""
+
+    async def stored_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's stored responses and conversations that count against its
+        storage budget now (one round trip)."""
+
+    async def check_storage(self, tenant: str) -> None:
+        """Raise QuotaExceeded when the tenant already holds its storage budget: what a
+        request that will store checks before any upstream call. No round trip for a tenant
+        without a budget."""
 
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         """Context for a request continuing `response_id` (its `previous_response_id`): for
@@ -200,7 +217,8 @@ class Store(Protocol):
 
     # -- conversations -----------------------------------------------------------------------
     async def create_conversation(self, tenant: str, conversation: dict[str, Any],
-                                  items: Sequence[Item], *, ttl: int) -> None: ...
+                                  items: Sequence[Item], *, ttl: int) -> None:
+        """Raises QuotaExceeded, writing nothing, when the tenant holds its storage budget."""
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
         ...
@@ -212,9 +230,12 @@ class Store(Protocol):
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
 
     async def add_conversation_items(self, tenant: str, conversation_id: str,
-                                     items: Sequence[Item], *, ttl: int) -> bool:
+                                     items: Sequence[Item], *, ttl: int,
+                                     bounded: bool = True) -> bool:
         """Append items (in order). False if the conversation is unknown. Raises
-        InvalidRequest if the conversation would exceed MAX_CONVERSATION_ITEMS."""
+        InvalidRequest if the conversation would exceed MAX_CONVERSATION_ITEMS, and (when
+        `bounded`; a turn's own append is not) QuotaExceeded when the tenant already holds its
+        storage budget; either way nothing is written."""
 
     async def list_conversation_items(
         self, tenant: str, conversation_id: str, *, after: str | None, limit: int,

@@ -24,6 +24,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from proxy.core.storagebudget import UNLIMITED, StorageBudget
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 
@@ -46,11 +47,13 @@ EMBEDDED_VERSION = (7, 0)
 def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOUT,
                socket_timeout: float = SOCKET_TIMEOUT,
                health_check_interval: int = HEALTH_CHECK_INTERVAL,
-               max_connections: int = MAX_CONNECTIONS) -> RedisStore:
-    """A `RedisStore` on `redis_url`, or the embedded store when it is None. Nothing connects
-    here: the first call does (call `ping()` to check at start-up)."""
+               max_connections: int = MAX_CONNECTIONS,
+               budget: StorageBudget = UNLIMITED) -> RedisStore:
+    """A `RedisStore` on `redis_url`, or the embedded store when it is None, holding each key
+    to its `budget` of stored bytes. Nothing connects here: the first call does (call
+    `ping()` to check at start-up)."""
     if redis_url is None:
-        return RedisStore(embedded_client(), embedded=True)
+        return RedisStore(embedded_client(), embedded=True, budget=budget)
     if socket_timeout <= BLOCK_MARGIN:
         raise ValueError(f"socket_timeout must exceed {BLOCK_MARGIN}s (blocking reads)")
     pool = BlockingConnectionPool.from_url(
@@ -67,7 +70,7 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
         decode_responses=False,
     )
     max_block_ms = int((socket_timeout - BLOCK_MARGIN) * 1000)
-    return RedisStore(Redis(connection_pool=pool), max_block_ms=max_block_ms)
+    return RedisStore(Redis(connection_pool=pool), max_block_ms=max_block_ms, budget=budget)
 
 
 def embedded_client() -> Redis:

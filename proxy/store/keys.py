@@ -9,7 +9,8 @@ Invariants (DESIGN.md, "Redis"):
   path: `append_events` writes every live stream's events in one script call that builds the
   keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
   scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
-  item index entries and, at creation, its lease in `LEASES`; on a cluster each would have
+  item index entries, its tenant's storage ledger (`stored_bytes`, which the conversation
+  scripts write too) and, at creation, its lease in `LEASES`; on a cluster each would have
   to become a call per slot.
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead
@@ -22,11 +23,14 @@ Layout:
                                     replica
     rp:{resp_id}:in         STRING  the request's input items, one JSON array
     rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
-    it:{item_id}            STRING  where a stored item lives: `o:<resp_id>` (in its output) or
-                                    `i:<resp_id>` (in its input items), for `item_reference`
+    ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
+                                    output) or `i:<resp_id>` (in its input items), for
+                                    `item_reference`
     cv:{conv_id}            HASH    tenant | obj | meta | next
     cv:{conv_id}:order      ZSET    item id scored by its insertion number
     cv:{conv_id}:items      HASH    item id -> item JSON
+    lim:{tenant}:stored     HASH    a key's stored bytes by the time they stop counting (the
+                                    storage ledger, ledger.py)
     jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
                                     consumer group `workers`
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
@@ -85,18 +89,34 @@ def log_entry_id(seq: int) -> str:
 
 # -- the item index (`item_reference` inputs) -----------------------------------------------
 # Where each stored item lives, so a reference resolves in two pipelined reads whatever the
-# number of references (this key, then the responses holding them). Written with the response
-# and with its TTL: output items when the final object is stored (their ids are ours, random,
-# so a plain SET), input items at creation with NX (a client picks those ids: a later request,
-# of any tenant, can never move an existing entry; the holder's tenant is checked on every
-# read). A deleted or expired response leaves entries that point at nothing: they resolve to
-# nothing and expire with the response's TTL. Only the response's location is kept (a few bytes
-# per item), not a second copy of the item.
+# number of references (this key, then the responses holding them). One index per client key
+# (tenant): item ids are chosen by clients, so a global index let one key squat another's ids
+# (its entry, written first, made the owner's reference a 400) and learn which ids another key
+# had used. Scoped, another key's entry can neither block nor be seen: an id another key uses
+# looks exactly like an unknown one. Written with the response and with its TTL: output items
+# when the final object is stored (their ids are ours, random, so a plain SET), input items at
+# creation with NX (the same key resending an item keeps the first place it was stored; the
+# holder's tenant is still checked on every read). A deleted or expired response leaves
+# entries that point at nothing: they resolve to nothing and expire with the response's TTL.
+# Only the response's location is kept (a few bytes per item), not a second copy of the item.
+# FINISH_RESPONSE builds these keys in Lua from the record's tenant (scripts.py `_TENANT_KEYS`
+# spells the same format; tests/contract/test_item_index_contract.py checks they agree).
 ITEM_IN_OUTPUT: Final = "o"
 ITEM_IN_INPUT: Final = "i"
 
 
-def item_location(item_id: str) -> str:
+def item_location(tenant: str, item_id: str) -> str:
+    # The tenant (a digest, core/tenancy.py: no ':' in it) comes first, so no item id can
+    # make one tenant's key equal to another's.
+    return f"ix:{{{tenant}:{item_id}}}"
+
+
+def legacy_item_location(item_id: str) -> str:
+    """The global index entry versions before issue 23 wrote (`it:{<item id>}`). Never written
+    now; `find_items` still reads it when the scoped entry is missing, so references to items
+    stored before an upgrade keep resolving (the holder's tenant is checked, so such an entry
+    only ever yields the caller's own items). They expire within one `--response-ttl` of the
+    upgrade; this read can go after that."""
     return f"it:{{{item_id}}}"
 
 
@@ -208,6 +228,21 @@ def limit_streams(tenant: str) -> str:
     died expires and is dropped by the next admission, so no slot leaks for ever. The key
     itself expires when no lease is renewed for twice a lease's life."""
     return f"lim:{{{tenant}}}:streams"
+
+
+def stored_bytes(tenant: str) -> str:
+    """The storage ledger (ledger.py): bytes of the key's stored responses and conversations,
+    a HASH of {the second they stop counting -> bytes}. Expires with its last bucket. The
+    scripts that renew a response's TTL without knowing its tenant in Python build this key in
+    Lua from the record's tenant (scripts.py `_TENANT_KEYS`)."""
+    return f"lim:{{{tenant}}}:stored"
+
+
+# On each response and conversation hash: the bytes the ledger counts for it and the bucket
+# (the second they stop counting) they sit in, so a delete or a TTL renewal moves exactly them.
+F_STORED_BYTES: Final = "bytes"
+F_STORED_UNTIL: Final = "until"
+
 # -- foreground ownership (leases) ----------------------------------------------------------
 # Who still writes each foreground stored response: member = response id, score = the lease's
 # deadline in milliseconds of the Redis server's clock (TIME inside the scripts: every instance

@@ -24,42 +24,24 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import orjson
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from proxy.core.errors import InvalidRequest, StoreUnavailable
+from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
-from proxy.store.base import (
-    MAX_CONVERSATION_ITEMS,
-    Chain,
-    ItemPage,
-    StoredEvent,
-    StoredResponse,
-    Transition,
-)
+from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
+from proxy.store.conversations import RedisConversations, check_ttl
+from proxy.store.failures import read_retrying, store_errors
+from proxy.store.ledger import LEDGER_HELD
 
-T = TypeVar("T")
-
-# Failures that mean the store cannot serve right now (503), as opposed to a bug (500).
-# ConnectionError covers refused/reset connections, BusyLoadingError (a restarting server still
-# loading its data), MaxConnectionsError and authentication failures; the ResponseError
-# subclasses are a replica that lost its primary, a full server, a cluster mid-failover.
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    rex.ConnectionError,
-    rex.TimeoutError,
-    rex.ReadOnlyError,
-    rex.OutOfMemoryError,
-    rex.ClusterDownError,
-    rex.TryAgainError,
-    OSError,  # includes asyncio's TimeoutError; redis-py wraps most, not every path
-)
+# Re-exported: the other adapters on the store's client import them from here.
+__all__ = ["RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
@@ -69,37 +51,15 @@ _RESPONSE_FIELDS = (
 )
 
 
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """Map a failure of the backing service to `StoreUnavailable` (503). The message names only
-    the kind of failure: addresses and credentials stay in the chained exception."""
-    try:
-        yield
-    except rex.OutOfMemoryError as exc:
-        # Not down but full: say so, an operator reading the client's error knows where to look.
-        raise StoreUnavailable("The store is full (Redis maxmemory reached); writes are refused "
-                               "until memory is freed.") from exc
-    except _UNAVAILABLE as exc:
-        raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
-
-
-async def read_retrying(op: Callable[[], Awaitable[T]]) -> T:
-    """The read policy: once more on a dropped connection (a pooled socket that a Redis restart
-    closed), never on a timeout (the server is stuck: the caller should get its 503 now)."""
-    with store_errors():
-        try:
-            return await op()
-        except rex.ConnectionError:
-            return await op()
-
-
-class RedisStore:
+class RedisStore(RedisConversations):
     """The one `Store` implementation. `embedded` is True over the in-process server (state
-    lives and dies with the process)."""
+    lives and dies with the process). `budget`: the bytes each key may keep stored (none by
+    default; the runtime passes the configured ones)."""
 
     def __init__(self, client: Redis, *, embedded: bool = False,
-                 max_block_ms: int = DEFAULT_MAX_BLOCK_MS) -> None:
-        self._client = client
+                 max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
+                 budget: StorageBudget = UNLIMITED) -> None:
+        super().__init__(client, budget)
         self.embedded = embedded
         self._max_block_ms = max_block_ms
         # Registered once: each keeps its sha and is loaded into the server on first use (and
@@ -109,12 +69,7 @@ class RedisStore:
         self._transition = client.register_script(scripts.TRANSITION)
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
-        self._conv_create = client.register_script(scripts.CREATE_CONVERSATION)
-        self._conv_add = client.register_script(scripts.ADD_CONVERSATION_ITEMS)
-        self._conv_list = client.register_script(scripts.LIST_CONVERSATION_ITEMS)
-        self._conv_update = client.register_script(scripts.UPDATE_CONVERSATION)
-        self._conv_delete = client.register_script(scripts.DELETE_CONVERSATION)
-        self._conv_delete_item = client.register_script(scripts.DELETE_CONVERSATION_ITEM)
+        self._held = client.register_script(LEDGER_HELD)
 
     @property
     def max_block_ms(self) -> int:
@@ -126,16 +81,6 @@ class RedisStore:
     def client(self) -> Redis:
         """The underlying client, for other Redis users of the process to share its pool."""
         return self._client
-
-    async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
-        return await read_retrying(op)
-
-    async def _pipelined(self, queue: Callable[[Pipeline], object], *,
-                         transaction: bool = False) -> list[Any]:
-        """One round trip for everything `queue` puts in the pipeline."""
-        async with self._client.pipeline(transaction=transaction) as pipe:
-            queue(pipe)
-            return await pipe.execute()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -150,23 +95,28 @@ class RedisStore:
     async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
                               event_ttl: int, lease_ms: int | None = None) -> None:
-        _check_ttl(ttl, event_ttl)
+        check_ttl(ttl, event_ttl)
         if lease_ms is not None and lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
-        rid = record.id
-        # One script call (scripts.CREATE_RESPONSE): the record, its input, its first events,
-        # its input items' index entries and, when asked, its lease.
-        keys_ = [*_response_keys(rid), keys.LEASES, *_index_keys(input_items)]
+        rid, tenant = record.id, record.tenant
+        budget = self._budget.of(tenant)
+        # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
+        # its first events, its input items' index entries, its bytes in the ledger and, when
+        # asked, its lease.
+        keys_ = [*_response_keys(rid), keys.LEASES, keys.stored_bytes(tenant),
+                 *[keys.item_location(tenant, item_id) for item_id in _item_ids(input_items)]]
         args: list[Any] = [
-            ttl, event_ttl, record.status, record.tenant, orjson.dumps(record.response),
+            ttl, event_ttl, record.status, tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
-            f"{keys.ITEM_IN_INPUT}:{rid}",
+            f"{keys.ITEM_IN_INPUT}:{rid}", budget,
         ]
         if events:
             args.append(_packed(events))
         with store_errors():
-            await self._create(keys=keys_, args=args)
+            written, held = await self._create(keys=keys_, args=args)
+        if not written:
+            raise storage_exceeded(budget, held)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -179,8 +129,21 @@ class RedisStore:
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
         with store_errors():
-            done = await self._delete(keys=_response_keys(response_id), args=[tenant])
+            done = await self._delete(
+                keys=[*_response_keys(response_id), keys.stored_bytes(tenant)], args=[tenant])
         return bool(done)
+
+    async def stored_bytes(self, tenant: str) -> int:
+        with store_errors():
+            return int(await self._held(keys=[keys.stored_bytes(tenant)]))
+
+    async def check_storage(self, tenant: str) -> None:
+        budget = self._budget.of(tenant)
+        if budget <= 0:
+            return  # unlimited: no round trip
+        held = await self.stored_bytes(tenant)
+        if held >= budget:
+            raise storage_exceeded(budget, held)
 
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
         def queue(pipe: Pipeline) -> None:
@@ -232,7 +195,7 @@ class RedisStore:
 
     async def transition(self, response_id: str, *, allowed_from: frozenset[str], to: str,
                          response: ResponseObject | None = None, ttl: int) -> Transition:
-        _check_ttl(ttl)
+        check_ttl(ttl)
         replace = response is not None
         args: list[Any] = [to, ttl, _flag(replace),
                            orjson.dumps(response) if replace else b"", *sorted(allowed_from)]
@@ -244,7 +207,7 @@ class RedisStore:
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
                               ttl: int, event_ttl: int,
                               events: Sequence[StoredEvent] = ()) -> Transition:
-        _check_ttl(ttl, event_ttl)
+        check_ttl(ttl, event_ttl)
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
@@ -252,14 +215,13 @@ class RedisStore:
         if any(a.seq >= b.seq for a, b in itertools.pairwise(logged)):
             raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
+        # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
+        # ledger included (their keys are made there, from the record's tenant).
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
-                           f"{keys.ITEM_IN_OUTPUT}:{rid}"]
-        if logged:
-            args.append(_packed(logged))
-        # One script call (scripts.FINISH_RESPONSE), the output items' index entries included.
-        keys_ = [*_response_keys(rid), *_index_keys(response.get("output") or ())]
+                           f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
+                           *_item_ids(response.get("output") or ())]
         with store_errors():
-            reply = await self._finish(keys=keys_, args=args)
+            reply = await self._finish(keys=_response_keys(rid), args=args)
         return _transition(reply)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
@@ -269,11 +231,15 @@ class RedisStore:
 
         def queue_locations(pipe: Pipeline) -> None:
             for item_id in wanted:
-                pipe.get(keys.item_location(item_id))
+                pipe.get(keys.item_location(tenant, item_id))
+                pipe.get(keys.legacy_item_location(item_id))
 
-        # Round trip 1: where each item lives.
-        locations = await self._read(lambda: self._pipelined(queue_locations))
-        holders = sorted({raw.decode() for raw in locations if raw is not None})
+        # Round trip 1: where each item lives: this key's entry, else one an older version
+        # wrote to its global index (keys.py; the holder's owner is checked below either way).
+        found_at = await self._read(lambda: self._pipelined(queue_locations))
+        locations = [mine or legacy for mine, legacy in zip(found_at[::2], found_at[1::2],
+                                                               strict=True)]
+        holders = sorted({raw.decode() for raw in locations if raw})
         if not holders:
             return {}
 
@@ -301,7 +267,7 @@ class RedisStore:
 
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
                             ttl: int) -> None:
-        _check_ttl(ttl)
+        check_ttl(ttl)
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
@@ -368,119 +334,12 @@ class RedisStore:
                 found[by_key[key]] = events
         return found
 
-    # -- conversations -----------------------------------------------------------------------
-
-    async def create_conversation(self, tenant: str, conversation: dict[str, Any],
-                                  items: Sequence[Item], *, ttl: int) -> None:
-        _check_ttl(ttl)
-        if len(items) > MAX_CONVERSATION_ITEMS:
-            raise _too_many_items()
-        body = {k: v for k, v in conversation.items() if k != "metadata"}
-        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, orjson.dumps(body),
-                           orjson.dumps(conversation.get("metadata") or {}), *_item_args(items)]
-        with store_errors():
-            done = await self._conv_create(keys=_conversation_keys(str(conversation["id"])),
-                                           args=args)
-        if done == -1:
-            raise _too_many_items()
-
-    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
-        values: Any = await self._read(lambda: self._client.hmget(
-            keys.conversation(conversation_id), keys.F_TENANT, keys.F_CONV_OBJECT,
-            keys.F_CONV_META))
-        owner, obj, meta = values
-        if owner is None or owner != tenant.encode():
-            return None
-        return _conversation(obj, meta)
-
-    async def update_conversation(self, tenant: str, conversation_id: str,
-                                  metadata: dict[str, str] | None, *,
-                                  ttl: int) -> dict[str, Any] | None:
-        _check_ttl(ttl)
-        args: list[Any] = [tenant, ttl, orjson.dumps(metadata or {})]
-        with store_errors():
-            reply = await self._conv_update(keys=_conversation_keys(conversation_id), args=args)
-        return None if reply is None else _conversation(reply[0], reply[1])
-
-    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        with store_errors():
-            done = await self._conv_delete(keys=_conversation_keys(conversation_id),
-                                           args=[tenant])
-        return bool(done)
-
-    async def add_conversation_items(self, tenant: str, conversation_id: str,
-                                     items: Sequence[Item], *, ttl: int) -> bool:
-        _check_ttl(ttl)
-        if len(items) > MAX_CONVERSATION_ITEMS:
-            raise _too_many_items()
-        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, *_item_args(items)]
-        with store_errors():
-            done = await self._conv_add(keys=_conversation_keys(conversation_id), args=args)
-        if done == -1:
-            raise _too_many_items()
-        return bool(done == 1)
-
-    async def list_conversation_items(self, tenant: str, conversation_id: str, *,
-                                      after: str | None, limit: int,
-                                      order: str) -> ItemPage | None:
-        args: list[Any] = [tenant, after or "", limit, order]
-        reply = await self._read(
-            lambda: self._conv_list(keys=_conversation_keys(conversation_id), args=args))
-        if reply is None:
-            return None
-        return ItemPage(items=[orjson.loads(raw) for raw in reply[1:] if raw is not None],
-                        has_more=reply[0] == 1)
-
-    async def all_conversation_items(self, tenant: str,
-                                     conversation_id: str) -> list[Item] | None:
-        # MULTI/EXEC: the order and the bodies come from one consistent snapshot.
-        def queue(pipe: Pipeline) -> None:
-            pipe.hget(keys.conversation(conversation_id), keys.F_TENANT)
-            pipe.zrange(keys.conversation_order(conversation_id), 0, -1)
-            pipe.hgetall(keys.conversation_items(conversation_id))
-
-        owner, ids, bodies = await self._read(lambda: self._pipelined(queue, transaction=True))
-        if owner is None or owner != tenant.encode():
-            return None
-        return [orjson.loads(bodies[item_id]) for item_id in ids if item_id in bodies]
-
-    async def get_conversation_item(self, tenant: str, conversation_id: str,
-                                    item_id: str) -> Item | None:
-        def queue(pipe: Pipeline) -> None:
-            pipe.hget(keys.conversation(conversation_id), keys.F_TENANT)
-            pipe.hget(keys.conversation_items(conversation_id), item_id)
-
-        owner, raw = await self._read(lambda: self._pipelined(queue))
-        if owner is None or owner != tenant.encode() or raw is None:
-            return None
-        item: Item = orjson.loads(raw)
-        return item
-
-    async def delete_conversation_item(self, tenant: str, conversation_id: str,
-                                       item_id: str) -> bool:
-        with store_errors():
-            done = await self._conv_delete_item(keys=_conversation_keys(conversation_id),
-                                                args=[tenant, item_id])
-        return bool(done)
-
-
 # -- encoding -------------------------------------------------------------------------------
 
 
 def _response_keys(response_id: str) -> list[str]:
     return [keys.response(response_id), keys.response_input(response_id),
             keys.response_log(response_id)]
-
-
-def _conversation_keys(conversation_id: str) -> list[str]:
-    return [keys.conversation(conversation_id), keys.conversation_order(conversation_id),
-            keys.conversation_items(conversation_id)]
-
-
-def _check_ttl(*ttls: int) -> None:
-    # EXPIRE with 0 or less deletes the key at once: a zero TTL is a bug, not "no expiry".
-    if any(ttl <= 0 for ttl in ttls):
-        raise ValueError(f"TTLs must be positive seconds, got {ttls}")
 
 
 def _flag(value: bool) -> str:
@@ -539,17 +398,9 @@ def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> 
     return items
 
 
-def _index_keys(items: Sequence[Item]) -> list[str]:
-    """The item index keys (keys.py, "the item index") of the items with an id."""
-    return [keys.item_location(str(item["id"])) for item in items
-            if isinstance(item, dict) and item.get("id")]
-
-
-def _item_args(items: Sequence[Item]) -> list[Any]:
-    args: list[Any] = []
-    for item in items:
-        args += (str(item["id"]), orjson.dumps(item))
-    return args
+def _item_ids(items: Sequence[Item]) -> list[str]:
+    """The ids the item index (keys.py) gets entries for: those of the items with one."""
+    return [str(item["id"]) for item in items if isinstance(item, dict) and item.get("id")]
 
 
 def _after_id(position: int) -> str:
@@ -586,14 +437,3 @@ def _transition(reply: Any) -> Transition:
     response: ResponseObject = orjson.loads(obj)
     response["status"] = status.decode()
     return Transition(changed=changed == 1, response=response)
-
-
-def _conversation(obj: bytes, meta: bytes | None) -> dict[str, Any]:
-    conversation: dict[str, Any] = orjson.loads(obj)
-    conversation["metadata"] = orjson.loads(meta) if meta else {}
-    return conversation
-
-
-def _too_many_items() -> InvalidRequest:
-    return InvalidRequest(
-        f"A conversation holds at most {MAX_CONVERSATION_ITEMS} items.", param="items")

@@ -5,8 +5,11 @@ Conventions every script keeps:
   slot), all passed in KEYS; field names are the ones in keys.py. Exceptions, for the hot
   path, said where they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses'
   logs in one call; CREATE_RESPONSE and FINISH_RESPONSE write the response's item index
-  entries, and CREATE_RESPONSE may take its lease in the lease set (keys in other slots,
-  declared in KEYS). The proxy runs on one Redis server; a cluster would need these split.
+  entries and its tenant's storage ledger (ledger.py), and CREATE_RESPONSE may take its lease
+  in the lease set (keys in other slots; FINISH_RESPONSE and TRANSITION build the tenant's
+  keys from the record's tenant, `_TENANT_KEYS`, since their callers need not know it). The
+  proxy runs on one Redis server; a cluster would need these split. The conversation scripts
+  live with their adapter (conversations.py), the ledger's shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -21,6 +24,8 @@ Conventions every script keeps:
 from __future__ import annotations
 
 from typing import Final
+
+from proxy.store.ledger import LEDGER
 
 # Shared Lua pieces, prepended to the scripts that use them.
 
@@ -74,6 +79,25 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
+# Keys of a response's tenant, for the scripts that know the tenant only from the record
+# (FINISH_RESPONSE, TRANSITION: their callers may not know it). They spell keys.item_location
+# and keys.stored_bytes; tests/contract/test_item_index_contract.py and test_ledger_contract.py
+# check that they agree. `record_bytes`: what the storage ledger counts for a response.
+_TENANT_KEYS: Final = """
+local function item_key(tenant, id)
+  return 'ix:{' .. tenant .. ':' .. id .. '}'
+end
+
+local function ledger_key(tenant)
+  return 'lim:{' .. tenant .. '}:stored'
+end
+
+local function record_bytes(hash, input)
+  return redis.call('HSTRLEN', hash, 'obj') + redis.call('HSTRLEN', hash, 'parents')
+    + redis.call('STRLEN', input)
+end
+"""
+
 # Statuses TRANSITION never moves away from (FINISH_RESPONSE lists what it accepts).
 _TERMINAL: Final = """
 local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled = true}
@@ -82,11 +106,16 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # -- responses ------------------------------------------------------------------------------
 
 # Store a new response together with its input items and its first events, index its input
-# items (keys.py, "the item index": NX, a client picks those ids), and (a stored foreground
-# response, services/lease.py) take its writer's lease, all in one call.
-# KEYS: hash, input, log, leases, item index key*
+# items (keys.py, "the item index": NX, the same key resending an item keeps its first place),
+# count its bytes in its key's storage ledger (ledger.py) and (a stored foreground response,
+# services/lease.py) take its writer's lease, all in one call.
+# KEYS: hash, input, log, leases, ledger, item index key*
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
-#       lease ms ('0': take no lease), response id, index location[, packed events]
+#       lease ms ('0': take no lease), response id, index location, budget (bytes, '0': none)
+#       [, packed events]
+# Returns {1, bytes held before}; or {0, bytes held} with nothing written when the key already
+# holds its budget (the check and the count are one step: two instances cannot both take the
+# last bytes).
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
 # The index entries and the lease live in other slots (the exception to "one slot per script",
@@ -94,23 +123,29 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
-CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + """
+CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _TENANT_KEYS + """
+local sec = ledger_now()
+local held = ledger_held(KEYS[5], sec)
+local budget = tonumber(ARGV[14])
+if budget > 0 and held >= budget then return {0, held} end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-if #ARGV >= 14 then
-  append_packed(KEYS[3], ARGV[14], 1, #ARGV[14] + 1)
+ledger_set(KEYS[5], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
+           ledger_until(sec, ARGV[1]))
+if #ARGV >= 15 then
+  append_packed(KEYS[3], ARGV[15], 1, #ARGV[15] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
 end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   redis.call('SET', KEYS[i], ARGV[13], 'EX', ARGV[1], 'NX')
 end
 if ARGV[11] ~= '0' then""" + _NOW_MS + """
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
-return 1
+return {1, held}
 """
 
 # Append events to one response's log (one call per response, all pipelined together).
@@ -180,9 +215,11 @@ return added
 # ARGV: to, ttl, replace ('1' | '0'), obj, allowed_from*
 # Returns nil if the response does not exist, else {changed (1|0), status, obj} as it is after
 # the call. A terminal status is final whatever `allowed_from` says: a reclaimed job or a late
-# writer can never resurrect a cancelled or finished response.
-TRANSITION: Final = _TERMINAL + """
-local status = redis.call('HGET', KEYS[1], 'status')
+# writer can never resurrect a cancelled or finished response. The renewed TTL moves the
+# response's bytes to their new bucket in its tenant's ledger (a key built here: see above).
+TRANSITION: Final = _TERMINAL + LEDGER + _TENANT_KEYS + """
+local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+local status, tenant = state[1], state[2]
 if not status then return false end
 local allowed = false
 if not TERMINAL[status] then
@@ -197,14 +234,22 @@ redis.call('HSET', KEYS[1], 'status', ARGV[1])
 if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'obj', ARGV[4]) end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
+if tenant then
+  local sec = ledger_now()
+  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
+             ledger_until(sec, ARGV[2]))
+end
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
 
 # Store the final object, close the log and append the stream's last events (those not yet
-# flushed, then the terminal one), all or nothing, and index the output items (keys.py, "the
-# item index"; other slots, as in CREATE_RESPONSE).
-# KEYS: hash, input, log, item index key*
-# ARGV: status (terminal), obj, ttl, event_ttl, index location, [packed events]
+# flushed, then the terminal one), all or nothing, index the output items (keys.py, "the item
+# index") and count the final bytes in the tenant's storage ledger (never refused: the answer
+# was generated; ledger.py). Those keys are built here from the record's tenant (other slots,
+# as in CREATE_RESPONSE; the callers need not know the tenant).
+# KEYS: hash, input, log
+# ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
+#       output item id*
 # The events are packed as APPEND_EVENTS_MANY packs them (`append_packed`: one argument, not
 # three per event), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog.py). An event whose seq is not above the
@@ -215,8 +260,9 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # ran the response then closes its log with the partial output. `closed` makes that once.
 # A late completion after a cancel is refused (and appends nothing). Returns nil or
 # {changed, status, obj}.
-FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + """
-local status = redis.call('HGET', KEYS[1], 'status')
+FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _TENANT_KEYS + """
+local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+local status, tenant = state[1], state[2]
 if not status then return false end
 local ok = status == 'queued' or status == 'in_progress'
 if not ok and status == 'cancelled' and ARGV[1] == 'cancelled' then
@@ -226,132 +272,30 @@ if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
-if #ARGV >= 6 and #ARGV[6] > 0 then
+if #ARGV[6] > 0 then
   append_packed(KEYS[3], ARGV[6], 1, #ARGV[6] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-for i = 4, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
+if tenant then
+  local sec = ledger_now()
+  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
+             ledger_until(sec, ARGV[3]))
+  for i = 7, #ARGV do
+    redis.call('SET', item_key(tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
+  end
 end
 return {1, ARGV[1], ARGV[2]}
 """
 
-# Remove a response and everything hanging off it, for its owner only.
-# KEYS: hash, input, log   ARGV: tenant   Returns 1 if deleted, else 0.
-DELETE_RESPONSE: Final = """
+# Remove a response and everything hanging off it, for its owner only; its bytes leave the
+# owner's ledger. KEYS: hash, input, log, ledger   ARGV: tenant   Returns 1 if deleted, else 0.
+DELETE_RESPONSE: Final = LEDGER + """
 if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+ledger_set(KEYS[4], KEYS[1], ledger_now(), 0, 0)
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-return 1
-"""
-
-# -- conversations --------------------------------------------------------------------------
-# KEYS for every conversation script: hash, order, items.
-
-# `add_items(from, max)`: append the (id, json) pairs of ARGV from index `from` on, in order,
-# unless the conversation would then hold more than `max` items (checked before writing
-# anything). An id already present keeps its place and gets the new body (a retried append).
-_ADD_ITEMS: Final = """
-local function add_items(from, max)
-  local new = 0
-  for i = from, #ARGV, 2 do
-    if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then new = new + 1 end
-  end
-  if redis.call('ZCARD', KEYS[2]) + new > max then return false end
-  local next = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
-  for i = from, #ARGV, 2 do
-    if redis.call('ZADD', KEYS[2], 'NX', next, ARGV[i]) == 1 then next = next + 1 end
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  end
-  redis.call('HSET', KEYS[1], 'next', next)
-  return true
-end
-"""
-
-# `expire_all(ttl)`: a conversation's three keys live and die together.
-_EXPIRE_ALL: Final = """
-local function expire_all(ttl)
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
-end
-"""
-
-# ARGV: tenant, ttl, max, obj, meta, (id, json)*   Returns 1, or -1 over the cap.
-# A re-used id starts from an empty item list.
-CREATE_CONVERSATION: Final = _ADD_ITEMS + _EXPIRE_ALL + """
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[1], 'tenant', ARGV[1], 'obj', ARGV[4], 'meta', ARGV[5], 'next', 0)
-if not add_items(6, tonumber(ARGV[3])) then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-  return -1
-end
-expire_all(ARGV[2])
-return 1
-"""
-
-# ARGV: tenant, ttl, max, (id, json)*   Returns 1, 0 if unknown to this tenant, -1 over the cap.
-ADD_CONVERSATION_ITEMS: Final = _ADD_ITEMS + _EXPIRE_ALL + """
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
-if not add_items(4, tonumber(ARGV[3])) then return -1 end
-expire_all(ARGV[2])
-return 1
-"""
-
-# One page of items. ARGV: tenant, after ('' = from the start), limit, order ('asc' | 'desc').
-# Returns nil if unknown to this tenant, else {has_more (1|0), item json*}. An unknown `after`
-# gives an empty page. One item past the page is fetched to learn has_more.
-LIST_CONVERSATION_ITEMS: Final = """
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return false end
-local desc = ARGV[4] == 'desc'
-local start = 0
-if ARGV[2] ~= '' then
-  local rank
-  if desc then
-    rank = redis.call('ZREVRANK', KEYS[2], ARGV[2])
-  else
-    rank = redis.call('ZRANK', KEYS[2], ARGV[2])
-  end
-  if not rank then return {0} end
-  start = rank + 1
-end
-local limit = tonumber(ARGV[3])
-local ids
-if desc then
-  ids = redis.call('ZRANGE', KEYS[2], start, start + limit, 'REV')
-else
-  ids = redis.call('ZRANGE', KEYS[2], start, start + limit)
-end
-local page = {0}
-if #ids > limit then page[1] = 1 end
-for i = 1, math.min(#ids, limit) do
-  page[#page + 1] = redis.call('HGET', KEYS[3], ids[i])
-end
-return page
-"""
-
-# Replace the metadata. ARGV: tenant, ttl, meta. Returns nil if unknown, else {obj, meta}.
-UPDATE_CONVERSATION: Final = _EXPIRE_ALL + """
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return false end
-redis.call('HSET', KEYS[1], 'meta', ARGV[3])
-expire_all(ARGV[2])
-return redis.call('HMGET', KEYS[1], 'obj', 'meta')
-"""
-
-# ARGV: tenant. Returns 1 if deleted (with all its items), else 0.
-DELETE_CONVERSATION: Final = """
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-return 1
-"""
-
-# ARGV: tenant, item id. Returns 1 if the item was removed (from the order too), else 0.
-DELETE_CONVERSATION_ITEM: Final = """
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
-if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-redis.call('HDEL', KEYS[3], ARGV[2])
 return 1
 """
 

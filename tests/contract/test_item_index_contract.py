@@ -41,21 +41,57 @@ async def test_another_tenant_finds_nothing(store: RedisStore) -> None:
     assert await store.find_items(OTHER, ["msg_in", "msg_out"]) == {}
 
 
-async def test_a_later_request_cannot_move_an_existing_input_entry(store: RedisStore) -> None:
-    await stored(store, "resp_1", [message("msg_mine", "secret")], [])
-    # another tenant sends an input item with the same (client-chosen) id
+async def test_another_keys_item_with_the_same_id_neither_blocks_nor_shows(
+        store: RedisStore) -> None:
+    # The other key stores the (client-chosen) id first: it squats nothing.
     await stored(store, "resp_2", [message("msg_mine", "theirs")], [], tenant=OTHER)
-    assert await store.find_items(TENANT, ["msg_mine"]) == {
-        "msg_mine": message("msg_mine", "secret")}
-    assert await store.find_items(OTHER, ["msg_mine"]) == {}
+    await stored(store, "resp_1", [message("msg_mine", "mine")],
+                 [message("msg_out", "answer", role="assistant")])
+    # ...and a later one of its own cannot move mine either.
+    await stored(store, "resp_3", [message("msg_out", "theirs")], [], tenant=OTHER)
+    assert await store.find_items(TENANT, ["msg_mine", "msg_out"]) == {
+        "msg_mine": message("msg_mine", "mine"),
+        "msg_out": message("msg_out", "answer", role="assistant")}
+    assert await store.find_items(OTHER, ["msg_mine", "msg_out"]) == {
+        "msg_mine": message("msg_mine", "theirs"), "msg_out": message("msg_out", "theirs")}
+
+
+async def test_an_id_only_another_key_uses_looks_unknown(store: RedisStore,
+                                                        round_trips: RoundTrips) -> None:
+    await stored(store, "resp_1", [message("msg_theirs", "secret")],
+                 [message("msg_answer", "x", role="assistant")], tenant=OTHER)
+    round_trips.reset()
+    assert await store.find_items(TENANT, ["msg_theirs", "msg_answer"]) == {}
+    # The same work as for an id nobody uses: nothing, not even timing, tells them apart.
+    assert round_trips.count == 1
+    assert await store.client.exists(keys.item_location(TENANT, "msg_theirs")) == 0
+
+
+async def test_entries_of_the_global_index_resolve_for_their_owner_only(
+        store: RedisStore) -> None:
+    # Written by a version before the index was per key (`it:{<id>}`): still read until they
+    # expire, for the key whose response holds the item, and only for it.
+    await stored(store, "resp_1", [message("msg_old_in", "q")],
+                 [message("msg_old_out", "a", role="assistant")])
+    for item_id, where in (("msg_old_in", "i"), ("msg_old_out", "o")):
+        await store.client.delete(keys.item_location(TENANT, item_id))
+        await store.client.set(keys.legacy_item_location(item_id), f"{where}:resp_1", ex=TTL)
+    assert sorted(await store.find_items(TENANT, ["msg_old_in", "msg_old_out"])) == [
+        "msg_old_in", "msg_old_out"]
+    assert await store.find_items(OTHER, ["msg_old_in", "msg_old_out"]) == {}
+    # A scoped entry wins over a global one.
+    await stored(store, "resp_2", [message("msg_old_in", "newer")], [])
+    await store.client.set(keys.legacy_item_location("msg_old_in"), "i:resp_1", ex=TTL)
+    assert await store.find_items(TENANT, ["msg_old_in"]) == {
+        "msg_old_in": message("msg_old_in", "newer")}
 
 
 async def test_a_deleted_response_holds_nothing_and_entries_expire_with_it(
         store: RedisStore) -> None:
     await stored(store, "resp_1", [message("msg_in", "hi")],
                  [message("msg_out", "x", role="assistant")])
-    assert 0 < await store.client.ttl(keys.item_location("msg_out")) <= TTL
-    assert 0 < await store.client.ttl(keys.item_location("msg_in")) <= TTL
+    assert 0 < await store.client.ttl(keys.item_location(TENANT, "msg_out")) <= TTL
+    assert 0 < await store.client.ttl(keys.item_location(TENANT, "msg_in")) <= TTL
     assert await store.delete_response(TENANT, "resp_1")
     assert await store.find_items(TENANT, ["msg_in", "msg_out"]) == {}
 
@@ -106,7 +142,7 @@ async def test_a_refused_final_write_indexes_nothing(store: RedisStore) -> None:
         response("resp_1", "completed", output=[message("msg_late", "b", role="assistant")]),
         None, ttl=TTL, event_ttl=60)
     assert not late.changed
-    assert await store.client.exists(keys.item_location("msg_late")) == 0
+    assert await store.client.exists(keys.item_location(TENANT, "msg_late")) == 0
     assert sorted(await store.find_items(TENANT, ["msg_kept", "msg_late"])) == ["msg_kept"]
 
 
@@ -115,4 +151,4 @@ async def test_a_failed_create_indexes_nothing(store: RedisStore) -> None:
     with pytest.raises(ResponseError):
         await store.create_response(StoredResponse(response("resp_bad"), TENANT),
                                     [message("msg_orphan", "q")], ttl=TTL, event_ttl=60)
-    assert await store.client.exists(keys.item_location("msg_orphan")) == 0
+    assert await store.client.exists(keys.item_location(TENANT, "msg_orphan")) == 0

@@ -755,7 +755,7 @@ async def test_re_adding_an_item_keeps_its_place(store: RedisStore) -> None:
 
 async def test_the_item_cap_is_enforced(store: RedisStore,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.store.redis.MAX_CONVERSATION_ITEMS", 5)
+    monkeypatch.setattr("proxy.store.conversations.MAX_CONVERSATION_ITEMS", 5)
     await make_conversation(store, n=4)
     with pytest.raises(InvalidRequest) as refused:
         await store.add_conversation_items(
@@ -772,7 +772,7 @@ async def test_the_item_cap_is_enforced(store: RedisStore,
 
 async def test_the_item_cap_holds_under_concurrent_appends(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.store.redis.MAX_CONVERSATION_ITEMS", 5)
+    monkeypatch.setattr("proxy.store.conversations.MAX_CONVERSATION_ITEMS", 5)
     await make_conversation(store, n=3)
     results = await asyncio.gather(*(
         store.add_conversation_items(TENANT, "conv_1", [message(f"c{n}a", "x"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -118,6 +119,44 @@ def test_another_key_gets_404_on_every_endpoint(http: httpx.Client) -> None:
     ok = http.post("/v1/responses", headers=A, json={
         "model": MODEL, "input": [{"type": "item_reference", "id": a["output_item"]}]})
     assert ok.status_code == 200, ok.text
+
+
+def _stored_with(http: httpx.Client, key: dict[str, str], item_id: str, text: str) -> str:
+    made = http.post("/v1/responses", headers=key, json={"model": MODEL, "input": [
+        {"type": "message", "id": item_id, "role": "user", "content": text}]})
+    assert made.status_code == 200, made.text
+    return str(made.json()["id"])
+
+
+def _referenced_text(http: httpx.Client, key: dict[str, str], item_id: str) -> str:
+    """What `item_reference` to `item_id` resolves to for `key` (the new response's input)."""
+    made = http.post("/v1/responses", headers=key, json={
+        "model": MODEL, "input": [{"type": "item_reference", "id": item_id}]})
+    assert made.status_code == 200, made.text
+    items = http.get(f"/v1/responses/{made.json()['id']}/input_items", headers=key).json()
+    return str(items["data"][0]["content"][0]["text"])
+
+
+def test_an_item_id_used_by_another_key_neither_blocks_nor_shows(http: httpx.Client) -> None:
+    # Issue 23 point 8. Item ids are the client's: B stores A's (guessed) id first.
+    squatted = f"msg_squat_{secrets.token_hex(6)}"
+    _stored_with(http, B, squatted, "B got there first")
+    _stored_with(http, A, squatted, "A's own words")
+    assert _referenced_text(http, A, squatted) == "A's own words"
+    assert _referenced_text(http, B, squatted) == "B got there first"
+    # B storing an id A already uses cannot tell it so: B finds its own item, as for any id.
+    secret = f"msg_secret_{secrets.token_hex(6)}"
+    _stored_with(http, A, secret, "A's secret")
+    _stored_with(http, B, secret, "B's probe")
+    assert _referenced_text(http, B, secret) == "B's probe"
+    # And an id only A uses answers B exactly like an id nobody uses.
+    only_a = f"msg_only_{secrets.token_hex(6)}"
+    _stored_with(http, A, only_a, "A alone")
+    unknown = f"msg_none_{secrets.token_hex(6)}"
+    errors = [_error(http.post("/v1/responses", headers=B, json={
+        "model": MODEL, "input": [{"type": "item_reference", "id": target}]}), 400,
+        "input[0].id") for target in (only_a, unknown)]
+    assert errors[0] == {**errors[1], "message": errors[1]["message"].replace(unknown, only_a)}
 
 
 def test_the_cache_is_per_key(http: httpx.Client) -> None:

@@ -93,6 +93,8 @@ def test_a_key_never_shows_in_the_settings_repr(tmp_path: Path) -> None:
         ({"keys": [{"key": "sk-a", "token_budget": "100"}]}, "keys[0].token_budget"),
         ({"keys": [{"key": "sk-a", "rpm": True}]}, "keys[0].rpm"),
         ({"keys": [{"key": "sk-a", "budget": 5}]}, "keys[0].budget"),
+        ({"keys": [{"key": "sk-a", "max_stored_bytes": -1}]}, "keys[0].max_stored_bytes"),
+        ({"defaults": {"max_stored_bytes": "1GiB"}}, "defaults.max_stored_bytes"),
         ({"keys": [{"key": "sk-a"}, {"key": "sk-a"}]}, "keys[1].key"),
         ({"keys": [{"key": "sk-a", "name": "x"}, {"key": "sk-b", "name": "x"}]},
          "keys[1].name"),
