@@ -122,7 +122,7 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
         return compaction.parse_compaction(item, ids, path, sealer)
     if kind == compaction.TRIGGER:
         return compaction.parse_trigger(item, ids, path)
-    if kind in MCP_ITEM_TYPES:
+    if isinstance(kind, str) and kind in MCP_ITEM_TYPES:  # a list `type` is unhashable
         return parse_mcp_item(item, ids, path)
     where = at(path, "type")
     if kind is None:

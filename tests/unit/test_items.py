@@ -116,3 +116,11 @@ def test_a_reasoning_blob_larger_than_the_cap_is_refused() -> None:
         parse_input([{"type": "reasoning", "summary": [], "encrypted_content": blob}],
                     counter_ids(), max_items=10, sealer=Sealer((b"test-secret",), 4096))
     assert info.value.param == "input[0].encrypted_content"
+
+
+@pytest.mark.parametrize("kind", [["mcp_call"], {"a": 1}, 3])
+def test_an_item_type_that_is_not_a_string_is_a_400_naming_it(kind: object) -> None:
+    # A list `type` once reached a set lookup (unhashable: a 500); found by the fuzz suite.
+    with pytest.raises(InvalidRequest) as caught:
+        parse_input([{"type": kind}], counter_ids(), max_items=8)
+    assert caught.value.param == "input[0].type"
