@@ -6,7 +6,9 @@ reads the file and decodes JSON or YAML; this module checks the decoded data.
 Limits: `rpm` (requests per minute), `tpm` (tokens per minute, input + output), `max_streams`
 (open streams and running background jobs at once), `token_budget` (tokens in total); each a
 positive integer, each optional. A key's missing limits come from `defaults`, which also apply
-to keys given with `--api-key`. Every problem is one `KeysFileError` naming the field
+to keys given with `--api-key`. `cache_group` (a name, optional): keys with the same group share
+one prefix-cache salt, so they reuse each other's cached prompts on vLLM (core/tenancy.py);
+every other key's prompts are cached apart. Every problem is one `KeysFileError` naming the field
 (`keys[2].rpm`), so the start-up message points at the line to fix. Unknown fields are refused:
 a typo (`rmp`) would otherwise silently leave a key unlimited.
 """
@@ -52,6 +54,7 @@ class KeyEntry:
     key: str
     name: str
     limits: Limits  # defaults already merged in
+    cache_group: str | None = None  # keys of one group share a prefix-cache salt
 
     def __repr__(self) -> str:  # never print a key (settings are logged and shown in errors)
         return f"KeyEntry(name={self.name!r}, limits={self.limits!r})"
@@ -89,15 +92,19 @@ def parse_keys_file(data: object) -> KeysFile:
 def _entry(raw: object, where: str, index: int, defaults: Limits) -> KeyEntry:
     if not isinstance(raw, Mapping):
         raise KeysFileError(where, "expected an object {key, name, ...limits}")
-    _no_unknown(raw, ("key", "name", *LIMIT_FIELDS), where + ".")
+    _no_unknown(raw, ("key", "name", "cache_group", *LIMIT_FIELDS), where + ".")
     key = raw.get("key")
     if not isinstance(key, str) or not key or any(c.isspace() for c in key):
         raise KeysFileError(where + ".key", "a non-empty string without whitespace is required")
     name = raw.get("name", f"key-{index}")
     if not isinstance(name, str) or not name.strip():
         raise KeysFileError(where + ".name", "must be a non-empty string")
+    group = raw.get("cache_group")
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        raise KeysFileError(where + ".cache_group", "must be a non-empty string")
     own = _limits({k: v for k, v in raw.items() if k in LIMIT_FIELDS}, where)
-    return KeyEntry(key, name.strip(), own.over(defaults))
+    return KeyEntry(key, name.strip(), own.over(defaults),
+                    group.strip() if group is not None else None)
 
 
 def _limits(raw: object, where: str) -> Limits:

@@ -102,6 +102,9 @@ class ResponsesRequest:
     auto_compact: bool = False
     compact_threshold: int | None = None
     mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
+    # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
+    # every chat request made for this create carries it.
+    cache_salt: str | None = None
 
     @property
     def text_format(self) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Chat Completions and the model list, passed through to the fleet.
 
-The request body goes upstream byte for byte (we parse it once, only to route on `model`); the
-answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client
+The request body goes upstream as the client sent it, but for one field: `cache_salt` is the key's
+(core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's prefix cache
+with another's. We parse it once (to route on `model` and salt it); the answer comes back chunk
+for chunk as it arrives. If the upstream breaks off mid-stream, the client
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
 the HTTP status is already on the wire.
 
@@ -21,6 +23,7 @@ import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.jsonbody import parse_object
+from proxy.core.tenancy import CacheSalts
 from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
 from proxy.upstream import end_to_end_headers, map_transport_errors
@@ -40,9 +43,11 @@ class Relay:
 
 
 class Passthrough:
-    def __init__(self, fleet: Fleet, admission: Admission | None = None) -> None:
+    def __init__(self, fleet: Fleet, admission: Admission | None = None,
+                 salts: CacheSalts | None = None) -> None:
         self._fleet = fleet
         self._admission = admission or Admission(fleet)
+        self._salts = salts or CacheSalts()
 
     async def chat_completions(self, body: bytes, tenant: str = "", *,
                                meter_usage: bool = False) -> Relay:
@@ -53,12 +58,13 @@ class Passthrough:
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
         stream = request.get("stream") is True
+        request = self._salts.salted(tenant, request)
         strip = meter_usage and stream and not _asks_usage(request)
         if strip:
             options = request.get("stream_options")
             request["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                          "include_usage": True}
-            body = orjson.dumps(request)
+        body = orjson.dumps(request)
         await self._admission.admit(model, tenant,
                                     priority=request.get("service_tier") == "priority")
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)

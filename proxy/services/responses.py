@@ -47,6 +47,7 @@ from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.seal import Sealer
 from proxy.core.sse import frames
+from proxy.core.tenancy import CacheSalts
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
@@ -128,6 +129,7 @@ class ResponsesService:
         self._clock = clock
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp_timeout)
@@ -156,6 +158,7 @@ class ResponsesService:
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
+        request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         if request.auto_compact or has_compaction(history.items) or \
@@ -293,7 +296,8 @@ class ResponsesService:
                               sealer=self._sealer))
         request = ResponsesRequest(model=parsed.model, input=inputs,
                                    instructions=parsed.instructions,
-                                   previous_response_id=parsed.previous_response_id)
+                                   previous_response_id=parsed.previous_response_id,
+                                   cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
         done = await self._compactor.compact(tenant, request, history.items,
                                              affinity=history.affinity, home=history.home)

@@ -161,3 +161,16 @@ def test_the_cli_exits_with_one_line_naming_the_field(tmp_path: Path, name: str,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"responses-proxy: error: --keys-file: {says}: ")
+
+
+def test_cache_group_is_read_and_optional() -> None:
+    parsed = parse_keys_file({"keys": [{"key": "sk-a", "cache_group": " team "},
+                                       {"key": "sk-b"}]})
+    assert [e.cache_group for e in parsed.keys] == ["team", None]
+
+
+@pytest.mark.parametrize("value", ["", "  ", 3, ["team"]])
+def test_a_bad_cache_group_names_the_field(value: object) -> None:
+    with pytest.raises(KeysFileError) as info:
+        parse_keys_file({"keys": [{"key": "sk-a", "cache_group": value}]})
+    assert info.value.where == "keys[0].cache_group"
