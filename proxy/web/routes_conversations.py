@@ -6,9 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
-from proxy.web.context import path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, runtime_of, tenant
 from proxy.web.rendering import json_response
 
 
@@ -17,7 +16,7 @@ def _ids(request: Request) -> tuple[str, str]:
 
 
 async def create(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     return json_response(await runtime_of(request).conversations.create(tenant(request), body))
 
 
@@ -26,7 +25,7 @@ async def retrieve(request: Request) -> Response:
 
 
 async def update(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     return json_response(await runtime_of(request).conversations.update(*_ids(request), body))
 
 
@@ -35,7 +34,7 @@ async def delete(request: Request) -> Response:
 
 
 async def add_items(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     return json_response(await runtime_of(request).conversations.add_items(*_ids(request), body))
 
 

@@ -17,7 +17,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.limits import tokens_of, usage_in_json
 from proxy.services.runtime import Runtime
-from proxy.web.context import runtime_of, tenant
+from proxy.web.context import require_json, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, relay_response
@@ -25,6 +25,7 @@ from proxy.web.rendering import Reply, json_response, relay_response
 
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
+    require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     ticket = await admitted(request, hold=limited(runtime) and streams(body))
     counts = ticket is not None and (ticket.per_minute or ticket.in_total)

@@ -8,11 +8,10 @@ from starlette.routing import Route
 
 from proxy.core.cachekey import parse_cache_control
 from proxy.core.fields import bad
-from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
 from proxy.services.limits import tokens_of
-from proxy.web.context import path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import admitted, metered, released_on_error
 from proxy.web.rendering import Reply, json_response, stream_response
@@ -20,7 +19,7 @@ from proxy.web.rendering import Reply, json_response, stream_response
 
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     directives = parse_cache_control(request.headers.get("cache-control"))
     background = body.get("background") is True
     ticket = await admitted(request, hold=background or body.get("stream") is True)
@@ -41,14 +40,14 @@ async def create(request: Request) -> Reply:
 
 async def count_input_tokens(request: Request) -> Response:
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     return json_response(await runtime.responses.count_input_tokens(tenant(request), body))
 
 
 async def compact(request: Request) -> Response:
     """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     ticket = await admitted(request, hold=False)
     outcome = await released_on_error(ticket, unless_disconnected(
         request, runtime.responses.compact(tenant(request), body)))
