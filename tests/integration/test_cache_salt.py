@@ -18,6 +18,7 @@ from proxy.services.runtime import Runtime
 from proxy.settings import Settings
 from tests.conftest import SimControl
 from tests.support.inprocess import app_for, until
+from tests.support.servers import start_mcp_server
 
 KEYS = parse_keys_file({"keys": [
     {"key": "sk-a", "name": "a"}, {"key": "sk-b", "name": "b"},
@@ -115,3 +116,21 @@ async def test_background_jobs_and_compaction_summaries_are_salted(proxy: Client
 
 async def _chat_seen(sim: SimControl) -> bool:
     return bool(sim.stats()["chat_requests"])
+
+
+async def test_tool_loop_turns_are_salted(sim: SimControl) -> None:
+    mcp = start_mcp_server()
+    try:
+        settings = Settings(upstreams=(sim.url,), keys_file=KEYS, mcp_allow=(mcp.url,))
+        async with app_for(settings) as (http, _):
+            reply = await http.post("/v1/responses", headers=auth("sk-a"), json={
+                "model": "sim-model", "input": 'add [[sim call=add call_args={"a":2,"b":3}]]',
+                "tools": [{"type": "mcp", "server_label": "calc", "require_approval": "never",
+                           "server_url": f"{mcp.url}/mcp"}]})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["status"] == "completed"
+    finally:
+        mcp.stop()
+    last = sim.stats()["last_request"]
+    assert last["messages"][-1]["role"] == "tool"  # the loop's second turn
+    assert last["cache_salt"] == CacheSalts().salt(tenant_of("sk-a"))
