@@ -148,13 +148,10 @@ def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
 
 def _without_address(message: str, url: str) -> str:
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    # A bare single-label host (`vllm`, `localhost`) is also an ordinary word: only its
-    # host:port form is taken out. Dotted names and IP addresses are addresses wherever they are.
-    names = [url, parts.netloc.rpartition("@")[2]] + ([host] if "." in host or ":" in host
-                                                      else [])
-    for name in names:
-        if name and name in message:
+    # A bare single-label host (`vllm`, `u`) is also an ordinary word: it goes only as part of
+    # the URL or of `host:port`. Dotted names and IP addresses go wherever they are.
+    for name in (url, parts.netloc.rpartition("@")[2], parts.hostname or ""):
+        if ("." in name or ":" in name) and name in message:
             message = message.replace(name, "[replica]")
     return message
 
