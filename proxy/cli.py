@@ -98,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", help="port (default 8080)")
     serve.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
+    serve.add_argument("--allow-origin", action="append",
+                       help="with auth off, a browser origin (scheme://host[:port]) whose "
+                            "WebSocket handshakes are accepted besides the proxy's own "
+                            "(repeatable; env PROXY_ALLOW_ORIGIN, comma-separated)")
     serve.add_argument("--cache", help="off | exact | semantic (default off)")
     serve.add_argument("--no-worker", action="store_true", help="do not run background jobs")
     serve.add_argument("--workers",

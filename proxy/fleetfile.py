@@ -2,14 +2,16 @@
 each, in JSON or YAML (YAML is a superset of JSON, so one loader reads both):
 
     - url: http://10.0.0.5:8000       # required, as --upstream takes it
+      name: gpu-5                     # optional, unique: the replica's label on /metrics
       weight: 2                       # > 0, default 1: share of un-keyed traffic and of the bound
       api_key: sk-replica-5           # sent upstream to this replica instead of --upstream-api-key
       max_concurrency: 64             # requests at once on this replica (flow control's cap)
       models: [qwen3-8b]              # serve only these, even before discovery
 
-A top-level `{"replicas": [...]}` is accepted too. Every mistake is a ConfigError naming the flag
-and the field (`--fleet: replicas[2].weight: ...`), never a traceback. The api key is kept out
-of every message and of `repr`.
+A replica's address is the operator's: the public `/metrics` shows its `name`, or `replica-<n>`
+(its position, counting from 1) when it has none. A top-level `{"replicas": [...]}` is accepted
+too. Every mistake is a ConfigError naming the flag and the field (`--fleet: replicas[2].weight:
+...`), never a traceback. The api key is kept out of every message and of `repr`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import yaml
 
 FLAG = "--fleet"
-_FIELDS = frozenset({"url", "weight", "api_key", "max_concurrency", "models"})
+_FIELDS = frozenset({"url", "name", "weight", "api_key", "max_concurrency", "models"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class ReplicaSpec:
     api_key: str | None = field(default=None, repr=False)
     max_concurrency: int | None = None
     models: tuple[str, ...] | None = None
+    name: str | None = None  # None: `replica-<n>` (services/fleet.py)
 
 
 class FleetFileError(ValueError):
@@ -56,10 +59,13 @@ def load_fleet(path: str, normalize: Callable[[str, str], str]) -> tuple[Replica
         raise FleetFileError("expected a non-empty list of replicas (or {replicas: [...]})")
     specs = tuple(_replica(entry, f"replicas[{i}]", normalize) for i, entry in enumerate(data))
     seen: set[str] = set()
+    names = {f"replica-{i + 1}": i for i, spec in enumerate(specs) if spec.name is None}
     for i, spec in enumerate(specs):
         if spec.url in seen:
             raise FleetFileError(f"replicas[{i}].url: {spec.url} is listed twice")
         seen.add(spec.url)
+        if spec.name is not None and names.setdefault(spec.name, i) != i:
+            raise FleetFileError(f"replicas[{i}].name: {spec.name!r} is taken")
     return specs
 
 
@@ -82,7 +88,19 @@ def _replica(entry: Any, where: str,
         api_key=_api_key(entry.get("api_key"), f"{where}.api_key"),
         max_concurrency=_cap(entry.get("max_concurrency"), f"{where}.max_concurrency"),
         models=_models(entry.get("models"), f"{where}.models"),
+        name=_name(entry.get("name"), f"{where}.name"),
     )
+
+
+def _name(value: Any, where: str) -> str | None:
+    """A label value: short, printable, and not a URL (the point of a name is to hide it)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= 64 or not value.isprintable() \
+            or "://" in value:
+        raise FleetFileError(f"{where}: expected a short name (1-64 printable characters, "
+                             "not a URL)")
+    return value
 
 
 def _weight(value: Any, where: str) -> float:

@@ -13,8 +13,9 @@ Rules that keep this off the hot path and bounded:
   by `QUEUE_READ_SECONDS` (`render`). A depth that cannot be read is left out of that scrape
   rather than shown stale.
 - Labels take values from small closed sets: route templates (never raw paths: ids would make
-  one series per response), methods (anything unusual is `other`), statuses, replica URLs from
-  the configuration, the enumerations below. Never an id, a key, a model name from a client.
+  one series per response), methods (anything unusual is `other`), statuses, replica names from
+  the configuration (never their URLs: `/metrics` is unauthenticated, and a replica's address
+  is the operator's), the enumerations below. Never an id, a key, a model name from a client.
 
 Counters also expose prometheus_client's `*_created` samples; turning them off is a process-wide
 switch of the library, which a per-app registry must not flip.
@@ -65,7 +66,7 @@ class ReplicaView(Protocol):
     """What the replica collector reads from a fleet replica (services/fleet.py `Replica`)."""
 
     @property
-    def url(self) -> str: ...
+    def name(self) -> str: ...
     @property
     def healthy(self) -> bool: ...
     @property
@@ -241,8 +242,8 @@ class _States:
     def collect(self) -> Iterator[Metric]:
         up, in_flight, queued, tasks = self._families()
         for replica in self.replicas():
-            up.add_metric([replica.url], 1.0 if replica.healthy else 0.0)
-            in_flight.add_metric([replica.url], float(replica.in_flight))
+            up.add_metric([replica.name], 1.0 if replica.healthy else 0.0)
+            in_flight.add_metric([replica.name], float(replica.in_flight))
         if self.depth is not None:
             queued.add_metric([], float(self.depth))
         if self.tasks is not None:

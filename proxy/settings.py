@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.origin import parse_origin
 from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
 from proxy.core.urlpolicy import UrlRefused, parse_prefix
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
@@ -158,6 +159,10 @@ class Settings:
     # `serve --workers N`: serving processes on one port (prefork.py); more than one shares
     # state only through Redis, so it needs `redis_url`.
     workers: int = 1
+    # -- issue 23, the edges (core/origin.py) --
+    # With auth off, WebSocket handshakes from these browser origins (`https://app.example`)
+    # are accepted besides the proxy's own; any other `Origin` is refused.
+    allow_origins: tuple[str, ...] = ()
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -344,6 +349,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         fleet=fleet,
         affinity_load_factor=_load_factor(pick("affinity_load_factor",
                                                "PROXY_AFFINITY_LOAD_FACTOR")),
+        allow_origins=_origins(flags.get("allow_origin")
+                               or _split(env.get("PROXY_ALLOW_ORIGIN"))),
     )
 
 
@@ -375,6 +382,18 @@ def _prefixes(values: object, flag: str, *, host_required: bool) -> tuple[str, .
             raise ConfigError(flag, f"{prefix!r} is not an http(s) URL prefix ({exc}), "
                                     f"e.g. {example}") from None
         out.append(prefix)
+    return tuple(out)
+
+
+def _origins(values: object) -> tuple[str, ...]:
+    """Each an origin as a browser sends it: `scheme://host[:port]`, nothing after."""
+    out: list[str] = []
+    for value in values or ():  # type: ignore[attr-defined]
+        text = str(value).strip()
+        if parse_origin(text) is None:
+            raise ConfigError("--allow-origin", f"{text!r} is not an origin: expected "
+                                                "scheme://host[:port], e.g. https://app.example")
+        out.append(text)
     return tuple(out)
 
 

@@ -11,6 +11,12 @@ happen (the httpx `map_httpcore_exceptions` idea):
     upstream 401/403                          -> 502 (the proxy's own upstream key is wrong)
     upstream 3xx, 5xx                         -> 502 with the upstream's message
 
+Every message names no replica: it reaches clients (an HTTP error, a stream's
+`response.failed`, a WebSocket error frame), and a replica's address is the operator's. The
+address and the transport's own words (a `ConnectError` holds the peer's address) are logged
+here instead, with the request id (logs.py), so an operator can still tell which replica failed.
+Discovery probes are `quiet`: the fleet logs a replica's going down once, not every probe.
+
 Why our own client and not httpx: on the per-token path httpx costs more than everything else
 the proxy does (httpcore's pool does O(n^2) work per request over pooled connections; each read
 goes through h11 in pure Python and an anyio cancel scope). See docs/BENCHMARKS.md.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,8 +66,19 @@ from proxy.http1 import (
 from proxy.settings import Timeouts
 from proxy.upstream_pool import ConnectionPool
 
-__all__ = ["ConnectionPool", "Headers", "Response", "Upstream", "end_to_end_headers",
-           "error_from_upstream", "map_transport_errors"]
+__all__ = [
+    "ConnectionPool",
+    "Headers",
+    "Response",
+    "Upstream",
+    "bad_answer",
+    "end_to_end_headers",
+    "error_from_upstream",
+    "map_transport_errors",
+    "transport_detail",
+]
+
+log = logging.getLogger("proxy.upstream")
 
 # Upper bound on an error body we read from an upstream, so a broken replica cannot make us
 # buffer without limit.
@@ -68,24 +86,48 @@ _MAX_ERROR_BODY = 64 * 1024
 
 
 @contextlib.contextmanager
-def map_transport_errors(url: str) -> Iterator[None]:
+def map_transport_errors(url: str, *, quiet: bool = False) -> Iterator[None]:
     try:
         yield
-    except ConnectTimeout as exc:
-        raise UpstreamUnreachable(f"upstream {url} did not accept the connection in time") from exc
-    except ConnectError as exc:
-        raise UpstreamUnreachable(f"upstream {url} is unreachable") from exc
-    except PoolTimeout as exc:
-        raise UpstreamUnavailable(f"no connection to upstream {url}: {exc}") from exc
-    except ReadTimeout as exc:
-        raise UpstreamTimeout(f"upstream {url} timed out") from exc
     except TransportError as exc:
-        raise UpstreamError(f"upstream {url} failed: {type(exc).__name__}: {exc}") from exc
+        error = _transport_error(exc)
+        if not quiet:
+            log.warning("upstream %s: %s (%s)", url, error.message, transport_detail(exc))
+        raise error from exc
+
+
+def _transport_error(exc: TransportError) -> UpstreamError:
+    if isinstance(exc, ConnectTimeout):
+        return UpstreamUnreachable("upstream did not accept the connection in time")
+    if isinstance(exc, ConnectError):
+        return UpstreamUnreachable("upstream is unreachable")
+    if isinstance(exc, PoolTimeout):
+        return UpstreamUnavailable("no connection to an upstream is free")
+    if isinstance(exc, ReadTimeout):
+        return UpstreamTimeout("upstream timed out")
+    return UpstreamError(f"upstream failed: {type(exc).__name__}")
+
+
+def bad_answer(url: str, what: str) -> UpstreamError:
+    """`upstream <what>` (an answer we cannot use) for the client; the address in the log."""
+    log.warning("upstream %s %s", url, what)
+    return UpstreamError(f"upstream {what}")
+
+
+def transport_detail(exc: BaseException) -> str:
+    """For the operator's log: `exc`, and the transport error under it with its own words."""
+    cause = exc if isinstance(exc, TransportError) else exc.__cause__
+    if not isinstance(cause, TransportError):
+        return str(exc) or type(exc).__name__
+    words = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return words if cause is exc else f"{exc} ({words})"
 
 
 def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
-    """An upstream error response, as the error we give our client."""
+    """An upstream error response, as the error we give our client (its message cleared of
+    the replica's address, should a replica or a gateway before it write one)."""
     message, param = _upstream_message(body)
+    message = _without_address(message, url)
     if (status == 400 or status == 413) and is_context_overflow(message):
         return InvalidRequest(message, param=param or "input", code=CONTEXT_LENGTH_EXCEEDED)
     if status == 400 or status == 422:
@@ -100,8 +142,18 @@ def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
     if status == 429:
         return RateLimited(f"upstream is rate limiting: {message}")
     if status in (401, 403):
-        return UpstreamError(f"upstream {url} refused the proxy's credentials ({status})")
-    return UpstreamError(f"upstream {url} answered {status}: {message}")
+        return UpstreamError(f"upstream refused the proxy's credentials ({status})")
+    return UpstreamError(f"upstream answered {status}: {message}")
+
+
+def _without_address(message: str, url: str) -> str:
+    parts = urlsplit(url)
+    # A bare single-label host (`vllm`, `u`) is also an ordinary word: it goes only as part of
+    # the URL or of `host:port`. Dotted names and IP addresses go wherever they are.
+    for name in (url, parts.netloc.rpartition("@")[2], parts.hostname or ""):
+        if ("." in name or ":" in name) and name in message:
+            message = message.replace(name, "[replica]")
+    return message
 
 
 def _upstream_message(body: bytes) -> tuple[str, str | None]:
@@ -185,7 +237,7 @@ class Upstream:
         timeouts = self._call_timeouts if timeout is None else ExchangeTimeouts(
             min(self._connect_timeout, timeout), timeout)
         response = await self._send(base, target, request, timeouts, idempotent=True)
-        with map_transport_errors(base):
+        with map_transport_errors(base, quiet=True):
             try:
                 await response.aread()
             finally:
@@ -197,21 +249,27 @@ class Upstream:
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream {base} sent invalid JSON for {path}") from exc
+            raise UpstreamError(f"upstream sent invalid JSON for {path}") from exc
 
     async def _send(self, base: str, target: _Target, request: bytes,
                     timeouts: ExchangeTimeouts, *, idempotent: bool = False) -> Response:
-        with map_transport_errors(base):
+        """`idempotent`: a GET (a discovery probe), retried on a stale pooled connection, and
+        quiet in the log (the fleet logs a replica's change of state)."""
+        with map_transport_errors(base, quiet=idempotent):
             response = await self._pool.request(target.origin, request, timeouts,
                                                 idempotent=idempotent)
         if 200 <= response.status_code < 300:
             return response
         try:
-            with map_transport_errors(base):
+            with map_transport_errors(base, quiet=idempotent):
                 body = await _read_bounded(response)
         finally:
             await response.aclose()
-        raise error_from_upstream(response.status_code, body, base)
+        error = error_from_upstream(response.status_code, body, base)
+        if isinstance(error, UpstreamError) and not idempotent:
+            log.warning("upstream %s answered %d: %s", base, response.status_code,
+                        error.message)
+        raise error
 
     def _target(self, base: str) -> _Target:
         target = self._targets.get(base)

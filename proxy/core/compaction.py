@@ -198,9 +198,9 @@ def compacted_output(items: Sequence[Item], compaction: Item) -> list[Item]:
 # -- the summarisation turn ----------------------------------------------------------------------
 def summary_request(chat: dict[str, Any], max_model_len: int | None = None) -> dict[str, Any]:
     """The chat request that writes the summary of `chat` (a translated create): the same
-    messages and tools (the prefix cache), one instruction more, no tool calls, not streamed.
-    At most `SUMMARY_MAX_TOKENS`, and at most a quarter of a known context, so a long prompt
-    still leaves room for its summary."""
+    messages, tools and salt (the prefix cache), one instruction more, no tool calls, not
+    streamed. At most `SUMMARY_MAX_TOKENS`, and at most a quarter of a known context, so a
+    long prompt still leaves room for its summary."""
     limit = SUMMARY_MAX_TOKENS
     if max_model_len is not None:
         limit = max(min(limit, max_model_len // 4), 1)
@@ -213,6 +213,8 @@ def summary_request(chat: dict[str, Any], max_model_len: int | None = None) -> d
     if chat.get("tools"):
         body["tools"] = chat["tools"]
         body["tool_choice"] = "none"
+    if "cache_salt" in chat:  # the tenant's prefix-cache partition (core/tenancy.py)
+        body["cache_salt"] = chat["cache_salt"]
     return body
 
 

@@ -8,6 +8,7 @@
     │   └── ModelNotFound               code model_not_found, param model
     ├── MethodNotAllowed            405
     ├── PayloadTooLarge             413
+    ├── UnsupportedMediaType        415 a body not declared JSON (core/origin.py)
     ├── RateLimited                 429 rate_limit_exceeded (+ Retry-After)
     │   └── QuotaExceeded               429 insufficient_quota (a key's token budget is spent)
     ├── UpstreamError               502 upstream answered badly or broke off
@@ -105,6 +106,12 @@ class PayloadTooLarge(ProxyError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class UnsupportedMediaType(ProxyError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
 
 
 class RateLimited(ProxyError):

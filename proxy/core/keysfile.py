@@ -7,10 +7,12 @@ Limits: `rpm` (requests per minute), `tpm` (tokens per minute, input + output), 
 (open streams and running background jobs at once), `token_budget` (tokens in total); each a
 positive integer, each optional. A key's missing limits come from `defaults`, which also apply
 to keys given with `--api-key`. `priority: true` (per key, not in `defaults`) lets the key's
-`service_tier: "priority"` go ahead of other keys in the fleet's queue. Every problem is one
-`KeysFileError` naming the field (`keys[2].rpm`), so the start-up message points at the line
-to fix. Unknown fields are refused: a typo (`rmp`) would otherwise silently leave a key
-unlimited.
+`service_tier: "priority"` go ahead of other keys in the fleet's queue. `cache_group` (a name,
+optional): keys with the same group share one prefix-cache salt, so they reuse each other's
+cached prompts on vLLM (core/tenancy.py); every other key's prompts are cached apart.
+Every problem is one `KeysFileError` naming the field (`keys[2].rpm`), so the start-up message
+points at the line to fix. Unknown fields are refused: a typo (`rmp`) would otherwise silently
+leave a key unlimited.
 
 `max_stored_bytes`: bytes the key may keep stored (its responses and conversations), a
 non-negative integer (0: no limit), optional like the others; enforced by the store
@@ -64,10 +66,11 @@ class KeyEntry:
     name: str
     limits: Limits  # defaults already merged in
     priority: bool = False  # its `service_tier: "priority"` is honoured
+    cache_group: str | None = None  # keys of one group share a prefix-cache salt
 
     def __repr__(self) -> str:  # never print a key (settings are logged and shown in errors)
         return (f"KeyEntry(name={self.name!r}, limits={self.limits!r}, "
-                f"priority={self.priority!r})")
+                f"priority={self.priority!r}, cache_group={self.cache_group!r})")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def parse_keys_file(data: object) -> KeysFile:
 def _entry(raw: object, where: str, index: int, defaults: Limits) -> KeyEntry:
     if not isinstance(raw, Mapping):
         raise KeysFileError(where, "expected an object {key, name, ...limits}")
-    _no_unknown(raw, ("key", "name", "priority", *LIMIT_FIELDS), where + ".")
+    _no_unknown(raw, ("key", "name", "priority", "cache_group", *LIMIT_FIELDS), where + ".")
     key = raw.get("key")
     if not isinstance(key, str) or not key or any(c.isspace() for c in key):
         raise KeysFileError(where + ".key", "a non-empty string without whitespace is required")
@@ -112,8 +115,12 @@ def _entry(raw: object, where: str, index: int, defaults: Limits) -> KeyEntry:
     priority = raw.get("priority", False)
     if not isinstance(priority, bool):
         raise KeysFileError(where + ".priority", f"must be true or false, got {priority!r}")
+    group = raw.get("cache_group")
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        raise KeysFileError(where + ".cache_group", "must be a non-empty string")
     own = _limits({k: v for k, v in raw.items() if k in LIMIT_FIELDS}, where)
-    return KeyEntry(key, name.strip(), own.over(defaults), priority)
+    return KeyEntry(key, name.strip(), own.over(defaults), priority,
+                    group.strip() if group is not None else None)
 
 
 def _limits(raw: object, where: str) -> Limits:

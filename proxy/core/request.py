@@ -105,6 +105,9 @@ class ResponsesRequest:
     # Image URL → the data: URL the proxy fetched for it (services/media.py): translation sends
     # vLLM the data, never a URL to fetch; the stored items keep the client's URL.
     media: dict[str, str] = field(default_factory=dict)
+    # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
+    # every chat request made for this create carries it.
+    cache_salt: str | None = None
 
     @property
     def text_format(self) -> dict[str, Any]:

@@ -68,6 +68,8 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     effort = (request.reasoning or {}).get("effort")
     if effort is not None:
         chat["reasoning_effort"] = effort
+    if request.cache_salt is not None:
+        chat["cache_salt"] = request.cache_salt
     return chat
 
 

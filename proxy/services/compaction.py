@@ -35,7 +35,7 @@ from proxy.core.compaction import (
     tail_length,
     without_triggers,
 )
-from proxy.core.errors import NotFound, UpstreamError
+from proxy.core.errors import NotFound
 from proxy.core.fields import bad
 from proxy.core.ids import IdFactory
 from proxy.core.request import ResponsesRequest
@@ -45,6 +45,7 @@ from proxy.core.types import Item
 from proxy.services.admission import Admission
 from proxy.services.context import measure
 from proxy.services.fleet import Fleet
+from proxy.upstream import bad_answer
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -143,9 +144,9 @@ class Compactor:
         try:
             answer = orjson.loads(content)
         except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream {call.replica.url} sent invalid JSON") from exc
+            raise bad_answer(call.replica.url, "sent invalid JSON") from exc
         text = summary_text(answer)
         if text is None:
-            raise UpstreamError(f"upstream {call.replica.url} wrote no summary")
+            raise bad_answer(call.replica.url, "wrote no summary")
         usage = answer.get("usage") if isinstance(answer, dict) else None
         return text, map_usage(usage) if isinstance(usage, dict) else None

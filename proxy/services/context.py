@@ -18,9 +18,10 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import NotFound, UpstreamError
+from proxy.core.errors import NotFound
 from proxy.core.truncation import shorten
 from proxy.services.fleet import Fleet
+from proxy.upstream import bad_answer
 
 TOKENIZE_PATH = "/tokenize"
 MAX_ROUNDS = 3
@@ -45,13 +46,12 @@ async def measure(fleet: Fleet, chat: dict[str, Any], *,
         answer = orjson.loads(content)
         count, limit = answer["count"], answer.get("max_model_len")
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        raise UpstreamError(f"upstream {call.replica.url} sent no token count") from exc
+        raise bad_answer(call.replica.url, "sent no token count") from exc
     known = fleet.max_model_len(chat["model"])
     limit = known if known is not None else limit
     if not isinstance(count, int) or not isinstance(limit, int):
-        raise UpstreamError(f"upstream {call.replica.url} sent no token count")
+        raise bad_answer(call.replica.url, "sent no token count")
     return Measure(count, limit)
-
 
 async def fit(fleet: Fleet, chat: dict[str, Any], *, reserve: int | None,
               affinity: str | None = None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.routing import baseline
 from proxy.fleetfile import ReplicaSpec
-from proxy.upstream import Response, Upstream, map_transport_errors
+from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
 log = logging.getLogger("proxy.fleet")
 
@@ -51,6 +51,9 @@ GENERATION_PATH = "/v1/chat/completions"
 @dataclass
 class Replica:
     url: str
+    # What the public /metrics shows: the fleet file's `name`, else `replica-<n>` (its position
+    # in the configuration, from 1). The URL stays in the logs and the keyed /readyz.
+    name: str = ""
     healthy: bool = False
     known: bool = False  # answered /v1/models at least once
     models: tuple[dict[str, Any], ...] = ()
@@ -76,8 +79,9 @@ class Replica:
     def of(cls, spec: ReplicaSpec) -> Replica:
         allowed = frozenset(spec.models) if spec.models is not None else None
         # A fixed model list is served from the start, before discovery confirms it.
-        return cls(spec.url, weight=spec.weight, max_concurrency=spec.max_concurrency,
-                   allowed=allowed, model_ids=allowed or frozenset())
+        return cls(spec.url, spec.name or "", weight=spec.weight,
+                   max_concurrency=spec.max_concurrency, allowed=allowed,
+                   model_ids=allowed or frozenset())
 
 
 @dataclass
@@ -127,6 +131,8 @@ class Fleet:
                     self.upstream.use_key(spec.url, spec.api_key)
         else:
             self.replicas = [Replica(url) for url in self.urls]
+        for index, replica in enumerate(self.replicas, start=1):
+            replica.name = replica.name or f"replica-{index}"
 
     # -- discovery ---------------------------------------------------------------------------
     async def refresh(self) -> None:
@@ -141,7 +147,7 @@ class Fleet:
                 )
             models = tuple(m for m in listing.get("data", []) if isinstance(m, dict))
         except (ProxyError, TimeoutError, AttributeError) as exc:
-            reason = str(exc) or type(exc).__name__  # a TimeoutError's str() is empty
+            reason = transport_detail(exc)  # the operator's words (logs, keyed /readyz)
             replica.failed_probes += 1
             replica.error = reason
             # One slow probe is weak evidence (a replica, or this process, busy with streams);
@@ -250,7 +256,7 @@ class Fleet:
                 response = await self.upstream.post(replica.url, path, body, stream=stream)
             except UpstreamUnreachable as exc:
                 replica.in_flight -= 1
-                self.mark_down(replica, str(exc))
+                self.mark_down(replica, transport_detail(exc))
                 tried.append(replica)
                 last_error = exc
                 continue
@@ -286,7 +292,7 @@ class Fleet:
 
     def status(self) -> list[dict[str, Any]]:
         return [
-            {"url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
+            {"name": r.name, "url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
              "in_flight": r.in_flight, "error": r.error, "load": round(r.load, 3),
              "weight": r.weight, "max_concurrency": r.max_concurrency,
              "metrics": None if r.signal is None else

@@ -1,9 +1,11 @@
 """Chat Completions and the model list, passed through to the fleet.
 
-The request body goes upstream byte for byte (we parse it once, to route on `model`) unless it
-names media URLs: those are fetched here and sent inline (services/media.py: the fleet never
-fetches a URL a client named); the
-answer comes back chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client
+The request body goes upstream as the client sent it, but for what the proxy owns: `cache_salt`
+is the key's (core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
+prefix cache with another's; media URLs are fetched here and sent inline (services/media.py: the
+fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
+We parse it once (to route on `model`); the answer comes back chunk for chunk as it arrives. If
+the upstream breaks off mid-stream, the client
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
 the HTTP status is already on the wire.
 
@@ -32,6 +34,7 @@ import orjson
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.fields import lax_bool
 from proxy.core.jsonbody import parse_object
+from proxy.core.tenancy import CacheSalts
 from proxy.services.admission import Admission
 from proxy.services.fleet import Call, Fleet
 from proxy.services.media import MediaFetcher
@@ -54,10 +57,12 @@ class Relay:
 
 class Passthrough:
     def __init__(self, fleet: Fleet, admission: Admission | None = None,
-                 media: MediaFetcher | None = None) -> None:
+                 *, media: MediaFetcher | None = None,
+                 salts: CacheSalts | None = None) -> None:
         self._fleet = fleet
         self._admission = admission or Admission(fleet)
         self._media = media  # None: bodies go as they are (tests of the relay alone)
+        self._salts = salts or CacheSalts()
 
     async def chat_completions(self, body: bytes, tenant: str = "", *,
                                meter: Meter | None = None) -> Relay:
@@ -68,18 +73,19 @@ class Passthrough:
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
-        if self._media is not None and await self._media.inline_chat(request.get("messages")):
-            body = orjson.dumps(request)
+        if self._media is not None:
+            await self._media.inline_chat(request.get("messages"))
         stream = bool(chat_stream(request))
         rewrite = stream is not request.get("stream", False)
+        request = self._salts.salted(tenant, request)
         strip = meter.counts and stream and not _asks_usage(request)
         if strip:
             options = request.get("stream_options")
             request["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                          "include_usage": True}
-        if strip or rewrite:
+        if rewrite:
             request["stream"] = stream
-            body = orjson.dumps(request)
+        body = orjson.dumps(request)  # once, with everything above
         priority = request.get("service_tier") == "priority" and self._admission.grants(tenant)
         await self._admission.admit(model, tenant, priority=priority)
         call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)

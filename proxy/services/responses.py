@@ -47,6 +47,7 @@ from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.seal import Sealer
 from proxy.core.sse import frames
+from proxy.core.tenancy import CacheSalts
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
@@ -130,6 +131,7 @@ class ResponsesService:
         self._clock = clock
         self._ids = ids
         self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp_timeout)
@@ -171,6 +173,7 @@ class ResponsesService:
             # holds its storage budget is refused now (429). The store's create checks again,
             # atomically, for two requests racing for the last bytes.
             await self._store.check_storage(tenant)
+        request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
         request = await resolve_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         request = await self._with_media(request, history)
@@ -314,7 +317,8 @@ class ResponsesService:
                               sealer=self._sealer))
         request = ResponsesRequest(model=parsed.model, input=inputs,
                                    instructions=parsed.instructions,
-                                   previous_response_id=parsed.previous_response_id)
+                                   previous_response_id=parsed.previous_response_id,
+                                   cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
         request = await self._with_media(request, history)
         done = await self._compactor.compact(tenant, request, history.items,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
 from proxy.core.storagebudget import storage_budget
+from proxy.core.tenancy import CacheSalts
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
@@ -115,7 +116,8 @@ class Runtime:
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
         admission = Admission.from_settings(fleet, settings)
-        passthrough = Passthrough(fleet, admission, MediaFetcher.from_settings(settings))
+        passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings),
+                                  salts=CacheSalts.of(settings.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
         limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),

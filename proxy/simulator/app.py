@@ -268,7 +268,7 @@ class Simulator:
             raise SimError(fail.at, message)
         answer = plan(req, self.config, request_id=f"chatcmpl-{uuid.uuid4().hex}",
                       created=int(time.time()))
-        prefill = self.prefill(req.messages, body.get("tools"))
+        prefill = self.prefill(req.messages, body.get("tools"), req.cache_salt)
         self.running[req.model] = self.running.get(req.model, 0) + 1
         try:
             if req.stream:
@@ -278,10 +278,12 @@ class Simulator:
         finally:
             self.running[req.model] -= 1
 
-    def prefill(self, messages: list[dict[str, Any]], tools: Any) -> float:
+    def prefill(self, messages: list[dict[str, Any]], tools: Any,
+                salt: str | None = None) -> float:
         """Seconds until this request's prefill is done: the prefills admitted before it, then
-        its own prompt tokens that the prefix cache did not hold (0 without a prefill cost)."""
-        seen = self.prefix_cache.admit(prompt_sequence(messages, tools))
+        its own prompt tokens that the prefix cache (partitioned by `salt`) did not hold (0
+        without a prefill cost)."""
+        seen = self.prefix_cache.admit(prompt_sequence(messages, tools), salt)
         self.stats.prefix(seen.hit_tokens, seen.miss_tokens)
         cost = seen.miss_tokens * self.config.prefill_ms_per_token / 1000
         if cost <= 0:

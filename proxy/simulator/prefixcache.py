@@ -12,6 +12,8 @@ A model of vLLM's automatic prefix caching, close enough for routing experiments
   - hits are counted from the start until the first unknown block; the blocks of every prompt
     are then inserted (or refreshed) as most recently used; the cache holds at most
     `capacity` blocks and forgets the least recently used first.
+  - a request's `cache_salt` seeds the chain (vLLM mixes it into the first block's hash), so
+    prompts with different salts (or one with and one without) share no block at all.
 Pure: no I/O, no clock. `app.py` turns the misses into prefill time.
 """
 
@@ -73,9 +75,9 @@ class PrefixCache:
     def clear(self) -> None:
         self._blocks.clear()
 
-    def admit(self, sequence: Sequence[str]) -> Lookup:
+    def admit(self, sequence: Sequence[str], salt: str | None = None) -> Lookup:
         """Count the cached prefix of `sequence`, then remember all its full blocks."""
-        hashes = self._hashes(sequence)
+        hashes = self._hashes(sequence, salt)
         hit_blocks = 0
         for digest in hashes:
             if digest not in self._blocks:
@@ -89,9 +91,9 @@ class PrefixCache:
         hit = hit_blocks * self.block
         return Lookup(hit_tokens=hit, miss_tokens=len(sequence) - hit)
 
-    def _hashes(self, sequence: Sequence[str]) -> list[bytes]:
+    def _hashes(self, sequence: Sequence[str], salt: str | None) -> list[bytes]:
         out: list[bytes] = []
-        parent = b""
+        parent = b"" if salt is None else b"salt\0" + salt.encode()
         for start in range(0, len(sequence) - self.block + 1, self.block):
             chunk = orjson.dumps(list(sequence[start:start + self.block]))
             parent = hashlib.blake2b(parent + chunk, digest_size=16).digest()

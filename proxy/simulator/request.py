@@ -51,6 +51,7 @@ class ChatRequest:
     text: str = ""  # the last user message: directives removed, whitespace collapsed
     directives: directives.Directives = field(default_factory=directives.Directives)
     prompt_tokens: int = 0
+    cache_salt: str | None = None  # partitions the prefix cache (prefixcache.py)
 
     @property
     def hints(self) -> dict[str, str]:
@@ -90,7 +91,17 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
         reasoning_effort=_effort(body.get("reasoning_effort")),
         include_reasoning=_optional(body, "include_reasoning", bool) is not False,
         text=directives.strip(raw_text), directives=found, prompt_tokens=prompt,
+        cache_salt=_cache_salt(body),
     )
+
+
+def _cache_salt(body: dict[str, Any]) -> str | None:
+    """vLLM's check (its `check_cache_salt_support`): a non-empty string when given."""
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise invalid("Parameter 'cache_salt' must be a non-empty string if provided.",
+                      param="cache_salt")
+    return salt
 
 
 def _optional(body: dict[str, Any], key: str, kind: type) -> Any:

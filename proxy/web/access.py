@@ -32,6 +32,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.requestctx import CURRENT, RequestContext, accept_request_id
+from proxy.web.auth import header
 
 _HEADER = b"x-request-id"
 _CACHE_HEADER = b"x-proxy-cache"
@@ -62,7 +63,7 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = accept_request_id(_header(scope, _HEADER)) or self.new_id()
+        request_id = accept_request_id(header(scope, _HEADER)) or self.new_id()
         context = RequestContext(request_id)
         CURRENT.set(context)
         echoed = (_HEADER, request_id.encode("latin-1"))
@@ -127,11 +128,3 @@ def _route(scope: Scope) -> str:
     """The matched route's template (`/v1/responses/{response_id}`): ids stay out of the log."""
     path = getattr(scope.get("route"), "path", None)
     return str(path) if path else "unmatched"
-
-
-def _header(scope: Scope, wanted: bytes) -> str | None:
-    for name, value in scope.get("headers", ()):
-        if name == wanted:
-            text: str = value.decode("latin-1")
-            return text
-    return None

@@ -6,20 +6,38 @@ is ever stored. The keys are `--api-key`s and the `--keys-file`'s. With keys con
 missing or unknown key is a 401; the comparison runs over every configured key in constant time.
 Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
 WebSocket handshakes on `/v1/` are checked the same way; a refused one is closed before accept.
+
+An open proxy is also guarded against browsers (core/origin.py): a WebSocket handshake from a
+foreign `Origin` is refused (403), and the request is marked `open` in its state, so a handler
+that reads a JSON body refuses one not declared JSON (web/context.py `json_body`).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.core.errors import Unauthorized
+from proxy.core.origin import origin_allowed, parse_origin
 from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.web.errors import error_response
 
-__all__ = ["PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
+__all__ = ["OPEN", "PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
+
+log = logging.getLogger("proxy.web")
+
+OPEN = "open"  # scope["state"] flag: no key was required (auth off)
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
 
 
 def bearer(scope: Scope) -> str | None:
@@ -43,9 +61,11 @@ def key_accepted(keys: Sequence[bytes], token: str) -> bool:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: Sequence[str],
+                 allow_origins: Sequence[str] = ()) -> None:
         self.app = app
         self._keys = [k.encode() for k in keys]
+        self._origins = frozenset(o for o in map(parse_origin, allow_origins) if o is not None)
 
     def _accepts(self, token: str) -> bool:
         return key_accepted(self._keys, token)
@@ -72,5 +92,13 @@ class AuthMiddleware:
                     scope, receive, send
                 )
                 return
-        scope.setdefault("state", {})["tenant"] = tenant_of(token) if token else PUBLIC_TENANT
+        elif scope["type"] == "websocket" and not origin_allowed(
+                header(scope, b"origin"), header(scope, b"host"), self._origins):
+            log.info("websocket handshake refused: foreign origin %.100r",
+                     header(scope, b"origin"))
+            await send({"type": "websocket.close", "code": 1008})  # uvicorn: HTTP 403
+            return
+        state = scope.setdefault("state", {})
+        state["tenant"] = tenant_of(token) if token else PUBLIC_TENANT
+        state[OPEN] = not self._keys
         await self.app(scope, receive, send)

@@ -1,15 +1,18 @@
-"""What a handler may take from the request (or WebSocket): the runtime and the caller's
-tenant."""
+"""What a handler may take from the request (or WebSocket): the runtime, the caller's
+tenant, its JSON body."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from starlette.requests import HTTPConnection, Request
 
-from proxy.core.errors import NotFound
+from proxy.core.errors import NotFound, UnsupportedMediaType
+from proxy.core.jsonbody import parse_object
+from proxy.core.origin import is_json
 from proxy.services.runtime import Runtime
-from proxy.web.auth import PUBLIC_TENANT
+from proxy.web.auth import OPEN, PUBLIC_TENANT
 
 
 def runtime_of(conn: HTTPConnection) -> Runtime:
@@ -19,6 +22,25 @@ def runtime_of(conn: HTTPConnection) -> Runtime:
 
 def tenant(conn: HTTPConnection) -> str:
     return str(conn.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (or a 400); on an open proxy it must be declared JSON."""
+    require_json(request)
+    return parse_object(await request.body())
+
+
+def require_json(request: Request) -> None:
+    """Auth off: a body not declared JSON is a 415 (core/origin.py: no browser may send one
+    cross-origin without a preflight, which the proxy never grants)."""
+    if not request.scope.get("state", {}).get(OPEN):
+        return
+    kind = request.headers.get("content-type")
+    if not is_json(kind):
+        shown = "none" if kind is None else repr(kind[:100])
+        raise UnsupportedMediaType(
+            f"Unsupported Content-Type ({shown}): this server takes request bodies as JSON; "
+            "send them with `Content-Type: application/json`.")
 
 
 # Every id we hand out is a prefix, an underscore and hex; clients' item ids are similar. Ids

@@ -7,9 +7,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
-from proxy.web.context import path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, runtime_of, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import json_response
 
@@ -19,7 +18,7 @@ def _ids(request: Request) -> tuple[str, str]:
 
 
 async def create(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     async with metering(request):
         made = await runtime_of(request).conversations.create(tenant(request), body)
     return json_response(made)
@@ -30,7 +29,7 @@ async def retrieve(request: Request) -> Response:
 
 
 async def update(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     async with metering(request):
         updated = await runtime_of(request).conversations.update(*_ids(request), body)
     return json_response(updated)
@@ -41,7 +40,7 @@ async def delete(request: Request) -> Response:
 
 
 async def add_items(request: Request) -> Response:
-    body = parse_object(await request.body())
+    body = await json_body(request)
     async with metering(request):
         added = await runtime_of(request).conversations.add_items(*_ids(request), body)
     return json_response(added)

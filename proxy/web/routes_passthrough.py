@@ -16,7 +16,7 @@ from proxy.core.cachekey import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.passthrough import chat_stream
-from proxy.web.context import runtime_of, tenant
+from proxy.web.context import require_json, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import limits_on, metering
 from proxy.web.rendering import Reply, json_response, relay_response
@@ -24,6 +24,7 @@ from proxy.web.rendering import Reply, json_response, relay_response
 
 async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
+    require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     async with metering(request, hold=limits_on(request) and streams(body)) as meter:
         if runtime.chat is not None:

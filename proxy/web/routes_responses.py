@@ -8,10 +8,9 @@ from starlette.routing import Route
 
 from proxy.core.cachekey import parse_cache_control
 from proxy.core.fields import bad
-from proxy.core.jsonbody import parse_object
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
-from proxy.web.context import path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, runtime_of, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import metering
 from proxy.web.rendering import Reply, json_response, stream_response
@@ -19,7 +18,7 @@ from proxy.web.rendering import Reply, json_response, stream_response
 
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     directives = parse_cache_control(request.headers.get("cache-control"))
     # `parse_request` refuses a `stream` or `background` that is not a boolean.
     hold = body.get("background") is True or body.get("stream") is True
@@ -35,7 +34,7 @@ async def create(request: Request) -> Reply:
 async def count_input_tokens(request: Request) -> Response:
     """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     async with metering(request):
         counted = await runtime.responses.count_input_tokens(tenant(request), body)
     return json_response(counted)
@@ -44,7 +43,7 @@ async def count_input_tokens(request: Request) -> Response:
 async def compact(request: Request) -> Response:
     """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
     runtime = runtime_of(request)
-    body = parse_object(await request.body())
+    body = await json_body(request)
     async with metering(request) as meter:
         outcome = await unless_disconnected(
             request, runtime.responses.compact(tenant(request), body, meter=meter))

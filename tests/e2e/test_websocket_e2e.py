@@ -533,3 +533,45 @@ def test_the_async_sdk_client_runs_a_tool_round_trip_over_its_socket(
     sent = sim.stats()["last_request"]["messages"]
     assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "fog"}
     assert responses[1][-1].response.output[0].content[0].text == "Tool results: get_weather=fog"
+
+
+# -- an open proxy (no keys) and the browsers of other sites (issue 23 point 9) ---------------
+@pytest.fixture(scope="module")
+def open_proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    server = start_proxy(simulator.url, "--allow-origin", "https://app.example")
+    yield server
+    server.stop()
+
+
+def open_socket(server: ServerProcess, origin: str | None) -> ClientConnection:
+    url = server.url.replace("http://", "ws://") + "/v1/responses"
+    return connect(url, origin=origin, open_timeout=10, close_timeout=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "null", "http://127.0.0.1:1"])
+def test_with_auth_off_a_foreign_origin_is_refused_at_the_handshake(
+        open_proxy: ServerProcess, sim: SimControl, origin: str) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        open_socket(open_proxy, origin)
+    assert refused.value.response.status_code == 403
+    assert sim.stats()["chat_requests"] == 0
+
+
+@pytest.mark.parametrize("origin", [None, "https://app.example", "own"])
+def test_with_auth_off_no_origin_the_own_and_allowed_origins_are_served(
+        open_proxy: ServerProcess, origin: str | None) -> None:
+    if origin == "own":  # a page the proxy's own host served
+        origin = open_proxy.url
+    with open_socket(open_proxy, origin) as ws:
+        events = create(ws, input="hello")
+    assert events[-1]["type"] == "response.completed"
+
+
+def test_with_auth_on_the_key_decides_not_the_origin(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """A browser's WebSocket cannot carry a bearer key: a foreign page never gets this far."""
+    a, _ = pair
+    url = a.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, origin="http://tool.example",  # type: ignore[arg-type]
+                 additional_headers={"authorization": f"Bearer {KEY}"}, open_timeout=10) as ws:
+        assert create(ws, input="hello")[-1]["type"] == "response.completed"

@@ -3,6 +3,7 @@ serving afterwards (the in-process app, the simulator as its upstream over real 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -72,7 +73,8 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient, body: bytes) -> 
                                               (b'{"model": 7}', "model")])
 async def test_wrong_shape_is_400_naming_the_field(client: httpx.AsyncClient, body: bytes,
                                                    param: str | None) -> None:
-    response = await client.post("/v1/chat/completions", content=body)
+    response = await client.post("/v1/chat/completions", content=body,
+                                 headers={"content-type": "application/json"})
     assert_openai_error(response, 400, param=param)
 
 
@@ -91,7 +93,9 @@ async def test_body_over_the_limit_is_413(simulator: object, settings: Settings)
             for _ in range(10):
                 yield b" " * 100
 
-        assert_openai_error(await client.post("/v1/chat/completions", content=chunked()), 413)
+        assert_openai_error(await client.post("/v1/chat/completions", content=chunked(),
+                                              headers={"content-type": "application/json"}),
+                            413)
         await still_serving(client)
 
 
@@ -171,3 +175,45 @@ async def test_upstream_5xx_is_502(client: httpx.AsyncClient) -> None:
     bad = {**CHAT, "messages": [{"role": "user", "content": "[[sim fail=http:500]]"}]}
     assert_openai_error(await client.post("/v1/chat/completions", json=bad), 502)
     await still_serving(client)
+
+
+CREATE = {"model": "sim-model", "input": "hi"}
+JSON_ROUTES = [("/v1/responses", CREATE), ("/v1/responses/input_tokens", CREATE),
+               ("/v1/responses/compact", CREATE), ("/v1/chat/completions", CHAT),
+               ("/v1/conversations", {})]
+
+
+@pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded",
+                                  "multipart/form-data; boundary=x", None])
+@pytest.mark.parametrize(("path", "body"), JSON_ROUTES, ids=[p for p, _ in JSON_ROUTES])
+async def test_with_auth_off_a_body_not_declared_json_is_415(
+        client: httpx.AsyncClient, sim: SimControl, path: str, body: dict[str, object],
+        kind: str | None) -> None:
+    """What a page on another site can make a browser send without a CORS preflight (or, with
+    no type, a Blob body) is refused before anything runs."""
+    headers = {} if kind is None else {"content-type": kind}
+    response = await client.post(path, content=json.dumps(body), headers=headers)
+    error = assert_openai_error(response, 415, code="unsupported_media_type")
+    assert "application/json" in str(error["message"])
+    assert sim.stats()["chat_requests"] == 0
+    await still_serving(client)
+
+
+async def test_with_auth_off_json_types_and_bodiless_posts_are_served(
+        client: httpx.AsyncClient) -> None:
+    for kind in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        response = await client.post("/v1/responses", content=json.dumps(CREATE),
+                                     headers={"content-type": kind})
+        assert response.status_code == 200, response.text
+    cancel = await client.post("/v1/responses/resp_0123/cancel")  # no body, no type
+    assert_openai_error(cancel, 404)
+
+
+async def test_with_auth_on_the_type_is_not_required(simulator: object,
+                                                     settings: Settings) -> None:
+    """A browser cannot send the key cross-origin without a preflight: nothing to guard."""
+    async for client in proxy_for(settings.replace(api_keys=("sk-one",))):
+        response = await client.post("/v1/responses", content=json.dumps(CREATE),
+                                     headers={"content-type": "text/plain",
+                                              "authorization": "Bearer sk-one"})
+        assert response.status_code == 200, response.text

@@ -31,8 +31,15 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
+from proxy.http1 import ConnectError, ReadError
 from proxy.settings import Settings, Timeouts
-from proxy.upstream import ConnectionPool, Upstream, _bypassed, map_transport_errors
+from proxy.upstream import (
+    ConnectionPool,
+    Upstream,
+    _bypassed,
+    error_from_upstream,
+    map_transport_errors,
+)
 from tests.support.servers import free_port
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
@@ -1054,3 +1061,28 @@ def test_a_proxy_that_refuses_the_tunnel_makes_the_upstream_unreachable(
 ])
 def test_no_proxy_entries(host: str, port: int, no_proxy: str, bypassed: bool) -> None:
     assert _bypassed(host, port, no_proxy) is bypassed
+
+
+@pytest.mark.parametrize("url, words", [
+    ("http://10.1.2.3:8000", "gateway 10.1.2.3:8000 (http://10.1.2.3:8000) failed"),
+    ("http://gpu-5.internal:8000", "gpu-5.internal refused"),
+    ("http://vllm:8000", "vllm:8000 is down"),
+])
+def test_a_replicas_own_error_text_loses_the_replicas_address(url: str, words: str) -> None:
+    body = b'{"error": {"message": "%s"}}' % words.encode()
+    message = error_from_upstream(503, body, url).message
+    assert message.startswith("upstream answered 503: ")
+    host = url.removeprefix("http://").partition(":")[0]
+    assert url not in message and url.removeprefix("http://") not in message
+    assert host not in message or host == "vllm"  # a bare one-label name is an ordinary word
+
+
+@pytest.mark.parametrize("exc", [ConnectError("cannot connect to 10.9.9.9:8000"),
+                                 ReadError("peer 10.9.9.9 reset")])
+def test_transport_errors_keep_their_words_for_the_log_only(
+        exc: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(UpstreamError) as info, map_transport_errors("http://10.9.9.9:8000"):
+        raise exc
+    assert "10.9.9.9" not in info.value.message
+    assert any("http://10.9.9.9:8000" in r.getMessage() and str(exc) in r.getMessage()
+               for r in caplog.records)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from proxy.fleetfile import ReplicaSpec
-from proxy.settings import ConfigError, build_settings
+from proxy.services.fleet import Fleet
+from proxy.settings import ConfigError, Timeouts, build_settings
+from proxy.upstream import Upstream
 
 ENTRIES = [
     {"url": "http://10.0.0.5:8000/v1", "weight": 2, "api_key": "sk-five",
@@ -64,6 +66,11 @@ def test_a_replicas_object_is_accepted(tmp_path: Path) -> None:
     ([{"url": "http://a", "api_key": ""}], "replicas[0].api_key"),
     ([{"url": "http://a", "wieght": 2}], "replicas[0].wieght"),
     ([{"url": "http://a"}, {"url": "http://a/v1"}], "replicas[1].url"),
+    ([{"url": "http://a", "name": "http://a"}], "replicas[0].name"),
+    ([{"url": "http://a", "name": ""}], "replicas[0].name"),
+    ([{"url": "http://a", "name": "x" * 65}], "replicas[0].name"),
+    ([{"url": "http://a", "name": "g"}, {"url": "http://b", "name": "g"}], "replicas[1].name"),
+    ([{"url": "http://a"}, {"url": "http://b", "name": "replica-1"}], "replicas[1].name"),
     ([], "non-empty list"),
     ({"url": "http://a"}, "list of replicas"),
 ])
@@ -124,3 +131,15 @@ def test_a_replica_key_replaces_the_fleet_key_for_that_replica_only() -> None:
     assert b"authorization: Bearer sk-a\r\n" in head_a and b"sk-fleet" not in head_a
     assert b"authorization: Bearer sk-fleet\r\n" in head_b
     assert head_a.startswith(b"host: a:8000\r\n") and head_a.endswith(b"\r\n")
+
+
+def test_replicas_are_named_by_the_file_or_by_position(tmp_path: Path) -> None:
+    """What /metrics labels them with: never their URL."""
+    path = write(tmp_path, "f.json", json.dumps([
+        {"url": "http://10.0.0.5:8000", "name": "gpu-5"}, {"url": "http://10.0.0.6:8000"}]))
+    settings = build_settings({"fleet": path}, {})
+    fleet = Fleet(Upstream(Upstream.make_pool(), api_key=None, timeouts=Timeouts()),
+                  settings.upstreams, specs=settings.fleet)
+    assert [r.name for r in fleet.replicas] == ["gpu-5", "replica-2"]
+    plain = Fleet(fleet.upstream, ("http://a:1", "http://b:2"))
+    assert [r.name for r in plain.replicas] == ["replica-1", "replica-2"]

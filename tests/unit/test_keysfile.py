@@ -172,3 +172,16 @@ def test_priority_is_granted_per_key() -> None:
                                        {"key": "sk-other"}]})
     assert [entry.priority for entry in parsed.keys] == [True, False]
     assert parsed.keys[0].limits == Limits(rpm=5)
+
+
+def test_cache_group_is_read_and_optional() -> None:
+    parsed = parse_keys_file({"keys": [{"key": "sk-a", "cache_group": " team "},
+                                       {"key": "sk-b"}]})
+    assert [e.cache_group for e in parsed.keys] == ["team", None]
+
+
+@pytest.mark.parametrize("value", ["", "  ", 3, ["team"]])
+def test_a_bad_cache_group_names_the_field(value: object) -> None:
+    with pytest.raises(KeysFileError) as info:
+        parse_keys_file({"keys": [{"key": "sk-a", "cache_group": value}]})
+    assert info.value.where == "keys[0].cache_group"

@@ -246,3 +246,19 @@ def test_workers_count_auto_and_the_shared_store_they_need() -> None:
         with pytest.raises(ConfigError) as info:
             build_settings({**flags, "workers": bad}, {})
         assert info.value.flag == "--workers"
+
+
+def test_allowed_origins_from_flags_or_environment() -> None:
+    up = {"upstream": ["http://u:1"]}
+    assert build_settings(up, {}).allow_origins == ()
+    assert build_settings({**up, "allow_origin": ["https://app.example", "http://l:3000"]},
+                          {}).allow_origins == ("https://app.example", "http://l:3000")
+    assert build_settings(up, {"PROXY_ALLOW_ORIGIN": "https://a.example, https://b.example"}
+                          ).allow_origins == ("https://a.example", "https://b.example")
+
+
+@pytest.mark.parametrize("value", ["app.example", "https://app.example/path", "null", "*"])
+def test_a_bad_allowed_origin_names_the_flag(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings({"upstream": ["http://u:1"], "allow_origin": [value]}, {})
+    assert str(info.value).startswith("--allow-origin")

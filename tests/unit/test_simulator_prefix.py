@@ -116,3 +116,36 @@ async def test_without_a_prefill_cost_hits_are_still_counted() -> None:
         await timed(client, messages)
         assert app.prefill(messages, None) == 0.0
         assert (await client.get("/sim/stats")).json()["prefix_hit_tokens"] > 0
+
+
+def test_a_salt_partitions_the_cache_as_vllms_cache_salt_does() -> None:
+    cache = PrefixCache()
+    sequence = prompt_sequence(conversation(2), None)
+    full = len(sequence) // BLOCK_TOKENS * BLOCK_TOKENS
+    cache.admit(sequence, "salt-a")
+    assert cache.admit(sequence, "salt-b").hit_tokens == 0  # another salt: nothing shared
+    assert cache.admit(sequence).hit_tokens == 0  # nor without one
+    assert cache.admit(sequence, "salt-a").hit_tokens == full  # the same salt hits
+
+
+async def test_the_timing_of_another_salts_prompt_tells_nothing() -> None:
+    """The attack the salt closes: a right guess of another tenant's long prompt answers as
+    slowly as a wrong one; the owner's own repeat still hits."""
+    app = create_app(SimConfig(prefill_ms_per_token=2.0))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+        secret = conversation(4)
+
+        async def timed_salted(salt: str) -> float:
+            started = time.perf_counter()
+            reply = await client.post("/v1/chat/completions",
+                                      json={**body(secret), "cache_salt": salt})
+            assert reply.status_code == 200
+            return time.perf_counter() - started
+
+        cold = await timed_salted("victim")
+        guess = await timed_salted("attacker")
+        again = await timed_salted("victim")
+        assert guess >= cold * 0.8 and again < guess / 3
+        reply = await client.post("/v1/chat/completions", json={**body(secret), "cache_salt": ""})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "cache_salt"
