@@ -127,7 +127,7 @@ async def test_a_store_down_at_start_delays_sealing_but_not_stateless_traffic(
         settings: Settings) -> None:
     port = free_port()
     down = settings.replace(redis_url=f"redis://127.0.0.1:{port}/0")
-    async with app_for(down) as (client, runtime):
+    async with app_for(down) as (client, _):
         plain = await client.post("/v1/responses", json={**ASK, "include": []})
         assert plain.status_code == 200, plain.text
         assert_openai_error(await client.post("/v1/responses", json=ASK), 503,
