@@ -146,7 +146,7 @@ class Settings:
     # -- issue 23, sealed blobs and expansion (core/seal.py, core/expansion.py) ------------
     # The most one sealed blob (reasoning `encrypted_content`, a compaction item) may inflate
     # to; what all of a request's references, history and opened blobs add up to is bounded
-    # by `max_body_bytes`. At most `max_body_bytes`.
+    # by `max_body_bytes`. At most `max_body_bytes` (the default is lowered to it).
     max_sealed_bytes: int = 1024 * 1024
 
     def replace(self, **changes: object) -> Settings:
@@ -311,7 +311,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         params=mode("params", PARAMS_MODES),
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
         fleet_secret=fleet_secret,
-        max_sealed_bytes=_sealed_cap(count("max_sealed_bytes"), count("max_body_bytes")),
+        max_sealed_bytes=_sealed_cap(pick("max_sealed_bytes", "PROXY_MAX_SEALED_BYTES"),
+                                     count("max_body_bytes")),
         cache_ttl=count("cache_ttl"),
         embedding_model=embedding_model or None,
         cache_similarity=_similarity(pick("cache_similarity", "PROXY_CACHE_SIMILARITY")),
@@ -466,7 +467,11 @@ def _fleet_secret(value: object) -> str | None:
     return str(value)
 
 
-def _sealed_cap(cap: int, body: int) -> int:
+def _sealed_cap(value: object, body: int) -> int:
+    """`--max-sealed-bytes`; by default 1 MiB, or the body limit when that is smaller."""
+    if value is None or value == "":
+        return min(Settings.max_sealed_bytes, body)
+    cap = int(check_positive(value, "--max-sealed-bytes", integer=True))
     if cap > body:
         raise ConfigError("--max-sealed-bytes", f"must be at most --max-body-bytes ({body})")
     return cap

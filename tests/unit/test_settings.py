@@ -178,6 +178,7 @@ def test_the_placeholders_shipped_in_deploy_refuse_to_start(placeholder: str,
 def test_the_sealed_blob_cap_is_a_setting_below_the_body_limit() -> None:
     assert build_settings({}, {}).max_sealed_bytes == 1024 * 1024
     assert build_settings({}, {"PROXY_MAX_SEALED_BYTES": "4096"}).max_sealed_bytes == 4096
+    assert build_settings({"max_body_bytes": "8192"}, {}).max_sealed_bytes == 8192
     with pytest.raises(ConfigError) as info:
         build_settings({"max_sealed_bytes": "2048", "max_body_bytes": "1024"}, {})
     assert info.value.flag == "--max-sealed-bytes"
