@@ -30,6 +30,7 @@ Layout:
     jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
                                     consumer group `workers`
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
+    fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
 """
 
 from __future__ import annotations
