@@ -41,7 +41,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = Runtime.build(settings, metrics=metrics, draining=draining)
+        runtime = await Runtime.open(settings, metrics=metrics, draining=draining)
         app.state.runtime = runtime
         await runtime.start()
         try:

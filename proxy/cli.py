@@ -61,7 +61,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
     p.add_argument("--log-format", help="text | json (default text)")
-    p.add_argument("--fleet-secret", help="secret shared by all instances, seals blobs")
+    p.add_argument("--fleet-secret",
+                   help="secret shared by all instances, seals blobs (default: a random one "
+                        "per deployment, kept in Redis)")
     p.add_argument("--mcp-allow", action="append",
                    help="URL prefix of MCP servers the proxy may call (repeatable; default "
                         "none: MCP tools are refused)")
@@ -116,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-embedding-timeout",
                        help="seconds an embedding call may take; slower is a miss (default 0.5)")
     serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
+    serve.add_argument("--max-sealed-bytes",
+                       help="most one sealed blob may inflate to (default 1 MiB)")
     serve.add_argument("--max-input-items",
                        help="input items accepted in one create (default 2048)")
     serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")

@@ -115,7 +115,8 @@ class Settings:
     params: str = "lenient"
     hosted_tools: str = "drop"
     # Fleet-wide secret that authenticates sealed blobs (core/seal.py); every instance sharing
-    # one Redis must have the same one. None: EMBEDDED_FLEET_SECRET (see `seal_secret`).
+    # one Redis must have the same one. None: a random secret per deployment, shared through
+    # the store (services/sealing.py); there is no public default.
     fleet_secret: str | None = None
     # The response cache (services/cache.py): entries live `cache_ttl` seconds; `semantic` asks
     # `embedding_model` on the fleet's /v1/embeddings and takes a neighbour at or above
@@ -163,6 +164,12 @@ class Settings:
     # With auth off, WebSocket handshakes from these browser origins (`https://app.example`)
     # are accepted besides the proxy's own; any other `Origin` is refused.
     allow_origins: tuple[str, ...] = ()
+
+    # -- issue 23, sealed blobs and expansion (core/seal.py, core/expansion.py) ------------
+    # The most one sealed blob (reasoning `encrypted_content`, a compaction item) may inflate
+    # to; what all of a request's references, history and opened blobs add up to is bounded
+    # by `max_body_bytes`. At most `max_body_bytes` (the default is lowered to it).
+    max_sealed_bytes: int = 1024 * 1024
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -289,9 +296,8 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         first_token=number("first_token_timeout", defaults.timeouts.first_token),
     )
     upstream_key = pick("upstream_api_key", "PROXY_UPSTREAM_API_KEY")
-    fleet_secret = pick("fleet_secret", "PROXY_FLEET_SECRET")
-    if fleet_secret is not None and not _split(str(fleet_secret)):
-        raise ConfigError("--fleet-secret", "give at least one non-empty secret")
+    fleet_secret = _fleet_secret(pick("fleet_secret", "PROXY_FLEET_SECRET"))
+    _refuse_placeholders("--api-key / PROXY_API_KEYS", api_keys)
     ca_bundle, https_proxy = _upstream_client(pick, env)
     workers = _workers(pick("workers", "PROXY_WORKERS"), shared=bool(redis_url))
     return Settings(
@@ -326,7 +332,9 @@ def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Setti
         log_format=log_format,
         params=mode("params", PARAMS_MODES),
         hosted_tools=mode("hosted_tools", HOSTED_TOOLS_MODES),
-        fleet_secret=str(fleet_secret) if fleet_secret else None,
+        fleet_secret=fleet_secret,
+        max_sealed_bytes=_sealed_cap(pick("max_sealed_bytes", "PROXY_MAX_SEALED_BYTES"),
+                                     count("max_body_bytes")),
         cache_ttl=count("cache_ttl"),
         embedding_model=embedding_model or None,
         cache_similarity=_similarity(pick("cache_similarity", "PROXY_CACHE_SIMILARITY")),
@@ -474,7 +482,11 @@ def _byte_count(pick: Pick, name: str, default: int) -> int:
 
 def _keys_file(pick: Pick) -> KeysFile | None:
     path = pick("keys_file", "PROXY_KEYS_FILE")
-    return load_keys_file(str(path)) if path else None
+    if not path:
+        return None
+    keys = load_keys_file(str(path))
+    _refuse_placeholders("--keys-file", [entry.key for entry in keys.keys])
+    return keys
 
 
 def load_keys_file(path: str) -> KeysFile:
@@ -498,26 +510,45 @@ def load_keys_file(path: str) -> KeysFile:
         raise ConfigError("--keys-file", str(exc)) from None
 
 
-# The documented default secret: it is public, so anyone could seal blobs we accept. That is
-# harmless for the embedded single instance (a blob only carries reasoning text the client
-# could send as plain `content` anyway); with a shared Redis it still works across instances but
-# `fleet_warning` says at start to set a real one. A random per-process secret would break
-# blobs on restart and across instances, a worse failure than a public default.
-EMBEDDED_FLEET_SECRET = "responses-proxy-default-fleet-secret"
+# The example values shipped in deploy/ (docker-compose.yml, k8s/secret.yaml): a deployment
+# that kept one would run with a secret or a key anyone can read, so they refuse to start.
+PLACEHOLDERS = frozenset({"replace-with-client-keys", "replace-with-a-long-random-secret",
+                          "change-me-to-a-long-random-secret"})
 
 
-def seal_secret(settings: Settings) -> tuple[bytes, ...]:
-    """The fleet secrets, comma-separated: the first seals, every one opens (rotation)."""
-    return tuple(part.encode() for part in _split(settings.fleet_secret or EMBEDDED_FLEET_SECRET))
+def _refuse_placeholders(setting: str, values: Sequence[str]) -> None:
+    for value in values:
+        if value.strip() in PLACEHOLDERS:
+            raise ConfigError(setting, f"{value.strip()!r} is the placeholder shipped in "
+                                       "deploy/; set a value of your own")
 
 
-def fleet_warning(settings: Settings) -> str | None:
-    """The start-up warning for a shared store without a fleet secret, else None."""
-    if settings.redis_url and not settings.fleet_secret:
-        return ("no --fleet-secret / PROXY_FLEET_SECRET with a Redis store: sealed blobs "
-                "(reasoning encrypted_content) use the public default secret; set one shared "
-                "secret on every instance")
-    return None
+def _fleet_secret(value: object) -> str | None:
+    """`--fleet-secret`: comma-separated secrets (the first seals, every one opens). Empty or
+    absent: None (a random secret per deployment, services/sealing.py)."""
+    if value is None or not str(value).strip():
+        return None
+    parts = _split(str(value))
+    if not parts:
+        raise ConfigError("--fleet-secret", "give at least one non-empty secret")
+    _refuse_placeholders("--fleet-secret / PROXY_FLEET_SECRET", parts)
+    return str(value)
+
+
+def _sealed_cap(value: object, body: int) -> int:
+    """`--max-sealed-bytes`; by default 1 MiB, or the body limit when that is smaller."""
+    if value is None or value == "":
+        return min(Settings.max_sealed_bytes, body)
+    cap = int(check_positive(value, "--max-sealed-bytes", integer=True))
+    if cap > body:
+        raise ConfigError("--max-sealed-bytes", f"must be at most --max-body-bytes ({body})")
+    return cap
+
+
+def fleet_secrets(settings: Settings) -> tuple[bytes, ...]:
+    """The operator's fleet secrets, comma-separated: the first seals, every one opens
+    (rotation). Empty: none was given (services/sealing.py makes one per deployment)."""
+    return tuple(part.encode() for part in _split(settings.fleet_secret))
 
 
 def _similarity(value: object) -> float:

@@ -22,7 +22,7 @@ def run_worker(settings: Settings) -> None:
 
 
 async def _main(settings: Settings) -> None:
-    runtime = Runtime.build(settings, worker=True)
+    runtime = await Runtime.open(settings, worker=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

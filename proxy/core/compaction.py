@@ -35,10 +35,9 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import InvalidRequest
 from proxy.core.fields import at, bad, expect_object, expect_str, opt_str
 from proxy.core.ids import IdFactory
-from proxy.core.seal import Sealer, SealError
+from proxy.core.seal import Sealer, SealError, seal_errors
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,
@@ -83,18 +82,17 @@ def seal_summary(sealer: Sealer, summary: Summary) -> str:
 
 def open_summary(sealer: Sealer | None, blob: str, where: str) -> Summary:
     """The summary a blob of ours carries; a 400 naming `where` for anything else."""
-    try:
+    with seal_errors(where, "compaction"):
         if sealer is None:
             raise SealError("no sealer")
-        payload = orjson.loads(sealer.open(PURPOSE, blob))
-        text, tail = payload["summary"], payload["tail"]
+        opened = sealer.open(PURPOSE, blob)
+        try:
+            payload = orjson.loads(opened)
+            text, tail = payload["summary"], payload["tail"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise SealError("not a summary") from None
         if not isinstance(text, str) or not isinstance(tail, int) or tail < 0:
             raise SealError("not a summary")
-    except (SealError, orjson.JSONDecodeError, KeyError, TypeError):
-        raise InvalidRequest(
-            f"Invalid '{where}': the encrypted content could not be verified or decrypted; "
-            "send back compaction items exactly as this server returned them.",
-            param=where, code="invalid_encrypted_content") from None
     return Summary(text, tail)
 
 
@@ -107,10 +105,14 @@ def make_item(sealer: Sealer, summary: Summary, item_id: str) -> Item:
 def parse_compaction(item: dict[str, Any], ids: IdFactory, path: str,
                      sealer: Sealer | None) -> Item:
     """A client's compaction item, its seal checked now (a forged one is a 400 before any
-    work); stored as the SDK's ResponseCompactionItem."""
+    work, nothing inflated: it is opened when the request is expanded); stored as the SDK's
+    ResponseCompactionItem."""
     where = at(path, "encrypted_content")
     blob = expect_str(item.get("encrypted_content"), where)
-    open_summary(sealer, blob, where)
+    with seal_errors(where, "compaction"):
+        if sealer is None:
+            raise SealError("no sealer")
+        sealer.verify(PURPOSE, blob)
     return {"id": opt_str(item, "id", path, max_len=256) or ids(ID_PREFIX), "type": COMPACTION,
             "encrypted_content": blob}
 

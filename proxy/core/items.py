@@ -20,10 +20,12 @@ names it: we do not drop what we cannot honour.
 
 `encrypted_content` here is a sealed copy of the reasoning text (for clients that keep no state
 and replay reasoning items, `include=["reasoning.encrypted_content"]`), see `core/seal.py`. It
-is not secret: the same text is in the item's `content`. A blob that is not a valid one of ours
-(forged, altered, OpenAI's, too large) is refused with a 400 naming it, as OpenAI refuses
-invalid encrypted content; a valid one given without `content` has its text put there, so
-translation never needs the secret.
+is not secret: the same text is in the item's `content`. A blob that is not one of ours (forged,
+altered, OpenAI's) is refused with a 400 naming it, as OpenAI refuses invalid encrypted content.
+Parsing only checks the seal (nothing is inflated) and the item is stored as the client sent
+it, blob and all: `open_reasoning` puts the text in `content` only in the copy the upstream
+request is built from (core/expansion.py, which counts it), so a small blob never becomes a
+large stored item.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from typing import Any
 
 from proxy.core import compaction
 from proxy.core import ids as idp
-from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
     bad,
@@ -51,7 +52,7 @@ from proxy.core.ids import IdFactory
 from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
 from proxy.core.mcp import parse_mcp_item
 from proxy.core.references import is_reference, parse_reference
-from proxy.core.seal import Sealer, SealError
+from proxy.core.seal import Sealer, SealError, seal_errors
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,
@@ -280,28 +281,29 @@ def _parse_reasoning(item: dict[str, Any], ids: IdFactory, path: str,
     sealed = item.get("encrypted_content")
     if sealed is not None:
         where = at(path, "encrypted_content")
-        text = _unseal(expect_str(sealed, where), sealer, where)
-        out["encrypted_content"] = sealed
-        if "content" not in out:
-            out["content"] = [{"type": "reasoning_text", "text": text}]
+        blob = expect_str(sealed, where)
+        with seal_errors(where, "reasoning"):
+            if sealer is None:
+                raise SealError("no sealer")
+            sealer.verify(REASONING_PURPOSE, blob)
+        out["encrypted_content"] = blob
     return out
 
 
-def _unseal(blob: str, sealer: Sealer | None, where: str) -> str:
-    try:
-        if sealer is None:
-            raise SealError("no sealer")
-        return sealer.open(REASONING_PURPOSE, blob)
-    except SealError:
-        raise InvalidRequest(
-            f"Invalid '{where}': the encrypted content could not be verified or decrypted; "
-            "send back reasoning items exactly as this server returned them.",
-            param=where, code="invalid_encrypted_content") from None
+def open_reasoning(item: Item, sealer: Sealer, where: str) -> tuple[Item, int]:
+    """A reasoning item to translate, and the bytes opened for it: one that carries only its
+    sealed copy gets the text in `content` (a copy of the item); any other is itself, 0."""
+    blob = item.get("encrypted_content")
+    if item.get("type") != REASONING or not isinstance(blob, str) or item.get("content"):
+        return item, 0
+    with seal_errors(where, "reasoning"):
+        text = sealer.open(REASONING_PURPOSE, blob)
+    return {**item, "content": [{"type": "reasoning_text", "text": text}]}, len(text.encode())
 
 
 def reasoning_text(item: Item) -> str:
     """What a reasoning item says: its raw text, else its summary (a sealed copy the client sent
-    was opened into `content` when the item was parsed)."""
+    is opened into `content` by `open_reasoning` before translation)."""
     parts = item.get("content") or []
     text = "".join(str(p.get("text", "")) for p in parts)
     if text:

@@ -52,7 +52,7 @@ from proxy.services.metering import Meter, turn_spent
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings, seal_secret
+from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, Store, StoredResponse
 
 log = logging.getLogger("proxy.worker")
@@ -92,12 +92,12 @@ class Worker:
                  name: str | None = None, shared: bool = True,
                  supervisor: Supervisor | None = None, limits: Limiter | None = None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, sealer: Sealer) -> None:
         self.name = name or worker_name()
         self._admission = admission or Admission.from_settings(fleet, settings)
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
-        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._sealer = sealer
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp_timeout)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is

@@ -1,20 +1,18 @@
-"""Resolving a request's `item_reference` inputs against the caller's stored items (one
-`Store.find_items` call: two pipelined reads however many references; core/references.py does
-the rest). A request without references never touches the store here."""
+"""The stored items a request's `item_reference` inputs name (one `Store.find_items` call: two
+pipelined reads however many references); core/expansion.py resolves and counts them. A request
+without references never touches the store here."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from proxy.core.references import referenced_ids, resolve
+from proxy.core.references import referenced_ids
 from proxy.core.request import ResponsesRequest
+from proxy.core.types import Item
 from proxy.store.base import Store
 
 
-async def resolve_references(store: Store, tenant: str,
-                             request: ResponsesRequest) -> ResponsesRequest:
+async def find_references(store: Store, tenant: str,
+                          request: ResponsesRequest) -> dict[str, Item]:
     ids = referenced_ids(request.input)
     if not ids:
-        return request
-    found = await store.find_items(tenant, ids)
-    return dataclasses.replace(request, input=resolve(request.input, found))
+        return {}
+    return await store.find_items(tenant, ids)

@@ -1,10 +1,12 @@
 """`POST /v1/responses`: parse, expand history, translate, open the upstream, run the turn.
 
 Order of work for one request (what can fail where):
-1. parse and validate (400 naming the field);
+1. parse and validate (400 naming the field; sealed blobs have their seal checked);
 2. expand history: the `previous_response_id` chain (400 `previous_response_not_found`) or the
-   conversation's items (404); only these and `store` touch the store, so `store: false`
-   traffic without history goes on while Redis is down;
+   conversation's items (404), and the `item_reference`s; only these and `store` touch the
+   store, so `store: false` traffic without history goes on while Redis is down. What the
+   request expands to (history, references, opened blobs) is bounded by `--max-body-bytes`
+   (core/expansion.py: a 400 naming the parameter) before anything is translated or stored;
 3. choose a replica and open its chat stream, waiting only for the response *headers*: unknown
    model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
    plain HTTP errors here, because vLLM validates before it answers;
@@ -41,6 +43,7 @@ from proxy.core.errors import (
     ShuttingDown,
     UpstreamError,
 )
+from proxy.core.expansion import Expansion
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import parse_input, seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
@@ -65,12 +68,12 @@ from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
 from proxy.services.metering import Meter, tokens_of, turn_spent
-from proxy.services.references import resolve_references
+from proxy.services.references import find_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
 from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
-from proxy.settings import Settings, seal_secret
+from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
 
 CHAT_PATH = "/v1/chat/completions"
@@ -93,6 +96,8 @@ class History:
     home: str | None = None  # the replica that ran the previous response (its prefix cache)
     # A compaction made for this request (context_management): first in its output.
     compaction: Item | None = None
+    # The parameter the items came from (what an expansion past the limit names).
+    param: str = "input"
 
 
 class ResponsesService:
@@ -106,6 +111,7 @@ class ResponsesService:
         settings: Settings,
         background: Background,
         stored: StoredResponses,
+        sealer: Sealer,
         *,
         clock: Callable[[], float] = time.time,
         ids: IdFactory = new_id,
@@ -130,7 +136,7 @@ class ResponsesService:
         self._settings = settings
         self._clock = clock
         self._ids = ids
-        self._sealer = Sealer(seal_secret(settings), settings.max_body_bytes)
+        self._sealer = sealer
         self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
@@ -174,24 +180,35 @@ class ResponsesService:
             # atomically, for two requests racing for the last bytes.
             await self._store.check_storage(tenant)
         request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
-        request = await resolve_references(self._store, tenant, request)
+        found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
-        request = await self._with_media(request, history)
+        request, shown, seen = self._expand(request, found, history)
+        shown = await self._with_media(shown, history)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
-                tenant, request, history.items, compact=meter is not None,
+                tenant, shown, seen, compact=meter is not None,
                 affinity=history.affinity, home=history.home)
             if made is not None:
                 assert meter is not None
                 meter.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = to_chat_request(request, history.items)
+            chat = to_chat_request(shown, seen)
         if request.truncation == "auto":
             chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
         return request, history, chat
+
+    def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History
+                ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
+        """(the request to store: references resolved, blobs sealed; the same to translate:
+        blobs opened; the history to translate), all of it counted (core/expansion.py)."""
+        expansion = Expansion(self._settings.max_body_bytes, self._sealer)
+        seen = expansion.history(history.items, history.param)
+        stored, shown = expansion.input(request.input, found)
+        return (dataclasses.replace(request, input=stored),
+                dataclasses.replace(request, input=shown), seen)
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
@@ -320,8 +337,9 @@ class ResponsesService:
                                    previous_response_id=parsed.previous_response_id,
                                    cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
-        request = await self._with_media(request, history)
-        done = await self._compactor.compact(tenant, request, history.items,
+        _, shown, seen = self._expand(request, {}, history)
+        shown = await self._with_media(shown, history)
+        done = await self._compactor.compact(tenant, shown, seen,
                                              affinity=history.affinity, home=history.home)
         if meter is not None:
             meter.charge(tokens_of(done.usage))
@@ -400,13 +418,13 @@ class ResponsesService:
             # The whole chain lands on one replica (vLLM's prefix cache): where its last turn
             # ran, else (that one unknown or overloaded) the root's rendezvous order.
             return History(chain.items, chain.parents, affinity=chain.parents[0],
-                           home=chain.replica)
+                           home=chain.replica, param="previous_response_id")
         if request.conversation:
             items = await self._store.all_conversation_items(tenant, request.conversation)
             if items is None:
                 raise NotFound(f"Conversation with id '{request.conversation}' not found.",
                                param="conversation")
-            return History(items, affinity=request.conversation)
+            return History(items, affinity=request.conversation, param="conversation")
         return History([], affinity=request.prompt_cache_key)
 
     def _assembler(self, request: ResponsesRequest) -> Assembler:
@@ -418,6 +436,8 @@ class ResponsesService:
             **request.echo(),
         }
         include = "reasoning.encrypted_content" in request.include
+        if include:
+            self._sealer.keys()  # no secret known yet: a 503 now, not a failure mid-stream
         seal = seal_reasoning(self._sealer) if include else None
         return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
 from proxy.metrics import Metrics
@@ -33,13 +36,15 @@ from proxy.services.limits import Limiter, limit_table
 from proxy.services.media import MediaFetcher
 from proxy.services.passthrough import Passthrough
 from proxy.services.responses import ResponsesService
+from proxy.services.sealing import fleet_sealer, keep_reading
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import Supervisor, TaskSet
-from proxy.settings import Settings, fleet_warning
+from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.cache import response_cache
 from proxy.store.factory import job_queue, open_store
 from proxy.store.leases import LeaseTable
+from proxy.store.redis import RedisStore
 from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
@@ -76,13 +81,28 @@ class Runtime:
     # Leases on the stored foreground responses this process generates (None: embedded store,
     # which dies with the process anyway).
     leases: Leases | None = None
+    # Reads the deployment's fleet secret when the store was unreachable at start (None: it
+    # is known; services/sealing.py).
+    read_secret: Callable[[], Awaitable[None]] | None = None
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def build(cls, settings: Settings, *, http: ConnectionPool | None = None,
-              worker: bool | None = None, metrics: Metrics | None = None,
-              draining: Drain | None = None) -> Runtime:
-        """`worker`: run background jobs in this process (default: `settings.worker`)."""
+    async def open(cls, settings: Settings, *, worker: bool | None = None,
+                   metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
+        """`build` with the store opened and the fleet secret read from it first (the one
+        piece of start-up I/O the services need before they exist: services/sealing.py)."""
+        store = open_store(settings.redis_url, budget=storage_budget(
+            settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
+        sealer = await fleet_sealer(settings, store.client)
+        return cls.build(settings, store, sealer, worker=worker, metrics=metrics,
+                         draining=draining)
+
+    @classmethod
+    def build(cls, settings: Settings, store: RedisStore, sealer: Sealer, *,
+              http: ConnectionPool | None = None, worker: bool | None = None,
+              metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
+        """`worker`: run background jobs in this process (default: `settings.worker`).
+        `sealer`: the fleet secret's (services/sealing.py), one for every service."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.max_connections_per_upstream,
             ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
@@ -94,8 +114,6 @@ class Runtime:
                       routing=settings.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
-        store = open_store(settings.redis_url, budget=storage_budget(
-            settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
         queue = job_queue(store)
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)
@@ -125,7 +143,7 @@ class Runtime:
         if settings.worker if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
                             shared=not store.embedded, supervisor=supervisor, limits=limits,
-                            admission=admission)
+                            admission=admission, sealer=sealer)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -139,10 +157,10 @@ class Runtime:
             followers=followers,
             passthrough=passthrough,
             responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, cache=cache, drain=draining, leases=leases,
-                                       admission=admission),
+                                       stored, sealer, cache=cache, drain=draining,
+                                       leases=leases, admission=admission),
             stored=stored,
-            conversations=Conversations(store, settings),
+            conversations=Conversations(store, settings, sealer),
             queue=queue,
             background=background,
             worker=runner,
@@ -152,17 +170,18 @@ class Runtime:
             limits=limits,
             draining=draining,
             leases=leases,
+            read_secret=None if sealer.ready else functools.partial(
+                keep_reading, sealer, store.client),
         )
 
     async def start(self) -> None:
-        warning = fleet_warning(self.settings)
-        if warning:
-            log.warning(warning)
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
                 log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
         self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
+        if self.read_secret is not None:
+            self._loops.append(self.supervisor.start("fleet-secret", self.read_secret))
         if self.leases is not None:
             self._loops.append(self.supervisor.start("leases", self.leases.run))
         if self.worker is not None:

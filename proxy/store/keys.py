@@ -34,6 +34,7 @@ Layout:
     jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
                                     consumer group `workers`
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
+    fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
 """
 
 from __future__ import annotations
@@ -260,3 +261,13 @@ def response_reaper(response_id: str) -> str:
     it, one closes it; the claim expires with a lease period, so a reaper that dies too is
     replaced."""
     return f"rp:{{{response_id}}}:reaper"
+
+
+# -- the per-deployment fleet secret (services/sealing.py) ----------------------------------
+# Without `--fleet-secret`, the first instance to start SET NXs a random secret here and every
+# instance and worker of the deployment reads it at start, so a blob sealed by one opens on all
+# of them and no one outside the deployment can seal one. No TTL, on purpose: the secret must
+# outlive every blob handed out (clients keep them; stored responses live `--response-ttl`),
+# and a secret that expired would be replaced by a new one that opens none of them. Bounded:
+# one 32-byte string per deployment.
+FLEET_SECRET: Final = "fleet:secret"

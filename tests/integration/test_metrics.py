@@ -327,7 +327,7 @@ async def test_job_outcomes_are_counted_once_each(app_client: Client) -> None:
 
 async def test_a_job_handed_back_by_a_stopping_worker_is_counted_requeued(
         simulator: Any) -> None:
-    runtime = Runtime.build(Settings(upstreams=(simulator.url,)), worker=True)
+    runtime = await Runtime.open(Settings(upstreams=(simulator.url,)), worker=True)
     try:
         worker = runtime.worker
         assert worker is not None

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from proxy.app import create_app
-from proxy.settings import Settings, build_settings
+from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -369,3 +369,18 @@ async def test_dashboard_metrics_agree_with_a_running_apps_metrics(
         for name in set(re.findall(r"\bproxy_[a-z_]+", query)):
             if family_of(name) in exposed_families:
                 assert name in samples or name.endswith("_created"), (name, query)
+
+
+def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
+    # Issue 23: the example Secret's placeholders refuse to start, naming the setting ...
+    secret = k8s("Secret", "responses-proxy")["stringData"]
+    for name in ("PROXY_FLEET_SECRET", "PROXY_API_KEYS"):
+        assert secret[name] in PLACEHOLDERS
+        with pytest.raises(ConfigError) as info:
+            build_settings({}, {name: secret[name]})
+        assert name in str(info.value)
+    # ... and compose ships no default secret at all (unset: a random one shared in Redis).
+    env = compose()["services"]["proxy-1"]["environment"]
+    assert env["PROXY_FLEET_SECRET"] == "${PROXY_FLEET_SECRET:-}"
+    shipped = "\n".join(p.read_text() for p in DEPLOY.rglob("*") if p.is_file())
+    assert {p for p in PLACEHOLDERS if p in shipped} <= set(secret.values())

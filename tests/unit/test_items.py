@@ -9,7 +9,7 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input, reasoning_text, seal_reasoning
+from proxy.core.items import open_reasoning, parse_input, reasoning_text, seal_reasoning
 from proxy.core.seal import Sealer
 
 SEALER = Sealer((b"test-secret",), 1 << 20)
@@ -91,8 +91,12 @@ def test_reasoning_items_round_trip_through_the_seal() -> None:
     sealed = seal_reasoning(SEALER)("because")
     out = items([{"type": "reasoning", "id": "rs_1", "summary": [],
                   "encrypted_content": sealed}])
-    assert reasoning_text(out[0]) == "because"
-    assert out[0]["encrypted_content"] == sealed
+    # Stored as sent: the blob, not its text; the text appears only in the copy translated.
+    assert out[0] == {"id": "rs_1", "type": "reasoning", "summary": [],
+                      "encrypted_content": sealed}
+    shown, size = open_reasoning(out[0], SEALER, "input[0].encrypted_content")
+    assert reasoning_text(shown) == "because" and size == len("because")
+    assert "content" not in out[0]
     with_text = items([{"type": "reasoning", "summary": [],
                         "content": [{"type": "reasoning_text", "text": "raw"}]}])
     assert reasoning_text(with_text[0]) == "raw"
@@ -112,10 +116,14 @@ def test_a_reasoning_blob_that_is_not_ours_is_refused_naming_it(blob: str) -> No
 
 def test_a_reasoning_blob_larger_than_the_cap_is_refused() -> None:
     blob = seal_reasoning(SEALER)("x" * 5000)
+    capped = Sealer((b"test-secret",), 4096)
+    [item] = parse_input([{"type": "reasoning", "summary": [], "encrypted_content": blob}],
+                         counter_ids(), max_items=10, sealer=capped)  # the seal alone: fine
     with pytest.raises(InvalidRequest) as info:
-        parse_input([{"type": "reasoning", "summary": [], "encrypted_content": blob}],
-                    counter_ids(), max_items=10, sealer=Sealer((b"test-secret",), 4096))
+        open_reasoning(item, capped, "input[0].encrypted_content")
     assert info.value.param == "input[0].encrypted_content"
+    assert info.value.code == "invalid_encrypted_content"
+    assert "4096" in info.value.message and "--max-sealed-bytes" in info.value.message
 
 
 @pytest.mark.parametrize("kind", [["mcp_call"], {"a": 1}, 3])

@@ -8,7 +8,8 @@ import zlib
 import pytest
 
 from proxy.core import seal as sealmod
-from proxy.core.seal import Sealer, SealError
+from proxy.core.errors import StoreUnavailable
+from proxy.core.seal import Sealer, SealError, SealTooLarge
 
 SECRET = b"fleet-secret"
 
@@ -101,3 +102,34 @@ def test_a_rotated_sealer_opens_old_blobs_and_seals_with_the_new_secret() -> Non
     assert Sealer((b"new",), 1024).open("reasoning", fresh) == "after"
     with pytest.raises(SealError):
         old.open("reasoning", fresh)
+
+
+def test_verify_checks_the_seal_without_inflating_and_open_stops_at_the_cap() -> None:
+    sealer = Sealer((SECRET,), 4096)
+    genuine = sealer.seal("reasoning", "x" * 5000)  # ours, but past this sealer's cap
+    sealer.verify("reasoning", genuine)  # authentic: accepted (stored sealed)
+    with pytest.raises(SealTooLarge):
+        sealer.open("reasoning", genuine)
+    with pytest.raises(SealError):
+        sealer.verify("reasoning", Sealer((b"other",), 4096).seal("reasoning", "x"))
+
+
+def test_the_old_public_default_secret_opens_nothing() -> None:
+    # What any client could seal with before issue 23: refused by any sealer of ours.
+    forged = sealmod.seal("reasoning", "trust me", b"responses-proxy-default-fleet-secret")
+    with pytest.raises(SealError):
+        Sealer((SECRET,), 1024).verify("reasoning", forged)
+
+
+def test_a_sealer_without_its_secret_yet_is_unavailable_not_permissive() -> None:
+    pending = Sealer((), 1024)
+    assert not pending.ready
+    for use in (lambda: pending.seal("reasoning", "x"),
+                lambda: pending.verify("reasoning", "rpx2.AAAA"),
+                lambda: pending.open("reasoning", "rpx2.AAAA")):
+        with pytest.raises(StoreUnavailable):
+            use()
+    pending.secrets = (SECRET,)
+    assert pending.open("reasoning", pending.seal("reasoning", "now")) == "now"
+    with pytest.raises(ValueError):
+        Sealer((b"",), 1024)

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from proxy.settings import ConfigError, Settings, build_settings, normalize_upstream
@@ -92,6 +93,13 @@ def test_bad_values_name_their_flag(flags: dict[str, object], env: dict[str, str
         (["serve"], "--upstream"),
         (["worker", "--upstream", "http://127.0.0.1:1"], "--redis-url"),
         (["simulate", "--port", "-3"], "--port"),
+        # The placeholders shipped in deploy/ (issue 23): named, never started.
+        (["serve", "--upstream", "http://127.0.0.1:1", "--fleet-secret",
+          "change-me-to-a-long-random-secret"], "--fleet-secret"),
+        (["serve", "--upstream", "http://127.0.0.1:1", "--api-key",
+          "replace-with-client-keys"], "--api-key"),
+        (["worker", "--upstream", "http://127.0.0.1:1", "--redis-url", "redis://127.0.0.1:1",
+          "--fleet-secret", "replace-with-a-long-random-secret"], "--fleet-secret"),
     ],
 )
 def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> None:
@@ -132,24 +140,48 @@ def test_bad_tolerance_mode_names_the_flag(flags: dict[str, str], flag: str) -> 
 
 
 def test_the_fleet_secret_comes_from_the_flag_or_the_environment() -> None:
-    from proxy.settings import EMBEDDED_FLEET_SECRET, fleet_warning, seal_secret
+    from proxy.settings import fleet_secrets
 
     by_env = build_settings({}, {"PROXY_FLEET_SECRET": "from-env"})
     by_flag = build_settings({"fleet_secret": "from-flag"}, {"PROXY_FLEET_SECRET": "from-env"})
-    assert seal_secret(by_env) == (b"from-env",) and seal_secret(by_flag) == (b"from-flag",)
+    assert fleet_secrets(by_env) == (b"from-env",) and fleet_secrets(by_flag) == (b"from-flag",)
     rotating = build_settings({"fleet_secret": "new, old"}, {})
-    assert seal_secret(rotating) == (b"new", b"old")  # the first seals, both open
-    embedded = build_settings({}, {})
-    assert seal_secret(embedded) == (EMBEDDED_FLEET_SECRET.encode(),)
+    assert fleet_secrets(rotating) == (b"new", b"old")  # the first seals, both open
+    # None given (or empty, as compose passes an unset variable): no public default, a
+    # random secret per deployment (services/sealing.py).
+    assert fleet_secrets(build_settings({}, {})) == ()
+    assert fleet_secrets(build_settings({}, {"PROXY_FLEET_SECRET": ""})) == ()
     with pytest.raises(ConfigError) as info:
         build_settings({"fleet_secret": " , "}, {})
     assert info.value.flag == "--fleet-secret"
-    assert fleet_warning(embedded) is None  # one instance: the default is fine
-    shared = build_settings({"redis_url": "redis://127.0.0.1:6379/0"}, {})
-    warning = fleet_warning(shared)
-    assert warning is not None and "--fleet-secret" in warning
-    assert fleet_warning(shared.replace(fleet_secret="s")) is None
     assert "from-env" not in " ".join(describe_lines(by_env))
+
+
+@pytest.mark.parametrize("placeholder", ["replace-with-client-keys",
+                                         "replace-with-a-long-random-secret",
+                                         "change-me-to-a-long-random-secret"])
+def test_the_placeholders_shipped_in_deploy_refuse_to_start(placeholder: str,
+                                                            tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(orjson.dumps({"keys": [{"key": placeholder, "name": "a"}]}).decode())
+    cases = [({"fleet_secret": placeholder}, {}, "--fleet-secret"),
+             ({}, {"PROXY_FLEET_SECRET": f"fine-secret, {placeholder}"}, "PROXY_FLEET_SECRET"),
+             ({"api_key": [placeholder]}, {}, "--api-key"),
+             ({}, {"PROXY_API_KEYS": f"k1,{placeholder}"}, "PROXY_API_KEYS"),
+             ({"keys_file": str(keys_file)}, {}, "--keys-file")]
+    for flags, env, named in cases:
+        with pytest.raises(ConfigError) as info:
+            build_settings(flags, env)
+        assert named in str(info.value) and "placeholder" in str(info.value)
+
+
+def test_the_sealed_blob_cap_is_a_setting_below_the_body_limit() -> None:
+    assert build_settings({}, {}).max_sealed_bytes == 1024 * 1024
+    assert build_settings({}, {"PROXY_MAX_SEALED_BYTES": "4096"}).max_sealed_bytes == 4096
+    assert build_settings({"max_body_bytes": "8192"}, {}).max_sealed_bytes == 8192
+    with pytest.raises(ConfigError) as info:
+        build_settings({"max_sealed_bytes": "2048", "max_body_bytes": "1024"}, {})
+    assert info.value.flag == "--max-sealed-bytes"
 
 
 def describe_lines(settings: Settings) -> list[str]:

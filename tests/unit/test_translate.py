@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input, seal_reasoning
+from proxy.core.items import open_reasoning, parse_input, seal_reasoning
 from proxy.core.request import parse_request
 from proxy.core.seal import Sealer
 from proxy.core.translate import to_chat_request, to_messages
@@ -91,6 +91,7 @@ def test_a_call_without_text_opens_an_assistant_message_without_content() -> Non
         {"type": "reasoning", "summary": [], "encrypted_content": seal_reasoning(SEALER)("sealed")},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
     ], counter_ids(), max_items=10, sealer=SEALER)
+    items = [open_reasoning(item, SEALER, "input")[0] for item in items]
     assert to_messages(items)[1] == {
         "role": "assistant", "content": None, "reasoning": "sealed",
         "tool_calls": [{"id": "c1", "type": "function",

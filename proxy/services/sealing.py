@@ -1,0 +1,69 @@
+"""The process's `Sealer` (core/seal.py): which secret seals and opens this deployment's blobs.
+
+- `--fleet-secret` given: those secrets (the first seals, every one opens: rotation).
+- none given: one random secret per deployment. The first instance to start keeps 32 random
+  bytes in the store (store/fleetsecret.py) and every instance and worker reads the same ones at
+  start, so a blob sealed anywhere in the deployment opens everywhere in it. With the embedded
+  store (one process) that is a random secret per process: blobs handed out before a restart
+  are refused afterwards (400 `invalid_encrypted_content`), as the responses stored then are
+  gone too.
+There is no public default: a secret anyone can read lets anyone seal blobs we accept (a
+forged compaction item would become system text).
+
+A store unreachable at start does not stop the process (`store: false` traffic goes on while
+Redis is down, README "Operations"): the sealer starts without a secret, every request that
+needs one (a blob to check, `include: ["reasoning.encrypted_content"]`, a compaction) is a 503
+`store_unavailable`, and `keep_reading` reads it as soon as the store answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from redis.asyncio import Redis
+
+from proxy.core.errors import StoreUnavailable
+from proxy.core.seal import Sealer
+from proxy.settings import Settings, fleet_secrets
+from proxy.store.fleetsecret import shared_secret
+
+log = logging.getLogger("proxy")
+
+SECRET_BYTES = 32
+# Seconds between reads of the shared secret while the store is unreachable.
+RETRY_SECONDS = 2.0
+
+
+async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
+    """The operator's secrets, else the deployment's (read once here; pending when the store
+    does not answer: `keep_reading` then)."""
+    given = fleet_secrets(settings)
+    sealer = Sealer(given, settings.max_sealed_bytes)
+    if given:
+        return sealer
+    try:
+        await _read(sealer, client)
+    except StoreUnavailable:
+        log.warning("no --fleet-secret and the store is unreachable: sealed content is refused "
+                    "(503) until the deployment's fleet secret can be read")
+        return sealer
+    where = "kept in Redis" if settings.redis_url else "this process only"
+    log.info("no --fleet-secret: sealed blobs use the deployment's random secret (%s)", where)
+    return sealer
+
+
+async def keep_reading(sealer: Sealer, client: Redis, *,
+                       interval: float = RETRY_SECONDS) -> None:
+    """Until the deployment's secret is read (a loop of `Runtime.start`, cancelled at exit)."""
+    while not sealer.ready:
+        try:
+            await _read(sealer, client)
+            log.info("the deployment's fleet secret was read from the store")
+        except StoreUnavailable:
+            await asyncio.sleep(interval)
+
+
+async def _read(sealer: Sealer, client: Redis) -> None:
+    sealer.secrets = (await shared_secret(client, secrets.token_bytes(SECRET_BYTES)),)
