@@ -1,8 +1,9 @@
 """Server-sent events, both directions.
 
-Out: `event: <type>\\ndata: <one-line JSON>\\n\\n`, serialized once with orjson. The JSON bytes
-are what the event log stores, so a replay frames the very same bytes (identical events,
-identical sequence numbers).
+Out: `event: <type>\\ndata: <one-line JSON>\\n\\n`, for events serialized once with orjson
+(core/types.py `EventBatch`). The JSON bytes are what the event log stores, so a replay frames
+the very same bytes (identical events, identical sequence numbers). Only the SSE response frames
+(web/rendering.py): services hand out events, the WebSocket sends their JSON as it is.
 
 In: `DataDecoder` cuts an upstream byte stream into the payloads of its `data:` fields, following
 the SSE rules that matter for vLLM (CRLF or LF line ends, several `data:` lines joined by `\\n`,
@@ -11,19 +12,18 @@ comments and other fields ignored), without decoding bytes to str first.
 
 from __future__ import annotations
 
+from proxy.core.types import EventBatch
+
 PING = b": ping\n\n"
 DONE = b"[DONE]"
 
 
-def frame(event_type: str, data: bytes) -> bytes:
-    return b"event: " + event_type.encode() + b"\ndata: " + data + b"\n\n"
-
-
-def frames(encoded: list[tuple[str, bytes]]) -> bytes:
-    """Several (type, JSON) events as one write. `frame` spelled inline: this runs once per
-    upstream read on the hot path, and a call per event would cost more than the framing."""
+def frames(batch: EventBatch) -> bytes:
+    """A batch of (type, JSON) events as one write. One function for a batch rather than one
+    call per event: this runs once per upstream read on the hot path, and a call per event
+    would cost more than the framing."""
     return b"".join([b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
-                     for kind, data in encoded])
+                     for kind, data in batch])
 
 
 class DataDecoder:

@@ -7,12 +7,23 @@ what a dict is meant to hold.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 Event = dict[str, Any]
 Item = dict[str, Any]
 ResponseObject = dict[str, Any]
 Chunk = dict[str, Any]
+
+# -- events on their way out ----------------------------------------------------------------
+# An event as it leaves the service that made it: its type and its JSON, serialized once (the
+# very bytes the event log keeps as a `StoredEvent`). A batch is the events of one upstream read
+# (or one page of a log), in order; a stream of batches is what a service hands a transport.
+# The SSE response frames each batch as one write (core/sse.py `frames`); the WebSocket sends
+# each JSON as one text frame and knows the terminal event by its type (`TERMINAL_EVENTS`).
+EncodedEvent = tuple[str, bytes]
+EventBatch = list[EncodedEvent]
+EventBatches = AsyncIterator[EventBatch]
 
 # -- lifecycle events (carry a full `response`) ---------------------------------------------
 CREATED: Final = "response.created"

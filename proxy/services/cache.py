@@ -47,8 +47,7 @@ from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.replay import events_from_response
 from proxy.core.request import ResponsesRequest
-from proxy.core.sse import frames
-from proxy.core.types import Item, ResponseObject
+from proxy.core.types import EventBatch, Item, ResponseObject
 from proxy.core.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
 from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet import Fleet
@@ -127,9 +126,9 @@ class ResponseCache:
 
     async def serve_response(self, tenant: str, request: ResponsesRequest,
                              parents: tuple[str, ...], base: ResponseObject,
-                             found: Lookup) -> tuple[ResponseObject, bytes | None]:
+                             found: Lookup) -> tuple[ResponseObject, EventBatch | None]:
         """A hit as this request's answer: the final object, and for a stream its complete
-        event sequence as SSE bytes. Stored (and added to the conversation) like a generated
+        event sequence (one batch). Stored (and added to the conversation) like a generated
         answer, before the client sees it, so it can be retrieved and chained at once."""
         assert found.body is not None
         final = revive(found.body, base, now=self._clock(), ids=self._ids)
@@ -146,7 +145,7 @@ class ResponseCache:
         if not request.stream:
             return final, None
         dumps = orjson.dumps
-        return final, frames([(e["type"], dumps(e)) for e in events_from_response(final)])
+        return final, [(e["type"], dumps(e)) for e in events_from_response(final)]
 
     # -- lookup ------------------------------------------------------------------------------
     async def lookup(self, tenant: str, route: str, material: dict[str, Any],

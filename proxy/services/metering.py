@@ -16,8 +16,10 @@ cache hits), so a new way in cannot forget half of it.
 What a request spent: the usage vLLM reported when it did; otherwise what it streamed until it
 was cut: one token per output delta (vLLM sends one chunk per token) plus the prompt estimated
 from its bytes (`BYTES_PER_TOKEN`), and nothing when no delta came (the request never reached
-a client). Cost on the per-chunk path: one integer increment in the assembler; a chat stream
-passed through counts its `data:` frames (one `bytes.count` per read), nothing is parsed.
+a client). Cost on the per-chunk path: one integer increment in the assembler, whose count the
+service hands the meter (`track`), so a Responses stream's event batches go by untouched; a
+chat stream passed through counts its `data:` frames (one `bytes.count` per read), and only its
+last frames are read for a usage when it settles.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import orjson
 
@@ -36,6 +38,8 @@ from proxy.services.limits import Ticket
 # A prompt's tokens estimated from its bytes (about 4 for English text and JSON), used only for
 # a stream cut before vLLM reported its usage.
 BYTES_PER_TOKEN = 4
+
+T = TypeVar("T")
 
 
 class Meter:
@@ -96,48 +100,47 @@ class Meter:
         if not self._owned:
             await self.settle()
 
-    def stream(self, body: AsyncIterator[bytes], *, prompt_bytes: int | None = None
-               ) -> AsyncIterator[bytes]:
-        """`body`, settling when it is closed. `prompt_bytes`: count the stream's `data:` frames
-        (a chat stream passed through, whose deltas nobody else sees) for a stream cut before
-        its usage, with the prompt estimated from these bytes."""
+    @overload
+    def stream(self, body: AsyncIterator[T]) -> AsyncIterator[T]: ...
+
+    @overload
+    def stream(self, body: AsyncIterator[bytes], *, prompt_bytes: int
+               ) -> AsyncIterator[bytes]: ...
+
+    def stream(self, body: AsyncIterator[Any], *, prompt_bytes: int | None = None
+               ) -> AsyncIterator[Any]:
+        """`body`, settling when it is closed, with what the service said it spent (`track`,
+        `charge`): a Responses stream's event batches, a cache hit. `prompt_bytes`: a chat
+        stream passed through, whose deltas nobody else sees: for a stream cut before its
+        usage, count its `data:` frames, with the prompt estimated from these bytes."""
         if self._ticket is None:
             return body
         self._owned = True
-        return Metered(self, body, prompt_bytes)
+        if prompt_bytes is None:
+            return Metered(self, body)
+        return MeteredRelay(self, body, prompt_bytes)
 
 
-class Metered:
-    """A stream passed through that settles its meter when closed: with the meter's own count,
-    else the usage read from the stream's last frames, else (chat) the frames it carried.
+class Metered(Generic[T]):
+    """A stream handed on that settles its meter when closed, with the meter's own count (the
+    service's `track`: a Responses turn's assembler knows its usage, nothing is parsed here).
     Closing settles even when the stream was never iterated (a client gone before the first
-    chunk): an async generator's `finally` would not run then, and the lease would be renewed
-    for ever. Per chunk: two assignments (and one `bytes.count` when counting frames)."""
+    batch): an async generator's `finally` would not run then, and the lease would be renewed
+    for ever. Per item: one call, nothing else."""
 
-    def __init__(self, meter: Meter, body: AsyncIterator[bytes], prompt_bytes: int | None
-                 ) -> None:
+    def __init__(self, meter: Meter, body: AsyncIterator[T]) -> None:
         self._meter = meter
         self._body = body
-        self._counting = prompt_bytes is not None
-        self._prompt = estimate(prompt_bytes or 0)
-        self._frames = 0
-        self._previous = self._last = b""
 
-    def __aiter__(self) -> Metered:
+    def __aiter__(self) -> Metered[T]:
         return self
 
-    async def __anext__(self) -> bytes:
-        chunk = await self._body.__anext__()
-        self._previous, self._last = self._last, chunk
-        if self._counting:
-            self._frames += chunk.count(b"data:")
-        return chunk
+    async def __anext__(self) -> T:
+        return await self._body.__anext__()
 
     def _streamed(self) -> int:
-        found = usage_in_sse(self._previous + self._last)
-        if found or not self._frames:
-            return found
-        return self._prompt + self._frames
+        """What the stream itself shows it carried, when the meter counted nothing."""
+        return 0
 
     async def aclose(self) -> None:
         try:
@@ -149,6 +152,30 @@ class Metered:
         finally:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._meter.settle(self._streamed)
+
+
+class MeteredRelay(Metered[bytes]):
+    """A chat stream passed through byte for byte: settled with the meter's own count, else the
+    usage read from the stream's last frames, else the `data:` frames it carried. Per chunk:
+    two assignments and one `bytes.count`."""
+
+    def __init__(self, meter: Meter, body: AsyncIterator[bytes], prompt_bytes: int) -> None:
+        super().__init__(meter, body)
+        self._prompt = estimate(prompt_bytes)
+        self._frames = 0
+        self._previous = self._last = b""
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._body.__anext__()
+        self._previous, self._last = self._last, chunk
+        self._frames += chunk.count(b"data:")
+        return chunk
+
+    def _streamed(self) -> int:
+        found = usage_in_sse(self._previous + self._last)
+        if found or not self._frames:
+            return found
+        return self._prompt + self._frames
 
 
 def delivered(usage: dict[str, Any] | None, deltas: int, prompt: Callable[[], int]) -> int:
@@ -194,8 +221,9 @@ def usage_in_json(body: bytes | Any) -> int:
 
 
 def usage_in_sse(tail: bytes) -> int:
-    """The usage in the last `data:` frame that carries one: a Responses terminal event
-    (`response.usage`) or a chat stream's usage chunk."""
+    """The usage in the last `data:` frame that carries one: a chat stream's usage chunk (or a
+    Responses terminal event's `response.usage`, though Responses streams are metered by their
+    assembler and never read back)."""
     at = tail.rfind(b'"usage"')
     while at >= 0:
         start = tail.rfind(b"data:", 0, at)

@@ -49,11 +49,10 @@ from proxy.core.items import parse_input, seal_reasoning
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.seal import Sealer
-from proxy.core.sse import frames
 from proxy.core.tenancy import CacheSalts
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
-from proxy.core.types import Item, ResponseObject
+from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
 from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
@@ -81,10 +80,11 @@ CHAT_PATH = "/v1/chat/completions"
 
 @dataclass
 class Outcome:
-    """What the web layer renders: a JSON body, or an SSE byte stream."""
+    """What the web layer renders: a JSON body, or a stream of event batches (framed as SSE by
+    the SSE response, sent frame by frame by the WebSocket)."""
 
     body: ResponseObject | None = None
-    stream: AsyncIterator[bytes] | None = None
+    stream: EventBatches | None = None
     headers: dict[str, str] = field(default_factory=dict)  # e.g. x-proxy-cache
 
 
@@ -244,7 +244,7 @@ class ResponsesService:
             if local is not None:
                 ended = _then(ended, _remembering(local, assembler, request, history,
                                                   call, loop))
-            return Outcome(stream=meter.stream(_sse(turn, owned, ended)),
+            return Outcome(stream=meter.stream(_streamed(turn, owned, ended)),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
@@ -465,21 +465,22 @@ class ResponsesService:
         return recorder
 
 
-async def _sse(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
-               ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
-    # One write per batch: the events of one upstream read leave together. `aclosing` so that
-    # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
+async def _streamed(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+                    ended: Callable[[], None] | None = None) -> EventBatches:
+    """A streamed turn's batches as they come: the events of one upstream read leave together
+    (one write on SSE). `aclosing` so that the turn's cleanup (closing the upstream, recording
+    the end) starts as soon as we are closed."""
     async with owned, contextlib.aclosing(turn.run()) as batches:
-        async for encoded in batches:
-            if encoded:
-                yield frames(encoded)
+        async for batch in batches:
+            if batch:
+                yield batch
     # Reached only when the stream ran to its end: a client that left never gets here.
     if ended is not None:
         ended()
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+async def _once(batch: EventBatch) -> EventBatches:
+    yield batch
 
 
 def _nothing() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -27,13 +26,12 @@ from proxy.core import types as t
 from proxy.core.errors import NotFound
 from proxy.core.paging import PageRequest, list_body, paginate
 from proxy.core.replay import events_from_response
-from proxy.core.sse import frame
-from proxy.core.types import ResponseObject
+from proxy.core.types import EventBatch, EventBatches, ResponseObject
 from proxy.services.follow import Followers, FollowInterrupted
 from proxy.services.lease import Leases
 from proxy.services.logread import log_pages
 from proxy.settings import Settings
-from proxy.store.base import Store, StoredResponse
+from proxy.store.base import Store, StoredEvent, StoredResponse
 from proxy.store.leases import LeaseState
 
 # However a replay waits, it ends after this long (a bound on every loop).
@@ -80,39 +78,38 @@ class StoredResponses:
         return list_body(data, has_more)
 
     async def replay(self, tenant: str, response_id: str,
-                     after: int | None) -> AsyncIterator[bytes]:
-        """Checks the response exists (404 before any byte), then returns the stream."""
+                     after: int | None) -> EventBatches:
+        """Checks the response exists (404 before any byte), then returns the stream: a page
+        of the log per batch, a live event per batch while it is followed."""
         record = await self._load(tenant, response_id)
         return self.replay_record(record, -1 if after is None else after)
 
-    async def replay_record(self, record: StoredResponse,
-                            after: int) -> AsyncIterator[bytes]:
+    async def replay_record(self, record: StoredResponse, after: int) -> EventBatches:
         if record.logged:
-            async for data in self._from_log(record, after):
-                yield data
+            async for batch in self._from_log(record, after):
+                yield batch
             return
         final = await self._wait_finished(record)
         if final is not None:
-            for data in _rebuilt(final, after):
-                yield data
+            async for batch in _rebuilt(final, after):
+                yield batch
 
-    async def _finished_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+    async def _finished_log(self, record: StoredResponse, after: int) -> EventBatches:
         """A finished response's log: no tail needed. A log that has expired before the object
         (event logs live shorter), or that has a gap (a flush given up while the store failed),
         is rebuilt from the final object. Otherwise it is sent page by page."""
         count, last = await self._store.log_extent(record.id)
         if last is None or count != last.seq + 1:
-            for data in _rebuilt(record.response, after):
-                yield data
+            async for batch in _rebuilt(record.response, after):
+                yield batch
             return
         async for page in log_pages(self._store, record.id, after=after):
-            for event in page:
-                yield frame(event.type, event.data)
+            yield _encoded(page)
 
-    async def _from_log(self, record: StoredResponse, after: int) -> AsyncIterator[bytes]:
+    async def _from_log(self, record: StoredResponse, after: int) -> EventBatches:
         if record.status in t.TERMINAL_STATUSES:
-            async for data in self._finished_log(record, after):
-                yield data
+            async for batch in self._finished_log(record, after):
+                yield batch
             return
         deadline = time.monotonic() + MAX_REPLAY_SECONDS
         position = after
@@ -120,7 +117,7 @@ class StoredResponses:
             try:
                 async for event in self._followers.follow(record.id, after=position,
                                                           idle=self._settings.follow_idle):
-                    yield frame(event.type, event.data)
+                    yield [(event.type, event.data)]
                     position = event.seq
                     if event.type in t.TERMINAL_EVENTS:
                         return
@@ -132,8 +129,8 @@ class StoredResponses:
                 return  # deleted or expired meanwhile
             if current.status in t.TERMINAL_STATUSES:
                 # Finished while this follower was not fed: the rest, its end at least.
-                async for data in self._rest(current, position):
-                    yield data
+                async for batch in self._rest(current, position):
+                    yield batch
                 return
             if await self._writer_gone(current):
                 return
@@ -149,7 +146,7 @@ class StoredResponses:
         # lives (a slow upstream), wait on; expired: just closed, the next round reads its end
         return lease is LeaseState.ABSENT
 
-    async def _rest(self, record: StoredResponse, position: int) -> AsyncIterator[bytes]:
+    async def _rest(self, record: StoredResponse, position: int) -> EventBatches:
         """What a follower at `position` still needs of a finished response. From the log when
         it is whole; when it is not (its writer gave a flush up, or the end was stored without
         its terminal event), the final object is the source of truth: its terminal event,
@@ -157,12 +154,11 @@ class StoredResponses:
         count, last = await self._store.log_extent(record.id)
         if last is not None and count == last.seq + 1 and last.type in t.TERMINAL_EVENTS:
             async for page in log_pages(self._store, record.id, after=position):
-                for event in page:
-                    yield frame(event.type, event.data)
+                yield _encoded(page)
             return
         terminal = events_from_response(record.response)[-1]
         terminal["sequence_number"] = position + 1
-        yield frame(terminal["type"], orjson.dumps(terminal))
+        yield [(terminal["type"], orjson.dumps(terminal))]
 
     async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""
@@ -176,6 +172,14 @@ class StoredResponses:
         return current.response if current is not None else None
 
 
-def _rebuilt(final: ResponseObject, after: int) -> list[bytes]:
-    return [frame(event["type"], orjson.dumps(event)) for event in events_from_response(final)
-            if event["sequence_number"] > after]
+def _encoded(page: list[StoredEvent]) -> EventBatch:
+    return [(event.type, event.data) for event in page]
+
+
+async def _rebuilt(final: ResponseObject, after: int) -> EventBatches:
+    """The events rebuilt from a final object (core/replay.py), those after `after`: one batch
+    (none when nothing is left)."""
+    batch = [(event["type"], orjson.dumps(event)) for event in events_from_response(final)
+             if event["sequence_number"] > after]
+    if batch:
+        yield batch

@@ -3,9 +3,9 @@
     upstream bytes ─▶ ChatStreamReader (decode + assemble) ─▶ events
         ─▶ encoded once (orjson) ─▶ Recorder (event log, batched; final write) ─▶ the caller
 
-The same `Turn` serves a foreground stream (the caller frames the bytes for its client), a
-foreground JSON request (the caller only wants the final object) and a background job (the
-log is the only listener). Invariants:
+The same `Turn` serves a foreground stream (its batches go to the client's transport as they
+are: SSE frames them, the WebSocket sends each JSON), a foreground JSON request (the caller
+only wants the final object) and a background job (the log is the only listener). Invariants:
 - exactly one terminal event, always: the upstream's end, a cut or stalled upstream
   (`response.failed`), or our caller going away (`response.cancelled`);
 - a stored turn's terminal event and final object are written (`Recorder.finish`) *before* the
@@ -30,7 +30,7 @@ from proxy.core import types as t
 from proxy.core.assembler import Assembler, Phase
 from proxy.core.chatstream import ChatStreamReader
 from proxy.core.errors import ProxyError, UpstreamTimeout
-from proxy.core.types import Event, Item, ResponseObject
+from proxy.core.types import Event, EventBatch, Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.durable import append_conversation, store_final
 from proxy.services.eventlog import LogHandle
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("proxy.turn")
 
-Encoded = list[tuple[str, bytes]]  # (event type, event JSON) in order
 # Most bytes, and seconds, spent after the upstream's `[DONE]` waiting for its body's end.
 _MAX_TAIL = 4096
 _TAIL_SECONDS = 2.0
@@ -72,7 +71,7 @@ class Recorder:
     stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
     final: Transition | None = field(default=None, init=False)
 
-    def add(self, events: list[Event], encoded: Encoded) -> None:
+    def add(self, events: list[Event], encoded: EventBatch) -> None:
         handle = self.log
         if handle is None:
             return
@@ -132,7 +131,7 @@ class Turn:
         if self.call is not None:
             self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
 
-    async def run(self) -> AsyncGenerator[Encoded, None]:
+    async def run(self) -> AsyncGenerator[EventBatch, None]:
         """Batches of encoded events, the terminal one last. Closing the iterator early (the
         caller went away) cancels the response and still records its end."""
         async with contextlib.aclosing(self._events()) as batches:
@@ -150,13 +149,13 @@ class Turn:
                     await self._tasks.shielded(self._abandon(), name="turn-abandon")
                 self._count()
 
-    def _encoded(self, events: list[Event]) -> Encoded:
+    def _encoded(self, events: list[Event]) -> EventBatch:
         if not self._encode:
             return []
         dumps = orjson.dumps
         return [(event["type"], dumps(event)) for event in events]
 
-    async def _finish(self, events: list[Event], encoded: Encoded) -> None:
+    async def _finish(self, events: list[Event], encoded: EventBatch) -> None:
         """Record a batch that ends with the terminal event: the events before it go to the
         log, the terminal one is written together with the final object."""
         recorder = self.recorder

@@ -1,8 +1,10 @@
 """`EventStream`: a `text/event-stream` response as pure ASGI, built for the per-token hot path.
 
 What it does, and what it leaves out on purpose:
-- the body iterator yields finished bytes (one or several SSE frames); each becomes one
-  `http.response.body` message, written as it comes (no buffering, no re-encoding);
+- each item of the body iterator becomes one `http.response.body` message, written as it comes
+  (no buffering): finished bytes as they are (a chat stream passed through), or, with an
+  `encode` (web/rendering.py: a Responses stream's event batches and core/sse.py `frames`),
+  the bytes it makes of the item: the one place Responses events become SSE;
 - a client that goes away is noticed at once by a task awaiting `http.disconnect`, which cancels
   the streaming task: the body iterator's cleanup closes the upstream (vLLM stops generating)
   even while no chunk is flowing;
@@ -33,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -55,10 +58,13 @@ _HEADERS = [
 
 
 class EventStream:
-    def __init__(self, body: AsyncIterator[bytes], *, ping: float = 15.0, status: int = 200,
+    def __init__(self, body: AsyncIterator[Any], *, ping: float = 15.0, status: int = 200,
                  headers: Mapping[str, str] | None = None,
-                 send_timeout: float | None = None) -> None:
+                 send_timeout: float | None = None,
+                 encode: Callable[[Any], bytes] | None = None) -> None:
+        # `encode`: what makes an item of `body` bytes; None: the items are bytes already.
         self.body = body
+        self.encode = encode
         self.ping = ping
         # None: the configured `--send-timeout` of the app serving the request (so every
         # route's stream is bounded without each handler passing it); 0: unbounded.
@@ -104,8 +110,10 @@ class EventStream:
             await _close(self.body)
 
     async def _stream(self, send: Send, body_send: Send) -> None:
+        encode = self.encode
         try:
-            async for data in self.body:
+            async for item in self.body:
+                data = item if encode is None else encode(item)
                 self._sent += 1
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 self._done += 1
@@ -174,7 +182,7 @@ def _send_timeout(scope: Scope) -> float:
     return float(getattr(settings, "send_timeout", DEFAULT_SEND_TIMEOUT))
 
 
-async def _close(body: AsyncIterator[bytes]) -> None:
+async def _close(body: AsyncIterator[Any]) -> None:
     aclose = getattr(body, "aclose", None)
     if aclose is not None:
         with contextlib.suppress(Exception):

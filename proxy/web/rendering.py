@@ -2,18 +2,21 @@
 
 Streams go out through `EventStream` (web/eventstream.py): it listens for the client's
 disconnect concurrently (so an upstream generation is aborted within moments, even while no chunk
-is flowing) and sends keep-alive comment pings on silent streams. Our iterators yield ready-made
-bytes (a frame, or several coalesced), which it writes unchanged.
+is flowing) and sends keep-alive comment pings on silent streams. A Responses stream is event
+batches, framed here as SSE (core/sse.py `frames`), one write per batch: this is the only place
+Responses events become SSE bytes. A chat stream passed through is bytes, written unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
+from proxy.core.sse import frames
+from proxy.core.types import EventBatches
 from proxy.services.passthrough import Relay
 from proxy.web.eventstream import EventStream
 
@@ -29,18 +32,19 @@ def json_response(
 
 
 def stream_response(
-    body: AsyncIterator[bytes],
+    events: EventBatches,
     *,
     ping: float = 0,
     headers: Mapping[str, str] | None = None,
     status: int = 200,
 ) -> EventStream:
-    return EventStream(body, ping=ping, status=status, headers=headers)
+    """A Responses stream as SSE: each batch framed as one write."""
+    return EventStream(events, ping=ping, status=status, headers=headers, encode=frames)
 
 
 def relay_response(relay: Relay, *, ping: float = 0) -> Reply:
     if relay.stream is not None:
         headers = {k: v for k, v in relay.headers.items() if k.lower() != "content-type"}
-        return stream_response(relay.stream, headers=headers, status=relay.status, ping=ping)
+        return EventStream(relay.stream, ping=ping, status=relay.status, headers=headers)
     return Response(relay.body, status_code=relay.status, headers=relay.headers,
                     media_type=relay.media_type)

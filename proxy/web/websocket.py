@@ -1,9 +1,10 @@
 """WebSocket mode of `/v1/responses`: the same create service, another transport.
 
 A client's `response.create` frame runs exactly as a streamed HTTP create
-(`runtime.responses.create`); the SSE bytes it yields are cut back into their `data:` payloads
-(core/sse.py's `DataDecoder`), and each payload goes out unchanged as one text frame: no JSON is
-decoded or encoded again per event, and the objects and sequence numbers are those of SSE.
+(`runtime.responses.create`); each event of the batches it yields goes out as one text frame,
+its JSON as the service encoded it (core/types.py `EventBatch`): nothing is parsed or encoded
+again per event, and the objects and sequence numbers are those of SSE. The terminal event is
+known by its type.
 
 Per connection: one response in flight (a second create meanwhile gets an error frame; see
 `SocketState` for the create that arrives while the previous response is still closing), a
@@ -30,7 +31,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
-from proxy.core.sse import DataDecoder
 from proxy.core.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.localchains import LocalChains
 from proxy.services.runtime import Runtime
@@ -40,11 +40,6 @@ from proxy.web.limiting import metering
 log = logging.getLogger("proxy.web")
 
 MAX_AGE_CODE = "websocket_connection_limit_reached"
-
-
-# The terminal events' opening bytes: every event object starts with its `type` (the assembler
-# and the replay build them so), so a prefix test finds the last event without decoding it.
-_TERMINAL_HEADS = tuple(f'{{"type":"{kind}"'.encode() for kind in t.TERMINAL_EVENTS)
 
 
 def error_frame(error: ProxyError) -> bytes:
@@ -107,21 +102,19 @@ class _Connection:
                     self.tenant, {**body, "stream": True}, meter=meter, local=self.local)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream
-            decoder = DataDecoder()
+            terminal = t.TERMINAL_EVENTS
             try:
-                async for chunk in stream:
-                    for payload in decoder.feed(chunk):
-                        if payload.startswith(_TERMINAL_HEADS):
+                async for batch in stream:
+                    for kind, data in batch:
+                        if kind in terminal:
                             # Before the send: the client may answer the moment it reads it.
                             self.state = SocketState.CLOSING
-                        await self.send(payload)
+                        await self.send(data)
             finally:
                 # At once, also when cancelled: the turn's cleanup aborts the upstream request.
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
                     await aclose()
-            for payload in decoder.flush():
-                await self.send(payload)
         except ProxyError as error:
             if isinstance(previous, str):
                 self.local.evict(previous)  # a failed continuation: its entry is not trusted

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from proxy.core.ids import counter_ids
+from proxy.core.sse import frames
 from proxy.services.eventlog import EventLogHub
 from proxy.services.lease import LEASE_LOST, LOST, Leases
 from proxy.store.base import StoredEvent, StoredResponse
@@ -148,7 +149,7 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
     await store.append_events({response_id: [StoredEvent(last.seq + 1, late["type"],
                                                          orjson.dumps(late))]}, ttl=60)
     stored = StoredResponses(store, Followers(store), Settings())
-    body = b"".join([chunk async for chunk in await stored.replay(TENANT, response_id, None)])
+    body = await _read_all(await stored.replay(TENANT, response_id, None))
     events = data_payloads(body)
     assert events[-1]["type"] == "response.failed"
     assert len(events) == count
@@ -165,7 +166,8 @@ def replaying(store: RedisStore, lease_set: Leases) -> Any:
 
 
 async def _read_all(stream: Any) -> bytes:
-    return b"".join([chunk async for chunk in stream])
+    """A replay's event batches as the SSE response frames them."""
+    return b"".join([frames(batch) async for batch in stream])
 
 
 async def test_a_replay_waits_on_a_quiet_writer_that_holds_its_lease(store: RedisStore) -> None:

@@ -59,16 +59,43 @@ def test_local_chains_keep_the_last_ones_and_extend_the_history() -> None:
     assert local.get("resp_3") is None
 
 
-def test_the_terminal_events_are_found_by_their_opening_bytes() -> None:
-    import orjson
+async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_type() -> None:
+    """Each event of a batch is one text frame, its JSON as the service made it (nothing parsed:
+    here a terminal event whose JSON does not start with its type); the socket is `CLOSING`
+    before the terminal event's frame goes out (a client may answer the moment it reads it)."""
+    import types
+    from collections.abc import AsyncIterator
 
-    from proxy.web.websocket import _TERMINAL_HEADS
+    from proxy.services.responses import Outcome
+    from proxy.web.websocket import SocketState, _Connection
 
-    for kind in ("response.completed", "response.incomplete", "response.failed",
-                 "response.cancelled"):
-        assert orjson.dumps({"type": kind, "sequence_number": 9}).startswith(_TERMINAL_HEADS)
-    for kind in ("response.created", "response.output_text.delta", "response.completed_x"):
-        assert not orjson.dumps({"type": kind, "sequence_number": 1}).startswith(_TERMINAL_HEADS)
+    batches = [[("response.created", b'{"type":"response.created","sequence_number":0}')],
+               [("response.output_text.delta", b'{"type":"response.output_text.delta"}'),
+                ("response.completed", b'{"sequence_number":2,"type":"response.completed"}')]]
+    sent: list[tuple[str, SocketState]] = []
+
+    async def stream() -> AsyncIterator[list[tuple[str, bytes]]]:
+        for batch in batches:
+            yield batch
+
+    async def create(*args: object, **kwargs: object) -> Outcome:
+        return Outcome(stream=stream())
+
+    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(send_timeout=5.0),
+                                    limits=None, responses=types.SimpleNamespace(create=create))
+    socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
+        state=types.SimpleNamespace(runtime=runtime)))
+    connection = _Connection(socket, runtime)  # type: ignore[arg-type]
+
+    async def send_text(text: str) -> None:
+        sent.append((text, connection.state))
+
+    socket.send_text = send_text
+    connection.state = SocketState.RUNNING
+    await connection.run({"model": "m"})
+    assert [text for text, _ in sent] == [data.decode() for batch in batches
+                                          for _, data in batch]
+    assert [state for _, state in sent] == [SocketState.RUNNING] * 2 + [SocketState.CLOSING]
 
 
 @pytest.mark.parametrize(("text", "limit", "over"), [
