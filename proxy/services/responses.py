@@ -80,8 +80,7 @@ CHAT_PATH = "/v1/chat/completions"
 
 @dataclass
 class Outcome:
-    """What the web layer renders: a JSON body, or a stream of event batches (framed as SSE by
-    the SSE response, sent frame by frame by the WebSocket)."""
+    """What the web layer renders: a JSON body, or a stream of event batches (not SSE yet)."""
 
     body: ResponseObject | None = None
     stream: EventBatches | None = None
@@ -467,9 +466,8 @@ class ResponsesService:
 
 async def _streamed(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
                     ended: Callable[[], None] | None = None) -> EventBatches:
-    """A streamed turn's batches as they come: the events of one upstream read leave together
-    (one write on SSE). `aclosing` so that the turn's cleanup (closing the upstream, recording
-    the end) starts as soon as we are closed."""
+    # The events of one upstream read leave together (one write on SSE). `aclosing` so that
+    # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
     async with owned, contextlib.aclosing(turn.run()) as batches:
         async for batch in batches:
             if batch:
