@@ -86,10 +86,10 @@ class Assembler(ResponseState):
             reasoning = delta.get("reasoning")
             if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
                 reasoning = delta.get("reasoning_content")
-            if reasoning and self._reasoning(reasoning, events):
+            if reasoning and self._stream(Phase.REASONING, reasoning, events):
                 return events
             content = delta.get("content")
-            if content and self._text(content, events):
+            if content and self._stream(Phase.MESSAGE, content, events):
                 return events
             calls = delta.get("tool_calls")
             if calls and self._tool_calls(calls, events):
@@ -99,27 +99,22 @@ class Assembler(ResponseState):
             self._finished(finish, events)
         return events
 
-    def _reasoning(self, text: str, events: list[Event]) -> bool:
-        """Whether an MCP call now waits (`_text`, `_tool_calls` the same)."""
+    def _stream(self, kind: Phase, text: str, events: list[Event]) -> bool:
+        """A reasoning or content fragment: the open item of that kind goes on, else one
+        opens. Whether an MCP call now waits instead (`_tool_calls` the same)."""
         item = self._open
-        if item is None or item.kind is not Phase.REASONING:
+        if item is None or item.kind is not kind:
             if self._close(events, t.S_COMPLETED):
                 return True
-            item = self._begin(ReasoningItem(self._ids(idp.REASONING), len(self.output),
-                                             self._seq, summaries=self._summaries,
-                                             seal=self._seal), events)
+            item = self._begin(self._text_item(kind), events)
         item.delta(text, events)
         return False
 
-    def _text(self, text: str, events: list[Event]) -> bool:
-        item = self._open
-        if item is None or item.kind is not Phase.MESSAGE:
-            if self._close(events, t.S_COMPLETED):
-                return True
-            item = self._begin(MessageItem(self._ids(idp.MESSAGE), len(self.output),
-                                           self._seq), events)
-        item.delta(text, events)
-        return False
+    def _text_item(self, kind: Phase) -> MessageItem | ReasoningItem:
+        if kind is Phase.REASONING:
+            return ReasoningItem(self._ids(idp.REASONING), len(self.output), self._seq,
+                                 summaries=self._summaries, seal=self._seal)
+        return MessageItem(self._ids(idp.MESSAGE), len(self.output), self._seq)
 
     def _tool_calls(self, calls: list[dict[str, Any]], events: list[Event]) -> bool:
         for call in calls:
@@ -245,10 +240,8 @@ class Assembler(ResponseState):
         return events
 
     def mcp_list_end(self, tools: list[dict[str, Any]], error: str | None) -> list[Event]:
-        item = self._tool
+        item = self._release()
         assert isinstance(item, McpListItem)
-        self._tool = None
-        self._to(Phase.READY)
         events: list[Event] = []
         self._done(item, item.finish(tools, error, events), events)
         return events
@@ -267,10 +260,16 @@ class Assembler(ResponseState):
         return events
 
     def mcp_call_end(self, output: str | None, error: Any) -> list[Event]:
-        item = self._tool
+        item = self._release()
         assert isinstance(item, McpCallItem)
-        self._tool = None
-        self._to(Phase.READY)
         events: list[Event] = []
         self._done(item, item.finish(output, error, events), events)
         return events
+
+    def _release(self) -> McpCallItem | McpListItem:
+        """The waiting MCP item, which the tool loop has finished, leaves Phase.TOOL."""
+        item = self._tool
+        assert item is not None
+        self._tool = None
+        self._to(Phase.READY)
+        return item

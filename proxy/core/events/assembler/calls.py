@@ -51,10 +51,7 @@ class FunctionCallItem(CallItem):
 
     def delta(self, text: str, events: list[Event]) -> None:
         self.parts.append(text)
-        seq = self.seq
-        number = seq.next
-        seq.next = number + 1
-        events.append({"type": t.ARGS_DELTA, "sequence_number": number,
+        events.append({"type": t.ARGS_DELTA, "sequence_number": self.seq.take(),
                        "item_id": self.item_id, "output_index": self.index, "delta": text})
 
     def close(self, status: str, events: list[Event]) -> Item:
