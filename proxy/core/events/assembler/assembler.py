@@ -31,6 +31,9 @@ from proxy.core.summaries import wants_summaries
 from proxy.core.toolnames import ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
+# Bound once: an enum member's lookup (`Phase.DONE`) costs ~60 ns on 3.11, the per-chunk
+# path takes four of them.
+_REASONING, _MESSAGE, _TOOL, _DONE = Phase.REASONING, Phase.MESSAGE, Phase.TOOL, Phase.DONE
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
@@ -64,9 +67,9 @@ class Assembler(ResponseState):
         """One upstream chunk's events. Where an MCP call now waits, the rest of the chunk
         (and of the upstream turn, but for its usage) is not read: items never interleave."""
         phase = self.phase
-        if phase is Phase.DONE:
+        if phase is _DONE:
             return []
-        if phase is Phase.TOOL:  # the rest of a turn whose MCP call waits: usage only
+        if phase is _TOOL:  # the rest of a turn whose MCP call waits: usage only
             self._usage(chunk.get("usage"))
             return []
         error = chunk.get("error")
@@ -86,10 +89,10 @@ class Assembler(ResponseState):
             reasoning = delta.get("reasoning")
             if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
                 reasoning = delta.get("reasoning_content")
-            if reasoning and self._stream(Phase.REASONING, reasoning, events):
+            if reasoning and self._stream(_REASONING, reasoning, events):
                 return events
             content = delta.get("content")
-            if content and self._stream(Phase.MESSAGE, content, events):
+            if content and self._stream(_MESSAGE, content, events):
                 return events
             calls = delta.get("tool_calls")
             if calls and self._tool_calls(calls, events):

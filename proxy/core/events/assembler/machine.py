@@ -48,6 +48,9 @@ NEXT: dict[Phase, frozenset[Phase]] = {
 }
 
 
+_DONE = Phase.DONE  # bound once: an enum member's lookup costs ~60 ns on 3.11
+
+
 class PhaseError(RuntimeError):
     """The assembler tried a change of phase its table does not allow (a bug)."""
 
@@ -59,8 +62,8 @@ class Machine:
         self.phase = Phase.READY
 
     @property
-    def done(self) -> bool:
-        return self.phase is Phase.DONE
+    def done(self) -> bool:  # asked once per upstream payload (core/chatstream.py)
+        return self.phase is _DONE
 
     def _to(self, phase: Phase) -> None:
         if phase not in NEXT[self.phase]:
