@@ -184,7 +184,7 @@ RULES: tuple[Rule, ...] = (
     # orjson is native: a `dumps` shows as the own time of the Python line calling it.
     Rule(ENCODE, ("proxy/services/turn.py",), ("Turn._encoded",)),
     Rule(ENCODE, ("proxy/core/sse.py",), ("frame", "frames")),
-    Rule(PARSE, ("proxy/core/chatstream.py", "proxy/core/sse.py", "proxy/core/assembler.py",
+    Rule(PARSE, ("proxy/core/chatstream.py", "proxy/core/sse.py", "proxy/core/events/assembler/",
                  "proxy/core/translate.py", "proxy/core/completion.py")),
     Rule(GLUE, ("proxy/web/eventstream.py",), ("EventStream._stream",)),
     Rule(GLUE, ("proxy/services/responses.py",), ("_sse",)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.core.assembler import Assembler
+from proxy.core.events.assembler import Assembler
 from proxy.core.sse import DONE, DataDecoder
 from proxy.core.types import Event
 

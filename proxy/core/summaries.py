@@ -6,7 +6,7 @@ A vLLM fleet has no summariser, so when a request sets `reasoning.summary` (`aut
 or `detailed`) the summary IS the reasoning text: one summary part (`summary_index` 0) carrying
 the same text as the item's one `reasoning_text` content part.
 
-Order of a live reasoning item with summaries (core/assembler.py), streaming both at once:
+Order of a live reasoning item with summaries (core/events/assembler/), streaming both at once:
 
     output_item.added (summary [], content [])
     content_part.added (reasoning_text)   reasoning_summary_part.added (summary_text)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.assembler import Assembler
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import IdFactory
 from proxy.core.types import Event
 from proxy.services.eventlog import EventLogHub

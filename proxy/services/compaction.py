@@ -21,7 +21,6 @@ from typing import Any
 
 import orjson
 
-from proxy.core.assembler import map_usage
 from proxy.core.compaction import (
     DEFAULT_THRESHOLD_SHARE,
     ID_PREFIX,
@@ -36,6 +35,7 @@ from proxy.core.compaction import (
     without_triggers,
 )
 from proxy.core.errors import NotFound
+from proxy.core.events.assembler import map_usage
 from proxy.core.fields import bad
 from proxy.core.ids import IdFactory
 from proxy.core.request import ResponsesRequest

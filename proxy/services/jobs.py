@@ -35,8 +35,8 @@ from typing import Any
 import orjson
 
 from proxy.core import types as t
-from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext

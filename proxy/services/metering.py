@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import orjson
 
-from proxy.core.assembler import Assembler
+from proxy.core.events.assembler import Assembler
 from proxy.services.limits import Ticket
 
 # A prompt's tokens estimated from its bytes (about 4 for English text and JSON), used only for

@@ -31,7 +31,6 @@ import orjson
 from proxy.core import ids as idp
 from proxy.core import mcp
 from proxy.core import types as t
-from proxy.core.assembler import Assembler, map_usage
 from proxy.core.cachekey import USE_CACHE, Directives
 from proxy.core.compaction import OBJECT as COMPACTION_OBJECT
 from proxy.core.compaction import compacted_output, has_compaction, parse_compact_body
@@ -43,6 +42,7 @@ from proxy.core.errors import (
     ShuttingDown,
     UpstreamError,
 )
+from proxy.core.events.assembler import Assembler, map_usage
 from proxy.core.expansion import Expansion
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import parse_input, seal_reasoning

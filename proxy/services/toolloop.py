@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from proxy.core import mcp
-from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError
+from proxy.core.events.assembler import Assembler
 from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate import to_messages
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event

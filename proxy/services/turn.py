@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 import orjson
 
 from proxy.core import types as t
-from proxy.core.assembler import Assembler, Phase
 from proxy.core.chatstream import ChatStreamReader
 from proxy.core.errors import ProxyError, UpstreamTimeout
+from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.types import Event, EventBatch, Item, ResponseObject
 from proxy.metrics import Metrics
 from proxy.services.durable import append_conversation, store_final

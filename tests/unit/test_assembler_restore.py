@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.assembler import Assembler
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from tests.support.assembly import CREATED_AT, assemble, base_response, golden_bytes
 from tests.support.conformance import check_stream

@@ -11,8 +11,8 @@ import pytest
 from openai.types.responses import ResponseCompactionItem
 
 from proxy.core import compaction as c
-from proxy.core.assembler import Assembler
 from proxy.core.errors import InvalidRequest
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.items import parse_input, seal_reasoning
 from proxy.core.replay import events_from_response

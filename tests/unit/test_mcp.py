@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from proxy.core import mcp
-from proxy.core.assembler import Assembler, Phase
 from proxy.core.errors import InvalidRequest
+from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.ids import counter_ids
 from proxy.core.request import parse_request
 from proxy.core.translate import to_messages

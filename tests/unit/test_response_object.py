@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.core.assembler import Assembler
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.replay import events_from_response
 from proxy.core.request import parse_request

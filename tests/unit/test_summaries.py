@@ -18,8 +18,8 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from proxy.core.assembler import Assembler
 from proxy.core.chatstream import ChatStreamReader
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.replay import events_from_response
 from tests.support.assembly import CREATED_AT, GOLDEN, base_response, golden_bytes

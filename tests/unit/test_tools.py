@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import Response
 
-from proxy.core.assembler import Assembler
 from proxy.core.custominput import InputStream, custom_input
 from proxy.core.errors import InvalidRequest
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.replay import events_from_response
 from proxy.core.request import parse_request

@@ -8,8 +8,8 @@ import pytest
 from openai._models import construct_type
 from openai.types.responses import ResponseFailedEvent, ResponseStreamEvent
 
-from proxy.core.assembler import Assembler
 from proxy.core.errors import InvalidRequest
+from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.request import parse_request
 from proxy.core.truncation import is_context_overflow, shorten, units

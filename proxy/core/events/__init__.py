@@ -1,0 +1,1 @@
+"""Responses stream events: how upstream chunks become them (`assembler/`)."""

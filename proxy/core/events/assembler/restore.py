@@ -1,0 +1,106 @@
+"""Picking a response up from its event log (its worker died mid-stream).
+
+A fold over the logged events: items done stay done, the open one is rebuilt with its text so
+far and how far its events went, an MCP item that waited waits again, and numbering goes on
+after the last logged event. The assembler then closes what is open (`fail()` or `cancel()`)
+exactly as a live stream would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from proxy.core import mcp
+from proxy.core import types as t
+from proxy.core.events.assembler.calls import CustomToolCallItem, FunctionCallItem
+from proxy.core.events.assembler.item import (
+    ADDED,
+    PART_DONE,
+    STREAMING,
+    TEXT_DONE,
+    Numbering,
+    OpenItem,
+)
+from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
+from proxy.core.events.assembler.text import MessageItem, ReasoningItem
+from proxy.core.types import Event, Item
+
+_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA})
+_STAGE_AFTER = {t.PART_ADDED: STREAMING, t.TEXT_DONE: TEXT_DONE, t.REASONING_DONE: TEXT_DONE,
+                t.ARGS_DONE: TEXT_DONE, t.PART_DONE: PART_DONE, t.CUSTOM_INPUT_DONE: TEXT_DONE}
+# Where a restored reasoning item's summary part had got to (core/summaries.py).
+_SUMMARY_STAGE_AFTER = {t.SUMMARY_PART_ADDED: STREAMING, t.SUMMARY_DONE: TEXT_DONE,
+                        t.SUMMARY_PART_DONE: PART_DONE}
+
+
+@dataclass
+class Restored:
+    output: list[Item] = field(default_factory=list)
+    open: OpenItem | None = None
+    waiting: McpCallItem | McpListItem | None = None
+    in_progress: bool = False
+
+
+def restore(events: Iterable[Event], seq: Numbering,
+            seal: Callable[[str], str] | None) -> Restored:
+    """The state `events` leave; `seq` set to go on after the last of them."""
+    state = Restored()
+    for event in events:
+        seq.next = event["sequence_number"] + 1
+        kind = event["type"]
+        opened = state.open
+        if kind == t.ITEM_ADDED and event["item"].get("type") in mcp.ITEM_TYPES:
+            _reopen_mcp(state, event, seq)
+        elif kind == mcp.ARGS_DONE and isinstance(state.waiting, McpCallItem):
+            state.waiting.parts = [event["arguments"]]
+        elif kind == t.ITEM_ADDED:
+            state.open = _reopen(event["item"], event["output_index"], seq, seal)
+        elif kind in _SUMMARY_STAGE_AFTER and isinstance(opened, ReasoningItem):
+            opened.summary = _SUMMARY_STAGE_AFTER[kind]
+            opened.summary_sent = opened.summary_sent or 0
+        elif kind == t.SUMMARY_DELTA and isinstance(opened, ReasoningItem):
+            opened.summary_sent = (opened.summary_sent or 0) + len(event["delta"])
+        elif kind in _DELTAS and opened is not None:
+            opened.parts.append(event["delta"])
+        elif kind in _STAGE_AFTER and opened is not None:
+            opened.stage = _STAGE_AFTER[kind]
+        elif kind == t.ITEM_DONE:
+            state.output.append(event["item"])
+            state.open = state.waiting = None
+        elif kind == t.IN_PROGRESS:
+            state.in_progress = True
+    return state
+
+
+def _reopen(item: Item, index: int, seq: Numbering,
+            seal: Callable[[str], str] | None) -> OpenItem:
+    """A message, reasoning item or call as its output_item.added left it (a call's
+    arguments flow from the start; a text item's part is not open yet)."""
+    kind = item.get("type")
+    if kind in (t.FUNCTION_CALL, t.CUSTOM_TOOL_CALL):
+        call = {"name": item.get("name", ""), "call_id": item.get("call_id", ""),
+                "namespace": item.get("namespace")}
+        if kind == t.FUNCTION_CALL:
+            return FunctionCallItem(item["id"], index, seq, **call)
+        custom = CustomToolCallItem(item["id"], index, seq, **call)
+        custom.decoder = None  # its parts are the input deltas already sent
+        return custom
+    if kind == t.REASONING:
+        return ReasoningItem(item["id"], index, seq, ADDED, seal=seal)
+    return MessageItem(item["id"], index, seq, ADDED)  # (any other kind closes as a message)
+
+
+def _reopen_mcp(state: Restored, event: Event, seq: Numbering) -> None:
+    """An MCP item reopened from a log: it waits (a call, a listing) as when it was cut; an
+    approval request is open like any call."""
+    item, index = event["item"], event["output_index"]
+    if item["type"] == mcp.LIST_TOOLS:
+        state.waiting = McpListItem(item["id"], index, seq, item["server_label"])
+    elif item["type"] == mcp.APPROVAL_REQUEST:
+        state.open = McpApprovalItem(item["id"], index, seq, label=item["server_label"],
+                                     name=item["name"])
+    else:
+        state.waiting = McpCallItem(item["id"], index, seq, label=item["server_label"],
+                                    name=item["name"],
+                                    call_id=item.get("approval_request_id") or "")
