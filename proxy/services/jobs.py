@@ -47,6 +47,7 @@ from proxy.services.admission import Admission
 from proxy.services.closing import close_from_log, record_all
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
+from proxy.services.gateway import Gateway
 from proxy.services.limits import Limiter
 from proxy.services.metering import Meter, turn_spent
 from proxy.services.tasks import Supervisor, TaskSet
@@ -57,7 +58,6 @@ from proxy.store.base import Job, JobQueue, Store, StoredResponse
 
 log = logging.getLogger("proxy.worker")
 
-CHAT_PATH = "/v1/chat/completions"
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).
 FIRST_WORKER_SEQ = 2
 LOST = "the worker running this response stopped before it finished"
@@ -94,7 +94,7 @@ class Worker:
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
                  admission: Admission | None = None, sealer: Sealer) -> None:
         self.name = name or worker_name()
-        self._admission = admission or Admission.from_settings(fleet, settings)
+        self._gateway = Gateway(fleet, admission or Admission.from_settings(fleet, settings))
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
         self._sealer = sealer
@@ -321,17 +321,15 @@ class Worker:
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound
             # (at most --worker-concurrency jobs wait) but not past its deadline.
-            await self._admission.admit(spec["model"], record.tenant, bounded=False,
-                                        priority=spec.get("service_tier") == "priority")
-            call = await self._fleet.open(spec["model"], CHAT_PATH, orjson.dumps(spec["chat"]),
-                                          stream=True, affinity=spec.get("affinity"),
-                                          home=spec.get("home"))
+            call = await self._gateway.open(
+                spec["model"], record.tenant, orjson.dumps(spec["chat"]), stream=True,
+                affinity=spec.get("affinity"), home=spec.get("home"),
+                priority=spec.get("service_tier") == "priority", bounded=False)
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await record_all(recorder, events)
             self._ended_without_turn(t.S_FAILED)
             return True
-        call = self._admission.watch(call)
         return await self._drive(record, Turn(call, assembler, self._tasks, recorder=recorder,
                                               started=True, metrics=self._metrics), recorder)
 
@@ -339,8 +337,8 @@ class Worker:
                         assembler: Assembler, recorder: Recorder) -> bool:
         """A job with MCP tools: the tool loop (services/toolloop.py) opens each upstream turn
         and runs the calls; a cancel cancels this task, an MCP call in flight included."""
-        loop = ToolLoop(LoopPlan.from_spec(spec["mcp"]), self._mcp, self._fleet,
-                        self._admission, spec["chat"], spec["model"], record.tenant,
+        loop = ToolLoop(LoopPlan.from_spec(spec["mcp"]), self._mcp, self._gateway,
+                        spec["chat"], spec["model"], record.tenant,
                         affinity=spec.get("affinity"), home=spec.get("home"),
                         priority=spec.get("service_tier") == "priority")
         return await self._drive(record, Turn(None, assembler, self._tasks, recorder=recorder,

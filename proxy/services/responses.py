@@ -64,6 +64,7 @@ from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Call, Fleet
+from proxy.services.gateway import Gateway
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
@@ -75,8 +76,6 @@ from proxy.services.toolloop import LoopPlan, ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass
@@ -122,6 +121,7 @@ class ResponsesService:
     ) -> None:
         self._cache = cache
         self._admission = admission or Admission.from_settings(fleet, settings)
+        self._gateway = Gateway(fleet, self._admission)
         # Stored foreground responses are leased while they run (lease.py); None: embedded.
         self._leases = leases
         # Foreground turns register here while they run (a SIGTERM's grace can end them).
@@ -138,7 +138,7 @@ class ResponsesService:
         self._ids = ids
         self._sealer = sealer
         self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
-        self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
+        self._compactor = Compactor(self._gateway, self._sealer, ids)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp_timeout)
         self._media = MediaFetcher.from_settings(settings)
@@ -196,7 +196,7 @@ class ResponsesService:
         else:
             chat = to_chat_request(shown, seen)
         if request.truncation == "auto":
-            chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
+            chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
         return request, history, chat
 
@@ -267,13 +267,13 @@ class ResponsesService:
         each upstream turn itself."""
         priority = request.service_tier == "priority"
         if plan is not None:
-            return None, ToolLoop(plan, self._mcp, self._fleet, self._admission, chat,
-                                  request.model, tenant, affinity=history.affinity,
-                                  home=history.home, priority=priority)
-        await self._admission.admit(request.model, tenant, priority=priority)
-        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
-                                      affinity=history.affinity, home=history.home)
-        return self._admission.watch(call), None
+            return None, ToolLoop(plan, self._mcp, self._gateway, chat, request.model, tenant,
+                                  affinity=history.affinity, home=history.home,
+                                  priority=priority)
+        call = await self._gateway.open(request.model, tenant, orjson.dumps(chat), stream=True,
+                                        affinity=history.affinity, home=history.home,
+                                        priority=priority)
+        return call, None
 
     # -- the response cache (services/cache.py does the work) -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
@@ -320,7 +320,7 @@ class ResponsesService:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
         _, history, chat = await self._prepare(tenant, body)
-        seen = await measure(self._fleet, chat, affinity=history.affinity)
+        seen = await measure(self._gateway, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def compact(self, tenant: str, body: dict[str, Any], *,

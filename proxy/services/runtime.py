@@ -30,6 +30,7 @@ from proxy.services.drain import Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
+from proxy.services.gateway import Gateway
 from proxy.services.jobs import Worker, worker_name
 from proxy.services.lease import Leases
 from proxy.services.limits import Limiter, limit_table
@@ -134,7 +135,8 @@ class Runtime:
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
         admission = Admission.from_settings(fleet, settings)
-        passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings),
+        gateway = Gateway(fleet, admission)
+        passthrough = Passthrough(gateway, media=MediaFetcher.from_settings(settings),
                                   salts=CacheSalts.of(settings.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
