@@ -24,6 +24,7 @@ import orjson
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, ProxyError, RateLimited
 from proxy.core.types import ResponseObject
+from proxy.services.jobspec import JobSpec
 from proxy.services.logread import whole_log
 from proxy.services.stored import not_found
 from proxy.settings import Settings
@@ -49,12 +50,12 @@ class Background:
         self._cancel_local = cancel_local
 
     async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
-                     events: list[StoredEvent], spec: dict[str, Any]) -> None:
+                     events: list[StoredEvent], spec: JobSpec) -> None:
         settings = self._settings
         await self._store.create_response(record, input_items, events=events,
                                           ttl=settings.response_ttl, event_ttl=settings.event_ttl)
         try:
-            queued = await self._queue.enqueue(record.id, orjson.dumps(spec),
+            queued = await self._queue.enqueue(record.id, spec.to_json(),
                                                limit=settings.max_queued_jobs)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.

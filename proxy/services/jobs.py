@@ -30,7 +30,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -48,10 +47,11 @@ from proxy.services.closing import close_from_log, record_all
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.gateway import Gateway
+from proxy.services.jobspec import JobSpec
 from proxy.services.limits import Limiter
 from proxy.services.metering import Meter, turn_spent
 from proxy.services.tasks import Supervisor, TaskSet
-from proxy.services.toolloop import LoopPlan, ToolLoop
+from proxy.services.toolloop import ToolLoop
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, Store, StoredResponse
@@ -212,26 +212,26 @@ class Worker:
         # (state first, ack retried by the reclaim) gives the same guarantee.
         settled = False
         meter = Meter()
-        spec: dict[str, Any] = {}
+        spec: JobSpec | None = None
         try:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
                 self._metrics.job_finished("requeued")
                 return
-            spec = orjson.loads(job.spec)
-            if spec.get("request_id"):
+            spec = JobSpec.from_json(job.spec)  # unreadable: left for a worker that reads it
+            if spec.request_id:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
-                CURRENT.set(RequestContext(str(spec["request_id"])))
+                CURRENT.set(RequestContext(spec.request_id))
             meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(
                 job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
                 ttl=self._settings.response_ttl)
-            if moved.changed and moved.response is not None and "tenant" in spec:
-                settled = await self._run(job, StoredResponse(moved.response, spec["tenant"],
+            if moved.changed and moved.response is not None:
+                settled = await self._run(job, StoredResponse(moved.response, spec.tenant,
                                                               logged=True), spec)
                 return
             record = await self._store.get_response_any(job.response_id)
@@ -267,14 +267,14 @@ class Worker:
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
             await self._settle_meter(meter, running, spec)
 
-    async def _adopt(self, spec: dict[str, Any]) -> Meter:
+    async def _adopt(self, spec: JobSpec) -> Meter:
         """The job's ticket, taken over from the request that created it."""
-        if not spec.get("limit") or self._limits is None:
+        if not spec.limit or self._limits is None:
             return Meter()
-        return Meter(await self._limits.adopt(str(spec.get("tenant")), spec["limit"]))
+        return Meter(await self._limits.adopt(spec.tenant, spec.limit))
 
     async def _settle_meter(self, meter: Meter, running: _Running | None,
-                            spec: dict[str, Any]) -> None:
+                            spec: JobSpec | None) -> None:
         """Free the job's stream slot and count what its turn spent, finished or cancelled
         mid-way (services/metering.py), unless the job left us (handed back or reclaimed):
         then whoever runs or settles it next ends the ticket."""
@@ -283,7 +283,7 @@ class Worker:
             return
         turn = running.turn if running is not None else None
         if turn is not None:
-            meter.track(turn_spent(turn.assembler, spec.get("chat") or {}))
+            meter.track(turn_spent(turn.assembler, spec.chat if spec is not None else {}))
         with contextlib.suppress(asyncio.CancelledError):
             await self._tasks.shielded(meter.settle(), name="job-limit-end")
 
@@ -309,22 +309,21 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> bool:
+    async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
         """Run the job's turn; True once its end is stored."""
         assembler = self._assembler(record, spec)
         recorder = Recorder(self._store, ttl=self._settings.response_ttl,
                             event_ttl=self._settings.event_ttl,
                             log=self._hub.open(record.id),
                             conversation=await self._conversation(record, spec))
-        if spec.get("mcp"):
+        if spec.mcp is not None:
             return await self._run_loop(job, record, spec, assembler, recorder)
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound
             # (at most --worker-concurrency jobs wait) but not past its deadline.
             call = await self._gateway.open(
-                spec["model"], record.tenant, orjson.dumps(spec["chat"]), stream=True,
-                affinity=spec.get("affinity"), home=spec.get("home"),
-                priority=spec.get("service_tier") == "priority", bounded=False)
+                spec.model, record.tenant, orjson.dumps(spec.chat), stream=True,
+                affinity=spec.affinity, home=spec.home, priority=spec.priority, bounded=False)
         except ProxyError as exc:
             events = assembler.resume() + assembler.fail(exc.message)
             await record_all(recorder, events)
@@ -333,14 +332,14 @@ class Worker:
         return await self._drive(record, Turn(call, assembler, self._tasks, recorder=recorder,
                                               started=True, metrics=self._metrics), recorder)
 
-    async def _run_loop(self, job: Job, record: StoredResponse, spec: dict[str, Any],
+    async def _run_loop(self, job: Job, record: StoredResponse, spec: JobSpec,
                         assembler: Assembler, recorder: Recorder) -> bool:
         """A job with MCP tools: the tool loop (services/toolloop.py) opens each upstream turn
         and runs the calls; a cancel cancels this task, an MCP call in flight included."""
-        loop = ToolLoop(LoopPlan.from_spec(spec["mcp"]), self._mcp, self._gateway,
-                        spec["chat"], spec["model"], record.tenant,
-                        affinity=spec.get("affinity"), home=spec.get("home"),
-                        priority=spec.get("service_tier") == "priority")
+        assert spec.mcp is not None
+        loop = ToolLoop(spec.mcp, self._mcp, self._gateway, spec.chat, spec.model,
+                        record.tenant, affinity=spec.affinity, home=spec.home,
+                        priority=spec.priority)
         return await self._drive(record, Turn(None, assembler, self._tasks, recorder=recorder,
                                               started=True, metrics=self._metrics, loop=loop),
                                  recorder)
@@ -356,14 +355,14 @@ class Worker:
                 pass
         return recorder.final is not None
 
-    def _assembler(self, record: StoredResponse, spec: dict[str, Any]) -> Assembler:
-        seal = seal_reasoning(self._sealer) if spec.get("seal") else None
+    def _assembler(self, record: StoredResponse, spec: JobSpec) -> Assembler:
+        seal = seal_reasoning(self._sealer) if spec.seal else None
         return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
                          seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
 
     async def _conversation(self, record: StoredResponse,
-                            spec: dict[str, Any]) -> ConversationTurn | None:
-        conversation = spec.get("conversation")
+                            spec: JobSpec) -> ConversationTurn | None:
+        conversation = spec.conversation
         if not conversation:
             return None
         items = await self._store.input_items(record.tenant, record.id) or []

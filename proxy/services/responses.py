@@ -65,6 +65,7 @@ from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Call, Fleet
 from proxy.services.gateway import Gateway
+from proxy.services.jobspec import JobSpec
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
@@ -383,20 +384,17 @@ class ResponsesService:
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
         record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
                                 logged=True, replica=replica.url)
-        spec = {"tenant": tenant, "model": request.model, "chat": chat,
-                "affinity": history.affinity, "home": replica.url,
-                "service_tier": request.service_tier,
-                "seal": "reasoning.encrypted_content" in request.include,
-                "conversation": request.conversation,
-                # The worker's upstream call and log lines carry the creating request's id.
-                "request_id": current_request_id()}
-        if plan is not None:
-            # The worker runs the tool loop. The MCP headers ride in the job's spec (the
-            # worker needs them), never in the stored Response object.
-            spec["mcp"] = plan.to_spec()
-        job_limit = meter.job_limit()
-        if job_limit:
-            spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
+        spec = JobSpec(tenant, request.model, chat, affinity=history.affinity,
+                       home=replica.url, service_tier=request.service_tier,
+                       seal="reasoning.encrypted_content" in request.include,
+                       conversation=request.conversation,
+                       # The worker's upstream call and log lines carry this request's id.
+                       request_id=current_request_id(),
+                       # The worker runs the tool loop. The MCP headers ride in the job's spec
+                       # (the worker needs them), never in the stored Response object.
+                       mcp=plan,
+                       # The worker renews and frees the lease, counts the usage.
+                       limit=meter.job_limit())
         await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:
