@@ -195,6 +195,7 @@ RULES: tuple[Rule, ...] = (
                  "proxy/services/responses.py", "proxy/services/passthrough.py",
                  "proxy/services/turn.py", "proxy/services/fleet.py",
                  "proxy/services/admission.py", "proxy/services/gateway.py",
+                 "proxy/services/generation.py",
                  "proxy/services/context.py",
                  "proxy/services/conversations.py", "proxy/services/references.py",
                  "proxy/services/cache.py", "proxy/services/chatcache.py",

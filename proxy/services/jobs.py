@@ -31,35 +31,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import orjson
-
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import IdFactory, new_id
-from proxy.core.items import seal_reasoning
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.seal import Sealer
 from proxy.mcpclient import McpClient
 from proxy.metrics import JobOutcome, Metrics
 from proxy.services.admission import Admission
-from proxy.services.closing import close_from_log, record_all
+from proxy.services.closing import close_from_log
 from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.gateway import Gateway
+from proxy.services.generation import Generations
 from proxy.services.jobspec import JobSpec
 from proxy.services.limits import Limiter
 from proxy.services.metering import Meter, turn_spent
 from proxy.services.tasks import Supervisor, TaskSet
-from proxy.services.toolloop import ToolLoop
-from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.services.turn import Turn
 from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, Store, StoredResponse
 
 log = logging.getLogger("proxy.worker")
 
-# The first sequence number a worker writes: the log already holds created (0) and queued (1).
-FIRST_WORKER_SEQ = 2
 LOST = "the worker running this response stopped before it finished"
 SHUTDOWN = "the worker shut down before this response finished"
 # How long an empty take waits for a poke when the store cannot block (the embedded store).
@@ -97,9 +92,11 @@ class Worker:
         self._gateway = Gateway(fleet, admission or Admission.from_settings(fleet, settings))
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
-        self._sealer = sealer
-        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+        self._generations = Generations(
+            self._gateway, McpClient(connect_timeout=settings.timeouts.connect,
+                                     call_timeout=settings.mcp_timeout),
+            sealer, store, hub, tasks, metrics, ttl=settings.response_ttl,
+            event_ttl=settings.event_ttl, clock=clock, ids=ids)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
@@ -310,63 +307,19 @@ class Worker:
             running.released = True
 
     async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
-        """Run the job's turn; True once its end is stored."""
-        assembler = self._assembler(record, spec)
-        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
-                            event_ttl=self._settings.event_ttl,
-                            log=self._hub.open(record.id),
-                            conversation=await self._conversation(record, spec))
-        if spec.mcp is not None:
-            return await self._run_loop(job, record, spec, assembler, recorder)
-        try:
-            # A job waits for a saturated fleet like a request, past the queue's length bound
-            # (at most --worker-concurrency jobs wait) but not past its deadline.
-            call = await self._gateway.open(
-                spec.model, record.tenant, orjson.dumps(spec.chat), stream=True,
-                affinity=spec.affinity, home=spec.home, priority=spec.priority, bounded=False)
-        except ProxyError as exc:
-            events = assembler.resume() + assembler.fail(exc.message)
-            await record_all(recorder, events)
+        """Run the job's generation (services/generation.py) to its end, made known first so a
+        cancel or a shutdown reaches it; True once its end is stored."""
+        turn = await self._generations.job(record, spec)
+        if turn is None:  # no upstream: ended failed, its end stored
             self._ended_without_turn(t.S_FAILED)
             return True
-        return await self._drive(record, Turn(call, assembler, self._tasks, recorder=recorder,
-                                              started=True, metrics=self._metrics), recorder)
-
-    async def _run_loop(self, job: Job, record: StoredResponse, spec: JobSpec,
-                        assembler: Assembler, recorder: Recorder) -> bool:
-        """A job with MCP tools: the tool loop (services/toolloop.py) opens each upstream turn
-        and runs the calls; a cancel cancels this task, an MCP call in flight included."""
-        assert spec.mcp is not None
-        loop = ToolLoop(spec.mcp, self._mcp, self._gateway, spec.chat, spec.model,
-                        record.tenant, affinity=spec.affinity, home=spec.home,
-                        priority=spec.priority)
-        return await self._drive(record, Turn(None, assembler, self._tasks, recorder=recorder,
-                                              started=True, metrics=self._metrics, loop=loop),
-                                 recorder)
-
-    async def _drive(self, record: StoredResponse, turn: Turn, recorder: Recorder) -> bool:
-        """Runs a job's turn to its end (made known first, so a cancel reaches it); whether its
-        end was recorded."""
         running = self._running.get(record.id)
         if running is not None:
             running.turn = turn
         async with contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
-        return recorder.final is not None
-
-    def _assembler(self, record: StoredResponse, spec: JobSpec) -> Assembler:
-        seal = seal_reasoning(self._sealer) if spec.seal else None
-        return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
-                         seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
-
-    async def _conversation(self, record: StoredResponse,
-                            spec: JobSpec) -> ConversationTurn | None:
-        conversation = spec.conversation
-        if not conversation:
-            return None
-        items = await self._store.input_items(record.tenant, record.id) or []
-        return ConversationTurn(record.tenant, conversation, items)
+        return turn.recorder is not None and turn.recorder.final is not None
 
     async def _settle(self, response_id: str, reason: str) -> bool:
         """Close a stopped job's response; False if the store could not be told."""

@@ -45,7 +45,7 @@ from proxy.core.errors import (
 )
 from proxy.core.expansion import Expansion
 from proxy.core.ids import IdFactory, new_id
-from proxy.core.items import parse_input, seal_reasoning
+from proxy.core.items import parse_input
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
 from proxy.core.seal import Sealer
@@ -63,8 +63,9 @@ from proxy.services.compaction import Compactor
 from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
 from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Call, Fleet
+from proxy.services.fleet import Fleet
 from proxy.services.gateway import Gateway
+from proxy.services.generation import EndHooks, Generations, Opened
 from proxy.services.jobspec import JobSpec
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
@@ -73,7 +74,7 @@ from proxy.services.metering import Meter, tokens_of, turn_spent
 from proxy.services.references import find_references
 from proxy.services.stored import StoredResponses
 from proxy.services.tasks import TaskSet
-from proxy.services.toolloop import LoopPlan, ToolLoop
+from proxy.services.toolloop import LoopPlan
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
@@ -140,8 +141,11 @@ class ResponsesService:
         self._sealer = sealer
         self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(self._gateway, self._sealer, ids)
-        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+        self._generations = Generations(
+            self._gateway, McpClient(connect_timeout=settings.timeouts.connect,
+                                     call_timeout=settings.mcp_timeout),
+            sealer, store, hub, tasks, metrics, ttl=settings.response_ttl,
+            event_ttl=settings.event_ttl, clock=clock, ids=ids)
         self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
@@ -228,7 +232,12 @@ class ResponsesService:
                                          plan=plan)
             outcome.headers.update(cached.headers())
             return outcome
-        call, loop = await self._open(tenant, request, history, chat, plan)
+        # The upstream first: what it refuses (404, 400, 502) is refused before anything is
+        # stored. A tool loop opens its upstream turns itself, as it runs.
+        opened = await self._generations.open(
+            tenant, request.model, chat, plan=plan, affinity=history.affinity,
+            home=history.home, priority=request.service_tier == "priority")
+        call = opened.call
         try:
             recorder = await self._recorder(tenant, request, assembler, history,
                                             replica=call.replica.url if call else None)
@@ -236,15 +245,13 @@ class ResponsesService:
             if call is not None:
                 await self._tasks.shielded(call.aclose())
             raise
-        turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
-                    metrics=self._metrics, loop=loop)
+        turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
         meter.track(turn_spent(assembler, chat))
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
+        ended = self._keeper(tenant, cached, assembler)
         if request.stream:
-            ended = self._keeper(tenant, cached, assembler)
             if local is not None:
-                ended = _then(ended, _remembering(local, assembler, request, history,
-                                                  call, loop))
+                ended.append(_remembering(local, assembler, request, history, opened))
             return Outcome(stream=meter.stream(_sse(turn, owned, ended)),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
@@ -254,27 +261,13 @@ class ResponsesService:
         if final["status"] == t.S_FAILED:
             if final["error"]["message"] == SHUTTING_DOWN:
                 raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
-            if loop is not None and loop.listing_failed:  # as OpenAI: 424, the tool's fault
+            if opened.loop is not None and opened.loop.listing_failed:
+                # as OpenAI: 424, the tool's fault
                 raise ProxyError(final["error"]["message"], status=424, param="tools",
                                  code=mcp.SERVER_ERROR)
             raise UpstreamError(final["error"]["message"])
-        self._keeper(tenant, cached, assembler)()
+        ended()
         return Outcome(body=final, headers=cached.headers())
-
-    async def _open(self, tenant: str, request: ResponsesRequest, history: History,
-                    chat: dict[str, Any], plan: LoopPlan | None,
-                    ) -> tuple[Call | None, ToolLoop | None]:
-        """The upstream stream of a foreground turn, or (MCP tools) the tool loop that opens
-        each upstream turn itself."""
-        priority = request.service_tier == "priority"
-        if plan is not None:
-            return None, ToolLoop(plan, self._mcp, self._gateway, chat, request.model, tenant,
-                                  affinity=history.affinity, home=history.home,
-                                  priority=priority)
-        call = await self._gateway.open(request.model, tenant, orjson.dumps(chat), stream=True,
-                                        affinity=history.affinity, home=history.home,
-                                        priority=priority)
-        return call, None
 
     # -- the response cache (services/cache.py does the work) -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
@@ -294,13 +287,14 @@ class ResponsesService:
             return Outcome(body=final, headers=cached.headers())
         return Outcome(stream=_once(stream), headers=cached.headers())
 
-    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> Callable[[], None]:
+    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> EndHooks:
         """What to run once the turn has ended whole: offer the final object to the cache
         (which keeps only what it may serve again)."""
+        hooks = EndHooks()
         cache = self._cache
-        if cache is None or cached.key is None:
-            return _nothing
-        return lambda: cache.keep(tenant, cached, assembler.snapshot())
+        if cache is not None and cached.key is not None:
+            hooks.append(lambda: cache.keep(tenant, cached, assembler.snapshot()))
+        return hooks
 
     @contextlib.asynccontextmanager
     async def _owned(self, response_id: str, turn: Turn, *, leased: bool
@@ -436,8 +430,7 @@ class ResponsesService:
         include = "reasoning.encrypted_content" in request.include
         if include:
             self._sealer.keys()  # no secret known yet: a 503 now, not a failure mid-stream
-        seal = seal_reasoning(self._sealer) if include else None
-        return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
+        return self._generations.assembler(base, seal=include)
 
     async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,
                         history: History, *, replica: str | None = None) -> Recorder | None:
@@ -446,8 +439,7 @@ class ResponsesService:
         if not request.store and conversation is None:
             return None
         settings = self._settings
-        recorder = Recorder(self._store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                            conversation=conversation, stored=request.store)
+        recorder = self._generations.recorder(conversation=conversation, stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
@@ -459,7 +451,7 @@ class ResponsesService:
                                               event_ttl=settings.event_ttl,
                                               lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
-                recorder.log = self._hub.open(snapshot["id"])
+                recorder.log = self._hub.open(snapshot["id"])  # only once it is stored
         return recorder
 
 
@@ -480,22 +472,9 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-def _nothing() -> None:
-    return None
-
-
-def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
-    def both() -> None:
-        first()
-        second()
-    return both
-
-
 def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesRequest,
-                 history: History, call: Call | None,
-                 loop: ToolLoop | None) -> Callable[[], None]:
+                 history: History, opened: Opened) -> Callable[[], None]:
     # The replica that served the last turn (a tool loop may take several): the chain's home.
     return lambda: local.remember(
-        assembler.snapshot(), history.items, history.parents, request.input,
-        call.replica.url if call is not None else (loop.home if loop is not None else None))
+        assembler.snapshot(), history.items, history.parents, request.input, opened.home)
 
