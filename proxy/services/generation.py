@@ -71,18 +71,33 @@ class Opened:
 
 
 @dataclass(frozen=True)
+class Keeping:
+    """Where a generation's record goes, and for how long: the store-side collaborators that
+    travel together (a recorder needs all four, so does ending a response from its log)."""
+
+    store: Store
+    hub: EventLogHub
+    ttl: int  # the Response's (`--response-ttl`)
+    event_ttl: int  # its event log's (`--event-ttl`)
+
+
+@dataclass(frozen=True)
 class Generations:
+    """One per process (proxy/runtime.py), shared by the create path and the worker, so both
+    run on the same sealer, MCP client and admission."""
+
     gateway: Gateway
     mcp: McpClient
     sealer: Sealer
-    store: Store
-    hub: EventLogHub
+    keeping: Keeping
     tasks: TaskSet
     metrics: Metrics
-    ttl: int  # the Response's (`--response-ttl`)
-    event_ttl: int  # its event log's (`--event-ttl`)
     clock: Callable[[], float] = field(default=time.time)
     ids: IdFactory = field(default=new_id)
+
+    @property
+    def store(self) -> Store:
+        return self.keeping.store
 
     def assembler(self, base: ResponseObject, *, seal: bool, seq: int = 0) -> Assembler:
         return Assembler(base, ids=self.ids, clock=self.clock, seq=seq,
@@ -102,8 +117,9 @@ class Generations:
     def recorder(self, *, log: str | None = None, conversation: ConversationTurn | None = None,
                  stored: bool = True) -> Recorder:
         """`log`: the response id whose event log the turn writes (None: final object only)."""
-        return Recorder(self.store, ttl=self.ttl, event_ttl=self.event_ttl,
-                        log=self.hub.open(log) if log is not None else None,
+        keeping = self.keeping
+        return Recorder(keeping.store, ttl=keeping.ttl, event_ttl=keeping.event_ttl,
+                        log=keeping.hub.open(log) if log is not None else None,
                         conversation=conversation, stored=stored)
 
     def turn(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,

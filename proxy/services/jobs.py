@@ -28,30 +28,23 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.core import types as t
 from proxy.core.assembler import Assembler
 from proxy.core.errors import ProxyError, StoreUnavailable
-from proxy.core.ids import IdFactory, new_id
+from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
-from proxy.core.seal import Sealer
-from proxy.mcpclient import McpClient
-from proxy.metrics import JobOutcome, Metrics
-from proxy.services.admission import Admission
+from proxy.metrics import JobOutcome
 from proxy.services.closing import close_from_log
-from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Fleet
-from proxy.services.gateway import Gateway
 from proxy.services.generation import Generations
 from proxy.services.jobspec import JobSpec
 from proxy.services.limits import Limiter
 from proxy.services.metering import Meter, turn_spent
-from proxy.services.tasks import Supervisor, TaskSet
+from proxy.services.tasks import Supervisor
 from proxy.services.turn import Turn
 from proxy.settings import Settings
-from proxy.store.base import Job, JobQueue, Store, StoredResponse
+from proxy.store.base import Job, JobQueue, StoredResponse
 
 log = logging.getLogger("proxy.worker")
 
@@ -82,27 +75,20 @@ def worker_name() -> str:
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
-                 tasks: TaskSet, metrics: Metrics, settings: Settings, *,
+    def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
-                 supervisor: Supervisor | None = None, limits: Limiter | None = None,
-                 clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
-                 admission: Admission | None = None, sealer: Sealer) -> None:
+                 supervisor: Supervisor | None = None, limits: Limiter | None = None) -> None:
+        """`generations`: the process's one builder of a job's turn (services/generation.py);
+        this class only takes, runs, heartbeats, reclaims and acknowledges."""
         self.name = name or worker_name()
-        self._gateway = Gateway(fleet, admission or Admission.from_settings(fleet, settings))
-        self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
-        self._tasks, self._metrics, self._settings = tasks, metrics, settings
-        self._generations = Generations(
-            self._gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                                     call_timeout=settings.mcp_timeout),
-            sealer, store, hub, tasks, metrics, ttl=settings.response_ttl,
-            event_ttl=settings.event_ttl, clock=clock, ids=ids)
+        self._queue, self._generations, self._settings = queue, generations, settings
+        self._store, self._tasks = generations.store, generations.tasks
+        self._metrics = generations.metrics
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
         self._blocking = shared
         self._shared = shared
-        self._clock, self._ids = clock, ids
         self._running: dict[str, _Running] = {}
         self._stopping = False
         self._poked = asyncio.Event()
@@ -344,11 +330,11 @@ class Worker:
                 self._count(t.S_CANCELLED)
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
+        g = self._generations
         await close_from_log(
-            self._store, self._hub, record,
+            g.store, g.keeping.hub, record,
             (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
-            ids=self._ids, clock=self._clock, response_ttl=self._settings.response_ttl,
-            event_ttl=self._settings.event_ttl)
+            ids=g.ids, clock=g.clock, response_ttl=g.keeping.ttl, event_ttl=g.keeping.event_ttl)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
                     record.status)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,27 +43,19 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.expansion import Expansion
-from proxy.core.ids import IdFactory, new_id
 from proxy.core.items import parse_input
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
-from proxy.core.seal import Sealer
 from proxy.core.sse import frames
 from proxy.core.tenancy import CacheSalts
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item, ResponseObject
-from proxy.mcpclient import McpClient
-from proxy.metrics import Metrics
-from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.compaction import Compactor
 from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
-from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Fleet
-from proxy.services.gateway import Gateway
 from proxy.services.generation import EndHooks, Generations, Opened
 from proxy.services.jobspec import JobSpec
 from proxy.services.lease import Leases
@@ -73,11 +64,10 @@ from proxy.services.media import MediaFetcher
 from proxy.services.metering import Meter, tokens_of, turn_spent
 from proxy.services.references import find_references
 from proxy.services.stored import StoredResponses
-from proxy.services.tasks import TaskSet
 from proxy.services.toolloop import LoopPlan
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
-from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
+from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
 
 
 @dataclass
@@ -102,50 +92,28 @@ class History:
 
 
 class ResponsesService:
-    def __init__(
-        self,
-        fleet: Fleet,
-        store: Store,
-        hub: EventLogHub,
-        tasks: TaskSet,
-        metrics: Metrics,
-        settings: Settings,
-        background: Background,
-        stored: StoredResponses,
-        sealer: Sealer,
-        *,
-        clock: Callable[[], float] = time.time,
-        ids: IdFactory = new_id,
-        cache: ResponseCache | None = None,
-        admission: Admission | None = None,
-        drain: Drain | None = None,
-        leases: Leases | None = None,
-    ) -> None:
+    """`generations`: the process's one builder (its gateway, sealer, MCP client, store);
+    `background`/`stored`: submitting a job and replaying it; `leases`: the stored foreground
+    responses' leases (lease.py; None: embedded store); `drain`: where foreground turns
+    register while they run (a SIGTERM's grace can end them)."""
+
+    def __init__(self, generations: Generations, settings: Settings, background: Background,
+                 stored: StoredResponses, *, cache: ResponseCache | None = None,
+                 drain: Drain | None = None, leases: Leases | None = None) -> None:
+        self._generations = generations
+        self._gateway = generations.gateway
+        self._store = generations.store
         self._cache = cache
-        self._admission = admission or Admission.from_settings(fleet, settings)
-        self._gateway = Gateway(fleet, self._admission)
-        # Stored foreground responses are leased while they run (lease.py); None: embedded.
         self._leases = leases
-        # Foreground turns register here while they run (a SIGTERM's grace can end them).
         self._drain = drain or Drain()
         self._background = background
         self._stored = stored
-        self._fleet = fleet
-        self._store = store
-        self._hub = hub
-        self._tasks = tasks
-        self._metrics = metrics
         self._settings = settings
-        self._clock = clock
-        self._ids = ids
-        self._sealer = sealer
+        self._clock = generations.clock
+        self._ids = generations.ids
+        self._sealer = generations.sealer
         self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
-        self._compactor = Compactor(self._gateway, self._sealer, ids)
-        self._generations = Generations(
-            self._gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                                     call_timeout=settings.mcp_timeout),
-            sealer, store, hub, tasks, metrics, ttl=settings.response_ttl,
-            event_ttl=settings.event_ttl, clock=clock, ids=ids)
+        self._compactor = Compactor(self._gateway, self._sealer, self._ids)
         self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
@@ -177,7 +145,7 @@ class ResponsesService:
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
-        if request.service_tier == "priority" and not self._admission.grants(tenant):
+        if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
         if storing and (request.store or request.conversation):
             # Before any upstream call (compaction, truncation's count, the turn): a key that
@@ -243,7 +211,7 @@ class ResponsesService:
                                             replica=call.replica.url if call else None)
         except BaseException:
             if call is not None:
-                await self._tasks.shielded(call.aclose())
+                await self._generations.tasks.shielded(call.aclose())
             raise
         turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
         meter.track(turn_spent(assembler, chat))
@@ -282,7 +250,7 @@ class ResponsesService:
         final, stream = await self._cache.serve_response(tenant, request, history.parents,
                                                          assembler.snapshot(), cached)
         meter.charge(tokens_of(final.get("usage")))  # served, though not generated
-        self._metrics.response_finished(final["status"])  # a Response, though no tokens
+        self._generations.metrics.response_finished(final["status"])  # a Response, though no tokens
         if stream is None:
             return Outcome(body=final, headers=cached.headers())
         return Outcome(stream=_once(stream), headers=cached.headers())
@@ -372,7 +340,7 @@ class ResponsesService:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
-        replica = await self._fleet.choose(request.model, affinity=history.affinity,
+        replica = await self._gateway.fleet.choose(request.model, affinity=history.affinity,
                                            home=history.home)
         events = assembler.start(background=True)
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
@@ -451,7 +419,8 @@ class ResponsesService:
                                               event_ttl=settings.event_ttl,
                                               lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
-                recorder.log = self._hub.open(snapshot["id"])  # only once it is stored
+                # Its log only once it is stored.
+                recorder.log = self._generations.keeping.hub.open(snapshot["id"])
         return recorder
 
 

@@ -20,6 +20,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
+from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
@@ -31,6 +32,7 @@ from proxy.services.eventlog import EventLogHub
 from proxy.services.fleet import Fleet
 from proxy.services.follow import Followers
 from proxy.services.gateway import Gateway
+from proxy.services.generation import Generations, Keeping
 from proxy.services.jobs import Worker, worker_name
 from proxy.services.lease import Leases
 from proxy.services.limits import Limiter, limit_table
@@ -133,9 +135,14 @@ class Runtime:
         stored = StoredResponses(store, followers, settings, leases=leases)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
-        # One admission per process: requests, chat and background jobs share the caps.
-        admission = Admission.from_settings(fleet, settings)
-        gateway = Gateway(fleet, admission)
+        # One admission per process: requests, chat and background jobs share the caps. One
+        # gateway, sealer and MCP client behind every generation, create path and worker alike.
+        gateway = Gateway(fleet, Admission.from_settings(fleet, settings))
+        generations = Generations(
+            gateway, McpClient(connect_timeout=settings.timeouts.connect,
+                               call_timeout=settings.mcp_timeout),
+            sealer, Keeping(store, hub, ttl=settings.response_ttl, event_ttl=settings.event_ttl),
+            tasks, metrics)
         passthrough = Passthrough(gateway, media=MediaFetcher.from_settings(settings),
                                   salts=CacheSalts.of(settings.keys_file))
         runner = None
@@ -143,9 +150,8 @@ class Runtime:
         limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),
                          refused=metrics.rate_limited)
         if settings.worker if worker is None else worker:
-            runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor, limits=limits,
-                            admission=admission, sealer=sealer)
+            runner = Worker(queue, generations, settings, shared=not store.embedded,
+                            supervisor=supervisor, limits=limits)
             background.attach_worker(runner.poke, runner.cancel_local)
         return cls(
             settings=settings,
@@ -158,9 +164,8 @@ class Runtime:
             hub=hub,
             followers=followers,
             passthrough=passthrough,
-            responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, sealer, cache=cache, drain=draining,
-                                       leases=leases, admission=admission),
+            responses=ResponsesService(generations, settings, background, stored, cache=cache,
+                                       drain=draining, leases=leases),
             stored=stored,
             conversations=Conversations(store, settings, sealer),
             queue=queue,
