@@ -199,7 +199,7 @@ RULES: tuple[Rule, ...] = (
                  "proxy/services/context.py",
                  "proxy/services/conversations.py", "proxy/services/references.py",
                  "proxy/services/cache.py", "proxy/services/chatcache.py",
-                 "proxy/services/limits.py", "proxy/services/runtime.py", "proxy/core/",
+                 "proxy/services/limits.py", "proxy/runtime.py", "proxy/core/",
                  "proxy/upstream", "proxy/metrics.py", "logging/")),
     ENTRY,
 )

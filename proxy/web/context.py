@@ -11,7 +11,7 @@ from starlette.requests import HTTPConnection, Request
 from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.jsonbody import parse_object
 from proxy.core.origin import is_json
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.web.auth import OPEN, PUBLIC_TENANT
 
 

@@ -33,7 +33,7 @@ from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, Store
 from proxy.core.sse import DataDecoder
 from proxy.core.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.localchains import LocalChains
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.limiting import metering
 

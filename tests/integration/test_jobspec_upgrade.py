@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.core import types as t
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 
 
