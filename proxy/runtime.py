@@ -44,10 +44,7 @@ from proxy.services.stored import StoredResponses
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
-from proxy.store.cache import response_cache
-from proxy.store.factory import job_queue, open_store
-from proxy.store.leases import LeaseTable
-from proxy.store.redis import RedisStore
+from proxy.store.factory import Backend, open_backend
 from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
@@ -94,18 +91,19 @@ class Runtime:
                    metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/sealing.py)."""
-        store = open_store(settings.redis_url, budget=storage_budget(
+        backend = open_backend(settings.redis_url, budget=storage_budget(
             settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
-        sealer = await fleet_sealer(settings, store.client)
-        return cls.build(settings, store, sealer, worker=worker, metrics=metrics,
+        sealer = await fleet_sealer(settings, backend.secret)
+        return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
                          draining=draining)
 
     @classmethod
-    def build(cls, settings: Settings, store: RedisStore, sealer: Sealer, *,
+    def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`).
-        `sealer`: the fleet secret's (services/sealing.py), one for every service."""
+        `sealer`: the fleet secret's (services/sealing.py), one for every service.
+        `backend`: the store and its adapters (store/factory.py), used only through them."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.max_connections_per_upstream,
             ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
@@ -117,7 +115,7 @@ class Runtime:
                       routing=settings.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
-        queue = job_queue(store)
+        store, queue = backend.store, backend.queue
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)
         metrics.watch_queue(queue.length)
@@ -127,13 +125,12 @@ class Runtime:
         hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
-        background = Background(store, queue, settings)
-        leases = None if store.embedded else Leases(
-            LeaseTable(store.client), store, hub, ttl=settings.lease_ttl,
+        leases = None if backend.leases is None else Leases(
+            backend.leases, store, hub, ttl=settings.lease_ttl,
             response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
             owner=worker_name(), interrupt=draining.interrupt)
         stored = StoredResponses(store, followers, settings, leases=leases)
-        cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
+        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
@@ -147,12 +144,13 @@ class Runtime:
                                   salts=CacheSalts.of(settings.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),
+        limits = Limiter(backend.limits, limit_table(settings.keys_file, settings.api_keys),
                          refused=metrics.rate_limited)
         if settings.worker if worker is None else worker:
-            runner = Worker(queue, generations, settings, shared=not store.embedded,
+            runner = Worker(queue, generations, settings, shared=backend.shared,
                             supervisor=supervisor, limits=limits)
-            background.attach_worker(runner.poke, runner.cancel_local)
+        # This process's own worker, if any, is told of its submits and cancels at once.
+        background = Background(store, queue, settings, worker=runner)
         return cls(
             settings=settings,
             metrics=metrics,
@@ -178,7 +176,7 @@ class Runtime:
             draining=draining,
             leases=leases,
             read_secret=None if sealer.ready else functools.partial(
-                keep_reading, sealer, store.client),
+                keep_reading, sealer, backend.secret),
         )
 
     async def start(self) -> None:

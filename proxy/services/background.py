@@ -16,8 +16,7 @@ compare-and-set, final from then on (a late completion never overwrites it):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,19 +34,23 @@ from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
 CANCEL_ATTEMPTS = 3
 
 
+class LocalWorker(Protocol):
+    """This process's own worker (services/jobs.py `Worker`), as submit and cancel see it."""
+
+    def poke(self) -> None: ...
+
+    def cancel_local(self, response_id: str) -> None: ...
+
+
 class Background:
-    def __init__(self, store: Store, queue: JobQueue, settings: Settings) -> None:
+    def __init__(self, store: Store, queue: JobQueue, settings: Settings, *,
+                 worker: LocalWorker | None = None) -> None:
         self._store = store
         self._queue = queue
         self._settings = settings
         # This process's own worker, if any: told at once (no polling, no broadcast delay).
-        self._poke: Callable[[], None] = lambda: None
-        self._cancel_local: Callable[[str], None] = lambda _id: None
-
-    def attach_worker(self, poke: Callable[[], None],
-                      cancel_local: Callable[[str], None]) -> None:
-        self._poke = poke
-        self._cancel_local = cancel_local
+        # Built before us (it needs nothing of ours), so nothing is attached afterwards.
+        self._worker = worker
 
     async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
                      events: list[StoredEvent], spec: JobSpec) -> None:
@@ -67,7 +70,8 @@ class Background:
             raise RateLimited(
                 f"The background queue is full ({settings.max_queued_jobs} jobs); retry later.",
                 retry_after=5)
-        self._poke()
+        if self._worker is not None:
+            self._worker.poke()
 
     async def cancel(self, tenant: str, response_id: str) -> ResponseObject:
         for _ in range(CANCEL_ATTEMPTS):
@@ -91,7 +95,8 @@ class Background:
             if record.status == t.S_QUEUED:
                 await self._close_queued(cancelled)
             else:
-                self._cancel_local(response_id)
+                if self._worker is not None:
+                    self._worker.cancel_local(response_id)
                 await self._queue.publish_cancel(response_id)
             return moved.response or cancelled
         raise InvalidRequest("The response changed status while it was being cancelled; "
