@@ -28,11 +28,10 @@ from proxy.services.cache import ResponseCache
 from proxy.services.chatcache import CachedChat
 from proxy.services.conversations import Conversations
 from proxy.services.drain import Drain
-from proxy.services.eventlog import EventLogHub
+from proxy.services.events import EventLog
 from proxy.services.fleet import Fleet
-from proxy.services.follow import Followers
 from proxy.services.gateway import Gateway
-from proxy.services.generation import Generations, Keeping
+from proxy.services.generation import Generations
 from proxy.services.jobs import Worker, worker_name
 from proxy.services.lease import Leases
 from proxy.services.limits import Limiter, limit_table
@@ -62,8 +61,7 @@ class Runtime:
     fleet: Fleet
     store: Store
     tasks: TaskSet
-    hub: EventLogHub
-    followers: Followers
+    events: EventLog  # the event logs: writer, followers, reads, ending (services/events.py)
     passthrough: Passthrough
     responses: ResponsesService
     stored: StoredResponses
@@ -121,15 +119,12 @@ class Runtime:
         metrics.watch_queue(queue.length)
         tasks = TaskSet()
         supervisor = Supervisor()
-        followers = Followers(store, supervisor=supervisor)
-        hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                          local=followers.publish_local, supervisor=supervisor)
-        followers.recent = hub.recent
+        events = EventLog(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+                          supervisor=supervisor)
         leases = None if backend.leases is None else Leases(
-            backend.leases, store, hub, ttl=settings.lease_ttl,
-            response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-            owner=worker_name(), interrupt=draining.interrupt)
-        stored = StoredResponses(store, followers, settings, leases=leases)
+            backend.leases, events, ttl=settings.lease_ttl, owner=worker_name(),
+            interrupt=draining.interrupt)
+        stored = StoredResponses(store, events.followers, settings, leases=leases)
         cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
@@ -138,7 +133,7 @@ class Runtime:
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp_timeout),
-            sealer, Keeping(store, hub, ttl=settings.response_ttl, event_ttl=settings.event_ttl),
+            sealer, events,
             tasks, metrics)
         passthrough = Passthrough(gateway, media=MediaFetcher.from_settings(settings),
                                   salts=CacheSalts.of(settings.keys_file))
@@ -159,8 +154,7 @@ class Runtime:
             fleet=fleet,
             store=store,
             tasks=tasks,
-            hub=hub,
-            followers=followers,
+            events=events,
             passthrough=passthrough,
             responses=ResponsesService(generations, settings, background, stored, cache=cache,
                                        drain=draining, leases=leases),
@@ -213,7 +207,6 @@ class Runtime:
         if self.leases is not None:
             with contextlib.suppress(ProxyError):
                 await self.leases.renew()  # drops the leases of the turns that just ended
-        await self.hub.aclose()
-        await self.followers.aclose()
+        await self.events.aclose()
         await self.store.aclose()
         await self.http.aclose()

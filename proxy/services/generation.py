@@ -33,7 +33,7 @@ from proxy.core.types import ResponseObject
 from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.closing import record_all
-from proxy.services.eventlog import EventLogHub
+from proxy.services.events import EventLog
 from proxy.services.fleet import Call
 from proxy.services.gateway import Gateway
 from proxy.services.jobspec import JobSpec
@@ -71,17 +71,6 @@ class Opened:
 
 
 @dataclass(frozen=True)
-class Keeping:
-    """Where a generation's record goes, and for how long: the store-side collaborators that
-    travel together (a recorder needs all four, so does ending a response from its log)."""
-
-    store: Store
-    hub: EventLogHub
-    ttl: int  # the Response's (`--response-ttl`)
-    event_ttl: int  # its event log's (`--event-ttl`)
-
-
-@dataclass(frozen=True)
 class Generations:
     """One per process (proxy/runtime.py), shared by the create path and the worker, so both
     run on the same sealer, MCP client and admission."""
@@ -89,7 +78,7 @@ class Generations:
     gateway: Gateway
     mcp: McpClient
     sealer: Sealer
-    keeping: Keeping
+    log: EventLog  # where a generation's record goes (its store and TTLs with it)
     tasks: TaskSet
     metrics: Metrics
     clock: Callable[[], float] = field(default=time.time)
@@ -97,7 +86,7 @@ class Generations:
 
     @property
     def store(self) -> Store:
-        return self.keeping.store
+        return self.log.store
 
     def assembler(self, base: ResponseObject, *, seal: bool, seq: int = 0) -> Assembler:
         return Assembler(base, ids=self.ids, clock=self.clock, seq=seq,
@@ -117,9 +106,9 @@ class Generations:
     def recorder(self, *, log: str | None = None, conversation: ConversationTurn | None = None,
                  stored: bool = True) -> Recorder:
         """`log`: the response id whose event log the turn writes (None: final object only)."""
-        keeping = self.keeping
-        return Recorder(keeping.store, ttl=keeping.ttl, event_ttl=keeping.event_ttl,
-                        log=keeping.hub.open(log) if log is not None else None,
+        events = self.log
+        return Recorder(events.store, ttl=events.ttl, event_ttl=events.event_ttl,
+                        log=events.open(log) if log is not None else None,
                         conversation=conversation, stored=stored)
 
     def turn(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,

@@ -36,7 +36,6 @@ from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.metrics import JobOutcome
-from proxy.services.closing import close_from_log
 from proxy.services.generation import Generations
 from proxy.services.jobspec import JobSpec
 from proxy.services.limits import Limiter
@@ -331,10 +330,9 @@ class Worker:
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         g = self._generations
-        await close_from_log(
-            g.store, g.keeping.hub, record,
-            (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
-            ids=g.ids, clock=g.clock, response_ttl=g.keeping.ttl, event_ttl=g.keeping.event_ttl)
+        await g.log.end(record,
+                        (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
+                        ids=g.ids, clock=g.clock)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
                     record.status)
 
