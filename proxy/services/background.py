@@ -45,9 +45,7 @@ class LocalWorker(Protocol):
 class Background:
     def __init__(self, store: Store, queue: JobQueue, settings: Settings, *,
                  worker: LocalWorker | None = None) -> None:
-        self._store = store
-        self._queue = queue
-        self._settings = settings
+        self._store, self._queue, self._settings = store, queue, settings
         # This process's own worker, if any: told at once (no polling, no broadcast delay).
         # Built before us (it needs nothing of ours), so nothing is attached afterwards.
         self._worker = worker

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -92,12 +93,12 @@ class Generations:
         return Assembler(base, ids=self.ids, clock=self.clock, seq=seq,
                          seal_reasoning=seal_reasoning(self.sealer) if seal else None)
 
-    async def open(self, tenant: str, model: str, chat: dict[str, object], *,
+    async def open(self, tenant: str, model: str, chat: dict[str, Any], *,
                    plan: LoopPlan | None, affinity: str | None, home: str | None,
                    priority: bool, bounded: bool = True) -> Opened:
         """The upstream stream (admitted; `bounded=False` for a job), or the tool loop."""
         if plan is not None:
-            return Opened(loop=ToolLoop(plan, self.mcp, self.gateway, chat, model, tenant,
+            return Opened(loop=ToolLoop(plan, self.mcp, self.gateway, chat, tenant,
                                         affinity=affinity, home=home, priority=priority))
         return Opened(call=await self.gateway.open(
             model, tenant, orjson.dumps(chat), stream=True, affinity=affinity, home=home,

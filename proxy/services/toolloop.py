@@ -77,17 +77,23 @@ class ToolLoop:
     plan: LoopPlan
     client: McpClient
     gateway: Gateway
-    chat: dict[str, Any]  # the first upstream request, MCP tools not yet in it
-    model: str
+    chat: dict[str, Any]  # the first upstream request (its model too), MCP tools not yet in it
     tenant: str
     affinity: str | None = None
     home: str | None = None
     priority: bool = False
-    call: Call | None = None
-    calls: int = 0
-    listing_failed: bool = False  # a server could not be listed (a JSON request: HTTP 424)
-    _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _first: int = 0  # where this response's own output begins in the assembler's output
+    # The loop's own state, not the caller's to give.
+    call: Call | None = field(default=None, init=False)
+    calls: int = field(default=0, init=False)
+    # A server could not be listed (a JSON request: HTTP 424).
+    listing_failed: bool = field(default=False, init=False)
+    _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False)
+    # Where this response's own output begins in the assembler's output.
+    _first: int = field(default=0, init=False)
+
+    @property
+    def model(self) -> str:
+        return str(self.chat["model"])
 
     async def start(self, assembler: Assembler) -> AsyncIterator[list[Event]]:
         self._first = len(assembler.output)
