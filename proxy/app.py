@@ -15,8 +15,8 @@ from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
+from proxy.runtime import Runtime
 from proxy.services.drain import Drain
-from proxy.services.runtime import Runtime
 from proxy.settings import Settings, accepted_keys
 from proxy.web import (
     routes_conversations,
@@ -31,6 +31,7 @@ from proxy.web.auth import AuthMiddleware
 from proxy.web.draining import DrainMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.limits import BodyLimitMiddleware
+from proxy.web.state import attach
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -42,7 +43,7 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await Runtime.open(settings, metrics=metrics, draining=draining)
-        app.state.runtime = runtime
+        attach(app, runtime)
         await runtime.start()
         try:
             yield

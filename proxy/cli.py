@@ -204,6 +204,7 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
 
     from proxy.app import create_app
     from proxy.server import DrainingServer
+    from proxy.web.state import app_runtime
 
     app = create_app(settings)
     tune_for_serving()  # after the imports and the app: what is alive now lives forever
@@ -224,7 +225,7 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
         # behind proxies that cut silent connections.
         ws_ping_interval=settings.ping_interval,
     )
-    server = DrainingServer(config, drain=lambda: app.state.runtime.drain(), parent_pid=parent)
+    server = DrainingServer(config, drain=lambda: app_runtime(app).drain(), parent_pid=parent)
     server.run(sockets=[sock] if sock is not None else None)
 
 

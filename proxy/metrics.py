@@ -141,7 +141,7 @@ class Metrics:
         self._states = _States()
         registry.register(self._states)
 
-    # -- wiring (services/runtime.py) ---------------------------------------------------------
+    # -- wiring (runtime.py) ---------------------------------------------------------
     def watch_replicas(self, replicas: Callable[[], Iterable[ReplicaView]]) -> None:
         self._states.replicas = replicas
 

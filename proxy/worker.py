@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 
 log = logging.getLogger("proxy.worker")

@@ -16,14 +16,14 @@ compare-and-set, final from then on (a late completion never overwrites it):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, ProxyError, RateLimited
 from proxy.core.types import ResponseObject
+from proxy.services.jobspec import JobSpec
 from proxy.services.logread import whole_log
 from proxy.services.stored import not_found
 from proxy.settings import Settings
@@ -34,27 +34,29 @@ from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
 CANCEL_ATTEMPTS = 3
 
 
-class Background:
-    def __init__(self, store: Store, queue: JobQueue, settings: Settings) -> None:
-        self._store = store
-        self._queue = queue
-        self._settings = settings
-        # This process's own worker, if any: told at once (no polling, no broadcast delay).
-        self._poke: Callable[[], None] = lambda: None
-        self._cancel_local: Callable[[str], None] = lambda _id: None
+class LocalWorker(Protocol):
+    """This process's own worker (services/jobs.py `Worker`), as submit and cancel see it."""
 
-    def attach_worker(self, poke: Callable[[], None],
-                      cancel_local: Callable[[str], None]) -> None:
-        self._poke = poke
-        self._cancel_local = cancel_local
+    def poke(self) -> None: ...
+
+    def cancel_local(self, response_id: str) -> None: ...
+
+
+class Background:
+    def __init__(self, store: Store, queue: JobQueue, settings: Settings, *,
+                 worker: LocalWorker | None = None) -> None:
+        self._store, self._queue, self._settings = store, queue, settings
+        # This process's own worker, if any: told at once (no polling, no broadcast delay).
+        # Built before us (it needs nothing of ours), so nothing is attached afterwards.
+        self._worker = worker
 
     async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
-                     events: list[StoredEvent], spec: dict[str, Any]) -> None:
+                     events: list[StoredEvent], spec: JobSpec) -> None:
         settings = self._settings
         await self._store.create_response(record, input_items, events=events,
                                           ttl=settings.response_ttl, event_ttl=settings.event_ttl)
         try:
-            queued = await self._queue.enqueue(record.id, orjson.dumps(spec),
+            queued = await self._queue.enqueue(record.id, spec.to_json(),
                                                limit=settings.max_queued_jobs)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.
@@ -66,7 +68,8 @@ class Background:
             raise RateLimited(
                 f"The background queue is full ({settings.max_queued_jobs} jobs); retry later.",
                 retry_after=5)
-        self._poke()
+        if self._worker is not None:
+            self._worker.poke()
 
     async def cancel(self, tenant: str, response_id: str) -> ResponseObject:
         for _ in range(CANCEL_ATTEMPTS):
@@ -90,7 +93,8 @@ class Background:
             if record.status == t.S_QUEUED:
                 await self._close_queued(cancelled)
             else:
-                self._cancel_local(response_id)
+                if self._worker is not None:
+                    self._worker.cancel_local(response_id)
                 await self._queue.publish_cancel(response_id)
             return moved.response or cancelled
         raise InvalidRequest("The response changed status while it was being cancelled; "

@@ -42,12 +42,9 @@ from proxy.core.request import ResponsesRequest
 from proxy.core.seal import Sealer
 from proxy.core.translate import to_chat_request
 from proxy.core.types import Item
-from proxy.services.admission import Admission
 from proxy.services.context import measure
-from proxy.services.fleet import Fleet
+from proxy.services.gateway import Gateway
 from proxy.upstream import bad_answer
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,12 +57,10 @@ class Compacted:
 
 
 class Compactor:
-    def __init__(self, fleet: Fleet, sealer: Sealer, ids: IdFactory,
-                 admission: Admission | None = None) -> None:
-        self._fleet = fleet
+    def __init__(self, gateway: Gateway, sealer: Sealer, ids: IdFactory) -> None:
+        self._gateway = gateway
         self._sealer = sealer
         self._ids = ids
-        self._admission = admission
 
     def opener(self, where: str = "input") -> Callable[[str], Summary]:
         sealer = self._sealer
@@ -111,7 +106,7 @@ class Compactor:
     async def _over_threshold(self, request: ResponsesRequest, chat: dict[str, Any],
                               affinity: str | None) -> bool:
         try:
-            seen = await measure(self._fleet, chat, affinity=affinity)
+            seen = await measure(self._gateway, chat, affinity=affinity)
         except NotFound as exc:
             if exc.code == "model_not_found":
                 raise
@@ -133,13 +128,9 @@ class Compactor:
                         home: str | None = None) -> tuple[str, dict[str, Any] | None]:
         """(the summary the model wrote of `chat`'s conversation, the turn's Responses usage)."""
         model = chat["model"]
-        body = summary_request(chat, self._fleet.max_model_len(model))
-        if self._admission is not None:
-            await self._admission.admit(model, tenant)
-        call = await self._fleet.open(model, CHAT_PATH, orjson.dumps(body), stream=False,
-                                      affinity=affinity, home=home)
-        if self._admission is not None:
-            call = self._admission.watch(call)
+        body = summary_request(chat, self._gateway.fleet.max_model_len(model))
+        call = await self._gateway.open(model, tenant, orjson.dumps(body), stream=False,
+                                        affinity=affinity, home=home)
         content = await call.read_all()
         try:
             answer = orjson.loads(content)

@@ -20,7 +20,7 @@ import orjson
 
 from proxy.core.errors import NotFound
 from proxy.core.truncation import shorten
-from proxy.services.fleet import Fleet
+from proxy.services.gateway import Gateway
 from proxy.upstream import bad_answer
 
 TOKENIZE_PATH = "/tokenize"
@@ -33,34 +33,35 @@ class Measure:
     max_model_len: int
 
 
-async def measure(fleet: Fleet, chat: dict[str, Any], *,
+async def measure(gateway: Gateway, chat: dict[str, Any], *,
                   affinity: str | None = None) -> Measure:
-    """The prompt tokens of `chat` (a translated create) as its model's replica counts them."""
+    """The prompt tokens of `chat` (a translated create) as its model's replica counts them
+    (not admitted: services/gateway.py `unqueued`)."""
     body: dict[str, Any] = {"model": chat["model"], "messages": chat["messages"]}
     if chat.get("tools"):
         body["tools"] = chat["tools"]
-    call = await fleet.open(chat["model"], TOKENIZE_PATH, orjson.dumps(body), stream=False,
-                            affinity=affinity)
+    call = await gateway.unqueued(chat["model"], TOKENIZE_PATH, orjson.dumps(body),
+                                  affinity=affinity)
     content = await call.read_all()
     try:
         answer = orjson.loads(content)
         count, limit = answer["count"], answer.get("max_model_len")
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise bad_answer(call.replica.url, "sent no token count") from exc
-    known = fleet.max_model_len(chat["model"])
+    known = gateway.fleet.max_model_len(chat["model"])
     limit = known if known is not None else limit
     if not isinstance(count, int) or not isinstance(limit, int):
         raise bad_answer(call.replica.url, "sent no token count")
     return Measure(count, limit)
 
-async def fit(fleet: Fleet, chat: dict[str, Any], *, reserve: int | None,
+async def fit(gateway: Gateway, chat: dict[str, Any], *, reserve: int | None,
               affinity: str | None = None) -> dict[str, Any]:
     """`chat` with its oldest messages dropped until the prompt leaves `reserve` tokens (the
     request's max_output_tokens; at least one) of the model's context free."""
     messages = chat["messages"]
     for _ in range(MAX_ROUNDS):
         try:
-            seen = await measure(fleet, {**chat, "messages": messages}, affinity=affinity)
+            seen = await measure(gateway, {**chat, "messages": messages}, affinity=affinity)
         except NotFound as exc:
             if exc.code == "model_not_found":
                 raise

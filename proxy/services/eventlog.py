@@ -162,10 +162,9 @@ class EventLogHub:
         self.store = store
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
-        self.ttl = ttl
-        self.event_ttl = event_ttl
-        self.window = window
-        self.max_pending = max_pending
+        self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
+        # Flush every `window` seconds, or at once when a log holds `max_pending` events.
+        self.window, self.max_pending = window, max_pending
         self._handles: set[LogHandle] = set()
         self._by_id: dict[str, LogHandle] = {}
         self._wakeup = asyncio.Event()

@@ -28,38 +28,25 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
 
 from proxy.core import types as t
 from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.events.assembler import Assembler
-from proxy.core.ids import IdFactory, new_id
-from proxy.core.items import seal_reasoning
+from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
-from proxy.core.seal import Sealer
-from proxy.mcpclient import McpClient
-from proxy.metrics import JobOutcome, Metrics
-from proxy.services.admission import Admission
-from proxy.services.closing import close_from_log, record_all
-from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Fleet
+from proxy.metrics import JobOutcome
+from proxy.services.generation import Generations
+from proxy.services.jobspec import JobSpec
 from proxy.services.limits import Limiter
 from proxy.services.metering import Meter, turn_spent
-from proxy.services.tasks import Supervisor, TaskSet
-from proxy.services.toolloop import LoopPlan, ToolLoop
-from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.services.tasks import Supervisor
+from proxy.services.turn import Turn
 from proxy.settings import Settings
-from proxy.store.base import Job, JobQueue, Store, StoredResponse
+from proxy.store.base import Job, JobQueue, StoredResponse
 
 log = logging.getLogger("proxy.worker")
 
-CHAT_PATH = "/v1/chat/completions"
-# The first sequence number a worker writes: the log already holds created (0) and queued (1).
-FIRST_WORKER_SEQ = 2
 LOST = "the worker running this response stopped before it finished"
 SHUTDOWN = "the worker shut down before this response finished"
 # How long an empty take waits for a poke when the store cannot block (the embedded store).
@@ -87,25 +74,20 @@ def worker_name() -> str:
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, store: Store, fleet: Fleet, hub: EventLogHub,
-                 tasks: TaskSet, metrics: Metrics, settings: Settings, *,
+    def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
-                 supervisor: Supervisor | None = None, limits: Limiter | None = None,
-                 clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
-                 admission: Admission | None = None, sealer: Sealer) -> None:
+                 supervisor: Supervisor | None = None, limits: Limiter | None = None) -> None:
+        """`generations`: the process's one builder of a job's turn (services/generation.py);
+        this class only takes, runs, heartbeats, reclaims and acknowledges."""
         self.name = name or worker_name()
-        self._admission = admission or Admission.from_settings(fleet, settings)
-        self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
-        self._tasks, self._metrics, self._settings = tasks, metrics, settings
-        self._sealer = sealer
-        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+        self._queue, self._generations, self._settings = queue, generations, settings
+        self._store, self._tasks = generations.store, generations.tasks
+        self._metrics = generations.metrics
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
         self._blocking = shared
         self._shared = shared
-        self._clock, self._ids = clock, ids
         self._running: dict[str, _Running] = {}
         self._stopping = False
         self._poked = asyncio.Event()
@@ -212,26 +194,26 @@ class Worker:
         # (state first, ack retried by the reclaim) gives the same guarantee.
         settled = False
         meter = Meter()
-        spec: dict[str, Any] = {}
+        spec: JobSpec | None = None
         try:
             if self._stopping:  # taken just as we stop: hand it back untouched
                 await self._queue.requeue(job)
                 self._release(job.response_id)
                 self._metrics.job_finished("requeued")
                 return
-            spec = orjson.loads(job.spec)
-            if spec.get("request_id"):
+            spec = JobSpec.from_json(job.spec)  # unreadable: left for a worker that reads it
+            if spec.request_id:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
-                CURRENT.set(RequestContext(str(spec["request_id"])))
+                CURRENT.set(RequestContext(spec.request_id))
             meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(
                 job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
                 ttl=self._settings.response_ttl)
-            if moved.changed and moved.response is not None and "tenant" in spec:
-                settled = await self._run(job, StoredResponse(moved.response, spec["tenant"],
+            if moved.changed and moved.response is not None:
+                settled = await self._run(job, StoredResponse(moved.response, spec.tenant,
                                                               logged=True), spec)
                 return
             record = await self._store.get_response_any(job.response_id)
@@ -267,14 +249,14 @@ class Worker:
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
             await self._settle_meter(meter, running, spec)
 
-    async def _adopt(self, spec: dict[str, Any]) -> Meter:
+    async def _adopt(self, spec: JobSpec) -> Meter:
         """The job's ticket, taken over from the request that created it."""
-        if not spec.get("limit") or self._limits is None:
+        if not spec.limit or self._limits is None:
             return Meter()
-        return Meter(await self._limits.adopt(str(spec.get("tenant")), spec["limit"]))
+        return Meter(await self._limits.adopt(spec.tenant, spec.limit))
 
     async def _settle_meter(self, meter: Meter, running: _Running | None,
-                            spec: dict[str, Any]) -> None:
+                            spec: JobSpec | None) -> None:
         """Free the job's stream slot and count what its turn spent, finished or cancelled
         mid-way (services/metering.py), unless the job left us (handed back or reclaimed):
         then whoever runs or settles it next ends the ticket."""
@@ -283,7 +265,7 @@ class Worker:
             return
         turn = running.turn if running is not None else None
         if turn is not None:
-            meter.track(turn_spent(turn.assembler, spec.get("chat") or {}))
+            meter.track(turn_spent(turn.assembler, spec.chat if spec is not None else {}))
         with contextlib.suppress(asyncio.CancelledError):
             await self._tasks.shielded(meter.settle(), name="job-limit-end")
 
@@ -309,67 +291,20 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> bool:
-        """Run the job's turn; True once its end is stored."""
-        assembler = self._assembler(record, spec)
-        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
-                            event_ttl=self._settings.event_ttl,
-                            log=self._hub.open(record.id),
-                            conversation=await self._conversation(record, spec))
-        if spec.get("mcp"):
-            return await self._run_loop(job, record, spec, assembler, recorder)
-        try:
-            # A job waits for a saturated fleet like a request, past the queue's length bound
-            # (at most --worker-concurrency jobs wait) but not past its deadline.
-            await self._admission.admit(spec["model"], record.tenant, bounded=False,
-                                        priority=spec.get("service_tier") == "priority")
-            call = await self._fleet.open(spec["model"], CHAT_PATH, orjson.dumps(spec["chat"]),
-                                          stream=True, affinity=spec.get("affinity"),
-                                          home=spec.get("home"))
-        except ProxyError as exc:
-            events = assembler.resume() + assembler.fail(exc.message)
-            await record_all(recorder, events)
+    async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
+        """Run the job's generation (services/generation.py) to its end, made known first so a
+        cancel or a shutdown reaches it; True once its end is stored."""
+        turn = await self._generations.job(record, spec)
+        if turn is None:  # no upstream: ended failed, its end stored
             self._ended_without_turn(t.S_FAILED)
             return True
-        call = self._admission.watch(call)
-        return await self._drive(record, Turn(call, assembler, self._tasks, recorder=recorder,
-                                              started=True, metrics=self._metrics), recorder)
-
-    async def _run_loop(self, job: Job, record: StoredResponse, spec: dict[str, Any],
-                        assembler: Assembler, recorder: Recorder) -> bool:
-        """A job with MCP tools: the tool loop (services/toolloop.py) opens each upstream turn
-        and runs the calls; a cancel cancels this task, an MCP call in flight included."""
-        loop = ToolLoop(LoopPlan.from_spec(spec["mcp"]), self._mcp, self._fleet,
-                        self._admission, spec["chat"], spec["model"], record.tenant,
-                        affinity=spec.get("affinity"), home=spec.get("home"),
-                        priority=spec.get("service_tier") == "priority")
-        return await self._drive(record, Turn(None, assembler, self._tasks, recorder=recorder,
-                                              started=True, metrics=self._metrics, loop=loop),
-                                 recorder)
-
-    async def _drive(self, record: StoredResponse, turn: Turn, recorder: Recorder) -> bool:
-        """Runs a job's turn to its end (made known first, so a cancel reaches it); whether its
-        end was recorded."""
         running = self._running.get(record.id)
         if running is not None:
             running.turn = turn
         async with contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
                 pass
-        return recorder.final is not None
-
-    def _assembler(self, record: StoredResponse, spec: dict[str, Any]) -> Assembler:
-        seal = seal_reasoning(self._sealer) if spec.get("seal") else None
-        return Assembler(dict(record.response), ids=self._ids, clock=self._clock,
-                         seq=FIRST_WORKER_SEQ, seal_reasoning=seal)
-
-    async def _conversation(self, record: StoredResponse,
-                            spec: dict[str, Any]) -> ConversationTurn | None:
-        conversation = spec.get("conversation")
-        if not conversation:
-            return None
-        items = await self._store.input_items(record.tenant, record.id) or []
-        return ConversationTurn(record.tenant, conversation, items)
+        return turn.recorder is not None and turn.recorder.final is not None
 
     async def _settle(self, response_id: str, reason: str) -> bool:
         """Close a stopped job's response; False if the store could not be told."""
@@ -394,11 +329,10 @@ class Worker:
                 self._count(t.S_CANCELLED)
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
-        await close_from_log(
-            self._store, self._hub, record,
-            (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
-            ids=self._ids, clock=self._clock, response_ttl=self._settings.response_ttl,
-            event_ttl=self._settings.event_ttl)
+        g = self._generations
+        await g.log.end(record,
+                        (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
+                        ids=g.ids, clock=g.clock)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
                     record.status)
 

@@ -34,9 +34,8 @@ from collections.abc import AsyncIterator, Callable
 from proxy.core import types as t
 from proxy.core.errors import ProxyError
 from proxy.core.ids import IdFactory, new_id
-from proxy.services.closing import close_from_log
-from proxy.services.eventlog import EventLogHub
-from proxy.store.base import Store, StoredResponse
+from proxy.services.events import EventLog
+from proxy.store.base import StoredResponse
 from proxy.store.leases import LeaseState, LeaseTable
 
 log = logging.getLogger("proxy.lease")
@@ -49,17 +48,14 @@ SWEEP_LIMIT = 100
 
 
 class Leases:
-    def __init__(self, table: LeaseTable, store: Store, hub: EventLogHub, *, ttl: float,
-                 response_ttl: int, event_ttl: int, owner: str,
+    def __init__(self, table: LeaseTable, log: EventLog, *, ttl: float, owner: str,
                  interrupt: Callable[[str, str], object] = lambda _rid, _reason: None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self._table = table
-        self._store = store
-        self._hub = hub
+        self._store = log.store
+        self._log = log
         self._ttl_ms = int(ttl * 1000)
         self._ttl = ttl
-        self._response_ttl = response_ttl
-        self._event_ttl = event_ttl
         self._owner = owner
         self._interrupt = interrupt  # stops this process's turn of a response (drain.py)
         self._clock, self._ids = clock, ids
@@ -167,6 +163,4 @@ class Leases:
     async def _close(self, record: StoredResponse) -> None:
         """Complete the response from where its log stopped, as a dead worker's job is
         (services/jobs.py): the terminal event and the final object stored together."""
-        await close_from_log(self._store, self._hub, record, lambda a: a.fail(LOST),
-                             ids=self._ids, clock=self._clock,
-                             response_ttl=self._response_ttl, event_ttl=self._event_ttl)
+        await self._log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)

@@ -10,7 +10,7 @@
 What a request spent, and when its ticket ends, is services/metering.py's (the one path every
 entry point takes).
 
-Each check and its write is one Lua script (store/scripts.py), so two instances admitting at
+Each check and its write is one Lua script (store/limits.py), so two instances admitting at
 the same moment cannot both take the last request of a minute or the last stream slot. Costs:
 one script per request at admission and one at its end; none per token.
 
@@ -41,15 +41,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
-
 from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnavailable
 from proxy.core.ids import new_id
 from proxy.core.keysfile import KeysFile, Limits
 from proxy.core.tenancy import tenant_of
 from proxy.metrics import LIMIT_REASONS, LimitReason
-from proxy.store import keys, scripts
-from proxy.store.redis import store_errors
+from proxy.store.limits import LimitStore
 
 log = logging.getLogger("proxy.limits")
 
@@ -105,16 +102,14 @@ class Ticket:
 
 
 class Limiter:
-    def __init__(self, client: Redis, table: Mapping[str, KeyLimits], *,
+    def __init__(self, counters: LimitStore, table: Mapping[str, KeyLimits], *,
                  lease_seconds: float = LEASE_SECONDS,
                  refused: Callable[[LimitReason], None] | None = None) -> None:
         self._table = dict(table)
         self._count_refusal = refused  # proxy_rate_limited_total{reason}
         self._lease_ms = int(lease_seconds * 1000)
         self._lease_seconds = lease_seconds
-        self._admit = client.register_script(scripts.LIMIT_ADMIT)
-        self._finish = client.register_script(scripts.LIMIT_FINISH)
-        self._renew = client.register_script(scripts.LIMIT_RENEW)
+        self._counters = counters
         # lease id -> the ticket holding it here, renewed by `run`. A job's worker in this
         # process may adopt a lease before the creating request has handed it over: the
         # latest holder wins, and an earlier one's `forget` leaves it alone.
@@ -133,17 +128,13 @@ class Limiter:
         limits = held.limits
         lease = new_id("lease") if hold and limits.max_streams else None
         try:
-            with store_errors():
-                verdict, retry = await self._admit(
-                    keys=_keys(tenant),
-                    args=[limits.rpm or 0, limits.tpm or 0, limits.token_budget or 0,
-                          limits.max_streams or 0, lease or "", self._lease_ms])
+            verdict, retry = await self._counters.admit(tenant, limits, lease=lease,
+                                                        lease_ms=self._lease_ms)
         except StoreUnavailable:
             if limits.token_budget:
                 raise  # fail closed: see the module docstring
             log.warning("limits not checked for key %s: the store is unavailable", held.name)
             return self._ticket(tenant, limits, None)
-        verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict != "ok":
             raise self._refused(held, verdict, max(1, int(retry)))
         ticket = self._ticket(tenant, limits, lease)
@@ -163,9 +154,8 @@ class Limiter:
         if lease is not None:
             self._held[lease] = ticket
             try:
-                with store_errors():
-                    await self._renew(keys=[keys.limit_streams(tenant)],
-                                      args=[self._lease_ms, "adopt", lease])
+                await self._counters.renew(tenant, [lease], lease_ms=self._lease_ms,
+                                           adopt=True)
             except StoreUnavailable as exc:
                 log.warning("could not take over a job's stream lease: %s", exc.message)
         return ticket
@@ -195,11 +185,9 @@ class Limiter:
         if ticket.lease is None and not (tokens > 0 and (ticket.per_minute or ticket.in_total)):
             return  # nothing to free, nothing to count: no round trip
         try:
-            with store_errors():
-                await self._finish(keys=_keys(ticket.tenant),
-                                   args=[max(0, tokens), ticket.lease or "",
-                                         "1" if ticket.per_minute else "0",
-                                         "1" if ticket.in_total else "0"])
+            await self._counters.finish(ticket.tenant, tokens, lease=ticket.lease,
+                                        per_minute=ticket.per_minute,
+                                        in_total=ticket.in_total)
         except StoreUnavailable as exc:
             # The lease expires by itself; the tokens are not counted.
             log.warning("could not record the end of a limited request: %s", exc.message)
@@ -213,12 +201,7 @@ class Limiter:
                 by_tenant.setdefault(ticket.tenant, []).append(lease)
             for tenant, leases in by_tenant.items():
                 try:
-                    with store_errors():
-                        await self._renew(keys=[keys.limit_streams(tenant)],
-                                          args=[self._lease_ms, "renew", *leases])
+                    await self._counters.renew(tenant, leases, lease_ms=self._lease_ms)
                 except StoreUnavailable as exc:
                     log.warning("could not renew stream leases: %s", exc.message)
 
-
-def _keys(tenant: str) -> list[str]:
-    return [keys.limit_minute(tenant), keys.limit_used(tenant), keys.limit_streams(tenant)]

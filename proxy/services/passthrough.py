@@ -35,8 +35,8 @@ from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.fields import lax_bool
 from proxy.core.jsonbody import parse_object
 from proxy.core.tenancy import CacheSalts
-from proxy.services.admission import Admission
-from proxy.services.fleet import Call, Fleet
+from proxy.services.fleet import Call
+from proxy.services.gateway import Gateway
 from proxy.services.media import MediaFetcher
 from proxy.services.metering import Meter, tokens_of, usage_in_json
 from proxy.upstream import end_to_end_headers, map_transport_errors
@@ -56,11 +56,9 @@ class Relay:
 
 
 class Passthrough:
-    def __init__(self, fleet: Fleet, admission: Admission | None = None,
-                 *, media: MediaFetcher | None = None,
+    def __init__(self, gateway: Gateway, *, media: MediaFetcher | None = None,
                  salts: CacheSalts | None = None) -> None:
-        self._fleet = fleet
-        self._admission = admission or Admission(fleet)
+        self._gateway = gateway
         self._media = media  # None: bodies go as they are (tests of the relay alone)
         self._salts = salts or CacheSalts()
 
@@ -86,10 +84,8 @@ class Passthrough:
         if rewrite:
             request["stream"] = stream
         body = orjson.dumps(request)  # once, with everything above
-        priority = request.get("service_tier") == "priority" and self._admission.grants(tenant)
-        await self._admission.admit(model, tenant, priority=priority)
-        call = await self._fleet.open(model, "/v1/chat/completions", body, stream=stream)
-        call = self._admission.watch(call)
+        priority = request.get("service_tier") == "priority" and self._gateway.grants(tenant)
+        call = await self._gateway.open(model, tenant, body, stream=stream, priority=priority)
         headers = end_to_end_headers(call.response.headers)
         if stream:
             chunks = call.response.aiter_raw()
@@ -116,7 +112,7 @@ class Passthrough:
         return answer
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": self._fleet.model_list()}
+        return {"object": "list", "data": self._gateway.fleet.model_list()}
 
 
 async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,38 +43,30 @@ from proxy.core.errors import (
 )
 from proxy.core.events.assembler import Assembler, map_usage
 from proxy.core.expansion import Expansion
-from proxy.core.ids import IdFactory, new_id
-from proxy.core.items import parse_input, seal_reasoning
+from proxy.core.items import parse_input
 from proxy.core.request import ResponsesRequest, parse_request
 from proxy.core.requestctx import current_request_id
-from proxy.core.seal import Sealer
 from proxy.core.tenancy import CacheSalts
 from proxy.core.tolerance import Tolerance, tolerance_headers
 from proxy.core.translate import to_chat_request
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
-from proxy.mcpclient import McpClient
-from proxy.metrics import Metrics
-from proxy.services.admission import Admission
 from proxy.services.background import Background
 from proxy.services.cache import OFF, Lookup, ResponseCache
 from proxy.services.compaction import Compactor
 from proxy.services.context import fit, measure
 from proxy.services.drain import SHUTTING_DOWN, Drain
-from proxy.services.eventlog import EventLogHub
-from proxy.services.fleet import Call, Fleet
+from proxy.services.generation import EndHooks, Generations, Opened
+from proxy.services.jobspec import JobSpec
 from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
 from proxy.services.metering import Meter, tokens_of, turn_spent
 from proxy.services.references import find_references
 from proxy.services.stored import StoredResponses
-from proxy.services.tasks import TaskSet
-from proxy.services.toolloop import LoopPlan, ToolLoop
+from proxy.services.toolloop import LoopPlan
 from proxy.services.turn import ConversationTurn, Recorder, Turn
 from proxy.settings import Settings
-from proxy.store.base import MAX_CHAIN_DEPTH, Store, StoredEvent, StoredResponse
-
-CHAT_PATH = "/v1/chat/completions"
+from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
 
 
 @dataclass
@@ -100,46 +91,28 @@ class History:
 
 
 class ResponsesService:
-    def __init__(
-        self,
-        fleet: Fleet,
-        store: Store,
-        hub: EventLogHub,
-        tasks: TaskSet,
-        metrics: Metrics,
-        settings: Settings,
-        background: Background,
-        stored: StoredResponses,
-        sealer: Sealer,
-        *,
-        clock: Callable[[], float] = time.time,
-        ids: IdFactory = new_id,
-        cache: ResponseCache | None = None,
-        admission: Admission | None = None,
-        drain: Drain | None = None,
-        leases: Leases | None = None,
-    ) -> None:
+    """`generations`: the process's one builder (its gateway, sealer, MCP client, store);
+    `background`/`stored`: submitting a job and replaying it; `leases`: the stored foreground
+    responses' leases (lease.py; None: embedded store); `drain`: where foreground turns
+    register while they run (a SIGTERM's grace can end them)."""
+
+    def __init__(self, generations: Generations, settings: Settings, background: Background,
+                 stored: StoredResponses, *, cache: ResponseCache | None = None,
+                 drain: Drain | None = None, leases: Leases | None = None) -> None:
+        self._generations = generations
+        self._gateway = generations.gateway
+        self._store = generations.store
         self._cache = cache
-        self._admission = admission or Admission.from_settings(fleet, settings)
-        # Stored foreground responses are leased while they run (lease.py); None: embedded.
         self._leases = leases
-        # Foreground turns register here while they run (a SIGTERM's grace can end them).
         self._drain = drain or Drain()
         self._background = background
         self._stored = stored
-        self._fleet = fleet
-        self._store = store
-        self._hub = hub
-        self._tasks = tasks
-        self._metrics = metrics
         self._settings = settings
-        self._clock = clock
-        self._ids = ids
-        self._sealer = sealer
+        self._clock = generations.clock
+        self._ids = generations.ids
+        self._sealer = generations.sealer
         self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
-        self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
-        self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+        self._compactor = Compactor(self._gateway, self._sealer, self._ids)
         self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
@@ -171,7 +144,7 @@ class ResponsesService:
         request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
                                 tolerance=Tolerance.of(settings.params, settings.hosted_tools),
                                 sealer=self._sealer, mcp_allow=settings.mcp_allow)
-        if request.service_tier == "priority" and not self._admission.grants(tenant):
+        if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
         if storing and (request.store or request.conversation):
             # Before any upstream call (compaction, truncation's count, the turn): a key that
@@ -195,7 +168,7 @@ class ResponsesService:
         else:
             chat = to_chat_request(shown, seen)
         if request.truncation == "auto":
-            chat = await fit(self._fleet, chat, reserve=request.max_output_tokens,
+            chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
         return request, history, chat
 
@@ -226,23 +199,26 @@ class ResponsesService:
                                          plan=plan)
             outcome.headers.update(cached.headers())
             return outcome
-        call, loop = await self._open(tenant, request, history, chat, plan)
+        # The upstream first: what it refuses (404, 400, 502) is refused before anything is
+        # stored. A tool loop opens its upstream turns itself, as it runs.
+        opened = await self._generations.open(
+            tenant, request.model, chat, plan=plan, affinity=history.affinity,
+            home=history.home, priority=request.service_tier == "priority")
+        call = opened.call
         try:
             recorder = await self._recorder(tenant, request, assembler, history,
                                             replica=call.replica.url if call else None)
         except BaseException:
             if call is not None:
-                await self._tasks.shielded(call.aclose())
+                await self._generations.tasks.shielded(call.aclose())
             raise
-        turn = Turn(call, assembler, self._tasks, recorder=recorder, encode=request.stream,
-                    metrics=self._metrics, loop=loop)
+        turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
         meter.track(turn_spent(assembler, chat))
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
+        ended = self._keeper(tenant, cached, assembler)
         if request.stream:
-            ended = self._keeper(tenant, cached, assembler)
             if local is not None:
-                ended = _then(ended, _remembering(local, assembler, request, history,
-                                                  call, loop))
+                ended.append(_remembering(local, assembler, request, history, opened))
             return Outcome(stream=meter.stream(_streamed(turn, owned, ended)),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
@@ -252,27 +228,13 @@ class ResponsesService:
         if final["status"] == t.S_FAILED:
             if final["error"]["message"] == SHUTTING_DOWN:
                 raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
-            if loop is not None and loop.listing_failed:  # as OpenAI: 424, the tool's fault
+            if opened.loop is not None and opened.loop.listing_failed:
+                # as OpenAI: 424, the tool's fault
                 raise ProxyError(final["error"]["message"], status=424, param="tools",
                                  code=mcp.SERVER_ERROR)
             raise UpstreamError(final["error"]["message"])
-        self._keeper(tenant, cached, assembler)()
+        ended()
         return Outcome(body=final, headers=cached.headers())
-
-    async def _open(self, tenant: str, request: ResponsesRequest, history: History,
-                    chat: dict[str, Any], plan: LoopPlan | None,
-                    ) -> tuple[Call | None, ToolLoop | None]:
-        """The upstream stream of a foreground turn, or (MCP tools) the tool loop that opens
-        each upstream turn itself."""
-        priority = request.service_tier == "priority"
-        if plan is not None:
-            return None, ToolLoop(plan, self._mcp, self._fleet, self._admission, chat,
-                                  request.model, tenant, affinity=history.affinity,
-                                  home=history.home, priority=priority)
-        await self._admission.admit(request.model, tenant, priority=priority)
-        call = await self._fleet.open(request.model, CHAT_PATH, orjson.dumps(chat), stream=True,
-                                      affinity=history.affinity, home=history.home)
-        return self._admission.watch(call), None
 
     # -- the response cache (services/cache.py does the work) -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
@@ -287,18 +249,19 @@ class ResponsesService:
         final, stream = await self._cache.serve_response(tenant, request, history.parents,
                                                          assembler.snapshot(), cached)
         meter.charge(tokens_of(final.get("usage")))  # served, though not generated
-        self._metrics.response_finished(final["status"])  # a Response, though no tokens
+        self._generations.metrics.response_finished(final["status"])  # a Response, though no tokens
         if stream is None:
             return Outcome(body=final, headers=cached.headers())
         return Outcome(stream=_once(stream), headers=cached.headers())
 
-    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> Callable[[], None]:
+    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> EndHooks:
         """What to run once the turn has ended whole: offer the final object to the cache
         (which keeps only what it may serve again)."""
+        hooks = EndHooks()
         cache = self._cache
-        if cache is None or cached.key is None:
-            return _nothing
-        return lambda: cache.keep(tenant, cached, assembler.snapshot())
+        if cache is not None and cached.key is not None:
+            hooks.append(lambda: cache.keep(tenant, cached, assembler.snapshot()))
+        return hooks
 
     @contextlib.asynccontextmanager
     async def _owned(self, response_id: str, turn: Turn, *, leased: bool
@@ -319,7 +282,7 @@ class ResponsesService:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
         _, history, chat = await self._prepare(tenant, body)
-        seen = await measure(self._fleet, chat, affinity=history.affinity)
+        seen = await measure(self._gateway, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
     async def compact(self, tenant: str, body: dict[str, Any], *,
@@ -376,26 +339,23 @@ class ResponsesService:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
-        replica = await self._fleet.choose(request.model, affinity=history.affinity,
+        replica = await self._gateway.fleet.choose(request.model, affinity=history.affinity,
                                            home=history.home)
         events = assembler.start(background=True)
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
         record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
                                 logged=True, replica=replica.url)
-        spec = {"tenant": tenant, "model": request.model, "chat": chat,
-                "affinity": history.affinity, "home": replica.url,
-                "service_tier": request.service_tier,
-                "seal": "reasoning.encrypted_content" in request.include,
-                "conversation": request.conversation,
-                # The worker's upstream call and log lines carry the creating request's id.
-                "request_id": current_request_id()}
-        if plan is not None:
-            # The worker runs the tool loop. The MCP headers ride in the job's spec (the
-            # worker needs them), never in the stored Response object.
-            spec["mcp"] = plan.to_spec()
-        job_limit = meter.job_limit()
-        if job_limit:
-            spec["limit"] = job_limit  # the worker renews and frees the lease, counts the usage
+        spec = JobSpec(tenant, request.model, chat, affinity=history.affinity,
+                       home=replica.url, service_tier=request.service_tier,
+                       seal="reasoning.encrypted_content" in request.include,
+                       conversation=request.conversation,
+                       # The worker's upstream call and log lines carry this request's id.
+                       request_id=current_request_id(),
+                       # The worker runs the tool loop. The MCP headers ride in the job's spec
+                       # (the worker needs them), never in the stored Response object.
+                       mcp=plan,
+                       # The worker renews and frees the lease, counts the usage.
+                       limit=meter.job_limit())
         await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:
@@ -437,8 +397,7 @@ class ResponsesService:
         include = "reasoning.encrypted_content" in request.include
         if include:
             self._sealer.keys()  # no secret known yet: a 503 now, not a failure mid-stream
-        seal = seal_reasoning(self._sealer) if include else None
-        return Assembler(base, ids=self._ids, clock=self._clock, seal_reasoning=seal)
+        return self._generations.assembler(base, seal=include)
 
     async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,
                         history: History, *, replica: str | None = None) -> Recorder | None:
@@ -447,8 +406,7 @@ class ResponsesService:
         if not request.store and conversation is None:
             return None
         settings = self._settings
-        recorder = Recorder(self._store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                            conversation=conversation, stored=request.store)
+        recorder = self._generations.recorder(conversation=conversation, stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
@@ -460,7 +418,8 @@ class ResponsesService:
                                               event_ttl=settings.event_ttl,
                                               lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
-                recorder.log = self._hub.open(snapshot["id"])
+                # Its log only once it is stored.
+                recorder.log = self._generations.log.open(snapshot["id"])
         return recorder
 
 
@@ -481,22 +440,9 @@ async def _once(batch: EventBatch) -> EventBatches:
     yield batch
 
 
-def _nothing() -> None:
-    return None
-
-
-def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
-    def both() -> None:
-        first()
-        second()
-    return both
-
-
 def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesRequest,
-                 history: History, call: Call | None,
-                 loop: ToolLoop | None) -> Callable[[], None]:
+                 history: History, opened: Opened) -> Callable[[], None]:
     # The replica that served the last turn (a tool loop may take several): the chain's home.
     return lambda: local.remember(
-        assembler.snapshot(), history.items, history.parents, request.input,
-        call.replica.url if call is not None else (loop.home if loop is not None else None))
+        assembler.snapshot(), history.items, history.parents, request.input, opened.home)
 

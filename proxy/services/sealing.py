@@ -22,12 +22,10 @@ import asyncio
 import logging
 import secrets
 
-from redis.asyncio import Redis
-
 from proxy.core.errors import StoreUnavailable
 from proxy.core.seal import Sealer
 from proxy.settings import Settings, fleet_secrets
-from proxy.store.fleetsecret import shared_secret
+from proxy.store.fleetsecret import SecretRead
 
 log = logging.getLogger("proxy")
 
@@ -36,7 +34,7 @@ SECRET_BYTES = 32
 RETRY_SECONDS = 2.0
 
 
-async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
+async def fleet_sealer(settings: Settings, read: SecretRead) -> Sealer:
     """The operator's secrets, else the deployment's (read once here; pending when the store
     does not answer: `keep_reading` then)."""
     given = fleet_secrets(settings)
@@ -44,7 +42,7 @@ async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
     if given:
         return sealer
     try:
-        await _read(sealer, client)
+        await _read(sealer, read)
     except StoreUnavailable:
         log.warning("no --fleet-secret and the store is unreachable: sealed content is refused "
                     "(503) until the deployment's fleet secret can be read")
@@ -54,16 +52,16 @@ async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
     return sealer
 
 
-async def keep_reading(sealer: Sealer, client: Redis, *,
+async def keep_reading(sealer: Sealer, read: SecretRead, *,
                        interval: float = RETRY_SECONDS) -> None:
     """Until the deployment's secret is read (a loop of `Runtime.start`, cancelled at exit)."""
     while not sealer.ready:
         try:
-            await _read(sealer, client)
+            await _read(sealer, read)
             log.info("the deployment's fleet secret was read from the store")
         except StoreUnavailable:
             await asyncio.sleep(interval)
 
 
-async def _read(sealer: Sealer, client: Redis) -> None:
-    sealer.secrets = (await shared_secret(client, secrets.token_bytes(SECRET_BYTES)),)
+async def _read(sealer: Sealer, read: SecretRead) -> None:
+    sealer.secrets = (await read(secrets.token_bytes(SECRET_BYTES)),)

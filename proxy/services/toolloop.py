@@ -36,12 +36,11 @@ from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate import to_messages
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
 from proxy.mcpclient import McpClient, McpFailure
-from proxy.services.admission import Admission
-from proxy.services.fleet import Call, Fleet
+from proxy.services.fleet import Call
+from proxy.services.gateway import Gateway
 
 log = logging.getLogger("proxy.mcp")
 
-CHAT_PATH = "/v1/chat/completions"
 # Items that end a response for the client to act on (its own tools, an approval).
 _CLIENT_ITEMS = frozenset({FUNCTION_CALL, CUSTOM_TOOL_CALL, mcp.APPROVAL_REQUEST})
 
@@ -77,19 +76,24 @@ class LoopPlan:
 class ToolLoop:
     plan: LoopPlan
     client: McpClient
-    fleet: Fleet
-    admission: Admission
-    chat: dict[str, Any]  # the first upstream request, MCP tools not yet in it
-    model: str
+    gateway: Gateway
+    chat: dict[str, Any]  # the first upstream request (its model too), MCP tools not yet in it
     tenant: str
     affinity: str | None = None
     home: str | None = None
     priority: bool = False
-    call: Call | None = None
-    calls: int = 0
-    listing_failed: bool = False  # a server could not be listed (a JSON request: HTTP 424)
-    _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _first: int = 0  # where this response's own output begins in the assembler's output
+    # The loop's own state, not the caller's to give.
+    call: Call | None = field(default=None, init=False)
+    calls: int = field(default=0, init=False)
+    # A server could not be listed (a JSON request: HTTP 424).
+    listing_failed: bool = field(default=False, init=False)
+    _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False)
+    # Where this response's own output begins in the assembler's output.
+    _first: int = field(default=0, init=False)
+
+    @property
+    def model(self) -> str:
+        return str(self.chat["model"])
 
     async def start(self, assembler: Assembler) -> AsyncIterator[list[Event]]:
         self._first = len(assembler.output)
@@ -202,14 +206,13 @@ class ToolLoop:
     async def _open(self, assembler: Assembler) -> AsyncIterator[list[Event]]:
         body = orjson.dumps(self._request(assembler))
         try:
-            await self.admission.admit(self.model, self.tenant, bounded=False,
-                                       priority=self.priority)
-            call = await self.fleet.open(self.model, CHAT_PATH, body, stream=True,
-                                         affinity=self.affinity, home=self.home)
+            call = await self.gateway.open(self.model, self.tenant, body, stream=True,
+                                           affinity=self.affinity, home=self.home,
+                                           priority=self.priority, bounded=False)
         except ProxyError as exc:
             yield assembler.fail(exc.message)
             return
-        self.call = self.admission.watch(call)
+        self.call = call
         self.home = call.replica.url  # the next turns go where the prefix cache is
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from proxy.store import keys, scripts
-from proxy.store.redis import RedisStore, read_retrying, store_errors
+from proxy.store.redis import read_retrying, store_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +80,3 @@ class RedisCache:
             guard, _, vector = bytes(value).partition(b"\0")
             out.append(Candidate(exact, guard.decode(), vector))
         return out
-
-
-def response_cache(store: RedisStore) -> RedisCache:
-    """The cache on `store`'s client: the same server, pool and timeouts."""
-    return RedisCache(store.client)

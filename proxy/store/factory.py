@@ -15,9 +15,16 @@
   command newer than production's floor fails here too). One instance; state lost on exit.
 - `job_queue(store)`: the background job queue on the store's own client (one pool per process,
   the same timeouts), so it needs nothing opened or closed of its own.
+- `open_backend`: `open_store` and every adapter on its client (job queue, leases, limit
+  counters, cache index, fleet secret) as one `Backend`, so the composition root
+  (proxy/runtime.py) never reaches past an interface for the client. `open_store` stays the
+  store alone: what the contract suite and most tests want.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import fakeredis
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -25,7 +32,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from proxy.core.storagebudget import UNLIMITED, StorageBudget
+from proxy.store.cache import RedisCache
+from proxy.store.fleetsecret import SecretRead, shared_secret
 from proxy.store.jobqueue import RedisJobQueue
+from proxy.store.leases import LeaseTable
+from proxy.store.limits import LimitStore
 from proxy.store.redis import RedisStore
 
 CONNECT_TIMEOUT = 2.0
@@ -83,3 +94,34 @@ def job_queue(store: RedisStore) -> RedisJobQueue:
     """The job queue sharing `store`'s client: same server, pool and timeouts; its blocking
     reads stay under the store's `max_block_ms`. Closed with the store (`store.aclose()`)."""
     return RedisJobQueue(store.client, max_block_ms=store.max_block_ms)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One process's storage, each part behind its own interface, all on one client (one pool,
+    one set of timeouts; `store.aclose()` closes it for all)."""
+
+    store: RedisStore
+    queue: RedisJobQueue
+    limits: LimitStore
+    cache: RedisCache
+    secret: SecretRead  # the deployment's fleet secret (store/fleetsecret.py)
+    # Which instance writes each foreground stored response; None on the embedded store (it
+    # dies with its process, so there is no other instance to take over).
+    leases: LeaseTable | None
+
+    @property
+    def shared(self) -> bool:
+        """Other processes use this server (False: the embedded store, private to us)."""
+        return not self.store.embedded
+
+
+def backend_of(store: RedisStore) -> Backend:
+    client = store.client
+    return Backend(store, job_queue(store), LimitStore(client), RedisCache(client),
+                   functools.partial(shared_secret, client),
+                   None if store.embedded else LeaseTable(client))
+
+
+def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED) -> Backend:
+    return backend_of(open_store(redis_url, budget=budget))

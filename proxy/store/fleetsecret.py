@@ -3,10 +3,15 @@ the server a `StoreUnavailable`. Who uses it and why is services/sealing.py."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from redis.asyncio import Redis
 
 from proxy.store import keys
 from proxy.store.redis import store_errors
+
+# `shared_secret` bound to a client: what a service is handed (store/factory.py `Backend`).
+SecretRead = Callable[[bytes], Awaitable[bytes]]
 
 
 async def shared_secret(client: Redis, candidate: bytes) -> bytes:

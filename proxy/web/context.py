@@ -1,5 +1,5 @@
-"""What a handler may take from the request (or WebSocket): the runtime, the caller's
-tenant, its JSON body."""
+"""What a handler may take from the request (or WebSocket): the caller's tenant, its JSON
+body, a path id (the runtime: web/state.py `runtime_of`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,7 @@ from starlette.requests import HTTPConnection, Request
 from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.jsonbody import parse_object
 from proxy.core.origin import is_json
-from proxy.services.runtime import Runtime
 from proxy.web.auth import OPEN, PUBLIC_TENANT
-
-
-def runtime_of(conn: HTTPConnection) -> Runtime:
-    runtime: Runtime = conn.app.state.runtime
-    return runtime
 
 
 def tenant(conn: HTTPConnection) -> str:

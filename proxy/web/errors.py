@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from proxy.core.errors import MethodNotAllowed, NotFound, ProxyError, StoreUnavailable
 from proxy.core.requestctx import current_request_id
+from proxy.web.state import runtime_of
 
 log = logging.getLogger("proxy.web")
 
@@ -32,9 +33,8 @@ def error_response(error: ProxyError) -> Response:
 async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     if isinstance(exc, StoreUnavailable):
-        # Counted here, where every store failure that reaches a client is rendered (the
-        # runtime is the lifespan's; web/context.py's `runtime_of` would be a circular import).
-        request.app.state.runtime.metrics.store_error()
+        # Counted here, where every store failure that reaches a client is rendered.
+        runtime_of(request).metrics.store_error()
     return error_response(exc)
 
 

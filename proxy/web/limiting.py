@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from starlette.requests import HTTPConnection
 
 from proxy.services.metering import Meter
-from proxy.web.context import runtime_of, tenant
+from proxy.web.context import tenant
+from proxy.web.state import runtime_of
 
 
 def limits_on(conn: HTTPConnection) -> bool:

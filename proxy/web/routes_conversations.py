@@ -8,9 +8,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.paging import parse_page
-from proxy.web.context import json_body, path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import json_response
+from proxy.web.state import runtime_of
 
 
 def _ids(request: Request) -> tuple[str, str]:

@@ -18,8 +18,8 @@ from starlette.routing import Route
 from proxy.core.errors import ProxyError
 from proxy.metrics import CONTENT_TYPE
 from proxy.web.auth import bearer, key_accepted
-from proxy.web.context import runtime_of
 from proxy.web.rendering import json_response
+from proxy.web.state import runtime_of
 
 
 async def healthz(request: Request) -> Response:

@@ -16,10 +16,11 @@ from proxy.core.cachekey import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.passthrough import chat_stream
-from proxy.web.context import require_json, runtime_of, tenant
+from proxy.web.context import require_json, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import limits_on, metering
 from proxy.web.rendering import Reply, json_response, relay_response
+from proxy.web.state import runtime_of
 
 
 async def chat_completions(request: Request) -> Reply:

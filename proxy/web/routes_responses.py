@@ -10,10 +10,11 @@ from proxy.core.cachekey import parse_cache_control
 from proxy.core.fields import bad
 from proxy.core.paging import parse_page
 from proxy.core.request import INCLUDABLE
-from proxy.web.context import json_body, path_id, runtime_of, tenant
+from proxy.web.context import json_body, path_id, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import metering
 from proxy.web.rendering import Reply, json_response, stream_response
+from proxy.web.state import runtime_of
 
 
 async def create(request: Request) -> Reply:

@@ -32,10 +32,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
 from proxy.core.wsframe import CREATE, frame_over, parse_frame
+from proxy.runtime import Runtime
 from proxy.services.localchains import LocalChains
-from proxy.services.runtime import Runtime
 from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.limiting import metering
+from proxy.web.state import runtime_of
 
 log = logging.getLogger("proxy.web")
 
@@ -175,7 +176,7 @@ class _Connection:
 
 
 async def responses_socket(websocket: WebSocket) -> None:
-    runtime: Runtime = websocket.app.state.runtime
+    runtime = runtime_of(websocket)
     await websocket.accept()
     connection = _Connection(websocket, runtime)
     loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from proxy.core.keysfile import Limits
 from proxy.services.limits import KeyLimits, Limiter
 from proxy.store import keys
 from proxy.store.factory import open_store
+from proxy.store.limits import LimitStore
 from proxy.store.redis import RedisStore
 from tests.support.servers import free_port
 
@@ -23,7 +24,7 @@ T = "ktenant"
 
 
 def limiter(store: RedisStore, limits: Limits, *, lease: float = 30.0) -> Limiter:
-    return Limiter(store.client, {T: KeyLimits("team", limits)}, lease_seconds=lease)
+    return Limiter(LimitStore(store.client), {T: KeyLimits("team", limits)}, lease_seconds=lease)
 
 
 async def test_a_key_without_limits_costs_no_round_trip(store: RedisStore) -> None:
@@ -125,7 +126,7 @@ async def unreachable() -> AsyncIterator[Limiter]:
              "krate": KeyLimits("rated", Limits(rpm=5, max_streams=1))}
     store = open_store(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=0.5)
     try:
-        yield Limiter(store.client, table)
+        yield Limiter(LimitStore(store.client), table)
     finally:
         await store.aclose()
 
@@ -150,7 +151,7 @@ async def test_two_limiters_on_one_redis_share_the_minute(store_url: str | None,
     other = Redis.from_url(store_url)
     try:
         a = limiter(store, Limits(rpm=5))
-        b = Limiter(other, {T: KeyLimits("team", Limits(rpm=5))})
+        b = Limiter(LimitStore(other), {T: KeyLimits("team", Limits(rpm=5))})
         results = await asyncio.gather(*[(a if n % 2 else b).admit(T, hold=False)
                                          for n in range(12)], return_exceptions=True)
         assert sum(1 for r in results if not isinstance(r, BaseException)) == 5

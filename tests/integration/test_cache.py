@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from proxy.app import create_app
 from proxy.core.cachekey import ROUTE_CHAT, USE_CACHE, cache_key, chat_material
 from proxy.core.errors import StoreUnavailable
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 from tests.conftest import SimControl
 from tests.support.conformance import check_stream

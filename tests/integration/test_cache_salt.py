@@ -14,7 +14,7 @@ import pytest
 
 from proxy.core.keysfile import parse_keys_file
 from proxy.core.tenancy import CacheSalts, tenant_of
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 from tests.conftest import SimControl
 from tests.support.inprocess import app_for, until

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.runtime import Runtime
 from proxy.services.drain import SHUTTING_DOWN, Drain
-from proxy.services.runtime import Runtime
 from proxy.settings import Settings
 
 

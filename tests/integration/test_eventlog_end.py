@@ -239,7 +239,8 @@ def shared(simulator: ServerProcess, redis_server: ServerProcess) -> Settings:
 async def test_a_short_stored_stream_ends_in_one_store_call_and_replays_equal(
         shared: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     async with app_for(shared) as (client, runtime):
-        runtime.hub.window = 30.0  # no timed flush: only the end writes the stream's events
+        # no timed flush: only the end writes the stream's events
+        runtime.events.writer.window = 30.0
         calls = Calls(runtime.store, monkeypatch)
         live = await client.post("/v1/responses", json={
             "model": "sim-model", "input": "hi [[sim tokens=8]]", "stream": True})

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.core.items import seal_reasoning
 from proxy.core.seal import Sealer
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 from proxy.store import keys
 from tests.conftest import SimControl

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 from proxy.store.leases import LeaseState, LeaseTable
 from tests.support.inprocess import app_for, until

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.core.ids import counter_ids
 from proxy.core.sse import frames
-from proxy.services.eventlog import EventLogHub
+from proxy.services.events import EventLog
 from proxy.services.lease import LEASE_LOST, LOST, Leases
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
@@ -34,10 +34,9 @@ async def store() -> AsyncIterator[RedisStore]:
 
 def leases(store: RedisStore, *, ttl: float = 0.05,
            interrupted: list[tuple[str, str]] | None = None) -> Leases:
-    hub = EventLogHub(store, ttl=60, event_ttl=60)
     sink = interrupted if interrupted is not None else []
-    return Leases(LeaseTable(store.client), store, hub, ttl=ttl, response_ttl=60,
-                  event_ttl=60, owner="test", interrupt=lambda rid, why: sink.append((rid, why)),
+    return Leases(LeaseTable(store.client), EventLog(store, ttl=60, event_ttl=60), ttl=ttl,
+                  owner="test", interrupt=lambda rid, why: sink.append((rid, why)),
                   ids=counter_ids(), clock=lambda: CREATED_AT)
 
 

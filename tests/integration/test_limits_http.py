@@ -83,13 +83,14 @@ async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
     from proxy.services.limits import KeyLimits, Limiter
     from proxy.services.metering import Meter
     from proxy.store.factory import embedded_client
+    from proxy.store.limits import LimitStore
 
     async def never_read() -> AsyncIterator[bytes]:
         yield b"data: {}\n\n"
 
     client = embedded_client()
     try:
-        limiter = Limiter(client, {"kt": KeyLimits("t", Limits(max_streams=1))})
+        limiter = Limiter(LimitStore(client), {"kt": KeyLimits("t", Limits(max_streams=1))})
         ticket = await limiter.admit("kt", hold=True)
         assert ticket is not None
         stream = Meter(ticket).stream(never_read())

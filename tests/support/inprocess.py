@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from proxy.app import create_app
-from proxy.services.runtime import Runtime
+from proxy.runtime import Runtime
 from proxy.settings import Settings
 
 

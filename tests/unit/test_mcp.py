@@ -323,7 +323,7 @@ def test_the_loop_stops_offering_mcp_tools_once_its_bound_is_spent() -> None:
                                                          None)]}, [], max_calls=2,
                    offered=("calc",), mode="required")
     chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
-    loop = ToolLoop(plan, None, None, None, chat, "m", "t")  # type: ignore[arg-type]
+    loop = ToolLoop(plan, None, None, chat, "t")  # type: ignore[arg-type]
     a = assembler()
     loop._tools = dict(plan.listed)
     loop._offer(a)

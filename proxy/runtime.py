@@ -20,6 +20,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
+from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.admission import Admission
 from proxy.services.background import Background
@@ -27,9 +28,10 @@ from proxy.services.cache import ResponseCache
 from proxy.services.chatcache import CachedChat
 from proxy.services.conversations import Conversations
 from proxy.services.drain import Drain
-from proxy.services.eventlog import EventLogHub
+from proxy.services.events import EventLog
 from proxy.services.fleet import Fleet
-from proxy.services.follow import Followers
+from proxy.services.gateway import Gateway
+from proxy.services.generation import Generations
 from proxy.services.jobs import Worker, worker_name
 from proxy.services.lease import Leases
 from proxy.services.limits import Limiter, limit_table
@@ -41,10 +43,7 @@ from proxy.services.stored import StoredResponses
 from proxy.services.tasks import Supervisor, TaskSet
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
-from proxy.store.cache import response_cache
-from proxy.store.factory import job_queue, open_store
-from proxy.store.leases import LeaseTable
-from proxy.store.redis import RedisStore
+from proxy.store.factory import Backend, open_backend
 from proxy.upstream import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
@@ -62,8 +61,7 @@ class Runtime:
     fleet: Fleet
     store: Store
     tasks: TaskSet
-    hub: EventLogHub
-    followers: Followers
+    events: EventLog  # the event logs: writer, followers, reads, ending (services/events.py)
     passthrough: Passthrough
     responses: ResponsesService
     stored: StoredResponses
@@ -91,18 +89,19 @@ class Runtime:
                    metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/sealing.py)."""
-        store = open_store(settings.redis_url, budget=storage_budget(
+        backend = open_backend(settings.redis_url, budget=storage_budget(
             settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
-        sealer = await fleet_sealer(settings, store.client)
-        return cls.build(settings, store, sealer, worker=worker, metrics=metrics,
+        sealer = await fleet_sealer(settings, backend.secret)
+        return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
                          draining=draining)
 
     @classmethod
-    def build(cls, settings: Settings, store: RedisStore, sealer: Sealer, *,
+    def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.worker`).
-        `sealer`: the fleet secret's (services/sealing.py), one for every service."""
+        `sealer`: the fleet secret's (services/sealing.py), one for every service.
+        `backend`: the store and its adapters (store/factory.py), used only through them."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.max_connections_per_upstream,
             ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
@@ -114,37 +113,39 @@ class Runtime:
                       routing=settings.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
-        queue = job_queue(store)
+        store, queue = backend.store, backend.queue
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)
         metrics.watch_queue(queue.length)
         tasks = TaskSet()
         supervisor = Supervisor()
-        followers = Followers(store, supervisor=supervisor)
-        hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                          local=followers.publish_local, supervisor=supervisor)
-        followers.recent = hub.recent
-        background = Background(store, queue, settings)
-        leases = None if store.embedded else Leases(
-            LeaseTable(store.client), store, hub, ttl=settings.lease_ttl,
-            response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-            owner=worker_name(), interrupt=draining.interrupt)
-        stored = StoredResponses(store, followers, settings, leases=leases)
-        cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
+        events = EventLog(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+                          supervisor=supervisor)
+        leases = None if backend.leases is None else Leases(
+            backend.leases, events, ttl=settings.lease_ttl, owner=worker_name(),
+            interrupt=draining.interrupt)
+        stored = StoredResponses(store, events.followers, settings, leases=leases)
+        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
                  if settings.cache != "off" else None)
-        # One admission per process: requests, chat and background jobs share the caps.
-        admission = Admission.from_settings(fleet, settings)
-        passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings),
+        # One admission per process: requests, chat and background jobs share the caps. One
+        # gateway, sealer and MCP client behind every generation, create path and worker alike.
+        gateway = Gateway(fleet, Admission.from_settings(fleet, settings))
+        generations = Generations(
+            gateway, McpClient(connect_timeout=settings.timeouts.connect,
+                               call_timeout=settings.mcp_timeout),
+            sealer, events,
+            tasks, metrics)
+        passthrough = Passthrough(gateway, media=MediaFetcher.from_settings(settings),
                                   salts=CacheSalts.of(settings.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),
+        limits = Limiter(backend.limits, limit_table(settings.keys_file, settings.api_keys),
                          refused=metrics.rate_limited)
         if settings.worker if worker is None else worker:
-            runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
-                            shared=not store.embedded, supervisor=supervisor, limits=limits,
-                            admission=admission, sealer=sealer)
-            background.attach_worker(runner.poke, runner.cancel_local)
+            runner = Worker(queue, generations, settings, shared=backend.shared,
+                            supervisor=supervisor, limits=limits)
+        # This process's own worker, if any, is told of its submits and cancels at once.
+        background = Background(store, queue, settings, worker=runner)
         return cls(
             settings=settings,
             metrics=metrics,
@@ -153,12 +154,10 @@ class Runtime:
             fleet=fleet,
             store=store,
             tasks=tasks,
-            hub=hub,
-            followers=followers,
+            events=events,
             passthrough=passthrough,
-            responses=ResponsesService(fleet, store, hub, tasks, metrics, settings, background,
-                                       stored, sealer, cache=cache, drain=draining,
-                                       leases=leases, admission=admission),
+            responses=ResponsesService(generations, settings, background, stored, cache=cache,
+                                       drain=draining, leases=leases),
             stored=stored,
             conversations=Conversations(store, settings, sealer),
             queue=queue,
@@ -171,7 +170,7 @@ class Runtime:
             draining=draining,
             leases=leases,
             read_secret=None if sealer.ready else functools.partial(
-                keep_reading, sealer, store.client),
+                keep_reading, sealer, backend.secret),
         )
 
     async def start(self) -> None:
@@ -208,7 +207,6 @@ class Runtime:
         if self.leases is not None:
             with contextlib.suppress(ProxyError):
                 await self.leases.renew()  # drops the leases of the turns that just ended
-        await self.hub.aclose()
-        await self.followers.aclose()
+        await self.events.aclose()
         await self.store.aclose()
         await self.http.aclose()
