@@ -42,7 +42,7 @@ def _add_options(parser: argparse.ArgumentParser, command: str) -> None:
     for opt in OPTIONS:
         if opt.help is None or command not in opt.commands:
             continue
-        action = "store_true" if opt.switch else "append" if opt.repeat else None
+        action = "store_true" if opt.switch else "append" if opt.repeat else "store"
         parser.add_argument(opt.flag_name, action=action, help=_help(opt))
 
 
@@ -100,18 +100,19 @@ def _serve(settings: Settings) -> None:
         log.info(line)
     if not accepted_keys(settings):
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
-    if settings.workers == 1:
+    if settings.server.workers == 1:
         _serve_one(settings)
         return
     from proxy.prefork import Supervisor, listening_sockets
 
     try:
-        sockets = listening_sockets(settings.host, settings.port, settings.workers)
+        sockets = listening_sockets(settings.server.host, settings.server.port,
+                                    settings.server.workers)
     except OSError as exc:
-        raise ConfigError("--port", f"cannot listen on {settings.host}:{settings.port}: "
-                                    f"{exc.strerror or exc}") from None
-    log.info("serving with %d processes on %s:%d", settings.workers, settings.host,
-             settings.port)
+        raise ConfigError("--port", f"cannot listen on {settings.server.host}:"
+                                    f"{settings.server.port}: {exc.strerror or exc}") from None
+    log.info("serving with %d processes on %s:%d", settings.server.workers, settings.server.host,
+             settings.server.port)
 
     def child(sock: socket.socket, parent: int) -> int:
         _serve_one(settings, sock, parent)
@@ -119,8 +120,8 @@ def _serve(settings: Settings) -> None:
 
     # A child's drain takes up to `--shutdown-grace`, then uvicorn's own 5 s: the supervisor
     # waits that long, and a little more, before it kills what is left.
-    supervisor = Supervisor(settings.workers, sockets, child,
-                            stop_timeout=settings.shutdown_grace + 10)
+    supervisor = Supervisor(settings.server.workers, sockets, child,
+                            stop_timeout=settings.server.shutdown_grace + 10)
     code = supervisor.run()
     if code:
         raise SystemExit(code)
@@ -137,8 +138,8 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
     tune_for_serving()  # after the imports and the app: what is alive now lives forever
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.server.host,
+        port=settings.server.port,
         log_level="warning",
         access_log=False,  # ours is web/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
@@ -147,10 +148,10 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
         timeout_graceful_shutdown=5,
         # Larger frames are refused by the transport itself (close 1009); up to this size the
         # handler answers an over-long frame with an error frame (web/websocket.py).
-        ws_max_size=2 * settings.max_body_bytes,
+        ws_max_size=2 * settings.limits.max_body_bytes,
         # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
         # behind proxies that cut silent connections.
-        ws_ping_interval=settings.ping_interval,
+        ws_ping_interval=settings.streams.ping_interval,
     )
     server = DrainingServer(config, drain=lambda: app.state.runtime.drain(), parent_pid=parent)
     server.run(sockets=[sock] if sock is not None else None)
@@ -208,10 +209,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             _simulate(args)
             return
         settings = build_settings(vars(args), os.environ)
-        _configure_logging(settings.log_level, settings.log_format)
+        _configure_logging(settings.server.log_level, settings.server.log_format)
         if args.command == "worker":
             require_upstreams(settings, "worker")
-            if not settings.redis_url:
+            if not settings.store.redis_url:
                 raise ConfigError("--redis-url", "`worker` needs a shared Redis")
             _worker(settings)
         else:

@@ -92,11 +92,12 @@ class Admission:
 
     @classmethod
     def from_settings(cls, fleet: Fleet, settings: Settings) -> Admission:
-        keys_file = settings.keys_file
+        keys_file = settings.tenancy.keys_file
         granted = frozenset(tenant_of(entry.key) for entry in keys_file.keys
                             if entry.priority) if keys_file is not None else frozenset()
-        return cls(fleet, per_replica=settings.max_inflight_per_replica,
-                   max_queued=settings.max_queued_requests, timeout=settings.queue_timeout,
+        return cls(fleet, per_replica=settings.flow.max_inflight_per_replica,
+                   max_queued=settings.flow.max_queued_requests,
+                   timeout=settings.flow.queue_timeout,
                    priority=granted)
 
     def grants(self, tenant: str) -> bool:

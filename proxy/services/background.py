@@ -52,10 +52,11 @@ class Background:
                      events: list[StoredEvent], spec: dict[str, Any]) -> None:
         settings = self._settings
         await self._store.create_response(record, input_items, events=events,
-                                          ttl=settings.response_ttl, event_ttl=settings.event_ttl)
+                                          ttl=settings.store.response_ttl,
+                                          event_ttl=settings.store.event_ttl)
         try:
             queued = await self._queue.enqueue(record.id, orjson.dumps(spec),
-                                               limit=settings.max_queued_jobs)
+                                               limit=settings.jobs.max_queued)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.
             with contextlib.suppress(ProxyError):
@@ -64,7 +65,7 @@ class Background:
         if not queued:
             await self._store.delete_response(record.tenant, record.id)
             raise RateLimited(
-                f"The background queue is full ({settings.max_queued_jobs} jobs); retry later.",
+                f"The background queue is full ({settings.jobs.max_queued} jobs); retry later.",
                 retry_after=5)
         self._poke()
 
@@ -84,7 +85,7 @@ class Background:
             cancelled = {**record.response, "status": t.S_CANCELLED}
             moved = await self._store.transition(
                 response_id, allowed_from=frozenset({record.status}), to=t.S_CANCELLED,
-                response=cancelled, ttl=self._settings.response_ttl)
+                response=cancelled, ttl=self._settings.store.response_ttl)
             if not moved.changed:
                 continue  # it moved meanwhile: look again
             if record.status == t.S_QUEUED:
@@ -101,5 +102,6 @@ class Background:
         seq = logged[-1].seq + 1 if logged else 0
         event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
         terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))
-        await self._store.finish_response(cancelled, terminal, ttl=self._settings.response_ttl,
-                                          event_ttl=self._settings.event_ttl)
+        await self._store.finish_response(cancelled, terminal,
+                                          ttl=self._settings.store.response_ttl,
+                                          event_ttl=self._settings.store.event_ttl)

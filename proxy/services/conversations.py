@@ -27,7 +27,7 @@ class Conversations:
     def __init__(self, store: Store, settings: Settings, sealer: Sealer, *,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self._store = store
-        self._ttl = settings.response_ttl
+        self._ttl = settings.store.response_ttl
         self._clock = clock
         self._ids = ids
         self._sealer = sealer

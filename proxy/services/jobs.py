@@ -99,7 +99,7 @@ class Worker:
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
         self._sealer = sealer
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+                              call_timeout=settings.mcp.timeout)
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
         # private to this process: its reads cannot block (we poll, woken by `poke`) and cancels
         # need no broadcast (`cancel_local` is called directly).
@@ -125,7 +125,7 @@ class Worker:
         if self._shared:
             self._loops.append(self._supervisor.start("worker-cancels", self._cancel_loop))
         log.info("worker %s: up to %d jobs at once", self.name,
-                 self._settings.worker_concurrency)
+                 self._settings.jobs.concurrency)
 
     def poke(self) -> None:
         """A job was just queued by this process: look now."""
@@ -169,7 +169,7 @@ class Worker:
 
     # -- taking ----------------------------------------------------------------------------------
     async def _take_loop(self) -> None:
-        concurrency = self._settings.worker_concurrency
+        concurrency = self._settings.jobs.concurrency
         while not self._stopping:
             free = concurrency - len(self._running)
             if free <= 0:
@@ -229,7 +229,7 @@ class Worker:
             # costs one round trip here, not two.
             moved = await self._store.transition(
                 job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
-                ttl=self._settings.response_ttl)
+                ttl=self._settings.store.response_ttl)
             if moved.changed and moved.response is not None and "tenant" in spec:
                 settled = await self._run(job, StoredResponse(moved.response, spec["tenant"],
                                                               logged=True), spec)
@@ -312,8 +312,8 @@ class Worker:
     async def _run(self, job: Job, record: StoredResponse, spec: dict[str, Any]) -> bool:
         """Run the job's turn; True once its end is stored."""
         assembler = self._assembler(record, spec)
-        recorder = Recorder(self._store, ttl=self._settings.response_ttl,
-                            event_ttl=self._settings.event_ttl,
+        recorder = Recorder(self._store, ttl=self._settings.store.response_ttl,
+                            event_ttl=self._settings.store.event_ttl,
                             log=self._hub.open(record.id),
                             conversation=await self._conversation(record, spec))
         if spec.get("mcp"):
@@ -397,14 +397,14 @@ class Worker:
         await close_from_log(
             self._store, self._hub, record,
             (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
-            ids=self._ids, clock=self._clock, response_ttl=self._settings.response_ttl,
-            event_ttl=self._settings.event_ttl)
+            ids=self._ids, clock=self._clock, response_ttl=self._settings.store.response_ttl,
+            event_ttl=self._settings.store.event_ttl)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,
                     record.status)
 
     # -- heartbeats, reclaims and cancels --------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        interval = self._settings.heartbeat_interval
+        interval = self._settings.jobs.heartbeat_interval
         min_idle_ms = int(interval * 2500)
         beat_at = 0.0
         while not self._stopping:
@@ -417,7 +417,7 @@ class Worker:
                 if now - beat_at >= interval:
                     beat_at = now
                     await self._beat()
-                free = self._settings.worker_concurrency - len(self._running)
+                free = self._settings.jobs.concurrency - len(self._running)
                 if free > 0 and not self._stopping:
                     for job in await self._queue.reclaim(self.name, min_idle_ms, free):
                         self._launch(job)

@@ -73,8 +73,8 @@ class MediaFetcher:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MediaFetcher:
-        return cls(settings.fetch_allow, timeout=settings.fetch_timeout,
-                   max_bytes=settings.max_body_bytes)
+        return cls(settings.fetch.allow, timeout=settings.fetch.timeout,
+                   max_bytes=settings.limits.max_body_bytes)
 
     async def for_items(self, new: Iterable[Item], history: Iterable[Item],
                         history_param: str) -> dict[str, str]:

@@ -137,10 +137,10 @@ class ResponsesService:
         self._clock = clock
         self._ids = ids
         self._sealer = sealer
-        self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
+        self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
-                              call_timeout=settings.mcp_timeout)
+                              call_timeout=settings.mcp.timeout)
         self._media = MediaFetcher.from_settings(settings)
 
     async def create(self, tenant: str, body: dict[str, Any],
@@ -169,9 +169,10 @@ class ResponsesService:
         the response's `usage`, which keeps describing this turn's context (agents read
         `input_tokens` as the context's size and would see the pre-compaction one)."""
         settings = self._settings
-        request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
-                                tolerance=Tolerance.of(settings.params, settings.hosted_tools),
-                                sealer=self._sealer, mcp_allow=settings.mcp_allow)
+        request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
+                                tolerance=Tolerance.of(settings.tolerance.params,
+                                                       settings.tolerance.hosted_tools),
+                                sealer=self._sealer, mcp_allow=settings.mcp.allow)
         if request.service_tier == "priority" and not self._admission.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
         if storing and (request.store or request.conversation):
@@ -204,7 +205,7 @@ class ResponsesService:
                 ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
         """(the request to store: references resolved, blobs sealed; the same to translate:
         blobs opened; the history to translate), all of it counted (core/expansion.py)."""
-        expansion = Expansion(self._settings.max_body_bytes, self._sealer)
+        expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
         return (dataclasses.replace(request, input=stored),
@@ -328,9 +329,10 @@ class ResponsesService:
         """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
         chain, scoped to the key) summarised by the fleet's model: the user messages, then one
         sealed compaction item (core/compaction.py)."""
-        parsed = parse_compact_body(body, strict=self._settings.params == "strict")
+        parsed = parse_compact_body(body, strict=self._settings.tolerance.params == "strict")
         inputs = ([] if parsed.input is None else
-                  parse_input(parsed.input, self._ids, max_items=self._settings.max_input_items,
+                  parse_input(parsed.input, self._ids,
+                              max_items=self._settings.limits.max_input_items,
                               sealer=self._sealer))
         request = ResponsesRequest(model=parsed.model, input=inputs,
                                    instructions=parsed.instructions,
@@ -365,7 +367,7 @@ class ResponsesService:
         if not request.mcp:
             return None
         servers = {s.label: s for s in request.mcp}
-        ceiling = self._settings.max_mcp_calls
+        ceiling = self._settings.mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
@@ -448,8 +450,9 @@ class ResponsesService:
         if not request.store and conversation is None:
             return None
         settings = self._settings
-        recorder = Recorder(self._store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                            conversation=conversation, stored=request.store)
+        recorder = Recorder(self._store, ttl=settings.store.response_ttl,
+                            event_ttl=settings.store.event_ttl, conversation=conversation,
+                            stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
@@ -457,8 +460,9 @@ class ResponsesService:
             # The writer's lease is taken in the same round trip as the create (lease.py): a
             # stored stream waits on one Redis call before its first event, not two.
             leases = self._leases
-            await self._store.create_response(record, request.input, ttl=settings.response_ttl,
-                                              event_ttl=settings.event_ttl,
+            await self._store.create_response(record, request.input,
+                                              ttl=settings.store.response_ttl,
+                                              event_ttl=settings.store.event_ttl,
                                               lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 recorder.log = self._hub.open(snapshot["id"])

@@ -91,8 +91,9 @@ class Runtime:
                    metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/sealing.py)."""
-        store = open_store(settings.redis_url, budget=storage_budget(
-            settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
+        tenancy = settings.tenancy
+        store = open_store(settings.store.redis_url, budget=storage_budget(
+            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key))
         sealer = await fleet_sealer(settings, store.client)
         return cls.build(settings, store, sealer, worker=worker, metrics=metrics,
                          draining=draining)
@@ -101,17 +102,19 @@ class Runtime:
     def build(cls, settings: Settings, store: RedisStore, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
-        """`worker`: run background jobs in this process (default: `settings.worker`).
+        """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/sealing.py), one for every service."""
         client = http or Upstream.make_pool(
-            max_per_origin=settings.max_connections_per_upstream,
-            ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
-            no_proxy=settings.no_proxy)
-        upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
-        fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
+            max_per_origin=settings.upstream.max_connections,
+            ca_bundle=settings.upstream.ca_bundle, https_proxy=settings.upstream.https_proxy,
+            no_proxy=settings.upstream.no_proxy)
+        upstream = Upstream(client, api_key=settings.upstream.api_key, timeouts=settings.timeouts)
+        fleet = Fleet(upstream, settings.fleet.upstreams,
+                      interval=settings.fleet.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
-                      specs=settings.fleet, load_factor=settings.affinity_load_factor,
-                      routing=settings.routing)
+                      specs=settings.fleet.replicas,
+                      load_factor=settings.fleet.affinity_load_factor,
+                      routing=settings.fleet.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
         queue = job_queue(store)
@@ -121,26 +124,28 @@ class Runtime:
         tasks = TaskSet()
         supervisor = Supervisor()
         followers = Followers(store, supervisor=supervisor)
-        hub = EventLogHub(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+        hub = EventLogHub(store, ttl=settings.store.response_ttl,
+                          event_ttl=settings.store.event_ttl,
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
         background = Background(store, queue, settings)
         leases = None if store.embedded else Leases(
-            LeaseTable(store.client), store, hub, ttl=settings.lease_ttl,
-            response_ttl=settings.response_ttl, event_ttl=settings.event_ttl,
+            LeaseTable(store.client), store, hub, ttl=settings.store.lease_ttl,
+            response_ttl=settings.store.response_ttl, event_ttl=settings.store.event_ttl,
             owner=worker_name(), interrupt=draining.interrupt)
         stored = StoredResponses(store, followers, settings, leases=leases)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
-                 if settings.cache != "off" else None)
+                 if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
         admission = Admission.from_settings(fleet, settings)
         passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings),
-                                  salts=CacheSalts.of(settings.keys_file))
+                                  salts=CacheSalts.of(settings.tenancy.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(store.client, limit_table(settings.keys_file, settings.api_keys),
+        limits = Limiter(store.client,
+                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
                          refused=metrics.rate_limited)
-        if settings.worker if worker is None else worker:
+        if settings.jobs.run if worker is None else worker:
             runner = Worker(queue, store, fleet, hub, tasks, metrics, settings,
                             shared=not store.embedded, supervisor=supervisor, limits=limits,
                             admission=admission, sealer=sealer)
@@ -165,7 +170,7 @@ class Runtime:
             background=background,
             worker=runner,
             supervisor=supervisor,
-            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes)
+            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache.max_entry_bytes)
                   if cache is not None else None),
             limits=limits,
             draining=draining,
@@ -192,13 +197,13 @@ class Runtime:
 
     async def drain(self) -> None:
         """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
-        worker_stop = (self.worker.stop(self.settings.shutdown_grace)
+        worker_stop = (self.worker.stop(self.settings.server.shutdown_grace)
                        if self.worker is not None else None)
-        await self.draining.run(self.settings.shutdown_grace, worker_stop)
+        await self.draining.run(self.settings.server.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
         if self.worker is not None:
-            await self.worker.stop(self.settings.shutdown_grace)
+            await self.worker.stop(self.settings.server.shutdown_grace)
         for loop in self._loops:
             loop.cancel()
         for loop in self._loops:

@@ -40,7 +40,7 @@ async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
     """The operator's secrets, else the deployment's (read once here; pending when the store
     does not answer: `keep_reading` then)."""
     given = fleet_secrets(settings)
-    sealer = Sealer(given, settings.max_sealed_bytes)
+    sealer = Sealer(given, settings.sealing.max_bytes)
     if given:
         return sealer
     try:
@@ -49,7 +49,7 @@ async def fleet_sealer(settings: Settings, client: Redis) -> Sealer:
         log.warning("no --fleet-secret and the store is unreachable: sealed content is refused "
                     "(503) until the deployment's fleet secret can be read")
         return sealer
-    where = "kept in Redis" if settings.redis_url else "this process only"
+    where = "kept in Redis" if settings.store.redis_url else "this process only"
     log.info("no --fleet-secret: sealed blobs use the deployment's random secret (%s)", where)
     return sealer
 

@@ -119,7 +119,7 @@ class StoredResponses:
         while time.monotonic() < deadline:
             try:
                 async for event in self._followers.follow(record.id, after=position,
-                                                          idle=self._settings.follow_idle):
+                                                          idle=self._settings.streams.follow_idle):
                     yield frame(event.type, event.data)
                     position = event.seq
                     if event.type in t.TERMINAL_EVENTS:
@@ -166,7 +166,7 @@ class StoredResponses:
 
     async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""
-        deadline = time.monotonic() + self._settings.follow_idle * 4
+        deadline = time.monotonic() + self._settings.streams.follow_idle * 4
         current: StoredResponse | None = record
         while current is not None and current.status not in t.TERMINAL_STATUSES:
             if time.monotonic() >= deadline:

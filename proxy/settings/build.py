@@ -92,9 +92,10 @@ def require_upstreams(settings: Settings, command: str) -> None:
 def describe(settings: Settings) -> Sequence[str]:
     """Lines for the start-up log: what runs, never a secret."""
     keys = accepted_keys(settings)
+    embedded = "embedded (one instance; lost on exit)"
     return (
         f"upstreams: {', '.join(settings.fleet.upstreams) or '(none)'}",
-        f"store: {'redis' if settings.store.redis_url else 'embedded (one instance; lost on exit)'}",
+        f"store: {'redis' if settings.store.redis_url else embedded}",
         f"auth: {f'{len(keys)} key(s)' if keys else 'OFF (no keys)'}",
         f"cache: {settings.cache.mode}",
         f"processes: {settings.server.workers}",

@@ -160,7 +160,7 @@ def replaying(store: RedisStore, lease_set: Leases) -> Any:
     from proxy.settings import Settings
 
     # A follower re-checks the response after 0.2 s without an event.
-    return StoredResponses(store, Followers(store, block_ms=50), Settings(follow_idle=0.2),
+    return StoredResponses(store, Followers(store, block_ms=50), Settings.of(follow_idle=0.2),
                            leases=lease_set)
 
 
