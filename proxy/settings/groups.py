@@ -21,7 +21,7 @@ FETCH_ALLOW_DEFAULT = ("https://",)
 
 
 @dataclass(frozen=True)
-class Server:
+class ServerSettings:
     """The process: where it listens, how many of it, what it logs, how long it drains."""
 
     host: str = "127.0.0.1"
@@ -38,7 +38,7 @@ class Server:
 
 
 @dataclass(frozen=True)
-class Fleet:
+class FleetSettings:
     """The replicas and how one is picked (services/fleet.py)."""
 
     upstreams: tuple[str, ...] = ()
@@ -54,7 +54,7 @@ class Fleet:
 
 
 @dataclass(frozen=True)
-class Upstream:
+class UpstreamSettings:
     """The HTTP client to the fleet (upstream.py)."""
 
     api_key: str | None = None
@@ -84,7 +84,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class Flow:
+class FlowSettings:
     """Flow control (services/admission.py): a replica takes at most `max_inflight_per_replica`
     requests at once from this process; past that requests wait, at most `max_queued_requests`
     of them and each at most `queue_timeout` seconds, then 429."""
@@ -95,7 +95,7 @@ class Flow:
 
 
 @dataclass(frozen=True)
-class Store:
+class StoreSettings:
     """Where state lives and how long (store/keys.py says which key lives how long)."""
 
     # None: the embedded store (one process; lost on exit).
@@ -110,7 +110,7 @@ class Store:
 
 
 @dataclass(frozen=True)
-class Jobs:
+class JobSettings:
     """Background jobs: a worker refreshes its running jobs every `heartbeat_interval` seconds;
     a job whose worker stopped is taken over within 3 intervals. The queue holds at most
     `max_queued` (queued + running); past that, 429."""
@@ -123,7 +123,7 @@ class Jobs:
 
 
 @dataclass(frozen=True)
-class Streams:
+class StreamSettings:
     """Open streams to clients (SSE and WebSocket)."""
 
     ping_interval: float = 15.0
@@ -138,7 +138,7 @@ class Streams:
 
 
 @dataclass(frozen=True)
-class Limits:
+class LimitSettings:
     """What one request may carry."""
 
     max_body_bytes: int = 16 * 1024 * 1024
@@ -147,7 +147,7 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Sealing:
+class SealingSettings:
     """Sealed blobs (core/seal.py, core/expansion.py)."""
 
     # Fleet-wide secret that authenticates sealed blobs; every instance sharing one Redis must
@@ -167,7 +167,7 @@ class Sealing:
 
 
 @dataclass(frozen=True)
-class Tenancy:
+class TenancySettings:
     """Who may call, and what one key may keep."""
 
     api_keys: tuple[str, ...] = ()
@@ -188,7 +188,7 @@ class Tenancy:
 
 
 @dataclass(frozen=True)
-class Mcp:
+class McpSettings:
     """MCP tools run by the proxy (core/mcp.py, services/toolloop.py): the URL prefixes an MCP
     `server_url` must start with (none: MCP tools are a 400), the calls one response may make
     at most, and the seconds one MCP operation (list or call) may take."""
@@ -199,7 +199,7 @@ class Mcp:
 
 
 @dataclass(frozen=True)
-class Fetch:
+class FetchSettings:
     """URLs the proxy fetches for the fleet (services/media.py): an image (or audio, video) URL
     in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
     prefixes admits it (core/urlpolicy.py; the default: any https URL of a public address);
@@ -211,7 +211,7 @@ class Fetch:
 
 
 @dataclass(frozen=True)
-class Cache:
+class CacheSettings:
     """The response cache (services/cache.py): entries live `ttl` seconds; `semantic` asks
     `embedding_model` on the fleet's /v1/embeddings and takes a neighbour at or above
     `similarity` (cosine). An answer bigger than `max_entry_bytes` is not kept, and one
@@ -228,7 +228,7 @@ class Cache:
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class ToleranceSettings:
     """Request tolerance (core/tolerance.py): unknown create fields ignored or refused; hosted
     tools (web_search, ...) left out of the upstream request or refused."""
 
@@ -238,21 +238,21 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Settings:
-    server: Server = field(default_factory=Server)
-    fleet: Fleet = field(default_factory=Fleet)
-    upstream: Upstream = field(default_factory=Upstream)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
     timeouts: Timeouts = field(default_factory=Timeouts)
-    flow: Flow = field(default_factory=Flow)
-    store: Store = field(default_factory=Store)
-    jobs: Jobs = field(default_factory=Jobs)
-    streams: Streams = field(default_factory=Streams)
-    limits: Limits = field(default_factory=Limits)
-    sealing: Sealing = field(default_factory=Sealing)
-    tenancy: Tenancy = field(default_factory=Tenancy)
-    mcp: Mcp = field(default_factory=Mcp)
-    fetch: Fetch = field(default_factory=Fetch)
-    cache: Cache = field(default_factory=Cache)
-    tolerance: Tolerance = field(default_factory=Tolerance)
+    flow: FlowSettings = field(default_factory=FlowSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    jobs: JobSettings = field(default_factory=JobSettings)
+    streams: StreamSettings = field(default_factory=StreamSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    sealing: SealingSettings = field(default_factory=SealingSettings)
+    tenancy: TenancySettings = field(default_factory=TenancySettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    tolerance: ToleranceSettings = field(default_factory=ToleranceSettings)
 
     @classmethod
     def of(cls, **changes: Any) -> Settings:

@@ -295,3 +295,54 @@ def test_a_bad_allowed_origin_names_the_flag(value: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings({"upstream": ["http://u:1"], "allow_origin": [value]}, {})
     assert str(info.value).startswith("--allow-origin")
+
+
+# -- the option table (proxy/settings/options.py) -------------------------------------------
+
+
+def test_every_field_of_every_group_is_set_by_exactly_one_option() -> None:
+    import dataclasses
+
+    from proxy.settings.options import OPTIONS
+
+    paths = [opt.path for opt in OPTIONS]
+    assert len(paths) == len(set(paths)), "two options set one field"
+    assert len({opt.name for opt in OPTIONS}) == len(OPTIONS)
+    fields = {f"{group.name}.{field.name}"
+              for group in dataclasses.fields(Settings)
+              for field in dataclasses.fields(getattr(Settings(), group.name))}
+    assert set(paths) == fields
+
+
+def test_the_parser_is_the_table() -> None:
+    from proxy.cli import _parser
+    from proxy.settings.options import OPTIONS
+
+    subcommands = _parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for command in ("serve", "worker"):
+        flags = {flag for action in subcommands[command]._actions
+                 for flag in action.option_strings} - {"-h", "--help"}
+        assert flags == {opt.flag_name for opt in OPTIONS
+                         if opt.help is not None and command in opt.commands}
+
+
+def test_help_shows_the_fields_own_default() -> None:
+    from proxy.cli import _help
+    from proxy.settings.options import OPTIONS
+
+    by_name = {opt.name: opt for opt in OPTIONS}
+    assert _help(by_name["connect_timeout"]).endswith("(default 5)")
+    assert _help(by_name["cache_similarity"]).endswith("(default 0.95)")
+    assert _help(by_name["response_ttl"]).endswith("(default 30 days)")
+    assert "(default" not in _help(by_name["upstreams"])
+
+
+def test_settings_of_and_replace_take_groups_or_option_names() -> None:
+    from proxy.settings import Timeouts
+
+    s = Settings.of(upstreams=("http://u:1",), cache_ttl=60, run_jobs=False)
+    assert (s.fleet.upstreams, s.cache.ttl, s.jobs.run) == (("http://u:1",), 60, False)
+    quick = s.replace(timeouts=Timeouts(connect=1), max_body_bytes=512)
+    assert (quick.timeouts.connect, quick.limits.max_body_bytes, quick.cache.ttl) == (1, 512, 60)
+    with pytest.raises(TypeError):
+        Settings.of(cache_tll=60)
