@@ -26,7 +26,7 @@ from proxy.core.errors import InvalidRequest, ProxyError, RateLimited
 from proxy.core.types import ResponseObject
 from proxy.services.logread import whole_log
 from proxy.services.stored import not_found
-from proxy.settings import Settings
+from proxy.settings import JobSettings, StoreSettings
 from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
 
 # A status may move between our read and our compare-and-set (a worker starts the job); a
@@ -35,10 +35,12 @@ CANCEL_ATTEMPTS = 3
 
 
 class Background:
-    def __init__(self, store: Store, queue: JobQueue, settings: Settings) -> None:
+    def __init__(self, store: Store, queue: JobQueue, lifetimes: StoreSettings,
+                 jobs: JobSettings) -> None:
         self._store = store
         self._queue = queue
-        self._settings = settings
+        self._lifetimes = lifetimes
+        self._max_queued = jobs.max_queued
         # This process's own worker, if any: told at once (no polling, no broadcast delay).
         self._poke: Callable[[], None] = lambda: None
         self._cancel_local: Callable[[str], None] = lambda _id: None
@@ -50,13 +52,12 @@ class Background:
 
     async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
                      events: list[StoredEvent], spec: dict[str, Any]) -> None:
-        settings = self._settings
         await self._store.create_response(record, input_items, events=events,
-                                          ttl=settings.store.response_ttl,
-                                          event_ttl=settings.store.event_ttl)
+                                          ttl=self._lifetimes.response_ttl,
+                                          event_ttl=self._lifetimes.event_ttl)
         try:
             queued = await self._queue.enqueue(record.id, orjson.dumps(spec),
-                                               limit=settings.jobs.max_queued)
+                                               limit=self._max_queued)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.
             with contextlib.suppress(ProxyError):
@@ -65,7 +66,7 @@ class Background:
         if not queued:
             await self._store.delete_response(record.tenant, record.id)
             raise RateLimited(
-                f"The background queue is full ({settings.jobs.max_queued} jobs); retry later.",
+                f"The background queue is full ({self._max_queued} jobs); retry later.",
                 retry_after=5)
         self._poke()
 
@@ -85,7 +86,7 @@ class Background:
             cancelled = {**record.response, "status": t.S_CANCELLED}
             moved = await self._store.transition(
                 response_id, allowed_from=frozenset({record.status}), to=t.S_CANCELLED,
-                response=cancelled, ttl=self._settings.store.response_ttl)
+                response=cancelled, ttl=self._lifetimes.response_ttl)
             if not moved.changed:
                 continue  # it moved meanwhile: look again
             if record.status == t.S_QUEUED:
@@ -103,5 +104,5 @@ class Background:
         event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
         terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))
         await self._store.finish_response(cancelled, terminal,
-                                          ttl=self._settings.store.response_ttl,
-                                          event_ttl=self._settings.store.event_ttl)
+                                          ttl=self._lifetimes.response_ttl,
+                                          event_ttl=self._lifetimes.event_ttl)

@@ -94,7 +94,8 @@ class Worker:
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id,
                  admission: Admission | None = None, sealer: Sealer) -> None:
         self.name = name or worker_name()
-        self._admission = admission or Admission.from_settings(fleet, settings)
+        self._admission = admission or Admission.from_settings(
+            fleet, settings.flow, settings.tenancy.keys_file)
         self._queue, self._store, self._fleet, self._hub = queue, store, fleet, hub
         self._tasks, self._metrics, self._settings = tasks, metrics, settings
         self._sealer = sealer

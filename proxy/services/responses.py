@@ -121,7 +121,8 @@ class ResponsesService:
         leases: Leases | None = None,
     ) -> None:
         self._cache = cache
-        self._admission = admission or Admission.from_settings(fleet, settings)
+        self._admission = admission or Admission.from_settings(
+            fleet, settings.flow, settings.tenancy.keys_file)
         # Stored foreground responses are leased while they run (lease.py); None: embedded.
         self._leases = leases
         # Foreground turns register here while they run (a SIGTERM's grace can end them).
@@ -141,7 +142,7 @@ class ResponsesService:
         self._compactor = Compactor(fleet, self._sealer, ids, self._admission)
         self._mcp = McpClient(connect_timeout=settings.timeouts.connect,
                               call_timeout=settings.mcp.timeout)
-        self._media = MediaFetcher.from_settings(settings)
+        self._media = MediaFetcher.from_settings(settings.fetch, settings.limits)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,

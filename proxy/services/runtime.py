@@ -94,7 +94,8 @@ class Runtime:
         tenancy = settings.tenancy
         store = open_store(settings.store.redis_url, budget=storage_budget(
             tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key))
-        sealer = await fleet_sealer(settings, store.client)
+        sealer = await fleet_sealer(settings.sealing, store.client,
+                                    shared=bool(settings.store.redis_url))
         return cls.build(settings, store, sealer, worker=worker, metrics=metrics,
                          draining=draining)
 
@@ -128,17 +129,18 @@ class Runtime:
                           event_ttl=settings.store.event_ttl,
                           local=followers.publish_local, supervisor=supervisor)
         followers.recent = hub.recent
-        background = Background(store, queue, settings)
+        background = Background(store, queue, settings.store, settings.jobs)
         leases = None if store.embedded else Leases(
             LeaseTable(store.client), store, hub, ttl=settings.store.lease_ttl,
             response_ttl=settings.store.response_ttl, event_ttl=settings.store.event_ttl,
             owner=worker_name(), interrupt=draining.interrupt)
-        stored = StoredResponses(store, followers, settings, leases=leases)
+        stored = StoredResponses(store, followers, settings.streams, leases=leases)
         cache = (ResponseCache(response_cache(store), fleet, settings, metrics, tasks, store)
                  if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps.
-        admission = Admission.from_settings(fleet, settings)
-        passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings),
+        admission = Admission.from_settings(fleet, settings.flow, settings.tenancy.keys_file)
+        passthrough = Passthrough(fleet, admission, media=MediaFetcher.from_settings(settings.fetch,
+                                                                         settings.limits),
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
@@ -165,7 +167,7 @@ class Runtime:
                                        stored, sealer, cache=cache, drain=draining,
                                        leases=leases, admission=admission),
             stored=stored,
-            conversations=Conversations(store, settings, sealer),
+            conversations=Conversations(store, settings.store, sealer),
             queue=queue,
             background=background,
             worker=runner,
