@@ -23,6 +23,8 @@ from proxy.settings import (
     describe,
     require_upstreams,
 )
+from proxy.settings.build import field_default
+from proxy.settings.options import OPTIONS, Option
 
 log = logging.getLogger("proxy")
 
@@ -33,63 +35,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"responses-proxy: error: {message}\n")
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--upstream", action="append", help="vLLM server root URL (repeatable)")
-    p.add_argument("--upstream-api-key", help="key sent to the upstream instead of the client's")
-    p.add_argument("--fleet", help="YAML/JSON file of replicas (url, weight, api_key, "
-                                   "max_concurrency, models); instead of --upstream")
-    p.add_argument("--affinity-load-factor",
-                   help="a keyed request leaves its replica above this times the mean load "
-                        "(default 1.25)")
-    p.add_argument("--redis-url", help="redis://host:port/db; omitted = embedded store")
-    p.add_argument("--connect-timeout", help="seconds to connect to an upstream (default 5)")
-    p.add_argument("--first-byte-timeout", help="seconds to the upstream's headers (default 120)")
-    p.add_argument("--idle-timeout", help="seconds allowed between two chunks (default 60)")
-    p.add_argument("--max-connections-per-upstream",
-                   help="connections to one replica at most (default 1024)")
-    p.add_argument("--upstream-ca-bundle", help="PEM file of CAs that https upstreams are "
-                                                "verified against (default: the system's)")
-    p.add_argument("--first-token-timeout",
-                   help="seconds a stream may wait for its first upstream chunk (default 120)")
-    p.add_argument("--worker-concurrency", help="background jobs run at once (default 16)")
-    p.add_argument("--response-ttl", help="seconds stored objects live (default 30 days)")
-    p.add_argument("--heartbeat-interval",
-                   help="seconds between a worker's job heartbeats (default 2)")
-    p.add_argument("--max-queued-jobs", help="background jobs queued at most (default 10000)")
-    p.add_argument("--shutdown-grace",
-                   help="seconds running jobs get to finish at shutdown (default 30)")
-    p.add_argument("--event-ttl", help="seconds event logs live, for replay (default 3600)")
-    p.add_argument("--log-level", help="debug, info, warning, error (default info)")
-    p.add_argument("--log-format", help="text | json (default text)")
-    p.add_argument("--fleet-secret",
-                   help="secret shared by all instances, seals blobs (default: a random one "
-                        "per deployment, kept in Redis)")
-    p.add_argument("--mcp-allow", action="append",
-                   help="URL prefix of MCP servers the proxy may call (repeatable; default "
-                        "none: MCP tools are refused)")
-    p.add_argument("--max-mcp-calls", help="MCP tool calls one response may make (default 16)")
-    p.add_argument("--mcp-timeout",
-                   help="seconds one MCP list or call may take, connect included (default 60)")
-    p.add_argument("--fetch-allow", action="append",
-                   help="URL prefix of images/media the proxy may fetch for the fleet and send "
-                        "inline (repeatable; default https:// to public addresses; `none`: "
-                        "data: URLs only)")
-    p.add_argument("--fetch-timeout",
-                   help="seconds one media fetch may take, connect included (default 10)")
-    p.add_argument("--max-inflight-per-replica",
-                   help="requests one replica takes at once from this process (default 64)")
-    p.add_argument("--max-queued-requests",
-                   help="requests that may wait for a saturated fleet (default 1024)")
-    p.add_argument("--queue-timeout",
-                   help="seconds a request may wait for a saturated fleet (default 30)")
-    p.add_argument("--routing", help="affinity | round_robin | least_loaded (default affinity)")
-    p.add_argument("--keys-file", help="JSON or YAML file of client keys with rpm, tpm, "
-                                       "max_streams and token_budget limits")
-    # Multi-tenant storage bound (issue 23): core/storagebudget.py.
-    p.add_argument("--max-stored-bytes-per-key",
-                   help="bytes of stored responses and conversations one key may hold, for "
-                        "keys whose keys-file entry sets no max_stored_bytes; 0 = no limit "
-                        "(default 1 GiB)")
+def _add_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of `command`, from the option table (settings/options.py). Their argparse
+    default is None: an absent flag falls back to the environment, then to the field's default
+    (build.py), which is the one `--help` shows."""
+    for opt in OPTIONS:
+        if opt.help is None or command not in opt.commands:
+            continue
+        action = "store_true" if opt.switch else "append" if opt.repeat else "store"
+        parser.add_argument(opt.flag_name, action=action, help=_help(opt))
+
+
+def _help(opt: Option) -> str:
+    shown = opt.shown if opt.shown is not None else _shown(field_default(opt))
+    return f"{opt.help} (default {shown})" if shown else str(opt.help)
+
+
+def _shown(default: object) -> str:
+    """A default as people write it (`5`, not `5.0`); none for lists, switches and None."""
+    if isinstance(default, bool) or not isinstance(default, (int, float, str)):
+        return ""
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return str(default)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,52 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", help="port (default 8080)")
-    serve.add_argument("--api-key", action="append", help="accepted client key (repeatable)")
-    serve.add_argument("--allow-origin", action="append",
-                       help="with auth off, a browser origin (scheme://host[:port]) whose "
-                            "WebSocket handshakes are accepted besides the proxy's own "
-                            "(repeatable; env PROXY_ALLOW_ORIGIN, comma-separated)")
-    serve.add_argument("--cache", help="off | exact | semantic (default off)")
-    serve.add_argument("--no-worker", action="store_true", help="do not run background jobs")
-    serve.add_argument("--workers",
-                       help="serving processes on the port: a count or `auto` (one per core); "
-                            "more than 1 needs --redis-url (default 1)")
-    serve.add_argument("--cache-ttl", help="seconds cache entries live (default 86400)")
-    serve.add_argument("--embedding-model", help="fleet model for /v1/embeddings (semantic)")
-    serve.add_argument("--cache-similarity", help="cosine a semantic hit needs (default 0.95)")
-    serve.add_argument("--cache-max-entry-bytes", help="largest answer cached (default 1 MiB)")
-    serve.add_argument("--cache-max-per-namespace",
-                       help="semantic entries kept per namespace (default 256)")
-    serve.add_argument("--cache-embedding-timeout",
-                       help="seconds an embedding call may take; slower is a miss (default 0.5)")
-    serve.add_argument("--max-body-bytes", help="largest accepted request body (default 16 MiB)")
-    serve.add_argument("--max-sealed-bytes",
-                       help="most one sealed blob may inflate to (default 1 MiB)")
-    serve.add_argument("--max-input-items",
-                       help="input items accepted in one create (default 2048)")
-    serve.add_argument("--ping-interval", help="seconds between SSE keep-alive pings (default 15)")
-    serve.add_argument("--discovery-interval", help="seconds between fleet health checks")
-    serve.add_argument("--params", help="lenient | strict: unknown create fields ignored (and "
-                                        "named in a header) or refused (default lenient)")
-    serve.add_argument("--hosted-tools", help="drop | reject: hosted tools such as web_search "
-                                              "left out (and named in a header) or refused "
-                                              "(default drop)")
-    serve.add_argument("--lease-ttl",
-                       help="seconds a stored foreground response's lease lasts: a dead "
-                            "instance's responses end failed within ~1.5x (default 10)")
-    serve.add_argument("--send-timeout",
-                       help="seconds a stream may wait on a client that stopped reading "
-                            "(default 30)")
-    serve.add_argument("--ws-max-age",
-                       help="seconds a WebSocket connection lasts before it is closed "
-                            "(default 3600)")
-    _add_common(serve)
+    _add_options(serve, "serve")
 
     worker = sub.add_parser("worker", help="run background jobs only")
-    _add_common(worker)
+    _add_options(worker, "worker")
 
+    # The simulator's flags configure the simulator (SimConfig), not the proxy: no Settings.
     sim = sub.add_parser("simulate", help="run the bundled vLLM simulator")
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", default="8000")
@@ -172,18 +100,19 @@ def _serve(settings: Settings) -> None:
         log.info(line)
     if not accepted_keys(settings):
         log.warning("no API keys configured: the proxy accepts every request (auth is off)")
-    if settings.workers == 1:
+    if settings.server.workers == 1:
         _serve_one(settings)
         return
     from proxy.prefork import Supervisor, listening_sockets
 
     try:
-        sockets = listening_sockets(settings.host, settings.port, settings.workers)
+        sockets = listening_sockets(settings.server.host, settings.server.port,
+                                    settings.server.workers)
     except OSError as exc:
-        raise ConfigError("--port", f"cannot listen on {settings.host}:{settings.port}: "
-                                    f"{exc.strerror or exc}") from None
-    log.info("serving with %d processes on %s:%d", settings.workers, settings.host,
-             settings.port)
+        raise ConfigError("--port", f"cannot listen on {settings.server.host}:"
+                                    f"{settings.server.port}: {exc.strerror or exc}") from None
+    log.info("serving with %d processes on %s:%d", settings.server.workers, settings.server.host,
+             settings.server.port)
 
     def child(sock: socket.socket, parent: int) -> int:
         _serve_one(settings, sock, parent)
@@ -191,8 +120,8 @@ def _serve(settings: Settings) -> None:
 
     # A child's drain takes up to `--shutdown-grace`, then uvicorn's own 5 s: the supervisor
     # waits that long, and a little more, before it kills what is left.
-    supervisor = Supervisor(settings.workers, sockets, child,
-                            stop_timeout=settings.shutdown_grace + 10)
+    supervisor = Supervisor(settings.server.workers, sockets, child,
+                            stop_timeout=settings.server.shutdown_grace + 10)
     code = supervisor.run()
     if code:
         raise SystemExit(code)
@@ -210,8 +139,8 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
     tune_for_serving()  # after the imports and the app: what is alive now lives forever
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.server.host,
+        port=settings.server.port,
         log_level="warning",
         access_log=False,  # ours is web/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
@@ -220,10 +149,10 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
         timeout_graceful_shutdown=5,
         # Larger frames are refused by the transport itself (close 1009); up to this size the
         # handler answers an over-long frame with an error frame (web/websocket.py).
-        ws_max_size=2 * settings.max_body_bytes,
+        ws_max_size=2 * settings.limits.max_body_bytes,
         # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
         # behind proxies that cut silent connections.
-        ws_ping_interval=settings.ping_interval,
+        ws_ping_interval=settings.streams.ping_interval,
     )
     server = DrainingServer(config, drain=lambda: app_runtime(app).drain(), parent_pid=parent)
     server.run(sockets=[sock] if sock is not None else None)
@@ -281,10 +210,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             _simulate(args)
             return
         settings = build_settings(vars(args), os.environ)
-        _configure_logging(settings.log_level, settings.log_format)
+        _configure_logging(settings.server.log_level, settings.server.log_format)
         if args.command == "worker":
             require_upstreams(settings, "worker")
-            if not settings.redis_url:
+            if not settings.store.redis_url:
                 raise ConfigError("--redis-url", "`worker` needs a shared Redis")
             _worker(settings)
         else:

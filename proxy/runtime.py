@@ -89,9 +89,10 @@ class Runtime:
                    metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/sealing.py)."""
-        backend = open_backend(settings.redis_url, budget=storage_budget(
-            settings.keys_file, settings.api_keys, settings.max_stored_bytes_per_key))
-        sealer = await fleet_sealer(settings, backend.secret)
+        tenancy = settings.tenancy
+        backend = open_backend(settings.store.redis_url, budget=storage_budget(
+            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key))
+        sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
                          draining=draining)
 
@@ -99,18 +100,20 @@ class Runtime:
     def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
-        """`worker`: run background jobs in this process (default: `settings.worker`).
+        """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
         client = http or Upstream.make_pool(
-            max_per_origin=settings.max_connections_per_upstream,
-            ca_bundle=settings.upstream_ca_bundle, https_proxy=settings.https_proxy,
-            no_proxy=settings.no_proxy)
-        upstream = Upstream(client, api_key=settings.upstream_api_key, timeouts=settings.timeouts)
-        fleet = Fleet(upstream, settings.upstreams, interval=settings.discovery_interval,
+            max_per_origin=settings.upstream.max_connections,
+            ca_bundle=settings.upstream.ca_bundle, https_proxy=settings.upstream.https_proxy,
+            no_proxy=settings.upstream.no_proxy)
+        upstream = Upstream(client, api_key=settings.upstream.api_key, timeouts=settings.timeouts)
+        fleet = Fleet(upstream, settings.fleet.upstreams,
+                      interval=settings.fleet.discovery_interval,
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
-                      specs=settings.fleet, load_factor=settings.affinity_load_factor,
-                      routing=settings.routing)
+                      specs=settings.fleet.replicas,
+                      load_factor=settings.fleet.affinity_load_factor,
+                      routing=settings.fleet.routing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
         store, queue = backend.store, backend.queue
@@ -119,33 +122,36 @@ class Runtime:
         metrics.watch_queue(queue.length)
         tasks = TaskSet()
         supervisor = Supervisor()
-        events = EventLog(store, ttl=settings.response_ttl, event_ttl=settings.event_ttl,
-                          supervisor=supervisor)
+        events = EventLog(store, ttl=settings.store.response_ttl,
+                          event_ttl=settings.store.event_ttl, supervisor=supervisor)
         leases = None if backend.leases is None else Leases(
-            backend.leases, events, ttl=settings.lease_ttl, owner=worker_name(),
+            backend.leases, events, ttl=settings.store.lease_ttl, owner=worker_name(),
             interrupt=draining.interrupt)
-        stored = StoredResponses(store, events.followers, settings, leases=leases)
+        stored = StoredResponses(store, events.followers, settings.streams, leases=leases)
         cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
-                 if settings.cache != "off" else None)
+                 if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
-        gateway = Gateway(fleet, Admission.from_settings(fleet, settings))
+        gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
+                                                         settings.tenancy.keys_file))
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp_timeout),
+                               call_timeout=settings.mcp.timeout),
             sealer, events,
             tasks, metrics)
-        passthrough = Passthrough(gateway, media=MediaFetcher.from_settings(settings),
-                                  salts=CacheSalts.of(settings.keys_file))
+        passthrough = Passthrough(gateway,
+                                  media=MediaFetcher.from_settings(settings.fetch, settings.limits),
+                                  salts=CacheSalts.of(settings.tenancy.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(backend.limits, limit_table(settings.keys_file, settings.api_keys),
+        limits = Limiter(backend.limits,
+                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
                          refused=metrics.rate_limited)
-        if settings.worker if worker is None else worker:
+        if settings.jobs.run if worker is None else worker:
             runner = Worker(queue, generations, settings, shared=backend.shared,
                             supervisor=supervisor, limits=limits)
         # This process's own worker, if any, is told of its submits and cancels at once.
-        background = Background(store, queue, settings, worker=runner)
+        background = Background(store, queue, settings.store, settings.jobs, worker=runner)
         return cls(
             settings=settings,
             metrics=metrics,
@@ -159,12 +165,12 @@ class Runtime:
             responses=ResponsesService(generations, settings, background, stored, cache=cache,
                                        drain=draining, leases=leases),
             stored=stored,
-            conversations=Conversations(store, settings, sealer),
+            conversations=Conversations(store, settings.store, sealer),
             queue=queue,
             background=background,
             worker=runner,
             supervisor=supervisor,
-            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache_max_entry_bytes)
+            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache.max_entry_bytes)
                   if cache is not None else None),
             limits=limits,
             draining=draining,
@@ -191,13 +197,13 @@ class Runtime:
 
     async def drain(self) -> None:
         """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
-        worker_stop = (self.worker.stop(self.settings.shutdown_grace)
+        worker_stop = (self.worker.stop(self.settings.server.shutdown_grace)
                        if self.worker is not None else None)
-        await self.draining.run(self.settings.shutdown_grace, worker_stop)
+        await self.draining.run(self.settings.server.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
         if self.worker is not None:
-            await self.worker.stop(self.settings.shutdown_grace)
+            await self.worker.stop(self.settings.server.shutdown_grace)
         for loop in self._loops:
             loop.cancel()
         for loop in self._loops:

@@ -31,6 +31,6 @@ async def _main(settings: Settings) -> None:
     log.info("worker running; SIGTERM stops it gracefully")
     try:
         await stop.wait()
-        log.info("stopping: running jobs get %.0fs to finish", settings.shutdown_grace)
+        log.info("stopping: running jobs get %.0fs to finish", settings.server.shutdown_grace)
     finally:
         await runtime.aclose()

@@ -51,7 +51,7 @@ def sim(simulator: ServerProcess) -> SimControl:
 
 @pytest.fixture
 def settings(simulator: ServerProcess) -> Settings:
-    return Settings(upstreams=(simulator.url,))
+    return Settings.of(upstreams=(simulator.url,))
 
 
 @pytest.fixture

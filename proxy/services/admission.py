@@ -36,9 +36,10 @@ from dataclasses import dataclass
 
 from proxy.core.errors import RateLimited
 from proxy.core.fairqueue import FairQueue
+from proxy.core.keysfile import KeysFile
 from proxy.core.tenancy import tenant_of
 from proxy.services.fleet import Call, Fleet, Replica
-from proxy.settings import Settings
+from proxy.settings import FlowSettings
 
 DEFAULT_PER_REPLICA = 64
 DEFAULT_MAX_QUEUED = 1024
@@ -91,12 +92,13 @@ class Admission:
         self._granted = 0  # woken waiters whose task has not resumed yet
 
     @classmethod
-    def from_settings(cls, fleet: Fleet, settings: Settings) -> Admission:
-        keys_file = settings.keys_file
+    def from_settings(cls, fleet: Fleet, flow: FlowSettings,
+                      keys_file: KeysFile | None) -> Admission:
+        """`keys_file`: whose `service_tier: "priority"` is honoured."""
         granted = frozenset(tenant_of(entry.key) for entry in keys_file.keys
                             if entry.priority) if keys_file is not None else frozenset()
-        return cls(fleet, per_replica=settings.max_inflight_per_replica,
-                   max_queued=settings.max_queued_requests, timeout=settings.queue_timeout,
+        return cls(fleet, per_replica=flow.max_inflight_per_replica,
+                   max_queued=flow.max_queued_requests, timeout=flow.queue_timeout,
                    priority=granted)
 
     def grants(self, tenant: str) -> bool:

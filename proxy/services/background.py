@@ -26,7 +26,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.jobspec import JobSpec
 from proxy.services.logread import whole_log
 from proxy.services.stored import not_found
-from proxy.settings import Settings
+from proxy.settings import JobSettings, StoreSettings
 from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
 
 # A status may move between our read and our compare-and-set (a worker starts the job); a
@@ -43,21 +43,22 @@ class LocalWorker(Protocol):
 
 
 class Background:
-    def __init__(self, store: Store, queue: JobQueue, settings: Settings, *,
-                 worker: LocalWorker | None = None) -> None:
-        self._store, self._queue, self._settings = store, queue, settings
+    def __init__(self, store: Store, queue: JobQueue, lifetimes: StoreSettings,
+                 jobs: JobSettings, *, worker: LocalWorker | None = None) -> None:
+        self._store, self._queue, self._lifetimes = store, queue, lifetimes
+        self._max_queued = jobs.max_queued
         # This process's own worker, if any: told at once (no polling, no broadcast delay).
         # Built before us (it needs nothing of ours), so nothing is attached afterwards.
         self._worker = worker
 
     async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
                      events: list[StoredEvent], spec: JobSpec) -> None:
-        settings = self._settings
         await self._store.create_response(record, input_items, events=events,
-                                          ttl=settings.response_ttl, event_ttl=settings.event_ttl)
+                                          ttl=self._lifetimes.response_ttl,
+                                          event_ttl=self._lifetimes.event_ttl)
         try:
             queued = await self._queue.enqueue(record.id, spec.to_json(),
-                                               limit=settings.max_queued_jobs)
+                                               limit=self._max_queued)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.
             with contextlib.suppress(ProxyError):
@@ -66,7 +67,7 @@ class Background:
         if not queued:
             await self._store.delete_response(record.tenant, record.id)
             raise RateLimited(
-                f"The background queue is full ({settings.max_queued_jobs} jobs); retry later.",
+                f"The background queue is full ({self._max_queued} jobs); retry later.",
                 retry_after=5)
         if self._worker is not None:
             self._worker.poke()
@@ -87,7 +88,7 @@ class Background:
             cancelled = {**record.response, "status": t.S_CANCELLED}
             moved = await self._store.transition(
                 response_id, allowed_from=frozenset({record.status}), to=t.S_CANCELLED,
-                response=cancelled, ttl=self._settings.response_ttl)
+                response=cancelled, ttl=self._lifetimes.response_ttl)
             if not moved.changed:
                 continue  # it moved meanwhile: look again
             if record.status == t.S_QUEUED:
@@ -105,5 +106,6 @@ class Background:
         seq = logged[-1].seq + 1 if logged else 0
         event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
         terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))
-        await self._store.finish_response(cancelled, terminal, ttl=self._settings.response_ttl,
-                                          event_ttl=self._settings.event_ttl)
+        await self._store.finish_response(cancelled, terminal,
+                                          ttl=self._lifetimes.response_ttl,
+                                          event_ttl=self._lifetimes.event_ttl)

@@ -105,12 +105,12 @@ class ResponseCache:
         self._tasks = tasks
         self._clock = clock
         self._timer = timer
-        self._semantic = settings.cache == "semantic"
+        self._semantic = settings.cache.mode == "semantic"
         self._planes: dict[int, Hyperplanes] = {}  # by vector length
 
     @property
     def enabled(self) -> bool:
-        return self._settings.cache != "off"
+        return self._settings.cache.mode != "off"
 
     # -- /v1/responses -----------------------------------------------------------------------
     async def lookup_response(self, tenant: str, request: ResponsesRequest,
@@ -136,12 +136,12 @@ class ResponseCache:
         if request.store:
             record = StoredResponse(final, tenant, parents=parents, closed=True)
             await self._objects.create_response(record, request.input,
-                                                ttl=settings.response_ttl,
-                                                event_ttl=settings.event_ttl)
+                                                ttl=settings.store.response_ttl,
+                                                event_ttl=settings.store.event_ttl)
         if request.conversation:
             await self._objects.add_conversation_items(
                 tenant, request.conversation, [*request.input, *final["output"]],
-                ttl=settings.response_ttl, bounded=False)
+                ttl=settings.store.response_ttl, bounded=False)
         if not request.stream:
             return final, None
         dumps = orjson.dumps
@@ -213,7 +213,7 @@ class ResponseCache:
         except StoreUnavailable:
             return None
         match = best(vector, [from_bytes(c.vector) for c in found],
-                     self._settings.cache_similarity, [c.guard == key.guard for c in found])
+                     self._settings.cache.similarity, [c.guard == key.guard for c in found])
         return found[match[0]].exact if match else None
 
     def _hyperplanes(self, vector: Vector) -> Hyperplanes:
@@ -225,12 +225,12 @@ class ResponseCache:
     async def embed(self, text: str) -> Vector | None:
         """The text's unit vector from the fleet, or None: an error, a refusal or a call slower
         than `--cache-embedding-timeout` is a miss, never a failed request."""
-        model = self._settings.embedding_model
+        model = self._settings.cache.embedding_model
         if model is None:
             return None
         body = orjson.dumps({"model": model, "input": text})
         try:
-            async with asyncio.timeout(self._settings.cache_embedding_timeout):
+            async with asyncio.timeout(self._settings.cache.embedding_timeout):
                 call = await self._fleet.open(model, EMBEDDINGS_PATH, body, stream=False)
                 try:
                     raw = await call.response.aread()
@@ -257,7 +257,7 @@ class ResponseCache:
         if not servable(found.route, body):
             return
         entry = orjson.dumps({"route": found.route, "body": body})
-        if len(entry) > self._settings.cache_max_entry_bytes:
+        if len(entry) > self._settings.cache.max_entry_bytes:
             return
         self._tasks.spawn(self._write(tenant, found, entry), name="cache-write")
 
@@ -271,9 +271,9 @@ class ResponseCache:
                 vector = VectorWrite(key.namespace, self._hyperplanes(embedded).bucket(embedded),
                                      key.guard, to_bytes(embedded))
         try:
-            await self._store.put(tenant, key.exact, entry, ttl=self._settings.cache_ttl,
+            await self._store.put(tenant, key.exact, entry, ttl=self._settings.cache.ttl,
                                   now=self._clock(), vector=vector,
-                                  limit=self._settings.cache_max_per_namespace)
+                                  limit=self._settings.cache.max_per_namespace)
         except StoreUnavailable as exc:
             log.warning("could not keep a cache entry: %s", exc)
             return

@@ -16,7 +16,7 @@ from proxy.core.items import parse_item
 from proxy.core.paging import PageRequest, list_body
 from proxy.core.seal import Sealer
 from proxy.core.types import Item
-from proxy.settings import Settings
+from proxy.settings import StoreSettings
 from proxy.store.base import Store
 
 # OpenAI's limit on items per create / add call.
@@ -24,10 +24,10 @@ MAX_ITEMS_PER_CALL = 20
 
 
 class Conversations:
-    def __init__(self, store: Store, settings: Settings, sealer: Sealer, *,
+    def __init__(self, store: Store, lifetimes: StoreSettings, sealer: Sealer, *,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self._store = store
-        self._ttl = settings.response_ttl
+        self._ttl = lifetimes.response_ttl
         self._clock = clock
         self._ids = ids
         self._sealer = sealer

@@ -107,7 +107,7 @@ class Worker:
         if self._shared:
             self._loops.append(self._supervisor.start("worker-cancels", self._cancel_loop))
         log.info("worker %s: up to %d jobs at once", self.name,
-                 self._settings.worker_concurrency)
+                 self._settings.jobs.concurrency)
 
     def poke(self) -> None:
         """A job was just queued by this process: look now."""
@@ -151,7 +151,7 @@ class Worker:
 
     # -- taking ----------------------------------------------------------------------------------
     async def _take_loop(self) -> None:
-        concurrency = self._settings.worker_concurrency
+        concurrency = self._settings.jobs.concurrency
         while not self._stopping:
             free = concurrency - len(self._running)
             if free <= 0:
@@ -211,7 +211,7 @@ class Worker:
             # costs one round trip here, not two.
             moved = await self._store.transition(
                 job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
-                ttl=self._settings.response_ttl)
+                ttl=self._settings.store.response_ttl)
             if moved.changed and moved.response is not None:
                 settled = await self._run(job, StoredResponse(moved.response, spec.tenant,
                                                               logged=True), spec)
@@ -338,7 +338,7 @@ class Worker:
 
     # -- heartbeats, reclaims and cancels --------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        interval = self._settings.heartbeat_interval
+        interval = self._settings.jobs.heartbeat_interval
         min_idle_ms = int(interval * 2500)
         beat_at = 0.0
         while not self._stopping:
@@ -351,7 +351,7 @@ class Worker:
                 if now - beat_at >= interval:
                     beat_at = now
                     await self._beat()
-                free = self._settings.worker_concurrency - len(self._running)
+                free = self._settings.jobs.concurrency - len(self._running)
                 if free > 0 and not self._stopping:
                     for job in await self._queue.reclaim(self.name, min_idle_ms, free):
                         self._launch(job)

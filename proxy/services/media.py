@@ -36,7 +36,7 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.items import image_urls
 from proxy.core.types import Item
 from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
-from proxy.settings import Settings
+from proxy.settings import FetchSettings, LimitSettings
 
 if TYPE_CHECKING:
     from proxy.egress import Resolve
@@ -72,9 +72,8 @@ class MediaFetcher:
         self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> MediaFetcher:
-        return cls(settings.fetch_allow, timeout=settings.fetch_timeout,
-                   max_bytes=settings.max_body_bytes)
+    def from_settings(cls, fetch: FetchSettings, limits: LimitSettings) -> MediaFetcher:
+        return cls(fetch.allow, timeout=fetch.timeout, max_bytes=limits.max_body_bytes)
 
     async def for_items(self, new: Iterable[Item], history: Iterable[Item],
                         history_param: str) -> dict[str, str]:

@@ -111,9 +111,9 @@ class ResponsesService:
         self._clock = generations.clock
         self._ids = generations.ids
         self._sealer = generations.sealer
-        self._salts = CacheSalts.of(settings.keys_file)  # each key's prefix-cache partition
+        self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
-        self._media = MediaFetcher.from_settings(settings)
+        self._media = MediaFetcher.from_settings(settings.fetch, settings.limits)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
@@ -141,9 +141,10 @@ class ResponsesService:
         the response's `usage`, which keeps describing this turn's context (agents read
         `input_tokens` as the context's size and would see the pre-compaction one)."""
         settings = self._settings
-        request = parse_request(body, self._ids, max_input_items=settings.max_input_items,
-                                tolerance=Tolerance.of(settings.params, settings.hosted_tools),
-                                sealer=self._sealer, mcp_allow=settings.mcp_allow)
+        request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
+                                tolerance=Tolerance.of(settings.tolerance.params,
+                                                       settings.tolerance.hosted_tools),
+                                sealer=self._sealer, mcp_allow=settings.mcp.allow)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
         if storing and (request.store or request.conversation):
@@ -176,7 +177,7 @@ class ResponsesService:
                 ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
         """(the request to store: references resolved, blobs sealed; the same to translate:
         blobs opened; the history to translate), all of it counted (core/expansion.py)."""
-        expansion = Expansion(self._settings.max_body_bytes, self._sealer)
+        expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
         return (dataclasses.replace(request, input=stored),
@@ -290,9 +291,10 @@ class ResponsesService:
         """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
         chain, scoped to the key) summarised by the fleet's model: the user messages, then one
         sealed compaction item (core/compaction.py)."""
-        parsed = parse_compact_body(body, strict=self._settings.params == "strict")
+        parsed = parse_compact_body(body, strict=self._settings.tolerance.params == "strict")
         inputs = ([] if parsed.input is None else
-                  parse_input(parsed.input, self._ids, max_items=self._settings.max_input_items,
+                  parse_input(parsed.input, self._ids,
+                              max_items=self._settings.limits.max_input_items,
                               sealer=self._sealer))
         request = ResponsesRequest(model=parsed.model, input=inputs,
                                    instructions=parsed.instructions,
@@ -327,7 +329,7 @@ class ResponsesService:
         if not request.mcp:
             return None
         servers = {s.label: s for s in request.mcp}
-        ceiling = self._settings.max_mcp_calls
+        ceiling = self._settings.mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
@@ -414,8 +416,9 @@ class ResponsesService:
             # The writer's lease is taken in the same round trip as the create (lease.py): a
             # stored stream waits on one Redis call before its first event, not two.
             leases = self._leases
-            await self._store.create_response(record, request.input, ttl=settings.response_ttl,
-                                              event_ttl=settings.event_ttl,
+            await self._store.create_response(record, request.input,
+                                              ttl=settings.store.response_ttl,
+                                              event_ttl=settings.store.event_ttl,
                                               lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.

@@ -24,7 +24,7 @@ import secrets
 
 from proxy.core.errors import StoreUnavailable
 from proxy.core.seal import Sealer
-from proxy.settings import Settings, fleet_secrets
+from proxy.settings import SealingSettings
 from proxy.store.fleetsecret import SecretRead
 
 log = logging.getLogger("proxy")
@@ -34,11 +34,12 @@ SECRET_BYTES = 32
 RETRY_SECONDS = 2.0
 
 
-async def fleet_sealer(settings: Settings, read: SecretRead) -> Sealer:
+async def fleet_sealer(settings: SealingSettings, read: SecretRead, *,
+                      shared: bool) -> Sealer:
     """The operator's secrets, else the deployment's (read once here; pending when the store
-    does not answer: `keep_reading` then)."""
-    given = fleet_secrets(settings)
-    sealer = Sealer(given, settings.max_sealed_bytes)
+    does not answer: `keep_reading` then). `shared`: the store is Redis, not embedded."""
+    given = settings.secrets()
+    sealer = Sealer(given, settings.max_bytes)
     if given:
         return sealer
     try:
@@ -47,7 +48,7 @@ async def fleet_sealer(settings: Settings, read: SecretRead) -> Sealer:
         log.warning("no --fleet-secret and the store is unreachable: sealed content is refused "
                     "(503) until the deployment's fleet secret can be read")
         return sealer
-    where = "kept in Redis" if settings.redis_url else "this process only"
+    where = "kept in Redis" if shared else "this process only"
     log.info("no --fleet-secret: sealed blobs use the deployment's random secret (%s)", where)
     return sealer
 

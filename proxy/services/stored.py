@@ -30,7 +30,7 @@ from proxy.core.types import EventBatch, EventBatches, ResponseObject
 from proxy.services.follow import Followers, FollowInterrupted
 from proxy.services.lease import Leases
 from proxy.services.logread import log_pages
-from proxy.settings import Settings
+from proxy.settings import StreamSettings
 from proxy.store.base import Store, StoredEvent, StoredResponse
 from proxy.store.leases import LeaseState
 
@@ -45,13 +45,13 @@ def not_found(response_id: str) -> NotFound:
 
 
 class StoredResponses:
-    def __init__(self, store: Store, followers: Followers, settings: Settings, *,
+    def __init__(self, store: Store, followers: Followers, streams: StreamSettings, *,
                  leases: Leases | None = None) -> None:
         # A foreground response whose writer's lease expired is closed when read (lease.py).
         self.leases = leases
         self._store = store
         self._followers = followers
-        self._settings = settings
+        self._streams = streams
 
     async def _load(self, tenant: str, response_id: str) -> StoredResponse:
         record = await self._store.get_response(tenant, response_id)
@@ -116,7 +116,7 @@ class StoredResponses:
         while time.monotonic() < deadline:
             try:
                 async for event in self._followers.follow(record.id, after=position,
-                                                          idle=self._settings.follow_idle):
+                                                          idle=self._streams.follow_idle):
                     yield [(event.type, event.data)]
                     position = event.seq
                     if event.type in t.TERMINAL_EVENTS:
@@ -162,7 +162,7 @@ class StoredResponses:
 
     async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""
-        deadline = time.monotonic() + self._settings.follow_idle * 4
+        deadline = time.monotonic() + self._streams.follow_idle * 4
         current: StoredResponse | None = record
         while current is not None and current.status not in t.TERMINAL_STATUSES:
             if time.monotonic() >= deadline:

@@ -179,7 +179,7 @@ def _send_timeout(scope: Scope) -> float:
     """The serving app's `--send-timeout` (the default when served outside the proxy app)."""
     state = getattr(scope.get("app"), "state", None)
     settings = getattr(getattr(state, "runtime", None), "settings", None)
-    return float(getattr(settings, "send_timeout", DEFAULT_SEND_TIMEOUT))
+    return float(getattr(getattr(settings, "streams", None), "send_timeout", DEFAULT_SEND_TIMEOUT))
 
 
 async def _close(body: AsyncIterator[Any]) -> None:

@@ -45,7 +45,7 @@ async def readyz(request: Request) -> Response:
         detail["failing_loops"] = failing
     body: dict[str, Any] = {"status": "ready" if not reasons else "not ready",
                             "reasons": reasons}
-    if _may_see_detail(request, runtime.settings.api_keys):
+    if _may_see_detail(request, runtime.settings.tenancy.api_keys):
         body.update(detail, upstreams=runtime.fleet.status())
     return json_response(body, status=200 if not reasons else 503)
 

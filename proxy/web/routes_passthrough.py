@@ -35,7 +35,7 @@ async def chat_completions(request: Request) -> Reply:
         else:
             call = runtime.passthrough.chat_completions(body, tenant(request), meter=meter)
         relay = await unless_disconnected(request, call)
-    return relay_response(relay, ping=runtime.settings.ping_interval)
+    return relay_response(relay, ping=runtime.settings.streams.ping_interval)
 
 
 def streams(body: bytes) -> bool:

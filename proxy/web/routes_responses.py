@@ -27,7 +27,7 @@ async def create(request: Request) -> Reply:
         outcome = await unless_disconnected(request, runtime.responses.create(
             tenant(request), body, directives, meter=meter))
     if outcome.stream is not None:
-        return stream_response(outcome.stream, ping=runtime.settings.ping_interval,
+        return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
                                headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
 
@@ -87,7 +87,7 @@ async def retrieve(request: Request) -> Reply:
     if _flag(query.get("stream"), "stream"):
         stream = await runtime.stored.replay(tenant(request), response_id,
                                              _starting_after(query.get("starting_after")))
-        return stream_response(stream, ping=runtime.settings.ping_interval)
+        return stream_response(stream, ping=runtime.settings.streams.ping_interval)
     return json_response(await runtime.stored.get(tenant(request), response_id))
 
 

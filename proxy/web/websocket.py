@@ -79,7 +79,7 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         """One frame, within `--send-timeout`; a reader that stopped raises TimeoutError."""
         # `asyncio.timeout`, not `wait_for`: no task per frame on the per-event path.
-        async with self._sending, asyncio.timeout(self.runtime.settings.send_timeout):
+        async with self._sending, asyncio.timeout(self.runtime.settings.streams.send_timeout):
             await self.websocket.send_text(data.decode())
 
     async def fail(self, error: ProxyError) -> None:
@@ -137,7 +137,7 @@ class _Connection:
         task = self.current
         if task is None:
             return
-        await asyncio.wait({task}, timeout=self.runtime.settings.send_timeout)
+        await asyncio.wait({task}, timeout=self.runtime.settings.streams.send_timeout)
         if task.done():
             _raise_transport_failure(task)  # its last send failed: the connection is over
 
@@ -145,7 +145,7 @@ class _Connection:
         raw = text if text is not None else data
         if raw is None:
             return
-        if frame_over(raw, self.runtime.settings.max_body_bytes):
+        if frame_over(raw, self.runtime.settings.limits.max_body_bytes):
             # 413 as for an HTTP body over the limit; the code says it was a frame.
             await self.fail(PayloadTooLarge("The frame is larger than the maximum request size.",
                                             code="frame_too_large"))
@@ -180,7 +180,7 @@ async def responses_socket(websocket: WebSocket) -> None:
     await websocket.accept()
     connection = _Connection(websocket, runtime)
     loop = asyncio.get_running_loop()
-    closes_at = loop.time() + runtime.settings.ws_max_age
+    closes_at = loop.time() + runtime.settings.streams.ws_max_age
     # One receive stays pending across turns of the loop, so no frame is lost while the loop
     # wakes up for a response that ended.
     receiving: asyncio.Future[Any] | None = None
@@ -214,7 +214,7 @@ async def responses_socket(websocket: WebSocket) -> None:
     except TimeoutError:
         # Once per connection, not per event: the response's upstream request is aborted below.
         log.warning("WebSocket client stopped reading for %ss; connection dropped",
-                    runtime.settings.send_timeout)
+                    runtime.settings.streams.send_timeout)
     except (WebSocketDisconnect, RuntimeError):
         return  # a socket already gone
     finally:

@@ -75,7 +75,7 @@ def text_logs() -> Iterator[LogCapture]:
 
 @pytest.fixture
 async def keyed(simulator: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(upstreams=(simulator.url,), api_keys=(KEY,)))
+    app = create_app(Settings.of(upstreams=(simulator.url,), api_keys=(KEY,)))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
@@ -145,7 +145,7 @@ async def test_unsafe_or_long_ids_are_replaced(keyed: httpx.AsyncClient, sent: b
 
 async def test_errors_before_the_route_carry_the_id_and_no_key(
         simulator: ServerProcess, json_logs: LogCapture) -> None:
-    app = create_app(Settings(upstreams=(simulator.url,), api_keys=(KEY,), max_body_bytes=64))
+    app = create_app(Settings.of(upstreams=(simulator.url,), api_keys=(KEY,), max_body_bytes=64))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
@@ -184,7 +184,7 @@ async def test_every_log_line_of_the_request_carries_its_id(
         simulator: ServerProcess, json_logs: LogCapture) -> None:
     """A log line written deep inside the request (here: the unexpected-error path, which
     Starlette's outermost middleware runs after ours has returned) carries the id too."""
-    app = create_app(Settings(upstreams=(simulator.url,)))
+    app = create_app(Settings.of(upstreams=(simulator.url,)))
 
     async def boom(request: Any) -> Any:
         logging.getLogger("proxy.test").info("inside the handler")

@@ -191,7 +191,7 @@ SLOW = "hold the slot [[sim ttft_ms=4000 tokens=2]]"
 ], ids=["chat", "responses"])
 async def test_saturated_fleet_queues_then_429s_within_the_deadline(
         settings: Settings, sim: SimControl, path: str, body: dict[str, Any]) -> None:
-    app = create_app(settings.replace(worker=False, max_inflight_per_replica=1,
+    app = create_app(settings.replace(run_jobs=False, max_inflight_per_replica=1,
                                       queue_timeout=0.5))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -221,7 +221,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
         settings: Settings, sim: SimControl) -> None:
     """Through the whole app: the web layer cancels the create when the client leaves, and the
     queued request is gone from the queue at once (not at its deadline)."""
-    app = create_app(settings.replace(worker=False, max_inflight_per_replica=1,
+    app = create_app(settings.replace(run_jobs=False, max_inflight_per_replica=1,
                                       queue_timeout=20))
     raw = orjson.dumps({"model": "sim-model", "store": False,
                         "input": "queued [[sim tokens=2]]"})

@@ -33,7 +33,7 @@ Client = tuple[httpx.AsyncClient, Runtime]
 
 @pytest.fixture
 def settings(simulator: Any) -> Settings:
-    return Settings(upstreams=(simulator.url,), cache="exact")
+    return Settings.of(upstreams=(simulator.url,), cache_mode="exact")
 
 
 @pytest.fixture
@@ -287,7 +287,7 @@ async def test_a_chat_stream_the_client_left_is_not_kept(app_client: Client) -> 
 
 @pytest.fixture
 def short_ttl(simulator: Any) -> Settings:
-    return Settings(upstreams=(simulator.url,), cache="exact", cache_ttl=1)
+    return Settings.of(upstreams=(simulator.url,), cache_mode="exact", cache_ttl=1)
 
 
 async def test_entries_expire_after_the_cache_ttl(short_ttl: Settings) -> None:
@@ -319,7 +319,7 @@ async def test_metrics_count_hits_misses_bypasses_and_lookup_time(app_client: Cl
 
 
 async def test_cache_off_adds_no_header(simulator: Any) -> None:
-    app = create_app(Settings(upstreams=(simulator.url,)))
+    app = create_app(Settings.of(upstreams=(simulator.url,)))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:

@@ -31,8 +31,8 @@ Client = tuple[httpx.AsyncClient, Runtime]
 
 @pytest.fixture(params=["off", "exact"])
 async def proxy(request: pytest.FixtureRequest, sim: SimControl) -> AsyncIterator[Client]:
-    async with app_for(Settings(upstreams=(sim.url,), keys_file=KEYS,
-                                cache=request.param)) as client:
+    async with app_for(Settings.of(upstreams=(sim.url,), keys_file=KEYS,
+                                cache_mode=request.param)) as client:
         yield client
 
 
@@ -121,7 +121,7 @@ async def _chat_seen(sim: SimControl) -> bool:
 async def test_tool_loop_turns_are_salted(sim: SimControl) -> None:
     mcp = start_mcp_server()
     try:
-        settings = Settings(upstreams=(sim.url,), keys_file=KEYS, mcp_allow=(mcp.url,))
+        settings = Settings.of(upstreams=(sim.url,), keys_file=KEYS, mcp_allow=(mcp.url,))
         async with app_for(settings) as (http, _):
             reply = await http.post("/v1/responses", headers=auth("sk-a"), json={
                 "model": "sim-model", "input": 'add [[sim call=add call_args={"a":2,"b":3}]]',

@@ -30,7 +30,7 @@ def similarity(a: str, b: str) -> float:
 
 
 def semantic(simulator: Any, **changes: Any) -> Settings:
-    return Settings(**{"upstreams": (simulator.url,), "cache": "semantic",
+    return Settings.of(**{"upstreams": (simulator.url,), "cache_mode": "semantic",
                        "embedding_model": "sim-model", **changes})
 
 

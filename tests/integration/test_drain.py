@@ -17,7 +17,7 @@ from proxy.settings import Settings
 
 @pytest.fixture
 async def app_client(settings: Settings) -> AsyncIterator[tuple[Runtime, httpx.AsyncClient]]:
-    app = create_app(settings.replace(worker=False))
+    app = create_app(settings.replace(run_jobs=False))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:

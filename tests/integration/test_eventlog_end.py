@@ -233,7 +233,7 @@ async def test_a_refused_end_still_logs_its_events_as_a_flush_would(
 
 @pytest.fixture
 def shared(simulator: ServerProcess, redis_server: ServerProcess) -> Settings:
-    return Settings(upstreams=(simulator.url,), redis_url=redis_url(redis_server))
+    return Settings.of(upstreams=(simulator.url,), redis_url=redis_url(redis_server))
 
 
 async def test_a_short_stored_stream_ends_in_one_store_call_and_replays_equal(

@@ -30,7 +30,7 @@ App = tuple[httpx.AsyncClient, Runtime]
 
 @pytest.fixture
 async def app(simulator: ServerProcess) -> AsyncIterator[App]:
-    settings = Settings(upstreams=(simulator.url,), max_body_bytes=BODY_LIMIT,
+    settings = Settings.of(upstreams=(simulator.url,), max_body_bytes=BODY_LIMIT,
                         fleet_secret=SECRET)
     async with app_for(settings) as pair:
         yield pair
@@ -106,7 +106,7 @@ async def test_blobs_whose_text_passes_the_limit_are_a_400(app: App, sim: SimCon
 
 async def test_a_genuine_blob_past_the_per_blob_cap_is_refused(simulator: ServerProcess,
                                                                sim: SimControl) -> None:
-    settings = Settings(upstreams=(simulator.url,), fleet_secret=SECRET, max_sealed_bytes=4096)
+    settings = Settings.of(upstreams=(simulator.url,), fleet_secret=SECRET, max_sealed_bytes=4096)
     blob = seal_reasoning(SEALER)("r" * 5000)
     async with app_for(settings) as (http, _):
         calls = sim.stats()["chat_requests"]

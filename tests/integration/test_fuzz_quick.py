@@ -26,8 +26,8 @@ CASES_PER_ENDPOINT = 20
 
 @pytest.fixture
 def app_client(simulator: ServerProcess, redis_server: ServerProcess) -> Iterator[TestClient]:
-    settings = Settings(upstreams=(simulator.url,), api_keys=(KEY, "sk-fuzz-other"),
-                        redis_url=f"redis://127.0.0.1:{redis_server.port}/3", cache="exact")
+    settings = Settings.of(upstreams=(simulator.url,), api_keys=(KEY, "sk-fuzz-other"),
+                        redis_url=f"redis://127.0.0.1:{redis_server.port}/3", cache_mode="exact")
     with TestClient(create_app(settings), base_url="http://proxy") as client:
         yield client
 

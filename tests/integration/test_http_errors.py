@@ -140,7 +140,7 @@ async def test_refused_upstream_is_502(settings: Settings) -> None:
 
 async def test_unreachable_replica_is_skipped_for_a_live_one(settings: Settings) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    async for client in proxy_for(settings.replace(upstreams=(dead, *settings.upstreams))):
+    async for client in proxy_for(settings.replace(upstreams=(dead, *settings.fleet.upstreams))):
         for _ in range(3):
             await still_serving(client)
 

@@ -15,7 +15,7 @@ from proxy.settings import Settings
 
 async def test_a_job_queued_by_the_previous_release_runs_after_an_upgrade(
         simulator: Any) -> None:
-    runtime = await Runtime.open(Settings(upstreams=(simulator.url,)), worker=True)
+    runtime = await Runtime.open(Settings.of(upstreams=(simulator.url,)), worker=True)
     try:
         worker = runtime.worker
         assert worker is not None  # built, not started: the test hands it the job

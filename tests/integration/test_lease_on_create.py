@@ -28,7 +28,7 @@ ASK = {"model": "sim-model", "input": "hello there [[sim tokens=8]]"}
 async def app(simulator: ServerProcess, redis_server: ServerProcess
               ) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
     # A short lease, so that the renewal that drops an ended turn's lease comes soon.
-    settings = Settings(upstreams=(simulator.url,),
+    settings = Settings.of(upstreams=(simulator.url,),
                         redis_url=f"redis://127.0.0.1:{redis_server.port}/0", lease_ttl=1.5)
     async with app_for(settings) as (client, runtime):
         yield client, runtime

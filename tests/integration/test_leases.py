@@ -15,6 +15,7 @@ from proxy.core.ids import counter_ids
 from proxy.core.sse import frames
 from proxy.services.events import EventLog
 from proxy.services.lease import LEASE_LOST, LOST, Leases
+from proxy.settings import StreamSettings
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
 from proxy.store.leases import LeaseState, LeaseTable
@@ -135,7 +136,6 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
     still ends at the one terminal event. (A guard of what leases rely on.)"""
     from proxy.services.follow import Followers
     from proxy.services.stored import StoredResponses
-    from proxy.settings import Settings
     from tests.support.sse import data_payloads
 
     response_id, _ = await half_written(store)
@@ -147,7 +147,7 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
     late = {"type": "response.output_text.delta", "sequence_number": last.seq + 1}
     await store.append_events({response_id: [StoredEvent(last.seq + 1, late["type"],
                                                          orjson.dumps(late))]}, ttl=60)
-    stored = StoredResponses(store, Followers(store), Settings())
+    stored = StoredResponses(store, Followers(store), StreamSettings())
     body = await _read_all(await stored.replay(TENANT, response_id, None))
     events = data_payloads(body)
     assert events[-1]["type"] == "response.failed"
@@ -157,10 +157,10 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
 def replaying(store: RedisStore, lease_set: Leases) -> Any:
     from proxy.services.follow import Followers
     from proxy.services.stored import StoredResponses
-    from proxy.settings import Settings
+    from proxy.settings import StreamSettings
 
     # A follower re-checks the response after 0.2 s without an event.
-    return StoredResponses(store, Followers(store, block_ms=50), Settings(follow_idle=0.2),
+    return StoredResponses(store, Followers(store, block_ms=50), StreamSettings(follow_idle=0.2),
                            leases=lease_set)
 
 

@@ -32,7 +32,7 @@ async def _client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def redis_down(simulator: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(upstreams=(simulator.url,), keys_file=KEYS,
+    settings = Settings.of(upstreams=(simulator.url,), keys_file=KEYS,
                         redis_url=f"redis://127.0.0.1:{free_port()}/0")
     async for http in _client(settings):
         yield http
@@ -40,7 +40,7 @@ async def redis_down(simulator: ServerProcess) -> AsyncIterator[httpx.AsyncClien
 
 @pytest.fixture
 async def embedded(simulator: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async for http in _client(Settings(upstreams=(simulator.url,), keys_file=KEYS)):
+    async for http in _client(Settings.of(upstreams=(simulator.url,), keys_file=KEYS)):
         yield http
 
 

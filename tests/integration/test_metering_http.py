@@ -42,7 +42,7 @@ def auth(key: str) -> dict[str, str]:
 
 @pytest.fixture
 async def app(simulator: ServerProcess) -> AsyncIterator[Starlette]:
-    made = create_app(Settings(upstreams=(simulator.url,), keys_file=KEYS, cache="exact",
+    made = create_app(Settings.of(upstreams=(simulator.url,), keys_file=KEYS, cache_mode="exact",
                                max_inflight_per_replica=1))
     async with made.router.lifespan_context(made):
         yield made

@@ -47,7 +47,7 @@ FAMILIES = {
 
 @pytest.fixture
 async def app_client(simulator: Any) -> AsyncIterator[Client]:
-    app = create_app(Settings(upstreams=(simulator.url,), cache="exact"))
+    app = create_app(Settings.of(upstreams=(simulator.url,), cache_mode="exact"))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
@@ -171,7 +171,7 @@ async def test_mixed_traffic_is_counted_family_by_family(app_client: Client) -> 
 
 
 async def test_two_apps_in_one_process_count_apart(simulator: Any) -> None:
-    settings = Settings(upstreams=(simulator.url,))
+    settings = Settings.of(upstreams=(simulator.url,))
     apps = [create_app(settings), create_app(settings)]
     async with apps[0].router.lifespan_context(apps[0]), \
             apps[1].router.lifespan_context(apps[1]):
@@ -226,7 +226,7 @@ async def test_a_store_failure_reaching_a_client_is_counted(
 
 async def test_replica_states_are_read_when_scraped(simulator: Any) -> None:
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
-    app = create_app(Settings(upstreams=(simulator.url, dead)))
+    app = create_app(Settings.of(upstreams=(simulator.url, dead)))
     async with app.router.lifespan_context(app):
         runtime: Runtime = app.state.runtime
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -327,7 +327,7 @@ async def test_job_outcomes_are_counted_once_each(app_client: Client) -> None:
 
 async def test_a_job_handed_back_by_a_stopping_worker_is_counted_requeued(
         simulator: Any) -> None:
-    runtime = await Runtime.open(Settings(upstreams=(simulator.url,)), worker=True)
+    runtime = await Runtime.open(Settings.of(upstreams=(simulator.url,)), worker=True)
     try:
         worker = runtime.worker
         assert worker is not None

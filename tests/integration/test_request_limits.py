@@ -24,7 +24,7 @@ OK: dict[str, Any] = {"model": "sim-model", "input": "hi"}
 
 @pytest.fixture
 async def http(simulator: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(upstreams=(simulator.url,), max_body_bytes=BODY_LIMIT,
+    settings = Settings.of(upstreams=(simulator.url,), max_body_bytes=BODY_LIMIT,
                         max_input_items=ITEMS)
     async with app_for(settings) as (client, _runtime):
         yield client

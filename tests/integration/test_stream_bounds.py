@@ -26,7 +26,7 @@ from tests.support.inprocess import post_scope
 ], ids=["passthrough", "responses"])
 async def test_a_stalled_client_frees_its_upstream_connection(
         settings: Settings, sim: SimControl, path: str, body: dict[str, Any]) -> None:
-    app = create_app(settings.replace(worker=False, send_timeout=0.3))
+    app = create_app(settings.replace(run_jobs=False, send_timeout=0.3))
     raw = orjson.dumps(body)
     requested = False
     stalled = asyncio.Event()

@@ -831,7 +831,7 @@ def test_requests_carry_our_headers_and_nothing_else(api_key: str | None) -> Non
 async def test_the_proxy_reuses_its_upstream_connection(settings: Settings) -> None:
     """Responses streams (read past `[DONE]` to the body's end), JSON answers and the
     pass-through all go back to the pool: one connection for everything, discovery included."""
-    app = create_app(settings.replace(worker=False))
+    app = create_app(settings.replace(run_jobs=False))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
@@ -881,7 +881,7 @@ async def responses_through(server: TinyServer, *streams: bool,
                             idle: float = 0.3) -> list[float]:
     """Responses requests through an in-process proxy whose upstream is `server`; the seconds
     each took, from request to the client's last byte."""
-    settings = Settings(upstreams=(server.url,), worker=False,
+    settings = Settings.of(upstreams=(server.url,), run_jobs=False,
                         timeouts=Timeouts(connect=2, first_byte=max(5.0, idle), idle=idle))
     app = create_app(settings)
     took: list[float] = []

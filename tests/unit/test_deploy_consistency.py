@@ -147,15 +147,15 @@ def test_compose_env_values_are_valid_settings() -> None:
         env = {k: str(v) for k, v in services[name]["environment"].items()
                if "${" not in str(v)}  # values left to the operator's .env
         settings = build_settings({}, env)
-        assert settings.host == "0.0.0.0"  # reachable from nginx, not only from inside
-        assert settings.redis_url == "redis://redis:6379/0"
-        assert settings.upstreams == ("http://replica-1:8000", "http://replica-2:8000")
+        assert settings.server.host == "0.0.0.0"  # reachable from nginx, not only from inside
+        assert settings.store.redis_url == "redis://redis:6379/0"
+        assert settings.fleet.upstreams == ("http://replica-1:8000", "http://replica-2:8000")
 
 
 def test_compose_ports_and_health_checks_match_the_app() -> None:
     services = compose()["services"]
     port = services["proxy-1"]["environment"]["PROXY_PORT"]
-    assert int(port) == DEFAULTS.port
+    assert int(port) == DEFAULTS.server.port
     for name in ("proxy-1", "proxy-2"):
         check = " ".join(services[name]["healthcheck"]["test"])
         assert f"http://127.0.0.1:{port}/readyz" in check
@@ -212,7 +212,7 @@ def test_grace_periods_exceed_the_shutdown_grace() -> None:
 
 @pytest.fixture(scope="module")
 def app_routes() -> set[tuple[str, str]]:
-    app = create_app(Settings(upstreams=("http://127.0.0.1:1",)))
+    app = create_app(Settings.of(upstreams=("http://127.0.0.1:1",)))
     return {(route.path, method) for route in app.routes  # type: ignore[attr-defined]
             # WebSocket routes (web/websocket.py) have no HTTP methods.
             for method in (getattr(route, "methods", None) or ())}
@@ -221,13 +221,13 @@ def app_routes() -> set[tuple[str, str]]:
 def test_kubernetes_probes_ports_and_services_match_the_app(
         app_routes: set[tuple[str, str]]) -> None:
     config = k8s("ConfigMap", "responses-proxy")["data"]
-    assert int(config["PROXY_PORT"]) == DEFAULTS.port
+    assert int(config["PROXY_PORT"]) == DEFAULTS.server.port
     assert config["PROXY_HOST"] == "0.0.0.0"
     build_settings({}, config)  # every value is one the proxy accepts
     container = k8s("Deployment", "responses-proxy")["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["serve", "--no-worker"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": DEFAULTS.port}
+    assert ports == {"http": DEFAULTS.server.port}
     probes = {"livenessProbe": "/healthz", "readinessProbe": "/readyz"}
     for probe, path in probes.items():
         get = container[probe]["httpGet"]
@@ -239,7 +239,7 @@ def test_kubernetes_probes_ports_and_services_match_the_app(
         "spec"]["selector"]["matchLabels"]
     annotations = k8s("Deployment", "responses-proxy")["spec"]["template"]["metadata"][
         "annotations"]
-    assert int(annotations["prometheus.io/port"]) == DEFAULTS.port
+    assert int(annotations["prometheus.io/port"]) == DEFAULTS.server.port
     assert (annotations["prometheus.io/path"], "GET") in app_routes
     assert k8s("Deployment", "responses-proxy-worker")["spec"]["template"]["spec"][
         "containers"][0]["args"] == ["worker"]
@@ -269,7 +269,7 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def test_body_limits_match_max_body_bytes() -> None:
-    limit = DEFAULTS.max_body_bytes
+    limit = DEFAULTS.limits.max_body_bytes
     assert limit == 16 * 1024 * 1024
     assert "client_max_body_size 16m;" in nginx_directives()
     assert f"larger than the limit of {limit} bytes" in NGINX.read_text()
@@ -292,7 +292,7 @@ def test_nginx_config_is_sse_safe() -> None:
     assert not [d for d in directives if "non_idempotent" in d]
     # Longer than the pings on a silent stream, so nginx never cuts a live one.
     read_timeout = next(d for d in directives if d.startswith("proxy_read_timeout"))
-    assert float(read_timeout.split()[1].rstrip("s;")) > DEFAULTS.ping_interval
+    assert float(read_timeout.split()[1].rstrip("s;")) > DEFAULTS.streams.ping_interval
 
 
 def test_dockerfile_builds_a_non_root_serve_image() -> None:
@@ -306,7 +306,7 @@ def test_dockerfile_builds_a_non_root_serve_image() -> None:
     k8s_user = k8s("Deployment", "responses-proxy")["spec"]["template"]["spec"][
         "securityContext"]["runAsUser"]
     assert str(k8s_user) == user.split()[1]
-    assert f"EXPOSE {DEFAULTS.port}" in lines
+    assert f"EXPOSE {DEFAULTS.server.port}" in lines
     assert 'ENTRYPOINT ["responses-proxy"]' in lines and 'CMD ["serve"]' in lines
     scripts = (ROOT / "pyproject.toml").read_text()
     assert 'responses-proxy = "proxy.cli:main"' in scripts

@@ -41,18 +41,18 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 def test_json_file_loads(tmp_path: Path) -> None:
     settings = build_settings({"fleet": write(tmp_path, "f.json", json.dumps(ENTRIES))}, {})
-    assert settings.fleet == EXPECTED
-    assert settings.upstreams == ("http://10.0.0.5:8000", "http://10.0.0.6:8000")
+    assert settings.fleet.replicas == EXPECTED
+    assert settings.fleet.upstreams == ("http://10.0.0.5:8000", "http://10.0.0.6:8000")
 
 
 def test_yaml_file_loads_from_the_environment(tmp_path: Path) -> None:
     settings = build_settings({}, {"PROXY_FLEET": write(tmp_path, "f.yaml", YAML)})
-    assert settings.fleet == EXPECTED
+    assert settings.fleet.replicas == EXPECTED
 
 
 def test_a_replicas_object_is_accepted(tmp_path: Path) -> None:
     path = write(tmp_path, "f.json", json.dumps({"replicas": ENTRIES}))
-    assert build_settings({"fleet": path}, {}).fleet == EXPECTED
+    assert build_settings({"fleet": path}, {}).fleet.replicas == EXPECTED
 
 
 @pytest.mark.parametrize(("content", "field"), [
@@ -109,8 +109,8 @@ def test_affinity_load_factor_is_checked(value: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings({"affinity_load_factor": value}, {})
     assert str(info.value).startswith("--affinity-load-factor")
-    assert build_settings({}, {"PROXY_AFFINITY_LOAD_FACTOR": "2"}).affinity_load_factor == 2.0
-    assert build_settings({}, {}).affinity_load_factor == 1.25
+    assert build_settings({}, {"PROXY_AFFINITY_LOAD_FACTOR": "2"}).fleet.affinity_load_factor == 2.0
+    assert build_settings({}, {}).fleet.affinity_load_factor == 1.25
 
 
 def test_the_cli_exits_with_one_line_for_a_bad_fleet_file(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_replicas_are_named_by_the_file_or_by_position(tmp_path: Path) -> None:
         {"url": "http://10.0.0.5:8000", "name": "gpu-5"}, {"url": "http://10.0.0.6:8000"}]))
     settings = build_settings({"fleet": path}, {})
     fleet = Fleet(Upstream(Upstream.make_pool(), api_key=None, timeouts=Timeouts()),
-                  settings.upstreams, specs=settings.fleet)
+                  settings.fleet.upstreams, specs=settings.fleet.replicas)
     assert [r.name for r in fleet.replicas] == ["gpu-5", "replica-2"]
     plain = Fleet(fleet.upstream, ("http://a:1", "http://b:2"))
     assert [r.name for r in plain.replicas] == ["replica-1", "replica-2"]

@@ -50,7 +50,7 @@ def test_json_file_from_the_flag(tmp_path: Path) -> None:
     path = tmp_path / "keys.json"
     path.write_bytes(orjson.dumps(DOC))
     settings = build_settings({"keys_file": str(path)}, {})
-    _expect_parsed(settings.keys_file)
+    _expect_parsed(settings.tenancy.keys_file)
     assert accepted_keys(settings) == ("sk-team-a", "sk-team-b")
 
 
@@ -59,7 +59,7 @@ def test_yaml_file_from_the_environment(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / ("keys" + suffix)
     path.write_text(YAML_DOC)
     settings = build_settings({}, {"PROXY_KEYS_FILE": str(path)})
-    _expect_parsed(settings.keys_file)
+    _expect_parsed(settings.tenancy.keys_file)
 
 
 def test_api_keys_and_file_keys_are_all_accepted(tmp_path: Path) -> None:

@@ -195,9 +195,9 @@ def test_output_is_bounded_in_bytes() -> None:
 
 
 def test_the_allow_list_flag_is_checked_at_start() -> None:
-    assert build_settings({"mcp_allow": ["http://127.0.0.1"]}, {}).mcp_allow == \
+    assert build_settings({"mcp_allow": ["http://127.0.0.1"]}, {}).mcp.allow == \
         ("http://127.0.0.1",)
-    assert build_settings({}, {"PROXY_MCP_ALLOW": "https://a/mcp, https://b/"}).mcp_allow == \
+    assert build_settings({}, {"PROXY_MCP_ALLOW": "https://a/mcp, https://b/"}).mcp.allow == \
         ("https://a/mcp", "https://b/")
     for bad in ("*", "http://", "ftp://x/", "http://u@x/", "https://x/a/../b"):
         with pytest.raises(ConfigError) as info:

@@ -35,11 +35,11 @@ def test_flags_win_over_environment() -> None:
     env = {"PROXY_PORT": "9000", "PROXY_UPSTREAMS": "http://a:1,http://b:2",
            "PROXY_CACHE": "OFF"}
     from_env = build_settings({}, env)
-    assert from_env.port == 9000
-    assert from_env.upstreams == ("http://a:1", "http://b:2")
-    assert from_env.cache == "off"
+    assert from_env.server.port == 9000
+    assert from_env.fleet.upstreams == ("http://a:1", "http://b:2")
+    assert from_env.cache.mode == "off"
     from_flags = build_settings({"port": "9100", "upstream": ["http://c:3"], "cache": "off"}, env)
-    assert (from_flags.port, from_flags.upstreams, from_flags.cache) == (
+    assert (from_flags.server.port, from_flags.fleet.upstreams, from_flags.cache.mode) == (
         9100, ("http://c:3",), "off",
     )
 
@@ -47,7 +47,7 @@ def test_flags_win_over_environment() -> None:
 def test_defaults() -> None:
     s = build_settings({}, {})
     assert s == Settings()
-    assert (s.host, s.port, s.cache, s.worker, s.max_body_bytes) == (
+    assert (s.server.host, s.server.port, s.cache.mode, s.jobs.run, s.limits.max_body_bytes) == (
         "127.0.0.1", 8080, "off", True, 16 * 1024 * 1024,
     )
 
@@ -113,9 +113,10 @@ def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> 
 
 
 def test_log_format_from_flag_or_environment() -> None:
-    assert build_settings({}, {}).log_format == "text"
-    assert build_settings({}, {"PROXY_LOG_FORMAT": "JSON"}).log_format == "json"
-    assert build_settings({"log_format": "text"}, {"PROXY_LOG_FORMAT": "json"}).log_format == "text"
+    assert build_settings({}, {}).server.log_format == "text"
+    assert build_settings({}, {"PROXY_LOG_FORMAT": "JSON"}).server.log_format == "json"
+    flag_wins = build_settings({"log_format": "text"}, {"PROXY_LOG_FORMAT": "json"})
+    assert flag_wins.server.log_format == "text"
     with pytest.raises(ConfigError) as info:
         build_settings({"log_format": "xml"}, {})
     assert info.value.flag == "--log-format"
@@ -123,12 +124,12 @@ def test_log_format_from_flag_or_environment() -> None:
 
 def test_request_tolerance_modes_from_flags_and_environment() -> None:
     defaults = build_settings({}, {})
-    assert (defaults.params, defaults.hosted_tools) == ("lenient", "drop")
+    assert (defaults.tolerance.params, defaults.tolerance.hosted_tools) == ("lenient", "drop")
     env = {"PROXY_PARAMS": "strict", "PROXY_HOSTED_TOOLS": "reject"}
     from_env = build_settings({}, env)
-    assert (from_env.params, from_env.hosted_tools) == ("strict", "reject")
+    assert (from_env.tolerance.params, from_env.tolerance.hosted_tools) == ("strict", "reject")
     from_flags = build_settings({"params": "lenient", "hosted_tools": "drop"}, env)
-    assert (from_flags.params, from_flags.hosted_tools) == ("lenient", "drop")
+    assert (from_flags.tolerance.params, from_flags.tolerance.hosted_tools) == ("lenient", "drop")
 
 
 @pytest.mark.parametrize(("flags", "flag"), [({"params": "loose"}, "--params"),
@@ -176,9 +177,9 @@ def test_the_placeholders_shipped_in_deploy_refuse_to_start(placeholder: str,
 
 
 def test_the_sealed_blob_cap_is_a_setting_below_the_body_limit() -> None:
-    assert build_settings({}, {}).max_sealed_bytes == 1024 * 1024
-    assert build_settings({}, {"PROXY_MAX_SEALED_BYTES": "4096"}).max_sealed_bytes == 4096
-    assert build_settings({"max_body_bytes": "8192"}, {}).max_sealed_bytes == 8192
+    assert build_settings({}, {}).sealing.max_bytes == 1024 * 1024
+    assert build_settings({}, {"PROXY_MAX_SEALED_BYTES": "4096"}).sealing.max_bytes == 4096
+    assert build_settings({"max_body_bytes": "8192"}, {}).sealing.max_bytes == 8192
     with pytest.raises(ConfigError) as info:
         build_settings({"max_sealed_bytes": "2048", "max_body_bytes": "1024"}, {})
     assert info.value.flag == "--max-sealed-bytes"
@@ -192,8 +193,8 @@ def describe_lines(settings: Settings) -> list[str]:
 
 def test_stream_bounds_come_from_flags_and_environment() -> None:
     s = build_settings({"first_token_timeout": "7.5"}, {"PROXY_SEND_TIMEOUT": "3"})
-    assert (s.timeouts.first_token, s.send_timeout) == (7.5, 3.0)
-    assert (Settings().timeouts.first_token, Settings().send_timeout) == (120.0, 30.0)
+    assert (s.timeouts.first_token, s.streams.send_timeout) == (7.5, 3.0)
+    assert (Settings().timeouts.first_token, Settings().streams.send_timeout) == (120.0, 30.0)
     for flags, flag in (({"first_token_timeout": "0"}, "--first-token-timeout"),
                         ({"send_timeout": "never"}, "--send-timeout")):
         with pytest.raises(ConfigError) as info:
@@ -206,8 +207,8 @@ def test_upstream_client_settings(tmp_path: Path) -> None:
     bundle.write_text("not checked here: the TLS context loads it")
     s = build_settings({"upstream_ca_bundle": str(bundle), "max_connections_per_upstream": "8"},
                        {"HTTPS_PROXY": "http://proxy.internal:3128", "no_proxy": ".fleet"})
-    assert (s.upstream_ca_bundle, s.max_connections_per_upstream) == (str(bundle), 8)
-    assert (s.https_proxy, s.no_proxy) == ("http://proxy.internal:3128", ".fleet")
+    assert (s.upstream.ca_bundle, s.upstream.max_connections) == (str(bundle), 8)
+    assert (s.upstream.https_proxy, s.upstream.no_proxy) == ("http://proxy.internal:3128", ".fleet")
     for flags, env, flag in (
             ({"upstream_ca_bundle": str(tmp_path / "missing.pem")}, {}, "--upstream-ca-bundle"),
             ({"max_connections_per_upstream": "0"}, {}, "--max-connections-per-upstream"),
@@ -220,10 +221,10 @@ def test_upstream_client_settings(tmp_path: Path) -> None:
 
 def test_cache_modes_start_with_their_settings() -> None:
     exact = build_settings({"cache": "exact", "cache_ttl": "60"}, {})
-    assert (exact.cache, exact.cache_ttl) == ("exact", 60)
+    assert (exact.cache.mode, exact.cache.ttl) == ("exact", 60)
     semantic = build_settings({}, {"PROXY_CACHE": "semantic", "PROXY_EMBEDDING_MODEL": "emb",
                                    "PROXY_CACHE_SIMILARITY": "0.9"})
-    assert (semantic.cache, semantic.embedding_model, semantic.cache_similarity) == (
+    assert (semantic.cache.mode, semantic.cache.embedding_model, semantic.cache.similarity) == (
         "semantic", "emb", 0.9)
 
 
@@ -231,12 +232,12 @@ def test_flow_control_and_routing_flags() -> None:
     from proxy.settings import ConfigError, build_settings
 
     defaults = build_settings({}, {})
-    assert (defaults.max_inflight_per_replica, defaults.max_queued_requests,
-            defaults.queue_timeout, defaults.routing) == (64, 1024, 30.0, "affinity")
+    assert (defaults.flow.max_inflight_per_replica, defaults.flow.max_queued_requests,
+            defaults.flow.queue_timeout, defaults.fleet.routing) == (64, 1024, 30.0, "affinity")
     given = build_settings({"max_inflight_per_replica": "8", "queue_timeout": "2.5",
                             "routing": "round_robin"}, {"PROXY_MAX_QUEUED_REQUESTS": "10"})
-    assert (given.max_inflight_per_replica, given.max_queued_requests,
-            given.queue_timeout, given.routing) == (8, 10, 2.5, "round_robin")
+    assert (given.flow.max_inflight_per_replica, given.flow.max_queued_requests,
+            given.flow.queue_timeout, given.fleet.routing) == (8, 10, 2.5, "round_robin")
     for flags, flag in (({"routing": "random"}, "--routing"),
                         ({"queue_timeout": "0"}, "--queue-timeout"),
                         ({"max_inflight_per_replica": "x"}, "--max-inflight-per-replica")):
@@ -247,9 +248,9 @@ def test_flow_control_and_routing_flags() -> None:
         else:
             raise AssertionError(f"{flags} was accepted")
 def test_lease_ttl_from_flag_or_environment() -> None:
-    assert build_settings({}, {}).lease_ttl == 10.0
-    assert build_settings({}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 3.0
-    assert build_settings({"lease_ttl": "2.5"}, {"PROXY_LEASE_TTL": "3"}).lease_ttl == 2.5
+    assert build_settings({}, {}).store.lease_ttl == 10.0
+    assert build_settings({}, {"PROXY_LEASE_TTL": "3"}).store.lease_ttl == 3.0
+    assert build_settings({"lease_ttl": "2.5"}, {"PROXY_LEASE_TTL": "3"}).store.lease_ttl == 2.5
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ConfigError) as info:
             build_settings({"lease_ttl": bad}, {})
@@ -257,23 +258,23 @@ def test_lease_ttl_from_flag_or_environment() -> None:
 
 
 def test_max_input_items_from_flag_or_env() -> None:
-    assert build_settings({}, {}).max_input_items == 2048
-    assert build_settings({}, {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 64
+    assert build_settings({}, {}).limits.max_input_items == 2048
+    assert build_settings({}, {"PROXY_MAX_INPUT_ITEMS": "64"}).limits.max_input_items == 64
     assert build_settings({"max_input_items": "8"},
-                          {"PROXY_MAX_INPUT_ITEMS": "64"}).max_input_items == 8
+                          {"PROXY_MAX_INPUT_ITEMS": "64"}).limits.max_input_items == 8
 
 
 def test_workers_count_auto_and_the_shared_store_they_need() -> None:
     import os
 
     redis = {"redis_url": "redis://127.0.0.1:6379/0"}
-    assert build_settings({}, {}).workers == 1
-    assert build_settings({**redis, "workers": "3"}, {}).workers == 3
-    assert build_settings(redis, {"PROXY_WORKERS": "2"}).workers == 2
+    assert build_settings({}, {}).server.workers == 1
+    assert build_settings({**redis, "workers": "3"}, {}).server.workers == 3
+    assert build_settings(redis, {"PROXY_WORKERS": "2"}).server.workers == 2
     cores = len(os.sched_getaffinity(0))
     if cores > 1:
-        assert build_settings({**redis, "workers": "auto"}, {}).workers == cores
-    assert build_settings({"workers": "1"}, {}).workers == 1  # one process: embedded is fine
+        assert build_settings({**redis, "workers": "auto"}, {}).server.workers == cores
+    assert build_settings({"workers": "1"}, {}).server.workers == 1  # one process: embedded is fine
     for bad, flags in (("0", redis), ("two", redis), ("2", {})):
         with pytest.raises(ConfigError) as info:
             build_settings({**flags, "workers": bad}, {})
@@ -282,11 +283,11 @@ def test_workers_count_auto_and_the_shared_store_they_need() -> None:
 
 def test_allowed_origins_from_flags_or_environment() -> None:
     up = {"upstream": ["http://u:1"]}
-    assert build_settings(up, {}).allow_origins == ()
+    assert build_settings(up, {}).tenancy.allow_origins == ()
     assert build_settings({**up, "allow_origin": ["https://app.example", "http://l:3000"]},
-                          {}).allow_origins == ("https://app.example", "http://l:3000")
+                          {}).tenancy.allow_origins == ("https://app.example", "http://l:3000")
     assert build_settings(up, {"PROXY_ALLOW_ORIGIN": "https://a.example, https://b.example"}
-                          ).allow_origins == ("https://a.example", "https://b.example")
+                          ).tenancy.allow_origins == ("https://a.example", "https://b.example")
 
 
 @pytest.mark.parametrize("value", ["app.example", "https://app.example/path", "null", "*"])
@@ -294,3 +295,54 @@ def test_a_bad_allowed_origin_names_the_flag(value: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_settings({"upstream": ["http://u:1"], "allow_origin": [value]}, {})
     assert str(info.value).startswith("--allow-origin")
+
+
+# -- the option table (proxy/settings/options.py) -------------------------------------------
+
+
+def test_every_field_of_every_group_is_set_by_exactly_one_option() -> None:
+    import dataclasses
+
+    from proxy.settings.options import OPTIONS
+
+    paths = [opt.path for opt in OPTIONS]
+    assert len(paths) == len(set(paths)), "two options set one field"
+    assert len({opt.name for opt in OPTIONS}) == len(OPTIONS)
+    fields = {f"{group.name}.{field.name}"
+              for group in dataclasses.fields(Settings)
+              for field in dataclasses.fields(getattr(Settings(), group.name))}
+    assert set(paths) == fields
+
+
+def test_the_parser_is_the_table() -> None:
+    from proxy.cli import _parser
+    from proxy.settings.options import OPTIONS
+
+    subcommands = _parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for command in ("serve", "worker"):
+        flags = {flag for action in subcommands[command]._actions
+                 for flag in action.option_strings} - {"-h", "--help"}
+        assert flags == {opt.flag_name for opt in OPTIONS
+                         if opt.help is not None and command in opt.commands}
+
+
+def test_help_shows_the_fields_own_default() -> None:
+    from proxy.cli import _help
+    from proxy.settings.options import OPTIONS
+
+    by_name = {opt.name: opt for opt in OPTIONS}
+    assert _help(by_name["connect_timeout"]).endswith("(default 5)")
+    assert _help(by_name["cache_similarity"]).endswith("(default 0.95)")
+    assert _help(by_name["response_ttl"]).endswith("(default 30 days)")
+    assert "(default" not in _help(by_name["upstreams"])
+
+
+def test_settings_of_and_replace_take_groups_or_option_names() -> None:
+    from proxy.settings import Timeouts
+
+    s = Settings.of(upstreams=("http://u:1",), cache_ttl=60, run_jobs=False)
+    assert (s.fleet.upstreams, s.cache.ttl, s.jobs.run) == (("http://u:1",), 60, False)
+    quick = s.replace(timeouts=Timeouts(connect=1), max_body_bytes=512)
+    assert (quick.timeouts.connect, quick.limits.max_body_bytes, quick.cache.ttl) == (1, 512, 60)
+    with pytest.raises(TypeError):
+        Settings.of(cache_tll=60)

@@ -57,14 +57,15 @@ def test_the_refusal_is_insufficient_quota_naming_the_budget() -> None:
 
 
 def test_the_flag_and_its_variable(tmp_path: Path) -> None:
-    assert build_settings({}, {}).max_stored_bytes_per_key == 1 << 30
-    assert build_settings({"max_stored_bytes_per_key": "0"}, {}).max_stored_bytes_per_key == 0
+    assert build_settings({}, {}).tenancy.max_stored_bytes_per_key == 1 << 30
+    unbounded = build_settings({"max_stored_bytes_per_key": "0"}, {})
+    assert unbounded.tenancy.max_stored_bytes_per_key == 0
     env = {"PROXY_MAX_STORED_BYTES_PER_KEY": "2048"}
-    assert build_settings({}, env).max_stored_bytes_per_key == 2048
+    assert build_settings({}, env).tenancy.max_stored_bytes_per_key == 2048
     for bad in ("-1", "1GiB", "1.5", "²"):
         with pytest.raises(ConfigError) as info:
             build_settings({"max_stored_bytes_per_key": bad}, {})
         assert info.value.flag == "--max-stored-bytes-per-key"
     path = tmp_path / "keys.json"
     path.write_bytes(orjson.dumps({"keys": [{"key": "sk-a", "max_stored_bytes": 0}]}))
-    assert build_settings({"keys_file": str(path)}, {}).keys_file is not None
+    assert build_settings({"keys_file": str(path)}, {}).tenancy.keys_file is not None

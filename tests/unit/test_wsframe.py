@@ -81,7 +81,8 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     async def create(*args: object, **kwargs: object) -> Outcome:
         return Outcome(stream=stream())
 
-    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(send_timeout=5.0),
+    streams = types.SimpleNamespace(send_timeout=5.0)
+    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
                                     limits=None, responses=types.SimpleNamespace(create=create))
     socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
         state=types.SimpleNamespace(runtime=runtime)))

@@ -1,0 +1,107 @@
+"""Flags and environment in, one validated `Settings` out.
+
+Flags win over environment variables, which win over the defaults (groups.py). Each option is
+validated by its row's check (options.py); what one option means for another is checked after,
+in `_reconcile`. A bad value raises `ConfigError` naming the flag, so the CLI can exit with one
+line instead of a traceback (CONTRACT.md "Bad configuration").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.settings.checks import ConfigError, split
+from proxy.settings.groups import Settings
+from proxy.settings.options import OPTIONS, Option
+
+# Options that may not be given together: two lists of the fleet would disagree sooner or later.
+_EXCLUSIVE = (("replicas", "upstreams"),)
+
+
+def build_settings(flags: Mapping[str, object], env: Mapping[str, str]) -> Settings:
+    """Merge parsed flags (None or empty = not given) with `PROXY_*` variables, then validate."""
+    raw = {opt.name: _given(opt, flags, env) for opt in OPTIONS}
+    for first, second in _EXCLUSIVE:
+        if _present(raw[first]) and _present(raw[second]):
+            one, other = _option(first), _option(second)
+            raise ConfigError(one.flag_name, f"give either {one.flag_name} or {other.flag_name} "
+                                             f"({other.env_names[0]}), not both")
+    values = {opt.name: opt.parse(raw[opt.name], opt.flag_name)
+              for opt in OPTIONS if _present(raw[opt.name])}
+    return _reconcile(Settings.of(**values), given=set(values))
+
+
+def _given(opt: Option, flags: Mapping[str, object], env: Mapping[str, str]) -> object:
+    """The option's raw value: its flag's, else its environment variable's, else None."""
+    value = flags.get(opt.dest) if opt.help is not None else None
+    if _present(value):
+        return value
+    if opt.switch:
+        return None
+    found = next((v for name in opt.env_names if (v := env.get(name))), None)
+    return split(found) if opt.repeat and found is not None else found
+
+
+def _present(value: object) -> bool:
+    return value is not None and value is not False and value not in ("", [], ())
+
+
+def _option(name: str) -> Option:
+    return next(opt for opt in OPTIONS if opt.name == name)
+
+
+def _reconcile(settings: Settings, given: set[str]) -> Settings:
+    """What one option means for another."""
+    fleet, cache, server = settings.fleet, settings.cache, settings.server
+    if not fleet.upstreams and fleet.replicas:
+        settings = settings.replace(upstreams=tuple(spec.url for spec in fleet.replicas))
+    if cache.mode == "semantic" and not cache.embedding_model:
+        # Said at start rather than at the first request: semantic needs vectors from the fleet.
+        raise ConfigError("--embedding-model", "`--cache semantic` needs the name of a model "
+                                               "the fleet serves on /v1/embeddings")
+    if server.workers > 1 and not settings.store.redis_url:
+        # The embedded store lives in one process's memory: N processes would be N proxies
+        # that cannot see each other's responses, streams or jobs.
+        raise ConfigError("--workers", "more than one process needs a shared store: "
+                                       "give --redis-url (or use --workers 1)")
+    body = settings.limits.max_body_bytes
+    if "max_sealed_bytes" not in given:
+        # 1 MiB, or the body limit when that is smaller (a small --max-body-bytes still starts).
+        return settings.replace(max_sealed_bytes=min(settings.sealing.max_bytes, body))
+    if settings.sealing.max_bytes > body:
+        raise ConfigError("--max-sealed-bytes", f"must be at most --max-body-bytes ({body})")
+    return settings
+
+
+def accepted_keys(settings: Settings) -> tuple[str, ...]:
+    """Every client key: `--api-key`s and the keys file's (auth is on when there is one)."""
+    return settings.tenancy.accepted_keys()
+
+
+def fleet_secrets(settings: Settings) -> tuple[bytes, ...]:
+    """The operator's fleet secrets (groups.py `Sealing.secrets`)."""
+    return settings.sealing.secrets()
+
+
+def require_upstreams(settings: Settings, command: str) -> None:
+    if not settings.fleet.upstreams:
+        raise ConfigError("--upstream", f"`{command}` needs at least one upstream")
+
+
+def describe(settings: Settings) -> Sequence[str]:
+    """Lines for the start-up log: what runs, never a secret."""
+    keys = accepted_keys(settings)
+    embedded = "embedded (one instance; lost on exit)"
+    return (
+        f"upstreams: {', '.join(settings.fleet.upstreams) or '(none)'}",
+        f"store: {'redis' if settings.store.redis_url else embedded}",
+        f"auth: {f'{len(keys)} key(s)' if keys else 'OFF (no keys)'}",
+        f"cache: {settings.cache.mode}",
+        f"processes: {settings.server.workers}",
+    )
+
+
+def field_default(opt: Option) -> Any:
+    """The default an option's field has (what `--help` shows)."""
+    return getattr(getattr(Settings(), opt.group), opt.field)
