@@ -16,7 +16,7 @@ from proxy.core.ids import IdFactory
 from proxy.core.types import Event
 from proxy.services.eventlog import EventLogHub
 from proxy.services.logread import whole_log
-from proxy.services.turn import Recorder
+from proxy.services.recorder import Recorder
 from proxy.store.base import Store, StoredEvent, StoredResponse
 
 

@@ -38,9 +38,10 @@ from proxy.services.events import EventLog
 from proxy.services.fleet import Call
 from proxy.services.gateway import Gateway
 from proxy.services.jobspec import JobSpec
+from proxy.services.recorder import ConversationTurn, Recorder
 from proxy.services.tasks import TaskSet
 from proxy.services.toolloop import LoopPlan, ToolLoop
-from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.services.turn import Turn
 from proxy.store.base import Store, StoredResponse
 
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).

@@ -61,10 +61,11 @@ from proxy.services.lease import Leases
 from proxy.services.localchains import LocalChains
 from proxy.services.media import MediaFetcher
 from proxy.services.metering import Meter, tokens_of, turn_spent
+from proxy.services.recorder import ConversationTurn, Recorder
 from proxy.services.references import find_references
 from proxy.services.stored import StoredResponses
 from proxy.services.toolloop import LoopPlan
-from proxy.services.turn import ConversationTurn, Recorder, Turn
+from proxy.services.turn import Turn
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
 
