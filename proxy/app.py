@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
 from proxy.runtime import Runtime
-from proxy.services.drain import Drain
+from proxy.services.process.drain import Drain
 from proxy.settings import Settings, accepted_keys
 from proxy.web import (
     routes_conversations,

@@ -22,25 +22,25 @@ from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
 from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
-from proxy.services.admission import Admission
-from proxy.services.background import Background
-from proxy.services.cache import ResponseCache
-from proxy.services.chatcache import CachedChat
-from proxy.services.conversations import Conversations
-from proxy.services.drain import Drain
-from proxy.services.events import EventLog
-from proxy.services.fleet import Fleet
-from proxy.services.gateway import Gateway
-from proxy.services.generation import Generations
-from proxy.services.jobs import Worker, worker_name
-from proxy.services.lease import Leases
-from proxy.services.limits import Limiter, limit_table
-from proxy.services.media import MediaFetcher
-from proxy.services.passthrough import Passthrough
-from proxy.services.responses import ResponsesService
-from proxy.services.sealing import fleet_sealer, keep_reading
-from proxy.services.stored import StoredResponses
-from proxy.services.tasks import Supervisor, TaskSet
+from proxy.services.cache.chat import CachedChat
+from proxy.services.cache.responses import ResponseCache
+from proxy.services.eventlog.log import EventLog
+from proxy.services.eventlog.ownership import Leases
+from proxy.services.fleet.admission import Admission
+from proxy.services.fleet.fleet import Fleet
+from proxy.services.fleet.gateway import Gateway
+from proxy.services.fleet.media import MediaFetcher
+from proxy.services.fleet.passthrough import Passthrough
+from proxy.services.generation.builder import Generations
+from proxy.services.jobs.background import Background
+from proxy.services.jobs.runner import Worker, worker_name
+from proxy.services.metering.limits import Limiter, limit_table
+from proxy.services.process.drain import Drain
+from proxy.services.process.loops import Supervisor, TaskSet
+from proxy.services.process.sealing import fleet_sealer, keep_reading
+from proxy.services.responses.conversations import Conversations
+from proxy.services.responses.create import ResponsesService
+from proxy.services.responses.stored import StoredResponses
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend

@@ -50,7 +50,7 @@ from proxy.core.errors import (
     UpstreamUnreachable,
 )
 from proxy.core.requestctx import current_request_id
-from proxy.core.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
+from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.http1 import (
     ConnectError,
     ConnectTimeout,

@@ -86,6 +86,10 @@ class NotFound(ProxyError):
     type = "invalid_request_error"
 
 
+def response_not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
 class ModelNotFound(NotFound):
     code = "model_not_found"
 

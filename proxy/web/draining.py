@@ -12,7 +12,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.core.errors import ShuttingDown
-from proxy.services.drain import Drain
+from proxy.services.process.drain import Drain
 from proxy.web.errors import error_response
 
 # Answered while draining: liveness, readiness (which then says `draining`) and metrics.

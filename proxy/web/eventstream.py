@@ -41,7 +41,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable
-from proxy.core.sse import PING
+from proxy.core.events.sse import PING
 from proxy.web.access import BODY_SEND
 
 log = logging.getLogger("proxy.web")

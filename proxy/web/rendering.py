@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.core.sse import frames
+from proxy.core.events.sse import frames
 from proxy.core.types import EventBatches
-from proxy.services.passthrough import Relay
+from proxy.services.fleet.passthrough import Relay
 from proxy.web.eventstream import EventStream
 
 # What a handler returns: a complete response, or a stream.

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.paging import parse_page
+from proxy.core.request.paging import parse_page
 from proxy.web.context import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import json_response

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.cachekey import parse_cache_control
+from proxy.core.cache.key import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
-from proxy.services.passthrough import chat_stream
+from proxy.services.fleet.passthrough import chat_stream
 from proxy.web.context import require_json, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import limits_on, metering

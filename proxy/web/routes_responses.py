@@ -6,10 +6,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.cachekey import parse_cache_control
+from proxy.core.cache.key import parse_cache_control
 from proxy.core.fields import bad
-from proxy.core.paging import parse_page
-from proxy.core.request import INCLUDABLE
+from proxy.core.request.create import INCLUDABLE
+from proxy.core.request.paging import parse_page
 from proxy.web.context import json_body, path_id, tenant
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.limiting import metering

@@ -31,9 +31,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
-from proxy.core.wsframe import CREATE, frame_over, parse_frame
+from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
 from proxy.runtime import Runtime
-from proxy.services.localchains import LocalChains
+from proxy.services.responses.localchains import LocalChains
 from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.limiting import metering
 from proxy.web.state import runtime_of

@@ -19,7 +19,8 @@ ROOT = ("_run_module_as_main (<frozen runpy>:198);<module> (proxy/__main__.py:3)
         "main (proxy/cli.py:267);Server.run (uvicorn/server.py:86);"
         "Runner.run (asyncio/runners.py:118)")
 STREAM = f"{ROOT};EventStream._stream (proxy/web/eventstream.py:108);" \
-         "_sse (proxy/services/responses.py:410);Turn.run (proxy/services/turn.py:140)"
+         "_streamed (proxy/services/responses/create.py:410);" \
+         "Turn.run (proxy/services/generation/turn.py:140)"
 REQUEST = f"{ROOT};RequestResponseCycle.run_asgi (uvicorn/protocols/http/httptools_impl.py:409);" \
           "AccessLog.__call__ (proxy/web/access.py:60);create (proxy/web/routes_responses.py:24)"
 SEND = "ServerErrorMiddleware.__call__.<locals>._send (starlette/middleware/errors.py:161);" \
@@ -46,14 +47,15 @@ def test_raw_lines_are_parsed_into_frames_and_counts() -> None:
         ((Frame("f", "h.py", 4),), 5),
         ((Frame("outer.<locals>.inner", "pkg/mod.py", None),), 2),
     ]
-    assert spy.parse_frame("Turn.run (proxy/services/turn.py:140)") == Frame(
-        "Turn.run", "proxy/services/turn.py", 140)
+    assert spy.parse_frame("Turn.run (proxy/services/generation/turn.py:140)") == Frame(
+        "Turn.run", "proxy/services/generation/turn.py", 140)
 
 
 def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
-    rule = Rule("x", ("proxy/services/turn.py",), ("Recorder.add",))
-    assert rule.matches(stack(f"{STREAM};Recorder.add (proxy/services/turn.py:80)"))
-    assert not rule.matches(stack(f"{STREAM};Recorder.finish (proxy/services/turn.py:90)"))
+    rule = Rule("x", ("proxy/services/eventlog/recorder.py",), ("Recorder.add",))
+    assert rule.matches(stack(f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:80)"))
+    assert not rule.matches(
+        stack(f"{STREAM};Recorder.finish (proxy/services/eventlog/recorder.py:90)"))
     suffix = Rule("x", ("starlette/",), ("_send",))
     assert suffix.matches(stack(SEND))
     assert not suffix.matches(stack("Foo.my_send (starlette/x.py:1)"))
@@ -66,27 +68,28 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
     # the send from inside the stream's generators is send, not the generators
     (f"{STREAM};{SEND}", spy.SEND),
     (SEND, spy.SEND),  # a torn stack still has its leaf's frames
-    (f"{STREAM};Turn._read (proxy/services/turn.py:236);Response.aiter_raw (proxy/http1.py:504)",
+    (f"{STREAM};Turn._read (proxy/services/generation/turn.py:236);"
+     "Response.aiter_raw (proxy/http1.py:504)",
      spy.READ),
     (f"{ROOT};Connection.data_received (proxy/http1.py:375)", spy.READ),
-    (f"{STREAM};Recorder.add (proxy/services/turn.py:80)", spy.STORE),
-    (f"{ROOT};Supervisor._keep (proxy/services/tasks.py:93);"
-     "EventLogHub._run (proxy/services/eventlog.py:164);_packed (proxy/store/redis.py:512)",
+    (f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:30)", spy.STORE),
+    (f"{ROOT};Supervisor._keep (proxy/services/process/loops.py:93);"
+     "EventLogHub._run (proxy/services/eventlog/writer.py:164);_packed (proxy/store/redis.py:512)",
      spy.STORE),
     (f"{REQUEST};AbstractConnection.pack_command (redis/asyncio/connection.py:1357)", spy.STORE),
-    (f"{STREAM};Turn._encoded (proxy/services/turn.py:157)", spy.ENCODE),
+    (f"{STREAM};Turn._encoded (proxy/services/generation/turn.py:157)", spy.ENCODE),
     (f"{STREAM};frames (proxy/core/sse.py:25)", spy.ENCODE),
-    (f"{STREAM};Turn._read (proxy/services/turn.py:237);"
+    (f"{STREAM};Turn._read (proxy/services/generation/turn.py:237);"
      "ChatStreamReader.feed (proxy/core/chatstream.py:27);DataDecoder.feed (proxy/core/sse.py:44)",
      spy.PARSE),
     (STREAM, spy.GLUE),
     (f"{ROOT};EventStream._stream (proxy/web/eventstream.py:108);"
-     "_relay (proxy/services/passthrough.py:80)", spy.GLUE),
+     "_relay (proxy/services/fleet/passthrough.py:80)", spy.GLUE),
     (REQUEST, spy.SETUP),
     (f"{REQUEST};parse_request (proxy/core/request.py:50)", spy.SETUP),
     (f"{REQUEST};Logger._log (logging/__init__.py:1600)", spy.SETUP),
     (ROOT, spy.LOOP),
-    (f"{ROOT};Supervisor._keep (proxy/services/tasks.py:93)", spy.OTHER),
+    (f"{ROOT};Supervisor._keep (proxy/services/process/loops.py:93)", spy.OTHER),
 ])
 def test_each_sample_goes_to_the_first_matching_rule(text: str, bucket: str) -> None:
     assert spy.bucket_of(stack(text)) == bucket
@@ -100,9 +103,9 @@ def test_every_rule_names_a_known_bucket() -> None:
 def test_the_summary_gives_shares_and_microseconds_per_token() -> None:
     raw = "\n".join([
         f"{STREAM};{SEND} 50",
-        f"{STREAM};Recorder.add (proxy/services/turn.py:80) 30",
+        f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:80) 30",
         f"{ROOT} 10",
-        "Recorder.add (proxy/services/turn.py:79) 10",  # torn: no root
+        "Recorder.add (proxy/services/eventlog/recorder.py:79) 10",  # torn: no root
     ])
     summary = spy.summarize("row", spy.parse_raw(raw), cpu_ms_per_1k=40.0, top=3)
     assert summary.samples == 100
@@ -111,11 +114,12 @@ def test_the_summary_gives_shares_and_microseconds_per_token() -> None:
     assert summary.buckets[spy.LOOP] == 10.0 and sum(summary.buckets.values()) == 100.0
     own = dict(summary.own)
     assert own["RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py)"] == 50.0
-    assert own["Recorder.add (proxy/services/turn.py)"] == 40.0  # both lines, one function
+    # both lines, one function
+    assert own["Recorder.add (proxy/services/eventlog/recorder.py)"] == 40.0
     inclusive = dict(summary.inclusive)
     assert inclusive["EventStream._stream (proxy/web/eventstream.py)"] == 80.0
     assert not any("runners.py" in label for label in inclusive)  # entry frames left out
-    assert dict(summary.lines)["Recorder.add (proxy/services/turn.py:80)"] == 30.0
+    assert dict(summary.lines)["Recorder.add (proxy/services/eventlog/recorder.py:80)"] == 30.0
     assert summary.us(50.0) == 20.0  # 40 ms per 1k tokens = 40 µs per token
     text = "\n".join(spy.markdown(summary))
     assert "| uvicorn send / transport write | 50.0 | 20.00 |" in text

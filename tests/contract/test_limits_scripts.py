@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from proxy.core.errors import QuotaExceeded, RateLimited, StoreUnavailable
 from proxy.core.keysfile import Limits
-from proxy.services.limits import KeyLimits, Limiter
+from proxy.services.metering.limits import KeyLimits, Limiter
 from proxy.store import keys
 from proxy.store.factory import open_store
 from proxy.store.limits import LimitStore

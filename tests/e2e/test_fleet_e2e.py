@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.core.balancer import Candidate, rendezvous_order
+from proxy.core.fleet.balancer import Candidate, rendezvous_order
 from tests.support.clients import SDK
 from tests.support.servers import ServerProcess, start_proxy, start_simulator
 

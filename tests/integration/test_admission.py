@@ -17,8 +17,8 @@ import pytest
 
 from proxy.app import create_app
 from proxy.core.errors import RateLimited
-from proxy.services.admission import Admission
-from proxy.services.fleet import Fleet
+from proxy.services.fleet.admission import Admission
+from proxy.services.fleet.fleet import Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
 from tests.support.inprocess import post_scope

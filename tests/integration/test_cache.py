@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from proxy.app import create_app
-from proxy.core.cachekey import ROUTE_CHAT, USE_CACHE, cache_key, chat_material
+from proxy.core.cache.key import ROUTE_CHAT, USE_CACHE, cache_key, chat_material
 from proxy.core.errors import StoreUnavailable
 from proxy.runtime import Runtime
 from proxy.settings import Settings

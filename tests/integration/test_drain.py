@@ -11,7 +11,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.runtime import Runtime
-from proxy.services.drain import SHUTTING_DOWN, Drain
+from proxy.services.process.drain import SHUTTING_DOWN, Drain
 from proxy.settings import Settings
 
 

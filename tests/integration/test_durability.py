@@ -13,7 +13,7 @@ import pytest
 
 from proxy.core.errors import StoreUnavailable
 from proxy.core.tenancy import tenant_of
-from proxy.services import durable
+from proxy.services.eventlog import durable
 from proxy.settings import Settings
 from proxy.store.base import StoredEvent, StoredResponse
 from tests.support.assembly import assemble, golden_bytes

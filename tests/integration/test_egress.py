@@ -16,10 +16,10 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input
+from proxy.core.request.items import parse_input
 from proxy.core.urlpolicy import parse_target
 from proxy.egress import EgressRefused, PinnedTransport, pin, pinned_client
-from proxy.services.media import MediaFetcher
+from proxy.services.fleet.media import MediaFetcher
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 PUBLIC = "93.184.216.34"

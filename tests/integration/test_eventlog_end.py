@@ -17,8 +17,9 @@ import orjson
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.services import durable, eventlog
-from proxy.services.eventlog import EventLogHub
+from proxy.services.eventlog import durable
+from proxy.services.eventlog import writer as eventlog
+from proxy.services.eventlog.writer import EventLogHub
 from proxy.settings import Settings
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store

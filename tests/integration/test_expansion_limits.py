@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.core.items import seal_reasoning
+from proxy.core.request.items import seal_reasoning
 from proxy.core.seal import Sealer
 from proxy.runtime import Runtime
 from proxy.settings import Settings

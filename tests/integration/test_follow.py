@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.services import follow as follow_module
-from proxy.services import logread
-from proxy.services.eventlog import EventLogHub
-from proxy.services.follow import Followers
+from proxy.services.eventlog import follow as follow_module
+from proxy.services.eventlog import pages as logread
+from proxy.services.eventlog.follow import Followers
+from proxy.services.eventlog.writer import EventLogHub
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
 from proxy.store.redis import RedisStore
@@ -203,7 +203,7 @@ async def test_a_slow_follower_is_dropped_then_catches_up_from_the_store(
 
 async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.services.tasks import Supervisor
+    from proxy.services.process.loops import Supervisor
 
     real_tail = store.tail
     crashes = [RuntimeError("a bug in the reader")]

@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.core.events.sse import frames
 from proxy.core.ids import counter_ids
-from proxy.core.sse import frames
-from proxy.services.events import EventLog
-from proxy.services.lease import LEASE_LOST, LOST, Leases
+from proxy.services.eventlog.log import EventLog
+from proxy.services.eventlog.ownership import LEASE_LOST, LOST, Leases
 from proxy.settings import StreamSettings
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
@@ -134,8 +134,8 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
     """A writer presumed dead (stalled past its lease) may flush one more batch after its
     reaper closed the log: the store drops events after `closed` (APPEND_EVENTS), so a replay
     still ends at the one terminal event. (A guard of what leases rely on.)"""
-    from proxy.services.follow import Followers
-    from proxy.services.stored import StoredResponses
+    from proxy.services.eventlog.follow import Followers
+    from proxy.services.responses.stored import StoredResponses
     from tests.support.sse import data_payloads
 
     response_id, _ = await half_written(store)
@@ -155,8 +155,8 @@ async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisS
 
 
 def replaying(store: RedisStore, lease_set: Leases) -> Any:
-    from proxy.services.follow import Followers
-    from proxy.services.stored import StoredResponses
+    from proxy.services.eventlog.follow import Followers
+    from proxy.services.responses.stored import StoredResponses
     from proxy.settings import StreamSettings
 
     # A follower re-checks the response after 0.2 s without an event.

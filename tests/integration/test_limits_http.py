@@ -80,8 +80,8 @@ async def test_the_embedded_store_enforces_limits(embedded: httpx.AsyncClient) -
 
 async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
     from proxy.core.keysfile import Limits
-    from proxy.services.limits import KeyLimits, Limiter
-    from proxy.services.metering import Meter
+    from proxy.services.metering.limits import KeyLimits, Limiter
+    from proxy.services.metering.meter import Meter
     from proxy.store.factory import embedded_client
     from proxy.store.limits import LimitStore
 

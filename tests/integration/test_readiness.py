@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.services.tasks import Supervisor
+from proxy.services.process.loops import Supervisor
 from proxy.settings import Settings
 from tests.support.inprocess import app_for, until
 from tests.support.servers import free_port

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from proxy.core.jsonbody import MAX_DEPTH
-from proxy.core.request import MAX_TOOLS
-from proxy.services.conversations import MAX_ITEMS_PER_CALL
+from proxy.core.request.create import MAX_TOOLS
+from proxy.services.responses.conversations import MAX_ITEMS_PER_CALL
 from proxy.settings import Settings
 from tests.fuzz.harness import check_error_body
 from tests.support.inprocess import app_for

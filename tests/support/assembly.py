@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.core.chatstream import ChatStreamReader
 from proxy.core.events.assembler import Assembler
+from proxy.core.events.chatstream import ChatStreamReader
 from proxy.core.ids import counter_ids
 
 GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "golden"

@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.balancer import Candidate, choose, rendezvous_order, within_bound
+from proxy.core.fleet.balancer import Candidate, choose, rendezvous_order, within_bound
 
 URLS = ("http://a", "http://b", "http://c")
 

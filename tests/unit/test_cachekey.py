@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.core.cachekey import (
+from proxy.core.cache.key import (
     ROUTE_CHAT,
     ROUTE_RESPONSES,
     Directives,

@@ -13,12 +13,12 @@ from openai.types.responses import ResponseCompactionItem
 from proxy.core import compaction as c
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.assembler import Assembler
+from proxy.core.events.replay import events_from_response
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input, seal_reasoning
-from proxy.core.replay import events_from_response
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
+from proxy.core.request.items import parse_input, seal_reasoning
 from proxy.core.seal import VERSION, Sealer
-from proxy.core.translate import to_messages
+from proxy.core.translate.chat import to_messages
 from tests.support.conformance import check_invariants, check_vllm_rules, validate_with_sdk
 
 SEALER = Sealer((b"test-secret",), 1 << 20)

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from proxy.core.completion import chunks, fold, storable
-from proxy.core.sse import DataDecoder
+from proxy.core.cache.completion import chunks, fold, storable
+from proxy.core.events.sse import DataDecoder
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5, "model": "m"}
 

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from proxy.core.errors import ModelNotFound, NotFound
-from proxy.services import context
-from proxy.services.gateway import Gateway
+from proxy.services.fleet.gateway import Gateway
+from proxy.services.responses import tokenize as context
 
 
 class Counted:

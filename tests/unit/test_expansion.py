@@ -10,10 +10,10 @@ import pytest
 
 from proxy.core.compaction import Summary, make_item
 from proxy.core.errors import InvalidRequest
-from proxy.core.expansion import Expansion
 from proxy.core.ids import counter_ids
-from proxy.core.items import reasoning_text, seal_reasoning
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
+from proxy.core.request.expansion import Expansion
+from proxy.core.request.items import reasoning_text, seal_reasoning
 from proxy.core.seal import Sealer
 
 SEALER = Sealer((b"test-secret",), 1 << 20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.fairqueue import FairQueue
+from proxy.core.fleet.fairqueue import FairQueue
 
 
 def drain(queue: FairQueue[str]) -> list[str]:
@@ -65,8 +65,8 @@ def test_every_entry_comes_out_once_priority_first_fifo_per_tenant(
 
 
 def test_the_fleet_files_max_concurrency_is_the_replica_cap() -> None:
-    from proxy.services.admission import replica_cap
-    from proxy.services.fleet import Replica
+    from proxy.services.fleet.admission import replica_cap
+    from proxy.services.fleet.fleet import Replica
 
     assert replica_cap(Replica("http://a", max_concurrency=3), 64) == 3
     assert replica_cap(Replica("http://b"), 64) == 64

@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from proxy.core import replicaload
 from proxy.core.errors import ModelNotFound, UpstreamError
+from proxy.core.fleet import replicaload
 from proxy.fleetfile import ReplicaSpec
-from proxy.services.fleet import Fleet
+from proxy.services.fleet.fleet import Fleet
 
 
 class Page:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from proxy.fleetfile import ReplicaSpec
-from proxy.services.fleet import Fleet
+from proxy.services.fleet.fleet import Fleet
 from proxy.settings import ConfigError, Timeouts, build_settings
 from proxy.upstream import Upstream
 

@@ -11,7 +11,7 @@ import pytest
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
 from proxy.core.jsonbody import parse_object
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
 
 BASE: dict[str, Any] = {"model": "m", "input": "hi"}
 

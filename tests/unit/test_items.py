@@ -9,7 +9,7 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.items import open_reasoning, parse_input, reasoning_text, seal_reasoning
+from proxy.core.request.items import open_reasoning, parse_input, reasoning_text, seal_reasoning
 from proxy.core.seal import Sealer
 
 SEALER = Sealer((b"test-secret",), 1 << 20)

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from proxy.core import mcp
-from proxy.services.jobspec import VERSION, JobSpec, UnreadableSpec
-from proxy.services.toolloop import LoopPlan
+from proxy.services.generation.spec import VERSION, JobSpec, UnreadableSpec
+from proxy.services.generation.toolloop import LoopPlan
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 

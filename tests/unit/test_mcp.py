@@ -10,8 +10,8 @@ from proxy.core import mcp
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.ids import counter_ids
-from proxy.core.request import parse_request
-from proxy.core.translate import to_messages
+from proxy.core.request.create import parse_request
+from proxy.core.translate.chat import to_messages
 from proxy.core.urlpolicy import address_allowed
 from proxy.settings import ConfigError, build_settings
 from tests.support.conformance import check_stream
@@ -316,7 +316,7 @@ def test_an_approved_call_streams_as_if_the_model_made_it() -> None:
 
 
 def test_the_loop_stops_offering_mcp_tools_once_its_bound_is_spent() -> None:
-    from proxy.services.toolloop import LoopPlan, ToolLoop
+    from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 
     server = mcp.McpServer("calc", "http://127.0.0.1/mcp", approval="never")
     plan = LoopPlan((server,), {"calc": [mcp.listed_tool("add", "Add.", {"type": "object"},

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.fields import lax_bool
-from proxy.services.metering import Meter, delivered
+from proxy.services.metering.meter import Meter, delivered
 
 
 @pytest.mark.parametrize(("value", "read"), [

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.services.metering import tokens_of, usage_in_sse
-from proxy.services.passthrough import Relay, _without_usage
+from proxy.services.fleet.passthrough import Relay, _without_usage
+from proxy.services.metering.meter import tokens_of, usage_in_sse
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,'

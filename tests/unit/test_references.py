@@ -7,9 +7,9 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input
-from proxy.core.references import referenced_ids, resolve
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
+from proxy.core.request.items import parse_input
+from proxy.core.request.references import referenced_ids, resolve
 
 STORED = {
     "msg_a": {"id": "msg_a", "type": "message", "role": "assistant", "status": "completed",

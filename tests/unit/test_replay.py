@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.replay import events_from_response
+from proxy.core.events.replay import events_from_response
 from tests.support.assembly import assemble, golden_bytes
 from tests.support.conformance import check_stream
 from tests.unit.test_assembler_golden import CASES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.replicaload import Signal, load, parse_signal
+from proxy.core.fleet.replicaload import Signal, load, parse_signal
 
 
 def test_the_three_gauges_are_read_summed_over_models() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.request import parse_request
-from proxy.core.tolerance import Tolerance
+from proxy.core.request.create import parse_request
+from proxy.core.request.tolerance import Tolerance
 
 STRICT = Tolerance(strict_params=True, reject_hosted=True)
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from proxy.core.events.assembler import Assembler
+from proxy.core.events.replay import events_from_response
 from proxy.core.ids import counter_ids
-from proxy.core.replay import events_from_response
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
 from tests.support.assembly import CREATED_AT, assemble, golden_bytes
 from tests.support.conformance import check_stream
 

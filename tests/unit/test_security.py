@@ -11,8 +11,8 @@ import pytest
 
 from proxy.core import ids
 from proxy.core.errors import InvalidRequest
+from proxy.core.events.wsframe import parse_frame
 from proxy.core.jsonbody import MAX_DEPTH, check_depth, parse_object
-from proxy.core.wsframe import parse_frame
 from proxy.web import auth
 
 

@@ -18,10 +18,10 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from proxy.core.chatstream import ChatStreamReader
 from proxy.core.events.assembler import Assembler
+from proxy.core.events.chatstream import ChatStreamReader
+from proxy.core.events.replay import events_from_response
 from proxy.core.ids import counter_ids
-from proxy.core.replay import events_from_response
 from tests.support.assembly import CREATED_AT, GOLDEN, base_response, golden_bytes
 from tests.support.conformance import check_stream
 from tests.unit.test_assembler_properties import SETTINGS, encode, payloads, resplit

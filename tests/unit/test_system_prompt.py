@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.core.ids import counter_ids
-from proxy.core.items import parse_input
-from proxy.core.request import parse_request
-from proxy.core.system_prompt import lead_with_system
-from proxy.core.translate import to_chat_request
+from proxy.core.request.create import parse_request
+from proxy.core.request.items import parse_input
+from proxy.core.translate.chat import to_chat_request
+from proxy.core.translate.system_prompt import lead_with_system
 
 
 def chat(history: list[dict[str, Any]] | None = None, **body: Any) -> dict[str, Any]:

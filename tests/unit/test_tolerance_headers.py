@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.core.tolerance import MAX_NAMED, tolerance_headers
+from proxy.core.request.tolerance import MAX_NAMED, tolerance_headers
 
 
 def test_nothing_left_out_means_no_headers() -> None:

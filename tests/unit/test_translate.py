@@ -6,10 +6,10 @@ import base64
 from typing import Any
 
 from proxy.core.ids import counter_ids
-from proxy.core.items import open_reasoning, parse_input, seal_reasoning
-from proxy.core.request import parse_request
+from proxy.core.request.create import parse_request
+from proxy.core.request.items import open_reasoning, parse_input, seal_reasoning
 from proxy.core.seal import Sealer
-from proxy.core.translate import to_chat_request, to_messages
+from proxy.core.translate.chat import to_chat_request, to_messages
 
 
 def chat(history: list[dict[str, Any]] | None = None, **body: Any) -> dict[str, Any]:

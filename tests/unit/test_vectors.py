@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proxy.core.vectors import Hyperplanes, best, from_bytes, to_bytes, unit
+from proxy.core.cache.vectors import Hyperplanes, best, from_bytes, to_bytes, unit
 
 
 def test_buckets_are_stable_and_near_vectors_share_a_probe() -> None:

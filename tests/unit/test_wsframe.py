@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.wsframe import CREATE, frame_over, parse_frame
-from proxy.services.localchains import LocalChains
+from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
+from proxy.services.responses.localchains import LocalChains
 
 
 def test_create_frame_gives_the_body_without_type_and_stream() -> None:
@@ -66,7 +66,7 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     import types
     from collections.abc import AsyncIterator
 
-    from proxy.services.responses import Outcome
+    from proxy.services.responses.create import Outcome
     from proxy.web.websocket import SocketState, _Connection
 
     batches = [[("response.created", b'{"type":"response.created","sequence_number":0}')],

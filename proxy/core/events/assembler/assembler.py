@@ -26,8 +26,8 @@ from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, M
 from proxy.core.events.assembler.response import ResponseState
 from proxy.core.events.assembler.text import MessageItem, ReasoningItem
 from proxy.core.events.assembler.usage import add_usage, map_usage
+from proxy.core.events.summaries import wants_summaries
 from proxy.core.ids import IdFactory
-from proxy.core.summaries import wants_summaries
 from proxy.core.toolnames import ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 

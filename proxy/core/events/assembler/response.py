@@ -17,7 +17,7 @@ from proxy.core.events.assembler.machine import Machine, Phase
 from proxy.core.events.assembler.mcpitems import McpCallItem, McpListItem
 from proxy.core.events.assembler.restore import restore
 from proxy.core.ids import IdFactory
-from proxy.core.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
+from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.core.types import Event, Item, ResponseObject
 
 _Opened = TypeVar("_Opened", bound=OpenItem)

@@ -8,7 +8,7 @@ from typing import Any
 from proxy.core import types as t
 from proxy.core.events.assembler.item import ADDED, STREAMING, TEXT_DONE, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Phase
-from proxy.core.summaries import summary_part
+from proxy.core.events.summaries import summary_part
 from proxy.core.types import Event, Item
 
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta

@@ -1,0 +1,363 @@
+"""`POST /v1/responses` bodies: every field checked, the result one frozen `ResponsesRequest`.
+
+Three kinds of field (CONTRACT.md lists what we serve):
+- served: read, range-checked, used and echoed in the Response object;
+  (`reasoning.summary` adds summary parts, core/summaries.py; `truncation: "auto"` drops the
+  oldest messages to fit, core/truncation.py)
+- accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
+  (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
+  `max_tool_calls` (it bounds only the MCP calls the proxy runs), `text.verbosity`,
+  `stream_options.include_obfuscation`): echoed, otherwise ignored;
+- features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
+- anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the
+  default, core/tolerance.py), or a 400 naming it (`strict`).
+Tools (function, custom, namespace; hosted ones dropped or refused) are parsed in core/tools.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.fields import (
+    at,
+    bad,
+    check_metadata,
+    expect_list,
+    expect_object,
+    one_of,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_str,
+)
+from proxy.core.ids import IdFactory
+from proxy.core.mcp import McpServer
+from proxy.core.request.items import parse_input
+from proxy.core.request.tolerance import Tolerance
+from proxy.core.request.tools import parse_tool_choice, parse_tools
+from proxy.core.seal import Sealer
+from proxy.core.types import Item
+
+MAX_TOOLS = 128
+_FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+# include values we honour: encrypted reasoning (sealed text) and image URLs (we keep them).
+INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url")
+
+_SERVED = frozenset({
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
+    "reasoning", "max_output_tokens", "temperature", "top_p", "metadata", "user", "store",
+    "stream", "stream_options", "background", "previous_response_id", "conversation",
+    "include", "truncation", "service_tier", "prompt_cache_key", "prompt_cache_retention",
+    "safety_identifier", "max_tool_calls", "top_logprobs",
+    "presence_penalty", "frequency_penalty", "client_metadata", "prompt_cache_options",
+    "context_management",
+})
+_WHY_NOT = {
+    "prompt": "reusable prompt templates live on OpenAI's platform",
+    "background_options": "background jobs take no options here",
+    "moderation": "this server runs no moderation",
+    "image": "image generation is not served by a chat fleet",
+    "access_programs": "programmatic tool calling is not implemented",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesRequest:
+    model: str
+    input: list[Item]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    include: tuple[str, ...] = ()
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    max_tool_calls: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
+    dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
+    truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
+    # `context_management: [{"type": "compaction", "compact_threshold": N}]` (core/compaction.py):
+    # compact automatically; the threshold None means a share of the model's context.
+    auto_compact: bool = False
+    compact_threshold: int | None = None
+    mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
+    # Image URL → the data: URL the proxy fetched for it (services/media.py): translation sends
+    # vLLM the data, never a URL to fetch; the stored items keep the client's URL.
+    media: dict[str, str] = field(default_factory=dict)
+    # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
+    # every chat request made for this create carries it.
+    cache_salt: str | None = None
+
+    @property
+    def text_format(self) -> dict[str, Any]:
+        fmt: dict[str, Any] = self.text["format"]
+        return fmt
+
+    def echo(self) -> dict[str, Any]:
+        """The request's part of every Response object (PROTOCOL.md §1.1: every field present,
+        null where there is no value)."""
+        return {
+            "instructions": self.instructions,
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "text": self.text,
+            "reasoning": self.reasoning or {"effort": None, "summary": None},
+            # Effective values as numbers, never null (the Open Responses schema requires them)
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "presence_penalty": self.presence_penalty or 0.0,
+            "frequency_penalty": self.frequency_penalty or 0.0,
+            "max_output_tokens": self.max_output_tokens,
+            "max_tool_calls": self.max_tool_calls,
+            "metadata": self.metadata,
+            "user": self.user,
+            "store": self.store,
+            "background": self.background,
+            "previous_response_id": self.previous_response_id,
+            "conversation": {"id": self.conversation} if self.conversation else None,
+            "truncation": self.truncation,
+            "top_logprobs": 0,
+            # The tier served: "priority" only when the key's grant let it through (the
+            # service turns an ungranted ask into "default" before anything is echoed).
+            "service_tier": "priority" if self.service_tier == "priority" else "default",
+            "prompt_cache_key": self.prompt_cache_key,
+            "prompt_cache_retention": self.prompt_cache_retention,
+            "prompt_cache_options": self.prompt_cache_options,
+            "safety_identifier": self.safety_identifier,
+            "prompt": None,
+            "completed_at": None,  # always present: null until the response completes
+        }
+
+
+def parse_request(body: dict[str, Any], ids: IdFactory, *,
+                  max_input_items: int = 2048, sealer: Sealer | None = None,
+                  tolerance: Tolerance | None = None,
+                  mcp_allow: tuple[str, ...] = ()) -> ResponsesRequest:
+    tolerance = tolerance or Tolerance()
+    ignored = _refuse_unknown(body, tolerance)
+    model = req_str(body, "model")
+    if body.get("input") is None:
+        raise bad("input", "Missing required parameter: 'input'.")
+    store = opt_bool(body, "store")
+    background = bool(opt_bool(body, "background"))
+    store = True if store is None else store
+    if background and not store:
+        raise bad("background", "Background mode requires `store` to be true "
+                                "(a background response must be stored to be retrieved).")
+    previous = opt_str(body, "previous_response_id", max_len=256)
+    conversation = _conversation(body.get("conversation"))
+    if previous and conversation:
+        raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
+                                  "together: a conversation already carries the history.")
+    parsed_tools = parse_tools(body.get("tools"), drop_hosted=not tolerance.reject_hosted,
+                               max_tools=MAX_TOOLS, mcp_allow=mcp_allow)
+    tools = parsed_tools.tools
+    parallel = opt_bool(body, "parallel_tool_calls")
+    auto_compact, threshold = _context_management(body.get("context_management"))
+    if auto_compact and background:
+        raise bad("context_management", "'context_management' cannot be used with background "
+                                        "mode on this server.")
+    return ResponsesRequest(
+        model=model,
+        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
+                          references=True),
+        instructions=_instructions(body.get("instructions")),
+        tools=tools,
+        tool_choice=parse_tool_choice(body.get("tool_choice"), tools, parsed_tools.dropped),
+        parallel_tool_calls=True if parallel is None else parallel,
+        text=_text(body.get("text")),
+        reasoning=_reasoning(body.get("reasoning")),
+        max_output_tokens=opt_int(body, "max_output_tokens", low=1),
+        temperature=opt_number(body, "temperature", low=0, high=2),
+        top_p=opt_number(body, "top_p", low=0, high=1),
+        metadata=check_metadata(body.get("metadata")),
+        user=opt_str(body, "user", max_len=512),
+        store=store,
+        stream=bool(opt_bool(body, "stream")),
+        background=background,
+        previous_response_id=previous,
+        conversation=conversation,
+        include=_include(body.get("include")),
+        service_tier=opt_str(body, "service_tier"),
+        prompt_cache_key=opt_str(body, "prompt_cache_key", max_len=1024),
+        prompt_cache_retention=_cache_retention(body.get("prompt_cache_retention")),
+        safety_identifier=opt_str(body, "safety_identifier", max_len=512),
+        max_tool_calls=opt_int(body, "max_tool_calls", low=1),
+        presence_penalty=opt_number(body, "presence_penalty", low=-2, high=2),
+        frequency_penalty=opt_number(body, "frequency_penalty", low=-2, high=2),
+        prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
+        ignored_params=ignored,
+        dropped_tools=parsed_tools.dropped,
+        mcp=parsed_tools.mcp,
+        truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
+                          "truncation"),
+        auto_compact=auto_compact,
+        compact_threshold=threshold,
+    )
+
+
+def _context_management(value: Any) -> tuple[bool, int | None]:
+    """(compact automatically?, the threshold in tokens). One `compaction` entry at most."""
+    if value is None:
+        return False, None
+    entries = expect_list(value, "context_management")
+    if len(entries) > 1:
+        raise bad("context_management", "Invalid 'context_management': at most one entry is "
+                                        "allowed.")
+    if not entries:
+        return False, None
+    path = at("context_management", 0)
+    entry = expect_object(entries[0], path)
+    one_of(entry.get("type"), ("compaction",), at(path, "type"))
+    for key in entry:
+        if key not in ("type", "compact_threshold"):
+            raise bad(at(path, key), f"Unknown parameter: '{at(path, key)}'.")
+    return True, opt_int(entry, "compact_threshold", path, low=1)
+
+
+def _refuse_unknown(body: dict[str, Any], tolerance: Tolerance) -> tuple[str, ...]:
+    """Refuse what we cannot honour; the unknown fields a lenient create ignores."""
+    ignored: list[str] = []
+    for key, value in body.items():
+        if key in _SERVED or value is None:
+            continue
+        if key in _WHY_NOT:
+            raise bad(key, f"'{key}' is not supported by this server: {_WHY_NOT[key]}.")
+        if not tolerance.strict_params:
+            ignored.append(key)
+            continue
+        raise bad(key, f"Unknown parameter: '{key}'.")
+    if body.get("client_metadata") is not None:
+        expect_object(body["client_metadata"], "client_metadata")
+    if body.get("top_logprobs") not in (None, 0):
+        raise bad("top_logprobs", "'top_logprobs' is not supported by this server yet.")
+    options = body.get("stream_options")
+    if options is not None:
+        for key in expect_object(options, "stream_options"):
+            if key != "include_obfuscation":
+                raise bad(at("stream_options", key), f"Unknown parameter: 'stream_options.{key}'.")
+        if not body.get("stream"):
+            raise bad("stream_options", "`stream_options` is only allowed when `stream` is true.")
+    return tuple(ignored)
+
+
+def _conversation(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value:
+            raise bad("conversation", "Invalid 'conversation': empty string.")
+        return value
+    return req_str(expect_object(value, "conversation"), "id", "conversation")
+
+
+def _instructions(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise bad("instructions", "Invalid type for 'instructions': expected a string.")
+
+
+def _text(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"format": {"type": "text"}}
+    text = expect_object(value, "text")
+    for key in text:
+        if key not in ("format", "verbosity"):
+            raise bad(at("text", key), f"Unknown parameter: 'text.{key}'.")
+    out: dict[str, Any] = {"format": _format(text.get("format"))}
+    verbosity = text.get("verbosity")
+    if verbosity is not None:
+        out["verbosity"] = one_of(verbosity, ("low", "medium", "high"), "text.verbosity")
+    return out
+
+
+def _format(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"type": "text"}
+    fmt = expect_object(value, "text.format")
+    kind = one_of(fmt.get("type"), ("text", "json_object", "json_schema"), "text.format.type")
+    if kind != "json_schema":
+        return {"type": kind}
+    name = req_str(fmt, "name", "text.format")
+    if not _FORMAT_NAME.match(name):
+        raise bad("text.format.name", f"Invalid 'text.format.name': {name!r} does not match "
+                                      "'^[a-zA-Z0-9_-]{1,64}$'.")
+    schema = expect_object(fmt.get("schema"), "text.format.schema")
+    out: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema,
+                           "strict": opt_bool(fmt, "strict", "text.format")}
+    # Always echoed, null when absent (the Open Responses schema requires the key).
+    out["description"] = opt_str(fmt, "description", "text.format")
+    return out
+
+
+def _reasoning(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    reasoning = expect_object(value, "reasoning")
+    for key in reasoning:
+        if key not in ("effort", "summary", "generate_summary"):
+            raise bad(at("reasoning", key), f"Unknown parameter: 'reasoning.{key}'.")
+    effort = reasoning.get("effort")
+    if effort is not None:
+        one_of(effort, ("none", "minimal", "low", "medium", "high", "xhigh"), "reasoning.effort")
+    summary = reasoning.get("summary", reasoning.get("generate_summary"))
+    if summary is not None:
+        one_of(summary, ("auto", "concise", "detailed"), "reasoning.summary")
+    return {"effort": effort, "summary": summary}
+
+
+def _include(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    values = expect_list(value, "include")
+    for i, entry in enumerate(values):
+        if entry not in INCLUDABLE:
+            path = at("include", i)
+            raise bad(path, f"Cannot include {entry!r}: this server can include only "
+                            f"{', '.join(repr(v) for v in INCLUDABLE)}.")
+    return tuple(values)
+
+
+def _cache_retention(value: Any) -> str | None:
+    if value is None:
+        return None
+    return one_of(value, ("in_memory", "24h"), "prompt_cache_retention")
+
+
+def _cache_options(value: Any) -> dict[str, Any] | None:
+    """Accepted and echoed, otherwise ignored (vLLM's prefix cache has no such knobs); the
+    echo carries both keys the SDK's `PromptCacheOptions` requires."""
+    if value is None:
+        return None
+    options = expect_object(value, "prompt_cache_options")
+    out: dict[str, Any] = {
+        "mode": one_of(options.get("mode") or "implicit", ("implicit", "explicit"),
+                       "prompt_cache_options.mode"),
+        "ttl": one_of(options.get("ttl") or "30m", ("30m", "12h"), "prompt_cache_options.ttl"),
+    }
+    comparison = opt_str(options, "comparison_response_id", "prompt_cache_options")
+    if comparison is not None:
+        out["comparison_response_id"] = comparison
+    return out

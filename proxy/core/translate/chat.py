@@ -1,0 +1,179 @@
+"""A Responses request (plus the history it continues) as one vLLM chat-completions request.
+
+Mapping (PROTOCOL.md §6.1):
+    instructions                    → the first `system` message (never inherited from history)
+    all system/developer text       → merged into that ONE leading system message, in order
+                                      (core/system_prompt.py: templates refuse a later one)
+    message user/system/developer   → the same role (`developer` → `system`: many chat
+                                      templates know no developer role); text-only content
+                                      becomes a plain string, the widest-supported form
+    message assistant               → `assistant` with its output text joined
+    function_call (consecutive)     → tool_calls on ONE assistant message (joined to the
+                                      assistant text right before it), as vLLM merges them
+    function_call_output            → `tool` message with `tool_call_id`
+    reasoning                       → `reasoning` on the next assistant message
+    tools / tool_choice             → nested chat form; `allowed_tools` narrows the tool list;
+                                      custom and namespace tools flattened (core/tools.py)
+    custom_tool_call(_output), namespaced function_call → their flat function form
+    text.format                     → response_format;  reasoning.effort → reasoning_effort
+    max_output_tokens               → max_tokens
+The upstream call always streams with usage, whatever the client asked: one assembler serves
+both paths, and usage is needed for the terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
+from proxy.core.mcp import mcp_messages
+from proxy.core.request.create import ResponsesRequest
+from proxy.core.request.items import file_text, reasoning_text
+from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
+from proxy.core.translate.system_prompt import lead_with_system
+from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
+
+Message = dict[str, Any]
+
+
+def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[str, Any]:
+    messages: list[Message] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    messages += to_messages(flatten_history([*history, *request.input],
+                                            ToolNames(request.tools)), request.media)
+    chat: dict[str, Any] = {
+        "model": request.model,
+        "messages": lead_with_system(messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.max_output_tokens is not None:
+        chat["max_tokens"] = request.max_output_tokens
+    if request.temperature is not None:
+        chat["temperature"] = request.temperature
+    if request.top_p is not None:
+        chat["top_p"] = request.top_p
+    if request.user is not None:
+        chat["user"] = request.user
+    if request.presence_penalty is not None:
+        chat["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty is not None:
+        chat["frequency_penalty"] = request.frequency_penalty
+    _add_tools(chat, request)
+    response_format = _response_format(request.text_format)
+    if response_format is not None:
+        chat["response_format"] = response_format
+    effort = (request.reasoning or {}).get("effort")
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    if request.cache_salt is not None:
+        chat["cache_salt"] = request.cache_salt
+    return chat
+
+
+def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
+                ) -> list[Message]:
+    """`media`: image URL → the data: URL to send in its place (services/media.py)."""
+    media = media or {}
+    messages: list[Message] = []
+    pending_reasoning: list[str] = []
+    for item in items:
+        kind = item["type"]
+        if kind == REASONING:
+            text = reasoning_text(item)
+            if text:
+                pending_reasoning.append(text)
+            continue
+        if kind == MESSAGE and item["role"] != "assistant":
+            messages.append({"role": _role(item["role"]),
+                             "content": _content(item["content"], media)})
+        elif kind == MESSAGE:
+            assistant: Message = {"role": "assistant", "content": _assistant_text(item)}
+            messages.append(assistant)
+        elif kind == FUNCTION_CALL:
+            assistant = _open_assistant(messages)
+            assistant.setdefault("tool_calls", []).append({
+                "id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            })
+        elif kind == FUNCTION_CALL_OUTPUT:
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": _tool_content(item["output"], media)})
+        elif kind in MCP_ITEM_TYPES:
+            mcp_messages(item, messages)
+        if pending_reasoning and messages and messages[-1]["role"] == "assistant":
+            messages[-1]["reasoning"] = "\n".join(pending_reasoning)
+            pending_reasoning = []
+    return messages
+
+
+def _role(role: str) -> str:
+    return "system" if role == "developer" else role
+
+
+def _open_assistant(messages: list[Message]) -> Message:
+    """The assistant message a function call joins: the last message if it is the assistant's
+    (its text, or the calls before this one), else a new one without content."""
+    if messages and messages[-1]["role"] == "assistant":
+        return messages[-1]
+    message: Message = {"role": "assistant", "content": None}
+    messages.append(message)
+    return message
+
+
+def _assistant_text(item: Item) -> str:
+    return "".join(
+        str(part.get("text", part.get("refusal", ""))) for part in item["content"]
+    )
+
+
+def _content(parts: list[dict[str, Any]], media: Mapping[str, str] | None = None
+             ) -> str | list[dict[str, Any]]:
+    converted = [_part(p, media or {}) for p in parts]
+    if all(p["type"] == "text" for p in converted):
+        return "".join(p["text"] for p in converted)
+    return converted
+
+
+def _part(part: dict[str, Any], media: Mapping[str, str]) -> dict[str, Any]:
+    kind = part["type"]
+    if kind == "input_image":
+        url = part["image_url"]
+        return {"type": "image_url",
+                "image_url": {"url": media.get(url, url), "detail": part.get("detail", "auto")}}
+    if kind == "input_file":
+        text = file_text(part["file_data"], "input_file.file_data")
+        name = part.get("filename")
+        header = f"[file: {name}]\n" if name else ""
+        return {"type": "text", "text": header + text}
+    return {"type": "text", "text": part.get("text", "")}
+
+
+def _tool_content(output: str | list[dict[str, Any]], media: Mapping[str, str]
+                  ) -> str | list[dict[str, Any]]:
+    return output if isinstance(output, str) else _content(output, media)
+
+
+def _add_tools(chat: dict[str, Any], request: ResponsesRequest) -> None:
+    tools, choice = upstream_tools(request.tools, request.tool_choice, ToolNames(request.tools))
+    if not tools:  # none, or only ones `allowed_tools` left out
+        return
+    chat["tools"] = tools
+    chat["tool_choice"] = choice
+    chat["parallel_tool_calls"] = request.parallel_tool_calls
+
+
+def _response_format(fmt: dict[str, Any]) -> dict[str, Any] | None:
+    kind = fmt["type"]
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        return None
+    schema: dict[str, Any] = {"name": fmt["name"], "schema": fmt["schema"]}
+    if fmt.get("strict") is not None:
+        schema["strict"] = fmt["strict"]
+    if fmt.get("description") is not None:
+        schema["description"] = fmt["description"]
+    return {"type": "json_schema", "json_schema": schema}

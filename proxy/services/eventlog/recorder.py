@@ -1,0 +1,64 @@
+"""The stored side of a turn: its events to the response's event log as they are made, its
+end (the terminal event with the final object, retried and reconciled: durable.py) before the
+caller sees it, then the conversation's new items. Owned by the event log's room: ending a
+response that lost its writer (closing.py) records through the same `Recorder`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from proxy.core import types as t
+from proxy.core.types import Event, EventBatch, Item, ResponseObject
+from proxy.services.eventlog.durable import append_conversation, store_final
+from proxy.services.eventlog.writer import LogHandle
+from proxy.store.base import Store, StoredEvent, Transition
+
+
+@dataclass
+class ConversationTurn:
+    """Where a finished turn's items go: the conversation, and this turn's input items."""
+
+    tenant: str
+    conversation_id: str
+    input_items: Sequence[Item]
+
+
+@dataclass
+class Recorder:
+    """The stored side of a turn. With a `log`, every event goes to the response's event log;
+    without one (a stored JSON request) only the final object is written."""
+
+    store: Store
+    ttl: int
+    event_ttl: int
+    log: LogHandle | None = None
+    conversation: ConversationTurn | None = None
+    stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
+    final: Transition | None = field(default=None, init=False)
+
+    def add(self, events: list[Event], encoded: EventBatch) -> None:
+        handle = self.log
+        if handle is None:
+            return
+        handle.add_all([StoredEvent(event["sequence_number"], kind, data)
+                        for event, (kind, data) in zip(events, encoded, strict=True)])
+
+    async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+        """Store the end (retried, reconciled: services/durable.py), then the conversation's
+        new items. `final` is set only once the end is stored: a job is acknowledged on it."""
+        if self.log is not None:
+            result = await self.log.finish(final, terminal)
+        elif self.stored:
+            result = await store_final(self.store, final, None, ttl=self.ttl,
+                                       event_ttl=self.event_ttl)
+        else:
+            result = Transition(True, final)
+        self.final = result
+        turn = self.conversation
+        if turn is not None and result.changed and final["status"] in (t.S_COMPLETED,
+                                                                        t.S_INCOMPLETE):
+            await append_conversation(
+                self.store, turn.tenant, turn.conversation_id,
+                [*turn.input_items, *final["output"]], ttl=self.ttl)
+        return result

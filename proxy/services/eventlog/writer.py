@@ -1,0 +1,309 @@
+"""Event-log writes, batched off the hot path: one flusher per process for every live stream.
+
+A stream hands each event to its `LogHandle` (a list append, no await). The flusher writes
+everything pending, for every stream, in one store call (one Redis pipeline), `window` seconds
+after the first event of a batch, or at once when a stream has `max_pending` events waiting
+(a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
+cost on Redis is a fraction of a command, not a round trip. A stream's end goes through
+`LogHandle.finish`, which stores the final object together with the terminal event
+(`Store.finish_response`, retried and reconciled by services/durable.py): the client is sent the
+terminal event only after that returns. The stream's events still pending then ride in that
+same write (one round trip for the end of a short answer, not a flush and then the final
+write), provided no flush carrying its earlier events is still in flight: the end waits for
+that one (it must land first, or the log would be out of order), or, for a backlog too big for
+one call, flushes it through the shared flusher first (`EventLogHub.flush_through`).
+
+A failed flush keeps its events and is tried again (after a growing delay, at most
+`MAX_FLUSH_ATTEMPTS` times in a row per stream); past that, or past `MAX_UNFLUSHED` waiting
+events, the stream's log is given up (the stream to the client goes on) and a replay of it finds
+the gap and is rebuilt from the final object (services/stored.py). The flusher never dies of it.
+
+`LogHandle.recent` holds only the events not yet confirmed in the store: a follower on this
+instance that joins late reads the store, then catches up from here. Once a flush (or the final
+write that carried them) lands, its events leave `recent` (a follower finds them in the
+store), so memory is bounded by what is unflushed, whether or not anyone follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.types import ResponseObject
+from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
+from proxy.services.process.loops import Supervisor
+from proxy.store.base import Store, StoredEvent, Transition
+
+log = logging.getLogger("proxy.eventlog")
+
+
+# Events of one stream waiting to be written (the store down or slow) before its log is given
+# up: memory stays bounded; a replay then rebuilds from the final object.
+MAX_UNFLUSHED = 20_000
+# Consecutive failed flushes of one stream's events before its log is given up.
+MAX_FLUSH_ATTEMPTS = len(RETRY_DELAYS) + 1
+# Pending events a stream's final write carries at most. Redis runs a script to its end before
+# anything else, so a bigger backlog goes through the flusher (which splits it into calls of
+# store/redis.py's MAX_EVENTS_PER_CALL) before the final write.
+MAX_CARRIED = 256
+
+
+@dataclass(eq=False)
+class LogHandle:
+    hub: EventLogHub
+    response_id: str
+    pending: list[StoredEvent] = field(default_factory=list)
+    broken: bool = False
+    failures: int = 0  # flushes of this stream's events that failed in a row
+    # The events not yet confirmed in the store, in order: a follower on this instance that
+    # joins late catches up from here, with no await between its catch-up and its joining (so
+    # nothing made meanwhile can slip between the two). Trimmed by every flush that lands.
+    recent: list[StoredEvent] = field(default_factory=list)
+    # Resolved when the flush now writing some of this stream's events is over (None: no flush
+    # holds any): the end must not overtake it (`finish`).
+    in_flight: asyncio.Future[bool] | None = None
+
+    def add(self, event: StoredEvent) -> None:
+        self.add_all((event,))
+
+    def add_all(self, events: Sequence[StoredEvent]) -> None:
+        """The events of one upstream read, in order: per batch one extend of each list, one
+        size check and one flusher wake-up (per event only the local followers' lookup)."""
+        if self.broken or not events:
+            return
+        self.pending += events
+        self.recent += events
+        local, response_id = self.hub.local, self.response_id
+        for event in events:
+            local(response_id, event)
+        if len(self.pending) > MAX_UNFLUSHED:
+            self.give_up()
+            return
+        self.hub.wake(len(self.pending))
+
+    def give_up(self) -> None:
+        """Stop logging this stream (its replay is rebuilt from the final object)."""
+        self.broken = True
+        self.pending = []
+        self.recent = []
+
+    def confirmed(self, last_seq: int) -> None:
+        """Events up to `last_seq` are in the store: they leave `recent`."""
+        self.failures = 0
+        recent = self.recent
+        cut = 0
+        while cut < len(recent) and recent[cut].seq <= last_seq:
+            cut += 1
+        del recent[:cut]
+
+    async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+        """Store the final object with the pending events and the terminal event atomically
+        (retried, reconciled); only then is the terminal event handed to local followers."""
+        try:
+            carried = await self._take_for_final()
+            if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
+                try:
+                    await retried(f"event log flush of {self.response_id}",
+                                  lambda: self.hub.flush_through(self))
+                except ProxyError as exc:
+                    log.error("event log of %s left incomplete: %s", self.response_id, exc)
+                carried = []
+            result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
+                                       event_ttl=self.hub.event_ttl, events=carried)
+            if result.changed:
+                if carried:
+                    self.confirmed(carried[-1].seq)
+                if terminal is not None:
+                    self.recent.append(terminal)
+                    self.hub.local(self.response_id, terminal)
+            elif carried:
+                await self._append_refused(carried)
+            return result
+        finally:
+            self.hub.release(self)
+
+    async def _take_for_final(self) -> list[StoredEvent] | None:
+        """The pending events, taken for the final write once no flush holding earlier events
+        of this stream is in flight (waited for: the flush's own future, no lock); None when
+        they must go through the flusher instead (too many, or flushes keep taking them)."""
+        for _ in range(MAX_FLUSH_ATTEMPTS + 1):  # each wait is one flush: bounded
+            flight = self.in_flight
+            if flight is None:
+                break
+            await asyncio.shield(flight)
+        if self.in_flight is not None or len(self.pending) > MAX_CARRIED:
+            return None
+        # Taken with no await since the check: no flush can start in between (one thread), and
+        # with none in flight for this stream, `pending` holds every event not yet stored.
+        carried, self.pending = self.pending, []
+        return carried
+
+    async def _append_refused(self, events: list[StoredEvent]) -> None:
+        """A refused final write (e.g. a late completion after a cancel) appended nothing: the
+        events go to the log as a flush would have taken them (dropped if the log is closed)."""
+        try:
+            await retried(f"event log flush of {self.response_id}",
+                          lambda: self.hub.store.append_events({self.response_id: events},
+                                                               ttl=self.hub.event_ttl))
+            self.confirmed(events[-1].seq)
+        except ProxyError as exc:
+            log.error("event log of %s left incomplete: %s", self.response_id, exc)
+
+
+class EventLogHub:
+    def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
+                 max_pending: int = 512,
+                 local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
+                 supervisor: Supervisor | None = None) -> None:
+        self.store = store
+        # Hands each event to this process's own followers of the log at once (follow.py).
+        self.local = local
+        self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
+        # Flush every `window` seconds, or at once when a log holds `max_pending` events.
+        self.window, self.max_pending = window, max_pending
+        self._handles: set[LogHandle] = set()
+        self._by_id: dict[str, LogHandle] = {}
+        self._wakeup = asyncio.Event()
+        self._full = asyncio.Event()  # a stream reached `max_pending`: flush without waiting
+        self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
+        self._task: asyncio.Task[None] | None = None
+        # Resolved (True: written) by the next flush to start: what finishing streams wait on
+        # (`flush_through`). One future for all of them, so they all resume in one step.
+        self._next_round: asyncio.Future[bool] | None = None
+        self._supervisor = supervisor or Supervisor()
+
+    def open(self, response_id: str) -> LogHandle:
+        handle = LogHandle(self, response_id)
+        self._handles.add(handle)
+        self._by_id[response_id] = handle
+        if self._task is None or self._task.done():
+            self._task = self._supervisor.start("event-log-flusher", self._run)
+        return handle
+
+    def release(self, handle: LogHandle) -> None:
+        self._handles.discard(handle)
+        if self._by_id.get(handle.response_id) is handle:
+            del self._by_id[handle.response_id]
+
+    def recent(self, response_id: str) -> list[StoredEvent]:
+        """The events this process made for a response that still runs here (else none)."""
+        handle = self._by_id.get(response_id)
+        return handle.recent if handle is not None else []
+
+    def wake(self, pending: int) -> None:
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        if pending >= self.max_pending and not self._full.is_set():
+            # a burst (zero-delay upstream): flush now rather than at the window's end
+            self._full.set()
+
+    async def _run(self) -> None:
+        failed = 0
+        while True:
+            await self._wakeup.wait()
+            if not self._full.is_set():
+                # let events gather: one write for many (cut short by a full buffer)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.window):
+                        await self._full.wait()
+            self._wakeup.clear()
+            self._full.clear()
+            if await self.flush_now():
+                failed = 0
+                continue
+            # Kept for the next attempt, after a growing delay (the store may be failing over).
+            await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
+            failed += 1
+            self._wakeup.set()
+
+    async def flush_through(self, handle: LogHandle) -> None:
+        """Return once every event given to `handle` is in the store (or its log was given
+        up); raise `StoreUnavailable` if the write failed.
+
+        Streams that finish together share flushes (a group commit): each asks the flusher for
+        a flush now and waits on one future that the next flush to start resolves; every
+        flush writes every stream's pending events. Why not each take the flush lock in turn:
+        256 streams ending together then made 256 flushes one after another; and even when
+        most found their events already written, the lock is handed from waiter to waiter one
+        event-loop step at a time, and on a busy loop (one step = every stream's chunk of that
+        moment) that chain took seconds, with the timed flusher queued behind it: the probe of
+        issue 18 saw flushes ~8 s apart, each carrying 20-48k events."""
+        while handle.recent and not handle.broken:
+            if self._task is None or self._task.done():  # no flusher (closing): flush here
+                async with self._lock:
+                    if handle.recent and not handle.broken and not await self._flush_locked():
+                        raise StoreUnavailable("the event log could not be written")
+                return
+            round_ = self._next_round
+            if round_ is None:
+                round_ = self._next_round = asyncio.get_running_loop().create_future()
+            self._full.set()  # the flusher starts at once, without its window
+            self._wakeup.set()
+            if not await asyncio.shield(round_) and handle.recent and not handle.broken:
+                raise StoreUnavailable("the event log could not be written")
+
+    async def flush_now(self) -> bool:
+        """Write every stream's pending events; False if the write failed (the events are kept
+        for the next attempt, up to `MAX_FLUSH_ATTEMPTS` in a row per stream)."""
+        async with self._lock:
+            return await self._flush_locked()
+
+    async def _flush_locked(self) -> bool:
+        """`flush_now`'s work; the caller holds `_lock` (one flush at a time keeps order)."""
+        round_, self._next_round = self._next_round, None  # what waits on this flush
+        written = False
+        try:
+            written = await self._write_pending()
+            return written
+        finally:  # its waiters learn the outcome, also when the write raised (False)
+            if round_ is not None and not round_.done():
+                round_.set_result(written)
+
+    async def _write_pending(self) -> bool:
+        taken: dict[LogHandle, list[StoredEvent]] = {}
+        flight: asyncio.Future[bool] | None = None
+        for handle in self._handles:
+            if handle.pending:
+                if flight is None:
+                    flight = asyncio.get_running_loop().create_future()
+                taken[handle] = handle.pending
+                handle.pending = []
+                handle.in_flight = flight
+        if flight is None:
+            return True
+        written = False
+        try:
+            await self.store.append_events({h.response_id: events
+                                            for h, events in taken.items()},
+                                           ttl=self.event_ttl)
+            written = True
+        except ProxyError as exc:
+            log.error("event log write failed for %d stream(s): %s", len(taken), exc)
+            for handle, events in taken.items():
+                handle.failures += 1
+                if handle.failures >= MAX_FLUSH_ATTEMPTS:
+                    handle.give_up()
+                elif not handle.broken:
+                    handle.pending[:0] = events  # in front of what came meanwhile
+            return False
+        finally:
+            # Settled before any finisher waiting on it runs again: its events are then either
+            # stored (out of `recent`) or back in `pending`, in front.
+            if written:
+                for handle, events in taken.items():
+                    handle.confirmed(events[-1].seq)
+            for handle in taken:
+                handle.in_flight = None
+            flight.set_result(written)
+        return True
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush_now()

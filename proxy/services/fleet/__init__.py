@@ -1,0 +1,3 @@
+"""The fleet: replica health, models and choice (`fleet.py`), flow control (`admission.py`), the
+one way to open an upstream call (`gateway.py`), the chat pass-through (`passthrough.py`), media
+fetched for the fleet under `--fetch-allow` (`media.py`)."""

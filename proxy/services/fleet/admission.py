@@ -1,0 +1,183 @@
+"""Flow control in front of the fleet: a request goes upstream only while a replica serving its
+model has room; otherwise it waits in a bounded, fair queue, or gets a 429.
+
+Rules:
+  - room: some healthy replica serving the model carries fewer in-flight requests than its cap
+    (`replica_cap`: `--max-inflight-per-replica`). The in-flight counts are the fleet's own, so
+    every call of this process counts, admitted or not (tokenize, embeddings);
+  - a request that finds room and nobody of its model waiting goes at once (no task, no timer);
+    otherwise it queues: priority first, round robin between tenants (API keys), FIFO within
+    one (core/fairqueue.py). Priority is `service_tier: "priority"` from a key whose keys-file
+    entry grants it (`"priority": true`, `grants`); anyone else's ask is an ordinary request,
+    or one key could push every other key's requests behind its own. Queues are per model, so a
+    saturated model never holds up another one's requests;
+  - bounds: at most `max_queued` foreground requests wait (past that: 429 at once); each waits
+    at most `timeout` seconds (then 429); both 429s carry `Retry-After` and code
+    `rate_limit_exceeded`. A client that leaves while queued (its task is cancelled) leaves the
+    queue in the same step. Background jobs queue past `max_queued` (their number is bounded
+    by the worker's concurrency) but not past `timeout`;
+  - wake-ups: an admitted call, wrapped by `watch`, hands its slot on when it closes; every
+    waiter also re-checks every `RECHECK_S`, for room that appears without a close we see
+    (a replica coming back, a call that was not admitted ending);
+  - accounting: a waiter granted a slot is counted in `_granted` until its task resumes; the
+    caller then opens its call at once (`fleet.open` counts it in-flight before its first
+    await), so no slot is handed out twice. Callers must not await anything between `admit`
+    and `fleet.open`.
+Per process: the cap is per instance; across instances each replica's own metrics are the
+shared view of its load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.core.errors import RateLimited
+from proxy.core.fleet.fairqueue import FairQueue
+from proxy.core.keysfile import KeysFile
+from proxy.core.tenancy import tenant_of
+from proxy.services.fleet.fleet import Call, Fleet, Replica
+from proxy.settings import FlowSettings
+
+DEFAULT_PER_REPLICA = 64
+DEFAULT_MAX_QUEUED = 1024
+DEFAULT_TIMEOUT = 30.0
+# The client has already waited (or the queue is long): a short hint spreads the retries
+# without idling a fleet that frees slots every few hundred milliseconds.
+RETRY_AFTER_S = 1
+RECHECK_S = 0.25
+
+
+def replica_cap(replica: Replica, default: int) -> int:
+    """How many requests `replica` takes at once from this process. The one place to read it:
+    the fleet file's per-replica `max_concurrency` overrides `default`."""
+    return replica.max_concurrency or default
+
+
+@dataclass
+class AdmittedCall(Call):
+    """An admitted upstream call: closing it hands its slot to the next waiter."""
+
+    released: Callable[[], None] | None = None
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            released, self.released = self.released, None
+            if released is not None:
+                released()
+
+
+@dataclass(eq=False)
+class _Waiter:
+    tenant: str
+    priority: bool
+    future: asyncio.Future[None]
+
+
+class Admission:
+    def __init__(self, fleet: Fleet, *, per_replica: int = DEFAULT_PER_REPLICA,
+                 max_queued: int = DEFAULT_MAX_QUEUED, timeout: float = DEFAULT_TIMEOUT,
+                 priority: frozenset[str] = frozenset()) -> None:
+        self._fleet = fleet
+        self._priority = priority  # tenants granted `service_tier: "priority"`
+        self.per_replica = per_replica
+        self.max_queued = max_queued
+        self.timeout = timeout
+        self._queues: dict[str, FairQueue[_Waiter]] = {}
+        self._queued = 0
+        self._granted = 0  # woken waiters whose task has not resumed yet
+
+    @classmethod
+    def from_settings(cls, fleet: Fleet, flow: FlowSettings,
+                      keys_file: KeysFile | None) -> Admission:
+        """`keys_file`: whose `service_tier: "priority"` is honoured."""
+        granted = frozenset(tenant_of(entry.key) for entry in keys_file.keys
+                            if entry.priority) if keys_file is not None else frozenset()
+        return cls(fleet, per_replica=flow.max_inflight_per_replica,
+                   max_queued=flow.max_queued_requests, timeout=flow.queue_timeout,
+                   priority=granted)
+
+    def grants(self, tenant: str) -> bool:
+        """The key may ask for `service_tier: "priority"` (no keys file: no key may)."""
+        return tenant in self._priority
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def room(self, model: str) -> bool:
+        candidates = [r for r in self._fleet.replicas if r.healthy and r.serves(model)]
+        if not candidates:
+            return True  # nothing known to protect: the fleet's answer is the truthful one
+        free = sum(max(0, replica_cap(r, self.per_replica) - r.in_flight) for r in candidates)
+        return free > self._granted
+
+    async def admit(self, model: str, tenant: str, *, priority: bool = False,
+                    bounded: bool = True) -> None:
+        """Return when `model` has room for one more call (open it right away), or raise
+        `RateLimited`. `bounded=False`: may queue past `max_queued` (background jobs)."""
+        queue = self._queues.get(model)
+        if not queue and self.room(model):
+            return
+        if bounded and self._queued >= self.max_queued:
+            raise RateLimited(
+                f"The fleet serving '{model}' is saturated: every replica is at its limit of "
+                f"concurrent requests and {self._queued} requests are already waiting. Retry "
+                f"after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(tenant, priority, loop.create_future())
+        queue = self._queues.setdefault(model, FairQueue())
+        queue.push(tenant, waiter, priority=priority)
+        self._queued += 1
+        deadline = loop.time() + self.timeout
+        try:
+            self._pump(model)
+            while not waiter.future.done():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RateLimited(
+                        f"The fleet serving '{model}' is saturated: no replica had room for "
+                        f"this request within {self.timeout:g} s. Retry after {RETRY_AFTER_S} "
+                        "s.", retry_after=RETRY_AFTER_S)
+                await asyncio.wait((waiter.future,), timeout=min(remaining, RECHECK_S))
+                self._pump(model)
+        finally:
+            if waiter.future.done():
+                self._granted -= 1
+                # After our caller's call is counted in-flight (or, if we are leaving, with our
+                # unused slot): the next waiters may go.
+                loop.call_soon(self.pump_all)
+            else:
+                waiter.future.cancel()
+                queue.remove(tenant, waiter, priority=priority)
+                self._queued -= 1
+                self._forget_if_empty(model)
+
+    def watch(self, call: Call) -> Call:
+        """`call` (just opened after `admit`), made to hand its slot on when it closes."""
+        fields = {f.name: getattr(call, f.name) for f in dataclasses.fields(call) if f.init}
+        return AdmittedCall(**fields, released=self.pump_all)
+
+    def pump_all(self) -> None:
+        for model in list(self._queues):
+            self._pump(model)
+
+    def _pump(self, model: str) -> None:
+        """Grant slots to the next waiters of `model`, in fair order, while it has room."""
+        queue = self._queues.get(model)
+        while queue and self.room(model):
+            waiter = queue.pop()
+            assert waiter is not None
+            self._queued -= 1
+            self._granted += 1
+            waiter.future.set_result(None)
+        self._forget_if_empty(model)
+
+    def _forget_if_empty(self, model: str) -> None:
+        queue = self._queues.get(model)
+        if queue is not None and not queue:
+            del self._queues[model]

@@ -1,0 +1,302 @@
+"""The fleet: which vLLM replicas exist, which are healthy, which models each serves, and which
+one takes the next request.
+
+Health, models and load are hints refreshed in the background (`/health`, `/v1/models` and
+`/metrics` every `discovery_interval`, within the probe timeout); a replica that refuses a
+connection is marked down at once. A replica without `/metrics` (or with nothing vLLM-like in
+it) counts only this process's requests. The choice among healthy replicas serving the model is
+core/balancer.py's pure function (its docstring states the load formula and the bound): the
+recorded replica of a chain (`home`), else the affinity key's rendezvous order, within the bounded
+load; else the least loaded, ties rotating. When nothing is known to be healthy we still try a
+replica: the failure then tells the client what is wrong (502), instead of a guess.
+
+Replicas come from `--upstream` URLs or a fleet file (proxy/fleetfile.py: weight, per-replica
+API key, max concurrency, a fixed model list). The per-replica key goes to the upstream client
+only; it is never logged nor shown in `status()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
+from proxy.core.fleet import balancer, replicaload
+from proxy.core.fleet.routing import baseline
+from proxy.core.requestctx import note_replica, note_upstream_sent
+from proxy.fleetfile import ReplicaSpec
+from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
+
+log = logging.getLogger("proxy.fleet")
+
+# How far above the fleet's mean load (per unit of weight) an affinity target may go before
+# its keys shed to their fallback (`--affinity-load-factor`).
+DEFAULT_LOAD_FACTOR = 1.25
+# /metrics text read at most this far (vLLM's is tens of kB; the gauges come first anyway).
+METRICS_MAX_BYTES = 1 << 20
+# Probes that must fail in a row before a replica that answered before is marked down.
+PROBES_TO_DOWN = 2
+# On-demand re-discovery (an unknown model may have just been loaded) at most this often.
+REDISCOVER_MIN_INTERVAL = 2.0
+# The generation call: where a request's time inside the proxy ends (`proxy_overhead_seconds`).
+# Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
+# the proxy's work, since the client waits for them before generation starts.
+GENERATION_PATH = "/v1/chat/completions"
+
+
+@dataclass
+class Replica:
+    url: str
+    # What the public /metrics shows: the fleet file's `name`, else `replica-<n>` (its position
+    # in the configuration, from 1). The URL stays in the logs and the keyed /readyz.
+    name: str = ""
+    healthy: bool = False
+    known: bool = False  # answered /v1/models at least once
+    models: tuple[dict[str, Any], ...] = ()
+    model_ids: frozenset[str] = frozenset()
+    in_flight: int = 0
+    error: str | None = None
+    checked_at: float = 0.0
+    failed_probes: int = 0  # in a row
+    weight: float = 1.0  # share of un-keyed traffic and of the load bound
+    max_concurrency: int | None = None  # the fleet file's cap (flow control reads it)
+    allowed: frozenset[str] | None = None  # the fleet file's `models`: only these, ever
+    signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
+    picks: int = 0  # requests this process sent it: the balancer's tie-breaker
+
+    def serves(self, model: str) -> bool:
+        return model in self.model_ids
+
+    @property
+    def load(self) -> float:
+        return replicaload.load(self.in_flight, self.signal)
+
+    @classmethod
+    def of(cls, spec: ReplicaSpec) -> Replica:
+        allowed = frozenset(spec.models) if spec.models is not None else None
+        # A fixed model list is served from the start, before discovery confirms it.
+        return cls(spec.url, spec.name or "", weight=spec.weight,
+                   max_concurrency=spec.max_concurrency, allowed=allowed,
+                   model_ids=allowed or frozenset())
+
+
+@dataclass
+class Call:
+    """One open upstream response and the replica lease it holds; `aclose()` ends both."""
+
+    replica: Replica
+    response: Response
+    _closed: bool = False
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.replica.in_flight -= 1
+            await self.response.aclose()
+
+    async def read_all(self) -> bytes:
+        """A non-streamed answer's whole body (transport errors mapped, as on every upstream
+        read), the call closed after it either way."""
+        try:
+            with map_transport_errors(self.replica.url):
+                return await self.response.aread()
+        finally:
+            await self.aclose()
+
+
+@dataclass
+class Fleet:
+    upstream: Upstream
+    urls: Sequence[str]
+    interval: float = 10.0
+    probe_timeout: float = 5.0
+    clock: Callable[[], float] = time.monotonic
+    # The fleet file's replicas; when given, they are the fleet and `urls` is not used.
+    specs: Sequence[ReplicaSpec] = ()
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    routing: str = "affinity"  # or a baseline of core/routing.py (`--routing`, benchmarks)
+    replicas: list[Replica] = field(init=False)
+    _turn: int = field(init=False, default=0)
+    _last_rediscovery: float = field(init=False, default=-1e9)
+
+    def __post_init__(self) -> None:
+        if self.specs:
+            self.replicas = [Replica.of(spec) for spec in self.specs]
+            for spec in self.specs:
+                if spec.api_key:
+                    self.upstream.use_key(spec.url, spec.api_key)
+        else:
+            self.replicas = [Replica(url) for url in self.urls]
+        for index, replica in enumerate(self.replicas, start=1):
+            replica.name = replica.name or f"replica-{index}"
+
+    # -- discovery ---------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        await asyncio.gather(*(self._probe(r) for r in self.replicas))
+
+    async def _probe(self, replica: Replica) -> None:
+        try:
+            async with asyncio.timeout(self.probe_timeout):
+                await self.upstream.get(replica.url, "/health", timeout=self.probe_timeout)
+                listing = await self.upstream.get_json(
+                    replica.url, "/v1/models", timeout=self.probe_timeout
+                )
+            models = tuple(m for m in listing.get("data", []) if isinstance(m, dict))
+        except (ProxyError, TimeoutError, AttributeError) as exc:
+            reason = transport_detail(exc)  # the operator's words (logs, keyed /readyz)
+            replica.failed_probes += 1
+            replica.error = reason
+            # One slow probe is weak evidence (a replica, or this process, busy with streams);
+            # a refused connection marks it down at once anyway (`open`).
+            if replica.failed_probes >= PROBES_TO_DOWN or not replica.known:
+                if replica.healthy:
+                    log.warning("replica %s is down: %s", replica.url, reason)
+                replica.healthy = False
+        else:
+            replica.failed_probes = 0
+            if replica.allowed is not None:
+                models = tuple(m for m in models if str(m.get("id")) in replica.allowed)
+            if not replica.healthy:
+                log.info("replica %s is up, serving %d model(s)", replica.url, len(models))
+                self._level_picks(replica)
+            replica.healthy, replica.known, replica.error = True, True, None
+            replica.models = models
+            replica.model_ids = frozenset(str(m.get("id")) for m in models)
+            replica.signal = await self._scrape(replica)
+        replica.checked_at = self.clock()
+
+    async def _scrape(self, replica: Replica) -> replicaload.Signal | None:
+        """The replica's load gauges from its `/metrics`; None when it has none to give."""
+        own = replica.in_flight
+        try:
+            async with asyncio.timeout(self.probe_timeout):
+                response = await self.upstream.get(replica.url, "/metrics",
+                                                   timeout=self.probe_timeout)
+        except (ProxyError, TimeoutError):
+            return None
+        text = response.content[:METRICS_MAX_BYTES].decode("utf-8", "replace")
+        return replicaload.parse_signal(text, own)
+
+    def _level_picks(self, replica: Replica) -> None:
+        """A replica (back) up starts level with the others' picks per unit of weight, so the
+        tie-breaker does not send it every tied request until it has caught up."""
+        ratios = [r.picks / r.weight for r in self.replicas if r.healthy and r is not replica]
+        replica.picks = int(min(ratios, default=0.0) * replica.weight)
+
+    async def run(self) -> None:
+        """Re-probe forever (a lifespan task; cancelled at shutdown)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.refresh()
+
+    def mark_down(self, replica: Replica, reason: str) -> None:
+        replica.healthy = False
+        replica.error = reason
+
+    # -- choice ------------------------------------------------------------------------------
+    async def choose(self, model: str, *, affinity: str | None = None, home: str | None = None,
+                     exclude: Sequence[Replica] = ()) -> Replica:
+        """`affinity`: the request's key; `home`: the URL of the replica that ran the response
+        it follows (it goes there first, see core/balancer.py)."""
+        candidates = self._candidates(model, exclude)
+        if not candidates and self._model_unknown(model):
+            now = self.clock()
+            if now - self._last_rediscovery >= REDISCOVER_MIN_INTERVAL:
+                self._last_rediscovery = now
+                await self.refresh()
+                candidates = self._candidates(model, exclude)
+        if candidates:
+            if self.routing != "affinity":
+                self._turn += 1
+                return candidates[baseline(self.routing, [r.in_flight for r in candidates],
+                                           self._turn)]
+            return self._pick(candidates, affinity, home)
+        if any(r.healthy for r in self.replicas):
+            raise ModelNotFound(model)
+        # Nothing is known to be up: try anyway; the attempt's error is the truthful answer.
+        fallback = [r for r in self.replicas if r not in exclude] or list(self.replicas)
+        return min(fallback, key=lambda r: r.in_flight)
+
+    def _candidates(self, model: str, exclude: Sequence[Replica]) -> list[Replica]:
+        return [r for r in self.replicas if r.healthy and r.serves(model) and r not in exclude]
+
+    def _model_unknown(self, model: str) -> bool:
+        return not any(r.serves(model) for r in self.replicas)
+
+    def _pick(self, candidates: list[Replica], affinity: str | None,
+              home: str | None) -> Replica:
+        states = [balancer.Candidate(r.url, r.load, r.weight, r.picks) for r in candidates]
+        chosen = balancer.choose(states, key=affinity, home=home, factor=self.load_factor,
+                                 turn=self._turn)
+        self._turn += 1
+        return next(r for r, s in zip(candidates, states, strict=True) if s is chosen)
+
+    async def open(self, model: str, path: str, body: bytes, *, stream: bool,
+                   affinity: str | None = None, home: str | None = None) -> Call:
+        """POST to a replica serving `model`. A replica that refuses the connection is marked
+        down and the next one tried (nothing reached it, so nothing runs twice); at most once
+        per replica. Any other failure is final."""
+        tried: list[Replica] = []
+        last_error: UpstreamUnreachable | None = None
+        for _ in range(len(self.replicas)):
+            try:
+                replica = await self.choose(model, affinity=affinity, home=home, exclude=tried)
+            except ModelNotFound:
+                if last_error is not None:
+                    raise last_error from None
+                raise
+            replica.in_flight += 1
+            if path == GENERATION_PATH:
+                note_upstream_sent(time.perf_counter())
+            try:
+                response = await self.upstream.post(replica.url, path, body, stream=stream)
+            except UpstreamUnreachable as exc:
+                replica.in_flight -= 1
+                self.mark_down(replica, transport_detail(exc))
+                tried.append(replica)
+                last_error = exc
+                continue
+            except BaseException:
+                replica.in_flight -= 1
+                raise
+            note_replica(replica.url)  # for the access log
+            replica.picks += 1
+            return Call(replica, response)
+        assert last_error is not None  # the loop ran at least once: a fleet is never empty
+        raise last_error
+
+    # -- views -------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return any(r.healthy for r in self.replicas)
+
+    def max_model_len(self, model: str) -> int | None:
+        """The model's context length as its replicas' `/v1/models` report it (the smallest,
+        so a prompt that fits fits on any of them); None when none reports one."""
+        lengths = [entry["max_model_len"] for replica in self.replicas if replica.serves(model)
+                   for entry in replica.models if entry.get("id") == model
+                   and isinstance(entry.get("max_model_len"), int)]
+        return min(lengths) if lengths else None
+
+    def model_list(self) -> list[dict[str, Any]]:
+        """Every model of every healthy replica, first occurrence wins (ids are unique)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for replica in self.replicas:
+            if replica.healthy:
+                for entry in replica.models:
+                    seen.setdefault(str(entry.get("id")), entry)
+        return list(seen.values())
+
+    def status(self) -> list[dict[str, Any]]:
+        return [
+            {"name": r.name, "url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
+             "in_flight": r.in_flight, "error": r.error, "load": round(r.load, 3),
+             "weight": r.weight, "max_concurrency": r.max_concurrency,
+             "metrics": None if r.signal is None else
+             {"running": r.signal.running, "waiting": r.signal.waiting,
+              "kv_cache_usage": r.signal.kv_usage}}
+            for r in self.replicas
+        ]

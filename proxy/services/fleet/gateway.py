@@ -1,0 +1,55 @@
+"""`Gateway`: the one way a service opens an upstream call.
+
+    open(model, tenant, body)  ── Admission.admit ──▶ Fleet.open ──▶ Admission.watch ──▶ Call
+    unqueued(model, path, body) ──────────────────▶ Fleet.open ──────────────────────▶ Call
+
+Every generation (a create's turn, a background job's, each turn of a tool loop, a
+pass-through chat completion, a compaction's summary) goes through `open`: it waits its turn in
+the process's one `Admission` (services/admission.py), opens a stream on the chosen replica, and
+hands its slot on when the call closes. Nothing may be awaited between the admission and the
+open (admission.py's accounting rule), which is why they live in one method.
+
+`unqueued` is for the fleet's bookkeeping calls (`/tokenize` for `input_tokens`, truncation and
+the compaction threshold): short, not generations, and counted in-flight by the fleet like any
+call, but never queued behind generations: a token count waiting 30 s behind a saturated
+model would hold up the very request that is about to queue anyway.
+
+The upstream request carries the creating request's id (`x-request-id`, proxy/upstream.py reads
+it from the request context), a background job's included (its worker sets that context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.services.fleet.admission import Admission
+from proxy.services.fleet.fleet import Call, Fleet
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class Gateway:
+    fleet: Fleet
+    admission: Admission
+
+    async def open(self, model: str, tenant: str, body: bytes, *, stream: bool,
+                   affinity: str | None = None, home: str | None = None,
+                   priority: bool = False, bounded: bool = True,
+                   path: str = CHAT_PATH) -> Call:
+        """An admitted call to `path` on a replica serving `model`. `bounded=False`: may queue
+        past the admission's length bound (background jobs and tool loops, whose number is
+        bounded elsewhere). Raises what `admit` and `Fleet.open` raise (429, 404, 502...)."""
+        await self.admission.admit(model, tenant, priority=priority, bounded=bounded)
+        call = await self.fleet.open(model, path, body, stream=stream, affinity=affinity,
+                                     home=home)
+        return self.admission.watch(call)
+
+    async def unqueued(self, model: str, path: str, body: bytes, *,
+                       affinity: str | None = None) -> Call:
+        """A non-streamed bookkeeping call (`/tokenize`), not admitted: see the docstring."""
+        return await self.fleet.open(model, path, body, stream=False, affinity=affinity)
+
+    def grants(self, tenant: str) -> bool:
+        """The key may ask for `service_tier: "priority"`."""
+        return self.admission.grants(tenant)

@@ -1,0 +1,198 @@
+"""Media URLs of a request, fetched by the proxy and sent to the fleet inline (issue 23).
+
+vLLM fetches the URL of an `image_url` (and `audio_url`, `video_url`) part itself, from the GPU
+nodes: a client's `http://169.254.169.254/...` would be read from inside the fleet's network
+(SSRF), and a name vetted here could resolve elsewhere there (rebinding) or redirect there. So
+the proxy fetches each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved
+once and the connection made to the vetted address (proxy/egress.py), and hands vLLM a data:
+URL: the fleet never fetches anything a client named.
+
+Chosen over passing vetted URLs through (which costs nothing here but leaves rebinding and
+redirects to the fleet's own client): the proxy holds each fetched file while the request is
+built (bounded below), the upstream body grows by the base64 of it, and the fetch is the one vLLM
+would have made, from here instead.
+
+Bounds: one fetch `timeout` seconds in all (connect included), at most `MAX_REDIRECTS`
+redirects each vetted anew, only the part's own content type (`image/*` for an image); the
+base64 of one request's fetches at most `max_bytes` (the request's `--max-body-bytes`), counted
+as the bytes arrive; at most `PARALLEL` fetches at once; a URL repeated in a request is fetched
+once. It runs once per request, before the upstream call; never per token. A URL refused or a
+fetch that failed is a 400 naming the part (`input[i].content[j].image_url`,
+`messages[i].content[j].image_url`). Responses echo and store the client's URL, not the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
+
+import anyio
+
+from proxy.core.errors import InvalidRequest
+from proxy.core.request.items import image_urls
+from proxy.core.types import Item
+from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
+from proxy.settings import FetchSettings, LimitSettings
+
+if TYPE_CHECKING:
+    from proxy.egress import Resolve
+
+MAX_REDIRECTS = 3
+PARALLEL = 4
+# Chat part type → (the key of its URL object, the content type family it must be).
+CHAT_PARTS = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
+ALLOW = "--fetch-allow"
+
+
+class _FetchFailed(Exception):
+    """Why one URL could not be fetched (the 400's message names the URL and this)."""
+
+
+@dataclass
+class _Budget:
+    left: int
+
+    def spend(self, encoded: int) -> None:
+        self.left -= encoded
+        if self.left < 0:
+            raise _FetchFailed("the request's media are larger than this server accepts "
+                               "(--max-body-bytes)")
+
+
+class MediaFetcher:
+    def __init__(self, allow: tuple[str, ...], *, timeout: float, max_bytes: int,
+                 resolve: Resolve | None = None) -> None:
+        self._prefixes = tuple(parse_prefix(p, host_required=False) for p in allow)
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+        self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
+
+    @classmethod
+    def from_settings(cls, fetch: FetchSettings, limits: LimitSettings) -> MediaFetcher:
+        return cls(fetch.allow, timeout=fetch.timeout, max_bytes=limits.max_body_bytes)
+
+    async def for_items(self, new: Iterable[Item], history: Iterable[Item],
+                        history_param: str) -> dict[str, str]:
+        """URL → data: URL for the images of a Responses request: its new input (a failure
+        names the part) and its history (named `history_param`: the chain or conversation)."""
+        wanted: dict[str, tuple[str, str]] = {}
+        for url, _ in image_urls(history, None):
+            wanted[url] = ("image", history_param)
+        for url, where in image_urls(new):
+            wanted[url] = ("image", where or "input")
+        return await self._fetch_all(wanted)
+
+    async def inline_chat(self, messages: Any) -> bool:
+        """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
+        place. Whether anything was replaced. Malformed parts are left to vLLM to refuse."""
+        found = list(_chat_parts(messages))
+        wanted = {url: (family, where) for _, url, family, where in found}
+        if not wanted:
+            return False
+        data = await self._fetch_all(wanted)
+        for holder, url, _, _ in found:
+            holder["url"] = data[url]
+        return True
+
+    async def _fetch_all(self, wanted: dict[str, tuple[str, str]]) -> dict[str, str]:
+        if not wanted:
+            return {}
+        budget = _Budget(self._max_bytes)
+        gate = asyncio.Semaphore(PARALLEL)
+        out: dict[str, str] = {}
+
+        async def one(url: str, family: str, where: str) -> None:
+            async with gate:
+                try:
+                    out[url] = await self._fetch(url, family, budget)
+                except (_FetchFailed, UrlRefused) as exc:
+                    raise InvalidRequest(f"Error while downloading {url}: {exc}.",
+                                         param=where) from None
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for url, (family, where) in wanted.items():
+                    group.create_task(one(url, family, where))
+        except* InvalidRequest as failed:
+            raise failed.exceptions[0] from None
+        return out
+
+    async def _fetch(self, url: str, family: str, budget: _Budget) -> str:
+        """One URL as a data: URL. Raises _FetchFailed or UrlRefused."""
+        from proxy.egress import EgressRefused
+
+        try:
+            with anyio.fail_after(self._timeout):
+                for _ in range(MAX_REDIRECTS + 1):
+                    got = await self._get(url, family, budget)
+                    if isinstance(got, bytes):
+                        break
+                    url = got  # a redirect: the next hop is vetted like the first
+                else:
+                    raise _FetchFailed(f"more than {MAX_REDIRECTS} redirects")
+        except TimeoutError:
+            raise _FetchFailed(f"no answer within {self._timeout:g}s") from None
+        except EgressRefused as exc:
+            raise _FetchFailed(f"the URL's {exc.message}") from None
+        return got.decode()
+
+    async def _get(self, url: str, family: str, budget: _Budget) -> bytes | str:
+        """The data: URL's bytes, or the URL a redirect points to."""
+        import httpx2
+
+        from proxy.egress import pin, pinned_client, system_resolve
+
+        target, prefix = check(url, self._prefixes, ALLOW)
+        pinned = await pin(target, prefix.private_ok, timeout=self._timeout, allow=ALLOW,
+                           resolve=self._resolve or system_resolve)
+        try:
+            async with (pinned_client(pinned, timeout=httpx2.Timeout(self._timeout)) as http,
+                        http.stream("GET", target.url) as response):
+                location = response.headers.get("location")
+                if response.is_redirect and location:
+                    return urljoin(target.url, location)
+                if response.status_code != 200:
+                    raise _FetchFailed(f"the server answered HTTP {response.status_code}")
+                kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if not kind.startswith(family + "/"):
+                    raise _FetchFailed(f"the content type is {kind or 'missing'}, not "
+                                       f"{family}/*")
+                head = f"data:{kind};base64,".encode()
+                budget.spend(len(head))
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    budget.spend(_encoded(len(body) + len(chunk)) - _encoded(len(body)))
+                    body += chunk
+                return head + base64.b64encode(body)
+        except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
+            raise _FetchFailed(f"the server is unreachable ({exc.__class__.__name__})"
+                               ) from None
+
+
+def _encoded(size: int) -> int:
+    return (size + 2) // 3 * 4
+
+
+def _chat_parts(messages: Any) -> Iterable[tuple[dict[str, Any], str, str, str]]:
+    """(the object holding the URL, the URL, its family, its path) of each media part of chat
+    messages whose URL is not a data: URL."""
+    if not isinstance(messages, list):
+        return
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if not isinstance(kind, str) or kind not in CHAT_PARTS:
+                continue
+            holder = part.get(kind)
+            if isinstance(holder, str):  # the bare-string form some clients send
+                holder = part[kind] = {"url": holder}
+            url = holder.get("url") if isinstance(holder, dict) else None
+            if isinstance(url, str) and url[:5].lower() != "data:":
+                yield holder, url, CHAT_PARTS[kind], f"messages[{i}].content[{j}].{kind}"

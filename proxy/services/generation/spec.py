@@ -1,0 +1,98 @@
+"""`JobSpec`: what a background job carries from the request that created it to the worker
+that runs it, typed and versioned.
+
+The create path writes it (services/responses.py `_submit`), the queue holds it as bytes
+(store/jobqueue.py), a worker on any instance, perhaps of another release, reads it
+(services/jobs.py). So the wire form is a contract between releases:
+
+- version 1 (this one): a JSON object with `"version": 1` and the fields below;
+- version 0: the untyped dict written before the version existed (the same keys, no
+  `version`). Still read, so jobs queued by the previous release run after an upgrade;
+- a version above `VERSION` comes from a newer release during a rolling upgrade: refused with
+  `UnreadableSpec`, and the worker leaves the job unacknowledged for a worker that reads it
+  (the queue's reclaim hands it on), never guessing at fields it does not know.
+
+An older release reading a version-1 spec ignores the `version` key (it reads keys one by one),
+so a rollback runs the jobs this release queued.
+
+What never rides here: the stored Response object (the worker reads it from the store) and
+anything secret beyond what the turn needs (the MCP servers' headers do, the worker must send
+them: they live as long as the job's queue entry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.core.errors import ProxyError
+from proxy.services.generation.toolloop import LoopPlan
+
+VERSION = 1
+
+
+class UnreadableSpec(ProxyError):
+    """A spec this release cannot read (newer, or not a job spec at all)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    tenant: str
+    model: str
+    chat: dict[str, Any]  # the upstream chat request of the first turn
+    affinity: str | None = None
+    home: str | None = None  # the replica chosen at submit (recorded on the Response too)
+    service_tier: str | None = None
+    seal: bool = False  # include reasoning.encrypted_content
+    conversation: str | None = None
+    # The creating request's id: the job's upstream call and log lines carry it.
+    request_id: str | None = None
+    mcp: LoopPlan | None = None  # the tool loop's plan when the request has MCP tools
+    # The key's limits ticket, taken over by the worker (services/limits.py `Ticket.job_limit`).
+    limit: dict[str, Any] | None = None
+
+    @property
+    def priority(self) -> bool:
+        return self.service_tier == "priority"
+
+    def to_json(self) -> bytes:
+        data: dict[str, Any] = {
+            "version": VERSION, "tenant": self.tenant, "model": self.model, "chat": self.chat,
+            "affinity": self.affinity, "home": self.home, "service_tier": self.service_tier,
+            "seal": self.seal, "conversation": self.conversation,
+            "request_id": self.request_id}
+        if self.mcp is not None:
+            data["mcp"] = self.mcp.to_spec()
+        if self.limit:
+            data["limit"] = self.limit
+        return orjson.dumps(data)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> JobSpec:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UnreadableSpec("the job's spec is not JSON") from exc
+        if not isinstance(data, dict):
+            raise UnreadableSpec("the job's spec is not a JSON object")
+        version = data.get("version", 0)  # 0: written before specs had a version
+        if not isinstance(version, int) or version > VERSION:
+            raise UnreadableSpec(f"the job's spec has version {version!r}; this release reads "
+                                 f"versions up to {VERSION} (left for a newer worker)")
+        try:
+            return cls(
+                tenant=str(data["tenant"]), model=str(data["model"]), chat=dict(data["chat"]),
+                affinity=_text(data.get("affinity")), home=_text(data.get("home")),
+                service_tier=_text(data.get("service_tier")), seal=bool(data.get("seal")),
+                conversation=_text(data.get("conversation")),
+                request_id=_text(data.get("request_id")),
+                mcp=LoopPlan.from_spec(data["mcp"]) if data.get("mcp") else None,
+                limit=dict(data["limit"]) if data.get("limit") else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnreadableSpec(f"the job's spec lacks or mistypes a field: {exc}") from exc
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

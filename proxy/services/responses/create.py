@@ -1,0 +1,452 @@
+"""`POST /v1/responses`: parse, expand history, translate, open the upstream, run the turn.
+
+Order of work for one request (what can fail where):
+1. parse and validate (400 naming the field; sealed blobs have their seal checked);
+2. expand history: the `previous_response_id` chain (400 `previous_response_not_found`) or the
+   conversation's items (404), and the `item_reference`s; only these and `store` touch the
+   store, so `store: false` traffic without history goes on while Redis is down. What the
+   request expands to (history, references, opened blobs) is bounded by `--max-body-bytes`
+   (core/expansion.py: a 400 naming the parameter) before anything is translated or stored;
+3. choose a replica and open its chat stream, waiting only for the response *headers*: unknown
+   model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
+   plain HTTP errors here, because vLLM validates before it answers;
+4. store the new response (`in_progress`, with its input items) when `store` is true;
+5. from then on everything is an event (`services/turn.py`): `response.created` and
+   `response.in_progress` go out at once, chunks become events as they arrive, and a cut,
+   stalled or erroring upstream becomes `response.failed` with the open items closed.
+The non-streaming path runs the very same turn and returns the final object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.core import ids as idp
+from proxy.core import mcp
+from proxy.core import types as t
+from proxy.core.cache.key import USE_CACHE, Directives
+from proxy.core.compaction import OBJECT as COMPACTION_OBJECT
+from proxy.core.compaction import compacted_output, has_compaction, parse_compact_body
+from proxy.core.errors import (
+    InvalidRequest,
+    NotFound,
+    PreviousResponseNotFound,
+    ProxyError,
+    ShuttingDown,
+    UpstreamError,
+)
+from proxy.core.events.assembler import Assembler, map_usage
+from proxy.core.request.create import ResponsesRequest, parse_request
+from proxy.core.request.expansion import Expansion
+from proxy.core.request.items import parse_input
+from proxy.core.request.tolerance import Tolerance, tolerance_headers
+from proxy.core.requestctx import current_request_id
+from proxy.core.tenancy import CacheSalts
+from proxy.core.translate.chat import to_chat_request
+from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
+from proxy.services.cache.responses import OFF, Lookup, ResponseCache
+from proxy.services.eventlog.ownership import Leases
+from proxy.services.eventlog.recorder import ConversationTurn, Recorder
+from proxy.services.fleet.media import MediaFetcher
+from proxy.services.generation.builder import EndHooks, Generations, Opened
+from proxy.services.generation.spec import JobSpec
+from proxy.services.generation.toolloop import LoopPlan
+from proxy.services.generation.turn import Turn
+from proxy.services.jobs.background import Background
+from proxy.services.metering.meter import Meter, tokens_of, turn_spent
+from proxy.services.process.drain import SHUTTING_DOWN, Drain
+from proxy.services.responses.compaction import Compactor
+from proxy.services.responses.localchains import LocalChains
+from proxy.services.responses.references import find_references
+from proxy.services.responses.stored import StoredResponses
+from proxy.services.responses.tokenize import fit, measure
+from proxy.settings import Settings
+from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
+
+
+@dataclass
+class Outcome:
+    """What the web layer renders: a JSON body, or a stream of event batches (not SSE yet)."""
+
+    body: ResponseObject | None = None
+    stream: EventBatches | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. x-proxy-cache
+
+
+@dataclass(frozen=True)
+class History:
+    items: list[Item]
+    parents: tuple[str, ...] = ()
+    affinity: str | None = None
+    home: str | None = None  # the replica that ran the previous response (its prefix cache)
+    # A compaction made for this request (context_management): first in its output.
+    compaction: Item | None = None
+    # The parameter the items came from (what an expansion past the limit names).
+    param: str = "input"
+
+
+class ResponsesService:
+    """`generations`: the process's one builder (its gateway, sealer, MCP client, store);
+    `background`/`stored`: submitting a job and replaying it; `leases`: the stored foreground
+    responses' leases (lease.py; None: embedded store); `drain`: where foreground turns
+    register while they run (a SIGTERM's grace can end them)."""
+
+    def __init__(self, generations: Generations, settings: Settings, background: Background,
+                 stored: StoredResponses, *, cache: ResponseCache | None = None,
+                 drain: Drain | None = None, leases: Leases | None = None) -> None:
+        self._generations = generations
+        self._gateway = generations.gateway
+        self._store = generations.store
+        self._cache = cache
+        self._leases = leases
+        self._drain = drain or Drain()
+        self._background = background
+        self._stored = stored
+        self._settings = settings
+        self._clock = generations.clock
+        self._ids = generations.ids
+        self._sealer = generations.sealer
+        self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
+        self._compactor = Compactor(self._gateway, self._sealer, self._ids)
+        self._media = MediaFetcher.from_settings(settings.fetch, settings.limits)
+
+    async def create(self, tenant: str, body: dict[str, Any],
+                     directives: Directives = USE_CACHE, *, meter: Meter | None = None,
+                     local: LocalChains | None = None) -> Outcome:
+        """`meter`: the request's per-key account (services/metering.py), told what it
+        spends. `local`: a WebSocket connection's memory (services/localchains.py): a
+        `previous_response_id` found there needs no store read, and a streamed response that
+        ends whole is remembered there."""
+        meter = meter or Meter()
+        request, history, chat = await self._prepare(tenant, body, local, meter=meter,
+                                                      storing=True)
+        outcome = await self._create(tenant, request, history, chat, directives, meter, local)
+        outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
+        return outcome
+
+    async def _prepare(self, tenant: str, body: dict[str, Any],
+                       local: LocalChains | None = None, *, meter: Meter | None = None,
+                       storing: bool = False,
+                       ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
+        """Parse, resolve item references, expand history, translate and (truncation auto) fit:
+        everything up to the chat request a create sends, shared with `count_input_tokens`.
+        `storing`: a create, which checks the key's storage budget when it will store.
+        With a `meter`, run the automatic compaction a request asks for
+        (services/compaction.py) and charge its summarisation turn to the key; it stays out of
+        the response's `usage`, which keeps describing this turn's context (agents read
+        `input_tokens` as the context's size and would see the pre-compaction one)."""
+        settings = self._settings
+        request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
+                                tolerance=Tolerance.of(settings.tolerance.params,
+                                                       settings.tolerance.hosted_tools),
+                                sealer=self._sealer, mcp_allow=settings.mcp.allow)
+        if request.service_tier == "priority" and not self._gateway.grants(tenant):
+            request = dataclasses.replace(request, service_tier="default")
+        if storing and (request.store or request.conversation):
+            # Before any upstream call (compaction, truncation's count, the turn): a key that
+            # holds its storage budget is refused now (429). The store's create checks again,
+            # atomically, for two requests racing for the last bytes.
+            await self._store.check_storage(tenant)
+        request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
+        found = await find_references(self._store, tenant, request)
+        history = await self._history(tenant, request, local)
+        request, shown, seen = self._expand(request, found, history)
+        shown = await self._with_media(shown, history)
+        if request.auto_compact or has_compaction(history.items) or \
+                has_compaction(request.input):
+            chat, made = await self._compactor.context(
+                tenant, shown, seen, compact=meter is not None,
+                affinity=history.affinity, home=history.home)
+            if made is not None:
+                assert meter is not None
+                meter.charge(tokens_of(made.usage))
+                history = dataclasses.replace(history, compaction=made.item)
+        else:
+            chat = to_chat_request(shown, seen)
+        if request.truncation == "auto":
+            chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
+                             affinity=history.affinity)
+        return request, history, chat
+
+    def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History
+                ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
+        """(the request to store: references resolved, blobs sealed; the same to translate:
+        blobs opened; the history to translate), all of it counted (core/expansion.py)."""
+        expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
+        seen = expansion.history(history.items, history.param)
+        stored, shown = expansion.input(request.input, found)
+        return (dataclasses.replace(request, input=stored),
+                dataclasses.replace(request, input=shown), seen)
+
+    async def _create(self, tenant: str, request: ResponsesRequest, history: History,
+                      chat: dict[str, Any], directives: Directives, meter: Meter,
+                      local: LocalChains | None = None) -> Outcome:
+        plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
+        assembler = self._assembler(request)
+        if history.compaction is not None:
+            assembler.preface(history.compaction)
+        # A compacted turn is not served from the cache: its output must carry the compaction.
+        cached = (await self._lookup(tenant, request, chat, directives)
+                  if history.compaction is None else OFF)
+        if cached.hit:
+            return await self._cached(tenant, request, history, assembler, cached, meter)
+        if request.background:
+            outcome = await self._submit(tenant, request, history, chat, assembler, meter,
+                                         plan=plan)
+            outcome.headers.update(cached.headers())
+            return outcome
+        # The upstream first: what it refuses (404, 400, 502) is refused before anything is
+        # stored. A tool loop opens its upstream turns itself, as it runs.
+        opened = await self._generations.open(
+            tenant, request.model, chat, plan=plan, affinity=history.affinity,
+            home=history.home, priority=request.service_tier == "priority")
+        call = opened.call
+        try:
+            recorder = await self._recorder(tenant, request, assembler, history,
+                                            replica=call.replica.url if call else None)
+        except BaseException:
+            if call is not None:
+                await self._generations.tasks.shielded(call.aclose())
+            raise
+        turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
+        meter.track(turn_spent(assembler, chat))
+        owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
+        ended = self._keeper(tenant, cached, assembler)
+        if request.stream:
+            if local is not None:
+                ended.append(_remembering(local, assembler, request, history, opened))
+            return Outcome(stream=meter.stream(_streamed(turn, owned, ended)),
+                           headers=cached.headers())
+        async with owned, contextlib.aclosing(turn.run()) as batches:
+            async for _ in batches:
+                pass
+        final = assembler.snapshot()
+        if final["status"] == t.S_FAILED:
+            if final["error"]["message"] == SHUTTING_DOWN:
+                raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
+            if opened.loop is not None and opened.loop.listing_failed:
+                # as OpenAI: 424, the tool's fault
+                raise ProxyError(final["error"]["message"], status=424, param="tools",
+                                 code=mcp.SERVER_ERROR)
+            raise UpstreamError(final["error"]["message"])
+        ended()
+        return Outcome(body=final, headers=cached.headers())
+
+    # -- the response cache (services/cache.py does the work) -------------------------------
+    async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
+                      directives: Directives) -> Lookup:
+        if self._cache is None or request.mcp:  # tools run by us: never served from a cache
+            return OFF
+        return await self._cache.lookup_response(tenant, request, chat, directives)
+
+    async def _cached(self, tenant: str, request: ResponsesRequest, history: History,
+                      assembler: Assembler, cached: Lookup, meter: Meter) -> Outcome:
+        assert self._cache is not None
+        final, stream = await self._cache.serve_response(tenant, request, history.parents,
+                                                         assembler.snapshot(), cached)
+        meter.charge(tokens_of(final.get("usage")))  # served, though not generated
+        self._generations.metrics.response_finished(final["status"])  # a Response, though no tokens
+        if stream is None:
+            return Outcome(body=final, headers=cached.headers())
+        return Outcome(stream=_once(stream), headers=cached.headers())
+
+    def _keeper(self, tenant: str, cached: Lookup, assembler: Assembler) -> EndHooks:
+        """What to run once the turn has ended whole: offer the final object to the cache
+        (which keeps only what it may serve again)."""
+        hooks = EndHooks()
+        cache = self._cache
+        if cache is not None and cached.key is not None:
+            hooks.append(lambda: cache.keep(tenant, cached, assembler.snapshot()))
+        return hooks
+
+    @contextlib.asynccontextmanager
+    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+                     ) -> AsyncIterator[None]:
+        """While a foreground turn runs: registered for the drain, and leased when stored.
+        The lease itself was taken by the create (`_recorder`): here it is only held."""
+        with self._drain.turn(response_id, turn):
+            if leased and self._leases is not None:
+                recorder = turn.recorder
+                async with self._leases.held(
+                        response_id, taken=True,
+                        end_stored=lambda: recorder is None or recorder.final is not None):
+                    yield
+            else:
+                yield
+
+    async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
+        this body would send (history, references and truncation included)."""
+        _, history, chat = await self._prepare(tenant, body)
+        seen = await measure(self._gateway, chat, affinity=history.affinity)
+        return {"object": "response.input_tokens", "input_tokens": seen.count}
+
+    async def compact(self, tenant: str, body: dict[str, Any], *,
+                      meter: Meter | None = None) -> Outcome:
+        """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
+        chain, scoped to the key) summarised by the fleet's model: the user messages, then one
+        sealed compaction item (core/compaction.py)."""
+        parsed = parse_compact_body(body, strict=self._settings.tolerance.params == "strict")
+        inputs = ([] if parsed.input is None else
+                  parse_input(parsed.input, self._ids,
+                              max_items=self._settings.limits.max_input_items,
+                              sealer=self._sealer))
+        request = ResponsesRequest(model=parsed.model, input=inputs,
+                                   instructions=parsed.instructions,
+                                   previous_response_id=parsed.previous_response_id,
+                                   cache_salt=self._salts.salt(tenant))
+        history = await self._history(tenant, request)
+        _, shown, seen = self._expand(request, {}, history)
+        shown = await self._with_media(shown, history)
+        done = await self._compactor.compact(tenant, shown, seen,
+                                             affinity=history.affinity, home=history.home)
+        if meter is not None:
+            meter.charge(tokens_of(done.usage))
+        return Outcome(body={
+            "id": self._ids(idp.RESPONSE),
+            "object": COMPACTION_OBJECT,
+            "created_at": int(self._clock()),
+            "output": compacted_output(done.items, done.item),
+            "usage": done.usage or map_usage({"prompt_tokens": 0}),
+        }, headers=tolerance_headers(parsed.ignored, ()))
+    async def _with_media(self, request: ResponsesRequest, history: History
+                          ) -> ResponsesRequest:
+        """The request with its image URLs fetched (services/media.py): translation then sends
+        the fleet their data, never a URL to fetch."""
+        where = ("previous_response_id" if request.previous_response_id else
+                 "conversation" if request.conversation else "input")
+        media = await self._media.for_items(request.input, history.items, where)
+        return dataclasses.replace(request, media=media) if media else request
+
+    def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:
+        """The MCP tool loop's plan (servers listed earlier in the chain, approved calls), or
+        None for a request without MCP tools. An approval of nothing we asked is a 400."""
+        if not request.mcp:
+            return None
+        servers = {s.label: s for s in request.mcp}
+        ceiling = self._settings.mcp.max_calls
+        offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
+        return LoopPlan(request.mcp, mcp.listed_in(history.items),
+                        mcp.approvals(request.input, history.items, servers),
+                        min(request.max_tool_calls or ceiling, ceiling), offered, mode)
+
+    async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
+                      chat: dict[str, Any], assembler: Assembler, meter: Meter, *,
+                      plan: LoopPlan | None = None) -> Outcome:
+        """A background response: stored queued with its first events, then queued. A model
+        no replica serves is refused now (404), while the client still waits for an answer."""
+        # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
+        replica = await self._gateway.fleet.choose(request.model, affinity=history.affinity,
+                                           home=history.home)
+        events = assembler.start(background=True)
+        logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
+        record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
+                                logged=True, replica=replica.url)
+        spec = JobSpec(tenant, request.model, chat, affinity=history.affinity,
+                       home=replica.url, service_tier=request.service_tier,
+                       seal="reasoning.encrypted_content" in request.include,
+                       conversation=request.conversation,
+                       # The worker's upstream call and log lines carry this request's id.
+                       request_id=current_request_id(),
+                       # The worker runs the tool loop. The MCP headers ride in the job's spec
+                       # (the worker needs them), never in the stored Response object.
+                       mcp=plan,
+                       # The worker renews and frees the lease, counts the usage.
+                       limit=meter.job_limit())
+        await self._background.submit(record, request.input, logged, spec)
+        await meter.hand_over()  # the client's replay of the job is not metered
+        if request.stream:
+            return Outcome(stream=self._stored.replay_record(record, after=-1))
+        return Outcome(body=record.response)
+
+    async def _history(self, tenant: str, request: ResponsesRequest,
+                       local: LocalChains | None = None) -> History:
+        if request.previous_response_id:
+            chain = local.get(request.previous_response_id) if local is not None else None
+            if chain is None:
+                chain = await self._store.load_chain(tenant, request.previous_response_id)
+            if chain is None:
+                raise PreviousResponseNotFound(request.previous_response_id)
+            if len(chain.parents) > MAX_CHAIN_DEPTH:
+                raise InvalidRequest(
+                    f"The chain of previous responses is longer than {MAX_CHAIN_DEPTH}; start "
+                    "a new one (or use a conversation).", param="previous_response_id")
+            # The whole chain lands on one replica (vLLM's prefix cache): where its last turn
+            # ran, else (that one unknown or overloaded) the root's rendezvous order.
+            return History(chain.items, chain.parents, affinity=chain.parents[0],
+                           home=chain.replica, param="previous_response_id")
+        if request.conversation:
+            items = await self._store.all_conversation_items(tenant, request.conversation)
+            if items is None:
+                raise NotFound(f"Conversation with id '{request.conversation}' not found.",
+                               param="conversation")
+            return History(items, affinity=request.conversation, param="conversation")
+        return History([], affinity=request.prompt_cache_key)
+
+    def _assembler(self, request: ResponsesRequest) -> Assembler:
+        base: ResponseObject = {
+            "id": self._ids(idp.RESPONSE),
+            "object": "response",
+            "created_at": int(self._clock()),
+            "model": request.model,
+            **request.echo(),
+        }
+        include = "reasoning.encrypted_content" in request.include
+        if include:
+            self._sealer.keys()  # no secret known yet: a 503 now, not a failure mid-stream
+        return self._generations.assembler(base, seal=include)
+
+    async def _recorder(self, tenant: str, request: ResponsesRequest, assembler: Assembler,
+                        history: History, *, replica: str | None = None) -> Recorder | None:
+        conversation = (ConversationTurn(tenant, request.conversation, request.input)
+                        if request.conversation else None)
+        if not request.store and conversation is None:
+            return None
+        settings = self._settings
+        recorder = self._generations.recorder(conversation=conversation, stored=request.store)
+        if request.store:
+            snapshot = assembler.snapshot()
+            record = StoredResponse(snapshot, tenant, parents=history.parents,
+                                    logged=request.stream, replica=replica)
+            # The writer's lease is taken in the same round trip as the create (lease.py): a
+            # stored stream waits on one Redis call before its first event, not two.
+            leases = self._leases
+            await self._store.create_response(record, request.input,
+                                              ttl=settings.store.response_ttl,
+                                              event_ttl=settings.store.event_ttl,
+                                              lease_ms=leases.ttl_ms if leases else None)
+            if request.stream:
+                # Its log only once it is stored.
+                recorder.log = self._generations.log.open(snapshot["id"])
+        return recorder
+
+
+async def _streamed(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+                    ended: Callable[[], None] | None = None) -> EventBatches:
+    # The events of one upstream read leave together (one write on SSE). `aclosing` so that
+    # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
+    async with owned, contextlib.aclosing(turn.run()) as batches:
+        async for batch in batches:
+            if batch:
+                yield batch
+    # Reached only when the stream ran to its end: a client that left never gets here.
+    if ended is not None:
+        ended()
+
+
+async def _once(batch: EventBatch) -> EventBatches:
+    yield batch
+
+
+def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesRequest,
+                 history: History, opened: Opened) -> Callable[[], None]:
+    # The replica that served the last turn (a tool loop may take several): the chain's home.
+    return lambda: local.remember(
+        assembler.snapshot(), history.items, history.parents, request.input, opened.home)
+
