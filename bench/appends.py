@@ -1,6 +1,6 @@
 """`python -m bench.appends`: three ways to write one event-log flush, side by side (issue 18).
 
-The flush of `services/eventlog.py` at 256 streams x 20 ms/token carries about one event per
+The flush of `services/eventlog/writer.py` at 256 streams x 20 ms/token carries about one event per
 stream (tokens are 20 ms apart, the window is 20 ms). Measured here without the proxy, on a
 redis-server of its own pinned to core 0 (this process on core 1), for `--streams` streams
 with `--events` events each per flush, `--flushes` flushes per round, the methods interleaved

@@ -121,7 +121,7 @@ class Stack:
             "--port", str(self.proxy_port), "--upstream", self.sim_url,
             "--redis-url", f"redis://{HOST}:{self.redis_port}/0",
             "--worker-concurrency", str(options.worker_concurrency),
-            # Admission control (services/admission.py) would queue every stream past 64 per
+            # Admission control (services/fleet/admission.py) would queue every stream past 64 per
             # replica: the bench measures the streaming path, so the cap is the largest row.
             "--max-inflight-per-replica", str(max(options.worker_concurrency, 64)),
         ], logs / "proxy.log", pin.proxy, env,

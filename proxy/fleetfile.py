@@ -34,7 +34,7 @@ class ReplicaSpec:
     api_key: str | None = field(default=None, repr=False)
     max_concurrency: int | None = None
     models: tuple[str, ...] | None = None
-    name: str | None = None  # None: `replica-<n>` (services/fleet.py)
+    name: str | None = None  # None: `replica-<n>` (services/fleet/fleet.py)
 
 
 class FleetFileError(ValueError):

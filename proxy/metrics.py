@@ -63,7 +63,7 @@ METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"}
 
 
 class ReplicaView(Protocol):
-    """What the replica collector reads from a fleet replica (services/fleet.py `Replica`)."""
+    """What the replica collector reads from a fleet replica (services/fleet/fleet.py `Replica`)."""
 
     @property
     def name(self) -> str: ...
@@ -96,18 +96,21 @@ class Metrics:
             "Request start to the generation request written to a replica (parse, history, "
             "translate, replica choice), by route template.",
             ("route",), buckets=OVERHEAD_BUCKETS, registry=registry)
-        # -- Responses and tokens (services/turn.py) ------------------------------------------
+        # -- Responses and tokens (services/generation/turn.py)
+        # ------------------------------------------
         self._responses = Counter(
             "proxy_responses", "Responses finished, by terminal status.", ("status",),
             registry=registry)
         self._tokens = Counter(
             "proxy_tokens", "Tokens of finished generations, by direction (input, output).",
             ("direction",), registry=registry)
-        # -- background jobs (services/jobs.py) -----------------------------------------------
+        # -- background jobs (services/jobs/runner.py)
+        # -----------------------------------------------
         self._jobs = Counter(
             "proxy_jobs", "Background jobs ended by this process's worker, by outcome.",
             ("outcome",), registry=registry)
-        # -- the response cache (services/cache.py) -------------------------------------------
+        # -- the response cache (services/cache/responses.py)
+        # -------------------------------------------
         self._cache_requests = Counter(
             "proxy_cache_requests", "Cache lookups by route and result (hit, miss, bypass).",
             ("route", "result"), registry=registry)

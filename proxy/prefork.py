@@ -6,7 +6,7 @@ in-process background worker, event-log flusher); they share nothing but Redis, 
 more than one needs `--redis-url` (the embedded store lives in one process's memory).
 What crosses processes already goes through Redis: a follower on process A of a stream made by
 process B reads B's event log; a cancel writes the job's state, which B's worker sees; jobs
-are taken through the consumer group, one consumer per process (services/jobs.py names each
+are taken through the consumer group, one consumer per process (services/jobs/runner.py names each
 consumer with its pid).
 
 How the port is shared: the supervisor binds one listening socket per child with

@@ -61,7 +61,7 @@ class Runtime:
     fleet: Fleet
     store: Store
     tasks: TaskSet
-    events: EventLog  # the event logs: writer, followers, reads, ending (services/events.py)
+    events: EventLog  # the event logs: writer, followers, reads, ending (services/eventlog/log.py)
     passthrough: Passthrough
     responses: ResponsesService
     stored: StoredResponses
@@ -80,7 +80,7 @@ class Runtime:
     # which dies with the process anyway).
     leases: Leases | None = None
     # Reads the deployment's fleet secret when the store was unreachable at start (None: it
-    # is known; services/sealing.py).
+    # is known; services/process/sealing.py).
     read_secret: Callable[[], Awaitable[None]] | None = None
     _loops: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -88,7 +88,7 @@ class Runtime:
     async def open(cls, settings: Settings, *, worker: bool | None = None,
                    metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
-        piece of start-up I/O the services need before they exist: services/sealing.py)."""
+        piece of start-up I/O the services need before they exist: services/process/sealing.py)."""
         tenancy = settings.tenancy
         backend = open_backend(settings.store.redis_url, budget=storage_budget(
             tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key))
@@ -101,7 +101,7 @@ class Runtime:
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
-        `sealer`: the fleet secret's (services/sealing.py), one for every service.
+        `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
         client = http or Upstream.make_pool(
             max_per_origin=settings.upstream.max_connections,

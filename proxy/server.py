@@ -3,9 +3,9 @@
 uvicorn on its own answers SIGTERM by closing the listening socket at once, then waits up to
 `timeout_graceful_shutdown` for the open connections and cancels what is left. That keeps open
 streams going but cannot say "not ready" (the port is gone) nor refuse politely. So the first
-SIGTERM or SIGINT starts the app's drain instead (services/drain.py: /readyz 503, new requests
-refused with 503, streams finishing within the grace); uvicorn's own shutdown begins only once
-the drain is over, and then finds little left: its socket close, its wait for connections
+SIGTERM or SIGINT starts the app's drain instead (services/process/drain.py: /readyz 503, new
+requests refused with 503, streams finishing within the grace); uvicorn's own shutdown begins only
+once the drain is over, and then finds little left: its socket close, its wait for connections
 (bounded by `timeout_graceful_shutdown`) and the lifespan shutdown run as they always do.
 
 A second signal skips the rest of the drain: uvicorn's normal path (a signal-terminated exit).

@@ -51,6 +51,7 @@ from proxy.core.errors import (
 )
 from proxy.core.requestctx import current_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
+from proxy.dial import Proxy
 from proxy.http1 import (
     ConnectError,
     ConnectTimeout,
@@ -58,7 +59,6 @@ from proxy.http1 import (
     Headers,
     Origin,
     PoolTimeout,
-    Proxy,
     ReadTimeout,
     Response,
     TransportError,

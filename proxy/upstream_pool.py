@@ -42,15 +42,14 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from proxy.dial import Proxy, connect
 from proxy.http1 import (
     Connection,
     ExchangeTimeouts,
     Origin,
     PoolTimeout,
-    Proxy,
     ReadError,
     Response,
-    connect,
 )
 
 # Idle keep-alive connections are closed after this many seconds (uvicorn's default keep-alive

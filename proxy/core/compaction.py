@@ -1,6 +1,6 @@
 """Compaction: a long context replaced by a summary the fleet's model wrote (CONTRACT.md
 "Compaction"), as pure functions; the I/O (the summarisation turn, `/tokenize`) is in
-services/compaction.py.
+services/responses/compaction.py.
 
 The compaction item `{type: "compaction", id, encrypted_content}` carries a sealed payload
 (core/seal.py, purpose `compaction`: the fleet secret, so any instance opens it and no client
@@ -17,7 +17,7 @@ turn, which in the stored chain (inputs, then outputs) sit right before it. A la
 replaces an earlier summary too (the later summary was written from it).
 
 The summary becomes one system message after the user messages kept and before the tail
-(core/system_prompt.py merges it into the leading system prompt): context from the server,
+(core/translate/system_prompt.py merges it into the leading system prompt): context from the server,
 never mistaken for an answer of the model. Sealed means authenticated, not encrypted (as for
 reasoning blobs): the client holding an item can read its summary, but not change it.
 
@@ -253,7 +253,7 @@ _COMPACT_FIELDS = frozenset({"model", "input", "instructions", "previous_respons
 @dataclass(frozen=True, slots=True)
 class CompactBody:
     model: str
-    input: Any  # parsed by core/items.py with the create's rules
+    input: Any  # parsed by core/request/items.py with the create's rules
     instructions: str | None
     previous_response_id: str | None
     ignored: tuple[str, ...] = ()

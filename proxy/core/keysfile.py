@@ -16,7 +16,7 @@ leave a key unlimited.
 
 `max_stored_bytes`: bytes the key may keep stored (its responses and conversations), a
 non-negative integer (0: no limit), optional like the others; enforced by the store
-(core/storagebudget.py), not by services/limits.py.
+(core/storagebudget.py), not by services/metering/limits.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 LIMIT_FIELDS = ("rpm", "tpm", "max_streams", "token_budget", "max_stored_bytes")
-# Limits the store enforces (core/storagebudget.py), not services/limits.py; 0 means unlimited.
+# Limits the store enforces (core/storagebudget.py), not services/metering/limits.py; 0 means
+# unlimited.
 STORE_FIELDS = ("max_stored_bytes",)
 
 
@@ -50,7 +51,7 @@ class Limits:
 
     @property
     def any(self) -> bool:
-        """Any limit services/limits.py enforces (the store enforces STORE_FIELDS)."""
+        """Any limit services/metering/limits.py enforces (the store enforces STORE_FIELDS)."""
         return any(getattr(self, f.name) is not None for f in fields(self)
                    if f.name not in STORE_FIELDS)
 

@@ -7,13 +7,13 @@ The tag covers the version, the purpose and the compressed payload, so a blob se
 purpose never opens for another, and it is checked (in constant time) *before* any byte is
 inflated: a forged bomb costs one HMAC. Even a genuine blob is inflated by a streaming
 decompressor stopped at `max_bytes`: a per-blob cap well below the body limit
-(`--max-sealed-bytes`); what all of a request's blobs open to is counted by core/expansion.py.
-`verify` checks the tag alone (no inflation): a request's items are verified when parsed and
-stored sealed, and opened only when the upstream request is built.
+(`--max-sealed-bytes`); what all of a request's blobs open to is counted by
+core/request/expansion.py. `verify` checks the tag alone (no inflation): a request's items are
+verified when parsed and stored sealed, and opened only when the upstream request is built.
 
 Any instance with the same secret opens any blob: the secret is fleet-wide, not per instance.
 There is no default secret (a public one would let anyone seal blobs we accept): the operator's
-`--fleet-secret`, else one random secret per deployment (services/sealing.py).
+`--fleet-secret`, else one random secret per deployment (services/process/sealing.py).
 Rotation with overlap: a `Sealer` seals with its first secret and opens with any of them, so a
 fleet moves to a new secret by first adding it second everywhere, then first, then dropping
 the old one, without refusing a blob handed out meanwhile.
@@ -104,7 +104,7 @@ def _inflate(payload: bytes, max_bytes: int) -> str:
 @dataclass
 class Sealer:
     """`seal`/`open` bound to the fleet secrets and the per-blob cap, built once per process
-    (services/sealing.py). `secrets[0]` seals; any of `secrets` opens. No secrets: not known
+    (services/process/sealing.py). `secrets[0]` seals; any of `secrets` opens. No secrets: not known
     yet (the deployment's secret lives in a store that was unreachable at start; the service
     sets it once read), and every use is a 503 `store_unavailable` meanwhile."""
 

@@ -1,6 +1,6 @@
 """Tool names between the client and the fleet, both ways. Pure.
 
-Upstream a chat request knows only functions (core/tools.py parses what the client sent):
+Upstream a chat request knows only functions (core/request/tools.py parses what the client sent):
     function                       → the same function
     custom {name, format}          → a function of one string, `{"input": "..."}`
                                      (core/custominput.py unwraps the call's input)

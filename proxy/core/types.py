@@ -19,7 +19,7 @@ Chunk = dict[str, Any]
 # An event as it leaves the service that made it: its type and its JSON, serialized once (the
 # very bytes the event log keeps as a `StoredEvent`). A batch is the events of one upstream read
 # (or one page of a log), in order; a stream of batches is what a service hands a transport.
-# The SSE response frames each batch as one write (core/sse.py `frames`); the WebSocket sends
+# The SSE response frames each batch as one write (core/events/sse.py `frames`); the WebSocket sends
 # each JSON as one text frame and knows the terminal event by its type (`TERMINAL_EVENTS`).
 EncodedEvent = tuple[str, bytes]
 EventBatch = list[EncodedEvent]
@@ -48,7 +48,7 @@ REASONING_DELTA: Final = "response.reasoning_text.delta"
 REASONING_DONE: Final = "response.reasoning_text.done"
 ARGS_DELTA: Final = "response.function_call_arguments.delta"
 ARGS_DONE: Final = "response.function_call_arguments.done"
-# Reasoning summaries (core/summaries.py): the reasoning text again, as `summary_text`.
+# Reasoning summaries (core/events/summaries.py): the reasoning text again, as `summary_text`.
 SUMMARY_PART_ADDED: Final = "response.reasoning_summary_part.added"
 SUMMARY_PART_DONE: Final = "response.reasoning_summary_part.done"
 SUMMARY_DELTA: Final = "response.reasoning_summary_text.delta"

@@ -216,7 +216,7 @@ def refuse_placeholders(setting: str, values: Sequence[str]) -> None:
 
 def fleet_secret(value: object, flag: str) -> str | None:
     """Comma-separated secrets (the first seals, every one opens). Blank: None (a random secret
-    per deployment, services/sealing.py)."""
+    per deployment, services/process/sealing.py)."""
     if not str(value).strip():
         return None
     parts = split(str(value))

@@ -39,7 +39,7 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class FleetSettings:
-    """The replicas and how one is picked (services/fleet.py)."""
+    """The replicas and how one is picked (services/fleet/fleet.py)."""
 
     upstreams: tuple[str, ...] = ()
     # The fleet file's replicas (`--fleet`); their URLs are `upstreams` too.
@@ -85,8 +85,9 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class FlowSettings:
-    """Flow control (services/admission.py): a replica takes at most `max_inflight_per_replica`
-    requests at once from this process; past that requests wait, at most `max_queued_requests`
+    """Flow control (services/fleet/admission.py): a replica takes at most
+    `max_inflight_per_replica` requests at once from this process; past that requests wait, at most
+    `max_queued_requests`
     of them and each at most `queue_timeout` seconds, then 429."""
 
     max_inflight_per_replica: int = 64
@@ -148,11 +149,11 @@ class LimitSettings:
 
 @dataclass(frozen=True)
 class SealingSettings:
-    """Sealed blobs (core/seal.py, core/expansion.py)."""
+    """Sealed blobs (core/seal.py, core/request/expansion.py)."""
 
     # Fleet-wide secret that authenticates sealed blobs; every instance sharing one Redis must
     # have the same one. None: a random secret per deployment, shared through the store
-    # (services/sealing.py); there is no public default.
+    # (services/process/sealing.py); there is no public default.
     secret: str | None = None
     # The most one sealed blob (reasoning `encrypted_content`, a compaction item) may inflate
     # to; what all of a request's references, history and opened blobs add up to is bounded
@@ -161,7 +162,7 @@ class SealingSettings:
 
     def secrets(self) -> tuple[bytes, ...]:
         """The operator's fleet secrets, comma-separated: the first seals, every one opens
-        (rotation). Empty: none was given (services/sealing.py makes one per deployment)."""
+        (rotation). Empty: none was given (services/process/sealing.py makes one per deployment)."""
         return tuple(part.strip().encode() for part in (self.secret or "").split(",")
                      if part.strip())
 
@@ -171,7 +172,7 @@ class TenancySettings:
     """Who may call, and what one key may keep."""
 
     api_keys: tuple[str, ...] = ()
-    # `--keys-file`: more accepted keys, each with a name and limits (services/limits.py).
+    # `--keys-file`: more accepted keys, each with a name and limits (services/metering/limits.py).
     keys_file: KeysFile | None = None
     # Bytes one key may keep in the shared store when its keys-file entry (or the file's
     # defaults) sets no `max_stored_bytes`; the anonymous tenant of a proxy without keys too.
@@ -189,8 +190,8 @@ class TenancySettings:
 
 @dataclass(frozen=True)
 class McpSettings:
-    """MCP tools run by the proxy (core/mcp.py, services/toolloop.py): the URL prefixes an MCP
-    `server_url` must start with (none: MCP tools are a 400), the calls one response may make
+    """MCP tools run by the proxy (core/mcp.py, services/generation/toolloop.py): the URL prefixes
+    an MCP `server_url` must start with (none: MCP tools are a 400), the calls one response may make
     at most, and the seconds one MCP operation (list or call) may take."""
 
     allow: tuple[str, ...] = ()
@@ -200,8 +201,8 @@ class McpSettings:
 
 @dataclass(frozen=True)
 class FetchSettings:
-    """URLs the proxy fetches for the fleet (services/media.py): an image (or audio, video) URL
-    in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
+    """URLs the proxy fetches for the fleet (services/fleet/media.py): an image (or audio, video)
+    URL in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
     prefixes admits it (core/urlpolicy.py; the default: any https URL of a public address);
     `()` fetches nothing (data: URLs only). Each fetch is bounded by `timeout` seconds, and a
     request's fetched bytes by `limits.max_body_bytes`."""
@@ -212,7 +213,7 @@ class FetchSettings:
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """The response cache (services/cache.py): entries live `ttl` seconds; `semantic` asks
+    """The response cache (services/cache/responses.py): entries live `ttl` seconds; `semantic` asks
     `embedding_model` on the fleet's /v1/embeddings and takes a neighbour at or above
     `similarity` (cosine). An answer bigger than `max_entry_bytes` is not kept, and one
     semantic namespace keeps its newest `max_per_namespace` entries. An embedding call slower
@@ -229,7 +230,8 @@ class CacheSettings:
 
 @dataclass(frozen=True)
 class ToleranceSettings:
-    """Request tolerance (core/tolerance.py): unknown create fields ignored or refused; hosted
+    """Request tolerance (core/request/tolerance.py): unknown create fields ignored or refused;
+    hosted
     tools (web_search, ...) left out of the upstream request or refused."""
 
     params: str = "lenient"

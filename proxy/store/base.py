@@ -132,7 +132,8 @@ class Store(Protocol):
         atomically with it, the first events of its log (e.g. created + queued).
         `lease_ms`: also take the response's writer lease (store/leases.py), `lease_ms` from
         now on the store's clock, in the same round trip (a stored foreground response,
-        services/lease.py); a create that fails takes no lease. Raises QuotaExceeded, writing
+        services/eventlog/ownership.py); a create that fails takes no lease. Raises QuotaExceeded,
+        writing
         nothing, when the tenant already holds its storage budget."""
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...

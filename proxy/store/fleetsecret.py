@@ -1,5 +1,5 @@
 """The deployment's random fleet secret (keys.FLEET_SECRET): one round trip, every failure of
-the server a `StoreUnavailable`. Who uses it and why is services/sealing.py."""
+the server a `StoreUnavailable`. Who uses it and why is services/process/sealing.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every Redis key the store writes, in one place. Lifetimes are settings (`--response-ttl`,
-`--event-ttl`, settings.py) that the services pass to every write; none is defaulted here.
+`--event-ttl`, settings/) that the services pass to every write; none is defaulted here.
 
 Invariants (DESIGN.md, "Redis"):
 - All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
@@ -168,9 +168,10 @@ F_JOB_SPEC: Final = "s"
 JOB_CANCEL_CHANNEL: Final = "jobs:cancel"
 
 
-# -- the response cache (services/cache.py) -------------------------------------------------
-# Keys are digests (core/cachekey.py): no prompt text ever appears in a key. Every key carries
-# the tenant, so one key's entries are never another's, and nothing is found by pattern.
+# -- the response cache (services/cache/responses.py)
+# ------------------------------------------------- Keys are digests (core/cache/key.py): no prompt
+# text ever appears in a key. Every key carries the tenant, so one key's entries are never
+# another's, and nothing is found by pattern.
 #
 #   ce:<tenant>:<exact>                 STRING  one cached answer (JSON), EX --cache-ttl
 #   cn:{<tenant>:<ns>}:v                HASH    member -> guard \0 float32 vector
@@ -200,9 +201,10 @@ def cache_bucket_prefix(tenant: str, namespace: str) -> str:
     """Prefix of the bucket sets; the scripts append the bucket number."""
     return f"cn:{{{tenant}:{namespace}}}:b:"
 
-# -- per-key limits (`--keys-file`, services/limits.py) -------------------------------------
-# All keys of one client key share the hash tag `{<tenant>}` (the digest web/auth.py makes; the
-# key itself is never stored), so each limit script touches one cluster slot.
+# -- per-key limits (`--keys-file`, services/metering/limits.py)
+# ------------------------------------- All keys of one client key share the hash tag `{<tenant>}`
+# (the digest web/auth.py makes; the key itself is never stored), so each limit script touches one
+# cluster slot.
 
 # The current minute's counters: `w` (the minute, from the Redis server's clock, so instances
 # with skewed clocks still share one window), `r` (requests admitted), `t` (tokens used). A
@@ -250,9 +252,9 @@ F_STORED_UNTIL: Final = "until"
 # reads the same clock, whatever their own drift). The instance serving a response renews it
 # every third of `--lease-ttl`, for all its responses in one call; an entry whose deadline has
 # passed is a writer that died (kill -9, a lost host), and whoever finds it closes the response
-# (services/lease.py). A sorted set so that the expired ones are one ZRANGEBYSCORE away, never a
-# SCAN; bounded because entries leave when their response ends (or is reaped), and an entry
-# never renewed is reaped within two lease periods.
+# (services/eventlog/ownership.py). A sorted set so that the expired ones are one ZRANGEBYSCORE
+# away, never a SCAN; bounded because entries leave when their response ends (or is reaped), and an
+# entry never renewed is reaped within two lease periods.
 LEASES: Final = "leases:{live}"
 
 
@@ -263,11 +265,11 @@ def response_reaper(response_id: str) -> str:
     return f"rp:{{{response_id}}}:reaper"
 
 
-# -- the per-deployment fleet secret (services/sealing.py) ----------------------------------
-# Without `--fleet-secret`, the first instance to start SET NXs a random secret here and every
-# instance and worker of the deployment reads it at start, so a blob sealed by one opens on all
-# of them and no one outside the deployment can seal one. No TTL, on purpose: the secret must
-# outlive every blob handed out (clients keep them; stored responses live `--response-ttl`),
-# and a secret that expired would be replaced by a new one that opens none of them. Bounded:
-# one 32-byte string per deployment.
+# -- the per-deployment fleet secret (services/process/sealing.py)
+# ---------------------------------- Without `--fleet-secret`, the first instance to start SET NXs
+# a random secret here and every instance and worker of the deployment reads it at start, so a blob
+# sealed by one opens on all of them and no one outside the deployment can seal one. No TTL, on
+# purpose: the secret must outlive every blob handed out (clients keep them; stored responses live
+# `--response-ttl`), and a secret that expired would be replaced by a new one that opens none of
+# them. Bounded: one 32-byte string per deployment.
 FLEET_SECRET: Final = "fleet:secret"

@@ -2,7 +2,7 @@
 
 A thin adapter over one sorted set and three scripts (scripts.py): one round trip per call,
 every failure of the server a `StoreUnavailable`. What the leases mean, and who renews and
-reaps them, is services/lease.py.
+reaps them, is services/eventlog/ownership.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Conventions every script keeps:
   in the lease set (keys in other slots; FINISH_RESPONSE and TRANSITION build the tenant's
   keys from the record's tenant, `_TENANT_KEYS`, since their callers need not know it). The
   proxy runs on one Redis server; a cluster would need these split. The conversation scripts
-  live with their adapter (conversations.py), the ledger's shared Lua in ledger.py.
+  live with their adapter (conversations.py), the limits' with theirs (limits.py), the ledger's
+  shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -108,7 +109,7 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # Store a new response together with its input items and its first events, index its input
 # items (keys.py, "the item index": NX, the same key resending an item keeps its first place),
 # count its bytes in its key's storage ledger (ledger.py) and (a stored foreground response,
-# services/lease.py) take its writer's lease, all in one call.
+# services/eventlog/ownership.py) take its writer's lease, all in one call.
 # KEYS: hash, input, log, leases, ledger, item index key*
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
 #       lease ms ('0': take no lease), response id, index location, budget (bytes, '0': none)
@@ -167,7 +168,7 @@ return added
 """
 
 # Append the events of every live stream of this process: one call per flush, whatever the
-# number of streams (the flusher's hot path, services/eventlog.py). Per stream it does what
+# number of streams (the flusher's hot path, services/eventlog/writer.py). Per stream it does what
 # APPEND_EVENTS does, with the same rules (unknown or closed responses dropped whole).
 # Why one call and not one per stream: at 256 streams with tokens 20 ms apart every flush
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
@@ -252,7 +253,7 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 #       output item id*
 # The events are packed as APPEND_EVENTS_MANY packs them (`append_packed`: one argument, not
 # three per event), in order. Carrying the stream's pending events here spares a short stream
-# its own flush before the end (services/eventlog.py). An event whose seq is not above the
+# its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
 # log's last is skipped, so a retried call (the first one landed, its reply lost) adds nothing:
 # it is refused anyway, the log being closed.
 # Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
@@ -414,99 +415,11 @@ end
 return out
 """
 
-# -- per-key limits (services/limits.py; keys in keys.py "per-key limits") -------------------
-# Time is the Redis server's (TIME), never an instance's: every instance sees the same minute
-# and the same lease expiries. A limit of 0 means "no limit of that kind".
-
-# Shared: `now()` → seconds, milliseconds; `window(key, sec)` → the minute's (requests, tokens)
-# or (0, 0) when the hash holds another minute.
-_LIMIT_CLOCK: Final = """
-local function now()
-  local t = redis.call('TIME')
-  local sec = tonumber(t[1])
-  return sec, sec * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function window(key, sec)
-  local held = redis.call('HMGET', key, 'w', 'r', 't')
-  if tonumber(held[1]) ~= math.floor(sec / 60) then return 0, 0 end
-  return tonumber(held[2] or '0'), tonumber(held[3] or '0')
-end
-"""
-
-# KEYS: limit_minute, limit_used, limit_streams.
-# ARGV: rpm, tpm, token_budget, max_streams, lease id ('' for a request that holds no stream
-# slot: the slot check is skipped), lease ms.
-# Every check runs before any write, so a refused request consumes nothing. Returns
-# {verdict, retry_after_seconds}: verdict 'ok', 'budget', 'tpm', 'rpm' or 'streams'.
-LIMIT_ADMIT: Final = _LIMIT_CLOCK + """
-local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
-local budget, streams = tonumber(ARGV[3]), tonumber(ARGV[4])
-if ARGV[5] == '' then streams = 0 end  -- a request without a lease takes no stream slot
-local sec, ms = now()
-local minute = math.floor(sec / 60)
-local next_minute = 60 - (sec % 60)
-if budget > 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= budget then
-  return {'budget', 0}
-end
-local requests, tokens = window(KEYS[1], sec)
-if tpm > 0 and tokens >= tpm then return {'tpm', next_minute} end
-if rpm > 0 and requests >= rpm then return {'rpm', next_minute} end
-if streams > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
-  if redis.call('ZCARD', KEYS[3]) >= streams then return {'streams', 1} end
-end
-if rpm > 0 or tpm > 0 then
-  redis.call('HSET', KEYS[1], 'w', minute, 'r', requests + 1, 't', tokens)
-  redis.call('PEXPIRE', KEYS[1], 120000)  -- keys.LIMIT_MINUTE_TTL_MS
-end
-if streams > 0 then
-  local lease_ms = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], ms + lease_ms, ARGV[5])
-  redis.call('PEXPIRE', KEYS[3], 2 * lease_ms)
-end
-return {'ok', 0}
-"""
-
-# KEYS: limit_minute, limit_used, limit_streams.
-# ARGV: tokens used, lease id ('' for none), count per minute ('1'/'0'), count in total.
-# The end of an admitted request: its stream slot freed, its tokens added to the minute in
-# which it ended and to the total.
-LIMIT_FINISH: Final = _LIMIT_CLOCK + """
-if ARGV[2] ~= '' then redis.call('ZREM', KEYS[3], ARGV[2]) end
-local used = tonumber(ARGV[1])
-if used > 0 and ARGV[3] == '1' then
-  local sec = now()
-  local requests, tokens = window(KEYS[1], sec)
-  redis.call('HSET', KEYS[1], 'w', math.floor(sec / 60), 'r', requests, 't', tokens + used)
-  redis.call('PEXPIRE', KEYS[1], 120000)  -- keys.LIMIT_MINUTE_TTL_MS
-end
-if used > 0 and ARGV[4] == '1' then redis.call('INCRBY', KEYS[2], used) end
-return 1
-"""
-
-# KEYS: limit_streams. ARGV: lease ms, 'renew' or 'adopt', then lease ids. `renew` pushes the
-# leases this instance still holds forward (XX: a lease already dropped as expired is not
-# brought back); `adopt` (a worker starting a background job) takes the job's lease whatever
-# became of it while the job was queued: the job runs now, so it counts now.
-LIMIT_RENEW: Final = _LIMIT_CLOCK + """
-local _, ms = now()
-local lease_ms = tonumber(ARGV[1])
-for i = 3, #ARGV do
-  if ARGV[2] == 'adopt' then
-    redis.call('ZADD', KEYS[1], ms + lease_ms, ARGV[i])
-  else
-    redis.call('ZADD', KEYS[1], 'XX', ms + lease_ms, ARGV[i])
-  end
-end
-redis.call('PEXPIRE', KEYS[1], 2 * lease_ms)
-return 1
-"""
-
-# -- foreground leases (keys.LEASES; services/lease.py) -------------------------------------
-# These touch only the lease set (one slot). Deadlines are in milliseconds of the server's own
-# clock (`_NOW_MS`), so instances with drifting clocks agree on what has expired. A stored
-# foreground response's lease is taken by CREATE_RESPONSE; these renew, list and drop it.
+# -- foreground leases (keys.LEASES; services/eventlog/ownership.py)
+# ------------------------------------- These touch only the lease set (one slot). Deadlines are in
+# milliseconds of the server's own clock (`_NOW_MS`), so instances with drifting clocks agree on
+# what has expired. A stored foreground response's lease is taken by CREATE_RESPONSE; these renew,
+# list and drop it.
 
 # One writer's leases in one call: new ones taken, held ones renewed, finished ones dropped.
 # A held lease whose deadline already passed is NOT renewed: someone may be closing that

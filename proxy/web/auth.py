@@ -1,8 +1,8 @@
 """Bearer-key authentication and tenancy, as pure ASGI middleware (keeps streaming intact).
 
 Every `/v1/` request gets a tenant in `scope["state"]["tenant"]`: a digest of its key, so stored
-objects (and per-key limits, services/limits.py) are scoped to the key that made them and no key
-is ever stored. The keys are `--api-key`s and the `--keys-file`'s. With keys configured, a
+objects (and per-key limits, services/metering/limits.py) are scoped to the key that made them and
+no key is ever stored. The keys are `--api-key`s and the `--keys-file`'s. With keys configured, a
 missing or unknown key is a 401; the comparison runs over every configured key in constant time.
 Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
 WebSocket handshakes on `/v1/` are checked the same way; a refused one is closed before accept.

@@ -1,4 +1,4 @@
-"""Refusing new work while the process drains (services/drain.py), as pure ASGI middleware.
+"""Refusing new work while the process drains (services/process/drain.py), as pure ASGI middleware.
 
 Every HTTP request is counted in flight while it runs (the drain waits for the count to reach
 zero, up to the grace). Once draining, a new request gets 503 `server_shutting_down` with

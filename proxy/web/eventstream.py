@@ -3,7 +3,7 @@
 What it does, and what it leaves out on purpose:
 - each item of the body iterator becomes one `http.response.body` message, written as it comes
   (no buffering): finished bytes as they are (a chat stream passed through), or, with an
-  `encode` (web/rendering.py: a Responses stream's event batches and core/sse.py `frames`),
+  `encode` (web/rendering.py: a Responses stream's event batches and core/events/sse.py `frames`),
   the bytes it makes of the item: the one place Responses events become SSE;
 - a client that goes away is noticed at once by a task awaiting `http.disconnect`, which cancels
   the streaming task: the body iterator's cleanup closes the upstream (vLLM stops generating)

@@ -1,5 +1,5 @@
 """The routes' one hook into per-key limits: `metering` admits the request (or raises its 429)
-and settles what it spent however it ends (services/metering.py). Every billable entry point
+and settles what it spent however it ends (services/metering/meter.py). Every billable entry point
 uses it, the WebSocket too (a `WebSocket` is an `HTTPConnection` like a `Request`):
 
     async with metering(request, hold=streams) as meter:

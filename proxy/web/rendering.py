@@ -3,8 +3,8 @@
 Streams go out through `EventStream` (web/eventstream.py): it listens for the client's
 disconnect concurrently (so an upstream generation is aborted within moments, even while no chunk
 is flowing) and sends keep-alive comment pings on silent streams. A Responses stream is event
-batches, framed here as SSE (core/sse.py `frames`), one write per batch: this is the only place
-Responses events become SSE bytes. A chat stream passed through is bytes, written unchanged.
+batches, framed here as SSE (core/events/sse.py `frames`), one write per batch: this is the only
+place Responses events become SSE bytes. A chat stream passed through is bytes, written unchanged.
 """
 
 from __future__ import annotations

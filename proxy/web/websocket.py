@@ -9,7 +9,7 @@ known by its type.
 Per connection: one response in flight (a second create meanwhile gets an error frame; see
 `SocketState` for the create that arrives while the previous response is still closing), a
 bounded memory of the last responses so `store: false` chains continue
-(services/localchains.py), one send at a time under `--send-timeout` (a reader that stops
+(services/responses/localchains.py), one send at a time under `--send-timeout` (a reader that stops
 reading loses the connection, as a stalled SSE client does), frames up to `--max-body-bytes`
 bytes (a larger one gets a 413 error frame, up to uvicorn's `ws_max_size` past which the
 transport closes the socket with 1009: see proxy/cli.py), and a life of `--ws-max-age`

@@ -78,15 +78,16 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
      spy.STORE),
     (f"{REQUEST};AbstractConnection.pack_command (redis/asyncio/connection.py:1357)", spy.STORE),
     (f"{STREAM};Turn._encoded (proxy/services/generation/turn.py:157)", spy.ENCODE),
-    (f"{STREAM};frames (proxy/core/sse.py:25)", spy.ENCODE),
+    (f"{STREAM};frames (proxy/core/events/sse.py:25)", spy.ENCODE),
     (f"{STREAM};Turn._read (proxy/services/generation/turn.py:237);"
-     "ChatStreamReader.feed (proxy/core/chatstream.py:27);DataDecoder.feed (proxy/core/sse.py:44)",
+     "ChatStreamReader.feed (proxy/core/events/chatstream.py:27);"
+     "DataDecoder.feed (proxy/core/events/sse.py:44)",
      spy.PARSE),
     (STREAM, spy.GLUE),
     (f"{ROOT};EventStream._stream (proxy/web/eventstream.py:108);"
      "_relay (proxy/services/fleet/passthrough.py:80)", spy.GLUE),
     (REQUEST, spy.SETUP),
-    (f"{REQUEST};parse_request (proxy/core/request.py:50)", spy.SETUP),
+    (f"{REQUEST};parse_request (proxy/core/request/create.py:50)", spy.SETUP),
     (f"{REQUEST};Logger._log (logging/__init__.py:1600)", spy.SETUP),
     (ROOT, spy.LOOP),
     (f"{ROOT};Supervisor._keep (proxy/services/process/loops.py:93)", spy.OTHER),

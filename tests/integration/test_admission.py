@@ -1,4 +1,4 @@
-"""Flow control (services/admission.py): a saturated fleet queues requests fairly and with a
+"""Flow control (services/fleet/admission.py): a saturated fleet queues requests fairly and with a
 deadline, then answers 429 with Retry-After in OpenAI's shape.
 
 The first tests drive `Admission` against a fleet whose in-flight counts the test sets (a slot

@@ -1,5 +1,5 @@
-"""A stream's end carries its own pending events (services/eventlog.py, `LogHandle.finish`): the
-session's real redis-server; the in-process app and the simulator where a whole turn is needed.
+"""A stream's end carries its own pending events (services/eventlog/writer.py, `LogHandle.finish`):
+the session's real redis-server; the in-process app and the simulator where a whole turn is needed.
 
 A short stored stream's events and its end are one store call; an end never overtakes a flush
 already carrying earlier events of its stream; a backlog goes through the flusher first; a final

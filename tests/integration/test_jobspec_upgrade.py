@@ -25,7 +25,7 @@ async def test_a_job_queued_by_the_previous_release_runs_after_an_upgrade(
         assert created.body is not None and created.body["status"] == t.S_QUEUED
         [job] = await runtime.queue.take("us", 1, block_ms=0)
         written = orjson.loads(job.spec)
-        # The dict as services/responses.py wrote it before this release (no `version`).
+        # The dict as services/responses/create.py wrote it before this release (no `version`).
         previous = {"tenant": "tenant_a", "model": "sim-model", "chat": written["chat"],
                     "affinity": None, "home": written["home"], "service_tier": "auto",
                     "seal": False, "conversation": None, "request_id": None}

@@ -1,5 +1,5 @@
-"""`Leases` (services/lease.py) on the embedded store: a writer that stops renewing has its
-response closed from its log by whoever notices (a sweep, a GET), once; a writer that finds
+"""`Leases` (services/eventlog/ownership.py) on the embedded store: a writer that stops renewing
+has its response closed from its log by whoever notices (a sweep, a GET), once; a writer that finds
 its own lease gone stops its turn."""
 
 from __future__ import annotations

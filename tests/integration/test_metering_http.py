@@ -1,5 +1,5 @@
 """Per-key metering through the app in-process (embedded store, the simulator): every way a
-request can spend tokens is charged (services/metering.py), every billable route counts in
+request can spend tokens is charged (services/metering/meter.py), every billable route counts in
 `rpm`, and `service_tier: "priority"` is honoured only for keys granted it."""
 
 from __future__ import annotations

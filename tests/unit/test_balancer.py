@@ -1,4 +1,5 @@
-"""The replica choice (core/balancer.py): pure, so every rule is checked on plain snapshots."""
+"""The replica choice (core/fleet/balancer.py): pure, so every rule is checked on plain
+snapshots."""
 
 from __future__ import annotations
 

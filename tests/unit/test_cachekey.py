@@ -1,4 +1,4 @@
-"""core/cachekey.py: what the key covers, the namespace, the near-miss guard, Cache-Control."""
+"""core/cache/key.py: what the key covers, the namespace, the near-miss guard, Cache-Control."""
 
 from __future__ import annotations
 

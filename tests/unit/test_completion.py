@@ -1,4 +1,5 @@
-"""core/completion.py: a streamed chat answer folded into one completion, and streamed again."""
+"""core/cache/completion.py: a streamed chat answer folded into one completion, and streamed
+again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""services/context.py `fit`: measure, drop by estimate, measure again, within MAX_ROUNDS; a
+"""services/responses/tokenize.py `fit`: measure, drop by estimate, measure again, within
+MAX_ROUNDS; a
 replica without /tokenize leaves the prompt alone; an unknown model stays a 404."""
 
 from __future__ import annotations

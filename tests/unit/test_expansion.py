@@ -1,5 +1,5 @@
 """What one request expands to (references, history, opened blobs) is counted against the body
-limit and refused naming the parameter that pushed it over (core/expansion.py)."""
+limit and refused naming the parameter that pushed it over (core/request/expansion.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""services/jobspec.py: the job spec's wire form is a contract between releases. Today's
+"""services/generation/spec.py: the job spec's wire form is a contract between releases. Today's
 spec round-trips; the untyped dict the previous release queued is still read; a newer
 version is refused by name, never half-read."""
 
@@ -13,7 +13,7 @@ from proxy.services.generation.toolloop import LoopPlan
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
-# Exactly what services/responses.py `_submit` wrote before specs had a version.
+# Exactly what services/responses/create.py `_submit` wrote before specs had a version.
 PREVIOUS_RELEASE = {"tenant": "t1", "model": "m", "chat": CHAT, "affinity": "conv_1",
                     "home": "http://replica:8000", "service_tier": "priority", "seal": True,
                     "conversation": "conv_1", "request_id": "req_abc",

@@ -1,4 +1,4 @@
-"""What a request is charged when vLLM reported no usage (services/metering.py), and `stream`
+"""What a request is charged when vLLM reported no usage (services/metering/meter.py), and `stream`
 read as vLLM reads it (core/fields.py `lax_bool`)."""
 
 from __future__ import annotations

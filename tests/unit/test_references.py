@@ -1,5 +1,5 @@
 """`item_reference` inputs: parsed into placeholders, resolved from stored items in place, an
-unknown id refused naming `input[i].id` (core/references.py)."""
+unknown id refused naming `input[i].id` (core/request/references.py)."""
 
 from __future__ import annotations
 

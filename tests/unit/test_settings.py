@@ -149,7 +149,7 @@ def test_the_fleet_secret_comes_from_the_flag_or_the_environment() -> None:
     rotating = build_settings({"fleet_secret": "new, old"}, {})
     assert fleet_secrets(rotating) == (b"new", b"old")  # the first seals, both open
     # None given (or empty, as compose passes an unset variable): no public default, a
-    # random secret per deployment (services/sealing.py).
+    # random secret per deployment (services/process/sealing.py).
     assert fleet_secrets(build_settings({}, {})) == ()
     assert fleet_secrets(build_settings({}, {"PROXY_FLEET_SECRET": ""})) == ()
     with pytest.raises(ConfigError) as info:

@@ -1,6 +1,7 @@
 """Reasoning summaries (`reasoning.summary` auto|concise|detailed): the reasoning text also as a
 `summary_text` part with the `response.reasoning_summary_*` events, live, rebuilt from a final
-object (core/replay.py) and picked up from a log (Assembler.restore); every sequence passes the
+object (core/events/replay.py) and picked up from a log (Assembler.restore); every sequence passes
+the
 SDK's types, its stream accumulator and the stream invariants."""
 
 from __future__ import annotations

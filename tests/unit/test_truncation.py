@@ -1,4 +1,5 @@
-"""`truncation: "auto"` (core/truncation.py) and "context too long" recognised wherever the
+"""`truncation: "auto"` (core/translate/truncation.py) and "context too long" recognised wherever
+the
 upstream says it: a 400 before the stream, a failure mid-stream."""
 
 from __future__ import annotations

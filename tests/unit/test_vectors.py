@@ -1,4 +1,5 @@
-"""core/vectors.py: buckets put near vectors together; the cosine picks the closest allowed."""
+"""core/cache/vectors.py: buckets put near vectors together; the cosine picks the closest
+allowed."""
 
 from __future__ import annotations
 

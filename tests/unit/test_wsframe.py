@@ -1,4 +1,5 @@
-"""core/wsframe.py: client frames of WebSocket mode, and services/localchains.py's bound."""
+"""core/events/wsframe.py: client frames of WebSocket mode, and services/responses/localchains.py's
+bound."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Order of a live reasoning item with summaries (core/events/assembler/), streamin
     output_item.done (summary [summary_text], content [reasoning_text])
 
 The SDK's stream accumulator passes summary events through untouched and the SDK's types accept
-them in any order within their item; rebuilt sequences (core/replay.py) put the summary part
+them in any order within their item; rebuilt sequences (core/events/replay.py) put the summary part
 after the content part instead of interleaving them, which is as valid and simpler.
 
 Pure: no I/O.

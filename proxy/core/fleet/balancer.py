@@ -4,7 +4,7 @@ Inputs are snapshots (`Candidate`), so the choice is tested without a fleet, a c
 the services that add admission control or benchmarks call the very same function.
 
 - **Load** (`Candidate.load`) is one number per replica, the same on every proxy instance up to
-  its own live requests (services/fleet.py builds it):
+  its own live requests (services/fleet/fleet.py builds it):
       requests = in_flight (this process, live)
                + max(0, running + waiting - in_flight at the last scrape)  (everybody else)
       load     = requests * (1 + kv_cache_usage)

@@ -6,7 +6,7 @@ Order of `pop()`:
     the tenant served last goes to the back of the rotation, so one key's burst of a thousand
     requests delays another key's single request by at most one turn per waiting tenant;
   - within a tenant, first come, first served.
-Its length is bounded by the caller (services/admission.py bounds all its queues together).
+Its length is bounded by the caller (services/fleet/admission.py bounds all its queues together).
 `remove` takes out an entry that gave up (deadline, client gone) at once, so it never holds a
 place. Pure: no clock, no I/O; entries are opaque and compared by identity.
 """

@@ -1,5 +1,5 @@
 """A replica's load as its own `/metrics` tells it (vLLM's Prometheus text), and the one load
-figure the balancer compares (core/balancer.py states the formula).
+figure the balancer compares (core/fleet/balancer.py states the formula).
 
 Only three gauges matter, so a few lines of parsing beat a Prometheus parser: a sample line is
 `name{labels} value [timestamp]`; vLLM writes one sample per served model (`model_name` label),

@@ -2,16 +2,17 @@
 
 Three kinds of field (CONTRACT.md lists what we serve):
 - served: read, range-checked, used and echoed in the Response object;
-  (`reasoning.summary` adds summary parts, core/summaries.py; `truncation: "auto"` drops the
-  oldest messages to fit, core/truncation.py)
+  (`reasoning.summary` adds summary parts, core/events/summaries.py; `truncation: "auto"` drops the
+  oldest messages to fit, core/translate/truncation.py)
 - accepted hints that change nothing we could get wrong (`service_tier`, `prompt_cache_key`
   (also our replica-affinity key), `prompt_cache_retention`, `safety_identifier`,
   `max_tool_calls` (it bounds only the MCP calls the proxy runs), `text.verbosity`,
   `stream_options.include_obfuscation`): echoed, otherwise ignored;
 - features we refuse for a reason (`_WHY_NOT`): a 400 naming them, never silently dropped;
 - anything else: ignored and named in `x-proxy-ignored-params` (`--params lenient`, the
-  default, core/tolerance.py), or a 400 naming it (`strict`).
-Tools (function, custom, namespace; hosted ones dropped or refused) are parsed in core/tools.py.
+  default, core/request/tolerance.py), or a 400 naming it (`strict`).
+Tools (function, custom, namespace; hosted ones dropped or refused) are parsed in
+core/request/tools.py.
 """
 
 from __future__ import annotations
@@ -96,14 +97,15 @@ class ResponsesRequest:
     prompt_cache_options: dict[str, Any] | None = None
     ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
     dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
-    truncation: str = "disabled"  # "auto": drop the oldest items to fit (core/truncation.py)
+    # "auto": drop the oldest items to fit (core/translate/truncation.py)
+    truncation: str = "disabled"
     # `context_management: [{"type": "compaction", "compact_threshold": N}]` (core/compaction.py):
     # compact automatically; the threshold None means a share of the model's context.
     auto_compact: bool = False
     compact_threshold: int | None = None
     mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
-    # Image URL → the data: URL the proxy fetched for it (services/media.py): translation sends
-    # vLLM the data, never a URL to fetch; the stored items keep the client's URL.
+    # Image URL → the data: URL the proxy fetched for it (services/fleet/media.py): translation
+    # sends vLLM the data, never a URL to fetch; the stored items keep the client's URL.
     media: dict[str, str] = field(default_factory=dict)
     # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
     # every chat request made for this create carries it.

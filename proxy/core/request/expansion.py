@@ -14,7 +14,7 @@ expanded input).
 
 It also makes the two forms of the request's items: as stored (references resolved, blobs kept
 sealed, as the client sent them) and as translated (reasoning blobs opened into `content`,
-core/items.py `open_reasoning`). Compaction blobs are opened and counted here too; the
+core/request/items.py `open_reasoning`). Compaction blobs are opened and counted here too; the
 compactor opens them again when it expands them (a summary is small and capped).
 
 Sizes: each item is measured once as orjson bytes (a stored item named by K references is

@@ -14,7 +14,7 @@ Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it
     reasoning             {id, type, summary, content?, encrypted_content?}
     compaction            {id, type, encrypted_content}  (core/compaction.py: a sealed summary)
     compaction_trigger    {id, type}  (compact now; the last input item)
-A request's `item_reference` is resolved to the stored item it names (core/references.py).
+A request's `item_reference` is resolved to the stored item it names (core/request/references.py).
 Anything else (built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
 
@@ -24,7 +24,7 @@ is not secret: the same text is in the item's `content`. A blob that is not one 
 altered, OpenAI's) is refused with a 400 naming it, as OpenAI refuses invalid encrypted content.
 Parsing only checks the seal (nothing is inflated) and the item is stored as the client sent
 it, blob and all: `open_reasoning` puts the text in `content` only in the copy the upstream
-request is built from (core/expansion.py, which counts it), so a small blob never becomes a
+request is built from (core/request/expansion.py, which counts it), so a small blob never becomes a
 large stored item.
 """
 
@@ -79,7 +79,8 @@ def parse_input(value: Any, ids: IdFactory, *, path: str = "input",
                 max_items: int, sealer: Sealer | None = None,
                 references: bool = False) -> list[Item]:
     """`input` (a string or a list of items) → stored items. With `references`, an
-    `item_reference` becomes a placeholder that the service resolves (core/references.py)."""
+    `item_reference` becomes a placeholder that the service resolves
+    (core/request/references.py)."""
     if isinstance(value, str):
         return [_message("user", [{"type": "input_text", "text": value}], ids(idp.MESSAGE))]
     items = expect_list(value, path)

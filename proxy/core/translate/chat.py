@@ -3,7 +3,8 @@
 Mapping (PROTOCOL.md §6.1):
     instructions                    → the first `system` message (never inherited from history)
     all system/developer text       → merged into that ONE leading system message, in order
-                                      (core/system_prompt.py: templates refuse a later one)
+                                      (core/translate/system_prompt.py: templates refuse a later
+                                      one)
     message user/system/developer   → the same role (`developer` → `system`: many chat
                                       templates know no developer role); text-only content
                                       becomes a plain string, the widest-supported form
@@ -13,7 +14,7 @@ Mapping (PROTOCOL.md §6.1):
     function_call_output            → `tool` message with `tool_call_id`
     reasoning                       → `reasoning` on the next assistant message
     tools / tool_choice             → nested chat form; `allowed_tools` narrows the tool list;
-                                      custom and namespace tools flattened (core/tools.py)
+                                      custom and namespace tools flattened (core/request/tools.py)
     custom_tool_call(_output), namespaced function_call → their flat function form
     text.format                     → response_format;  reasoning.effort → reasoning_effort
     max_output_tokens               → max_tokens
@@ -75,7 +76,7 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
 
 def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
                 ) -> list[Message]:
-    """`media`: image URL → the data: URL to send in its place (services/media.py)."""
+    """`media`: image URL → the data: URL to send in its place (services/fleet/media.py)."""
     media = media or {}
     messages: list[Message] = []
     pending_reasoning: list[str] = []

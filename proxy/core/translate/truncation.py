@@ -1,9 +1,9 @@
 """`truncation: "auto"`: drop the oldest messages until the prompt fits the model's context,
 and the recognition of "context too long" wherever an upstream says it.
 
-What is dropped (on the chat messages a create sends upstream, core/translate.py's output):
+What is dropped (on the chat messages a create sends upstream, core/translate/chat.py's output):
 - never the leading system message (instructions, system and developer text, merged into one
-  by core/system_prompt.py);
+  by core/translate/system_prompt.py);
 - never the newest unit: there must be something to answer;
 - otherwise whole units, oldest first. A unit is one message, except that an assistant message
   with `tool_calls` and the `tool` messages answering it are one unit: a function call is never
@@ -12,8 +12,9 @@ What is dropped (on the chat messages a create sends upstream, core/translate.py
 How much: the caller measures the whole prompt once (the fleet's `/tokenize`) and `shorten`
 estimates each unit's share of that count from its share of the serialized request (JSON
 bytes of messages and tools), dropping units until the estimate fits. The caller measures the
-shortened prompt again and repeats while it is still too long (services/context.py bounds the
-rounds); the estimate only decides how much to try, the fleet's count decides what is sent.
+shortened prompt again and repeats while it is still too long (services/responses/tokenize.py
+bounds the rounds); the estimate only decides how much to try, the fleet's count decides what is
+sent.
 
 Pure: no I/O.
 """

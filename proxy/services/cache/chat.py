@@ -2,12 +2,12 @@
 
 A hit never reaches the fleet: JSON clients get the cached completion with a new id and time,
 stream clients the same completion as a complete chunk stream ending in `[DONE]`
-(core/completion.py). A miss is the plain pass-through; when its answer may be kept, the
+(core/cache/completion.py). A miss is the plain pass-through; when its answer may be kept, the
 non-streamed body is offered to the cache as it is, and a stream's bytes are collected as they
 pass (one list append per chunk, nothing parsed) and folded into a completion once it ended.
 A stream the client left, one cut by an error frame, or one bigger than the bound is not kept.
 
-Metering (services/metering.py) is the pass-through's on a miss (the usage chunk asked for
+Metering (services/metering/meter.py) is the pass-through's on a miss (the usage chunk asked for
 when the key counts tokens is folded into the kept completion, so a later hit knows its
 size); a hit is charged the cached completion's usage, or, kept without one, the frames it
 sends: what reached the client counts whether or not a replica generated it.

@@ -1,6 +1,6 @@
 """The response cache: look an answer up, keep a finished one, serve a hit as JSON or events.
 
-    request ─▶ key (core/cachekey.py) ─▶ GET the exact entry ──hit──▶ served
+    request ─▶ key (core/cache/key.py) ─▶ GET the exact entry ──hit──▶ served
                                             │ miss, semantic mode
                                             ▼
                  embed the last user message (fleet /v1/embeddings, bounded in time)

@@ -8,8 +8,8 @@ when the store is unavailable. Each is safe to repeat:
   lost to a timeout) finds the status already terminal and answers changed=False with the stored
   object. `store_final` then compares that object with ours: the same final object means our
   write landed, and the turn goes on as if the first reply had arrived (`reconcile`). The
-  stream's last events that the write carries (services/eventlog.py) landed with it, once: the
-  refused retry appends nothing, and the log skips any event whose seq it already holds.
+  stream's last events that the write carries (services/eventlog/writer.py) landed with it, once:
+  the refused retry appends nothing, and the log skips any event whose seq it already holds.
 - the conversation append adds items by id (`ZADD NX`, `HSET`): a repeated append is a no-op.
 The conversation lives under another hash tag than the response (Redis Cluster slots), so it
 cannot share the final write's script: it is idempotent and retried instead.

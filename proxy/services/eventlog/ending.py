@@ -1,8 +1,8 @@
 """Ending a response that no live turn will finish (its worker died, its instance lost the
 lease, it was cancelled with its log open): the assembler picks it up from where its event log
 stopped, ends it (`fail` or `cancel`), and the closing events and the final object are stored
-together, as a turn's end is. Used by the worker's reclaim (services/jobs.py) and the lease
-sweep (services/lease.py)."""
+together, as a turn's end is. Used by the worker's reclaim (services/jobs/runner.py) and the lease
+sweep (services/eventlog/ownership.py)."""
 
 from __future__ import annotations
 

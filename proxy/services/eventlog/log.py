@@ -12,8 +12,9 @@ writer through this object, so neither is patched after construction.
 
 "Ending a response" lives here: it restores the assembler from the log and writes the closing
 events with the final object, exactly as a turn's end is written. The worker's reclaim
-(services/jobs.py) and the lease sweep (services/lease.py) both call `end`; neither owns the
-other's concern. The modules stay apart for now (one concept each); this is the room's door.
+(services/jobs/runner.py) and the lease sweep (services/eventlog/ownership.py) both call `end`;
+neither owns the other's concern. The modules stay apart for now (one concept each); this is the
+room's door.
 """
 
 from __future__ import annotations

@@ -162,5 +162,5 @@ class Leases:
 
     async def _close(self, record: StoredResponse) -> None:
         """Complete the response from where its log stopped, as a dead worker's job is
-        (services/jobs.py): the terminal event and the final object stored together."""
+        (services/jobs/runner.py): the terminal event and the final object stored together."""
         await self._log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)

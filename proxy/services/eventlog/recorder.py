@@ -45,7 +45,8 @@ class Recorder:
                         for event, (kind, data) in zip(events, encoded, strict=True)])
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
-        """Store the end (retried, reconciled: services/durable.py), then the conversation's
+        """Store the end (retried, reconciled: services/eventlog/durable.py), then the
+        conversation's
         new items. `final` is set only once the end is stored: a job is acknowledged on it."""
         if self.log is not None:
             result = await self.log.finish(final, terminal)

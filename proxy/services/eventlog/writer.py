@@ -6,8 +6,8 @@ after the first event of a batch, or at once when a stream has `max_pending` eve
 (a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
 cost on Redis is a fraction of a command, not a round trip. A stream's end goes through
 `LogHandle.finish`, which stores the final object together with the terminal event
-(`Store.finish_response`, retried and reconciled by services/durable.py): the client is sent the
-terminal event only after that returns. The stream's events still pending then ride in that
+(`Store.finish_response`, retried and reconciled by services/eventlog/durable.py): the client is
+sent the terminal event only after that returns. The stream's events still pending then ride in that
 same write (one round trip for the end of a short answer, not a flush and then the final
 write), provided no flush carrying its earlier events is still in flight: the end waits for
 that one (it must land first, or the log would be out of order), or, for a backlog too big for
@@ -16,7 +16,8 @@ one call, flushes it through the shared flusher first (`EventLogHub.flush_throug
 A failed flush keeps its events and is tried again (after a growing delay, at most
 `MAX_FLUSH_ATTEMPTS` times in a row per stream); past that, or past `MAX_UNFLUSHED` waiting
 events, the stream's log is given up (the stream to the client goes on) and a replay of it finds
-the gap and is rebuilt from the final object (services/stored.py). The flusher never dies of it.
+the gap and is rebuilt from the final object (services/responses/stored.py). The flusher never dies
+of it.
 
 `LogHandle.recent` holds only the events not yet confirmed in the store: a follower on this
 instance that joins late reads the store, then catches up from here. Once a flush (or the final

@@ -7,7 +7,7 @@ Rules:
     every call of this process counts, admitted or not (tokenize, embeddings);
   - a request that finds room and nobody of its model waiting goes at once (no task, no timer);
     otherwise it queues: priority first, round robin between tenants (API keys), FIFO within
-    one (core/fairqueue.py). Priority is `service_tier: "priority"` from a key whose keys-file
+    one (core/fleet/fairqueue.py). Priority is `service_tier: "priority"` from a key whose keys-file
     entry grants it (`"priority": true`, `grants`); anyone else's ask is an ordinary request,
     or one key could push every other key's requests behind its own. Queues are per model, so a
     saturated model never holds up another one's requests;

@@ -5,7 +5,7 @@ Health, models and load are hints refreshed in the background (`/health`, `/v1/m
 `/metrics` every `discovery_interval`, within the probe timeout); a replica that refuses a
 connection is marked down at once. A replica without `/metrics` (or with nothing vLLM-like in
 it) counts only this process's requests. The choice among healthy replicas serving the model is
-core/balancer.py's pure function (its docstring states the load formula and the bound): the
+core/fleet/balancer.py's pure function (its docstring states the load formula and the bound): the
 recorded replica of a chain (`home`), else the affinity key's rendezvous order, within the bounded
 load; else the least loaded, ties rotating. When nothing is known to be healthy we still try a
 replica: the failure then tells the client what is wrong (502), instead of a guess.
@@ -118,7 +118,7 @@ class Fleet:
     # The fleet file's replicas; when given, they are the fleet and `urls` is not used.
     specs: Sequence[ReplicaSpec] = ()
     load_factor: float = DEFAULT_LOAD_FACTOR
-    routing: str = "affinity"  # or a baseline of core/routing.py (`--routing`, benchmarks)
+    routing: str = "affinity"  # or a baseline of core/fleet/routing.py (`--routing`, benchmarks)
     replicas: list[Replica] = field(init=False)
     _turn: int = field(init=False, default=0)
     _last_rediscovery: float = field(init=False, default=-1e9)
@@ -201,7 +201,7 @@ class Fleet:
     async def choose(self, model: str, *, affinity: str | None = None, home: str | None = None,
                      exclude: Sequence[Replica] = ()) -> Replica:
         """`affinity`: the request's key; `home`: the URL of the replica that ran the response
-        it follows (it goes there first, see core/balancer.py)."""
+        it follows (it goes there first, see core/fleet/balancer.py)."""
         candidates = self._candidates(model, exclude)
         if not candidates and self._model_unknown(model):
             now = self.clock()

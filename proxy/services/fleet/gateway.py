@@ -5,8 +5,8 @@
 
 Every generation (a create's turn, a background job's, each turn of a tool loop, a
 pass-through chat completion, a compaction's summary) goes through `open`: it waits its turn in
-the process's one `Admission` (services/admission.py), opens a stream on the chosen replica, and
-hands its slot on when the call closes. Nothing may be awaited between the admission and the
+the process's one `Admission` (services/fleet/admission.py), opens a stream on the chosen replica,
+and hands its slot on when the call closes. Nothing may be awaited between the admission and the
 open (admission.py's accounting rule), which is why they live in one method.
 
 `unqueued` is for the fleet's bookkeeping calls (`/tokenize` for `input_tokens`, truncation and

@@ -2,8 +2,8 @@
 
 The request body goes upstream as the client sent it, but for what the proxy owns: `cache_salt`
 is the key's (core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
-prefix cache with another's; media URLs are fetched here and sent inline (services/media.py: the
-fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
+prefix cache with another's; media URLs are fetched here and sent inline (services/fleet/media.py:
+the fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
 We parse it once (to route on `model`); the answer comes back chunk for chunk as it arrives. If
 the upstream breaks off mid-stream, the client
 gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
@@ -13,7 +13,7 @@ the HTTP status is already on the wire.
 JSON boolean, sent upstream as one: the proxy and the replica must agree on whether the answer
 is a stream, or a stream would be relayed as one JSON body and never metered.
 
-Per-key metering (services/metering.py): a JSON answer is charged its `usage`; a stream its
+Per-key metering (services/metering/meter.py): a JSON answer is charged its `usage`; a stream its
 usage chunk (asked for on the client's behalf and taken out again when it did not ask), or,
 when the stream is cut before it, the frames it carried.
 

@@ -2,13 +2,13 @@
 background worker alike.
 
     assembler(base)        the Response's state machine (its sealer when asked to seal)
-    open(...)  ─────────▶  Opened: the upstream call (admitted, services/gateway.py), or the
+    open(...)  ─────────▶  Opened: the upstream call (admitted, services/fleet/gateway.py), or the
                            MCP tool loop that opens each upstream turn itself
     recorder(...)          the stored side: event log, final write, conversation append
-    turn(opened, ...)      services/turn.py's Turn over the three
+    turn(opened, ...)      services/generation/turn.py's Turn over the three
 
-The create path (services/responses.py) stores the new response between `open` and
-`recorder` (the upstream must have accepted the request first); a job (services/jobs.py)
+The create path (services/responses/create.py) stores the new response between `open` and
+`recorder` (the upstream must have accepted the request first); a job (services/jobs/runner.py)
 finds its response stored and only runs it (`job`). Neither imports the other: the worker
 knows queue mechanics, this module knows what a generation is made of.
 

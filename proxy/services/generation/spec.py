@@ -1,9 +1,9 @@
 """`JobSpec`: what a background job carries from the request that created it to the worker
 that runs it, typed and versioned.
 
-The create path writes it (services/responses.py `_submit`), the queue holds it as bytes
+The create path writes it (services/responses/create.py `_submit`), the queue holds it as bytes
 (store/jobqueue.py), a worker on any instance, perhaps of another release, reads it
-(services/jobs.py). So the wire form is a contract between releases:
+(services/jobs/runner.py). So the wire form is a contract between releases:
 
 - version 1 (this one): a JSON object with `"version": 1` and the fields below;
 - version 0: the untyped dict written before the version existed (the same keys, no
@@ -50,7 +50,8 @@ class JobSpec:
     # The creating request's id: the job's upstream call and log lines carry it.
     request_id: str | None = None
     mcp: LoopPlan | None = None  # the tool loop's plan when the request has MCP tools
-    # The key's limits ticket, taken over by the worker (services/limits.py `Ticket.job_limit`).
+    # The key's limits ticket, taken over by the worker (services/metering/limits.py
+    # `Ticket.job_limit`).
     limit: dict[str, Any] | None = None
 
     @property

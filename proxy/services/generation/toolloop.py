@@ -7,9 +7,9 @@
             run it (mcp_call.completed|failed), then open the next upstream turn with the
             output so far appended to the messages, or end the response
 
-`Turn` (services/turn.py) drives it: it reads each upstream turn through the same assembler,
-so the response's events keep one dense output_index and sequence_number across all turns,
-and its recorder, cancellation and abandonment work as for a plain turn. The loop holds the
+`Turn` (services/generation/turn.py) drives it: it reads each upstream turn through the same
+assembler, so the response's events keep one dense output_index and sequence_number across all
+turns, and its recorder, cancellation and abandonment work as for a plain turn. The loop holds the
 upstream call it opened until `Turn` takes it (`call`), and closes it in `aclose`.
 
 Bounds: at most `max_calls` MCP calls per response (the request's `max_tool_calls`, never more

@@ -34,7 +34,7 @@ CANCEL_ATTEMPTS = 3
 
 
 class LocalWorker(Protocol):
-    """This process's own worker (services/jobs.py `Worker`), as submit and cancel see it."""
+    """This process's own worker (services/jobs/runner.py `Worker`), as submit and cancel see it."""
 
     def poke(self) -> None: ...
 

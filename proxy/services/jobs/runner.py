@@ -77,8 +77,9 @@ class Worker:
     def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
                  supervisor: Supervisor | None = None, limits: Limiter | None = None) -> None:
-        """`generations`: the process's one builder of a job's turn (services/generation.py);
-        this class only takes, runs, heartbeats, reclaims and acknowledges."""
+        """`generations`: the process's one builder of a job's turn
+        (services/generation/builder.py); this class only takes, runs, heartbeats, reclaims and
+        acknowledges."""
         self.name = name or worker_name()
         self._queue, self._generations, self._settings = queue, generations, settings
         self._store, self._tasks = generations.store, generations.tasks
@@ -95,7 +96,7 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._supervisor = supervisor or Supervisor()
         # Per-key limits: a job created by a limited key holds a stream slot while it runs
-        # here and counts its tokens when it ends (the spec's `limit`, services/limits.py).
+        # here and counts its tokens when it ends (the spec's `limit`, services/metering/limits.py).
         self._limits = limits
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -258,7 +259,7 @@ class Worker:
     async def _settle_meter(self, meter: Meter, running: _Running | None,
                             spec: JobSpec | None) -> None:
         """Free the job's stream slot and count what its turn spent, finished or cancelled
-        mid-way (services/metering.py), unless the job left us (handed back or reclaimed):
+        mid-way (services/metering/meter.py), unless the job left us (handed back or reclaimed):
         then whoever runs or settles it next ends the ticket."""
         if running is not None and running.released:
             await meter.hand_over()  # not ours to end: just stop renewing it
@@ -292,7 +293,8 @@ class Worker:
             running.released = True
 
     async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
-        """Run the job's generation (services/generation.py) to its end, made known first so a
+        """Run the job's generation (services/generation/builder.py) to its end, made known first
+        so a
         cancel or a shutdown reaches it; True once its end is stored."""
         turn = await self._generations.job(record, spec)
         if turn is None:  # no upstream: ended failed, its end stored

@@ -7,7 +7,7 @@
         ▼
     ticket.end(tokens) ──LIMIT_FINISH──▶ lease freed, tokens added to the minute and the total
 
-What a request spent, and when its ticket ends, is services/metering.py's (the one path every
+What a request spent, and when its ticket ends, is services/metering/meter.py's (the one path every
 entry point takes).
 
 Each check and its write is one Lua script (store/limits.py), so two instances admitting at

@@ -11,7 +11,7 @@ cache hits), so a new way in cannot forget half of it.
           was cancelled or its client left mid-generation (what was generated until then);
         - a stream: `meter.stream(body)` settles when the stream is closed, ended or left;
         - a background job: `meter.hand_over()`; its worker adopts the ticket into a Meter of
-          its own (services/jobs.py) and settles it when the job ends, finished or cancelled.
+          its own (services/jobs/runner.py) and settles it when the job ends, finished or cancelled.
 
 What a request spent: the usage vLLM reported when it did; otherwise what it streamed until it
 was cut: one token per output delta (vLLM sends one chunk per token) plus the prompt estimated

@@ -64,7 +64,8 @@ class Drain:
             if self._in_flight == 0:
                 self._idle.set()
 
-    # -- turns (services/responses.py) -----------------------------------------------------------
+    # -- turns (services/responses/create.py)
+    # -----------------------------------------------------------
     @contextlib.contextmanager
     def turn(self, response_id: str, turn: Interruptible) -> Iterator[None]:
         """Registers a foreground turn while it runs, so the end of the grace can stop it."""

@@ -3,8 +3,8 @@ the token count that decides an automatic compaction.
 
 - `context()`: the chat request a create sends, its compaction items expanded; with
   `context_management` (or a `compaction_trigger`), the older context compacted first when the
-  prompt (counted by the fleet's `/tokenize`, as services/context.py does) passes the threshold.
-  Returns the new compaction item too, which the create puts first in its output.
+  prompt (counted by the fleet's `/tokenize`, as services/responses/tokenize.py does) passes the
+  threshold. Returns the new compaction item too, which the create puts first in its output.
 - `compact()`: `POST /v1/responses/compact`'s work: the whole context summarised.
 
 The summarisation turn is one non-streamed chat completion through the same fleet path as a

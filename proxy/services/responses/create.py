@@ -6,12 +6,12 @@ Order of work for one request (what can fail where):
    conversation's items (404), and the `item_reference`s; only these and `store` touch the
    store, so `store: false` traffic without history goes on while Redis is down. What the
    request expands to (history, references, opened blobs) is bounded by `--max-body-bytes`
-   (core/expansion.py: a 400 naming the parameter) before anything is translated or stored;
+   (core/request/expansion.py: a 400 naming the parameter) before anything is translated or stored;
 3. choose a replica and open its chat stream, waiting only for the response *headers*: unknown
    model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
    plain HTTP errors here, because vLLM validates before it answers;
 4. store the new response (`in_progress`, with its input items) when `store` is true;
-5. from then on everything is an event (`services/turn.py`): `response.created` and
+5. from then on everything is an event (`services/generation/turn.py`): `response.created` and
    `response.in_progress` go out at once, chunks become events as they arrive, and a cut,
    stalled or erroring upstream becomes `response.failed` with the open items closed.
 The non-streaming path runs the very same turn and returns the final object.
@@ -119,8 +119,8 @@ class ResponsesService:
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
                      local: LocalChains | None = None) -> Outcome:
-        """`meter`: the request's per-key account (services/metering.py), told what it
-        spends. `local`: a WebSocket connection's memory (services/localchains.py): a
+        """`meter`: the request's per-key account (services/metering/meter.py), told what it
+        spends. `local`: a WebSocket connection's memory (services/responses/localchains.py): a
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there."""
         meter = meter or Meter()
@@ -138,8 +138,8 @@ class ResponsesService:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
         `storing`: a create, which checks the key's storage budget when it will store.
         With a `meter`, run the automatic compaction a request asks for
-        (services/compaction.py) and charge its summarisation turn to the key; it stays out of
-        the response's `usage`, which keeps describing this turn's context (agents read
+        (services/responses/compaction.py) and charge its summarisation turn to the key; it stays
+        out of the response's `usage`, which keeps describing this turn's context (agents read
         `input_tokens` as the context's size and would see the pre-compaction one)."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
@@ -177,7 +177,7 @@ class ResponsesService:
     def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History
                 ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
         """(the request to store: references resolved, blobs sealed; the same to translate:
-        blobs opened; the history to translate), all of it counted (core/expansion.py)."""
+        blobs opened; the history to translate), all of it counted (core/request/expansion.py)."""
         expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
@@ -238,7 +238,8 @@ class ResponsesService:
         ended()
         return Outcome(body=final, headers=cached.headers())
 
-    # -- the response cache (services/cache.py does the work) -------------------------------
+    # -- the response cache (services/cache/responses.py does the work)
+    # -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
                       directives: Directives) -> Lookup:
         if self._cache is None or request.mcp:  # tools run by us: never served from a cache
@@ -317,7 +318,7 @@ class ResponsesService:
         }, headers=tolerance_headers(parsed.ignored, ()))
     async def _with_media(self, request: ResponsesRequest, history: History
                           ) -> ResponsesRequest:
-        """The request with its image URLs fetched (services/media.py): translation then sends
+        """The request with its image URLs fetched (services/fleet/media.py): translation then sends
         the fleet their data, never a URL to fetch."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")

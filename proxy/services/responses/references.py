@@ -1,5 +1,6 @@
 """The stored items a request's `item_reference` inputs name (one `Store.find_items` call: two
-pipelined reads however many references); core/expansion.py resolves and counts them. A request
+pipelined reads however many references); core/request/expansion.py resolves and counts them. A
+request
 without references never touches the store here."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Replay (`GET /v1/responses/{id}?stream=true[&starting_after=N]`), from any insta
   from the store, then, while it still runs, tails it live until the terminal event: the same
   bytes, the same sequence numbers, as the client that started it saw;
 - a response without a log (stored from a JSON request), or whose log has expired, replays a
-  valid sequence rebuilt from its final object (`core/replay.py`) once it has finished.
+  valid sequence rebuilt from its final object (`core/events/replay.py`) once it has finished.
 Without `starting_after` the whole log from `response.created` is sent: the SDK's
 `responses.stream(response_id=…, starting_after=k)` filters on its side (PROTOCOL.md §3.3.7).
 
@@ -173,7 +173,8 @@ def _encoded(page: list[StoredEvent]) -> EventBatch:
 
 
 async def _rebuilt(final: ResponseObject, after: int) -> EventBatches:
-    """The events rebuilt from a final object (core/replay.py), those after `after`: one batch
+    """The events rebuilt from a final object (core/events/replay.py), those after `after`: one
+    batch
     (none when nothing is left)."""
     batch = [(event["type"], orjson.dumps(event)) for event in events_from_response(final)
              if event["sequence_number"] > after]

@@ -1,7 +1,7 @@
 """The model's context, measured by the fleet: `POST /tokenize` on exactly the messages and
 tools a create sends (vLLM's TokenizeChatRequest `{model, messages, tools?}` →
 `{count, max_model_len, tokens}`), for `POST /v1/responses/input_tokens` and for
-`truncation: "auto"` (core/truncation.py decides what to drop).
+`truncation: "auto"` (core/translate/truncation.py decides what to drop).
 
 Truncation costs one /tokenize round trip when the prompt fits, and at most `MAX_ROUNDS` when it
 does not (measure, drop by estimate, measure again); requests with `truncation: "disabled"` never
@@ -36,7 +36,7 @@ class Measure:
 async def measure(gateway: Gateway, chat: dict[str, Any], *,
                   affinity: str | None = None) -> Measure:
     """The prompt tokens of `chat` (a translated create) as its model's replica counts them
-    (not admitted: services/gateway.py `unqueued`)."""
+    (not admitted: services/fleet/gateway.py `unqueued`)."""
     body: dict[str, Any] = {"model": chat["model"], "messages": chat["messages"]}
     if chat.get("tools"):
         body["tools"] = chat["tools"]

@@ -8,8 +8,8 @@
     mcpitems.py   MCP calls, approval requests, tool listings (they wait for the tool loop)
     restore.py    a response picked up from its event log     usage.py  usage mapped, summed
 
-MCP tools run by the proxy (core/mcp.py, services/toolloop.py): a `mcp_list_tools` item, or
-an `mcp_call` whose arguments are whole, waits in Phase.TOOL (open, its `output_item.done`
+MCP tools run by the proxy (core/mcp.py, services/generation/toolloop.py): a `mcp_list_tools` item,
+or an `mcp_call` whose arguments are whole, waits in Phase.TOOL (open, its `output_item.done`
 not yet sent) while the tool loop does the I/O; `mcp_list_end` / `mcp_call_end` close it,
 `next_turn()` takes the next upstream turn into the same response (numbering goes on; usage
 is summed). A call closing ends the upstream turn (the rest is not read, but for its usage),

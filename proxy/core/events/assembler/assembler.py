@@ -52,7 +52,7 @@ class Assembler(ResponseState):
         self._summaries = wants_summaries(response)
         # The upstream turn: a call still waiting for its name, the finish_reason, and the
         # output deltas since the last usage it reported (what a turn cut before its usage
-        # chunk still streamed, services/metering.py; one increment per chunk).
+        # chunk still streamed, services/metering/meter.py; one increment per chunk).
         self._pending: PendingCall | None = None
         self._finish: str | None = None
         self.deltas = 0
@@ -214,7 +214,8 @@ class Assembler(ResponseState):
         self._completed_at = int(self._clock())
         return self._terminal(t.COMPLETED, [])
 
-    # -- MCP steps (the tool loop, services/toolloop.py, runs the items) ---------------------
+    # -- MCP steps (the tool loop, services/generation/toolloop.py, runs the items)
+    # ---------------------
     @property
     def waiting(self) -> Item | None:
         """The MCP item the tool loop must finish (an `mcp_call` or `mcp_list_tools`)."""

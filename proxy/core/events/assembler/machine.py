@@ -7,8 +7,8 @@
        error frame / fail() / cancel() from any state ──────────▶ DONE
 
 TOOL: an MCP item the proxy runs (an `mcp_list_tools`, or an `mcp_call` whose arguments are
-whole) waits there, open, while the tool loop (services/toolloop.py) does the I/O; its end
-or `next_turn()` goes back to READY. Content after a finish_reason opens an item again
+whole) waits there, open, while the tool loop (services/generation/toolloop.py) does the I/O; its
+end or `next_turn()` goes back to READY. Content after a finish_reason opens an item again
 (FINISHED → a kind), as it always did.
 
 `NEXT` is the whole table. A change not in it is a bug in the assembler, never something an
@@ -27,7 +27,7 @@ class Phase(enum.Enum):
     MESSAGE = "message"
     FUNCTION_CALL = "function_call"
     FINISHED = "finished"
-    TOOL = "tool"  # an MCP item waits for the tool loop (services/toolloop.py) to run it
+    TOOL = "tool"  # an MCP item waits for the tool loop (services/generation/toolloop.py) to run it
     DONE = "done"
 
 
@@ -62,7 +62,7 @@ class Machine:
         self.phase = Phase.READY
 
     @property
-    def done(self) -> bool:  # asked once per upstream payload (core/chatstream.py)
+    def done(self) -> bool:  # asked once per upstream payload (core/events/chatstream.py)
         return self.phase is _DONE
 
     def _to(self, phase: Phase) -> None:

@@ -1,4 +1,5 @@
-"""MCP items the proxy runs (core/mcp.py; the tool loop, services/toolloop.py, does the I/O).
+"""MCP items the proxy runs (core/mcp.py; the tool loop, services/generation/toolloop.py, does the
+I/O).
 
 A call the model makes of an MCP tool streams like any call until its arguments are whole;
 then, instead of closing, it waits (`close` returns None): the assembler holds it in

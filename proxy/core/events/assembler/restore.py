@@ -29,7 +29,7 @@ from proxy.core.types import Event, Item
 _DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA})
 _STAGE_AFTER = {t.PART_ADDED: STREAMING, t.TEXT_DONE: TEXT_DONE, t.REASONING_DONE: TEXT_DONE,
                 t.ARGS_DONE: TEXT_DONE, t.PART_DONE: PART_DONE, t.CUSTOM_INPUT_DONE: TEXT_DONE}
-# Where a restored reasoning item's summary part had got to (core/summaries.py).
+# Where a restored reasoning item's summary part had got to (core/events/summaries.py).
 _SUMMARY_STAGE_AFTER = {t.SUMMARY_PART_ADDED: STREAMING, t.SUMMARY_DONE: TEXT_DONE,
                         t.SUMMARY_PART_DONE: PART_DONE}
 

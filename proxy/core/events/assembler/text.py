@@ -69,7 +69,7 @@ class MessageItem(TextItem):
 
 class ReasoningItem(TextItem):
     """Reasoning text, with a summary part streamed beside it when the request asked for
-    summaries (core/summaries.py); sealed into `encrypted_content` when the proxy seals."""
+    summaries (core/events/summaries.py); sealed into `encrypted_content` when the proxy seals."""
 
     __slots__ = ("seal", "summary", "summary_sent")
     kind = Phase.REASONING
