@@ -47,22 +47,19 @@ def events_from_response(response: ResponseObject) -> list[Event]:
 def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
     kind = item.get("type")
     where = {"item_id": item.get("id"), "output_index": index}
-    if kind == t.FUNCTION_CALL:
-        arguments = item.get("arguments", "")
+    if kind in (t.FUNCTION_CALL, t.CUSTOM_TOOL_CALL):
+        # A call's text streams in one delta: `arguments` (function) or `input` (custom).
+        field, delta, done = (("arguments", t.ARGS_DELTA, t.ARGS_DONE) if kind == t.FUNCTION_CALL
+                              else ("input", t.CUSTOM_INPUT_DELTA, t.CUSTOM_INPUT_DONE))
+        text = item.get(field, "")
+        finished = {"type": done, **where, field: text}
+        if kind == t.FUNCTION_CALL:
+            finished["name"] = item.get("name")
         return [
             {"type": t.ITEM_ADDED, "output_index": index,
-             "item": {**item, "arguments": "", "status": t.S_IN_PROGRESS}},
-            {"type": t.ARGS_DELTA, **where, "delta": arguments},
-            {"type": t.ARGS_DONE, **where, "arguments": arguments, "name": item.get("name")},
-            {"type": t.ITEM_DONE, "output_index": index, "item": item},
-        ]
-    if kind == t.CUSTOM_TOOL_CALL:
-        text = item.get("input", "")
-        return [
-            {"type": t.ITEM_ADDED, "output_index": index,
-             "item": {**item, "input": "", "status": t.S_IN_PROGRESS}},
-            {"type": t.CUSTOM_INPUT_DELTA, **where, "delta": text},
-            {"type": t.CUSTOM_INPUT_DONE, **where, "input": text},
+             "item": {**item, field: "", "status": t.S_IN_PROGRESS}},
+            {"type": delta, **where, "delta": text},
+            finished,
             {"type": t.ITEM_DONE, "output_index": index, "item": item},
         ]
     if kind in (t.MESSAGE, t.REASONING):

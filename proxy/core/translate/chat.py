@@ -38,6 +38,12 @@ from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASO
 Message = dict[str, Any]
 
 
+# Request fields sent upstream as they are, when given: (ResponsesRequest field, chat name).
+_SAMPLING = (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
+             ("top_p", "top_p"), ("user", "user"), ("presence_penalty", "presence_penalty"),
+             ("frequency_penalty", "frequency_penalty"))
+
+
 def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[str, Any]:
     messages: list[Message] = []
     if request.instructions:
@@ -50,18 +56,10 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if request.max_output_tokens is not None:
-        chat["max_tokens"] = request.max_output_tokens
-    if request.temperature is not None:
-        chat["temperature"] = request.temperature
-    if request.top_p is not None:
-        chat["top_p"] = request.top_p
-    if request.user is not None:
-        chat["user"] = request.user
-    if request.presence_penalty is not None:
-        chat["presence_penalty"] = request.presence_penalty
-    if request.frequency_penalty is not None:
-        chat["frequency_penalty"] = request.frequency_penalty
+    for field, name in _SAMPLING:
+        value = getattr(request, field)
+        if value is not None:
+            chat[name] = value
     _add_tools(chat, request)
     response_format = _response_format(request.text_format)
     if response_format is not None:

@@ -94,7 +94,6 @@ OFF = Lookup()
 class ResponseCache:
     def __init__(self, store: RedisCache, fleet: Fleet, settings: Settings, metrics: Metrics,
                  tasks: TaskSet, objects: Store, *, clock: Callable[[], float] = time.time,
-                 timer: Callable[[], float] = time.perf_counter,
                  ids: IdFactory = new_id) -> None:
         self._store = store
         self._objects = objects  # where a stored hit goes, like any stored response
@@ -104,7 +103,6 @@ class ResponseCache:
         self._metrics = metrics
         self._tasks = tasks
         self._clock = clock
-        self._timer = timer
         self._semantic = settings.cache.mode == "semantic"
         self._planes: dict[int, Hyperplanes] = {}  # by vector length
 
@@ -162,9 +160,9 @@ class ResponseCache:
         if not directives.lookup:
             found.state = BYPASS
             return self._count(found)
-        started = self._timer()
+        started = time.perf_counter()
         await self._find(tenant, found, usable)
-        return self._count(found, self._timer() - started)
+        return self._count(found, time.perf_counter() - started)
 
     async def _find(self, tenant: str, found: Lookup,
                     usable: Callable[[dict[str, Any]], bool] | None) -> None:
