@@ -52,37 +52,53 @@ log = logging.getLogger("proxy")
 DRAIN_SECONDS = 5.0
 
 
-@dataclass
-class Runtime:
-    settings: Settings
-    metrics: Metrics
-    http: ConnectionPool
-    upstream: Upstream
-    fleet: Fleet
-    store: Store
-    tasks: TaskSet
-    events: EventLog  # the event logs: writer, followers, reads, ending (services/eventlog/log.py)
-    passthrough: Passthrough
+@dataclass(frozen=True)
+class Services:
+    """What the transports (web/) hand requests to."""
+
     responses: ResponsesService
     stored: StoredResponses
     conversations: Conversations
-    queue: JobQueue
+    passthrough: Passthrough
     background: Background
+    chat: CachedChat | None = None  # chat completions through the cache (when it is on)
+
+
+@dataclass
+class Process:
+    """What keeps this process running and what its shutdown closes."""
+
+    http: ConnectionPool  # the upstream connection pool, closed last
+    tasks: TaskSet
+    # Restarts the background loops; /readyz reports the ones failing.
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
+    draining: Drain = field(default_factory=Drain)
     worker: Worker | None = None
     # Per-key limits (`--keys-file`); `limits.active` is False when no key has any.
     limits: Limiter | None = None
-    # Restarts the background loops; /readyz reports the ones failing.
-    supervisor: Supervisor = field(default_factory=Supervisor)
-    chat: CachedChat | None = None  # chat completions through the cache (when it is on)
-    # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
-    draining: Drain = field(default_factory=Drain)
     # Leases on the stored foreground responses this process generates (None: embedded store,
     # which dies with the process anyway).
     leases: Leases | None = None
     # Reads the deployment's fleet secret when the store was unreachable at start (None: it
     # is known; services/process/sealing.py).
     read_secret: Callable[[], Awaitable[None]] | None = None
-    _loops: list[asyncio.Task[None]] = field(default_factory=list)
+    loops: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+@dataclass
+class Runtime:
+    """The composition root: everything the lifespan builds, in three groups (the state
+    adapters, the services the transports call, the process's own machinery)."""
+
+    settings: Settings
+    metrics: Metrics
+    fleet: Fleet
+    store: Store
+    queue: JobQueue
+    events: EventLog  # the event logs: writer, followers, reads, ending (services/eventlog/log.py)
+    services: Services
+    process: Process
 
     @classmethod
     async def open(cls, settings: Settings, *, worker: bool | None = None,
@@ -153,30 +169,21 @@ class Runtime:
         # This process's own worker, if any, is told of its submits and cancels at once.
         background = Background(store, queue, settings.store, settings.jobs, worker=runner)
         return cls(
-            settings=settings,
-            metrics=metrics,
-            http=client,
-            upstream=upstream,
-            fleet=fleet,
-            store=store,
-            tasks=tasks,
+            settings=settings, metrics=metrics, fleet=fleet, store=store, queue=queue,
             events=events,
-            passthrough=passthrough,
-            responses=ResponsesService(generations, settings, background, stored, cache=cache,
-                                       drain=draining, leases=leases),
-            stored=stored,
-            conversations=Conversations(store, settings.store, sealer),
-            queue=queue,
-            background=background,
-            worker=runner,
-            supervisor=supervisor,
-            chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache.max_entry_bytes)
-                  if cache is not None else None),
-            limits=limits,
-            draining=draining,
-            leases=leases,
-            read_secret=None if sealer.ready else functools.partial(
-                keep_reading, sealer, backend.secret),
+            services=Services(
+                responses=ResponsesService(generations, settings, background, stored,
+                                           cache=cache, drain=draining, leases=leases),
+                stored=stored, conversations=Conversations(store, settings.store, sealer),
+                passthrough=passthrough, background=background,
+                chat=(CachedChat(passthrough, cache,
+                                 max_entry_bytes=settings.cache.max_entry_bytes)
+                      if cache is not None else None)),
+            process=Process(
+                http=client, tasks=tasks, supervisor=supervisor, draining=draining,
+                worker=runner, limits=limits, leases=leases,
+                read_secret=None if sealer.ready else functools.partial(
+                    keep_reading, sealer, backend.secret)),
         )
 
     async def start(self) -> None:
@@ -184,35 +191,35 @@ class Runtime:
         for replica in self.fleet.replicas:
             if not replica.healthy:
                 log.warning("replica %s not reachable at start: %s", replica.url, replica.error)
-        self._loops.append(self.supervisor.start("fleet-discovery", self.fleet.run))
-        if self.read_secret is not None:
-            self._loops.append(self.supervisor.start("fleet-secret", self.read_secret))
-        if self.leases is not None:
-            self._loops.append(self.supervisor.start("leases", self.leases.run))
-        if self.worker is not None:
-            self.worker.start()
-        if self.limits is not None:
-            # Renews the stream leases of this process's streams and background jobs.
-            self._loops.append(self.supervisor.start("limit-leases", self.limits.run))
+        process = self.process
+        loops = [("fleet-discovery", self.fleet.run), ("fleet-secret", process.read_secret),
+                 ("leases", process.leases.run if process.leases is not None else None),
+                 # Renews the stream leases of this process's streams and background jobs.
+                 ("limit-leases", process.limits.run if process.limits is not None else None)]
+        for name, loop in loops:
+            if loop is not None:
+                process.loops.append(process.supervisor.start(name, loop))
+        if process.worker is not None:
+            process.worker.start()
 
     async def drain(self) -> None:
         """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
-        worker_stop = (self.worker.stop(self.settings.server.shutdown_grace)
-                       if self.worker is not None else None)
-        await self.draining.run(self.settings.server.shutdown_grace, worker_stop)
+        worker_stop = (self.process.worker.stop(self.settings.server.shutdown_grace)
+                       if self.process.worker is not None else None)
+        await self.process.draining.run(self.settings.server.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
-        if self.worker is not None:
-            await self.worker.stop(self.settings.server.shutdown_grace)
-        for loop in self._loops:
+        if self.process.worker is not None:
+            await self.process.worker.stop(self.settings.server.shutdown_grace)
+        for loop in self.process.loops:
             loop.cancel()
-        for loop in self._loops:
+        for loop in self.process.loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
-        await self.tasks.drain(DRAIN_SECONDS)
-        if self.leases is not None:
+        await self.process.tasks.drain(DRAIN_SECONDS)
+        if self.process.leases is not None:
             with contextlib.suppress(ProxyError):
-                await self.leases.renew()  # drops the leases of the turns that just ended
+                await self.process.leases.renew()  # drops the leases of the turns that just ended
         await self.events.aclose()
         await self.store.aclose()
-        await self.http.aclose()
+        await self.process.http.aclose()

@@ -22,7 +22,7 @@ from proxy.web.state import runtime_of
 
 
 def limits_on(conn: HTTPConnection) -> bool:
-    limiter = runtime_of(conn).limits
+    limiter = runtime_of(conn).process.limits
     return limiter is not None and limiter.active
 
 
@@ -30,7 +30,7 @@ def limits_on(conn: HTTPConnection) -> bool:
 async def metering(conn: HTTPConnection, *, hold: bool = False) -> AsyncIterator[Meter]:
     """Admit (`hold`: the request takes a stream slot until it settles), then settle in a
     `finally`, unless a stream or a background job took the meter over."""
-    limiter = runtime_of(conn).limits
+    limiter = runtime_of(conn).process.limits
     if limiter is None or not limiter.active:
         yield Meter()
         return

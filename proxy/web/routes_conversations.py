@@ -21,44 +21,45 @@ def _ids(request: Request) -> tuple[str, str]:
 async def create(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        made = await runtime_of(request).conversations.create(tenant(request), body)
+        made = await runtime_of(request).services.conversations.create(tenant(request), body)
     return json_response(made)
 
 
 async def retrieve(request: Request) -> Response:
-    return json_response(await runtime_of(request).conversations.get(*_ids(request)))
+    return json_response(await runtime_of(request).services.conversations.get(*_ids(request)))
 
 
 async def update(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        updated = await runtime_of(request).conversations.update(*_ids(request), body)
+        updated = await runtime_of(request).services.conversations.update(*_ids(request), body)
     return json_response(updated)
 
 
 async def delete(request: Request) -> Response:
-    return json_response(await runtime_of(request).conversations.delete(*_ids(request)))
+    return json_response(await runtime_of(request).services.conversations.delete(*_ids(request)))
 
 
 async def add_items(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        added = await runtime_of(request).conversations.add_items(*_ids(request), body)
+        added = await runtime_of(request).services.conversations.add_items(*_ids(request), body)
     return json_response(added)
 
 
 async def list_items(request: Request) -> Response:
     page = parse_page(request.query_params)
-    return json_response(await runtime_of(request).conversations.list_items(*_ids(request), page))
+    conversations = runtime_of(request).services.conversations
+    return json_response(await conversations.list_items(*_ids(request), page))
 
 
 async def get_item(request: Request) -> Response:
-    return json_response(await runtime_of(request).conversations.get_item(
+    return json_response(await runtime_of(request).services.conversations.get_item(
         *_ids(request), path_id(request, "item_id")))
 
 
 async def delete_item(request: Request) -> Response:
-    return json_response(await runtime_of(request).conversations.delete_item(
+    return json_response(await runtime_of(request).services.conversations.delete_item(
         *_ids(request), path_id(request, "item_id")))
 
 

@@ -30,7 +30,7 @@ async def readyz(request: Request) -> Response:
     runtime = runtime_of(request)
     reasons: list[str] = []
     detail: dict[str, Any] = {}
-    if runtime.draining.draining:
+    if runtime.process.draining.draining:
         reasons.append("draining")  # SIGTERM: the load balancer should stop sending here
     if not runtime.fleet.ready():
         reasons.append("upstreams")
@@ -39,7 +39,7 @@ async def readyz(request: Request) -> Response:
     except ProxyError as exc:
         reasons.append("store")
         detail["store_error"] = exc.message
-    failing = runtime.supervisor.failing()
+    failing = runtime.process.supervisor.failing()
     if failing:
         reasons.append("loops")
         detail["failing_loops"] = failing

@@ -28,12 +28,12 @@ async def chat_completions(request: Request) -> Reply:
     require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     async with metering(request, hold=limits_on(request) and streams(body)) as meter:
-        if runtime.chat is not None:
-            call = runtime.chat.chat_completions(
+        if runtime.services.chat is not None:
+            call = runtime.services.chat.chat_completions(
                 body, tenant(request), parse_cache_control(request.headers.get("cache-control")),
                 meter=meter)
         else:
-            call = runtime.passthrough.chat_completions(body, tenant(request), meter=meter)
+            call = runtime.services.passthrough.chat_completions(body, tenant(request), meter=meter)
         relay = await unless_disconnected(request, call)
     return relay_response(relay, ping=runtime.settings.streams.ping_interval)
 
@@ -47,7 +47,7 @@ def streams(body: bytes) -> bool:
 
 
 async def models(request: Request) -> Response:
-    return json_response(runtime_of(request).passthrough.models())
+    return json_response(runtime_of(request).services.passthrough.models())
 
 
 routes = [

@@ -24,7 +24,7 @@ async def create(request: Request) -> Reply:
     # `parse_request` refuses a `stream` or `background` that is not a boolean.
     hold = body.get("background") is True or body.get("stream") is True
     async with metering(request, hold=hold) as meter:
-        outcome = await unless_disconnected(request, runtime.responses.create(
+        outcome = await unless_disconnected(request, runtime.services.responses.create(
             tenant(request), body, directives, meter=meter))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
@@ -37,7 +37,7 @@ async def count_input_tokens(request: Request) -> Response:
     runtime = runtime_of(request)
     body = await json_body(request)
     async with metering(request):
-        counted = await runtime.responses.count_input_tokens(tenant(request), body)
+        counted = await runtime.services.responses.count_input_tokens(tenant(request), body)
     return json_response(counted)
 
 
@@ -47,7 +47,7 @@ async def compact(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request) as meter:
         outcome = await unless_disconnected(
-            request, runtime.responses.compact(tenant(request), body, meter=meter))
+            request, runtime.services.responses.compact(tenant(request), body, meter=meter))
     return json_response(outcome.body, headers=outcome.headers)
 
 
@@ -85,15 +85,15 @@ async def retrieve(request: Request) -> Reply:
     query = request.query_params
     _check_include(request)
     if _flag(query.get("stream"), "stream"):
-        stream = await runtime.stored.replay(tenant(request), response_id,
+        stream = await runtime.services.stored.replay(tenant(request), response_id,
                                              _starting_after(query.get("starting_after")))
         return stream_response(stream, ping=runtime.settings.streams.ping_interval)
-    return json_response(await runtime.stored.get(tenant(request), response_id))
+    return json_response(await runtime.services.stored.get(tenant(request), response_id))
 
 
 async def delete(request: Request) -> Response:
     runtime = runtime_of(request)
-    return json_response(await runtime.stored.delete(tenant(request),
+    return json_response(await runtime.services.stored.delete(tenant(request),
                                                      path_id(request, "response_id")))
 
 
@@ -101,13 +101,13 @@ async def input_items(request: Request) -> Response:
     runtime = runtime_of(request)
     _check_include(request)
     page = parse_page(request.query_params)
-    return json_response(await runtime.stored.input_items(
+    return json_response(await runtime.services.stored.input_items(
         tenant(request), path_id(request, "response_id"), page))
 
 
 async def cancel(request: Request) -> Response:
     runtime = runtime_of(request)
-    return json_response(await runtime.background.cancel(tenant(request),
+    return json_response(await runtime.services.background.cancel(tenant(request),
                                                          path_id(request, "response_id")))
 
 

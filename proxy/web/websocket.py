@@ -1,8 +1,8 @@
 """WebSocket mode of `/v1/responses`: the same create service, another transport.
 
 A client's `response.create` frame runs exactly as a streamed HTTP create
-(`runtime.responses.create`); each event of the batches it yields goes out as one text frame,
-its JSON as the service encoded it (core/types.py `EventBatch`): nothing is parsed or encoded
+(`runtime.services.responses.create`); each event of the batches it yields goes out as one text
+frame, its JSON as the service encoded it (core/types.py `EventBatch`): nothing is parsed or encoded
 again per event, and the objects and sequence numbers are those of SSE. The terminal event is
 known by its type.
 
@@ -99,7 +99,7 @@ class _Connection:
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
             async with metering(self.websocket, hold=True) as meter:
-                outcome = await self.runtime.responses.create(
+                outcome = await self.runtime.services.responses.create(
                     self.tenant, {**body, "stream": True}, meter=meter, local=self.local)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream

@@ -242,7 +242,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
         sent.append(message)
 
     async with app.router.lifespan_context(app):
-        admission = app.state.runtime.responses._gateway.admission
+        admission = app.state.runtime.services.responses._gateway.admission
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
                                      timeout=20) as client:

@@ -48,7 +48,7 @@ async def app_client(settings: Settings) -> AsyncIterator[Client]:
 async def settle(runtime: Runtime) -> None:
     """Wait (bounded) for the cache writes spawned after the answers."""
     for _ in range(200):
-        if not len(runtime.tasks):
+        if not len(runtime.process.tasks):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("cache writes did not finish")
@@ -260,7 +260,7 @@ async def test_a_stream_the_client_left_is_not_kept(app_client: Client,
     _, runtime = app_client
     body = {"model": "sim-model", "input": "leave early [[sim tokens=50 delay_ms=5]]",
             "stream": True, "store": False}
-    outcome = await runtime.responses.create("public", body, USE_CACHE)
+    outcome = await runtime.services.responses.create("public", body, USE_CACHE)
     assert outcome.stream is not None and outcome.headers["x-proxy-cache"] == "miss"
     async for _ in outcome.stream:
         break
@@ -273,10 +273,10 @@ async def test_a_stream_the_client_left_is_not_kept(app_client: Client,
 
 async def test_a_chat_stream_the_client_left_is_not_kept(app_client: Client) -> None:
     _, runtime = app_client
-    assert runtime.chat is not None
+    assert runtime.services.chat is not None
     body = b'{"model": "sim-model", "stream": true, "messages": [{"role": "user", ' \
            b'"content": "leave [[sim tokens=50 delay_ms=5]]"}]}'
-    relay = await runtime.chat.chat_completions(body, "public", USE_CACHE)
+    relay = await runtime.services.chat.chat_completions(body, "public", USE_CACHE)
     assert relay.stream is not None
     async for _ in relay.stream:
         break
@@ -347,7 +347,7 @@ async def test_a_chat_stream_kept_without_usage_does_not_serve_one_that_wants_it
 async def test_a_store_failure_is_a_miss_never_an_error(app_client: Client,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     _, runtime = app_client
-    cache = runtime.responses._cache
+    cache = runtime.services.responses._cache
     assert cache is not None
 
     async def down(*args: Any, **kwargs: Any) -> Any:
@@ -366,7 +366,7 @@ async def test_a_planted_tool_call_entry_is_never_served(app_client: Client) -> 
     """The read side checks too: an entry holding a tool call (planted here, as an older
     version or another writer might have left it) is a miss."""
     _, runtime = app_client
-    cache = runtime.responses._cache
+    cache = runtime.services.responses._cache
     assert cache is not None
     body = {"model": "sim-model", "messages": [{"role": "user", "content": "planted"}]}
     exact = cache_key("public", ROUTE_CHAT, chat_material(body)).exact

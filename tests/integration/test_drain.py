@@ -29,7 +29,7 @@ async def test_draining_refuses_new_work_but_answers_probes(
         app_client: tuple[Runtime, httpx.AsyncClient]) -> None:
     runtime, http = app_client
     assert (await http.get("/readyz")).status_code == 200
-    runtime.draining.draining = True
+    runtime.process.draining.draining = True
     ready = await http.get("/readyz")
     assert ready.status_code == 503
     assert ready.json()["reasons"] == ["draining"]
@@ -100,11 +100,11 @@ async def test_a_json_create_past_the_grace_gets_503_shutting_down(
     body = {"model": "sim-model", "input": "slow json [[sim tokens=200 delay_ms=50]]"}
     call = asyncio.create_task(http.post("/v1/responses", json=body))
     for _ in range(200):  # until the turn runs
-        if runtime.draining.turns:
+        if runtime.process.draining.turns:
             break
         await asyncio.sleep(0.02)
-    assert runtime.draining.turns == 1
-    await asyncio.wait_for(runtime.draining.run(grace=0.05), 10)
+    assert runtime.process.draining.turns == 1
+    await asyncio.wait_for(runtime.process.draining.run(grace=0.05), 10)
     answer = await asyncio.wait_for(call, 10)
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "server_shutting_down"

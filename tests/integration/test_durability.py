@@ -138,7 +138,7 @@ async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
         monkeypatch.setattr(queue, "done", done)
         made = await client.post("/v1/responses", json={**ASK, "background": True})
         response_id = made.json()["id"]
-        worker = runtime.worker
+        worker = runtime.process.worker
         assert worker is not None
 
         async def gave_up() -> bool:

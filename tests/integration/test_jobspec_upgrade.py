@@ -17,10 +17,10 @@ async def test_a_job_queued_by_the_previous_release_runs_after_an_upgrade(
         simulator: Any) -> None:
     runtime = await Runtime.open(Settings.of(upstreams=(simulator.url,)), worker=True)
     try:
-        worker = runtime.worker
+        worker = runtime.process.worker
         assert worker is not None  # built, not started: the test hands it the job
         await runtime.fleet.refresh()
-        created = await runtime.responses.create("tenant_a", {
+        created = await runtime.services.responses.create("tenant_a", {
             "model": "sim-model", "input": "hello there", "background": True})
         assert created.body is not None and created.body["status"] == t.S_QUEUED
         [job] = await runtime.queue.take("us", 1, block_ms=0)

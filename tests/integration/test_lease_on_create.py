@@ -58,8 +58,8 @@ class Creates:
 
 def lease_calls(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Every `LeaseTable.renew` the app's leases make, by keyword."""
-    assert runtime.leases is not None
-    table = runtime.leases._table
+    assert runtime.process.leases is not None
+    table = runtime.process.leases._table
     calls: list[dict[str, Any]] = []
     real = table.renew
 
@@ -87,8 +87,8 @@ async def test_the_create_takes_the_lease_and_the_stored_end_drops_it(
     assert made.status_code == 200, made.text
     final = sse_events(made.content)[-1]["response"] if stream else made.json()
     assert final["status"] == "completed"
-    assert runtime.leases is not None
-    assert creates.lease_ms == [runtime.leases.ttl_ms]
+    assert runtime.process.leases is not None
+    assert creates.lease_ms == [runtime.process.leases.ttl_ms]
     assert creates.leases_after == [LeaseState.HELD]
     # No round trip of its own took it: no renewal ever asked for a new lease.
     assert not [call for call in renewals if call.get("new")]
@@ -112,7 +112,7 @@ async def test_a_failed_create_fails_the_request_and_leaves_no_lease(
     assert made.status_code == 503, made.text
     assert made.json()["error"]["type"]
     assert creates.lease_ms and creates.lease_ms[0] is not None
-    assert runtime.leases is not None and not runtime.leases._held
+    assert runtime.process.leases is not None and not runtime.process.leases._held
     assert await creates.table.state(creates.ids[0]) is LeaseState.ABSENT
 
 

@@ -64,7 +64,8 @@ async def scrape(http: httpx.AsyncClient) -> Scrape:
 async def idle(runtime: Runtime) -> None:
     """Wait (bounded) for the work spawned after answers (cache writes, job acks)."""
     for _ in range(300):
-        if not len(runtime.tasks) and (runtime.worker is None or not runtime.worker.running):
+        process = runtime.process
+        if not len(process.tasks) and (process.worker is None or not process.worker.running):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("background work did not finish")
@@ -329,7 +330,7 @@ async def test_a_job_handed_back_by_a_stopping_worker_is_counted_requeued(
         simulator: Any) -> None:
     runtime = await Runtime.open(Settings.of(upstreams=(simulator.url,)), worker=True)
     try:
-        worker = runtime.worker
+        worker = runtime.process.worker
         assert worker is not None
         assert await runtime.queue.enqueue("resp_handed_back", b"{}", limit=10)
         [job] = await runtime.queue.take("us", 1, block_ms=0)

@@ -57,13 +57,13 @@ async def test_a_crashed_discovery_loop_is_reported_then_restarted(settings: Set
             return (await client.get("/readyz")).status_code == 200
 
         await until(recovered)
-        assert runtime.supervisor.restarts >= 1
+        assert runtime.process.supervisor.restarts >= 1
 
 
 async def test_a_crashed_job_take_loop_restarts_and_jobs_still_run(settings: Settings,
                                                                     monkeypatch: Any) -> None:
     async with app_for(settings) as (client, runtime):
-        assert runtime.worker is not None
+        assert runtime.process.worker is not None
         real_take = runtime.queue.take
         calls = 0
 
@@ -75,7 +75,7 @@ async def test_a_crashed_job_take_loop_restarts_and_jobs_still_run(settings: Set
             return await real_take(*args, **kwargs)
 
         monkeypatch.setattr(runtime.queue, "take", take_once_broken)
-        runtime.worker.poke()
+        runtime.process.worker.poke()
         await until(lambda: _true_if(calls >= 1))
         made = await client.post("/v1/responses", json={"model": "sim-model", "input": "hi",
                                                         "background": True})
@@ -86,7 +86,7 @@ async def test_a_crashed_job_take_loop_restarts_and_jobs_still_run(settings: Set
             return bool(got.json()["status"] == "completed")
 
         await until(done)
-        assert runtime.supervisor.restarts >= 1
+        assert runtime.process.supervisor.restarts >= 1
 
 
 async def _true_if(value: bool) -> bool:

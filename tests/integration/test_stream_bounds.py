@@ -49,10 +49,10 @@ async def test_a_stalled_client_frees_its_upstream_connection(
                 await asyncio.Event().wait()
 
     async with app.router.lifespan_context(app):
-        pool: ConnectionPool = app.state.runtime.http
+        pool: ConnectionPool = app.state.runtime.process.http
         async with asyncio.timeout(20):  # the test's bound, not a speed assertion
             await app(post_scope(path, raw), receive, send)
-            await app.state.runtime.tasks.drain(5.0)
+            await app.state.runtime.process.tasks.drain(5.0)
         assert stalled.is_set()
         assert pool.open_connections == pool.idle_connections()  # no connection in use
         for _ in range(200):  # the simulator notices the abort on its own time (bounded)

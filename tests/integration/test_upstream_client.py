@@ -841,13 +841,13 @@ async def test_the_proxy_reuses_its_upstream_connection(settings: Settings) -> N
                 assert response.status_code == 200, response.text
                 # the client's answer does not wait for the upstream body's end: a task reads
                 # it, then gives the connection back
-                await app.state.runtime.tasks.drain(2.0)
+                await app.state.runtime.process.tasks.drain(2.0)
             chat = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
             for stream in (True, False):
                 response = await client.post("/v1/chat/completions",
                                              json={**chat, "stream": stream})
                 assert response.status_code == 200, response.text
-            pool: ConnectionPool = app.state.runtime.http
+            pool: ConnectionPool = app.state.runtime.process.http
             assert pool.open_connections == 1 and pool.idle_connections() == 1
 
 
@@ -896,7 +896,7 @@ async def responses_through(server: TinyServer, *streams: bool,
                 took.append(loop.time() - started)
                 assert response.status_code == 200, response.text
                 assert '"status":"completed"' in response.text.replace(" ", "")
-                await app.state.runtime.tasks.drain(2.0)  # the upstream tail is read apart
+                await app.state.runtime.process.tasks.drain(2.0)  # the upstream tail is read apart
     return took
 
 

@@ -84,7 +84,9 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
 
     streams = types.SimpleNamespace(send_timeout=5.0)
     runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
-                                    limits=None, responses=types.SimpleNamespace(create=create))
+                                    process=types.SimpleNamespace(limits=None),
+                                    services=types.SimpleNamespace(
+                                        responses=types.SimpleNamespace(create=create)))
     socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
         state=types.SimpleNamespace(runtime=runtime)))
     connection = _Connection(socket, runtime)  # type: ignore[arg-type]
