@@ -28,9 +28,9 @@ from proxy.web import (
 from proxy.web.access import BODY_SEND, AccessLog
 from proxy.web.accounting import RequestMetrics
 from proxy.web.auth import AuthMiddleware
+from proxy.web.bodylimits import BodyLimitMiddleware
 from proxy.web.draining import DrainMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
-from proxy.web.limits import BodyLimitMiddleware
 from proxy.web.state import attach
 
 

@@ -103,7 +103,7 @@ def _serve(settings: Settings) -> None:
     if settings.server.workers == 1:
         _serve_one(settings)
         return
-    from proxy.prefork import Supervisor, listening_sockets
+    from proxy.prefork import ProcessSupervisor, listening_sockets
 
     try:
         sockets = listening_sockets(settings.server.host, settings.server.port,
@@ -120,7 +120,7 @@ def _serve(settings: Settings) -> None:
 
     # A child's drain takes up to `--shutdown-grace`, then uvicorn's own 5 s: the supervisor
     # waits that long, and a little more, before it kills what is left.
-    supervisor = Supervisor(settings.server.workers, sockets, child,
+    supervisor = ProcessSupervisor(settings.server.workers, sockets, child,
                             stop_timeout=settings.server.shutdown_grace + 10)
     code = supervisor.run()
     if code:

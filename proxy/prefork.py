@@ -70,7 +70,7 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets if reuse_port else sockets * count
 
 
-class Supervisor:
+class ProcessSupervisor:
     """Forks `count` children running `serve(sock, parent_pid)`; forwards stop signals."""
 
     def __init__(self, count: int, sockets: list[socket.socket],

@@ -36,7 +36,7 @@ from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
 from proxy.services.metering.limits import Limiter, limit_table
 from proxy.services.process.drain import Drain
-from proxy.services.process.loops import Supervisor, TaskSet
+from proxy.services.process.loops import LoopSupervisor, TaskSet
 from proxy.services.process.sealing import fleet_sealer, keep_reading
 from proxy.services.responses.conversations import Conversations
 from proxy.services.responses.create import ResponsesService
@@ -71,7 +71,7 @@ class Process:
     http: ConnectionPool  # the upstream connection pool, closed last
     tasks: TaskSet
     # Restarts the background loops; /readyz reports the ones failing.
-    supervisor: Supervisor = field(default_factory=Supervisor)
+    supervisor: LoopSupervisor = field(default_factory=LoopSupervisor)
     # SIGTERM's drain: readiness, refusal of new requests, the foreground turns (drain.py).
     draining: Drain = field(default_factory=Drain)
     worker: Worker | None = None
@@ -137,7 +137,7 @@ class Runtime:
         metrics.watch_replicas(lambda: fleet.replicas)
         metrics.watch_queue(queue.length)
         tasks = TaskSet()
-        supervisor = Supervisor()
+        supervisor = LoopSupervisor()
         events = EventLog(store, ttl=settings.store.response_ttl,
                           event_ttl=settings.store.event_ttl, supervisor=supervisor)
         leases = None if backend.leases is None else Leases(

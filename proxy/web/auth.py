@@ -9,7 +9,7 @@ WebSocket handshakes on `/v1/` are checked the same way; a refused one is closed
 
 An open proxy is also guarded against browsers (core/origin.py): a WebSocket handshake from a
 foreign `Origin` is refused (403), and the request is marked `open` in its state, so a handler
-that reads a JSON body refuses one not declared JSON (web/context.py `json_body`).
+that reads a JSON body refuses one not declared JSON (web/incoming.py `json_body`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import HTTPConnection
 
 from proxy.services.metering.meter import Meter
-from proxy.web.context import tenant
+from proxy.web.incoming import tenant
 from proxy.web.state import runtime_of
 
 

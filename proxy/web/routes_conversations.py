@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.request.paging import parse_page
-from proxy.web.context import json_body, path_id, tenant
+from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of

@@ -16,8 +16,8 @@ from proxy.core.cache.key import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.fleet.passthrough import chat_stream
-from proxy.web.context import require_json, tenant
 from proxy.web.disconnect import unless_disconnected
+from proxy.web.incoming import require_json, tenant
 from proxy.web.limiting import limits_on, metering
 from proxy.web.rendering import Reply, json_response, relay_response
 from proxy.web.state import runtime_of

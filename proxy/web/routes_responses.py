@@ -10,8 +10,8 @@ from proxy.core.cache.key import parse_cache_control
 from proxy.core.fields import bad
 from proxy.core.request.create import INCLUDABLE
 from proxy.core.request.paging import parse_page
-from proxy.web.context import json_body, path_id, tenant
 from proxy.web.disconnect import unless_disconnected
+from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import Reply, json_response, stream_response
 from proxy.web.state import runtime_of

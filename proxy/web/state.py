@@ -3,14 +3,17 @@
 the base of both `Request` and `WebSocket`), and by the CLI's drain (`app_runtime`).
 
 A leaf on purpose: web/errors.py renders what every other web module raises, so the helper it
-uses must not import them back (web/context.py imports web/auth.py, which imports errors)."""
+uses must not import them back (web/incoming.py imports web/auth.py, which imports errors)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 
-from proxy.runtime import Runtime
+if TYPE_CHECKING:  # the composition root sits above web/: a name for types only
+    from proxy.runtime import Runtime
 
 
 def attach(app: Starlette, runtime: Runtime) -> None:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.routing import WebSocketRoute
@@ -32,11 +32,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
-from proxy.runtime import Runtime
 from proxy.services.responses.localchains import LocalChains
 from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.limiting import metering
 from proxy.web.state import runtime_of
+
+if TYPE_CHECKING:  # the composition root sits above web/: a name for types only
+    from proxy.runtime import Runtime
 
 log = logging.getLogger("proxy.web")
 

@@ -73,7 +73,7 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
      spy.READ),
     (f"{ROOT};Connection.data_received (proxy/http1.py:375)", spy.READ),
     (f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:30)", spy.STORE),
-    (f"{ROOT};Supervisor._keep (proxy/services/process/loops.py:93);"
+    (f"{ROOT};LoopSupervisor._keep (proxy/services/process/loops.py:93);"
      "EventLogHub._run (proxy/services/eventlog/writer.py:164);_packed (proxy/store/redis.py:512)",
      spy.STORE),
     (f"{REQUEST};AbstractConnection.pack_command (redis/asyncio/connection.py:1357)", spy.STORE),
@@ -90,7 +90,7 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
     (f"{REQUEST};parse_request (proxy/core/request/create.py:50)", spy.SETUP),
     (f"{REQUEST};Logger._log (logging/__init__.py:1600)", spy.SETUP),
     (ROOT, spy.LOOP),
-    (f"{ROOT};Supervisor._keep (proxy/services/process/loops.py:93)", spy.OTHER),
+    (f"{ROOT};LoopSupervisor._keep (proxy/services/process/loops.py:93)", spy.OTHER),
 ])
 def test_each_sample_goes_to_the_first_matching_rule(text: str, bucket: str) -> None:
     assert spy.bucket_of(stack(text)) == bucket

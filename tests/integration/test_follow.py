@@ -203,7 +203,7 @@ async def test_a_slow_follower_is_dropped_then_catches_up_from_the_store(
 
 async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.services.process.loops import Supervisor
+    from proxy.services.process.loops import LoopSupervisor
 
     real_tail = store.tail
     crashes = [RuntimeError("a bug in the reader")]
@@ -214,7 +214,7 @@ async def test_a_crashed_reader_loop_is_restarted_and_its_followers_go_on(
         return await real_tail(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store, "tail", tail)
-    supervisor = Supervisor(first_delay=0.01)
+    supervisor = LoopSupervisor(first_delay=0.01)
     followers = Followers(store, block_ms=20, supervisor=supervisor)
     seen: list[int] = []
     reader = asyncio.create_task(collect(followers, -1, seen))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.services.process.loops import Supervisor
+from proxy.services.process.loops import LoopSupervisor
 from proxy.settings import Settings
 from tests.support.inprocess import app_for, until
 from tests.support.servers import free_port
@@ -94,7 +94,7 @@ async def _true_if(value: bool) -> bool:
 
 
 async def test_the_supervisor_backs_off_and_lets_a_returning_loop_end() -> None:
-    supervisor = Supervisor(first_delay=0.01, max_delay=0.04)
+    supervisor = LoopSupervisor(first_delay=0.01, max_delay=0.04)
     runs = 0
     ended = asyncio.Event()
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from proxy.core import types as t
 from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog.pages import log_pages
-from proxy.services.process.loops import Supervisor
+from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent
 
 log = logging.getLogger("proxy.follow")
@@ -105,14 +105,14 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class Followers:
     def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5,
                  recent: Callable[[str], list[StoredEvent]] = lambda _rid: [],
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None) -> None:
         self._store = store
         self.recent = recent  # the events this process is writing for a log (eventlog.py)
         self._block_ms = block_ms
         self._retry_delay = retry_delay
         self._followers: dict[str, set[_Follower]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._supervisor = supervisor or Supervisor()  # restarts a crashed reader
+        self._supervisor = supervisor or LoopSupervisor()  # restarts a crashed reader
 
     async def follow(self, response_id: str, *, after: int,
                      idle: float) -> AsyncIterator[StoredEvent]:

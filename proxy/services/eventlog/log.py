@@ -28,13 +28,13 @@ from proxy.services.eventlog.ending import close_from_log
 from proxy.services.eventlog.follow import Followers
 from proxy.services.eventlog.pages import log_pages, whole_log
 from proxy.services.eventlog.writer import EventLogHub, LogHandle
-from proxy.services.process.loops import Supervisor
+from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, StoredResponse
 
 
 class EventLog:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None) -> None:
         """`ttl`: the Response's (`--response-ttl`), `event_ttl`: its log's (`--event-ttl`)."""
         self.store = store
         self.ttl = ttl

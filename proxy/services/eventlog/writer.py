@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
-from proxy.services.process.loops import Supervisor
+from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
 
 log = logging.getLogger("proxy.eventlog")
@@ -159,7 +159,7 @@ class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
                  max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None) -> None:
         self.store = store
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
@@ -175,7 +175,7 @@ class EventLogHub:
         # Resolved (True: written) by the next flush to start: what finishing streams wait on
         # (`flush_through`). One future for all of them, so they all resume in one step.
         self._next_round: asyncio.Future[bool] | None = None
-        self._supervisor = supervisor or Supervisor()
+        self._supervisor = supervisor or LoopSupervisor()
 
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)

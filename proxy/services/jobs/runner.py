@@ -41,7 +41,7 @@ from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.turn import Turn
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
-from proxy.services.process.loops import Supervisor
+from proxy.services.process.loops import LoopSupervisor
 from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, StoredResponse
 
@@ -76,7 +76,7 @@ def worker_name() -> str:
 class Worker:
     def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
-                 supervisor: Supervisor | None = None, limits: Limiter | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None, limits: Limiter | None = None) -> None:
         """`generations`: the process's one builder of a job's turn
         (services/generation/builder.py); this class only takes, runs, heartbeats, reclaims and
         acknowledges."""
@@ -94,7 +94,7 @@ class Worker:
         self._poked = asyncio.Event()
         self._stop = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._supervisor = supervisor or Supervisor()
+        self._supervisor = supervisor or LoopSupervisor()
         # Per-key limits: a job created by a limited key holds a stream slot while it runs
         # here and counts its tokens when it ends (the spec's `limit`, services/metering/limits.py).
         self._limits = limits

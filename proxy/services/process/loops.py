@@ -63,7 +63,7 @@ FIRST_RESTART_DELAY = 0.2
 MAX_RESTART_DELAY = 10.0
 
 
-class Supervisor:
+class LoopSupervisor:
     """Keeps the long-running loops (job take, heartbeat, cancel listener, fleet discovery,
     event-log flusher) alive: a loop that raises is logged, restarted after a bounded,
     doubling delay, and counted as failing (`/readyz` says 503) until it has run as long as
