@@ -34,11 +34,12 @@ def golden_bytes(name: str) -> bytes:
 
 
 def assemble(raw: bytes, cuts: Sequence[int] = (), *, connection_lost: bool = False,
-             **options: Any) -> list[dict[str, Any]]:
+             echo: dict[str, Any] | None = None, **options: Any) -> list[dict[str, Any]]:
     """Feed `raw` split at `cuts` (byte offsets) and end the stream as the service would: a
-    clean end of body, or (`connection_lost`) a transport error."""
-    assembler = Assembler(base_response(), ids=counter_ids(), clock=lambda: CREATED_AT + 5,
-                          **options)
+    clean end of body, or (`connection_lost`) a transport error. `echo`: request fields over
+    the default echo (`max_output_tokens`, ...)."""
+    assembler = Assembler(base_response() | (echo or {}), ids=counter_ids(),
+                          clock=lambda: CREATED_AT + 5, **options)
     reader = ChatStreamReader(assembler)
     events = assembler.start()
     bounds = [0, *sorted(set(cuts)), len(raw)]

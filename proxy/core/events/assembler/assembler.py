@@ -21,6 +21,7 @@ from proxy.core.events.assembler.calls import (
     FunctionCallItem,
     PendingCall,
 )
+from proxy.core.events.assembler.finish import INCOMPLETE, WHOLE, call_was_cut
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
 from proxy.core.events.assembler.response import ResponseState
@@ -34,7 +35,6 @@ from proxy.core.types import Chunk, Event, Item, ResponseObject
 # Bound once: an enum member's lookup (`Phase.DONE`) costs ~60 ns on 3.11, the per-chunk
 # path takes four of them.
 _REASONING, _MESSAGE, _TOOL, _DONE = Phase.REASONING, Phase.MESSAGE, Phase.TOOL, Phase.DONE
-_INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 class Assembler(ResponseState):
@@ -56,6 +56,12 @@ class Assembler(ResponseState):
         self._pending: PendingCall | None = None
         self._finish: str | None = None
         self.deltas = 0
+        # Whitespace-only content while no message is open (Hermes/Qwen stream "\n\n" after
+        # </think> and "\n" between parallel calls): it opens no message unless text follows.
+        self._held: list[str] = []
+        # The request's limit and this turn's completion tokens: whether a call was cut.
+        self._limit = response.get("max_output_tokens")
+        self._turn_tokens: Any = None
         # MCP tools (core/mcp.py): upstream name → (server_label, tool name, approval?), set by
         # the tool loop once listed; usage of the upstream turns before this one (one
         # response may take several).
@@ -107,6 +113,13 @@ class Assembler(ResponseState):
         opens. Whether an MCP call now waits instead (`_tool_calls` the same)."""
         item = self._open
         if item is None or item.kind is not kind:
+            if kind is _MESSAGE:
+                if text.isspace():
+                    self._held.append(text)
+                    return False
+                if self._held:  # the held whitespace starts the message after all
+                    text = "".join(self._held) + text
+                    self._held = []
             if self._close(events, t.S_COMPLETED):
                 return True
             item = self._begin(self._text_item(kind), events)
@@ -149,6 +162,7 @@ class Assembler(ResponseState):
         if not name:
             return False
         self._pending = None
+        self._held = []  # whitespace beside a tool call is no message
         if self._close(events, t.S_COMPLETED):
             return True
         item = self._begin(self._call_item(name, index, pending.call_id), events)
@@ -180,13 +194,21 @@ class Assembler(ResponseState):
 
     def _finished(self, finish: str, events: list[Event]) -> None:
         self._finish = finish
-        status = t.S_INCOMPLETE if finish in _INCOMPLETE_REASONS else t.S_COMPLETED
+        if self._held:
+            held, self._held = self._held, []
+            if (finish != "tool_calls" and not isinstance(self._open, CallItem)
+                    and not self._close(events, t.S_COMPLETED)):  # no call: it is the answer
+                self._begin(self._text_item(_MESSAGE), events).delta("".join(held), events)
+        if finish in WHOLE and isinstance(self._open, FunctionCallItem):
+            return  # closed by end(): the usage after this chunk tells whether it was cut
+        status = t.S_COMPLETED if finish in WHOLE else t.S_INCOMPLETE
         if not self._close(events, status):
             self._to(Phase.FINISHED)
 
     def _usage(self, usage: dict[str, Any] | None) -> None:
         if usage:
             self.deltas = 0  # counted in the usage
+            self._turn_tokens = usage.get("completion_tokens")
             self.usage = map_usage(usage)
             if self._usage_before is not None:
                 self.usage = add_usage(self._usage_before, self.usage)
@@ -204,15 +226,21 @@ class Assembler(ResponseState):
         finish = self._finish or finish
         if finish is None:
             return self.fail("upstream ended the stream before it finished")
-        if finish == "abort":
+        if finish == "abort":  # the engine dropped it (not our client): a server failure
             return self.fail("upstream aborted the request")
-        if finish in _INCOMPLETE_REASONS:
-            self._incomplete = {"reason": _INCOMPLETE_REASONS[finish]}
-            return self._terminal(t.INCOMPLETE, [])
-        if finish not in ("stop", "tool_calls"):
+        events: list[Event] = []
+        call = self._open
+        if isinstance(call, FunctionCallItem) and self._finish in WHOLE:
+            if call_was_cut("".join(call.parts), self._limit, self._turn_tokens):
+                finish = "length"  # the client must not run a truncated call
+            self._close(events, t.S_INCOMPLETE if finish == "length" else t.S_COMPLETED)
+        if finish in INCOMPLETE:
+            self._incomplete = {"reason": INCOMPLETE[finish]}
+            return self._terminal(t.INCOMPLETE, events)
+        if finish not in WHOLE:
             return self.fail(f"upstream finished with {finish!r}")
         self._completed_at = int(self._clock())
-        return self._terminal(t.COMPLETED, [])
+        return self._terminal(t.COMPLETED, events)
 
     # -- MCP steps (the tool loop, services/generation/toolloop.py, runs the items)
     # ---------------------
@@ -229,6 +257,8 @@ class Assembler(ResponseState):
         """Another upstream turn of the same response follows (the tool loop's)."""
         self._finish = None
         self._pending = None
+        self._held = []
+        self._turn_tokens = None
         self._usage_before = self.usage
         if self.phase is not Phase.DONE:
             self._to(Phase.READY)
