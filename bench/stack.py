@@ -10,9 +10,9 @@ of the box (the worker is on by default), every CPU second it spends is counted 
 core like the other systems', and the load core keeps its capacity for the simulator and the
 load generator (a separate worker pinned there would compete with the direct baseline's
 reader). Its concurrency is raised to the largest row's so a background row measures the
-streaming path rather than the queue's admission limit (16 by default); for the same reason the
-fleet's per-replica in-flight cap (`--max-inflight-per-replica`, 64 by default) is raised to it
-too, or every stream past the 64th would wait in the admission queue.
+streaming path rather than the queue's admission limit (16 by default). Flow control runs on its
+defaults (no `--max-inflight-per-replica`): until issue 25 the bench raised that cap to the
+largest row, which hid that the default (64) throttled a healthy replica to 1/4 of its throughput.
 
 With `profile`, the proxy runs under cProfile (`python -m cProfile -o FILE -m proxy serve ...`)
 and is stopped with SIGINT so that the profile is written; its CPU figures are then inflated by
@@ -121,9 +121,6 @@ class Stack:
             "--port", str(self.proxy_port), "--upstream", self.sim_url,
             "--redis-url", f"redis://{HOST}:{self.redis_port}/0",
             "--worker-concurrency", str(options.worker_concurrency),
-            # Admission control (services/fleet/admission.py) would queue every stream past 64 per
-            # replica: the bench measures the streaming path, so the cap is the largest row.
-            "--max-inflight-per-replica", str(max(options.worker_concurrency, 64)),
         ], logs / "proxy.log", pin.proxy, env,
             # uvicorn re-raises the signal it stopped on: SIGTERM would kill cProfile unwritten
             stop_signal=signal.SIGINT if options.profile else signal.SIGTERM)

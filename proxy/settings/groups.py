@@ -86,11 +86,11 @@ class Timeouts:
 @dataclass(frozen=True)
 class FlowSettings:
     """Flow control (services/fleet/admission.py): a replica takes at most
-    `max_inflight_per_replica` requests at once from this process; past that requests wait, at most
-    `max_queued_requests`
-    of them and each at most `queue_timeout` seconds, then 429."""
+    `max_inflight_per_replica` requests at once from this process (None: adaptive, held only
+    while the replica reports waiting requests); past that requests wait, at most
+    `max_queued_requests` of them and each at most `queue_timeout` seconds, then 429."""
 
-    max_inflight_per_replica: int = 64
+    max_inflight_per_replica: int | None = None
     max_queued_requests: int = 1024
     queue_timeout: float = 30.0
 

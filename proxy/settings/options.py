@@ -162,7 +162,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("fetch_timeout", "fetch.timeout", c.seconds,
            "seconds one media fetch may take, connect included"),
     Option("max_inflight_per_replica", "flow.max_inflight_per_replica", c.count,
-           "requests one replica takes at once from this process"),
+           "requests one replica takes at once from this process (default: no fixed cap; "
+           "requests wait here only while the replica reports waiting requests)"),
     Option("max_queued_requests", "flow.max_queued_requests", c.count,
            "requests that may wait for a saturated fleet"),
     Option("queue_timeout", "flow.queue_timeout", c.seconds,

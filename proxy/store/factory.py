@@ -13,6 +13,9 @@
   * a blocking pool: a burst waits briefly for a free connection instead of failing.
 - Without a URL: the embedded store, fakeredis's in-process server (declared Redis 7.0, so a
   command newer than production's floor fails here too). One instance; state lost on exit.
+  Its client gets a blocking pool too: fakeredis keeps redis-py's default pool of 100
+  connections that raises MaxConnectionsError past them, and 300 concurrent stored streams
+  got 142-150 503s from it (issue 25).
 - `job_queue(store)`: the background job queue on the store's own client (one pool per process,
   the same timeouts), so it needs nothing opened or closed of its own.
 - `open_backend`: `open_store` and every adapter on its client (job queue, leases, limit
@@ -51,6 +54,9 @@ HEALTH_CHECK_INTERVAL = 15
 # host some waited out the 2 s pool wait and failed with 503 (issue 18's burst rows). Redis
 # serves thousands of clients; 256 per process is cheap (one socket each, opened on demand).
 MAX_CONNECTIONS = 256
+# The embedded store's connections are in-process objects (no socket, no server-side client),
+# so its bound is only there to catch a leak: well past what 1,000 concurrent streams hold.
+EMBEDDED_MAX_CONNECTIONS = 4096
 # Oldest Redis we support (DESIGN.md): the embedded server refuses what 7.0 would refuse.
 EMBEDDED_VERSION = (7, 0)
 
@@ -87,7 +93,14 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
 def embedded_client() -> Redis:
     """A client of a fresh in-process server, private to the caller."""
     server = fakeredis.FakeServer(version=EMBEDDED_VERSION)
-    return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
+    client = fakeredis.FakeAsyncRedis(server=server, decode_responses=False,
+                                      connection_pool_class=BlockingConnectionPool,
+                                      max_connections=EMBEDDED_MAX_CONNECTIONS)
+    # A burst past the bound waits for a connection as long as a command may, as on Redis.
+    pool = client.connection_pool
+    assert isinstance(pool, BlockingConnectionPool)
+    pool.timeout = SOCKET_TIMEOUT
+    return client
 
 
 def job_queue(store: RedisStore) -> RedisJobQueue:

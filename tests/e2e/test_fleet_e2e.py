@@ -236,3 +236,37 @@ def test_a_fleet_file_sends_each_replica_its_own_key_and_never_logs_it(
     finally:
         proxy.stop()
     assert "sk-replica-zero" not in Path(proxy._log.name).read_text(errors="replace")
+
+
+def test_one_instance_on_its_defaults_carries_300_concurrent_stored_streams(
+        sims: list[ServerProcess]) -> None:
+    """`serve` with no flags past the upstream (what `make run` does: the embedded store, flow
+    control on its defaults): 300 stored streams at once, each held open ~1 s at the replica so
+    they overlap. Before issue 25, 64 went upstream at a time and the embedded store's
+    100-connection pool answered about half of them 503 (MaxConnectionsError)."""
+    import asyncio
+
+    count = 300
+    proxy = start_proxy(sims[0].url)
+    try:
+        httpx.post(sims[0].url + "/sim/reset", timeout=5).raise_for_status()
+        body = {"model": MODEL, "stream": True,
+                "input": "many at once [[sim ttft_ms=1000 tokens=20 delay_ms=20]]"}
+
+        async def one(client: httpx.AsyncClient) -> tuple[int, bytes]:
+            async with client.stream("POST", "/v1/responses", json=body) as response:
+                return response.status_code, await response.aread()
+
+        async def all_at_once() -> list[tuple[int, bytes]]:
+            limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
+            async with httpx.AsyncClient(base_url=proxy.url, timeout=30, limits=limits) as client:
+                return await asyncio.gather(*(one(client) for _ in range(count)))
+
+        results = asyncio.run(all_at_once())
+        failed = [(status, text[:200]) for status, text in results
+                  if status != 200 or b"response.completed" not in text]
+        assert failed == [], (len(failed), failed[:3])
+        stats = httpx.get(sims[0].url + "/sim/stats", timeout=5).json()
+        assert stats["max_concurrent_streams"] == count
+    finally:
+        proxy.stop()

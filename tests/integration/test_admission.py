@@ -17,7 +17,8 @@ import pytest
 
 from proxy.app import create_app
 from proxy.core.errors import RateLimited
-from proxy.services.fleet.admission import Admission
+from proxy.core.fleet.replicaload import Signal
+from proxy.services.fleet.admission import ADAPTIVE_MARGIN, Admission
 from proxy.services.fleet.fleet import Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
@@ -88,6 +89,31 @@ async def test_fair_between_two_keys_a_burst_does_not_starve_the_other() -> None
     await admitted_in_order(f, admission, 5, order)
     assert order == ["a0", "b0", "a1", "a2", "a3"]
     await asyncio.gather(*tasks)
+
+
+async def test_by_default_requests_wait_only_while_the_replica_reports_waiting_ones() -> None:
+    """No cap configured: the replica's own queue (`vllm:num_requests_waiting` at the last
+    scrape) decides. While it queues, we hold past what it runs (plus a margin), fairly between
+    keys; once a scrape shows its queue empty, everybody goes."""
+    f = fleet("http://a")
+    admission = Admission(f)
+    replica = f.replicas[0]
+    replica.in_flight = 500
+    await asyncio.wait_for(admission.admit("m", "a"), 1)  # no signal: no cap
+    replica.signal = Signal(running=2, waiting=3)
+    replica.in_flight = 2 + ADAPTIVE_MARGIN
+    order: list[str] = []
+    tasks = [start(f, admission, f"a{n}", order) for n in range(3)]
+    await settle()
+    tasks.append(start(f, admission, "b0", order))
+    await settle()
+    assert admission.queued == 4 and order == []
+    await admitted_in_order(f, admission, 2, order)
+    assert order == ["a0", "b0"]
+    replica.signal = Signal(running=40, waiting=0)  # the next scrape: its queue drained
+    admission.pump_all()
+    await asyncio.gather(*tasks)
+    assert order == ["a0", "b0", "a1", "a2"]
 
 
 async def test_priority_goes_first() -> None:
@@ -266,3 +292,34 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
     assert sim.stats()["prompt_counts"].get("queued") is None  # it never went upstream
 
 
+
+
+# -- defaults never throttle a healthy replica (issue 25) -------------------------------------
+async def _overlapping_streams(settings: Settings, count: int) -> list[int]:
+    """`count` streamed responses at once through the in-process app to one replica, each held
+    open long enough (a 1 s first token) that they all overlap at the simulator."""
+    app = create_app(settings.replace(run_jobs=False, queue_timeout=20))
+    body = {"model": "sim-model", "store": False, "stream": True,
+            "input": "overlap [[sim ttft_ms=1000 tokens=2]]"}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
+                                     timeout=30) as client:
+            responses = await asyncio.gather(*(client.post("/v1/responses", json=body)
+                                               for _ in range(count)))
+    return [r.status_code for r in responses]
+
+
+async def test_default_flow_control_sends_every_stream_to_a_healthy_replica_at_once(
+        settings: Settings, sim: SimControl) -> None:
+    """No flow-control flags: 100 streams (past the old fixed cap of 64) are all in flight at
+    the replica together; none waits in our queue behind a replica that reports no queue."""
+    assert await _overlapping_streams(settings, 100) == [200] * 100
+    assert sim.stats()["max_concurrent_streams"] == 100
+
+
+async def test_an_explicit_cap_still_holds_the_replica_to_it(
+        settings: Settings, sim: SimControl) -> None:
+    assert await _overlapping_streams(
+        settings.replace(max_inflight_per_replica=8), 24) == [200] * 24
+    assert sim.stats()["max_concurrent_streams"] == 8

@@ -70,3 +70,16 @@ def test_the_fleet_files_max_concurrency_is_the_replica_cap() -> None:
 
     assert replica_cap(Replica("http://a", max_concurrency=3), 64) == 3
     assert replica_cap(Replica("http://b"), 64) == 64
+
+
+def test_without_a_configured_cap_the_replicas_own_queue_sets_it() -> None:
+    from proxy.core.fleet.replicaload import Signal
+    from proxy.services.fleet.admission import ADAPTIVE_MARGIN, replica_cap
+    from proxy.services.fleet.fleet import Replica
+
+    assert replica_cap(Replica("http://a"), None) is None  # no signal: nothing to go by
+    idle = Replica("http://b", signal=Signal(running=700, waiting=0))
+    assert replica_cap(idle, None) is None
+    busy = Replica("http://c", signal=Signal(running=256, waiting=9))
+    assert replica_cap(busy, None) == 256 + ADAPTIVE_MARGIN
+    assert replica_cap(busy, 8) == 8  # an explicit cap stays fixed

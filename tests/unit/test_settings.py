@@ -233,7 +233,7 @@ def test_flow_control_and_routing_flags() -> None:
 
     defaults = build_settings({}, {})
     assert (defaults.flow.max_inflight_per_replica, defaults.flow.max_queued_requests,
-            defaults.flow.queue_timeout, defaults.fleet.routing) == (64, 1024, 30.0, "affinity")
+            defaults.flow.queue_timeout, defaults.fleet.routing) == (None, 1024, 30.0, "affinity")
     given = build_settings({"max_inflight_per_replica": "8", "queue_timeout": "2.5",
                             "routing": "round_robin"}, {"PROXY_MAX_QUEUED_REQUESTS": "10"})
     assert (given.flow.max_inflight_per_replica, given.flow.max_queued_requests,
