@@ -49,7 +49,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import current_request_id
+from proxy.core.requestctx import upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.dial import Proxy
 from proxy.http1 import (
@@ -221,7 +221,7 @@ class Upstream:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
         target = self._target(base)
         head = target.head
-        request_id = current_request_id()  # the client's request, traced into vLLM's logs
+        request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
         if request_id:
             head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
