@@ -28,6 +28,7 @@ from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
+from proxy.core.translate.effort import SCALE, model_efforts
 from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
@@ -67,6 +68,7 @@ class Replica:
     allowed: frozenset[str] | None = None  # the fleet file's `models`: only these, ever
     signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
     picks: int = 0  # requests this process sent it: the balancer's tie-breaker
+    efforts: tuple[str, ...] | None = None  # the fleet file's `reasoning_efforts`
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
@@ -81,7 +83,7 @@ class Replica:
         # A fixed model list is served from the start, before discovery confirms it.
         return cls(spec.url, spec.name or "", weight=spec.weight,
                    max_concurrency=spec.max_concurrency, allowed=allowed,
-                   model_ids=allowed or frozenset())
+                   model_ids=allowed or frozenset(), efforts=spec.reasoning_efforts)
 
 
 @dataclass
@@ -220,6 +222,18 @@ class Fleet:
         # Nothing is known to be up: try anyway; the attempt's error is the truthful answer.
         fallback = [r for r in self.replicas if r not in exclude] or list(self.replicas)
         return min(fallback, key=lambda r: r.in_flight)
+
+    def efforts(self, model: str) -> tuple[str, ...] | None:
+        """The `reasoning.effort` values every replica that may serve `model` takes (its fleet
+        file's `reasoning_efforts`, else the model's default table): a request is translated
+        before its replica is chosen (and may be retried on another), so its effort must suit
+        any of them. None: any value goes as is."""
+        default = model_efforts(model)
+        tables = [r.efforts or default for r in self.replicas if r.serves(model)] or [default]
+        known = [t for t in tables if t is not None]
+        if not known:
+            return None
+        return tuple(e for e in SCALE if all(e in t for t in known)) or known[0]
 
     def _candidates(self, model: str, exclude: Sequence[Replica]) -> list[Replica]:
         return [r for r in self.replicas if r.healthy and r.serves(model) and r not in exclude]

@@ -49,6 +49,7 @@ from proxy.core.request.tolerance import Tolerance, tolerance_headers
 from proxy.core.requestctx import current_request_id
 from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
+from proxy.core.translate.effort import fit_effort
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
 from proxy.services.cache.responses import OFF, Lookup, ResponseCache
 from proxy.services.eventlog.ownership import Leases
@@ -168,7 +169,8 @@ class ResponsesService:
                 meter.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = to_chat_request(shown, seen)
+            chat = fit_effort(to_chat_request(shown, seen),
+                              self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
             chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
