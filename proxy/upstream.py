@@ -40,6 +40,7 @@ import orjson
 
 from proxy import __version__
 from proxy.core.errors import (
+    AutoToolChoiceUnavailable,
     InvalidRequest,
     NotFound,
     ProxyError,
@@ -128,6 +129,8 @@ def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
     the replica's address, should a replica or a gateway before it write one)."""
     message, param = _upstream_message(body)
     message = _without_address(message, url)
+    if status == 400 and "--enable-auto-tool-choice" in message:
+        return AutoToolChoiceUnavailable()
     if (status == 400 or status == 413) and is_context_overflow(message):
         return InvalidRequest(message, param=param or "input", code=CONTEXT_LENGTH_EXCEEDED)
     if status == 400 or status == 422:

@@ -24,7 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
+from proxy.core.errors import (
+    AutoToolChoiceUnavailable,
+    ModelNotFound,
+    ProxyError,
+    UpstreamUnreachable,
+)
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
@@ -47,6 +52,8 @@ REDISCOVER_MIN_INTERVAL = 2.0
 # Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
 # the proxy's work, since the client waits for them before generation starts.
 GENERATION_PATH = "/v1/chat/completions"
+# How `tool_choice: "auto"` reads in the bodies we send (orjson: no spaces).
+AUTO_CHOICE = b'"tool_choice":"auto"'
 
 
 @dataclass
@@ -69,6 +76,9 @@ class Replica:
     signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
     picks: int = 0  # requests this process sent it: the balancer's tie-breaker
     efforts: tuple[str, ...] | None = None  # the fleet file's `reasoning_efforts`
+    # False once it refused `tool_choice: "auto"` (started without --enable-auto-tool-choice):
+    # such requests go to the others first. None: not known.
+    auto_tools: bool | None = None
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
@@ -253,15 +263,21 @@ class Fleet:
                    affinity: str | None = None, home: str | None = None) -> Call:
         """POST to a replica serving `model`. A replica that refuses the connection is marked
         down and the next one tried (nothing reached it, so nothing runs twice); at most once
-        per replica. Any other failure is final."""
+        per replica. So is one that refuses `tool_choice: "auto"` (vLLM checks it before it
+        generates), remembered: such requests skip it from then on. Any other failure is
+        final."""
         tried: list[Replica] = []
-        last_error: UpstreamUnreachable | None = None
+        if AUTO_CHOICE in body:  # our bodies are compact JSON; a client's may take one refusal
+            tried = [r for r in self.replicas if r.auto_tools is False]
+        last_error: UpstreamUnreachable | AutoToolChoiceUnavailable | None = None
         for _ in range(len(self.replicas)):
             try:
                 replica = await self.choose(model, affinity=affinity, home=home, exclude=tried)
             except ModelNotFound:
                 if last_error is not None:
                     raise last_error from None
+                if tried and all(r.auto_tools is False for r in tried):
+                    raise AutoToolChoiceUnavailable() from None
                 raise
             replica.in_flight += 1
             if path == GENERATION_PATH:
@@ -274,9 +290,20 @@ class Fleet:
                 tried.append(replica)
                 last_error = exc
                 continue
+            except AutoToolChoiceUnavailable as exc:  # refused before generating: try others
+                replica.in_flight -= 1
+                if replica.auto_tools is not False:
+                    log.warning("replica %s refuses tool_choice auto: start it with "
+                                "--enable-auto-tool-choice and --tool-call-parser", replica.url)
+                replica.auto_tools = False
+                tried.append(replica)
+                last_error = exc
+                continue
             except BaseException:
                 replica.in_flight -= 1
                 raise
+            if AUTO_CHOICE in body:
+                replica.auto_tools = True
             note_replica(replica.url)  # for the access log
             replica.picks += 1
             return Call(replica, response)
@@ -309,6 +336,7 @@ class Fleet:
             {"name": r.name, "url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
              "in_flight": r.in_flight, "error": r.error, "load": round(r.load, 3),
              "weight": r.weight, "max_concurrency": r.max_concurrency,
+             "auto_tool_choice": r.auto_tools,
              "metrics": None if r.signal is None else
              {"running": r.signal.running, "waiting": r.signal.waiting,
               "kv_cache_usage": r.signal.kv_usage}}
