@@ -217,3 +217,20 @@ async def test_with_auth_on_the_type_is_not_required(simulator: object,
                                      headers={"content-type": "text/plain",
                                               "authorization": "Bearer sk-one"})
         assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("kind", ["function_call_output", "custom_tool_call_output"])
+async def test_an_output_for_a_call_nobody_made_is_400_naming_its_call_id(
+        client: httpx.AsyncClient, sim: SimControl, kind: str) -> None:
+    """OpenAI's answer; sent upstream it would be a tool message no call asked for."""
+    first = await client.post("/v1/responses", json={**CREATE, "store": True})
+    assert first.status_code == 200
+    before = sim.stats()["chat_requests"]
+    answer = await client.post("/v1/responses", json={
+        "model": "sim-model", "previous_response_id": first.json()["id"],
+        "input": [{"type": "message", "role": "user", "content": "and"},
+                  {"type": kind, "call_id": "call_nowhere", "output": "x"}]})
+    error = assert_openai_error(answer, 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == "input[1].call_id"
+    assert "call_nowhere" in str(error["message"])
+    assert sim.stats()["chat_requests"] == before  # nothing went upstream

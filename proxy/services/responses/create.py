@@ -42,6 +42,7 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.events.assembler import Assembler, map_usage
+from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
@@ -158,6 +159,7 @@ class ResponsesService:
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         request, shown, seen = self._expand(request, found, history)
+        check_call_ids(history.items, request.input)
         shown = await self._with_media(shown, history)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
