@@ -247,3 +247,20 @@ async def test_upstream_request_id_is_replaced_and_cache_header_logged(
     assert [v for k, v in headers if k == b"x-request-id"] == [b"mine-1"]
     [line] = [a for a in json_logs.access() if a["request_id"] == "mine-1"]
     assert (line["cache"], line["route"], line["status"]) == ("hit", "unmatched", 200)
+
+
+async def test_each_upstream_call_of_one_request_has_its_own_id_under_the_clients(
+        keyed: httpx.AsyncClient, sim: SimControl) -> None:
+    """An automatic compaction's summarisation turn and the turn itself: two generations of
+    one request, each with its own id (vLLM refuses a second one in flight under one id)."""
+    history = [{"role": "user", "content": "a first turn about otters " * 20},
+               {"role": "assistant", "content": "an answer about otters " * 20},
+               {"role": "user", "content": "next question"}]
+    answer = await keyed.post("/v1/responses", headers={"x-request-id": "two-calls"}, json={
+        "model": "sim-model", "input": history, "store": False,
+        "context_management": [{"type": "compaction", "compact_threshold": 5}]})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-request-id"] == "two-calls"
+    ids = sim.stats()["request_ids"]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert all(i.startswith("two-calls-") for i in ids)
