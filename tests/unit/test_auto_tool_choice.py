@@ -55,10 +55,14 @@ async def test_a_replica_without_the_flag_is_remembered_and_skipped() -> None:
     assert probe.posts[-1] == "http://a"  # without auto it is as good as any
 
 
-async def test_no_replica_with_the_flag_is_the_clear_400() -> None:
+async def test_no_replica_with_the_flag_is_the_clear_400_until_one_has_it() -> None:
     f = fleet("http://a")
-    f.upstream = Refusing("http://a")  # type: ignore[assignment]
-    for _ in range(2):  # learned, then remembered
+    f.upstream = probe = Refusing("http://a")  # type: ignore[assignment]
+    for _ in range(2):
         with pytest.raises(AutoToolChoiceUnavailable) as info:
             await f.open("m", "/v1/chat/completions", AUTO, stream=True)
         assert "--enable-auto-tool-choice" in info.value.message
+    # Restarted with the flag: asked again, since no replica is known to have it.
+    probe.lacking = ()
+    call = await f.open("m", "/v1/chat/completions", AUTO, stream=True)
+    assert call.replica.url == "http://a" and f.status()[0]["auto_tool_choice"] is True

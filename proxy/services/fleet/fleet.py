@@ -267,7 +267,10 @@ class Fleet:
         generates), remembered: such requests skip it from then on. Any other failure is
         final."""
         tried: list[Replica] = []
-        if AUTO_CHOICE in body:  # our bodies are compact JSON; a client's may take one refusal
+        # Our bodies are compact JSON (a client's may take one refusal). When every replica of
+        # the model refused, they are asked again: one may have been restarted with the flag.
+        if AUTO_CHOICE in body and any(r.serves(model) and r.auto_tools is not False
+                                       for r in self.replicas):
             tried = [r for r in self.replicas if r.auto_tools is False]
         last_error: UpstreamUnreachable | AutoToolChoiceUnavailable | None = None
         for _ in range(len(self.replicas)):
@@ -276,8 +279,6 @@ class Fleet:
             except ModelNotFound:
                 if last_error is not None:
                     raise last_error from None
-                if tried and all(r.auto_tools is False for r in tried):
-                    raise AutoToolChoiceUnavailable() from None
                 raise
             replica.in_flight += 1
             if path == GENERATION_PATH:
