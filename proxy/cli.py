@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="prefill time per prompt token not in the prefix cache (default 0)")
     sim.add_argument("--prefix-cache-blocks", default="4096",
                      help="16-token blocks the prefix cache remembers (default 4096)")
+    sim.add_argument("--no-auto-tool-choice", action="store_true",
+                     help='answer tool_choice "auto" as vLLM started without '
+                          "--enable-auto-tool-choice does (a 400)")
     return parser
 
 
@@ -192,6 +195,7 @@ def _simulate(args: argparse.Namespace) -> None:
         max_model_len=int(check_positive(args.max_model_len, "--max-model-len", integer=True)),
         prefill_ms_per_token=prefill,
         prefix_cache_blocks=blocks,
+        auto_tool_choice=not args.no_auto_tool_choice,
         **({"models": tuple(args.model)} if args.model else {}),
     )
     log.info("vLLM simulator on http://%s:%d", args.host, port)

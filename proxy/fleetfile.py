@@ -7,6 +7,9 @@ each, in JSON or YAML (YAML is a superset of JSON, so one loader reads both):
       api_key: sk-replica-5           # sent upstream to this replica instead of --upstream-api-key
       max_concurrency: 64             # requests at once on this replica (flow control's cap)
       models: [qwen3-8b]              # serve only these, even before discovery
+      reasoning_efforts: [low, medium, high]  # the reasoning.effort values its vLLM takes
+                                      # (others go as the nearest; default: by model,
+                                      # core/translate/effort.py)
 
 A replica's address is the operator's: the public `/metrics` shows its `name`, or `replica-<n>`
 (its position, counting from 1) when it has none. A top-level `{"replicas": [...]}` is accepted
@@ -23,8 +26,11 @@ from typing import Any
 
 import yaml
 
+from proxy.core.translate.effort import SCALE
+
 FLAG = "--fleet"
-_FIELDS = frozenset({"url", "name", "weight", "api_key", "max_concurrency", "models"})
+_FIELDS = frozenset({"url", "name", "weight", "api_key", "max_concurrency", "models",
+                     "reasoning_efforts"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +41,7 @@ class ReplicaSpec:
     max_concurrency: int | None = None
     models: tuple[str, ...] | None = None
     name: str | None = None  # None: `replica-<n>` (services/fleet/fleet.py)
+    reasoning_efforts: tuple[str, ...] | None = None  # None: the model's default table
 
 
 class FleetFileError(ValueError):
@@ -89,6 +96,8 @@ def _replica(entry: Any, where: str,
         max_concurrency=_cap(entry.get("max_concurrency"), f"{where}.max_concurrency"),
         models=_models(entry.get("models"), f"{where}.models"),
         name=_name(entry.get("name"), f"{where}.name"),
+        reasoning_efforts=_efforts(entry.get("reasoning_efforts"),
+                                   f"{where}.reasoning_efforts"),
     )
 
 
@@ -132,4 +141,12 @@ def _models(value: Any, where: str) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not value \
             or not all(isinstance(m, str) and m for m in value):
         raise FleetFileError(f"{where}: expected a non-empty list of model names")
+    return tuple(value)
+
+
+def _efforts(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(v in SCALE for v in value):
+        raise FleetFileError(f"{where}: expected a non-empty list of {', '.join(SCALE)}")
     return tuple(value)

@@ -40,6 +40,7 @@ import orjson
 
 from proxy import __version__
 from proxy.core.errors import (
+    AutoToolChoiceUnavailable,
     InvalidRequest,
     NotFound,
     ProxyError,
@@ -49,7 +50,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import current_request_id
+from proxy.core.requestctx import upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.dial import Proxy
 from proxy.http1 import (
@@ -128,6 +129,8 @@ def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
     the replica's address, should a replica or a gateway before it write one)."""
     message, param = _upstream_message(body)
     message = _without_address(message, url)
+    if status == 400 and "--enable-auto-tool-choice" in message:
+        return AutoToolChoiceUnavailable()
     if (status == 400 or status == 413) and is_context_overflow(message):
         return InvalidRequest(message, param=param or "input", code=CONTEXT_LENGTH_EXCEEDED)
     if status == 400 or status == 422:
@@ -221,7 +224,7 @@ class Upstream:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
         target = self._target(base)
         head = target.head
-        request_id = current_request_id()  # the client's request, traced into vLLM's logs
+        request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
         if request_id:
             head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \

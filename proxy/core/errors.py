@@ -65,6 +65,20 @@ class InvalidRequest(ProxyError):
     type = "invalid_request_error"
 
 
+class AutoToolChoiceUnavailable(InvalidRequest):
+    """vLLM's 400 for `tool_choice: "auto"` on a replica started without
+    `--enable-auto-tool-choice`: the operator's fix, so the message says which flag."""
+
+    code = "auto_tool_choice_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            'tool_choice "auto" needs the vLLM serving this model to be started with '
+            "--enable-auto-tool-choice and --tool-call-parser, and this replica was not. "
+            'Ask the operator to add them, or send tool_choice "none", "required" or a '
+            "named function.", param="tool_choice")
+
+
 class PreviousResponseNotFound(InvalidRequest):
     code = "previous_response_not_found"
 

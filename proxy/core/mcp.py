@@ -392,7 +392,7 @@ def mcp_messages(item: Item, messages: list[dict[str, Any]]) -> None:
 def _assistant(messages: list[dict[str, Any]]) -> dict[str, Any]:
     if messages and messages[-1]["role"] == "assistant":
         return messages[-1]
-    message: dict[str, Any] = {"role": "assistant", "content": None}
+    message: dict[str, Any] = {"role": "assistant", "content": ""}  # not null: vLLM 0.10.1
     messages.append(message)
     return message
 

@@ -33,6 +33,7 @@ class RequestContext:
     # When (perf_counter) the generation request was first written to a replica: the end of
     # the proxy's own work on the request, for `proxy_overhead_seconds` (web/accounting.py).
     upstream_sent: float | None = None
+    upstream_calls: int = 0  # how many upstream calls carried an id (upstream_request_id)
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
@@ -49,6 +50,19 @@ def accept_request_id(value: str | None) -> str | None:
 def current_request_id() -> str | None:
     context = CURRENT.get()
     return context.request_id if context is not None else None
+
+
+def upstream_request_id() -> str | None:
+    """The id for the current request's next upstream call: the client's id with a per-call
+    suffix (`<id>-1`, `<id>-2`, ...). vLLM makes the header its engine request id, and before
+    late 2025 refused a second request in flight under one id ('already running'); one client
+    request can make several calls (retries, tool loop turns, summaries, tokenize). The shared
+    prefix keeps them traceable to the client's id, which the client and our logs keep."""
+    context = CURRENT.get()
+    if context is None:
+        return None
+    context.upstream_calls += 1
+    return f"{context.request_id}-{context.upstream_calls}"
 
 
 def note_upstream_sent(at: float) -> None:

@@ -118,7 +118,8 @@ OPTIONS: tuple[Option, ...] = (
            "key sent to the upstream instead of the client's"),
     # Not together with --upstream (build.py).
     Option("replicas", "fleet.replicas", c.fleet_file,
-           "YAML/JSON file of replicas (url, weight, api_key, max_concurrency, models); "
+           "YAML/JSON file of replicas (url, weight, api_key, max_concurrency, models, "
+           "reasoning_efforts); "
            "instead of --upstream", flag="--fleet"),
     Option("affinity_load_factor", "fleet.affinity_load_factor", c.load_factor,
            "a keyed request leaves its replica above this times the mean load"),

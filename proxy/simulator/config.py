@@ -27,6 +27,9 @@ class SimConfig:
     # remembers this many 16-token blocks.
     prefill_ms_per_token: float = 0.0
     prefix_cache_blocks: int = 4096
+    # False: `tool_choice: "auto"` is refused, as by vLLM started without
+    # --enable-auto-tool-choice (request.py).
+    auto_tool_choice: bool = True
     # The CLI passes `models` as `**{...}`, which mypy checks against every field not passed
     # explicitly: pass any new field explicitly there. Fixed knobs live next to their use
     # (embeddings.DEFAULT_DIM, script.REASONER_TOKENS, app.STALL_TIMEOUT_S,

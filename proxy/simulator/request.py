@@ -69,6 +69,9 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
         raise invalid("Stream options can only be defined when `stream=True`.")
     tools = _tools(body.get("tools"))
     mode, name = _tool_choice(body, tools)
+    if body.get("tool_choice") == "auto" and not config.auto_tool_choice:
+        raise invalid('"auto" tool choice requires --enable-auto-tool-choice and '
+                      "--tool-call-parser to be set")
     fmt, schema = _response_format(body.get("response_format"))
     model = _model(body, config)
     max_tokens = _max_tokens(body)

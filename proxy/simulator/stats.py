@@ -18,6 +18,7 @@ from typing import Any, Literal
 StreamEnd = Literal["completed", "aborted", "cut"]
 
 PROMPT_COUNTS_LIMIT = 10_000
+REQUEST_IDS_KEPT = 32
 
 
 class Stats:
@@ -39,6 +40,9 @@ class Stats:
         self.max_concurrent_streams = self.active_streams
         self.last_request: Any = None
         self.last_headers: dict[str, str] = {}
+        # The last chat requests' x-request-id values, oldest first: one client request's
+        # calls must not share one (vLLM's engine request id).
+        self.request_ids: list[str] = []
         self.prompt_counts: dict[str, int] = {}
         self.prompt_counts_dropped = 0
         # Prompt tokens found in the prefix cache, and those that were not (prefilled).
@@ -53,6 +57,9 @@ class Stats:
         self.chat_requests += 1
         self.last_request = body
         self.last_headers = headers
+        request_id = headers.get("x-request-id")
+        if request_id is not None:
+            self.request_ids = [*self.request_ids[-(REQUEST_IDS_KEPT - 1):], request_id]
 
     def prompt(self, text: str) -> None:
         if text in self.prompt_counts:
@@ -91,6 +98,7 @@ class Stats:
             "active_streams": self.active_streams,
             "max_concurrent_streams": self.max_concurrent_streams,
             "last_request": self.last_request, "last_headers": dict(self.last_headers),
+            "request_ids": list(self.request_ids),
             "prompt_counts": dict(self.prompt_counts),
             "prompt_counts_dropped": self.prompt_counts_dropped,
             "prefix_hit_tokens": self.prefix_hit_tokens,

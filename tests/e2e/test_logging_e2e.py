@@ -36,7 +36,7 @@ def test_json_log_lines_carry_the_request_id_and_no_secrets(
         sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")  # uvicorn logs a warning about it
         sock.recv(1024)
     stats = httpx.get(simulator.url + "/sim/stats", timeout=5).json()
-    assert stats["last_headers"]["x-request-id"] == "e2e-log-1"
+    assert stats["last_headers"]["x-request-id"] == "e2e-log-1-1"
     json_proxy.stop()  # flushes and closes the log
     lines = [ln for ln in json_proxy.output().splitlines() if ln.strip()]
     # Every line is JSON: start-up lines, uvicorn's own warning, the access line.

@@ -88,7 +88,7 @@ def test_function_call_and_the_follow_up_turn(client: openai.OpenAI, sim: SimCon
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
     assert sent[1]["tool_calls"][0]["id"] == calls[0]["call_id"]
     assert sent[2] == {"role": "tool", "tool_call_id": calls[0]["call_id"],
-                       "content": "sunny, 21C"}
+                       "name": "get_weather", "content": "sunny, 21C"}
 
 
 def test_two_parallel_calls_are_sequential_items(client: openai.OpenAI) -> None:

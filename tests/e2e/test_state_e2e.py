@@ -165,7 +165,8 @@ def test_three_turn_chain_with_a_tool_turn(pair: tuple[ServerProcess, ServerProc
                                          "user"]
     assert sent[0]["content"] == "only now"  # instructions are not inherited, only current
     assert sent[2]["tool_calls"][0]["id"] == call.call_id
-    assert sent[3] == {"role": "tool", "tool_call_id": call.call_id, "content": "snow"}
+    assert sent[3] == {"role": "tool", "tool_call_id": call.call_id, "name": "get_weather",
+                       "content": "snow"}
     assert sent[4]["content"] == second.output_text
 
 

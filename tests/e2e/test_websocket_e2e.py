@@ -221,7 +221,8 @@ def test_tool_round_trip_on_one_socket(pair: tuple[ServerProcess, ServerProcess]
     sent = sim.stats()["last_request"]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
     assert sent[1]["tool_calls"][0]["id"] == call["call_id"]
-    assert sent[2] == {"role": "tool", "tool_call_id": call["call_id"], "content": "snow"}
+    assert sent[2] == {"role": "tool", "tool_call_id": call["call_id"],
+                       "name": "get_weather", "content": "snow"}
 
 
 def test_a_client_that_leaves_mid_response_aborts_the_upstream(
@@ -251,16 +252,22 @@ def test_connection_closes_at_its_max_age_with_the_limit_error(
             ws.recv(timeout=5)
 
 
+@pytest.mark.parametrize(("failing", "status", "param"), [
+    ({"input": "two", "model": "no-such-model"}, 404, "model"),
+    # An output for a call nobody made: OpenAI's 400 naming its call_id.
+    ({"input": [{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}]},
+     400, "input[0].call_id"),
+])
 def test_a_failed_continuation_evicts_its_entry(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], failing: dict[str, Any], status: int,
+        param: str) -> None:
     a, _ = pair
     with socket(a) as ws:
         first = create(ws, input="one", store=False)
         first_id = first[-1]["response"]["id"]
-        failed = create(ws, input="two", store=False, previous_response_id=first_id,
-                        model="no-such-model")
+        failed = create(ws, store=False, previous_response_id=first_id, **failing)
         assert failed[-1]["type"] == "error"
-        assert failed[-1]["status"] == 404
+        assert failed[-1]["status"] == status and failed[-1]["error"]["param"] == param
         gone = create(ws, input="three", store=False, previous_response_id=first_id)
         assert gone[-1]["type"] == "error"
         assert gone[-1]["error"]["code"] == "previous_response_not_found"
@@ -531,7 +538,8 @@ def test_the_async_sdk_client_runs_a_tool_round_trip_over_its_socket(
     call = responses[0][-1].response.output[0]
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Bergen"}
     sent = sim.stats()["last_request"]["messages"]
-    assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": "fog"}
+    assert sent[-1] == {"role": "tool", "tool_call_id": call.call_id, "name": "get_weather",
+                        "content": "fog"}
     assert responses[1][-1].response.output[0].content[0].text == "Tool results: get_weather=fog"
 
 

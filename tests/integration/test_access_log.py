@@ -90,7 +90,7 @@ async def test_json_line_per_request_with_id_key_digest_and_replica(
                               json={"model": "sim-model", "input": PROMPT, "store": False})
     assert answer.status_code == 200
     assert answer.headers["x-request-id"] == "client-id.42:a_b"
-    assert sim.stats()["last_headers"]["x-request-id"] == "client-id.42:a_b"
+    assert sim.stats()["last_headers"]["x-request-id"] == "client-id.42:a_b-1"
     [line] = [a for a in json_logs.access() if a["request_id"] == "client-id.42:a_b"]
     assert line["method"] == "POST"
     assert line["route"] == "/v1/responses"
@@ -126,7 +126,7 @@ async def test_streams_echo_the_id_and_log_when_the_stream_ends(
     assert answer.headers["content-type"].startswith("text/event-stream")
     assert answer.headers["x-request-id"] == "stream-7"
     assert "response.completed" in answer.text
-    assert sim.stats()["last_headers"]["x-request-id"] == "stream-7"
+    assert sim.stats()["last_headers"]["x-request-id"] == "stream-7-1"
     lines = [ln for ln in text_logs.text().splitlines() if "proxy.access [stream-7]" in ln]
     assert len(lines) == 1
     assert re.search(r"POST /v1/responses 200 \d+\.\dms key=k[0-9a-f]{12} cache=- "
@@ -218,7 +218,7 @@ async def test_a_background_job_carries_its_creators_id_upstream(
         await asyncio.sleep(0.05)
         status = (await keyed.get(f"/v1/responses/{response_id}")).json()["status"]
     assert status == "completed"
-    assert sim.stats()["last_headers"]["x-request-id"] == "bg-1"
+    assert sim.stats()["last_headers"]["x-request-id"] == "bg-1-1"
 
 
 async def test_upstream_request_id_is_replaced_and_cache_header_logged(
@@ -247,3 +247,20 @@ async def test_upstream_request_id_is_replaced_and_cache_header_logged(
     assert [v for k, v in headers if k == b"x-request-id"] == [b"mine-1"]
     [line] = [a for a in json_logs.access() if a["request_id"] == "mine-1"]
     assert (line["cache"], line["route"], line["status"]) == ("hit", "unmatched", 200)
+
+
+async def test_each_upstream_call_of_one_request_has_its_own_id_under_the_clients(
+        keyed: httpx.AsyncClient, sim: SimControl) -> None:
+    """An automatic compaction's summarisation turn and the turn itself: two generations of
+    one request, each with its own id (vLLM refuses a second one in flight under one id)."""
+    history = [{"role": "user", "content": "a first turn about otters " * 20},
+               {"role": "assistant", "content": "an answer about otters " * 20},
+               {"role": "user", "content": "next question"}]
+    answer = await keyed.post("/v1/responses", headers={"x-request-id": "two-calls"}, json={
+        "model": "sim-model", "input": history, "store": False,
+        "context_management": [{"type": "compaction", "compact_threshold": 5}]})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-request-id"] == "two-calls"
+    ids = sim.stats()["request_ids"]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert all(i.startswith("two-calls-") for i in ids)

@@ -12,7 +12,7 @@ import pytest
 from proxy.app import create_app
 from proxy.settings import Settings, Timeouts
 from tests.conftest import SimControl
-from tests.support.servers import free_port
+from tests.support.servers import free_port, start_simulator
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -217,3 +217,40 @@ async def test_with_auth_on_the_type_is_not_required(simulator: object,
                                      headers={"content-type": "text/plain",
                                               "authorization": "Bearer sk-one"})
         assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("kind", ["function_call_output", "custom_tool_call_output"])
+async def test_an_output_for_a_call_nobody_made_is_400_naming_its_call_id(
+        client: httpx.AsyncClient, sim: SimControl, kind: str) -> None:
+    """OpenAI's answer; sent upstream it would be a tool message no call asked for."""
+    first = await client.post("/v1/responses", json={**CREATE, "store": True})
+    assert first.status_code == 200
+    before = sim.stats()["chat_requests"]
+    answer = await client.post("/v1/responses", json={
+        "model": "sim-model", "previous_response_id": first.json()["id"],
+        "input": [{"type": "message", "role": "user", "content": "and"},
+                  {"type": kind, "call_id": "call_nowhere", "output": "x"}]})
+    error = assert_openai_error(answer, 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == "input[1].call_id"
+    assert "call_nowhere" in str(error["message"])
+    assert sim.stats()["chat_requests"] == before  # nothing went upstream
+
+
+async def test_auto_tool_choice_on_a_replica_without_the_flag_names_the_flag() -> None:
+    """vLLM's own 400 (the simulator started as vLLM without --enable-auto-tool-choice) becomes
+    one an operator can act on; requests without auto tool choice are still served."""
+    simulator = start_simulator("--no-auto-tool-choice")
+    try:
+        async for client in proxy_for(Settings.of(upstreams=(simulator.url,))):
+            tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+            for _ in range(2):  # learned, then remembered for the replica
+                answer = await client.post("/v1/responses", json={
+                    **CREATE, "tools": [tool], "tool_choice": "auto"})
+                error = assert_openai_error(answer, 400, code="auto_tool_choice_unavailable",
+                                            param="tool_choice")
+                assert "--enable-auto-tool-choice" in str(error["message"])
+            named = await client.post("/v1/responses", json={
+                **CREATE, "tools": [tool], "tool_choice": "required"})
+            assert named.status_code == 200, named.text
+    finally:
+        simulator.stop()

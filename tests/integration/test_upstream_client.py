@@ -31,6 +31,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
+from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.http1 import ConnectError, ReadError
 from proxy.settings import Settings, Timeouts
 from proxy.upstream import (
@@ -822,6 +823,28 @@ def test_requests_carry_our_headers_and_nothing_else(api_key: str | None) -> Non
         assert post.headers == {**expected, "content-type": "application/json",
                                 "content-length": "8"}
         assert get.line == "GET /health HTTP/1.1" and get.headers == expected
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
+
+
+def test_each_upstream_call_of_one_request_carries_its_own_id() -> None:
+    """vLLM makes `x-request-id` its engine request id and (before late 2025) refuses a second
+    one in flight: one client request's calls (retries, tool loop turns, summaries) each get
+    the client's id with their own suffix."""
+    async def scenario() -> None:
+        async with TinyServer(serve_ok) as server:
+            up = upstream(api_key=None)
+            token = CURRENT.set(RequestContext("client-7"))
+            try:
+                for _ in range(2):
+                    response = await up.post(server.url, "/v1/chat/completions", b"{}",
+                                             stream=False)
+                    await response.aclose()
+            finally:
+                CURRENT.reset(token)
+        ids = [r.headers["x-request-id"] for r in server.requests]
+        assert ids == ["client-7-1", "client-7-2"]
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())

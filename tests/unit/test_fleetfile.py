@@ -16,11 +16,12 @@ from proxy.upstream import Upstream
 
 ENTRIES = [
     {"url": "http://10.0.0.5:8000/v1", "weight": 2, "api_key": "sk-five",
-     "max_concurrency": 64, "models": ["qwen"]},
+     "max_concurrency": 64, "models": ["qwen"], "reasoning_efforts": ["low", "high"]},
     {"url": "http://10.0.0.6:8000"},
 ]
 EXPECTED = (
-    ReplicaSpec("http://10.0.0.5:8000", 2.0, "sk-five", 64, ("qwen",)),
+    ReplicaSpec("http://10.0.0.5:8000", 2.0, "sk-five", 64, ("qwen",),
+                reasoning_efforts=("low", "high")),
     ReplicaSpec("http://10.0.0.6:8000"),
 )
 YAML = """# two replicas
@@ -29,6 +30,7 @@ YAML = """# two replicas
   api_key: sk-five
   max_concurrency: 64
   models: [qwen]
+  reasoning_efforts: [low, high]
 - url: http://10.0.0.6:8000
 """
 
@@ -57,6 +59,8 @@ def test_a_replicas_object_is_accepted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "field"), [
     ([{"url": "ftp://x"}], "replicas[0].url"),
+    ([{"url": "http://x", "reasoning_efforts": ["max"]}], "replicas[0].reasoning_efforts"),
+    ([{"url": "http://x", "reasoning_efforts": []}], "replicas[0].reasoning_efforts"),
     ([{"weight": 1}], "replicas[0].url"),
     ([{"url": "http://a"}, {"url": "http://b", "weight": 0}], "replicas[1].weight"),
     ([{"url": "http://a", "weight": "heavy"}], "replicas[0].weight"),

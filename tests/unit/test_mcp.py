@@ -170,9 +170,11 @@ def test_history_items_reach_the_model_as_tool_calls_and_results() -> None:
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool",
                                              "assistant", "tool"]
     assert [c["id"] for c in messages[1]["tool_calls"]] == ["c1"]
-    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "5"}
-    assert messages[4]["content"] == "Error: boom"
+    assert messages[1]["content"] == ""  # not null: vLLM 0.10.1 refuses it beside tool_calls
+    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "name": "add", "content": "5"}
+    assert messages[4]["content"] == "Error: boom" and messages[4]["name"] == "fail"
     assert messages[6]["tool_call_id"] == "r1" and mcp.DENIED in messages[6]["content"]
+    assert messages[6]["name"] == "add"
 
 
 def test_mcp_items_are_accepted_as_input() -> None:

@@ -179,11 +179,13 @@ def test_history_is_flattened_again() -> None:
     messages = to_chat_request(history, [])["messages"]
     calls = messages[1]["tool_calls"]
     assert calls[0]["function"] == {"name": "crm__lookup", "arguments": "{\"q\": \"bob\"}"}
-    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "bob: vip"}
+    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "name": "crm__lookup",
+                           "content": "bob: vip"}
     assert messages[3]["tool_calls"][0]["function"]["name"] == "crm__note"
     assert json.loads(messages[3]["tool_calls"][0]["function"]["arguments"]) == {
         "input": "call bob"}
-    assert messages[4] == {"role": "tool", "tool_call_id": "c2", "content": "noted"}
+    assert messages[4] == {"role": "tool", "tool_call_id": "c2", "name": "crm__note",
+                           "content": "noted"}
 
 
 # -- the way out: assembler and replay --------------------------------------------------------

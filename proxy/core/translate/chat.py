@@ -105,7 +105,19 @@ def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
         if pending_reasoning and messages and messages[-1]["role"] == "assistant":
             messages[-1]["reasoning"] = "\n".join(pending_reasoning)
             pending_reasoning = []
+    _name_tool_results(messages)
     return messages
+
+
+def _name_tool_results(messages: list[Message]) -> None:
+    """Give each `tool` message the `name` of the function it answers: gpt-oss chat templates
+    up to ~vLLM 0.11.1 take the tool result's author from it (no name: a broken prompt)."""
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls", ()):
+            names[call["id"]] = call["function"]["name"]
+        if message["role"] == "tool" and message["tool_call_id"] in names:
+            message["name"] = names[message["tool_call_id"]]
 
 
 def _role(role: str) -> str:
@@ -114,10 +126,11 @@ def _role(role: str) -> str:
 
 def _open_assistant(messages: list[Message]) -> Message:
     """The assistant message a function call joins: the last message if it is the assistant's
-    (its text, or the calls before this one), else a new one without content."""
+    (its text, or the calls before this one), else a new one with empty content: vLLM 0.10.1
+    refuses `content: null` beside tool_calls ('Error in preprocessing prompt inputs')."""
     if messages and messages[-1]["role"] == "assistant":
         return messages[-1]
-    message: Message = {"role": "assistant", "content": None}
+    message: Message = {"role": "assistant", "content": ""}
     messages.append(message)
     return message
 

@@ -24,10 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.errors import ModelNotFound, ProxyError, UpstreamUnreachable
+from proxy.core.errors import (
+    AutoToolChoiceUnavailable,
+    ModelNotFound,
+    ProxyError,
+    UpstreamUnreachable,
+)
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
+from proxy.core.translate.effort import SCALE, model_efforts
 from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
@@ -46,6 +52,8 @@ REDISCOVER_MIN_INTERVAL = 2.0
 # Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
 # the proxy's work, since the client waits for them before generation starts.
 GENERATION_PATH = "/v1/chat/completions"
+# How `tool_choice: "auto"` reads in the bodies we send (orjson: no spaces).
+AUTO_CHOICE = b'"tool_choice":"auto"'
 
 
 @dataclass
@@ -67,6 +75,10 @@ class Replica:
     allowed: frozenset[str] | None = None  # the fleet file's `models`: only these, ever
     signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
     picks: int = 0  # requests this process sent it: the balancer's tie-breaker
+    efforts: tuple[str, ...] | None = None  # the fleet file's `reasoning_efforts`
+    # False once it refused `tool_choice: "auto"` (started without --enable-auto-tool-choice):
+    # such requests go to the others first. None: not known.
+    auto_tools: bool | None = None
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
@@ -81,7 +93,7 @@ class Replica:
         # A fixed model list is served from the start, before discovery confirms it.
         return cls(spec.url, spec.name or "", weight=spec.weight,
                    max_concurrency=spec.max_concurrency, allowed=allowed,
-                   model_ids=allowed or frozenset())
+                   model_ids=allowed or frozenset(), efforts=spec.reasoning_efforts)
 
 
 @dataclass
@@ -221,6 +233,18 @@ class Fleet:
         fallback = [r for r in self.replicas if r not in exclude] or list(self.replicas)
         return min(fallback, key=lambda r: r.in_flight)
 
+    def efforts(self, model: str) -> tuple[str, ...] | None:
+        """The `reasoning.effort` values every replica that may serve `model` takes (its fleet
+        file's `reasoning_efforts`, else the model's default table): a request is translated
+        before its replica is chosen (and may be retried on another), so its effort must suit
+        any of them. None: any value goes as is."""
+        default = model_efforts(model)
+        tables = [r.efforts or default for r in self.replicas if r.serves(model)] or [default]
+        known = [t for t in tables if t is not None]
+        if not known:
+            return None
+        return tuple(e for e in SCALE if all(e in t for t in known)) or known[0]
+
     def _candidates(self, model: str, exclude: Sequence[Replica]) -> list[Replica]:
         return [r for r in self.replicas if r.healthy and r.serves(model) and r not in exclude]
 
@@ -239,9 +263,16 @@ class Fleet:
                    affinity: str | None = None, home: str | None = None) -> Call:
         """POST to a replica serving `model`. A replica that refuses the connection is marked
         down and the next one tried (nothing reached it, so nothing runs twice); at most once
-        per replica. Any other failure is final."""
+        per replica. So is one that refuses `tool_choice: "auto"` (vLLM checks it before it
+        generates), remembered: such requests skip it from then on. Any other failure is
+        final."""
         tried: list[Replica] = []
-        last_error: UpstreamUnreachable | None = None
+        # Our bodies are compact JSON (a client's may take one refusal). When every replica of
+        # the model refused, they are asked again: one may have been restarted with the flag.
+        if AUTO_CHOICE in body and any(r.serves(model) and r.auto_tools is not False
+                                       for r in self.replicas):
+            tried = [r for r in self.replicas if r.auto_tools is False]
+        last_error: UpstreamUnreachable | AutoToolChoiceUnavailable | None = None
         for _ in range(len(self.replicas)):
             try:
                 replica = await self.choose(model, affinity=affinity, home=home, exclude=tried)
@@ -260,9 +291,20 @@ class Fleet:
                 tried.append(replica)
                 last_error = exc
                 continue
+            except AutoToolChoiceUnavailable as exc:  # refused before generating: try others
+                replica.in_flight -= 1
+                if replica.auto_tools is not False:
+                    log.warning("replica %s refuses tool_choice auto: start it with "
+                                "--enable-auto-tool-choice and --tool-call-parser", replica.url)
+                replica.auto_tools = False
+                tried.append(replica)
+                last_error = exc
+                continue
             except BaseException:
                 replica.in_flight -= 1
                 raise
+            if AUTO_CHOICE in body:
+                replica.auto_tools = True
             note_replica(replica.url)  # for the access log
             replica.picks += 1
             return Call(replica, response)
@@ -295,6 +337,7 @@ class Fleet:
             {"name": r.name, "url": r.url, "healthy": r.healthy, "models": sorted(r.model_ids),
              "in_flight": r.in_flight, "error": r.error, "load": round(r.load, 3),
              "weight": r.weight, "max_concurrency": r.max_concurrency,
+             "auto_tool_choice": r.auto_tools,
              "metrics": None if r.signal is None else
              {"running": r.signal.running, "waiting": r.signal.waiting,
               "kv_cache_usage": r.signal.kv_usage}}

@@ -41,6 +41,7 @@ from proxy.core.ids import IdFactory
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.seal import Sealer
 from proxy.core.translate.chat import to_chat_request
+from proxy.core.translate.effort import fit_effort
 from proxy.core.types import Item
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.responses.tokenize import measure
@@ -69,10 +70,11 @@ class Compactor:
     def expanded(self, items: Sequence[Item]) -> list[Item]:
         return expand(items, self.opener())
 
-    @staticmethod
-    def chat(request: ResponsesRequest, items: list[Item]) -> dict[str, Any]:
-        """The create's chat request over `items` (history and input already joined)."""
-        return to_chat_request(dataclasses.replace(request, input=[]), items)
+    def chat(self, request: ResponsesRequest, items: list[Item]) -> dict[str, Any]:
+        """The create's chat request over `items` (history and input already joined), its
+        reasoning effort one the fleet's replicas of the model take."""
+        chat = to_chat_request(dataclasses.replace(request, input=[]), items)
+        return fit_effort(chat, self._gateway.fleet.efforts(request.model))
 
     async def context(self, tenant: str, request: ResponsesRequest, history: Sequence[Item], *,
                       compact: bool = True, affinity: str | None = None,

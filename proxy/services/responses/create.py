@@ -42,6 +42,7 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.events.assembler import Assembler, map_usage
+from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
@@ -49,6 +50,7 @@ from proxy.core.request.tolerance import Tolerance, tolerance_headers
 from proxy.core.requestctx import current_request_id
 from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
+from proxy.core.translate.effort import fit_effort
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
 from proxy.services.cache.responses import OFF, Lookup, ResponseCache
 from proxy.services.eventlog.ownership import Leases
@@ -157,6 +159,7 @@ class ResponsesService:
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
         request, shown, seen = self._expand(request, found, history)
+        check_call_ids(history.items, request.input)
         shown = await self._with_media(shown, history)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
@@ -168,7 +171,8 @@ class ResponsesService:
                 meter.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = to_chat_request(shown, seen)
+            chat = fit_effort(to_chat_request(shown, seen),
+                              self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
             chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
