@@ -155,8 +155,8 @@ class Runtime:
                                call_timeout=settings.mcp.timeout),
             sealer, events,
             tasks, metrics)
-        passthrough = Passthrough(gateway,
-                                  media=MediaFetcher.from_settings(settings.fetch, settings.limits),
+        media = MediaFetcher.from_settings(settings.fetch, settings.limits)
+        passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
@@ -173,7 +173,8 @@ class Runtime:
             events=events,
             services=Services(
                 responses=ResponsesService(generations, settings, background, stored,
-                                           cache=cache, drain=draining, leases=leases),
+                                           cache=cache, drain=draining, leases=leases,
+                                           media=media),
                 stored=stored, conversations=Conversations(store, settings.store, sealer),
                 passthrough=passthrough, background=background,
                 chat=(CachedChat(passthrough, cache,

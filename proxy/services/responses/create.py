@@ -101,7 +101,8 @@ class ResponsesService:
 
     def __init__(self, generations: Generations, settings: Settings, background: Background,
                  stored: StoredResponses, *, cache: ResponseCache | None = None,
-                 drain: Drain | None = None, leases: Leases | None = None) -> None:
+                 drain: Drain | None = None, leases: Leases | None = None,
+                 media: MediaFetcher | None = None) -> None:
         self._generations = generations
         self._gateway = generations.gateway
         self._store = generations.store
@@ -116,7 +117,8 @@ class ResponsesService:
         self._sealer = generations.sealer
         self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
-        self._media = MediaFetcher.from_settings(settings.fetch, settings.limits)
+        # The process's one fetcher (runtime.py gives the pass-through the same one).
+        self._media = media or MediaFetcher.from_settings(settings.fetch, settings.limits)
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
@@ -126,23 +128,22 @@ class ResponsesService:
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there."""
         meter = meter or Meter()
-        request, history, chat = await self._prepare(tenant, body, local, meter=meter,
-                                                      storing=True)
+        request, history, chat = await self._prepare(tenant, body, local, create=meter)
         outcome = await self._create(tenant, request, history, chat, directives, meter, local)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
-                       local: LocalChains | None = None, *, meter: Meter | None = None,
-                       storing: bool = False,
+                       local: LocalChains | None = None, *, create: Meter | None = None,
                        ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
-        `storing`: a create, which checks the key's storage budget when it will store.
-        With a `meter`, run the automatic compaction a request asks for
-        (services/responses/compaction.py) and charge its summarisation turn to the key; it stays
-        out of the response's `usage`, which keeps describing this turn's context (agents read
-        `input_tokens` as the context's size and would see the pre-compaction one)."""
+        `create`: the create's meter (None: `input_tokens`, which only counts). A create checks
+        the key's storage budget when it will store, and runs the automatic compaction a request
+        asks for (services/responses/compaction.py), charging its summarisation turn to the key;
+        it stays out of the response's `usage`, which keeps describing this turn's context
+        (agents read `input_tokens` as the context's size and would see the pre-compaction
+        one)."""
         settings = self._settings
         request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
                                 tolerance=Tolerance.of(settings.tolerance.params,
@@ -150,7 +151,7 @@ class ResponsesService:
                                 sealer=self._sealer, mcp_allow=settings.mcp.allow)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
-        if storing and (request.store or request.conversation):
+        if create is not None and (request.store or request.conversation):
             # Before any upstream call (compaction, truncation's count, the turn): a key that
             # holds its storage budget is refused now (429). The store's create checks again,
             # atomically, for two requests racing for the last bytes.
@@ -164,11 +165,10 @@ class ResponsesService:
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
-                tenant, shown, seen, compact=meter is not None,
+                tenant, shown, seen, compact=create is not None,
                 affinity=history.affinity, home=history.home)
-            if made is not None:
-                assert meter is not None
-                meter.charge(tokens_of(made.usage))
+            if made is not None and create is not None:  # made only when compacting
+                create.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
             chat = fit_effort(to_chat_request(shown, seen),
