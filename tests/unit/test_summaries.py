@@ -1,8 +1,8 @@
-"""Reasoning summaries (`reasoning.summary` auto|concise|detailed): the reasoning text also as a
-`summary_text` part with the `response.reasoning_summary_*` events, live, rebuilt from a final
-object (core/events/replay.py) and picked up from a log (Assembler.restore); every sequence passes
-the
-SDK's types, its stream accumulator and the stream invariants."""
+"""Reasoning summaries (`reasoning.summary` auto|concise|detailed): the reasoning text as a
+`summary_text` part with the `response.reasoning_summary_*` events INSTEAD of a `reasoning_text`
+content part (CONTRACT: a reasoning item shows each text once), live, rebuilt from a final
+object (core/events/replay.py) and picked up from a log (Assembler.restore); every sequence
+passes the SDK's types, its stream accumulator and the stream invariants."""
 
 from __future__ import annotations
 
@@ -63,24 +63,23 @@ def test_golden_reasoning_with_summary() -> None:
     accumulate_like_the_sdk(events)
 
 
-def test_summary_events_sit_beside_the_reasoning_text_ones() -> None:
+def test_summary_events_replace_the_reasoning_text_ones() -> None:
     events = assemble(golden_bytes("reasoning_then_text"), summarised_base("detailed"))
     kinds = [e["type"] for e in events]
     reasoning = kinds[kinds.index("response.output_item.added"):
                       kinds.index("response.output_item.done") + 1]
-    deltas = kinds.count("response.reasoning_text.delta")
+    deltas = kinds.count("response.reasoning_summary_text.delta")
     assert deltas >= 2
+    assert "response.reasoning_text.delta" not in kinds
     assert reasoning == [
-        "response.output_item.added", "response.content_part.added",
-        "response.reasoning_summary_part.added",
-        *["response.reasoning_text.delta", "response.reasoning_summary_text.delta"] * deltas,
-        "response.reasoning_text.done", "response.content_part.done",
+        "response.output_item.added", "response.reasoning_summary_part.added",
+        *["response.reasoning_summary_text.delta"] * deltas,
         "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
         "response.output_item.done",
     ]
     item = events[-1]["response"]["output"][0]
     assert item["summary"] == [{"type": "summary_text", "text": "Let me think."}]
-    assert item["content"] == [{"type": "reasoning_text", "text": "Let me think."}]
+    assert item["content"] == []  # the text once: llama-index showed content and summary both
     added = next(e for e in events if e["type"] == "response.output_item.added")
     assert added["item"]["summary"] == []
 
@@ -105,7 +104,7 @@ def test_a_final_object_with_a_summary_replays_it() -> None:
     check_stream(replayed)
     accumulate_like_the_sdk(replayed)
     kinds = [e["type"] for e in replayed]
-    assert kinds[kinds.index("response.content_part.done") + 1:][:4] == [
+    assert kinds[kinds.index("response.output_item.added") + 1:][:4] == [
         "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
         "response.reasoning_summary_text.done", "response.reasoning_summary_part.done"]
     assert [e["item"] for e in replayed if e["type"] == "response.output_item.done"] == \
@@ -129,19 +128,23 @@ def test_every_prefix_of_a_summarised_log_restores_into_a_valid_stream(ending: s
         summary_started = any(e["type"] == "response.reasoning_summary_part.added"
                               for e in prefix)
         if summary_started:
-            reasoning = output[0]  # the summary says what the reasoning says, even across the cut
-            assert reasoning["summary"][0]["text"] == reasoning["content"][0]["text"]
+            reasoning = output[0]  # the text logged so far, once, in the summary
+            assert reasoning["content"] == []
             assert reasoning["summary"][0]["text"] in ("", "Let me", "Let me think.")
 
 
 @SETTINGS
 @given(name=st.sampled_from(["reasoning_then_text", "reasoning_content_legacy", "text",
                              "tool_call"]), data=st.data())
-def test_any_rechunking_keeps_summary_equal_to_reasoning(name: str,
-                                                         data: st.DataObject) -> None:
+def test_any_rechunking_keeps_the_text_once_in_the_summary(name: str,
+                                                            data: st.DataObject) -> None:
     raw = encode(resplit(payloads(golden_bytes(name)), data))
     events = assemble(raw, summarised_base("auto"))
+    plain = assemble(raw, summarised_base(None))
     check_stream(events)
-    for item in events[-1]["response"]["output"]:
+    for item, unsummarised in zip(events[-1]["response"]["output"],
+                                  plain[-1]["response"]["output"], strict=True):
         if item["type"] == "reasoning":
-            assert [s["text"] for s in item["summary"]] == [c["text"] for c in item["content"]]
+            assert item["content"] == []
+            assert [s["text"] for s in item["summary"]] == \
+                [c["text"] for c in unsummarised["content"]]

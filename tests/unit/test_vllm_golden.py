@@ -202,3 +202,25 @@ def test_repetition_ends_incomplete() -> None:
     assert events[-1]["type"] == "response.incomplete"
     assert response["incomplete_details"] == {"reason": None}
     assert response["output"][0]["status"] == "incomplete"
+
+
+# -- point 5: usage details as each version sends them ------------------------------------------
+@pytest.mark.parametrize(("name", "fragments"), [("hermes_qwen3_v010", 2),
+                                                 ("gptoss_harmony_v012", 2)])
+def test_reasoning_tokens_are_counted_when_vllm_reports_none(name: str, fragments: int) -> None:
+    # Before 2026 builds vLLM's usage has no completion_tokens_details: the reasoning the turn
+    # streamed (one fragment per decoded token) stands in, rather than claiming 0.
+    _, response = replay(name)
+    details = response["usage"]["output_tokens_details"]
+    assert details == {"reasoning_tokens": fragments}
+
+
+def test_reported_reasoning_tokens_win_over_the_count() -> None:
+    _, response = replay("reasoning_v016")  # 2026: reports 26, streams 3 fragments
+    assert response["usage"]["output_tokens_details"]["reasoning_tokens"] == 26
+
+
+def test_no_reasoning_counts_zero_and_cached_tokens_come_only_when_sent() -> None:
+    _, mistral = replay("mistral_v11")  # no prompt_tokens_details: no cache figure to pass on
+    assert mistral["usage"]["output_tokens_details"] == {"reasoning_tokens": 0}
+    assert mistral["usage"]["input_tokens_details"]["cached_tokens"] == 0

@@ -25,7 +25,11 @@ from proxy.core.events.assembler.finish import INCOMPLETE, WHOLE, call_was_cut
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
 from proxy.core.events.assembler.response import ResponseState
-from proxy.core.events.assembler.text import MessageItem, ReasoningItem
+from proxy.core.events.assembler.text import (
+    MessageItem,
+    ReasoningItem,
+    SummarisedReasoningItem,
+)
 from proxy.core.events.assembler.usage import add_usage, map_usage
 from proxy.core.events.summaries import wants_summaries
 from proxy.core.ids import IdFactory
@@ -62,6 +66,9 @@ class Assembler(ResponseState):
         # The request's limit and this turn's completion tokens: whether a call was cut.
         self._limit = response.get("max_output_tokens")
         self._turn_tokens: Any = None
+        # This turn's reasoning fragments: its reasoning tokens when vLLM reports none (only
+        # 2026 builds with a reasoning parser send `reasoning_tokens`; usage.py).
+        self._reasoned = 0
         # MCP tools (core/mcp.py): upstream name → (server_label, tool name, approval?), set by
         # the tool loop once listed; usage of the upstream turns before this one (one
         # response may take several).
@@ -95,7 +102,7 @@ class Assembler(ResponseState):
             reasoning = delta.get("reasoning")
             if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
                 reasoning = delta.get("reasoning_content")
-            if reasoning and self._stream(_REASONING, reasoning, events):
+            if reasoning and self._reason(reasoning, events):
                 return events
             content = delta.get("content")
             if content and self._stream(_MESSAGE, content, events):
@@ -107,6 +114,10 @@ class Assembler(ResponseState):
         if finish:
             self._finished(finish, events)
         return events
+
+    def _reason(self, text: str, events: list[Event]) -> bool:
+        self._reasoned += 1
+        return self._stream(_REASONING, text, events)
 
     def _stream(self, kind: Phase, text: str, events: list[Event]) -> bool:
         """A reasoning or content fragment: the open item of that kind goes on, else one
@@ -128,8 +139,8 @@ class Assembler(ResponseState):
 
     def _text_item(self, kind: Phase) -> MessageItem | ReasoningItem:
         if kind is Phase.REASONING:
-            return ReasoningItem(self._ids(idp.REASONING), len(self.output), self._seq,
-                                 summaries=self._summaries, seal=self._seal)
+            shape = SummarisedReasoningItem if self._summaries else ReasoningItem
+            return shape(self._ids(idp.REASONING), len(self.output), self._seq, seal=self._seal)
         return MessageItem(self._ids(idp.MESSAGE), len(self.output), self._seq)
 
     def _tool_calls(self, calls: list[dict[str, Any]], events: list[Event]) -> bool:
@@ -209,7 +220,7 @@ class Assembler(ResponseState):
         if usage:
             self.deltas = 0  # counted in the usage
             self._turn_tokens = usage.get("completion_tokens")
-            self.usage = map_usage(usage)
+            self.usage = map_usage(usage, reasoned=self._reasoned)
             if self._usage_before is not None:
                 self.usage = add_usage(self._usage_before, self.usage)
 
@@ -259,6 +270,7 @@ class Assembler(ResponseState):
         self._pending = None
         self._held = []
         self._turn_tokens = None
+        self._reasoned = 0
         self._usage_before = self.usage
         if self.phase is not Phase.DONE:
             self._to(Phase.READY)

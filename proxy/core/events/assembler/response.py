@@ -16,6 +16,7 @@ from proxy.core.events.assembler.item import ItemState, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Machine, Phase
 from proxy.core.events.assembler.mcpitems import McpCallItem, McpListItem
 from proxy.core.events.assembler.restore import restore
+from proxy.core.events.summaries import wants_summaries
 from proxy.core.ids import IdFactory
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.core.types import Event, Item, ResponseObject
@@ -78,7 +79,8 @@ class ResponseState(Machine):
     def restore(self, events: Iterable[Event]) -> None:
         """Pick a response up from its event log (restore.py) on a fresh assembler; `fail()`
         or `cancel()` then closes it exactly as a live stream would."""
-        state = restore(events, self._seq, self._seal)
+        state = restore(events, self._seq, self._seal,
+                        summaries=wants_summaries(self._base))
         self.output += state.output
         if state.in_progress:
             self.status = t.S_IN_PROGRESS

@@ -23,15 +23,21 @@ from proxy.core.events.assembler.item import (
     OpenItem,
 )
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
-from proxy.core.events.assembler.text import MessageItem, ReasoningItem
+from proxy.core.events.assembler.text import (
+    MessageItem,
+    ReasoningItem,
+    SummarisedReasoningItem,
+)
 from proxy.core.types import Event, Item
 
-_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA})
+# A reasoning item asked for with summaries streams its one part as a summary part
+# (text.py SummarisedReasoningItem): its events move the item along like a content part's.
+_DELTAS = frozenset({t.TEXT_DELTA, t.REASONING_DELTA, t.ARGS_DELTA, t.CUSTOM_INPUT_DELTA,
+                     t.SUMMARY_DELTA})
 _STAGE_AFTER = {t.PART_ADDED: STREAMING, t.TEXT_DONE: TEXT_DONE, t.REASONING_DONE: TEXT_DONE,
-                t.ARGS_DONE: TEXT_DONE, t.PART_DONE: PART_DONE, t.CUSTOM_INPUT_DONE: TEXT_DONE}
-# Where a restored reasoning item's summary part had got to (core/events/summaries.py).
-_SUMMARY_STAGE_AFTER = {t.SUMMARY_PART_ADDED: STREAMING, t.SUMMARY_DONE: TEXT_DONE,
-                        t.SUMMARY_PART_DONE: PART_DONE}
+                t.ARGS_DONE: TEXT_DONE, t.PART_DONE: PART_DONE, t.CUSTOM_INPUT_DONE: TEXT_DONE,
+                t.SUMMARY_PART_ADDED: STREAMING, t.SUMMARY_DONE: TEXT_DONE,
+                t.SUMMARY_PART_DONE: PART_DONE}
 
 
 @dataclass
@@ -43,8 +49,9 @@ class Restored:
 
 
 def restore(events: Iterable[Event], seq: Numbering,
-            seal: Callable[[str], str] | None) -> Restored:
-    """The state `events` leave; `seq` set to go on after the last of them."""
+            seal: Callable[[str], str] | None, *, summaries: bool = False) -> Restored:
+    """The state `events` leave; `seq` set to go on after the last of them. `summaries`: the
+    request asked for reasoning summaries (its reasoning items stream a summary part)."""
     state = Restored()
     for event in events:
         seq.next = event["sequence_number"] + 1
@@ -55,12 +62,7 @@ def restore(events: Iterable[Event], seq: Numbering,
         elif kind == mcp.ARGS_DONE and isinstance(state.waiting, McpCallItem):
             state.waiting.parts = [event["arguments"]]
         elif kind == t.ITEM_ADDED:
-            state.open = _reopen(event["item"], event["output_index"], seq, seal)
-        elif kind in _SUMMARY_STAGE_AFTER and isinstance(opened, ReasoningItem):
-            opened.summary = _SUMMARY_STAGE_AFTER[kind]
-            opened.summary_sent = opened.summary_sent or 0
-        elif kind == t.SUMMARY_DELTA and isinstance(opened, ReasoningItem):
-            opened.summary_sent = (opened.summary_sent or 0) + len(event["delta"])
+            state.open = _reopen(event["item"], event["output_index"], seq, seal, summaries)
         elif kind in _DELTAS and opened is not None:
             opened.parts.append(event["delta"])
         elif kind in _STAGE_AFTER and opened is not None:
@@ -74,7 +76,7 @@ def restore(events: Iterable[Event], seq: Numbering,
 
 
 def _reopen(item: Item, index: int, seq: Numbering,
-            seal: Callable[[str], str] | None) -> OpenItem:
+            seal: Callable[[str], str] | None, summaries: bool) -> OpenItem:
     """A message, reasoning item or call as its output_item.added left it (a call's
     arguments flow from the start; a text item's part is not open yet)."""
     kind = item.get("type")
@@ -87,7 +89,8 @@ def _reopen(item: Item, index: int, seq: Numbering,
         custom.decoder = None  # its parts are the input deltas already sent
         return custom
     if kind == t.REASONING:
-        return ReasoningItem(item["id"], index, seq, ADDED, seal=seal)
+        shape = SummarisedReasoningItem if summaries else ReasoningItem
+        return shape(item["id"], index, seq, ADDED, seal=seal)
     return MessageItem(item["id"], index, seq, ADDED)  # (any other kind closes as a message)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from proxy.core import types as t
-from proxy.core.events.assembler.item import ADDED, STREAMING, TEXT_DONE, Numbering, OpenItem
+from proxy.core.events.assembler.item import STREAMING, TEXT_DONE, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.summaries import summary_part
 from proxy.core.types import Event, Item
@@ -22,6 +22,9 @@ class TextItem(OpenItem):
     """An item whose content is one part (content_index 0) streamed as deltas."""
 
     __slots__ = ()
+    # The part's done event and the field that says which part: a content part by default.
+    part_done: ClassVar[str] = t.PART_DONE
+    part_index: ClassVar[str] = "content_index"
 
     def _text_done(self, text: str, events: list[Event]) -> None:
         """The part's text done event (and the empty delta before it if it had none)."""
@@ -33,7 +36,7 @@ class TextItem(OpenItem):
         if self.stage == STREAMING:
             self._text_done(part["text"], events)
         if STREAMING <= self.stage <= TEXT_DONE:
-            events.append(self.event(t.PART_DONE, content_index=0, part=part))
+            events.append(self.event(self.part_done, **{self.part_index: 0}, part=part))
 
 
 class MessageItem(TextItem):
@@ -68,45 +71,31 @@ class MessageItem(TextItem):
 
 
 class ReasoningItem(TextItem):
-    """Reasoning text, with a summary part streamed beside it when the request asked for
-    summaries (core/events/summaries.py); sealed into `encrypted_content` when the proxy seals."""
+    """Reasoning text as the item's one `reasoning_text` content part (the default); sealed
+    into `encrypted_content` when the proxy seals."""
 
-    __slots__ = ("seal", "summary", "summary_sent")
+    __slots__ = ("seal",)
     kind = Phase.REASONING
 
     def __init__(self, item_id: str, index: int, seq: Numbering, stage: int = STREAMING, *,
-                 summaries: bool = False, seal: Callable[[str], str] | None = None) -> None:
+                 seal: Callable[[str], str] | None = None) -> None:
         super().__init__(item_id, index, seq, stage)
         self.seal = seal
-        # The summary part's stage like `stage` (ADDED: none opened), and for a restored item
-        # the length of the summary text already sent (None: live, every reasoning delta had
-        # its summary delta).
-        self.summary = STREAMING if summaries else ADDED
-        self.summary_sent: int | None = None
 
     def open(self, events: list[Event]) -> None:
         events.append(self.added({"id": self.item_id, "type": t.REASONING, "summary": [],
                                   "content": [], "status": t.S_IN_PROGRESS}))
         events.append(self.event(t.PART_ADDED, content_index=0,
                                  part={"type": t.REASONING_TEXT, "text": ""}))
-        if self.summary == STREAMING:
-            events.append(self.event(t.SUMMARY_PART_ADDED, summary_index=0,
-                                     part=summary_part("")))
 
     def delta(self, text: str, events: list[Event]) -> None:
         self.parts.append(text)
         seq = self.seq
         number = seq.next
+        seq.next = number + 1
         events.append({"type": t.REASONING_DELTA, "sequence_number": number,
                        "item_id": self.item_id, "output_index": self.index, "content_index": 0,
                        "delta": text})
-        if self.summary == STREAMING:
-            seq.next = number + 2
-            events.append({"type": t.SUMMARY_DELTA, "sequence_number": number + 1,
-                           "item_id": self.item_id, "output_index": self.index,
-                           "summary_index": 0, "delta": text})
-        else:
-            seq.next = number + 1
 
     def _text_done(self, text: str, events: list[Event]) -> None:
         if not self.parts:  # a restored part cut before its first delta
@@ -117,26 +106,49 @@ class ReasoningItem(TextItem):
         text = "".join(self.parts)
         part = {"type": t.REASONING_TEXT, "text": text}
         self.close_part(part, events)
-        content = [part] if self.stage >= STREAMING else []
-        final: Item = {"id": self.item_id, "type": t.REASONING,
-                       "summary": self._close_summary(text, events),
+        shown = [part] if self.stage >= STREAMING else []
+        return self._final(status, text, content=shown, summary=[])
+
+    def _final(self, status: str, text: str, *, content: list[dict[str, Any]],
+               summary: list[dict[str, Any]]) -> Item:
+        final: Item = {"id": self.item_id, "type": t.REASONING, "summary": summary,
                        "content": content, "status": status}
         if self.seal is not None:
             final["encrypted_content"] = self.seal(text)
         return final
 
-    def _close_summary(self, text: str, events: list[Event]) -> list[dict[str, Any]]:
-        """The done events of the summary part, those not yet sent; the item's `summary`. A
-        restored item first gets the summary text its log lacks (a cut between a reasoning
-        delta and its summary twin)."""
-        if self.summary == ADDED:
-            return []
-        if self.summary == STREAMING:
-            sent = self.summary_sent
-            if sent is not None and (sent < len(text) or sent == 0):
-                events.append(self.event(t.SUMMARY_DELTA, summary_index=0, delta=text[sent:]))
-            events.append(self.event(t.SUMMARY_DONE, summary_index=0, text=text))
-        if self.summary <= TEXT_DONE:
-            events.append(self.event(t.SUMMARY_PART_DONE, summary_index=0,
-                                     part=summary_part(text)))
-        return [summary_part(text)]
+
+class SummarisedReasoningItem(ReasoningItem):
+    """Reasoning text as the item's one `summary_text` part, when the request asked for
+    summaries (core/events/summaries.py): the same text is never also a `reasoning_text`
+    content part (llama-index and others show both, so it appeared twice)."""
+
+    __slots__ = ()
+    part_done = t.SUMMARY_PART_DONE
+    part_index = "summary_index"
+
+    def open(self, events: list[Event]) -> None:
+        events.append(self.added({"id": self.item_id, "type": t.REASONING, "summary": [],
+                                  "content": [], "status": t.S_IN_PROGRESS}))
+        events.append(self.event(t.SUMMARY_PART_ADDED, summary_index=0, part=summary_part("")))
+
+    def delta(self, text: str, events: list[Event]) -> None:
+        self.parts.append(text)
+        seq = self.seq
+        number = seq.next
+        seq.next = number + 1
+        events.append({"type": t.SUMMARY_DELTA, "sequence_number": number,
+                       "item_id": self.item_id, "output_index": self.index,
+                       "summary_index": 0, "delta": text})
+
+    def _text_done(self, text: str, events: list[Event]) -> None:
+        if not self.parts:  # a restored part cut before its first delta
+            events.append(self.event(t.SUMMARY_DELTA, summary_index=0, delta=""))
+        events.append(self.event(t.SUMMARY_DONE, summary_index=0, text=text))
+
+    def close(self, status: str, events: list[Event]) -> Item:
+        text = "".join(self.parts)
+        part = summary_part(text)
+        self.close_part(part, events)
+        shown = [part] if self.stage >= STREAMING else []
+        return self._final(status, text, content=[], summary=shown)

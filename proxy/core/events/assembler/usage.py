@@ -5,14 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 
-def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Chat usage → Responses usage, every key the SDKs require present (PROTOCOL.md §1.1)."""
+def map_usage(usage: dict[str, Any] | None, *, reasoned: int = 0) -> dict[str, Any] | None:
+    """Chat usage → Responses usage, every key the SDKs require present (PROTOCOL.md §1.1).
+
+    What vLLM reports is passed on as it came: `cached_tokens` exists only on a replica started
+    with `--enable-prompt-tokens-details` (0 otherwise: the SDKs require the key), and
+    `reasoning_tokens` only from 2026 builds with a reasoning parser. Without it, `reasoned`
+    (the reasoning fragments the turn streamed; vLLM sends one per decoded token unless a step
+    makes several, e.g. speculative decoding) stands in, capped at the completion tokens."""
     if not usage:
         return None
     prompt = usage.get("prompt_tokens_details") or {}
     completion = usage.get("completion_tokens_details") or {}
     input_tokens = int(usage.get("prompt_tokens") or 0)
     output_tokens = int(usage.get("completion_tokens") or 0)
+    reasoning = completion.get("reasoning_tokens")
+    if reasoning is None:
+        reasoning = min(reasoned, output_tokens)
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
@@ -20,7 +29,7 @@ def map_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
             "cache_write_tokens": 0,
         },
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": int(completion.get("reasoning_tokens") or 0)},
+        "output_tokens_details": {"reasoning_tokens": int(reasoning or 0)},
         "total_tokens": int(usage.get("total_tokens") or input_tokens + output_tokens),
     }
 
