@@ -3,21 +3,18 @@ only summaries (the Vercel AI SDK shows reasoning from `response.reasoning_summa
 alone; Codex displays summaries).
 
 A vLLM fleet has no summariser, so when a request sets `reasoning.summary` (`auto`, `concise`
-or `detailed`) the summary IS the reasoning text: one summary part (`summary_index` 0) carrying
-the same text as the item's one `reasoning_text` content part.
-
-Order of a live reasoning item with summaries (core/events/assembler/), streaming both at once:
+or `detailed`) the summary IS the reasoning text: one summary part (`summary_index` 0) INSTEAD of
+the `reasoning_text` content part (a text is shown once; clients such as llama-index print
+both). Order of a live reasoning item with summaries (core/events/assembler/text.py):
 
     output_item.added (summary [], content [])
-    content_part.added (reasoning_text)   reasoning_summary_part.added (summary_text)
-    { reasoning_text.delta  reasoning_summary_text.delta }   one pair per upstream chunk
-    reasoning_text.done   content_part.done
+    reasoning_summary_part.added (summary_text)
+    reasoning_summary_text.delta ...                one per upstream reasoning fragment
     reasoning_summary_text.done   reasoning_summary_part.done
-    output_item.done (summary [summary_text], content [reasoning_text])
+    output_item.done (summary [summary_text], content [])
 
-The SDK's stream accumulator passes summary events through untouched and the SDK's types accept
-them in any order within their item; rebuilt sequences (core/events/replay.py) put the summary part
-after the content part instead of interleaving them, which is as valid and simpler.
+Rebuilt sequences (core/events/replay.py) give each of a stored item's parts its events, so a
+stored summarised item replays the same way.
 
 Pure: no I/O.
 """
