@@ -50,6 +50,9 @@ log = logging.getLogger("proxy")
 
 # Seconds that in-flight finishing work (final writes, upstream closes) gets at shutdown.
 DRAIN_SECONDS = 5.0
+# Connections of the process's one upstream pool, at least (twice the per-replica bound when
+# that is larger): several replicas each at their bound, and a hung one holds only its own.
+POOL_CONNECTIONS = 4096
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,9 @@ class Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
+        per_replica = settings.upstream.max_connections
         client = http or Upstream.make_pool(
-            max_per_origin=settings.upstream.max_connections,
+            max_connections=max(POOL_CONNECTIONS, 2 * per_replica), max_per_origin=per_replica,
             ca_bundle=settings.upstream.ca_bundle, https_proxy=settings.upstream.https_proxy,
             no_proxy=settings.upstream.no_proxy)
         upstream = Upstream(client, api_key=settings.upstream.api_key, timeouts=settings.timeouts)

@@ -58,9 +58,12 @@ class UpstreamSettings:
     """The HTTP client to the fleet (upstream.py)."""
 
     api_key: str | None = None
-    # At most this many connections to one replica (of 2048 in all), so one hung replica
-    # cannot hold every slot of the pool.
-    max_connections: int = 1024
+    # At most this many connections to one replica (the pool holds twice that, at least
+    # 4,096), so one hung replica cannot hold every slot of the pool. A default, not a
+    # throttle: above what one vLLM runs at once (256-1,024 sequences) with headroom for the
+    # discovery scrapes, `/tokenize` and summaries beside 1,024 streams (issue 25: at 1,024 a
+    # stream could wait for a slot a finished one had not yet handed back).
+    max_connections: int = 2048
     # TLS to https upstreams is always verified: against this CA bundle (PEM) when given,
     # else the system's store.
     ca_bundle: str | None = None
