@@ -22,6 +22,7 @@ from proxy.core.events.assembler.item import (
     Numbering,
     OpenItem,
 )
+from proxy.core.events.assembler.logprobs import from_event
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
 from proxy.core.events.assembler.text import MessageItem, ReasoningItem
 from proxy.core.types import Event, Item
@@ -63,6 +64,8 @@ def restore(events: Iterable[Event], seq: Numbering,
             opened.summary_sent = (opened.summary_sent or 0) + len(event["delta"])
         elif kind in _DELTAS and opened is not None:
             opened.parts.append(event["delta"])
+            if event.get("logprobs") and isinstance(opened, MessageItem):
+                opened.logprobs = (opened.logprobs or []) + from_event(event["logprobs"])
         elif kind in _STAGE_AFTER and opened is not None:
             opened.stage = _STAGE_AFTER[kind]
         elif kind == t.ITEM_DONE:
