@@ -151,6 +151,9 @@ def test_a_background_job_keeps_the_logprobs(client: openai.OpenAI) -> None:
 
 
 def test_bad_top_logprobs_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    edge = client.responses.create(model="sim-model", input="x", include=INCLUDE,
+                                   top_logprobs=20, store=False)
+    assert len(edge.output[0].content[0].logprobs[0].top_logprobs) == 20  # type: ignore
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="sim-model", input="x", include=INCLUDE, top_logprobs=21)
     assert info.value.param == "top_logprobs"

@@ -47,6 +47,7 @@ def test_top_logprobs_without_the_include_is_echoed_but_asks_nothing_upstream() 
 
 @pytest.mark.parametrize("value", [21, -1, "3", 2.5, True, [1]])
 def test_bad_top_logprobs_is_a_400_naming_it(value: Any) -> None:
+    assert parse(include=INCLUDE, top_logprobs=20).top_logprobs == 20  # the range's end
     with pytest.raises(InvalidRequest) as info:
         parse(include=INCLUDE, top_logprobs=value)
     assert info.value.status == 400 and info.value.param == "top_logprobs"
