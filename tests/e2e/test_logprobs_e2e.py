@@ -6,7 +6,6 @@ true` as vLLM does, and the proxy serves `include: ["message.output_text.logprob
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -14,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from tests.support.clients import streamed
+from tests.support.clients import SDK, streamed
 from tests.support.conformance import check_stream
 
 if TYPE_CHECKING:
@@ -26,10 +25,9 @@ INCLUDE = ["message.output_text.logprobs"]
 
 
 @pytest.fixture
-def chat(sim: SimControl) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0,
-                       timeout=20) as client:
-        yield client
+def chat(sim: SimControl) -> openai.OpenAI:
+    """The SDK straight at the simulator (closed with the module's other clients)."""
+    return SDK.get(sim.url, "x")
 
 
 def user(text: str) -> list[Any]:
