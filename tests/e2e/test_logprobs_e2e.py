@@ -5,6 +5,7 @@ true` as vLLM does, and the proxy serves `include: ["message.output_text.logprob
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +13,11 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
+from websockets.sync.client import connect
 
 from tests.support.clients import SDK, streamed
 from tests.support.conformance import check_stream
+from tests.support.servers import ServerProcess
 
 if TYPE_CHECKING:
     from tests.conftest import SimControl
@@ -155,3 +158,18 @@ def test_bad_top_logprobs_is_a_400_naming_it(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="sim-model", input="x", include=INCLUDE, top_logprobs=21)
     assert info.value.param == "top_logprobs"
+
+
+def test_websocket_mode_carries_the_logprobs(proxy: ServerProcess) -> None:
+    url = proxy.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"authorization": "Bearer sk-test"},
+                 open_timeout=10, close_timeout=5) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model", "store": False,
+                            "input": "over a socket", "include": INCLUDE, "top_logprobs": 1}))
+        events: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] not in ("response.completed", "error"):
+            events.append(json.loads(ws.recv(timeout=20)))
+            assert len(events) < 200
+    check_stream(events)
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert done["logprobs"] and tokens_of(done["logprobs"]) == done["text"]
