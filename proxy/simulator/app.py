@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from proxy.simulator import embeddings, wire
+from proxy.simulator import embeddings, logprobs, wire
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError, error_body, invalid
 from proxy.simulator.prefixcache import PrefixCache, prompt_sequence
@@ -260,6 +260,7 @@ class Simulator:
             self.stats.chat(None, headers)
             raise
         self.stats.chat(body, headers)
+        top_logprobs = logprobs.requested(body)  # a schema check: before the others, as vLLM
         req = parse_chat(body, self.config)
         self.stats.prompt(req.text)
         fail = req.directives.fail
@@ -272,9 +273,9 @@ class Simulator:
         self.running[req.model] = self.running.get(req.model, 0) + 1
         try:
             if req.stream:
-                await self.stream(req, answer, receive, send, prefill)
+                await self.stream(req, answer, receive, send, prefill, top_logprobs)
             else:
-                await self.complete(req, answer, receive, send, prefill)
+                await self.complete(req, answer, receive, send, prefill, top_logprobs)
         finally:
             self.running[req.model] -= 1
 
@@ -300,9 +301,12 @@ class Simulator:
         return prefill + ttft / 1000, delay / 1000
 
     async def stream(self, req: ChatRequest, answer: Plan, receive: Receive, send: Send,
-                     prefill: float = 0.0) -> None:
-        blobs = grouped(wire.stream_frames(answer, include_usage=req.include_usage,
-                                           continuous=req.continuous_usage))
+                     prefill: float = 0.0, top_logprobs: int | None = None) -> None:
+        frames = wire.stream_frames(answer, include_usage=req.include_usage,
+                                    continuous=req.continuous_usage)
+        if top_logprobs is not None:
+            logprobs.attach_stream(frames, answer, top_logprobs)
+        blobs = grouped(frames)
         ttft, delay = self.timing(req, prefill)
         final = answer.ending in ("done", "error")
         outcome: StreamEnd = "cut"
@@ -323,7 +327,7 @@ class Simulator:
             raise SimulatedCut("fail=cut: dropping the connection mid-stream")
 
     async def complete(self, req: ChatRequest, answer: Plan, receive: Receive,
-                       send: Send, prefill: float = 0.0) -> None:
+                       send: Send, prefill: float = 0.0, top_logprobs: int | None = None) -> None:
         ttft, delay = self.timing(req, prefill)
         wait = ttft + max(answer.completion_tokens - 1, 0) * delay
         if answer.ending == "stall":
@@ -338,14 +342,21 @@ class Simulator:
         if answer.ending == "error":
             await send_json(send, 500, wire.error_frame(answer))
         elif answer.ending in ("cut", "stall"):
-            body = orjson.dumps(wire.completion(answer))
+            body = orjson.dumps(self._completion(answer, top_logprobs))
             head = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": 200, "headers": head})
             await send({"type": "http.response.body", "body": body[: len(body) // 2],
                         "more_body": True})
             raise SimulatedCut("fail=cut: dropping the connection mid-body")
         else:
-            await send_json(send, 200, wire.completion(answer))
+            await send_json(send, 200, self._completion(answer, top_logprobs))
+
+    @staticmethod
+    def _completion(answer: Plan, top_logprobs: int | None) -> dict[str, Any]:
+        body = wire.completion(answer)
+        if top_logprobs is not None:
+            logprobs.attach_completion(body, answer, top_logprobs)
+        return body
 
 
 async def pace(send: Send, blobs: list[tuple[int, bytes]], ttft: float, delay: float,

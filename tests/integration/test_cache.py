@@ -255,6 +255,16 @@ async def test_background_requests_bypass_the_cache(app_client: Client) -> None:
     assert reply.headers["x-proxy-cache"] == "bypass"
 
 
+async def test_logprobs_requests_bypass_the_cache(app_client: Client) -> None:
+    # logprobs measure one sampling: never kept, never served (as the chat cache holds)
+    body = {"model": "sim-model", "input": "with logprobs", "top_logprobs": 2,
+            "include": ["message.output_text.logprobs"]}
+    for _ in range(2):
+        reply = await post(app_client, "/v1/responses", body)
+        assert reply.headers["x-proxy-cache"] == "bypass"
+        assert reply.json()["output"][0]["content"][0]["logprobs"]
+
+
 async def test_a_stream_the_client_left_is_not_kept(app_client: Client,
                                                     sim: SimControl) -> None:
     _, runtime = app_client

@@ -13,6 +13,7 @@ from typing import Any
 from proxy.core import types as t
 from proxy.core.compaction import COMPACTION
 from proxy.core.compaction import item_events as compaction_events
+from proxy.core.events.assembler.logprobs import event_logprobs
 from proxy.core.events.summaries import summary_events
 from proxy.core.types import Event, Item, ResponseObject
 
@@ -87,11 +88,13 @@ def _part_events(part: dict[str, Any], where: dict[str, Any],
     kind = part.get("type")
     text = part.get("text", "")
     if kind == t.OUTPUT_TEXT:
-        empty = {**part, "text": ""}
+        empty = {**part, "text": "", "logprobs": []}
+        # The one delta carries every token's logprobs, as the done event does.
+        logprobs = event_logprobs(part.get("logprobs") or ())
         return [
             {"type": t.PART_ADDED, **at, "part": empty},
-            {"type": t.TEXT_DELTA, **at, "delta": text, "logprobs": []},
-            {"type": t.TEXT_DONE, **at, "text": text, "logprobs": []},
+            {"type": t.TEXT_DELTA, **at, "delta": text, "logprobs": logprobs},
+            {"type": t.TEXT_DONE, **at, "text": text, "logprobs": logprobs},
             {"type": t.PART_DONE, **at, "part": part},
         ]
     if kind == t.REASONING_TEXT:

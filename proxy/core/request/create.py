@@ -45,8 +45,10 @@ from proxy.core.types import Item
 MAX_TOOLS = 128
 _FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
-# include values we honour: encrypted reasoning (sealed text) and image URLs (we keep them).
-INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url")
+# include values we honour: encrypted reasoning (sealed text), image URLs (we keep them) and the
+# output text's logprobs (vLLM's, asked for upstream only when included).
+LOGPROBS = "message.output_text.logprobs"
+INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url", LOGPROBS)
 
 _SERVED = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
@@ -95,6 +97,7 @@ class ResponsesRequest:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     prompt_cache_options: dict[str, Any] | None = None
+    top_logprobs: int | None = None  # 0-20; only with `include` LOGPROBS does it reach vLLM
     ignored_params: tuple[str, ...] = ()  # unknown fields a lenient create let through
     dropped_tools: tuple[str, ...] = ()  # hosted tool types left out of the upstream request
     # "auto": drop the oldest items to fit (core/translate/truncation.py)
@@ -110,6 +113,12 @@ class ResponsesRequest:
     # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
     # every chat request made for this create carries it.
     cache_salt: str | None = None
+
+    @property
+    def logprobs(self) -> bool:
+        """The output text's logprobs were asked for (`include`); `top_logprobs` alone returns
+        none, as OpenAI's API does (it answers `logprobs: []`)."""
+        return LOGPROBS in self.include
 
     @property
     def text_format(self) -> dict[str, Any]:
@@ -140,7 +149,7 @@ class ResponsesRequest:
             "previous_response_id": self.previous_response_id,
             "conversation": {"id": self.conversation} if self.conversation else None,
             "truncation": self.truncation,
-            "top_logprobs": 0,
+            "top_logprobs": self.top_logprobs or 0,
             # The tier served: "priority" only when the key's grant let it through (the
             # service turns an ungranted ask into "default" before anything is echoed).
             "service_tier": "priority" if self.service_tier == "priority" else "default",
@@ -210,6 +219,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         presence_penalty=opt_number(body, "presence_penalty", low=-2, high=2),
         frequency_penalty=opt_number(body, "frequency_penalty", low=-2, high=2),
         prompt_cache_options=_cache_options(body.get("prompt_cache_options")),
+        top_logprobs=opt_int(body, "top_logprobs", low=0, high=20),
         ignored_params=ignored,
         dropped_tools=parsed_tools.dropped,
         mcp=parsed_tools.mcp,
@@ -253,8 +263,6 @@ def _refuse_unknown(body: dict[str, Any], tolerance: Tolerance) -> tuple[str, ..
         raise bad(key, f"Unknown parameter: '{key}'.")
     if body.get("client_metadata") is not None:
         expect_object(body["client_metadata"], "client_metadata")
-    if body.get("top_logprobs") not in (None, 0):
-        raise bad("top_logprobs", "'top_logprobs' is not supported by this server yet.")
     options = body.get("stream_options")
     if options is not None:
         for key in expect_object(options, "stream_options"):

@@ -18,6 +18,7 @@ Mapping (PROTOCOL.md §6.1):
     custom_tool_call(_output), namespaced function_call → their flat function form
     text.format                     → response_format;  reasoning.effort → reasoning_effort
     max_output_tokens               → max_tokens
+    include message.output_text.logprobs → logprobs: true, top_logprobs: top_logprobs or 0
 The upstream call always streams with usage, whatever the client asked: one assembler serves
 both paths, and usage is needed for the terminal event.
 """
@@ -67,6 +68,9 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     effort = (request.reasoning or {}).get("effort")
     if effort is not None:
         chat["reasoning_effort"] = effort
+    if request.logprobs:  # vLLM's shape: the flag, and how many alternatives per token
+        chat["logprobs"] = True
+        chat["top_logprobs"] = request.top_logprobs or 0
     if request.cache_salt is not None:
         chat["cache_salt"] = request.cache_salt
     return chat

@@ -114,13 +114,15 @@ class ResponseCache:
     async def lookup_response(self, tenant: str, request: ResponsesRequest,
                               chat: dict[str, Any], directives: Directives) -> Lookup:
         """Keyed on the upstream chat request (the expanded history included) and the fields
-        that shape the Response beyond it. Background requests bypass the cache."""
+        that shape the Response beyond it. Background requests bypass the cache, and so do
+        those asking for logprobs: they measure one sampling, as the chat pass-through cache
+        also holds (core/cache/completion.py)."""
         if not self.enabled:
             return OFF
         material = responses_material(chat, include=request.include,
                                       reasoning=request.reasoning, text=request.text)
         return await self.lookup(tenant, ROUTE_RESPONSES, material, directives,
-                                 eligible=not request.background)
+                                 eligible=not (request.background or request.logprobs))
 
     async def serve_response(self, tenant: str, request: ResponsesRequest,
                              parents: tuple[str, ...], base: ResponseObject,

@@ -22,6 +22,7 @@ from proxy.core.events.assembler.calls import (
     PendingCall,
 )
 from proxy.core.events.assembler.finish import INCOMPLETE, WHOLE, call_was_cut
+from proxy.core.events.assembler.logprobs import Logprob, content_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
 from proxy.core.events.assembler.response import ResponseState
@@ -63,6 +64,7 @@ class Assembler(ResponseState):
         # Whitespace-only content while no message is open (Hermes/Qwen stream "\n\n" after
         # </think> and "\n" between parallel calls): it opens no message unless text follows.
         self._held: list[str] = []
+        self._held_logprobs: list[Logprob] = []  # theirs, when logprobs were asked for
         # The request's limit and this turn's completion tokens: whether a call was cut.
         self._limit = response.get("max_output_tokens")
         self._turn_tokens: Any = None
@@ -105,7 +107,9 @@ class Assembler(ResponseState):
             if reasoning and self._reason(reasoning, events):
                 return events
             content = delta.get("content")
-            if content and self._stream(_MESSAGE, content, events):
+            # `logprobs`: null unless the request included them (then this content's share)
+            if content and self._stream(_MESSAGE, content, events, choice.get("logprobs") and
+                                        content_logprobs(choice["logprobs"], content, delta)):
                 return events
             calls = delta.get("tool_calls")
             if calls and self._tool_calls(calls, events):
@@ -119,23 +123,37 @@ class Assembler(ResponseState):
         self._reasoned += 1
         return self._stream(_REASONING, text, events)
 
-    def _stream(self, kind: Phase, text: str, events: list[Event]) -> bool:
-        """A reasoning or content fragment: the open item of that kind goes on, else one
-        opens. Whether an MCP call now waits instead (`_tool_calls` the same)."""
+    def _stream(self, kind: Phase, text: str, events: list[Event],
+                logprobs: list[Logprob] | None = None) -> bool:
+        """A reasoning or content fragment (`logprobs`: a content fragment's, when asked
+        for): the open item of that kind goes on, else one opens. Whether an MCP call now
+        waits instead (`_tool_calls` the same)."""
         item = self._open
         if item is None or item.kind is not kind:
             if kind is _MESSAGE:
                 if text.isspace():
                     self._held.append(text)
+                    if logprobs:
+                        self._held_logprobs += logprobs
                     return False
                 if self._held:  # the held whitespace starts the message after all
                     text = "".join(self._held) + text
-                    self._held = []
+                    if self._held_logprobs:
+                        logprobs = self._held_logprobs + (logprobs or [])
+                    self._drop_held()
             if self._close(events, t.S_COMPLETED):
                 return True
             item = self._begin(self._text_item(kind), events)
-        item.delta(text, events)
+        if logprobs:
+            assert isinstance(item, MessageItem)
+            item.delta(text, events, logprobs)
+        else:
+            item.delta(text, events)
         return False
+
+    def _drop_held(self) -> None:
+        self._held = []
+        self._held_logprobs = []
 
     def _text_item(self, kind: Phase) -> MessageItem | ReasoningItem:
         if kind is Phase.REASONING:
@@ -173,7 +191,7 @@ class Assembler(ResponseState):
         if not name:
             return False
         self._pending = None
-        self._held = []  # whitespace beside a tool call is no message
+        self._drop_held()  # whitespace beside a tool call is no message
         if self._close(events, t.S_COMPLETED):
             return True
         item = self._begin(self._call_item(name, index, pending.call_id), events)
@@ -206,10 +224,13 @@ class Assembler(ResponseState):
     def _finished(self, finish: str, events: list[Event]) -> None:
         self._finish = finish
         if self._held:
-            held, self._held = self._held, []
+            held, logprobs = self._held, self._held_logprobs
+            self._drop_held()
             if (finish != "tool_calls" and not isinstance(self._open, CallItem)
                     and not self._close(events, t.S_COMPLETED)):  # no call: it is the answer
-                self._begin(self._text_item(_MESSAGE), events).delta("".join(held), events)
+                message = self._begin(MessageItem(self._ids(idp.MESSAGE), len(self.output),
+                                                  self._seq), events)
+                message.delta("".join(held), events, logprobs or None)
         if finish in WHOLE and isinstance(self._open, FunctionCallItem):
             return  # closed by end(): the usage after this chunk tells whether it was cut
         status = t.S_COMPLETED if finish in WHOLE else t.S_INCOMPLETE
@@ -268,7 +289,7 @@ class Assembler(ResponseState):
         """Another upstream turn of the same response follows (the tool loop's)."""
         self._finish = None
         self._pending = None
-        self._held = []
+        self._drop_held()
         self._turn_tokens = None
         self._reasoned = 0
         self._usage_before = self.usage

@@ -22,6 +22,7 @@ from proxy.core.events.assembler.item import (
     Numbering,
     OpenItem,
 )
+from proxy.core.events.assembler.logprobs import from_event
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
 from proxy.core.events.assembler.text import (
     MessageItem,
@@ -65,6 +66,8 @@ def restore(events: Iterable[Event], seq: Numbering,
             state.open = _reopen(event["item"], event["output_index"], seq, seal, summaries)
         elif kind in _DELTAS and opened is not None:
             opened.parts.append(event["delta"])
+            if event.get("logprobs") and isinstance(opened, MessageItem):
+                opened.logprobs = (opened.logprobs or []) + from_event(event["logprobs"])
         elif kind in _STAGE_AFTER and opened is not None:
             opened.stage = _STAGE_AFTER[kind]
         elif kind == t.ITEM_DONE:

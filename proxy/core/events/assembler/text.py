@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from proxy.core import types as t
 from proxy.core.events.assembler.item import STREAMING, TEXT_DONE, Numbering, OpenItem
+from proxy.core.events.assembler.logprobs import Logprob, event_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.summaries import summary_part
 from proxy.core.types import Event, Item
@@ -14,8 +15,8 @@ from proxy.core.types import Event, Item
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
 
 
-def output_text(text: str) -> dict[str, Any]:
-    return {"type": t.OUTPUT_TEXT, "annotations": [], "logprobs": [], "text": text}
+def output_text(text: str, logprobs: list[Logprob] | None = None) -> dict[str, Any]:
+    return {"type": t.OUTPUT_TEXT, "annotations": [], "logprobs": logprobs or [], "text": text}
 
 
 class TextItem(OpenItem):
@@ -40,8 +41,14 @@ class TextItem(OpenItem):
 
 
 class MessageItem(TextItem):
-    __slots__ = ()
+    # The part's logprobs so far (core/events/assembler/logprobs.py); None until a delta
+    # brings some, which it does only when the request included them.
+    __slots__ = ("logprobs",)
     kind = Phase.MESSAGE
+
+    def __init__(self, item_id: str, index: int, seq: Numbering, stage: int = STREAMING) -> None:
+        super().__init__(item_id, index, seq, stage)
+        self.logprobs: list[Logprob] | None = None
 
     def open(self, events: list[Event]) -> None:
         events.append(self.added({"id": self.item_id, "type": t.MESSAGE,
@@ -49,22 +56,31 @@ class MessageItem(TextItem):
                                   "role": "assistant"}))
         events.append(self.event(t.PART_ADDED, content_index=0, part=output_text("")))
 
-    def delta(self, text: str, events: list[Event]) -> None:
+    def delta(self, text: str, events: list[Event],
+              logprobs: list[Logprob] | None = None) -> None:
+        """`logprobs`: this fragment's, part-shaped; None (no logprobs asked) costs nothing."""
         self.parts.append(text)
         seq = self.seq
         number = seq.next
         seq.next = number + 1
+        shown = _EMPTY_LIST
+        if logprobs:
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs += logprobs
+            shown = event_logprobs(logprobs)
         events.append({"type": t.TEXT_DELTA, "sequence_number": number,
                        "item_id": self.item_id, "output_index": self.index, "content_index": 0,
-                       "delta": text, "logprobs": _EMPTY_LIST})
+                       "delta": text, "logprobs": shown})
 
     def _text_done(self, text: str, events: list[Event]) -> None:
         if not self.parts:  # a restored part cut before its first delta
             events.append(self.event(t.TEXT_DELTA, content_index=0, delta="", logprobs=[]))
-        events.append(self.event(t.TEXT_DONE, content_index=0, text=text, logprobs=[]))
+        events.append(self.event(t.TEXT_DONE, content_index=0, text=text,
+                                 logprobs=event_logprobs(self.logprobs or ())))
 
     def close(self, status: str, events: list[Event]) -> Item:
-        part = output_text("".join(self.parts))
+        part = output_text("".join(self.parts), self.logprobs)
         self.close_part(part, events)
         return {"id": self.item_id, "type": t.MESSAGE, "status": status,
                 "content": [part] if self.stage >= STREAMING else [], "role": "assistant"}
