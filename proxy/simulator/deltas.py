@@ -66,13 +66,12 @@ def role_delta(plan: Plan) -> dict[str, Any]:
 
 def finish_delta(plan: Plan) -> dict[str, Any]:
     """The delta of a finish reason on its own chunk."""
-    style = plan.persona.call_style
-    delta: dict[str, Any] = {} if style in ("mistral", "harmony") else {"content": ""}
-    calls = []
-    if plan.tail_args:
+    if plan.tail_args:  # vLLM 0.10 sends the closing of a cut call with the finish
         index = max(p.index for p in plan.pieces if p.kind in ("call", "args"))
-        calls.append(_fragment(plan, Piece("args", plan.tail_args, index=index)))
-    return _with_calls(plan, delta, calls)
+        return _with_calls(plan, {}, [_fragment(plan, Piece("args", plan.tail_args,
+                                                            index=index))])
+    style = plan.persona.call_style
+    return _with_calls(plan, {} if style in ("mistral", "harmony") else {"content": ""}, [])
 
 
 def rides_on(plan: Plan, step: Step) -> bool:
