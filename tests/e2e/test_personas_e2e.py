@@ -46,28 +46,15 @@ SHELL = {
 
 
 @pytest.fixture(scope="module")
-def v010() -> Iterator[ServerProcess]:
-    """One simulator as a vLLM 0.10 replica serving one model per persona."""
+def simulator() -> Iterator[ServerProcess]:
+    """This module's simulator (the conftest's `proxy`, `client` and `sim` use it): a vLLM 0.10
+    replica serving one model per persona."""
     flags = ["--vllm-version", "0.10"]
     for model in MODELS:
         flags += ["--model", model]
     server = start_simulator(*flags)
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(v010: ServerProcess) -> Iterator[ServerProcess]:
-    server = start_proxy(v010.url)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def sim010(v010: ServerProcess) -> SimControl:
-    control = SimControl(v010.url)
-    control.reset()
-    return control
 
 
 def raw_chunks(url: str, body: dict[str, Any],
@@ -96,9 +83,9 @@ def output_types(events: list[dict[str, Any]]) -> list[str]:
 
 # -- qwen3 (hermes + qwen3 reasoning parser) ---------------------------------------------------
 def test_qwen3_parallel_calls_are_reasoning_and_two_calls_and_one_assistant_message_back(
-        v010: ServerProcess, proxy: ServerProcess, sim010: SimControl) -> None:
+        simulator: ServerProcess, proxy: ServerProcess, sim: SimControl) -> None:
     prompt = "weather in Paris and Rome [[sim tools=2]]"
-    wire = deltas(raw_chunks(v010.url, {"model": QWEN, "tools": [chat_tool(WEATHER)],
+    wire = deltas(raw_chunks(simulator.url, {"model": QWEN, "tools": [chat_tool(WEATHER)],
                                         "messages": [{"role": "user", "content": prompt}]}))
     assert {"content": "\n\n"} in wire and {"content": "\n"} in wire  # the shape is sent
     assert any("reasoning_content" in d for d in wire)  # 0.10's key
@@ -115,7 +102,7 @@ def test_qwen3_parallel_calls_are_reasoning_and_two_calls_and_one_assistant_mess
             input=[{"type": "function_call_output", "call_id": c["call_id"],
                     "output": f"sunny {n}"} for n, c in enumerate(calls)])
     assert follow.status == "completed"
-    sent = sim010.stats()["last_request"]["messages"]
+    sent = sim.stats()["last_request"]["messages"]
     assistants = [m for m in sent if m["role"] == "assistant"]
     assert len(assistants) == 1  # both calls in ONE assistant message
     assert [c["id"] for c in assistants[0]["tool_calls"]] == [c["call_id"] for c in calls]
@@ -123,9 +110,9 @@ def test_qwen3_parallel_calls_are_reasoning_and_two_calls_and_one_assistant_mess
 
 
 def test_call_cut_by_max_tokens_is_incomplete_though_vllm_says_tool_calls(
-        v010: ServerProcess, client: openai.OpenAI) -> None:
+        simulator: ServerProcess, client: openai.OpenAI) -> None:
     prompt = "run shell [[sim reasoning=0]]"
-    chunks = raw_chunks(v010.url, {"model": QWEN, "tools": [chat_tool(SHELL)], "max_tokens": 4,
+    chunks = raw_chunks(simulator.url, {"model": QWEN, "tools": [chat_tool(SHELL)], "max_tokens": 4,
                                    "messages": [{"role": "user", "content": prompt}]})
     finish = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
     assert finish[-1] == "tool_calls"  # vLLM 0.10's report of a cut call
@@ -143,9 +130,9 @@ def test_call_cut_by_max_tokens_is_incomplete_though_vllm_says_tool_calls(
 
 # -- mistral ---------------------------------------------------------------------------------
 def test_mistral_nine_character_ids_and_null_id_fragments(
-        v010: ServerProcess, client: openai.OpenAI, sim010: SimControl) -> None:
+        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl) -> None:
     prompt = "weather twice [[sim tools=2]] city=Paris"
-    wire = deltas(raw_chunks(v010.url, {"model": MISTRAL, "tools": [chat_tool(WEATHER)],
+    wire = deltas(raw_chunks(simulator.url, {"model": MISTRAL, "tools": [chat_tool(WEATHER)],
                                         "messages": [{"role": "user", "content": prompt}]}))
     fragments = [tc for d in wire for tc in d.get("tool_calls", ())]
     assert any(tc["id"] is None for tc in fragments)
@@ -162,20 +149,20 @@ def test_mistral_nine_character_ids_and_null_id_fragments(
         input=[{"type": "function_call_output", "call_id": c["call_id"], "output": "rain"}
                for c in calls])
     assert follow.status == "completed"
-    sent = sim010.stats()["last_request"]["messages"]
+    sent = sim.stats()["last_request"]["messages"]
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == \
         [c["call_id"] for c in calls]
 
 
 # -- gpt-oss (harmony) on 0.10 -----------------------------------------------------------------
 def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
-        v010: ServerProcess, client: openai.OpenAI, sim010: SimControl) -> None:
+        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl) -> None:
     history = [{"role": "user", "content": "weather?"},
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "call_1", "type": "function",
                     "function": {"name": "get_weather", "arguments": "{}"}}]},
                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
-    refused = httpx.post(v010.url + "/v1/chat/completions", timeout=30,
+    refused = httpx.post(simulator.url + "/v1/chat/completions", timeout=30,
                          json={"model": GPT_OSS, "messages": history})
     assert refused.status_code == 400
     assert "Error in preprocessing prompt inputs" in refused.json()["error"]["message"]
@@ -187,14 +174,14 @@ def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}])
     assert answer.status == "completed"
     assert answer.output_text == "Tool results: get_weather=sunny"
-    sent = sim010.stats()["last_request"]["messages"]
+    sent = sim.stats()["last_request"]["messages"]
     assert [m["content"] for m in sent if m["role"] == "assistant"] == [""]
 
 
 @pytest.mark.parametrize(("effort", "sent"), [("minimal", "low"), ("xhigh", "high")])
-def test_gpt_oss_takes_codex_efforts_mapped(v010: ServerProcess, client: openai.OpenAI,
-                                            sim010: SimControl, effort: str, sent: str) -> None:
-    refused = httpx.post(v010.url + "/v1/chat/completions", timeout=30, json={
+def test_gpt_oss_takes_codex_efforts_mapped(simulator: ServerProcess, client: openai.OpenAI,
+                                            sim: SimControl, effort: str, sent: str) -> None:
+    refused = httpx.post(simulator.url + "/v1/chat/completions", timeout=30, json={
         "model": GPT_OSS, "reasoning_effort": effort,
         "messages": [{"role": "user", "content": "hi"}]})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
@@ -202,16 +189,16 @@ def test_gpt_oss_takes_codex_efforts_mapped(v010: ServerProcess, client: openai.
     events = streamed(client, model=GPT_OSS, input="think about it",
                       reasoning={"effort": effort})
     assert events[-1]["type"] == "response.completed"
-    assert sim010.stats()["last_request"]["reasoning_effort"] == sent
+    assert sim.stats()["last_request"]["reasoning_effort"] == sent
 
 
 # -- X-Request-Id on a 0.10 replica ------------------------------------------------------------
-def test_one_client_request_id_on_concurrent_requests(v010: ServerProcess, proxy: ServerProcess,
-                                                      sim010: SimControl) -> None:
+def test_one_client_request_id_on_concurrent_requests(
+        simulator: ServerProcess, proxy: ServerProcess, sim: SimControl) -> None:
     slow = {"model": QWEN, "messages": [{"role": "user", "content": "hi [[sim delay_ms=40]]"}]}
     direct: list[list[dict[str, Any]]] = []
     pair = [threading.Thread(target=lambda: direct.append(
-        raw_chunks(v010.url, slow, {"x-request-id": "same"}))) for _ in range(2)]
+        raw_chunks(simulator.url, slow, {"x-request-id": "same"}))) for _ in range(2)]
     for thread in pair:
         thread.start()
     for thread in pair:
@@ -220,8 +207,8 @@ def test_one_client_request_id_on_concurrent_requests(v010: ServerProcess, proxy
     failed = [chunks for chunks in direct if "error" in chunks[0]]
     assert len(direct) == 2 and len(failed) == 1
     assert failed[0][0]["error"]["message"] == "Request id chatcmpl-same already running."
-    assert sim010.stats()["duplicate_ids"] == 1
-    sim010.reset()
+    assert sim.stats()["duplicate_ids"] == 1
+    sim.reset()
 
     outcomes: list[str] = []
 
@@ -238,7 +225,7 @@ def test_one_client_request_id_on_concurrent_requests(v010: ServerProcess, proxy
     for thread in threads:
         thread.join(60)
     assert outcomes == ["completed", "completed"]
-    stats = sim010.stats()
+    stats = sim.stats()
     assert stats["duplicate_ids"] == 0 and stats["max_concurrent_streams"] == 2
     ids = stats["request_ids"]
     assert len(ids) == 2 and len(set(ids)) == 2 and all(i.startswith("client-id-7") for i in ids)
