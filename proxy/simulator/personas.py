@@ -10,7 +10,8 @@ deepseek-r1: `deepseek_r1` reasoning; llama3: `llama3_json`). The shapes are tho
   - a tool call cut by max_tokens is reported with finish_reason `tool_calls` before 0.20
     (mid-2026); 0.10's parsers also complete the cut JSON in a last fragment;
   - `reasoning_effort` is low/medium/high only on 0.10 (every model) and for gpt-oss (always);
-  - gpt-oss on 0.10 refuses an assistant message with `content: null` beside tool_calls;
+  - gpt-oss on 0.10 refuses an assistant message with `content: null` beside tool_calls, and
+    up to 0.11 takes a tool result's author from the tool message's `name` (PR #28729);
   - an `X-Request-Id` already in flight fails before 0.12 (PR #27987, Nov 2025);
   - `completion_tokens_details.reasoning_tokens` only from 0.16, with a reasoning parser;
   - `prompt_tokens_details` only with `--enable-prompt-tokens-details`.
@@ -53,6 +54,7 @@ class Persona:
     finish_on_args: bool = False  # llama3_json: the last argument fragment carries the finish
     efforts: tuple[str, ...] | None = None  # the `reasoning_effort` values taken; None: all
     null_content_history_400: bool = False  # gpt-oss on 0.10
+    tool_author_from_name: bool = False  # gpt-oss up to 0.11: a tool result's author is its name
     cut_call_finish: str = "length"  # the finish of an answer cut inside a tool call
     complete_cut_json: bool = False  # 0.10: the cut arguments are closed into valid JSON
     unique_request_ids: bool = False  # an X-Request-Id in flight fails the second request
@@ -97,6 +99,7 @@ def resolve(name: str | None, version: Version | None, *, prompt_details: bool,
         base, version=v, reasoning_field=field, null_reasoning_content=field == "both",
         efforts=efforts,
         null_content_history_400=name == "gpt-oss" and v <= (0, 10),
+        tool_author_from_name=name == "gpt-oss" and v <= (0, 11),
         cut_call_finish="tool_calls" if v < (0, 20) else "length",
         complete_cut_json=v <= (0, 10), unique_request_ids=v <= (0, 11),
         reasoning_details=base.reasoner and v >= (0, 16), prompt_details=prompt_details)

@@ -180,14 +180,17 @@ def answer_tokens(req: ChatRequest) -> list[str]:
 
 
 def answer_text(req: ChatRequest) -> str:
-    results = _tool_results(req.messages)
+    results = _tool_results(req.messages, req.persona.tool_author_from_name)
     if results is not None:
         return "Tool results: " + "; ".join(f"{name}={text}" for name, text in results)
     return f"You said: {req.text}"
 
 
-def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]] | None:
-    """(function name or call id, output) for the trailing run of tool messages, or None."""
+def _tool_results(messages: list[dict[str, Any]],
+                  author_from_name: bool = False) -> list[tuple[str, str]] | None:
+    """(function name or call id, output) for the trailing run of tool messages, or None.
+    `author_from_name` (gpt-oss up to 0.11): only the message's `name` says which tool
+    answered, as harmony's `functions.<name>` author (empty without one)."""
     trailing = list(itertools.takewhile(lambda m: m.get("role") == "tool", reversed(messages)))
     if not trailing:
         return None
@@ -199,7 +202,8 @@ def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]] | Non
     out = []
     for message in reversed(trailing):
         call_id = str(message.get("tool_call_id", ""))
-        name = message.get("name") or names.get(call_id) or call_id
+        name = message.get("name") or ("" if author_from_name
+                                        else names.get(call_id) or call_id)
         out.append((str(name), " ".join(tokens.content_text(message.get("content")).split())))
     return out
 

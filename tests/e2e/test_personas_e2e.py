@@ -173,6 +173,7 @@ def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
          "arguments": '{"city": "Oslo"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}])
     assert answer.status == "completed"
+    # 0.10 names a tool result's author from the tool message's `name` only: the proxy sends it
     assert answer.output_text == "Tool results: get_weather=sunny"
     sent = sim.stats()["last_request"]["messages"]
     assert [m["content"] for m in sent if m["role"] == "assistant"] == [""]

@@ -155,6 +155,12 @@ def test_efforts_and_gpt_oss_history_per_version() -> None:
     assert parse_chat({"messages": [{**call_only[0], "content": ""}, call_only[1]]}, config)
     later = SimConfig(models=("openai/gpt-oss-20b",), vllm_version="0.12")
     assert parse_chat({"messages": call_only}, later)
+    # up to 0.11 the tool result's author is the tool message's `name`, nothing else
+    fixed = [{**call_only[0], "content": ""}, call_only[1]]
+    assert script.answer_text(parse_chat({"messages": fixed}, config)) == "Tool results: =x"
+    named = [fixed[0], {**fixed[1], "name": "f"}]
+    assert script.answer_text(parse_chat({"messages": named}, config)) == "Tool results: f=x"
+    assert script.answer_text(parse_chat({"messages": fixed}, later)) == "Tool results: f=x"
 
 
 def test_generic_model_keeps_its_shapes_and_names_pick_personas() -> None:
