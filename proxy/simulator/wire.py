@@ -7,9 +7,10 @@ vLLM sets, in field order. The completion object is a full `model_dump()`: every
 included. Key order matters to byte-level comparisons, so every dict here is built in vLLM's
 field order.
 
-Where the finish reason rides (as vLLM's engine reports it with the last token): on the last
-content or reasoning chunk; on a separate `{"content": ""}` chunk after tool calls, after an
-abort, or when nothing was generated.
+Where the finish reason rides (as vLLM's engine reports it with the last token), for the
+generic model: on the last content or reasoning chunk; on a separate `{"content": ""}` chunk
+after tool calls, after an abort, or when nothing was generated. A persona's deltas and finish
+chunk are shaped by deltas.py.
 """
 
 from __future__ import annotations
