@@ -114,8 +114,11 @@ def completion(plan: Plan) -> dict[str, Any]:
         **deltas.reasoning_fields(plan, (plan.joined("reasoning") or None)
                                   if plan.show_reasoning else None),
     }
+    finish = plan.finish_reason or "stop"
+    if finish == "tool_calls" and not calls:
+        finish = "length"  # a cut call no parser extracted: vLLM reports the engine's reason
     choice = {"index": 0, "message": message, "logprobs": None,
-              "finish_reason": plan.finish_reason or "stop", "stop_reason": None}
+              "finish_reason": finish, "stop_reason": None}
     return {"id": plan.request_id, "object": "chat.completion", "created": plan.created,
             "model": plan.model, "choices": [choice], "service_tier": None,
             "system_fingerprint": None,

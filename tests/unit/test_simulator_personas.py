@@ -114,6 +114,12 @@ def test_truncated_call_v010_closes_the_json_later_versions_do_not() -> None:
     assert arguments("0.10") == ('{"command": "rm"}', "tool_calls")
     assert arguments("0.12") == ('{"command": "rm', "tool_calls")
     assert arguments("0.20") == ('{"command": "rm', "length")
+    config = SimConfig(models=("Qwen/Qwen3-8B",), vllm_version="0.10")
+    whole = wire.completion(script.plan(parse_chat({
+        "messages": [{"role": "user", "content": "shell [[sim reasoning=0]]"}],
+        "tools": [SHELL], "max_tokens": 3}, config), config, request_id="r", created=1))
+    assert whole["choices"][0]["finish_reason"] == "length"  # nothing was extracted
+    assert whole["choices"][0]["message"]["tool_calls"] == []
 
 
 @pytest.mark.parametrize(("version", "keys"), [
