@@ -8,6 +8,7 @@ what the simulator recorded), then what the proxy makes of it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -55,6 +56,21 @@ def simulator() -> Iterator[ServerProcess]:
     server = start_simulator(*flags)
     yield server
     server.stop()
+
+
+@contextlib.contextmanager
+def replica(*flags: str) -> Iterator[tuple[ServerProcess, openai.OpenAI]]:
+    """A simulator of its own with `flags`, a proxy in front, and an SDK client on it."""
+    sim = start_simulator(*flags)
+    try:
+        proxy = start_proxy(sim.url)
+        try:
+            with openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0) as sdk:
+                yield sim, sdk
+        finally:
+            proxy.stop()
+    finally:
+        sim.stop()
 
 
 def raw_chunks(url: str, body: dict[str, Any],
@@ -246,21 +262,30 @@ def test_weather_prompt_calls_get_weather(client: openai.OpenAI, model: str) -> 
 
 # -- a replica started without --enable-auto-tool-choice ---------------------------------------
 def test_replica_without_auto_tool_choice_is_a_named_400() -> None:
-    sim = start_simulator("--no-auto-tool-choice", "--model", QWEN)
-    proxy = None
-    try:
+    with replica("--no-auto-tool-choice", "--model", QWEN) as (sim, sdk):
         raw = httpx.post(sim.url + "/v1/chat/completions", timeout=30, json={
             "model": QWEN, "tool_choice": "auto", "tools": [chat_tool(WEATHER)],
             "messages": [{"role": "user", "content": "hi"}]})
         assert raw.status_code == 400 and "--enable-auto-tool-choice" in raw.text
-        proxy = start_proxy(sim.url)
-        with (openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0) as sdk,
-              pytest.raises(openai.BadRequestError) as caught):
+        with pytest.raises(openai.BadRequestError) as caught:
             sdk.responses.create(model=QWEN, input="hi", tools=[WEATHER], tool_choice="auto")
-        error = caught.value.body
-        assert isinstance(error, dict) and error.get("code") == "auto_tool_choice_unavailable"
-        assert error.get("param") == "tool_choice"
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        sim.stop()
+    error = caught.value.body
+    assert isinstance(error, dict) and error.get("code") == "auto_tool_choice_unavailable"
+    assert error.get("param") == "tool_choice"
+
+
+# -- gpt-oss on 0.12-0.15: both reasoning keys, nulls, several tokens per step -------------------
+def test_gpt_oss_v012_mixed_deltas_reasoning_once_and_in_order() -> None:
+    prompt = "hi [[sim reasoning=4]]"
+    with replica("--vllm-version", "0.12", "--model", GPT_OSS) as (sim, sdk):
+        wire = deltas(raw_chunks(sim.url, {"model": GPT_OSS,
+                                           "messages": [{"role": "user", "content": prompt}]}))
+        events = streamed(sdk, model=GPT_OSS, input=prompt)
+    mixed = [d for d in wire if d.get("content") and d.get("reasoning")]
+    assert mixed and mixed[0]["reasoning_content"] == mixed[0]["reasoning"]
+    assert all("reasoning_content" in d for d in wire)  # null where empty
+    final = events[-1]["response"]
+    assert output_types(events) == ["reasoning", "message"]
+    text = "".join(part["text"] for part in final["output"][0].get("content") or ())
+    assert text == "Let me think about"  # once, though both keys carry it
+    assert final["output"][1]["content"][0]["text"] == "You said: hi"
