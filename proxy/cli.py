@@ -90,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-auto-tool-choice", action="store_true",
                      help='answer tool_choice "auto" as vLLM started without '
                           "--enable-auto-tool-choice does (a 400)")
+    # Real vLLM's shapes (simulator/personas.py, docs/SIMULATOR.md "Personas").
+    sim.add_argument("--persona", help="every model behaves as qwen3 | mistral | gpt-oss | "
+                                       "deepseek-r1 | llama3 (default: by its name)")
+    sim.add_argument("--vllm-version", help="the vLLM version X.Y whose shapes to send "
+                                            "(default 0.16 for a persona, none otherwise)")
+    sim.add_argument("--enable-prompt-tokens-details", action="store_true",
+                     help="usage carries prompt_tokens_details.cached_tokens, as vLLM's flag")
     return parser
 
 
@@ -187,6 +194,15 @@ def _simulate(args: argparse.Namespace) -> None:
     if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
         raise ConfigError("--reasoning-field", "use reasoning, reasoning_content or both")
     from proxy.simulator import SimConfig, create_app
+    from proxy.simulator.personas import PERSONAS, parse_version
+
+    if args.persona is not None and args.persona not in PERSONAS:
+        raise ConfigError("--persona", f"use one of {', '.join(PERSONAS)}")
+    if args.vllm_version is not None:
+        try:
+            parse_version(args.vllm_version)
+        except ValueError as exc:
+            raise ConfigError("--vllm-version", str(exc)) from None
 
     config = SimConfig(
         token_delay_ms=delay,
@@ -196,6 +212,9 @@ def _simulate(args: argparse.Namespace) -> None:
         prefill_ms_per_token=prefill,
         prefix_cache_blocks=blocks,
         auto_tool_choice=not args.no_auto_tool_choice,
+        persona=args.persona,
+        vllm_version=args.vllm_version,
+        prompt_tokens_details=args.enable_prompt_tokens_details,
         **({"models": tuple(args.model)} if args.model else {}),
     )
     log.info("vLLM simulator on http://%s:%d", args.host, port)

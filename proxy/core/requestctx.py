@@ -34,6 +34,9 @@ class RequestContext:
     # the proxy's own work on the request, for `proxy_overhead_seconds` (web/accounting.py).
     upstream_sent: float | None = None
     upstream_calls: int = 0  # how many upstream calls carried an id (upstream_request_id)
+    # Random, made by whoever makes the context: sets this request's upstream ids apart from
+    # another request in flight under the same client id (empty: the id is ours, so unique).
+    upstream_tag: str = ""
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
@@ -54,14 +57,18 @@ def current_request_id() -> str | None:
 
 def upstream_request_id() -> str | None:
     """The id for the current request's next upstream call: the client's id with a per-call
-    suffix (`<id>-1`, `<id>-2`, ...). vLLM makes the header its engine request id, and before
-    late 2025 refused a second request in flight under one id ('already running'); one client
-    request can make several calls (retries, tool loop turns, summaries, tokenize). The shared
-    prefix keeps them traceable to the client's id, which the client and our logs keep."""
+    suffix (`<id>-1`, `<id>-2`, ...), and before it the request's `upstream_tag` when it has
+    one (`<id>-<tag>-1`). vLLM makes the header its engine request id, and before late 2025
+    refused a second request in flight under one id ('already running'); one client request can
+    make several calls (retries, tool loop turns, summaries, tokenize), and a client can send
+    one id on concurrent requests (the tag). The shared prefix keeps them traceable to the
+    client's id, which the client and our logs keep."""
     context = CURRENT.get()
     if context is None:
         return None
     context.upstream_calls += 1
+    if context.upstream_tag:
+        return f"{context.request_id}-{context.upstream_tag}-{context.upstream_calls}"
     return f"{context.request_id}-{context.upstream_calls}"
 
 

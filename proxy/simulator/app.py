@@ -30,7 +30,7 @@ import orjson
 from proxy.simulator import embeddings, logprobs, wire
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError, error_body, invalid
-from proxy.simulator.prefixcache import PrefixCache, prompt_sequence
+from proxy.simulator.prefixcache import Lookup, PrefixCache, prompt_sequence
 from proxy.simulator.request import ChatRequest, parse_chat
 from proxy.simulator.script import Plan, plan
 from proxy.simulator.stats import Stats, StreamEnd
@@ -163,6 +163,8 @@ class Simulator:
         # Prefills run one at a time (a replica's compute is shared): the loop time at which
         # the last one admitted ends. Only used when prefill costs time.
         self._prefill_free_at = 0.0
+        # Engine request ids being answered, for the versions that refuse a duplicate.
+        self.in_flight: set[str] = set()
         self.models = wire.models_list(config.models, created=int(time.time()),
                                        max_model_len=config.max_model_len)
         self.routes: dict[str, tuple[tuple[str, ...], Callable[..., Awaitable[None]]]] = {
@@ -267,25 +269,65 @@ class Simulator:
         if fail is not None and fail.kind == "http":
             message = f"Simulated HTTP {fail.at} (fail=http:{fail.at})."
             raise SimError(fail.at, message)
+        seen = self.admit(req.messages, body.get("tools"), req.cache_salt)
         answer = plan(req, self.config, request_id=f"chatcmpl-{uuid.uuid4().hex}",
-                      created=int(time.time()))
-        prefill = self.prefill(req.messages, body.get("tools"), req.cache_salt)
+                      created=int(time.time()), prefix_hits=seen.hit_tokens)
+        prefill = self.prefill_delay(seen)
+        engine_id = self.engine_id(req, headers.get("x-request-id"))
+        duplicate = engine_id is not None and engine_id in self.in_flight
         self.running[req.model] = self.running.get(req.model, 0) + 1
         try:
+            if duplicate and engine_id is not None:
+                await self.refuse_duplicate(req, engine_id, send)
+                return
+            if engine_id is not None:
+                self.in_flight.add(engine_id)
             if req.stream:
                 await self.stream(req, answer, receive, send, prefill, top_logprobs)
             else:
                 await self.complete(req, answer, receive, send, prefill, top_logprobs)
         finally:
             self.running[req.model] -= 1
+            if engine_id is not None and not duplicate:
+                self.in_flight.discard(engine_id)
+
+    @staticmethod
+    def engine_id(req: ChatRequest, header: str | None) -> str | None:
+        """vLLM makes the X-Request-Id header its engine request id; only the versions that
+        refuse a second one in flight need it remembered (None: not tracked)."""
+        return f"chatcmpl-{header}" if header and req.persona.unique_request_ids else None
+
+    async def refuse_duplicate(self, req: ChatRequest, engine_id: str, send: Send) -> None:
+        """vLLM before PR #27987: the engine refuses an id already running. The stream fails
+        in-band before its first chunk (the generator raises on its first step); a
+        non-stream request gets a 400."""
+        message = f"Request id {engine_id} already running."
+        self.stats.duplicate_ids += 1
+        if not req.stream:
+            raise SimError(400, message)
+        self.stats.stream_started()
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send({"type": "http.response.body",
+                        "body": frame_bytes(error_body(400, message)) + DONE,
+                        "more_body": False})
+        finally:
+            self.stats.stream_ended("completed")
+
+    def admit(self, messages: list[dict[str, Any]], tools: Any,
+              salt: str | None = None) -> Lookup:
+        """The prompt through the prefix cache (partitioned by `salt`), counted."""
+        seen = self.prefix_cache.admit(prompt_sequence(messages, tools), salt)
+        self.stats.prefix(seen.hit_tokens, seen.miss_tokens)
+        return seen
 
     def prefill(self, messages: list[dict[str, Any]], tools: Any,
                 salt: str | None = None) -> float:
+        return self.prefill_delay(self.admit(messages, tools, salt))
+
+    def prefill_delay(self, seen: Lookup) -> float:
         """Seconds until this request's prefill is done: the prefills admitted before it, then
-        its own prompt tokens that the prefix cache (partitioned by `salt`) did not hold (0
-        without a prefill cost)."""
-        seen = self.prefix_cache.admit(prompt_sequence(messages, tools), salt)
-        self.stats.prefix(seen.hit_tokens, seen.miss_tokens)
+        its own prompt tokens that the prefix cache did not hold (0 without a prefill cost)."""
         cost = seen.miss_tokens * self.config.prefill_ms_per_token / 1000
         if cost <= 0:
             return 0.0

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from proxy.simulator import personas
+
 ReasoningField = Literal["reasoning", "reasoning_content", "both"]
 
 DEFAULT_MODELS = ("sim-model", "sim-reasoner")
@@ -30,6 +32,15 @@ class SimConfig:
     # False: `tool_choice: "auto"` is refused, as by vLLM started without
     # --enable-auto-tool-choice (request.py).
     auto_tool_choice: bool = True
+    # Real vLLM's shapes (personas.py): every served model behaves as this persona (None: a
+    # served name matching a persona's pattern does, e.g. `Qwen/Qwen3-8B`), at this vLLM version
+    # ("X.Y"; None: personas.DEFAULT_VERSION for a persona, no version effects otherwise).
+    persona: str | None = None
+    vllm_version: str | None = None
+    # vLLM's --enable-prompt-tokens-details: usage's prompt_tokens_details (cached_tokens) on
+    # every answer. Off, a persona or versioned model sends none; the generic model only with
+    # the `cached=N` directive (as it always did).
+    prompt_tokens_details: bool = False
     # The CLI passes `models` as `**{...}`, which mypy checks against every field not passed
     # explicitly: pass any new field explicitly there. Fixed knobs live next to their use
     # (embeddings.DEFAULT_DIM, script.REASONER_TOKENS, app.STALL_TIMEOUT_S,
@@ -44,6 +55,17 @@ class SimConfig:
             raise ValueError("max_model_len must be >= 1")
         if self.prefix_cache_blocks < 0:
             raise ValueError("prefix_cache_blocks must be >= 0")
+        if self.persona is not None and self.persona not in personas.PERSONAS:
+            raise ValueError(f"persona must be one of {', '.join(personas.PERSONAS)}")
+        if self.vllm_version is not None:
+            personas.parse_version(self.vllm_version)
+
+    def persona_for(self, model: str) -> personas.Persona:
+        """What `model` sends: its persona at the configured version."""
+        version = personas.parse_version(self.vllm_version) if self.vllm_version else None
+        return personas.resolve(personas.persona_of(model, self.persona), version,
+                                prompt_details=self.prompt_tokens_details,
+                                reasoner=is_reasoner(model))
 
 
 def is_reasoner(model: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from proxy.simulator import directives, tokens
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import bad_request, invalid, model_not_found
+from proxy.simulator.personas import GENERIC, Persona
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -30,6 +31,7 @@ ToolMode = Literal["none", "auto", "required", "named"]
 class Tool:
     name: str
     parameters: dict[str, Any]
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ChatRequest:
     directives: directives.Directives = field(default_factory=directives.Directives)
     prompt_tokens: int = 0
     cache_salt: str | None = None  # partitions the prefix cache (prefixcache.py)
+    persona: Persona = GENERIC  # what the served model sends (personas.py)
 
     @property
     def hints(self) -> dict[str, str]:
@@ -74,6 +77,9 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
                       "--tool-call-parser to be set")
     fmt, schema = _response_format(body.get("response_format"))
     model = _model(body, config)
+    persona = config.persona_for(model)
+    effort = _effort(body.get("reasoning_effort"), persona)
+    _check_history(messages, persona)
     max_tokens = _max_tokens(body)
     raw_text = _last_user_text(messages)
     try:
@@ -91,10 +97,10 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
         max_tokens=max_tokens, tools=tools, tool_mode=mode, tool_name=name,
         parallel_tool_calls=_optional(body, "parallel_tool_calls", bool) is not False,
         response_format=fmt, json_schema=schema,
-        reasoning_effort=_effort(body.get("reasoning_effort")),
+        reasoning_effort=effort,
         include_reasoning=_optional(body, "include_reasoning", bool) is not False,
         text=directives.strip(raw_text), directives=found, prompt_tokens=prompt,
-        cache_salt=_cache_salt(body),
+        cache_salt=_cache_salt(body), persona=persona,
     )
 
 
@@ -184,7 +190,9 @@ def _tools(value: Any) -> tuple[Tool, ...]:
         parameters = function.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             raise invalid("`function.parameters` should be an object", param="tools")
-        out.append(Tool(function["name"], parameters or {}))
+        description = function.get("description")
+        out.append(Tool(function["name"], parameters or {},
+                        description if isinstance(description, str) else ""))
     return tuple(out)
 
 
@@ -225,11 +233,25 @@ def _response_format(value: Any) -> tuple[str, dict[str, Any]]:
     return "json_schema", schema if isinstance(schema, dict) else {"type": "object"}
 
 
-def _effort(value: Any) -> str | None:
-    if value is not None and value not in EFFORTS:
-        raise invalid(f"`reasoning_effort` should be one of {', '.join(EFFORTS)}",
+def _effort(value: Any, persona: Persona) -> str | None:
+    accepted = persona.efforts or EFFORTS
+    if value is not None and value not in accepted:
+        # vLLM 0.10's schema (Literal low/medium/high), and gpt-oss's template in every version
+        raise invalid(f"`reasoning_effort` should be one of {', '.join(accepted)}",
                       param="reasoning_effort")
     return value if value is None else str(value)
+
+
+def _check_history(messages: list[dict[str, Any]], persona: Persona) -> None:
+    """gpt-oss on vLLM 0.10.x: the harmony renderer fails on an assistant message whose content
+    is null beside tool_calls, and vLLM answers with its preprocessing failure."""
+    if not persona.null_content_history_400:
+        return
+    for message in messages:
+        if (message.get("role") == "assistant" and message.get("tool_calls")
+                and message.get("content") is None):
+            raise bad_request("Error in preprocessing prompt inputs: 'NoneType' object is not "
+                              "iterable (an assistant message with tool_calls and null content)")
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:

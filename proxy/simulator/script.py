@@ -5,7 +5,9 @@ answer ends, and the token accounting. `wire.py` turns a plan into vLLM's chunks
 object; `app.py` only paces and sends them.
 
 Invariants:
-  - the answer is reasoning pieces, then either tool-call pieces or content pieces, never both;
+  - the answer is reasoning pieces, then either tool-call pieces or content pieces, never both
+    (a persona with `separators`, as vLLM's hermes and reasoning parsers, adds the whitespace
+    the model wrote around them as content: "\n\n" after the reasoning, "\n" between calls);
   - every piece is one generated token: `completion_tokens == len(pieces)` (hidden reasoning,
     `include_reasoning: false`, is counted but never sent);
   - the token budget is min(max_tokens, max_model_len - prompt_tokens); an answer longer than
@@ -25,6 +27,7 @@ from typing import Any, Literal, cast
 
 from proxy.simulator import tokens
 from proxy.simulator.config import ReasoningField, SimConfig, is_reasoner
+from proxy.simulator.personas import GENERIC, Persona, close_json
 from proxy.simulator.request import ChatRequest
 from proxy.simulator.schema import instance
 from proxy.simulator.tools import Call, choose_calls
@@ -34,6 +37,7 @@ Ending = Literal["done", "error", "stall", "cut"]
 
 FILLER = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
 THOUGHT = tokens.split("Let me think about what the user asked and how best to answer it.")
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 # Reasoning tokens a reasoner emits at reasoning_effort "medium" (or none given).
 REASONER_TOKENS = 8
 EFFORT_SCALE = {"none": 0.0, "minimal": 0.25, "low": 0.5, "medium": 1.0, "high": 2.0,
@@ -64,6 +68,9 @@ class Plan:
     reasoning_details: bool  # usage carries completion_tokens_details (a reasoning parser ran)
     prompt_tokens: int
     cached_tokens: int | None
+    persona: Persona = GENERIC
+    # vLLM 0.10's closing of a call cut by max_tokens: sent after the cut, not a token.
+    tail_args: str = ""
 
     @property
     def completion_tokens(self) -> int:
@@ -77,7 +84,7 @@ class Plan:
         return "".join(p.text for p in self.pieces if p.kind == kind)
 
     def call_id(self, index: int) -> str:
-        return tool_call_id(self.request_id, index)
+        return next(p.call_id for p in self.pieces if p.kind == "call" and p.index == index)
 
 
 def tool_call_id(request_id: str, index: int) -> str:
@@ -85,18 +92,34 @@ def tool_call_id(request_id: str, index: int) -> str:
     return f"chatcmpl-tool-{digest}"
 
 
-def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int) -> Plan:
+def mistral_call_id(request_id: str, index: int) -> str:
+    """Mistral's parser: 9 random alphanumeric characters (here derived from the request)."""
+    digest = hashlib.blake2b(f"{request_id}/{index}".encode(), digest_size=16).digest()
+    return "".join(_ALNUM[b % len(_ALNUM)] for b in digest[:9])
+
+
+def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int,
+         prefix_hits: int = 0) -> Plan:
+    persona = req.persona
     reasoning = [Piece("reasoning", t) for t in reasoning_tokens(req)]
     calls = choose_calls(req)
-    body = _call_pieces(calls, request_id) if calls else [
+    body = _call_pieces(calls, request_id, persona) if calls else [
         Piece("content", t) for t in answer_tokens(req)
     ]
+    if persona.separators and reasoning and body:
+        body.insert(0, Piece("content", "\n\n"))  # the text after </think>
     pieces = reasoning + body
     finish: str | None = _natural_finish(req, calls)
     budget = max(0, min(req.max_tokens or config.max_model_len,
                         config.max_model_len - req.prompt_tokens))
+    tail = ""
     if len(pieces) > budget:
         pieces, finish = pieces[:budget], "length"
+        if req.tool_mode != "named" and any(p.kind == "call" for p in pieces):
+            # vLLM reports "tool_calls" once the parser streamed a call, even a cut one
+            finish = persona.cut_call_finish
+            if persona.complete_cut_json and pieces[-1].kind in ("call", "args"):
+                tail = close_json(_sent_args(pieces, pieces[-1].index))
     ending: Ending = "done"
     fail = req.directives.fail
     if fail is not None and fail.kind != "http":
@@ -107,17 +130,33 @@ def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int) 
     return Plan(
         request_id=request_id, created=created, model=req.model, pieces=tuple(pieces),
         calls=tuple(calls), finish_reason=finish, ending=ending, tool_mode=req.tool_mode,
-        reasoning_field=cast(ReasoningField, d.reasoning_field or config.reasoning_field),
+        reasoning_field=cast(ReasoningField, d.reasoning_field or persona.reasoning_field
+                             or config.reasoning_field),
         show_reasoning=req.include_reasoning,
-        reasoning_details=is_reasoner(req.model) or bool(reasoning),
-        prompt_tokens=req.prompt_tokens, cached_tokens=d.cached,
+        reasoning_details=(is_reasoner(req.model) or bool(reasoning))
+        if persona.reasoning_details is None else persona.reasoning_details,
+        prompt_tokens=req.prompt_tokens, cached_tokens=_cached(d.cached, persona, prefix_hits),
+        persona=persona, tail_args=tail,
     )
+
+
+def _cached(directive: int | None, persona: Persona, hits: int) -> int | None:
+    """prompt_tokens_details.cached_tokens: None leaves prompt_tokens_details out."""
+    if persona.prompt_details is None:
+        return directive
+    if not persona.prompt_details:
+        return None
+    return directive if directive is not None else hits
+
+
+def _sent_args(pieces: list[Piece], index: int) -> str:
+    return "".join(p.text for p in pieces if p.kind == "args" and p.index == index)
 
 
 def reasoning_tokens(req: ChatRequest) -> list[str]:
     count = req.directives.reasoning
     if count is None:
-        if not is_reasoner(req.model):
+        if not (is_reasoner(req.model) or req.persona.reasoner):
             return []
         count = round(REASONER_TOKENS * EFFORT_SCALE[req.reasoning_effort or "medium"])
     if count <= 0:
@@ -141,14 +180,17 @@ def answer_tokens(req: ChatRequest) -> list[str]:
 
 
 def answer_text(req: ChatRequest) -> str:
-    results = _tool_results(req.messages)
+    results = _tool_results(req.messages, req.persona.tool_author_from_name)
     if results is not None:
         return "Tool results: " + "; ".join(f"{name}={text}" for name, text in results)
     return f"You said: {req.text}"
 
 
-def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]] | None:
-    """(function name or call id, output) for the trailing run of tool messages, or None."""
+def _tool_results(messages: list[dict[str, Any]],
+                  author_from_name: bool = False) -> list[tuple[str, str]] | None:
+    """(function name or call id, output) for the trailing run of tool messages, or None.
+    `author_from_name` (gpt-oss up to 0.11): only the message's `name` says which tool
+    answered, as harmony's `functions.<name>` author (empty without one)."""
     trailing = list(itertools.takewhile(lambda m: m.get("role") == "tool", reversed(messages)))
     if not trailing:
         return None
@@ -160,16 +202,20 @@ def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]] | Non
     out = []
     for message in reversed(trailing):
         call_id = str(message.get("tool_call_id", ""))
-        name = message.get("name") or names.get(call_id) or call_id
+        name = message.get("name") or ("" if author_from_name
+                                        else names.get(call_id) or call_id)
         out.append((str(name), " ".join(tokens.content_text(message.get("content")).split())))
     return out
 
 
-def _call_pieces(calls: list[Call], request_id: str) -> list[Piece]:
+def _call_pieces(calls: list[Call], request_id: str, persona: Persona) -> list[Piece]:
     pieces: list[Piece] = []
     for index, call in enumerate(calls):
-        pieces.append(Piece("call", index=index, name=call.name,
-                            call_id=tool_call_id(request_id, index)))
+        if index and persona.separators:
+            pieces.append(Piece("content", "\n"))  # between two <tool_call> blocks
+        call_id = (mistral_call_id(request_id, index) if persona.call_style == "mistral"
+                   else tool_call_id(request_id, index))
+        pieces.append(Piece("call", index=index, name=call.name, call_id=call_id))
         pieces.extend(Piece("args", t, index=index) for t in tokens.split(call.arguments))
     return pieces
 

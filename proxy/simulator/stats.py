@@ -45,6 +45,8 @@ class Stats:
         self.request_ids: list[str] = []
         self.prompt_counts: dict[str, int] = {}
         self.prompt_counts_dropped = 0
+        # Requests refused because their X-Request-Id was in flight (personas.py versions).
+        self.duplicate_ids = 0
         # Prompt tokens found in the prefix cache, and those that were not (prefilled).
         self.prefix_hit_tokens = 0
         self.prefix_miss_tokens = 0
@@ -101,6 +103,7 @@ class Stats:
             "request_ids": list(self.request_ids),
             "prompt_counts": dict(self.prompt_counts),
             "prompt_counts_dropped": self.prompt_counts_dropped,
+            "duplicate_ids": self.duplicate_ids,
             "prefix_hit_tokens": self.prefix_hit_tokens,
             "prefix_miss_tokens": self.prefix_miss_tokens,
         }

@@ -5,8 +5,10 @@ Rules (in order):
     answers the tool results in text);
   - a named tool_choice: that function; "required": the tools the user's text mentions, or the
     first tool;
-  - "auto": the tools the user's text mentions by name (as a whole word), or the first tool when
-    a `tools=N` directive asks for calls; otherwise no calls;
+  - "auto": the tools the user's text mentions by name (as a whole word), else the tools whose
+    name or description words match the text's (`relevant`: "What's the weather like in San
+    Francisco?" calls `get_weather`), or the first tool when a `tools=N` directive asks for
+    calls; otherwise no calls;
   - `tools=N` makes exactly N calls, cycling through the offered tools from the first chosen one
     (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
   - `parallel_tool_calls: false` keeps only the first call;
@@ -67,6 +69,11 @@ def _chosen(req: ChatRequest) -> list[Tool]:
     mentioned = [t for t in req.tools if _mentions(req.text, t.name)]
     if mentioned:
         return mentioned
+    if req.tool_mode == "auto":
+        words = _words(req.text)
+        relevant = [t for t in req.tools if relevant_to(t, words)]
+        if relevant:
+            return relevant
     if req.tool_mode == "required" or req.directives.tools:
         return [req.tools[0]]
     return []
@@ -74,6 +81,35 @@ def _chosen(req: ChatRequest) -> list[Tool]:
 
 def _mentions(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+# Words too common in tool names and descriptions to say what a tool is about.
+GENERIC_WORDS = frozenset((
+    "list", "tool", "tools", "fetch", "create", "update", "delete", "call", "make", "find",
+    "read", "write", "show", "this", "that", "your", "will", "when", "what", "which", "with",
+    "from", "into", "data", "info", "value", "values", "current", "given", "returns", "return",
+    "please", "function", "like", "about", "some", "have", "there", "here",
+))
+# A prompt's `get_weathers` is one (unknown) identifier, not the word "weathers".
+_WORD = re.compile(r"[a-z0-9_]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def relevant_to(tool: Tool, words: frozenset[str]) -> bool:
+    """A model would pick `tool` for a prompt with these `words`: a word of its name (split on
+    `_`, `-` and camelCase), or two words of its description, appear in the prompt. Words of
+    three letters or fewer and generic ones (GENERIC_WORDS) do not count, nor does a plural
+    "s" (weather/weathers)."""
+    name_words = _words(_CAMEL.sub(" ", tool.name).replace("_", " "))
+    if name_words & words:
+        return True
+    return len(_words(tool.description) & words) >= 2
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w[:-1] if w.endswith("s") and len(w) > 4 else w
+                     for w in _WORD.findall(text.lower())
+                     if len(w) > 3 and w not in GENERIC_WORDS)
 
 
 def _answers_tool_results(req: ChatRequest) -> bool:

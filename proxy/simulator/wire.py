@@ -7,9 +7,10 @@ vLLM sets, in field order. The completion object is a full `model_dump()`: every
 included. Key order matters to byte-level comparisons, so every dict here is built in vLLM's
 field order.
 
-Where the finish reason rides (as vLLM's engine reports it with the last token): on the last
-content or reasoning chunk; on a separate `{"content": ""}` chunk after tool calls, after an
-abort, or when nothing was generated.
+Where the finish reason rides (as vLLM's engine reports it with the last token), for the
+generic model: on the last content or reasoning chunk; on a separate `{"content": ""}` chunk
+after tool calls, after an abort, or when nothing was generated. A persona's deltas and finish
+chunk are shaped by deltas.py.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.simulator import tokens
-from proxy.simulator.script import Piece, Plan
+from proxy.simulator import deltas, tokens
+from proxy.simulator.personas import HARMONY_STOP
+from proxy.simulator.script import Plan
 
 OBJECT_CHUNK = "chat.completion.chunk"
 # A frame's pacing slot: the token index whose deadline it waits for.
@@ -43,33 +45,27 @@ def chunk(plan: Plan, delta: dict[str, Any], finish: str | None = None) -> dict[
     choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
                               "finish_reason": finish}
     if finish is not None:
-        choice["stop_reason"] = None
+        # harmony reports the token that ended the turn; the other parsers null
+        choice["stop_reason"] = (HARMONY_STOP.get(finish)
+                                 if plan.persona.call_style == "harmony" else None)
     return {"id": plan.request_id, "object": OBJECT_CHUNK, "created": plan.created,
             "model": plan.model, "choices": [choice]}
 
 
-def delta_for(piece: Piece, plan: Plan) -> dict[str, Any]:
-    if piece.kind == "content":
-        return {"content": piece.text}
-    if piece.kind == "reasoning":
-        return _reasoning_fields(plan, piece.text)
-    if piece.kind == "call":
-        return {"tool_calls": [{"index": piece.index, "id": piece.call_id, "type": "function",
-                                "function": {"name": piece.name, "arguments": ""}}]}
-    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
-
-
 def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[Frame]:
-    """Every frame of the stream in order, each with its pacing slot."""
-    frames: list[Frame] = [(0, _with_usage(chunk(plan, {"role": "assistant", "content": ""}),
+    """Every frame of the stream in order, each with its pacing slot (deltas.py shapes them)."""
+    frames: list[Frame] = [(0, _with_usage(chunk(plan, deltas.role_delta(plan)),
                                            plan, 0, continuous))]
     sent = [(i, p) for i, p in enumerate(plan.pieces)
             if p.kind != "reasoning" or plan.show_reasoning]
-    rides = (plan.finish_reason is not None and bool(sent) and sent[-1][0] == len(plan.pieces) - 1
-             and sent[-1][1].kind in ("content", "reasoning") and plan.finish_reason != "abort")
-    for n, (index, piece) in enumerate(sent):
-        finish = plan.finish_reason if rides and n == len(sent) - 1 else None
-        frame = chunk(plan, delta_for(piece, plan), finish)
+    grouped = deltas.steps(plan, sent)
+    rides = (plan.finish_reason is not None and bool(grouped)
+             and grouped[-1][-1][0] == len(plan.pieces) - 1 and plan.finish_reason != "abort"
+             and deltas.rides_on(plan, grouped[-1]))
+    for n, step in enumerate(grouped):
+        finish = plan.finish_reason if rides and n == len(grouped) - 1 else None
+        index = step[-1][0]
+        frame = chunk(plan, deltas.step_delta(plan, step), finish)
         frames.append((index, _with_usage(frame, plan, index + 1, continuous)))
     last = max(len(plan.pieces) - 1, 0)
     if plan.ending == "error":
@@ -78,7 +74,7 @@ def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[
     if plan.ending != "done":
         return frames
     if plan.finish_reason is not None and not rides:
-        end = chunk(plan, {"content": ""}, plan.finish_reason)
+        end = chunk(plan, deltas.finish_delta(plan), plan.finish_reason)
         frames.append((last, _with_usage(end, plan, len(plan.pieces), continuous)))
     if include_usage:
         frames.append((last, {"id": plan.request_id, "object": OBJECT_CHUNK,
@@ -105,17 +101,24 @@ def completion(plan: Plan) -> dict[str, Any]:
     """vLLM's non-streaming `chat.completion` object (a full `model_dump()`)."""
     calls = _complete_calls(plan)
     content: str | None = plan.joined("content")
+    if calls and plan.persona.separators:
+        # the hermes parser's content is the text before the first <tool_call>
+        first = next(i for i, p in enumerate(plan.pieces) if p.kind == "call")
+        content = "".join(p.text for p in plan.pieces[:first] if p.kind == "content")
     if calls and not content:
         # vLLM: "" when tool_choice forced the call (named/required), null for auto.
         content = "" if plan.tool_mode in ("named", "required") else None
     message: dict[str, Any] = {
         "role": "assistant", "content": content, "refusal": None, "annotations": None,
         "audio": None, "function_call": None, "tool_calls": calls,
-        **_reasoning_fields(plan, (plan.joined("reasoning") or None)
-                            if plan.show_reasoning else None),
+        **deltas.reasoning_fields(plan, (plan.joined("reasoning") or None)
+                                  if plan.show_reasoning else None),
     }
+    finish = plan.finish_reason or "stop"
+    if finish == "tool_calls" and not calls:
+        finish = "length"  # a cut call no parser extracted: vLLM reports the engine's reason
     choice = {"index": 0, "message": message, "logprobs": None,
-              "finish_reason": plan.finish_reason or "stop", "stop_reason": None}
+              "finish_reason": finish, "stop_reason": None}
     return {"id": plan.request_id, "object": "chat.completion", "created": plan.created,
             "model": plan.model, "choices": [choice], "service_tier": None,
             "system_fingerprint": None,
@@ -139,12 +142,6 @@ def _model_card(name: str, created: int, max_model_len: int) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": created, "owned_by": "vllm",
             "root": name, "parent": None, "max_model_len": max_model_len,
             "permission": [permission]}
-
-
-def _reasoning_fields(plan: Plan, text: str | None) -> dict[str, Any]:
-    if plan.reasoning_field == "both":
-        return {"reasoning": text, "reasoning_content": text}
-    return {plan.reasoning_field: text}
 
 
 def _with_usage(frame: dict[str, Any], plan: Plan, completion: int,

@@ -63,8 +63,11 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = accept_request_id(header(scope, _HEADER)) or self.new_id()
-        context = RequestContext(request_id)
+        client_id = accept_request_id(header(scope, _HEADER))
+        request_id = client_id or self.new_id()
+        # A client may send one id on concurrent requests: their upstream ids must differ.
+        context = RequestContext(request_id,
+                                 upstream_tag=secrets.token_hex(4) if client_id else "")
         CURRENT.set(context)
         echoed = (_HEADER, request_id.encode("latin-1"))
         started = time.perf_counter()

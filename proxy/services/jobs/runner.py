@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ class Worker:
             if spec.request_id:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
-                CURRENT.set(RequestContext(spec.request_id))
+                CURRENT.set(RequestContext(spec.request_id, upstream_tag=secrets.token_hex(4)))
             meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
