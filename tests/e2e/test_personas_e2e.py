@@ -209,6 +209,25 @@ def test_gpt_oss_takes_codex_efforts_mapped(simulator: ServerProcess, client: op
     assert sim.stats()["last_request"]["reasoning_effort"] == sent
 
 
+@pytest.mark.parametrize(("effort", "sent"), [("minimal", "low"), ("xhigh", "high"),
+                                             ("none", "low"), ("medium", "medium")])
+def test_a_v010_replica_gets_efforts_it_validates_for_every_model(
+        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl, effort: str,
+        sent: str) -> None:
+    # vLLM 0.10 validates reasoning_effort against low/medium/high for any model, Qwen3 too:
+    # the proxy reads the replica's /version when it comes up and maps to what it takes.
+    assert httpx.get(simulator.url + "/version", timeout=10).json() == {"version": "0.10"}
+    refused = httpx.post(simulator.url + "/v1/chat/completions", timeout=30, json={
+        "model": QWEN, "reasoning_effort": "minimal",
+        "messages": [{"role": "user", "content": "hi"}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
+
+    events = streamed(client, model=QWEN, input="think about it", reasoning={"effort": effort})
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["reasoning"]["effort"] == effort  # the echo: what was asked
+    assert sim.stats()["last_request"]["reasoning_effort"] == sent
+
+
 # -- X-Request-Id on a 0.10 replica ------------------------------------------------------------
 def test_one_client_request_id_on_concurrent_requests(
         simulator: ServerProcess, proxy: ServerProcess, sim: SimControl) -> None:

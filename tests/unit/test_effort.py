@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.translate import effort
 from proxy.core.translate.effort import fit_effort, model_efforts, nearest
 from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet.fleet import Fleet
@@ -44,3 +45,21 @@ async def test_the_fleet_file_overrides_the_models_table_for_its_replicas() -> N
     assert fleet.efforts("gpt-oss-120b") == ("low", "medium", "high")  # the default table
     assert fleet.efforts("other") is None  # as is
     assert fleet.efforts("gpt-oss-unlisted") == ("low", "medium", "high")
+
+
+# -- the replica's vLLM version (its /version) ---------------------------------------------------
+@pytest.mark.parametrize(("version", "limit"), [
+    ("0.10.1", ("low", "medium", "high")), ("0.10", ("low", "medium", "high")),
+    ("0.9.2", ("low", "medium", "high")), ("0.10.2rc1", ("low", "medium", "high")),
+    ("0.11.0", None), ("0.16.1+cu128", None), ("1.0.0", None),
+    ("0.0.0+simulator", None), ("dev", None), ("", None), (None, None)])
+def test_version_efforts(version: str | None, limit: tuple[str, ...] | None) -> None:
+    assert effort.version_efforts(version) == limit
+
+
+def test_both_limits_hold_at_once() -> None:
+    assert effort.both(None, None) is None
+    assert effort.both(("low", "high"), None) == ("low", "high")
+    assert effort.both(None, ("medium",)) == ("medium",)
+    assert effort.both(("high", "low", "medium"), ("medium", "high", "xhigh")) == ("medium", "high")
+    assert effort.both(("low",), ("high",)) == ("low",)  # nothing shared: the model's own table

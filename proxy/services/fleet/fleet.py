@@ -33,7 +33,7 @@ from proxy.core.errors import (
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
-from proxy.core.translate.effort import SCALE, model_efforts
+from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
 from proxy.fleetfile import ReplicaSpec
 from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
@@ -76,6 +76,9 @@ class Replica:
     signal: replicaload.Signal | None = None  # the last /metrics scrape (None: no signal)
     picks: int = 0  # requests this process sent it: the balancer's tie-breaker
     efforts: tuple[str, ...] | None = None  # the fleet file's `reasoning_efforts`
+    # What its vLLM version validates for every model (read from `/version` when it comes up;
+    # core/translate/effort.py `version_efforts`). None: no limit known.
+    version_efforts: tuple[str, ...] | None = None
     # False once it refused `tool_choice: "auto"` (started without --enable-auto-tool-choice):
     # such requests go to the others first. None: not known.
     auto_tools: bool | None = None
@@ -175,11 +178,24 @@ class Fleet:
             if not replica.healthy:
                 log.info("replica %s is up, serving %d model(s)", replica.url, len(models))
                 self._level_picks(replica)
+                # read when it (re)starts: an upgrade comes back as a down-then-up replica
+                replica.version_efforts = version_efforts(await self._version(replica))
             replica.healthy, replica.known, replica.error = True, True, None
             replica.models = models
             replica.model_ids = frozenset(str(m.get("id")) for m in models)
             replica.signal = await self._scrape(replica)
         replica.checked_at = self.clock()
+
+    async def _version(self, replica: Replica) -> str | None:
+        """The replica's `/version` (vLLM: `{"version": "0.10.1"}`); None when it gives none."""
+        try:
+            async with asyncio.timeout(self.probe_timeout):
+                answer = await self.upstream.get_json(replica.url, "/version",
+                                                      timeout=self.probe_timeout)
+        except (ProxyError, TimeoutError):
+            return None
+        version = answer.get("version") if isinstance(answer, dict) else None
+        return version if isinstance(version, str) else None
 
     async def _scrape(self, replica: Replica) -> replicaload.Signal | None:
         """The replica's load gauges from its `/metrics`; None when it has none to give."""
@@ -239,7 +255,8 @@ class Fleet:
         before its replica is chosen (and may be retried on another), so its effort must suit
         any of them. None: any value goes as is."""
         default = model_efforts(model)
-        tables = [r.efforts or default for r in self.replicas if r.serves(model)] or [default]
+        tables = [r.efforts or both(default, r.version_efforts)
+                  for r in self.replicas if r.serves(model)] or [default]
         known = [t for t in tables if t is not None]
         if not known:
             return None
