@@ -32,6 +32,7 @@ from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
 from proxy.services.generation.builder import Generations
+from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
 from proxy.services.metering.limits import Limiter, limit_table
@@ -45,6 +46,7 @@ from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.upstream import ConnectionPool, Upstream
+from proxy.websearch import WebSearch
 
 log = logging.getLogger("proxy")
 
@@ -158,7 +160,7 @@ class Runtime:
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp.timeout),
             sealer, events,
-            tasks, metrics)
+            tasks, metrics, hosted=_hosted_tools(settings))
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
@@ -228,3 +230,12 @@ class Runtime:
         await self.events.aclose()
         await self.store.aclose()
         await self.process.http.aclose()
+
+
+def _hosted_tools(settings: Settings) -> HostedTools:
+    """The hosted tools this process runs: web search with `--web-search` (without it,
+    web_search stays a hosted tool the proxy drops or refuses, `--hosted-tools`)."""
+    search = settings.web_search
+    return HostedTools.of(WebSearch(search.url, timeout=search.timeout,
+                                    max_results=search.max_results)
+                          if search.url is not None else None)

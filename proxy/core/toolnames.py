@@ -105,8 +105,8 @@ def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
     """The chat request's `tools` and `tool_choice` (no tools offered: an empty list)."""
     offered: list[dict[str, Any]] = []
     for tool in tools:
-        if tool["type"] == "mcp":  # offered by the tool loop once listed (core/mcp.py)
-            continue
+        if tool["type"] not in ("function", "custom", "namespace"):
+            continue  # mcp, hosted: offered by the tool loop (core/mcp.py, core/hosted.py)
         if tool["type"] == "namespace":
             offered += [_chat_function(m, names.flat(m["name"], tool["name"]))
                         for m in tool["tools"]]
@@ -122,6 +122,8 @@ def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
                 allowed.add(names.flat(entry["name"], entry.get("namespace")))
         offered = [f for f in offered if f["function"]["name"] in allowed]
         upstream_choice = choice["mode"]
+    elif isinstance(choice, dict) and choice["type"] not in ("function", "custom"):
+        return [], "none"  # a hosted tool forced (core/hosted.py): the tool loop asks for it
     elif isinstance(choice, dict):
         upstream_choice = {"type": "function", "function": {
             "name": names.flat(choice["name"], choice.get("namespace"))}}

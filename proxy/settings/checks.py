@@ -19,7 +19,7 @@ import yaml
 
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
 from proxy.core.origin import parse_origin
-from proxy.core.urlpolicy import UrlRefused, parse_prefix
+from proxy.core.urlpolicy import UrlRefused, parse_prefix, parse_target
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.
@@ -235,6 +235,21 @@ def existing_file(value: object, flag: str) -> str:
 def mcp_allow(values: object, flag: str) -> tuple[str, ...]:
     """Each prefix an http(s) URL with a host (a bare scheme would admit everything)."""
     return _prefixes(values, flag, host_required=True)
+
+
+def web_search_url(value: object, flag: str) -> str:
+    """An http(s) URL in normal form (core/urlpolicy.py), without a fragment: the endpoint the
+    query is appended to."""
+    text = str(value).strip()
+    try:
+        target = parse_target(text)
+    except UrlRefused as exc:
+        raise ConfigError(flag, f"{text!r} is not a usable URL ({exc}), e.g. "
+                                "http://127.0.0.1:8888/search") from None
+    if target.scheme not in ("http", "https") or "#" in text:
+        raise ConfigError(flag, f"{text!r} must be an http(s) URL without a fragment, e.g. "
+                                "http://127.0.0.1:8888/search")
+    return text
 
 
 def fetch_allow(values: object, flag: str) -> tuple[str, ...]:

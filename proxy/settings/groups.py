@@ -203,6 +203,18 @@ class McpSettings:
 
 
 @dataclass(frozen=True)
+class WebSearchSettings:
+    """The web_search tool run by the proxy (proxy/websearch.py, core/hosted.py): `url` a
+    SearXNG-compatible JSON endpoint (`GET url?q=...&format=json`; None: web_search stays a
+    hosted tool dropped or refused, `--hosted-tools`), each search bounded by `timeout` seconds,
+    the first `max_results` results given to the model."""
+
+    url: str | None = None
+    timeout: float = 10.0
+    max_results: int = 5
+
+
+@dataclass(frozen=True)
 class FetchSettings:
     """URLs the proxy fetches for the fleet (services/fleet/media.py): an image (or audio, video)
     URL in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
@@ -255,6 +267,7 @@ class Settings:
     sealing: SealingSettings = field(default_factory=SealingSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
     mcp: McpSettings = field(default_factory=McpSettings)
+    web_search: WebSearchSettings = field(default_factory=WebSearchSettings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     tolerance: ToleranceSettings = field(default_factory=ToleranceSettings)

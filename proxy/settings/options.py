@@ -156,6 +156,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_mcp_calls", "mcp.max_calls", c.count, "MCP tool calls one response may make"),
     Option("mcp_timeout", "mcp.timeout", c.seconds,
            "seconds one MCP list or call may take, connect included"),
+    # The web_search tool, run by the proxy against the operator's own search endpoint.
+    Option("web_search_url", "web_search.url", c.web_search_url,
+           "SearXNG-compatible JSON search endpoint (GET URL?q=...&format=json) the proxy runs "
+           "web_search / web_search_preview tools with (default none: they stay hosted tools, "
+           "dropped or refused per --hosted-tools)", flag="--web-search",
+           env=("PROXY_WEB_SEARCH",)),
+    Option("web_search_timeout", "web_search.timeout", c.seconds,
+           "seconds one web search may take, connect included"),
+    Option("web_search_results", "web_search.max_results", c.count,
+           "web search results given to the model per search"),
     Option("fetch_allow", "fetch.allow", c.fetch_allow,
            "URL prefix of images/media the proxy may fetch for the fleet and send inline "
            "(repeatable; default https:// to public addresses; `none`: data: URLs only)",

@@ -30,6 +30,7 @@ from proxy.simulator.config import ReasoningField, SimConfig, is_reasoner
 from proxy.simulator.personas import GENERIC, Persona, close_json
 from proxy.simulator.request import ChatRequest
 from proxy.simulator.schema import instance
+from proxy.simulator.searching import search_answer
 from proxy.simulator.tools import Call, choose_calls
 
 PieceKind = Literal["reasoning", "content", "call", "args"]
@@ -180,6 +181,9 @@ def answer_tokens(req: ChatRequest) -> list[str]:
 
 
 def answer_text(req: ChatRequest) -> str:
+    quoted = search_answer(req.messages)
+    if quoted is not None:  # a web search's results: quote the first, citing it
+        return quoted
     results = _tool_results(req.messages, req.persona.tool_author_from_name)
     if results is not None:
         return "Tool results: " + "; ".join(f"{name}={text}" for name, text in results)

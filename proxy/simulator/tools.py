@@ -12,7 +12,9 @@ Rules (in order):
   - `tools=N` makes exactly N calls, cycling through the offered tools from the first chosen one
     (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
   - `parallel_tool_calls: false` keeps only the first call;
-  - a `call=NAME` directive (with `call_args=JSON`) makes exactly that one call, when offered.
+  - a `call=NAME` directive (with `call_args=JSON`) makes exactly that one call, when offered;
+  - else a web search tool (searching.py) is called with the user's question, unless the text
+    names another tool or a `tools=N` directive decides.
 Arguments are `json.dumps` of a schema instance (only its required properties with the
 `args=required` directive) (vLLM's tool parsers re-serialise with json.dumps,
 so `{"city": "sim"}` with its spaces, not the compact form).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from proxy.simulator.request import ChatRequest, Tool
 from proxy.simulator.schema import instance
+from proxy.simulator.searching import is_search_tool
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ def choose_calls(req: ChatRequest) -> list[Call]:
         arguments = req.directives.call_args or json.dumps(
             instance(tool.parameters, req.hints, required_only=True))
         return [Call(tool.name, arguments)]
+    search = _search(req)
+    if search is not None:  # the user's question, as a model asks a search engine
+        query = req.hints.get("query") or req.text
+        return [Call(search.name, json.dumps({"query": query}))]
     chosen = _chosen(req)
     wanted = req.directives.tools
     if wanted is not None and req.tool_mode != "named":
@@ -61,6 +68,19 @@ def choose_calls(req: ChatRequest) -> list[Call]:
     return [Call(tool.name, json.dumps(instance(tool.parameters, hints,
                                                 required_only=required_only)))
             for tool in chosen]
+
+
+def _search(req: ChatRequest) -> Tool | None:
+    """A web search tool (searching.py) the model calls: offered, the mode lets it (auto,
+    required, or named to it), no `tools=N` directive, and no other tool named in the text."""
+    search = next((t for t in req.tools if is_search_tool(t)), None)
+    if search is None or req.directives.tools is not None:
+        return None
+    if req.tool_mode == "named":
+        return search if req.tool_name == search.name else None
+    if any(_mentions(req.text, t.name) for t in req.tools if t is not search):
+        return None
+    return search
 
 
 def _chosen(req: ChatRequest) -> list[Tool]:

@@ -34,6 +34,8 @@ PAIRS = {
     "response.mcp_call.failed": "response.mcp_call.in_progress",
     "response.mcp_list_tools.completed": "response.mcp_list_tools.in_progress",
     "response.mcp_list_tools.failed": "response.mcp_list_tools.in_progress",
+    # hosted tools run by the proxy (web search): in_progress opens, completed closes
+    "response.web_search_call.completed": "response.web_search_call.in_progress",
 }
 DELTAS = {"response.output_text.delta", "response.reasoning_text.delta",
           "response.function_call_arguments.delta", "response.custom_tool_call_input.delta",

@@ -157,6 +157,13 @@ def start_mcp_server(*flags: str, port: int | None = None) -> ServerProcess:
     return ServerProcess(cmd, port, ready_path=None, log_name="mcp").start()
 
 
+def start_searx(port: int | None = None) -> ServerProcess:
+    """tests/support/searx.py's fake SearXNG (JSON API at `/search`) on loopback."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "tests.support.searx", "--port", str(port)]
+    return ServerProcess(cmd, port, ready_path="/health", log_name="searx").start()
+
+
 def start_worker(upstream: str, redis_url: str, *flags: str) -> ServerProcess:
     """A `responses-proxy worker` process (no port): ready once it says so in its log."""
     cmd = proxy_command("worker", "--upstream", upstream, "--redis-url", redis_url, *flags)

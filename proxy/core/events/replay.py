@@ -15,6 +15,7 @@ from proxy.core.compaction import COMPACTION
 from proxy.core.compaction import item_events as compaction_events
 from proxy.core.events.assembler.logprobs import event_logprobs
 from proxy.core.events.summaries import summary_events
+from proxy.core.hosted import kind_of_item
 from proxy.core.types import Event, Item, ResponseObject
 
 
@@ -78,6 +79,16 @@ def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
         return events
     if kind == COMPACTION:  # as it streamed live, `response.compaction.compacting` included
         return compaction_events(item, index, lambda: 0)
+    hosted = kind_of_item(kind)
+    if hosted is not None:  # as it ran live: added in progress, searching only if it ran
+        started, running, ended = hosted.events
+        ran = item.get("status") in (t.S_COMPLETED, t.S_FAILED)
+        return [{"type": t.ITEM_ADDED, "output_index": index,
+                 "item": {**item, "status": t.S_IN_PROGRESS}},
+                {"type": started, **where},
+                *([{"type": running, **where}] if ran else []),
+                {"type": ended, **where},
+                {"type": t.ITEM_DONE, "output_index": index, "item": item}]
     return [{"type": t.ITEM_ADDED, "output_index": index, "item": item},
             {"type": t.ITEM_DONE, "output_index": index, "item": item}]
 
@@ -88,12 +99,15 @@ def _part_events(part: dict[str, Any], where: dict[str, Any],
     kind = part.get("type")
     text = part.get("text", "")
     if kind == t.OUTPUT_TEXT:
-        empty = {**part, "text": "", "logprobs": []}
-        # The one delta carries every token's logprobs, as the done event does.
+        empty = {**part, "text": "", "logprobs": [], "annotations": []}
+        # The one delta carries every token's logprobs, as the done event does; citations
+        # are added once the text is whole, as live (core/citations.py).
         logprobs = event_logprobs(part.get("logprobs") or ())
         return [
             {"type": t.PART_ADDED, **at, "part": empty},
             {"type": t.TEXT_DELTA, **at, "delta": text, "logprobs": logprobs},
+            *({"type": t.ANNOTATION_ADDED, **at, "annotation_index": n, "annotation": a}
+              for n, a in enumerate(part.get("annotations") or ())),
             {"type": t.TEXT_DONE, **at, "text": text, "logprobs": logprobs},
             {"type": t.PART_DONE, **at, "part": part},
         ]

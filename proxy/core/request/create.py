@@ -107,6 +107,7 @@ class ResponsesRequest:
     auto_compact: bool = False
     compact_threshold: int | None = None
     mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
+    hosted: tuple[str, ...] = ()  # hosted tools the proxy runs (core/hosted.py kind names)
     # Image URL → the data: URL the proxy fetched for it (services/fleet/media.py): translation
     # sends vLLM the data, never a URL to fetch; the stored items keep the client's URL.
     media: dict[str, str] = field(default_factory=dict)
@@ -165,7 +166,8 @@ class ResponsesRequest:
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
                   max_input_items: int = 2048, sealer: Sealer | None = None,
                   tolerance: Tolerance | None = None,
-                  mcp_allow: tuple[str, ...] = ()) -> ResponsesRequest:
+                  mcp_allow: tuple[str, ...] = (),
+                  run_hosted: frozenset[str] = frozenset()) -> ResponsesRequest:
     tolerance = tolerance or Tolerance()
     ignored = _refuse_unknown(body, tolerance)
     model = req_str(body, "model")
@@ -183,7 +185,8 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         raise bad("conversation", "`conversation` and `previous_response_id` cannot be used "
                                   "together: a conversation already carries the history.")
     parsed_tools = parse_tools(body.get("tools"), drop_hosted=not tolerance.reject_hosted,
-                               max_tools=MAX_TOOLS, mcp_allow=mcp_allow)
+                               max_tools=MAX_TOOLS, mcp_allow=mcp_allow,
+                               run_hosted=run_hosted)
     tools = parsed_tools.tools
     parallel = opt_bool(body, "parallel_tool_calls")
     auto_compact, threshold = _context_management(body.get("context_management"))
@@ -223,6 +226,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         ignored_params=ignored,
         dropped_tools=parsed_tools.dropped,
         mcp=parsed_tools.mcp,
+        hosted=parsed_tools.hosted,
         truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
                           "truncation"),
         auto_compact=auto_compact,

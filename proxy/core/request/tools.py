@@ -3,8 +3,9 @@
 Kinds: `function`, `custom` (freeform input), `namespace` (a group of functions and custom
 tools); how each reaches the fleet is core/toolnames.py. Hosted tools (web_search, …) run on
 OpenAI's side and a chat fleet cannot run them: left out and named (`--hosted-tools drop`, the
-proxy's `x-proxy-dropped-tools` header) or refused (`reject`). A `tool_choice` that forces one
-is always refused: there is nothing to honour it with.
+proxy's `x-proxy-dropped-tools` header) or refused (`reject`), but for those the proxy runs
+itself (`web_search` with `--web-search`, core/hosted.py), which the tool loop offers. A
+`tool_choice` that forces a hosted tool is refused unless the proxy runs it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
+from proxy.core.hosted import echo_tool, kind_of_type
 from proxy.core.mcp import McpServer, parse_mcp_tool
 from proxy.core.toolnames import ToolNames
 
@@ -44,11 +46,15 @@ class ParsedTools:
     tools: list[dict[str, Any]]  # as echoed in the Response object (hosted ones left out)
     dropped: tuple[str, ...]  # the types of the hosted tools left out, in request order
     mcp: tuple[McpServer, ...] = ()  # `mcp` tools, run by the proxy (core/mcp.py)
+    hosted: tuple[str, ...] = ()  # hosted tools the proxy runs (core/hosted.py kind names)
 
 
 # -- parsing ----------------------------------------------------------------------------------
 def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
-                mcp_allow: tuple[str, ...] = ()) -> ParsedTools:
+                mcp_allow: tuple[str, ...] = (),
+                run_hosted: frozenset[str] = frozenset()) -> ParsedTools:
+    """`run_hosted`: the hosted tool types this server runs itself (`--web-search`): echoed
+    and run by the tool loop instead of dropped or refused."""
     if value is None:
         return ParsedTools([], ())
     tools = expect_list(value, "tools")
@@ -59,10 +65,18 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
     dropped: list[str] = []
     names: set[tuple[str, str]] = set()  # (space, name): functions and customs share one
     servers: list[McpServer] = []
+    hosted: list[str] = []
     for i, raw in enumerate(tools):
         path = at("tools", i)
         tool = expect_object(raw, path)
         kind = tool.get("type")
+        if _hosted(kind) and kind in run_hosted:
+            served = kind_of_type(kind)
+            assert served is not None
+            if served.name not in hosted:  # one search tool however many entries name it
+                hosted.append(served.name)
+                out.append(echo_tool(tool))
+            continue
         if _hosted(kind):
             if not drop_hosted:
                 raise bad(at(path, "type"), f"Tool type {kind!r} is a hosted tool this server "
@@ -84,7 +98,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
             raise bad(at(path, "name"), f"Duplicate tool name {parsed['name']!r}.")
         names.add(key)
         out.append(parsed)
-    return ParsedTools(out, tuple(dropped), tuple(servers))
+    return ParsedTools(out, tuple(dropped), tuple(servers), tuple(hosted))
 
 
 def _name(tool: dict[str, Any], path: str) -> str:
@@ -150,8 +164,9 @@ def _namespace(tool: dict[str, Any], path: str) -> dict[str, Any]:
 
 def parse_tool_choice(value: Any, tools: list[dict[str, Any]],
                       dropped: tuple[str, ...]) -> str | dict[str, Any]:
-    """`tool_choice`, checked against the tools that are offered. Forcing a hosted tool (which
-    the proxy never runs) is a 400 whatever `--hosted-tools` says."""
+    """`tool_choice`, checked against the tools that are offered. Forcing a hosted tool the
+    proxy does not run is a 400 whatever `--hosted-tools` says; one it runs (among `tools`) is
+    kept as given, and the tool loop asks the model for that call."""
     if value is None:
         return "auto"
     if isinstance(value, str):
@@ -176,6 +191,8 @@ def parse_tool_choice(value: Any, tools: list[dict[str, Any]],
         return out
     if kind == "allowed_tools":
         return _allowed(choice, names)
+    if _hosted(kind) and any(t["type"] == kind for t in tools):
+        return {"type": kind}
     if _hosted(kind) or kind == "mcp":
         raise bad("tool_choice.type", f"`tool_choice` forces the hosted tool {kind!r}, which this "
                                  "server does not run (hosted tools are left out of the "

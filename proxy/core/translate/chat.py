@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from proxy.core.hosted import ITEM_TYPES as HOSTED_ITEM_TYPES
+from proxy.core.hosted import hosted_messages
 from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
 from proxy.core.mcp import mcp_messages
 from proxy.core.request.create import ResponsesRequest
@@ -76,10 +78,15 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     return chat
 
 
-def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
+def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None, *,
+                hosted: Mapping[str, tuple[str, str, str, str]] | None = None
                 ) -> list[Message]:
-    """`media`: image URL → the data: URL to send in its place (services/fleet/media.py)."""
+    """`media`: image URL → the data: URL to send in its place (services/fleet/media.py).
+    `hosted`: a hosted call's item id → (call id, function name, arguments, the tool's answer)
+    for the calls the tool loop ran in this response (core/hosted.py); a hosted item of an
+    earlier response is not sent again (the answer that followed it carries what it found)."""
     media = media or {}
+    hosted = hosted or {}
     messages: list[Message] = []
     pending_reasoning: list[str] = []
     for item in items:
@@ -106,6 +113,8 @@ def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None
                              "content": _tool_content(item["output"], media)})
         elif kind in MCP_ITEM_TYPES:
             mcp_messages(item, messages)
+        elif kind in HOSTED_ITEM_TYPES and item["id"] in hosted:
+            hosted_messages(*hosted[item["id"]], messages)
         if pending_reasoning and messages and messages[-1]["role"] == "assistant":
             messages[-1]["reasoning"] = "\n".join(pending_reasoning)
             pending_reasoning = []

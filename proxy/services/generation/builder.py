@@ -38,6 +38,7 @@ from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
+from proxy.services.generation.hosted import HostedTools
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 from proxy.services.generation.turn import Turn
@@ -85,6 +86,8 @@ class Generations:
     metrics: Metrics
     clock: Callable[[], float] = field(default=time.time)
     ids: IdFactory = field(default=new_id)
+    # The hosted tools this process runs (services/generation/hosted.py: web search).
+    hosted: HostedTools = field(default_factory=HostedTools)
 
     @property
     def store(self) -> Store:
@@ -100,7 +103,8 @@ class Generations:
         """The upstream stream (admitted; `bounded=False` for a job), or the tool loop."""
         if plan is not None:
             return Opened(loop=ToolLoop(plan, self.mcp, self.gateway, chat, tenant,
-                                        affinity=affinity, home=home, priority=priority))
+                                        affinity=affinity, home=home, priority=priority,
+                                        hosted=self.hosted))
         return Opened(call=await self.gateway.open(
             model, tenant, orjson.dumps(chat), stream=True, affinity=affinity, home=home,
             priority=priority, bounded=bounded))

@@ -1,19 +1,29 @@
-"""The MCP tool loop: one response, several upstream turns, the model's MCP calls run between.
+"""The tool loop: one response, several upstream turns, the model's calls of the tools the
+proxy runs (MCP tools, hosted tools such as web_search) run between.
 
     start:  list each server not yet listed in this chain (mcp_list_tools item)
             run the calls approved by this request's mcp_approval_response items
-            open the first upstream turn (MCP tools offered as functions beside the client's)
-    resume: (the assembler stopped at an mcp_call whose arguments are whole)
-            run it (mcp_call.completed|failed), then open the next upstream turn with the
-            output so far appended to the messages, or end the response
+            open the first upstream turn (MCP and hosted tools offered as functions beside the
+            client's)
+    resume: (the assembler stopped at an mcp_call or a hosted call whose arguments are whole)
+            run it (mcp_call.completed|failed; a hosted call's searching, then completed),
+            then open the next upstream turn with the output so far appended to the messages
+            (a hosted call as the model's call plus the tool's answer, which only this loop
+            holds: the item shows what OpenAI's shows, not what the model read), or end the
+            response
+
+Hosted tools (core/hosted.py) run through their runners (services/generation/hosted.py); a
+kind this process has no runner for (a worker started without `--web-search`) fails its call,
+and the model answers without it.
 
 `Turn` (services/generation/turn.py) drives it: it reads each upstream turn through the same
 assembler, so the response's events keep one dense output_index and sequence_number across all
 turns, and its recorder, cancellation and abandonment work as for a plain turn. The loop holds the
 upstream call it opened until `Turn` takes it (`call`), and closes it in `aclose`.
 
-Bounds: at most `max_calls` MCP calls per response (the request's `max_tool_calls`, never more
-than `--max-mcp-calls`); once spent, the MCP tools are no longer offered and the model answers.
+Bounds: at most `max_calls` MCP and hosted calls per response (the request's `max_tool_calls`,
+never more than `--max-mcp-calls`); once spent, the tools are no longer offered and the model
+answers.
 Every MCP operation is bounded in time by the client (proxy/mcpclient.py). Cancelling the task
 (a client gone, a background cancel) interrupts an MCP call in flight: it is an await here.
 Tool outputs and arguments are never logged.
@@ -29,15 +39,18 @@ from typing import Any
 
 import orjson
 
+from proxy.core import hosted as hosting
 from proxy.core import mcp
 from proxy.core.errors import ProxyError
 from proxy.core.events.assembler import Assembler
+from proxy.core.hosted import HostedKind, HostedResult
 from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate.chat import to_messages
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
 from proxy.mcpclient import McpClient, McpFailure
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
+from proxy.services.generation.hosted import HostedTools
 
 log = logging.getLogger("proxy.mcp")
 
@@ -57,19 +70,23 @@ class LoopPlan:
     # and the chat tool_choice mode when the client offered no tools of its own.
     offered: tuple[str, ...] = ()
     mode: str = "auto"
+    # The hosted tools (core/hosted.py kind names) the model may call under `tool_choice`.
+    hosted: tuple[str, ...] = ()
 
     def to_spec(self) -> dict[str, Any]:
         return {"servers": [s.to_spec() for s in self.servers], "listed": self.listed,
                 "approved": [[a.request_id, a.label, a.name, a.arguments]
                              for a in self.approved],
-                "max_calls": self.max_calls, "offered": list(self.offered), "mode": self.mode}
+                "max_calls": self.max_calls, "offered": list(self.offered), "mode": self.mode,
+                "hosted": list(self.hosted)}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> LoopPlan:
         return cls(tuple(McpServer.from_spec(s) for s in spec["servers"]),
                    dict(spec["listed"]), [Approved(*a) for a in spec["approved"]],
                    int(spec["max_calls"]), tuple(spec.get("offered") or ()),
-                   str(spec.get("mode") or "auto"))
+                   str(spec.get("mode") or "auto"),
+                   tuple(k for k in spec.get("hosted") or () if k in hosting.KINDS))
 
 
 @dataclass
@@ -82,6 +99,7 @@ class ToolLoop:
     affinity: str | None = None
     home: str | None = None
     priority: bool = False
+    hosted: HostedTools = field(default_factory=HostedTools)
     # The loop's own state, not the caller's to give.
     call: Call | None = field(default=None, init=False)
     calls: int = field(default=0, init=False)
@@ -90,6 +108,11 @@ class ToolLoop:
     _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False)
     # Where this response's own output begins in the assembler's output.
     _first: int = field(default=0, init=False)
+    _functions: list[dict[str, Any]] = field(default_factory=list, init=False)
+    # Hosted calls run: item id → (the model's call id, function name, arguments, the tool's
+    # answer), for the next turns' messages; how many sources were numbered so far.
+    _answers: dict[str, tuple[str, str, str, str]] = field(default_factory=dict, init=False)
+    _numbered: int = field(default=0, init=False)
 
     @property
     def model(self) -> str:
@@ -145,7 +168,11 @@ class ToolLoop:
     async def _run_waiting(self, assembler: Assembler,
                            servers: dict[str, McpServer]) -> AsyncIterator[list[Event]]:
         waiting = assembler.waiting
-        assert waiting is not None and waiting["type"] == mcp.CALL
+        assert waiting is not None
+        if waiting["type"] != mcp.CALL:
+            async for events in self._run_hosted(assembler, waiting):
+                yield events
+            return
         if self.calls >= self.plan.max_calls:  # no longer offered; a model may still try
             yield assembler.mcp_call_end(None, {
                 "type": "mcp_protocol_error", "code": -32000,
@@ -167,6 +194,23 @@ class ToolLoop:
         _logged(server, waiting["name"], "ok" if result.error is None else "tool_error", started)
         yield assembler.mcp_call_end(result.output, result.error)
 
+    async def _run_hosted(self, assembler: Assembler,
+                          waiting: dict[str, Any]) -> AsyncIterator[list[Event]]:
+        arguments = waiting["arguments"]
+        runner = self.hosted.get(waiting["kind"])
+        if self.calls >= self.plan.max_calls or runner is None:
+            why = (f"this response may make at most {self.plan.max_calls} tool calls"
+                   if runner is not None else "the tool is not configured on this server")
+            result = HostedResult({}, f"The tool was not run: {why}.", failed=True)
+        else:
+            self.calls += 1
+            yield assembler.hosted_run()
+            result = await runner.run(arguments, self._numbered + 1)
+            self._numbered += len(result.sources)
+        yield assembler.hosted_end(result)
+        self._answers[waiting["id"]] = (waiting["call_id"], waiting["name"], arguments,
+                                        result.output)
+
     def _offer(self, assembler: Assembler) -> None:
         """The MCP tools the model sees (allowed_tools applied), named for upstream."""
         offered = {label: [t for t in tools if self._server(label).offers(t)]
@@ -181,6 +225,12 @@ class ToolLoop:
             flat: (label, name,
                    self._server(label).needs_approval(by_label[label][name], name))
             for flat, (label, name) in names.items()})
+        hosted: dict[str, HostedKind] = {}
+        for kind in (hosting.KINDS[k] for k in self.plan.hosted):
+            flat = hosting.function_name(kind, [*taken, *names, *hosted])
+            hosted[flat] = kind
+            self._functions.append(kind.chat_function(flat))
+        assembler.offer_hosted(hosted)
 
     def _has(self, label: str) -> bool:
         return any(s.label == label for s in self.plan.servers)
@@ -191,7 +241,8 @@ class ToolLoop:
     def _request(self, assembler: Assembler) -> dict[str, Any]:
         chat = dict(self.chat)
         chat["messages"] = [*self.chat["messages"],
-                            *to_messages(assembler.output[self._first:])]
+                            *to_messages(assembler.output[self._first:],
+                                         hosted=self._answers)]
         if self.calls < self.plan.max_calls and self._functions:
             chat["tools"] = [*(self.chat.get("tools") or ()), *self._functions]
             # the client's own tools brought the request's choice; else it is the plan's.

@@ -42,6 +42,7 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.events.assembler import Assembler, map_usage
+from proxy.core.hosted import hosted_by_choice
 from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
@@ -148,7 +149,8 @@ class ResponsesService:
         request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
                                 tolerance=Tolerance.of(settings.tolerance.params,
                                                        settings.tolerance.hosted_tools),
-                                sealer=self._sealer, mcp_allow=settings.mcp.allow)
+                                sealer=self._sealer, mcp_allow=settings.mcp.allow,
+                                run_hosted=self._generations.hosted.tool_types())
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = dataclasses.replace(request, service_tier="default")
         if create is not None and (request.store or request.conversation):
@@ -246,8 +248,8 @@ class ResponsesService:
     # -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
                       directives: Directives) -> Lookup:
-        if self._cache is None or request.mcp:  # tools run by us: never served from a cache
-            return OFF
+        if self._cache is None or request.mcp or request.hosted:
+            return OFF  # tools run by us (MCP, web search): never served from a cache
         return await self._cache.lookup_response(tenant, request, chat, directives)
 
     async def _cached(self, tenant: str, request: ResponsesRequest, history: History,
@@ -330,16 +332,19 @@ class ResponsesService:
         return dataclasses.replace(request, media=media) if media else request
 
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:
-        """The MCP tool loop's plan (servers listed earlier in the chain, approved calls), or
-        None for a request without MCP tools. An approval of nothing we asked is a 400."""
-        if not request.mcp:
+        """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
+        calls) and hosted tools the proxy runs (core/hosted.py), or None for a request with
+        neither. An approval of nothing we asked is a 400."""
+        if not request.mcp and not request.hosted:
             return None
         servers = {s.label: s for s in request.mcp}
         ceiling = self._settings.mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
+        hosted, forced = hosted_by_choice(request.tool_choice, request.hosted)
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
-                        min(request.max_tool_calls or ceiling, ceiling), offered, mode)
+                        min(request.max_tool_calls or ceiling, ceiling), offered,
+                        forced or mode, hosted)
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler, meter: Meter, *,

@@ -22,6 +22,7 @@ from proxy.core.events.assembler.calls import (
     PendingCall,
 )
 from proxy.core.events.assembler.finish import INCOMPLETE, WHOLE, call_was_cut
+from proxy.core.events.assembler.hosteditems import HostedCallItem
 from proxy.core.events.assembler.logprobs import Logprob, content_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
@@ -33,6 +34,7 @@ from proxy.core.events.assembler.text import (
 )
 from proxy.core.events.assembler.usage import add_usage, map_usage
 from proxy.core.events.summaries import wants_summaries
+from proxy.core.hosted import HostedKind, HostedResult, Source
 from proxy.core.ids import IdFactory
 from proxy.core.toolnames import ToolNames
 from proxy.core.types import Chunk, Event, Item, ResponseObject
@@ -76,6 +78,10 @@ class Assembler(ResponseState):
         # response may take several).
         self._mcp: dict[str, tuple[str, str, bool]] = {}
         self._usage_before: dict[str, Any] | None = None
+        # Hosted tools (core/hosted.py): upstream name → kind, set by the tool loop; what
+        # they found so far, which the answer's text may cite.
+        self._hosted: dict[str, HostedKind] = {}
+        self._sources: list[Source] = []
 
     # -- upstream chunks (the hot path) --------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[Event]:
@@ -159,7 +165,10 @@ class Assembler(ResponseState):
         if kind is Phase.REASONING:
             shape = SummarisedReasoningItem if self._summaries else ReasoningItem
             return shape(self._ids(idp.REASONING), len(self.output), self._seq, seal=self._seal)
-        return MessageItem(self._ids(idp.MESSAGE), len(self.output), self._seq)
+        message = MessageItem(self._ids(idp.MESSAGE), len(self.output), self._seq)
+        if self._sources:
+            message.sources = self._sources
+        return message
 
     def _tool_calls(self, calls: list[dict[str, Any]], events: list[Event]) -> bool:
         for call in calls:
@@ -202,6 +211,10 @@ class Assembler(ResponseState):
     def _call_item(self, name: str, index: int, call_id: str | None) -> CallItem:
         item_id, at = self._ids(idp.FUNCTION_CALL), len(self.output)
         call_id = call_id or self._ids(idp.CALL)  # (drawn for an MCP call too, as always)
+        hosted = self._hosted.get(name) if self._hosted else None
+        if hosted is not None:
+            return HostedCallItem(self._ids(hosted.id_prefix), at, self._seq, kind=hosted,
+                                  name=name, call_id=call_id, call_index=index)
         served = self._mcp.get(name) if self._mcp else None
         if served is not None:  # the model's call id stays upstream; the item id is ours
             label, name, approval = served
@@ -278,12 +291,34 @@ class Assembler(ResponseState):
     # ---------------------
     @property
     def waiting(self) -> Item | None:
-        """The MCP item the tool loop must finish (an `mcp_call` or `mcp_list_tools`)."""
+        """The item the tool loop must finish (an `mcp_call`, `mcp_list_tools`, or a hosted
+        tool's call)."""
         return self._tool.waiting() if self._tool is not None else None
 
     def offer_mcp(self, names: dict[str, tuple[str, str, bool]]) -> None:
         """The MCP tools the model is offered: upstream name → (label, name, approval?)."""
         self._mcp = names
+
+    def offer_hosted(self, names: dict[str, HostedKind]) -> None:
+        """The hosted tools the model is offered: upstream name → kind."""
+        self._hosted = names
+
+    def hosted_run(self) -> list[Event]:
+        """The waiting hosted call runs now (its `searching` event)."""
+        item = self._tool
+        assert isinstance(item, HostedCallItem)
+        events: list[Event] = []
+        item.running(events)
+        return events
+
+    def hosted_end(self, result: HostedResult) -> list[Event]:
+        """The waiting hosted call ran: its end; what it found may be cited from now on."""
+        item = self._release()
+        assert isinstance(item, HostedCallItem)
+        events: list[Event] = []
+        self._done(item, item.finish(result, events), events)
+        self._sources += result.sources
+        return events
 
     def next_turn(self) -> None:
         """Another upstream turn of the same response follows (the tool loop's)."""
@@ -333,8 +368,8 @@ class Assembler(ResponseState):
         self._done(item, item.finish(output, error, events), events)
         return events
 
-    def _release(self) -> McpCallItem | McpListItem:
-        """The waiting MCP item, which the tool loop has finished, leaves Phase.TOOL."""
+    def _release(self) -> McpCallItem | McpListItem | HostedCallItem:
+        """The waiting tool item, which the tool loop has finished, leaves Phase.TOOL."""
         item = self._tool
         assert item is not None
         self._tool = None

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from proxy.core import types as t
 from proxy.core.compaction import item_events as compaction_events
+from proxy.core.events.assembler.hosteditems import HostedCallItem
 from proxy.core.events.assembler.item import ItemState, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Machine, Phase
 from proxy.core.events.assembler.mcpitems import McpCallItem, McpListItem
@@ -39,7 +40,7 @@ class ResponseState(Machine):
         # The item streaming now (its kind is the phase), or the MCP item waiting for the
         # tool loop (Phase.TOOL); never both.
         self._open: OpenItem | None = None
-        self._tool: McpCallItem | McpListItem | None = None
+        self._tool: McpCallItem | McpListItem | HostedCallItem | None = None
         self.usage: dict[str, Any] | None = None
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
@@ -145,14 +146,14 @@ class ResponseState(Machine):
 
     def _close(self, events: list[Event], status: str) -> bool:
         """The open item, if any, closes with `status`; True if instead it now waits for the
-        tool loop (an MCP call whose arguments are whole)."""
+        tool loop (an MCP or hosted call whose arguments are whole)."""
         item = self._open
         if item is None:
             return False
         self._open = None
         final = item.close(status, events)
         if final is None:
-            assert isinstance(item, McpCallItem)
+            assert isinstance(item, McpCallItem | HostedCallItem)
             self._tool = item
             self._to(Phase.TOOL)
             return True
@@ -165,7 +166,7 @@ class ResponseState(Machine):
         events.append(item.done(final))
 
     def _interrupt(self, events: list[Event]) -> None:
-        """A response ends (failed, cancelled) while an MCP item waits: it ends incomplete."""
+        """A response ends (failed, cancelled) while a tool item waits: it ends incomplete."""
         item = self._tool
         if item is not None:
             self._tool = None

@@ -1,8 +1,8 @@
 """Picking a response up from its event log (its worker died mid-stream).
 
 A fold over the logged events: items done stay done, the open one is rebuilt with its text so
-far and how far its events went, an MCP item that waited waits again, and numbering goes on
-after the last logged event. The assembler then closes what is open (`fail()` or `cancel()`)
+far and how far its events went, an MCP or hosted item that waited waits again, and numbering
+goes on after the last logged event. The assembler then closes what is open (`fail()` or `cancel()`)
 exactly as a live stream would.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from proxy.core import mcp
 from proxy.core import types as t
 from proxy.core.events.assembler.calls import CustomToolCallItem, FunctionCallItem
+from proxy.core.events.assembler.hosteditems import HostedCallItem
 from proxy.core.events.assembler.item import (
     ADDED,
     PART_DONE,
@@ -29,6 +30,7 @@ from proxy.core.events.assembler.text import (
     ReasoningItem,
     SummarisedReasoningItem,
 )
+from proxy.core.hosted import kind_of_item
 from proxy.core.types import Event, Item
 
 # A reasoning item asked for with summaries streams its one part as a summary part
@@ -45,7 +47,7 @@ _STAGE_AFTER = {t.PART_ADDED: STREAMING, t.TEXT_DONE: TEXT_DONE, t.REASONING_DON
 class Restored:
     output: list[Item] = field(default_factory=list)
     open: OpenItem | None = None
-    waiting: McpCallItem | McpListItem | None = None
+    waiting: McpCallItem | McpListItem | HostedCallItem | None = None
     in_progress: bool = False
 
 
@@ -60,6 +62,8 @@ def restore(events: Iterable[Event], seq: Numbering,
         opened = state.open
         if kind == t.ITEM_ADDED and event["item"].get("type") in mcp.ITEM_TYPES:
             _reopen_mcp(state, event, seq)
+        elif kind == t.ITEM_ADDED and kind_of_item(event["item"].get("type")) is not None:
+            state.waiting = _reopen_hosted(event["item"], event["output_index"], seq)
         elif kind == mcp.ARGS_DONE and isinstance(state.waiting, McpCallItem):
             state.waiting.parts = [event["arguments"]]
         elif kind == t.ITEM_ADDED:
@@ -95,6 +99,16 @@ def _reopen(item: Item, index: int, seq: Numbering,
         shape = SummarisedReasoningItem if summaries else ReasoningItem
         return shape(item["id"], index, seq, ADDED, seal=seal)
     return MessageItem(item["id"], index, seq, ADDED)  # (any other kind closes as a message)
+
+
+def _reopen_hosted(item: Item, index: int, seq: Numbering) -> HostedCallItem:
+    """A hosted call is added once its arguments are whole: reopened, it waits, as it did."""
+    kind = kind_of_item(item["type"])
+    assert kind is not None
+    waiting = HostedCallItem(item["id"], index, seq, kind=kind, name=kind.name)
+    waiting.added_sent = True
+    waiting.restored = item
+    return waiting
 
 
 def _reopen_mcp(state: Restored, event: Event, seq: Numbering) -> None:

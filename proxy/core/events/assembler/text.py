@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from proxy.core import types as t
+from proxy.core.citations import cite
 from proxy.core.events.assembler.item import STREAMING, TEXT_DONE, Numbering, OpenItem
 from proxy.core.events.assembler.logprobs import Logprob, event_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.summaries import summary_part
+from proxy.core.hosted import Source
 from proxy.core.types import Event, Item
 
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
@@ -42,13 +44,17 @@ class TextItem(OpenItem):
 
 class MessageItem(TextItem):
     # The part's logprobs so far (core/events/assembler/logprobs.py); None until a delta
-    # brings some, which it does only when the request included them.
-    __slots__ = ("logprobs",)
+    # brings some, which it does only when the request included them. `sources`: what the
+    # response's hosted tools found (core/hosted.py), which the text may cite: its
+    # annotations are made once, when the text is whole (core/citations.py).
+    __slots__ = ("_annotations", "logprobs", "sources")
     kind = Phase.MESSAGE
 
     def __init__(self, item_id: str, index: int, seq: Numbering, stage: int = STREAMING) -> None:
         super().__init__(item_id, index, seq, stage)
         self.logprobs: list[Logprob] | None = None
+        self.sources: list[Source] | None = None
+        self._annotations: list[dict[str, Any]] = []
 
     def open(self, events: list[Event]) -> None:
         events.append(self.added({"id": self.item_id, "type": t.MESSAGE,
@@ -76,11 +82,16 @@ class MessageItem(TextItem):
     def _text_done(self, text: str, events: list[Event]) -> None:
         if not self.parts:  # a restored part cut before its first delta
             events.append(self.event(t.TEXT_DELTA, content_index=0, delta="", logprobs=[]))
+        for number, annotation in enumerate(self._annotations):
+            events.append(self.event(t.ANNOTATION_ADDED, content_index=0,
+                                     annotation_index=number, annotation=annotation))
         events.append(self.event(t.TEXT_DONE, content_index=0, text=text,
                                  logprobs=event_logprobs(self.logprobs or ())))
 
     def close(self, status: str, events: list[Event]) -> Item:
         part = output_text("".join(self.parts), self.logprobs)
+        if self.sources:
+            self._annotations = part["annotations"] = cite(part["text"], self.sources)
         self.close_part(part, events)
         return {"id": self.item_id, "type": t.MESSAGE, "status": status,
                 "content": [part] if self.stage >= STREAMING else [], "role": "assistant"}

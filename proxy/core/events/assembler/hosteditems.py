@@ -1,0 +1,74 @@
+"""A hosted tool's call (core/hosted.py: web_search, ...) as the response shows it; the tool
+loop (services/generation/toolloop.py) runs it.
+
+The model's function call streams upstream, but the client sees the tool's own item, which has
+no arguments to stream: the fragments are kept silently, and once they are whole (`close`) the
+item is added (`in_progress`) and waits in Phase.TOOL, like an MCP call. The loop then says it
+runs (`searching`) and ends it with the result (`finish`: completed event, the final item). A
+response that ends while it waits (failed, cancelled) ends it `incomplete`; a call cut before
+its arguments were whole is added and done `incomplete` at once, never run. Every
+`in_progress` event has its `completed` one (the SDK knows no `failed` event for these items):
+the item's `status` says how it ended.
+"""
+
+from __future__ import annotations
+
+from proxy.core import types as t
+from proxy.core.events.assembler.calls import CallItem
+from proxy.core.events.assembler.item import Numbering
+from proxy.core.hosted import HostedKind, HostedResult, final_item
+from proxy.core.types import Event, Item
+
+
+class HostedCallItem(CallItem):
+    """`name`: the function name upstream (the loop answers the call under it); `call_id`: the
+    model's own call id (the next turn's history pairs the answer with it)."""
+
+    __slots__ = ("added_sent", "hosted", "restored")
+
+    def __init__(self, item_id: str, index: int, seq: Numbering, *, kind: HostedKind,
+                 name: str, call_id: str = "", call_index: int | None = None) -> None:
+        super().__init__(item_id, index, seq, name=name, call_id=call_id, call_index=call_index)
+        self.hosted = kind
+        self.added_sent = False
+        self.restored: Item | None = None  # its added item, when picked up from a log
+
+    def open(self, events: list[Event]) -> None:
+        pass  # added once its arguments are whole: the item shows them (its query)
+
+    def delta(self, text: str, events: list[Event]) -> None:
+        self.parts.append(text)
+
+    def close(self, status: str, events: list[Event]) -> Item | None:
+        self._add(events)
+        if status == t.S_COMPLETED:
+            return None  # whole: it waits for the tool loop
+        return self.interrupt(events)
+
+    def _add(self, events: list[Event]) -> None:
+        if not self.added_sent:
+            self.added_sent = True
+            events.append(self.added(self.item(t.S_IN_PROGRESS)))
+            events.append(self.event(self.hosted.events[0]))
+
+    def waiting(self) -> Item:
+        return {"type": self.hosted.item_type, "id": self.item_id, "kind": self.hosted.name,
+                "name": self.name, "call_id": self.call_id, "arguments": "".join(self.parts)}
+
+    def running(self, events: list[Event]) -> None:
+        events.append(self.event(self.hosted.events[1]))
+
+    def finish(self, result: HostedResult, events: list[Event]) -> Item:
+        events.append(self.event(self.hosted.events[2]))
+        return final_item(self.hosted, self.item_id, "".join(self.parts), result,
+                          t.S_FAILED if result.failed else t.S_COMPLETED)
+
+    def interrupt(self, events: list[Event]) -> Item:
+        """Never ran: its completed event (every in_progress has one), the item incomplete."""
+        events.append(self.event(self.hosted.events[2]))
+        return self.item(t.S_INCOMPLETE)
+
+    def item(self, status: str) -> Item:
+        if self.restored is not None:
+            return {**self.restored, "status": status}
+        return final_item(self.hosted, self.item_id, "".join(self.parts), None, status)

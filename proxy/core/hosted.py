@@ -1,0 +1,179 @@
+"""Hosted tools the proxy runs itself (CONTRACT.md "Files, vector stores, hosted tools"): the
+pure parts every such tool shares. No I/O.
+
+A hosted tool (`web_search` today; `file_search` is meant to be the next) is offered to the model
+as one function of the proxy's own, named so it cannot clash with the client's tools or the MCP
+ones (`function_name`). When the model calls it, the tool loop (services/generation/toolloop.py)
+runs it between two upstream turns, as it runs MCP calls, and the response shows the tool's own
+item (`web_search_call`, ...) with its own events instead of a function call:
+
+    output_item.added {status in_progress}, <kind>.in_progress     (the call's arguments whole)
+    <kind>.searching                                               (the tool runs)
+    <kind>.completed, output_item.done {status completed|failed}   (its result)
+
+Each tool is a `HostedKind` (what its item and events are called, the function the model sees,
+how its item is made) in `KINDS`; its runner (the I/O) lives in services/generation/hosted.py.
+What it found is numbered [1]..[n] for the model, and the answer's citations of those numbers
+(core/citations.py) become annotations on the answer's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.core.types import Item
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One thing a tool found, as the answer may cite it: its number ([n]), the annotation a
+    citation of it becomes (without its span), and texts whose verbatim use in the answer cites
+    it too (its URL, its title, its sentences)."""
+
+    number: int
+    annotation: dict[str, Any]
+    texts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostedResult:
+    """A run's outcome: the item's own fields (merged into the item), the text the model reads
+    as the tool's answer, what it may cite, and whether it failed."""
+
+    fields: dict[str, Any]
+    output: str
+    sources: tuple[Source, ...] = ()
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HostedKind:
+    """One hosted tool. `tool_types`: the request's tool types it serves; `item`: the item as
+    (id, status, the call's arguments as JSON text) make it before it ran; `events`: its
+    in_progress, searching and completed event types."""
+
+    name: str  # the function's preferred name upstream
+    tool_types: frozenset[str]
+    item_type: str
+    id_prefix: str
+    events: tuple[str, str, str]
+    description: str
+    parameters: dict[str, Any]
+    item: Callable[[str, str, str], Item] = field(repr=False)
+
+    def chat_function(self, name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+def arguments_of(text: str) -> dict[str, Any]:
+    """The call's arguments as an object ({} when the model sent no object)."""
+    try:
+        value = orjson.loads(text or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def function_name(kind: HostedKind, taken: Iterable[str]) -> str:
+    """The kind's name upstream: its own when free, else `<name>_2`, `_3`, ..."""
+    taken = set(taken)
+    name, n = kind.name, 1
+    while name in taken:
+        n += 1
+        name = f"{kind.name}_{n}"
+    return name
+
+
+def hosted_by_choice(choice: str | dict[str, Any],
+                     kinds: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """(the hosted kinds the model may call under the request's `tool_choice`, `kinds` by
+    name; the chat tool_choice mode when the choice forces one of them, else None): `none`
+    offers none, a forced client function none either, `allowed_tools` the ones whose tool
+    type it names, a forced hosted tool that one alone (`required`)."""
+    if choice == "none":
+        return (), None
+    if isinstance(choice, str):
+        return kinds, None
+    if choice.get("type") == "allowed_tools":
+        named = {e.get("type") for e in choice["tools"]}
+        return tuple(k for k in kinds if KINDS[k].tool_types & named), None
+    forced = kind_of_type(str(choice.get("type")))
+    if forced is not None and forced.name in kinds:
+        return (forced.name,), "required"
+    return (), None
+
+
+def kind_of_type(tool_type: str) -> HostedKind | None:
+    """The hosted kind that serves a request's tool type."""
+    return next((k for k in KINDS.values() if tool_type in k.tool_types), None)
+
+
+def kind_of_item(item_type: Any) -> HostedKind | None:
+    """The hosted kind whose item has this type."""
+    return next((k for k in KINDS.values() if k.item_type == item_type), None)
+
+
+def final_item(kind: HostedKind, item_id: str, arguments: str,
+               result: HostedResult | None, status: str) -> Item:
+    item = kind.item(item_id, status, arguments)
+    if result is not None:
+        item.update(result.fields)
+    return item
+
+
+def hosted_messages(call_id: str, name: str, arguments: str, output: str,
+                    messages: list[dict[str, Any]]) -> None:
+    """A hosted call of this response, for the model's next turn: the assistant's tool call
+    (joined to the assistant message before it) and the tool's answer."""
+    if messages and messages[-1]["role"] == "assistant":
+        assistant = messages[-1]
+    else:
+        assistant = {"role": "assistant", "content": ""}  # not null: vLLM 0.10.1
+        messages.append(assistant)
+    assistant.setdefault("tool_calls", []).append({
+        "id": call_id, "type": "function",
+        "function": {"name": name, "arguments": arguments or "{}"}})
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+
+
+# -- the kinds --------------------------------------------------------------------------------
+def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
+    query = arguments_of(arguments).get("query")
+    action: dict[str, Any] = {"type": "search"}
+    if isinstance(query, str):
+        action["query"] = query
+    return {"id": item_id, "type": "web_search_call", "status": status, "action": action}
+
+
+WEB_SEARCH = HostedKind(
+    name="web_search",
+    tool_types=frozenset({"web_search", "web_search_preview", "web_search_preview_2025_03_11",
+                          "web_search_2025_08_26"}),
+    item_type="web_search_call",
+    id_prefix="ws",
+    events=("response.web_search_call.in_progress", "response.web_search_call.searching",
+            "response.web_search_call.completed"),
+    description="Search the web. Returns numbered results; cite a result you use by its "
+                "number in brackets, e.g. [1].",
+    parameters={"type": "object", "properties": {"query": {
+        "type": "string", "description": "What to search for."}}, "required": ["query"]},
+    item=_web_search_item,
+)
+
+# Every hosted kind the proxy can run, by name (file_search joins here with its own kind).
+KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH}
+ITEM_TYPES = frozenset(k.item_type for k in KINDS.values())
+
+
+def echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A hosted tool the proxy runs, as the Response echoes it: its type and the options the
+    SDK's types know (checked loosely: they only shape what OpenAI would do)."""
+    out: dict[str, Any] = {"type": tool["type"]}
+    size = tool.get("search_context_size")
+    out["search_context_size"] = size if size in ("low", "medium", "high") else "medium"
+    return out

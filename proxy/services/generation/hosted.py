@@ -1,0 +1,42 @@
+"""Hosted tools' runners: what the tool loop (toolloop.py) calls when the model calls a hosted
+tool (core/hosted.py). One runner per kind, built once per process (proxy/runtime.py) from that
+process's own settings: a background job's worker runs a search with its own `--web-search`,
+never with a URL a request or a spec carried.
+
+A runner never raises: whatever goes wrong is a `failed` HostedResult, which the model is told
+of and answers without. A new hosted tool (file_search) is a kind in core/hosted.py `KINDS`
+plus a runner here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from proxy.core.hosted import HostedKind, HostedResult
+
+
+class HostedRunner(Protocol):
+    kind: HostedKind
+
+    async def run(self, arguments: str, first: int) -> HostedResult:
+        """Run one call (`arguments`: the model's JSON text); what it finds is numbered from
+        `first` (the response's earlier calls took the numbers before)."""
+        ...
+
+
+@dataclass(frozen=True)
+class HostedTools:
+    runners: Mapping[str, HostedRunner] = field(default_factory=dict)  # kind name → runner
+
+    @classmethod
+    def of(cls, *runners: HostedRunner | None) -> HostedTools:
+        return cls({r.kind.name: r for r in runners if r is not None})
+
+    def tool_types(self) -> frozenset[str]:
+        """The request tool types this process runs (the others stay dropped or refused)."""
+        return frozenset(t for r in self.runners.values() for t in r.kind.tool_types)
+
+    def get(self, kind: str) -> HostedRunner | None:
+        return self.runners.get(kind)
