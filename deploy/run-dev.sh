@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # `make run`: the proxy on :8080. With no upstream configured (no --upstream via
 # PROXY_UPSTREAMS), the bundled vLLM simulator starts on :8000 and serves as the fleet; with no
-# PROXY_REDIS_URL the embedded store is used. Extra flags: `make run ARGS="--api-key k"`.
+# PROXY_REDIS_URL the embedded store is used. With the simulator (and no --web-search in ARGS),
+# the fake SearXNG of the tests (tests/support/searx.py) starts on :8888 and the web_search tool
+# runs against it. Extra flags: `make run ARGS="--api-key k"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 SIM_PORT=${SIM_PORT:-8000}
+SEARX_PORT=${SEARX_PORT:-8888}
 sim_pid=""
-cleanup() { [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null || true; }
+searx_pid=""
+search_flags=()
+cleanup() {
+  [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null || true
+  [ -n "$searx_pid" ] && kill "$searx_pid" 2>/dev/null || true
+}
 trap cleanup EXIT INT TERM
 
 if [ -z "${PROXY_UPSTREAMS:-}" ]; then
@@ -22,7 +30,13 @@ if [ -z "${PROXY_UPSTREAMS:-}" ]; then
     sleep 0.1
   done
   export PROXY_UPSTREAMS="http://127.0.0.1:${SIM_PORT}"
+  if [[ "${ARGS:-}" != *--web-search* ]]; then
+    echo "web search: starting the fake SearXNG on 127.0.0.1:${SEARX_PORT}"
+    "$BIN/python" -m tests.support.searx --port "$SEARX_PORT" &
+    searx_pid=$!
+    search_flags=(--web-search "http://127.0.0.1:${SEARX_PORT}/search")
+  fi
 fi
 
 echo "proxy on http://${PROXY_HOST:-127.0.0.1}:${PROXY_PORT:-8080} (Ctrl-C stops)"
-"$BIN/responses-proxy" serve ${ARGS:-}
+"$BIN/responses-proxy" serve "${search_flags[@]}" ${ARGS:-}

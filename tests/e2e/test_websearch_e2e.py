@@ -5,6 +5,7 @@ processes, the official SDK as the client, every streamed event validated (check
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 import openai
 import pytest
 from openai.types.responses import Response
+from websockets.sync.client import connect
 
 from tests.support import servers
 from tests.support.clients import SDK
@@ -51,6 +53,20 @@ def failing_proxies(simulator: ServerProcess,
     yield started
     for server in started.values():
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def pair(simulator: ServerProcess, redis_server: ServerProcess,
+         searx: ServerProcess) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two instances on one Redis: A only serves HTTP, B runs the worker (each with its own
+    --web-search: a job searches with its worker's configuration)."""
+    url = f"redis://127.0.0.1:{redis_server.port}/0"
+    flags = ("--web-search", f"{searx.url}/search")
+    a = start_proxy(simulator.url, *flags, "--no-worker", redis_url=url)
+    b = start_proxy(simulator.url, *flags, "--heartbeat-interval", "0.5", redis_url=url)
+    yield a, b
+    a.stop()
+    b.stop()
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
@@ -169,6 +185,32 @@ def test_background(search_proxy: ServerProcess, searx: ServerProcess) -> None:
     events = [e.to_dict() for e in sdk(search_proxy).responses.retrieve(made.id, stream=True)]
     check_stream(events)
     assert "response.web_search_call.searching" in [e["type"] for e in events]
+
+
+def test_background_on_another_instance_and_replayed_there(
+        pair: tuple[ServerProcess, ServerProcess], searx: ServerProcess) -> None:
+    a, b = pair
+    made = sdk(a).responses.create(model="sim-model", input=QUESTION,
+                                   tools=[{"type": "web_search"}], background=True)
+    body = servers.wait_status(a, made.id, {"completed", "failed"}, 30, headers=AUTH)
+    check_answer(Response.model_validate(body), searx)
+    events = [e.to_dict() for e in sdk(a).responses.retrieve(made.id, stream=True)]
+    check_stream(events)
+    assert events == [e.to_dict() for e in sdk(b).responses.retrieve(made.id, stream=True)]
+    assert [e["type"] for e in events].count("response.web_search_call.searching") == 1
+
+
+def test_websocket_mode(search_proxy: ServerProcess, searx: ServerProcess) -> None:
+    url = search_proxy.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers=AUTH, open_timeout=10, close_timeout=5) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model", "input": QUESTION,
+                            "tools": [{"type": "web_search"}]}))
+        events: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] not in ("response.completed",
+                                                       "response.failed", "error"):
+            events.append(json.loads(ws.recv(timeout=20)))
+    check_stream(events)
+    check_answer(Response.model_validate(events[-1]["response"]), searx)
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -24,13 +24,15 @@ class HostedCallItem(CallItem):
     """`name`: the function name upstream (the loop answers the call under it); `call_id`: the
     model's own call id (the next turn's history pairs the answer with it)."""
 
-    __slots__ = ("added_sent", "hosted", "restored")
+    __slots__ = ("added_sent", "ended", "hosted", "restored", "started")
 
     def __init__(self, item_id: str, index: int, seq: Numbering, *, kind: HostedKind,
                  name: str, call_id: str = "", call_index: int | None = None) -> None:
         super().__init__(item_id, index, seq, name=name, call_id=call_id, call_index=call_index)
         self.hosted = kind
         self.added_sent = False
+        self.started = False  # its in_progress event was sent
+        self.ended = False  # its completed event was sent
         self.restored: Item | None = None  # its added item, when picked up from a log
 
     def open(self, events: list[Event]) -> None:
@@ -49,6 +51,8 @@ class HostedCallItem(CallItem):
         if not self.added_sent:
             self.added_sent = True
             events.append(self.added(self.item(t.S_IN_PROGRESS)))
+        if not self.started:
+            self.started = True
             events.append(self.event(self.hosted.events[0]))
 
     def waiting(self) -> Item:
@@ -65,7 +69,9 @@ class HostedCallItem(CallItem):
 
     def interrupt(self, events: list[Event]) -> Item:
         """Never ran: its completed event (every in_progress has one), the item incomplete."""
-        events.append(self.event(self.hosted.events[2]))
+        self._add(events)  # (one picked up from a log may have logged its added event only)
+        if not self.ended:
+            events.append(self.event(self.hosted.events[2]))
         return self.item(t.S_INCOMPLETE)
 
     def item(self, status: str) -> Item:
