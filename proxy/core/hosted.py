@@ -25,7 +25,11 @@ from typing import Any
 
 import orjson
 
+from proxy.core.fields import at, expect_object, opt_str
+from proxy.core.ids import IdFactory
 from proxy.core.types import Item
+
+_STATUSES = ("in_progress", "searching", "completed", "failed", "incomplete")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class HostedKind:
     description: str
     parameters: dict[str, Any]
     item: Callable[[str, str, str], Item] = field(repr=False)
+    input_fields: tuple[str, ...] = ()  # object fields an input item of this kind keeps
 
     def chat_function(self, name: str) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": self.description,
@@ -141,6 +146,22 @@ def hosted_messages(call_id: str, name: str, arguments: str, output: str,
     messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
 
+def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
+    """A hosted call's item sent back as input (a stateless client replays its output): kept
+    in its own shape, as history. The model is not shown it again (`hosted_messages` is only
+    for this response's own calls): the answer that followed it carries what it found."""
+    kind = kind_of_item(item["type"])
+    assert kind is not None
+    given = opt_str(item, "id", path, max_len=256)
+    status = item.get("status")
+    out = kind.item(given or ids(kind.id_prefix),
+                    status if status in _STATUSES else "completed", "{}")
+    for key in kind.input_fields:
+        if item.get(key) is not None:
+            out[key] = expect_object(item[key], at(path, key))
+    return out
+
+
 # -- the kinds --------------------------------------------------------------------------------
 def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
     query = arguments_of(arguments).get("query")
@@ -163,6 +184,7 @@ WEB_SEARCH = HostedKind(
     parameters={"type": "object", "properties": {"query": {
         "type": "string", "description": "What to search for."}}, "required": ["query"]},
     item=_web_search_item,
+    input_fields=("action",),
 )
 
 # Every hosted kind the proxy can run, by name (file_search joins here with its own kind).

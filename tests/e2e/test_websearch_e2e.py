@@ -176,6 +176,24 @@ def test_stored_retrieved_and_replayed(search_proxy: ServerProcess,
     assert follow.status == "completed" and follow.output_text == "You said: thanks"
 
 
+def test_stateless_client_sends_the_output_back(search_proxy: ServerProcess,
+                                                searx: ServerProcess) -> None:
+    """`store: false` clients (Codex) replay the whole output as the next input: the
+    web_search_call item is taken back, not refused."""
+    client = sdk(search_proxy)
+    first = client.responses.create(model="sim-model", input=QUESTION, store=False,
+                                    tools=[{"type": "web_search"}])
+    check_answer(first, searx)
+    history = [{"role": "user", "content": QUESTION},
+               *[item.model_dump(exclude_none=True) for item in first.output],
+               {"role": "user", "content": "and the second highest?"}]
+    second = client.responses.create(model="sim-model", input=history, store=False,
+                                     tools=[{"type": "web_search"}])
+    assert second.status == "completed"
+    assert second.output[0].type == "web_search_call"
+    assert second.output[0].action.query == "and the second highest?"
+
+
 def test_background(search_proxy: ServerProcess, searx: ServerProcess) -> None:
     made = sdk(search_proxy).responses.create(model="sim-model", input=QUESTION,
                                               tools=[{"type": "web_search"}], background=True)

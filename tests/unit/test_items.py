@@ -70,7 +70,7 @@ def test_unsupported_parts_name_their_path() -> None:
 def test_unknown_item_types_are_refused_by_name() -> None:
     message = refused([{"type": "item_reference", "id": "msg_1"}], "input[0].type")
     assert "item_reference" in message
-    refused([{"type": "web_search_call", "id": "ws"}], "input[0].type")
+    refused([{"type": "code_interpreter_call", "id": "ci"}], "input[0].type")
     refused([{"content": "no role, no type"}], "input[0].type")
     refused(["just a string"], "input[0]")
 
@@ -132,3 +132,13 @@ def test_an_item_type_that_is_not_a_string_is_a_400_naming_it(kind: object) -> N
     with pytest.raises(InvalidRequest) as caught:
         parse_input([{"type": kind}], counter_ids(), max_items=8)
     assert caught.value.param == "input[0].type"
+
+
+def test_a_web_search_call_is_taken_back_as_history() -> None:
+    """A stateless client replays its output, web_search_call included (issue 27)."""
+    (item,) = parse_input([{"type": "web_search_call", "id": "ws_1", "status": "completed",
+                            "action": {"type": "search", "query": "q"}}], counter_ids(),
+                          max_items=10)
+    assert item == {"id": "ws_1", "type": "web_search_call", "status": "completed",
+                    "action": {"type": "search", "query": "q"}}
+    refused([{"type": "web_search_call", "action": "search"}], "input[0].action")

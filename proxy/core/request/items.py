@@ -48,6 +48,8 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
+from proxy.core.hosted import ITEM_TYPES as HOSTED_ITEM_TYPES
+from proxy.core.hosted import parse_hosted_item
 from proxy.core.ids import IdFactory
 from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
 from proxy.core.mcp import parse_mcp_item
@@ -126,13 +128,15 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
         return compaction.parse_trigger(item, ids, path)
     if isinstance(kind, str) and kind in MCP_ITEM_TYPES:  # a list `type` is unhashable
         return parse_mcp_item(item, ids, path)
+    if isinstance(kind, str) and kind in HOSTED_ITEM_TYPES:
+        return parse_hosted_item(item, ids, path)
     where = at(path, "type")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
                      "types are 'message', 'function_call', 'function_call_output', "
                      "'custom_tool_call', 'custom_tool_call_output', 'reasoning', "
-                     "'compaction', 'compaction_trigger' and the 'mcp_*' items "
+                     "'compaction', 'compaction_trigger', 'web_search_call' and the 'mcp_*' items "
                      "('item_reference' too in a create's input).")
 
 
