@@ -8,7 +8,8 @@ The tool's output numbers what it found [1]..[n] and asks the model to cite by n
      uses verbatim (a model that quotes rather than numbers), spanning the first such use.
 Sources come from `core/hosted.py` `Source`: the annotation a citation becomes is the source's
 own (`url_citation` with url and title for web search) plus `start_index`/`end_index`
-(character offsets in the text, end exclusive), in the order they appear.
+(character offsets in the text, end exclusive), or for an "index" source (file_citation) one
+`index` where the citation ends; in the order they appear.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def cite(text: str, sources: Sequence[Source]) -> list[dict[str, Any]]:
         spans = _quotes(text, sources)
     spans.sort(key=lambda span: span[0])
     return [{**source.annotation, "start_index": start, "end_index": end}
+            if source.placement == "span" else {**source.annotation, "index": end}
             for start, end, source in spans]
 
 

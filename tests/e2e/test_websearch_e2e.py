@@ -30,10 +30,11 @@ QUESTION = "What is the tallest mountain on Mars?"
 
 
 @pytest.fixture(scope="module")
-def searx() -> Iterator[ServerProcess]:
+def searx(request: pytest.FixtureRequest) -> ServerProcess:
+    """The fake SearXNG (tests/support/searx.py); what it received is at its /queries."""
     server = start_searx()
-    yield server
-    server.stop()
+    request.addfinalizer(server.stop)
+    return server
 
 
 @pytest.fixture(scope="module")

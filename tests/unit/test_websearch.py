@@ -203,3 +203,11 @@ def test_the_web_search_flag() -> None:
         with pytest.raises(ConfigError) as info:
             build_settings({"web_search": bad}, {})
         assert info.value.flag == "--web-search"
+
+
+def test_an_index_placed_source_gets_one_index() -> None:
+    """What file_search's citations will need: `file_citation` carries one `index`."""
+    source = Source(1, {"type": "file_citation", "file_id": "file-1", "filename": "a.txt"},
+                    placement="index")
+    assert cite("See [1].", [source]) == [{"type": "file_citation", "file_id": "file-1",
+                                          "filename": "a.txt", "index": 7}]
