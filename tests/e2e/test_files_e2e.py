@@ -180,10 +180,10 @@ def test_an_uploaded_pdf_is_read_by_file_id(a: openai.OpenAI) -> None:
 
 def test_inline_file_data_is_read_as_a_data_url_and_as_bare_base64(a: openai.OpenAI) -> None:
     encoded = base64.b64encode(pdf_with_text(PDF_TEXT)).decode()
-    assert PDF_TEXT in ask(a, {"type": "input_file", "filename": "invoice.pdf",
-                               "file_data": f"data:application/pdf;base64,{encoded}"})
-    assert PDF_TEXT in ask(a, {"type": "input_file", "filename": "invoice.pdf",
-                               "file_data": encoded})
+    for data in (f"data:application/pdf;base64,{encoded}", encoded):
+        answer = ask(a, {"type": "input_file", "filename": "invoice.pdf", "file_data": data})
+        assert PDF_TEXT in answer
+        assert "endobj" not in answer and "Tj" not in answer  # the text layer, not the source
 
 
 def test_an_allowed_file_url_is_fetched_and_html_loses_its_tags(
@@ -194,9 +194,12 @@ def test_an_allowed_file_url_is_fetched_and_html_loses_its_tags(
     assert "<p>" not in text and "x()" not in text
 
 
-def test_a_file_url_outside_fetch_allow_is_refused_naming_the_part(a: openai.OpenAI) -> None:
+def test_a_file_url_outside_fetch_allow_is_refused_naming_the_part(
+        a: openai.OpenAI, documents: str) -> None:
     error = refused(a, {"type": "input_file", "file_url": METADATA})
     assert error["param"] == "input[0].content[1].file_url"
+    # The same request with an admitted URL is answered: the refusal is the URL's.
+    assert PDF_TEXT in ask(a, {"type": "input_file", "file_url": f"{documents}/report.pdf"})
 
 
 def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
