@@ -214,3 +214,32 @@ def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
                             purpose="user_data")
     error = refused(a, {"type": "input_file", "file_id": stored.id})
     assert (error["param"], error["code"]) == ("input[0].content[1]", "unsupported_file")
+
+
+@pytest.fixture(scope="module")
+def small(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    """No keys (an open proxy), the embedded store, a small --max-body-bytes."""
+    server = start_proxy(simulator.url, "--max-body-bytes", "100000")
+    yield server
+    server.stop()
+
+
+def test_a_files_text_counts_in_what_the_request_expands_to(small: ServerProcess) -> None:
+    with sdk(small, "sk-any") as client:
+        made = client.files.create(file=("long.txt", b"word " * 30_000, "text/plain"),
+                                   purpose="user_data")  # larger than a body, as a file may be
+        assert made.bytes == 150_000
+        error = refused(client, {"type": "input_file", "file_id": made.id})
+        assert error["param"] == "input[0].content[1]"
+        assert "--max-body-bytes" in error["message"]
+        fits = client.files.create(file=("short.txt", b"word " * 100, "text/plain"),
+                                   purpose="user_data")
+        assert "word word" in ask(client, {"type": "input_file", "file_id": fits.id})
+
+
+def test_an_open_proxy_refuses_uploads_from_another_sites_pages(small: ServerProcess) -> None:
+    form = {"purpose": (None, "user_data"), "file": ("a.txt", b"hello", "text/plain")}
+    foreign = httpx.post(f"{small.url}/v1/files", files=form, timeout=10,
+                         headers={"origin": "https://evil.example"})
+    assert foreign.status_code == 403
+    assert httpx.post(f"{small.url}/v1/files", files=form, timeout=10).status_code == 200
