@@ -3,48 +3,48 @@ call. The ones that store (create, a new version) count in the key's `rpm` (web/
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.request.paging import parse_page
-from proxy.web.incoming import json_body, path_id, tenant
-from proxy.web.limiting import metering
+from proxy.services.responses.prompts import Prompts
+from proxy.web.incoming import path_id, tenant
+from proxy.web.limiting import metered_write
 from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of
 
 
-def _ids(request: Request) -> tuple[str, str]:
-    return tenant(request), path_id(request, "prompt_id")
+def _prompts(request: Request) -> Prompts:
+    return runtime_of(request).services.prompts
 
 
 async def create(request: Request) -> Response:
-    body = await json_body(request)
-    async with metering(request):
-        made = await runtime_of(request).services.prompts.create(tenant(request), body)
-    return json_response(made)
+    return await metered_write(request, functools.partial(_prompts(request).create,
+                                                          tenant(request)))
 
 
 async def new_version(request: Request) -> Response:
-    body = await json_body(request)
-    async with metering(request):
-        made = await runtime_of(request).services.prompts.update(*_ids(request), body)
-    return json_response(made)
+    return await metered_write(request, functools.partial(
+        _prompts(request).update, tenant(request), path_id(request, "prompt_id")))
 
 
 async def retrieve(request: Request) -> Response:
     version = request.query_params.get("version") or None
-    return json_response(await runtime_of(request).services.prompts.get(*_ids(request),
-                                                                         version))
+    return json_response(await _prompts(request).get(
+        tenant(request), path_id(request, "prompt_id"), version))
 
 
 async def list_prompts(request: Request) -> Response:
-    page = parse_page(request.query_params)
-    return json_response(await runtime_of(request).services.prompts.list(tenant(request), page))
+    return json_response(await _prompts(request).list(tenant(request),
+                                                      parse_page(request.query_params)))
 
 
 async def delete(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.prompts.delete(*_ids(request)))
+    return json_response(await _prompts(request).delete(tenant(request),
+                                                        path_id(request, "prompt_id")))
 
 
 _ONE = "/v1/prompts/{prompt_id}"

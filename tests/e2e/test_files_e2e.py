@@ -8,9 +8,7 @@ bare base64) and file_url (allowed and refused), and unreadable files refused na
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 
 from tests.support.documents import pdf_with_text
 from tests.support.servers import ServerProcess, start_proxy
+from tests.support.webfiles import static_server
 
 pytestmark = pytest.mark.e2e
 
@@ -59,28 +58,11 @@ def b(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
 @pytest.fixture(scope="module")
 def documents() -> Iterator[str]:
     """A local web server (127.0.0.1, admitted by --fetch-allow) serving a PDF and an HTML page."""
-    bodies = {"/report.pdf": ("application/pdf", pdf_with_text(PDF_TEXT)),
-              "/page.html": ("text/html", b"<html><body><h1>Release</h1><script>x()</script>"
-                                          b"<p>Ships on <b>Tuesday</b></p></body></html>")}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            kind, body = bodies.get(self.path, ("text/plain", b""))
-            self.send_response(200 if self.path in bodies else 404)
-            self.send_header("content-type", kind)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with static_server({
+            "/report.pdf": ("application/pdf", pdf_with_text(PDF_TEXT)),
+            "/page.html": ("text/html", b"<html><body><h1>Release</h1><script>x()</script>"
+                                        b"<p>Ships on <b>Tuesday</b></p></body></html>")}) as url:
+        yield url
 
 
 def ask(client: openai.OpenAI, part: dict[str, Any]) -> str:

@@ -16,23 +16,25 @@ from tests.support.servers import ServerProcess, start_proxy
 
 pytestmark = pytest.mark.e2e
 
-KEY_A = "sk-prompts-a"
-KEY_B = "sk-prompts-b"
-A = {"authorization": f"Bearer {KEY_A}"}
-B = {"authorization": f"Bearer {KEY_B}"}
+KEY_A, KEY_B = (f"sk-prompts-{name}" for name in "ab")
+A, B = ({"authorization": f"Bearer {key}"} for key in (KEY_A, KEY_B))
 MODEL = "sim-model"
 
 
 @pytest.fixture(scope="module")
 def proxy(simulator: ServerProcess, redis_server: ServerProcess) -> Iterator[ServerProcess]:
+    """Two keys, a real redis-server (the scripts run on Redis itself, not the embedded one)."""
     server = start_proxy(simulator.url, "--api-key", KEY_A, "--api-key", KEY_B,
                          redis_url=f"redis://127.0.0.1:{redis_server.port}/8")
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
 def http(proxy: ServerProcess) -> Iterator[httpx.Client]:
+    """Raw HTTP: the SDK has no prompts resource."""
     with httpx.Client(base_url=proxy.url, timeout=30) as client:
         yield client
 

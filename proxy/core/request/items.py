@@ -213,20 +213,29 @@ def _image_part(part: dict[str, Any], path: str) -> dict[str, Any]:
     return {"type": "input_image", "detail": detail, "image_url": url}
 
 
-def image_urls(items: Iterable[Item], path: str | None = "input"
-               ) -> Iterator[tuple[str, str | None]]:
-    """(URL, where) of every input_image in messages and tool outputs, data: URLs left out.
-    `where` is the part's path under `path` (`input[i].content[j].image_url`), None when
-    `path` is None (history: the client did not send it in this request)."""
+def _content_parts(items: Iterable[Item], path: str | None
+                   ) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """(part, where) of every content part of messages and tool outputs; `where` is the
+    part's path under `path` (`input[i].content[j]`), None when `path` is None (history: the
+    client did not send it in this request)."""
     for i, item in enumerate(items):
         key = "content" if item.get("type") == MESSAGE else "output"
         parts = item.get(key)
         if not isinstance(parts, list):
             continue
         for j, part in enumerate(parts):
-            url = part.get("image_url") if part.get("type") == "input_image" else None
-            if isinstance(url, str) and url[:5].lower() != "data:":
-                yield url, None if path is None else f"{path}[{i}].{key}[{j}].image_url"
+            if isinstance(part, dict):
+                yield part, None if path is None else f"{path}[{i}].{key}[{j}]"
+
+
+def image_urls(items: Iterable[Item], path: str | None = "input"
+               ) -> Iterator[tuple[str, str | None]]:
+    """(URL, where) of every input_image in messages and tool outputs, data: URLs left out;
+    `where` names the part's `image_url` (`_content_parts`)."""
+    for part, where in _content_parts(items, path):
+        url = part.get("image_url") if part.get("type") == "input_image" else None
+        if isinstance(url, str) and url[:5].lower() != "data:":
+            yield url, None if where is None else f"{where}.image_url"
 
 
 def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
@@ -288,16 +297,10 @@ def file_key(part: dict[str, Any]) -> str:
 
 def file_parts(items: Iterable[Item], path: str | None = "input"
                ) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """(part, where) of every input_file in messages and tool outputs; `where` as in
-    `image_urls` (`input[i].content[j]`, None for history)."""
-    for i, item in enumerate(items):
-        key = "content" if item.get("type") == MESSAGE else "output"
-        parts = item.get(key)
-        if not isinstance(parts, list):
-            continue
-        for j, part in enumerate(parts):
-            if isinstance(part, dict) and part.get("type") == "input_file":
-                yield part, None if path is None else f"{path}[{i}].{key}[{j}]"
+    """(part, where) of every input_file in messages and tool outputs (`_content_parts`)."""
+    for part, where in _content_parts(items, path):
+        if part.get("type") == "input_file":
+            yield part, where
 
 
 def _tool_output(value: Any, path: str) -> str | list[dict[str, Any]]:
