@@ -27,7 +27,6 @@ from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import Leases
 from proxy.services.files.files import Files
-from proxy.services.files.inputs import RequestInputs
 from proxy.services.fleet.admission import Admission
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
@@ -42,6 +41,7 @@ from proxy.services.process.loops import LoopSupervisor, TaskSet
 from proxy.services.process.sealing import fleet_sealer, keep_reading
 from proxy.services.responses.conversations import Conversations
 from proxy.services.responses.create import ResponsesService
+from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
 from proxy.settings import Settings

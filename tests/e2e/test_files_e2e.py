@@ -28,6 +28,7 @@ LIMIT = 1_300_000
 MODEL = "sim-model"
 PDF_TEXT = "The invoice total is 4217 euros"
 METADATA = "http://169.254.169.254/latest/meta-data/"
+BUDGET = 600_000
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +201,9 @@ def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
 
 @pytest.fixture(scope="module")
 def small(simulator: ServerProcess) -> Iterator[ServerProcess]:
-    """No keys (an open proxy), the embedded store, a small --max-body-bytes."""
-    server = start_proxy(simulator.url, "--max-body-bytes", "100000")
+    """No keys (an open proxy), the embedded store, a small --max-body-bytes and budget."""
+    server = start_proxy(simulator.url, "--max-body-bytes", "100000",
+                         "--max-stored-bytes-per-key", str(BUDGET))
     yield server
     server.stop()
 
@@ -225,3 +227,18 @@ def test_an_open_proxy_refuses_uploads_from_another_sites_pages(small: ServerPro
                          headers={"origin": "https://evil.example"})
     assert foreign.status_code == 403
     assert httpx.post(f"{small.url}/v1/files", files=form, timeout=10).status_code == 200
+
+
+def test_files_count_in_the_keys_storage_budget(small: ServerProcess) -> None:
+    with sdk(small, "sk-any") as client:
+        made = []
+        with pytest.raises(openai.RateLimitError) as caught:
+            for i in range(BUDGET // 100_000 + 1):  # the budget is held after at most these
+                made.append(client.files.create(file=(f"f{i}.bin", b"b" * 100_000,
+                                                      "application/octet-stream"),
+                                                purpose="user_data").id)
+        assert caught.value.code == "insufficient_quota"
+        for file_id in made:  # a delete gives its bytes back
+            client.files.delete(file_id)
+        client.files.create(file=("again.bin", b"b" * 100_000, "application/octet-stream"),
+                            purpose="user_data")

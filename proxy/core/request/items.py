@@ -241,7 +241,7 @@ def image_urls(items: Iterable[Item], path: str | None = "input"
 def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
     """One of `file_id` (a file of the caller's key, services/files/), `file_url` (fetched under
     --fetch-allow) or `file_data` (inline: a base64 data: URL or bare base64); the text reaches
-    the model (services/files/inputs.py resolves the first two, translation reads the third)."""
+    the model (services/responses/inputs.py resolves the first two, translation reads the third)."""
     given = [key for key in FILE_SOURCES if part.get(key) is not None]
     if len(given) != 1:
         raise bad(path, f"Invalid '{path}': an input_file needs exactly one of 'file_id', "
@@ -286,7 +286,7 @@ def document_text(raw: bytes, path: str, filename: str | None, media_type: str |
 
 
 def file_key(part: dict[str, Any]) -> str:
-    """The key of an input_file's text in a request's `media` map (services/files/inputs.py);
+    """The key of an input_file's text in a request's `media` map (services/responses/inputs.py);
     NUL-led so that no image URL can equal it. Inline data is keyed by its digest."""
     if part.get("file_id") is not None:
         return "\0file:" + str(part["file_id"])

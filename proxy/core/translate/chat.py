@@ -160,7 +160,7 @@ def _part(part: dict[str, Any], media: Mapping[str, str]) -> dict[str, Any]:
         return {"type": "image_url",
                 "image_url": {"url": media.get(url, url), "detail": part.get("detail", "auto")}}
     if kind == "input_file":
-        # Resolved before translation (services/files/inputs.py); inline data is read here
+        # Resolved before translation (services/responses/inputs.py); inline data is read here
         # when it was not (a path that resolves nothing).
         text = media.get(file_key(part))
         if text is None:

@@ -55,7 +55,6 @@ from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
 from proxy.services.cache.responses import OFF, Lookup, ResponseCache
 from proxy.services.eventlog.ownership import Leases
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
-from proxy.services.files.inputs import RequestInputs
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.generation.builder import EndHooks, Generations, Opened
 from proxy.services.generation.spec import JobSpec
@@ -65,6 +64,7 @@ from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
 from proxy.services.process.drain import SHUTTING_DOWN, Drain
 from proxy.services.responses.compaction import Compactor
+from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.localchains import LocalChains
 from proxy.services.responses.references import find_references
 from proxy.services.responses.stored import StoredResponses
@@ -328,7 +328,7 @@ class ResponsesService:
     async def _with_media(self, tenant: str, request: ResponsesRequest, history: History,
                           expansion: Expansion) -> ResponsesRequest:
         """The request with its image URLs fetched (services/fleet/media.py) and its files'
-        text read (services/files/inputs.py): translation then sends the fleet their data,
+        text read (services/responses/inputs.py): translation then sends the fleet their data,
         never a URL to fetch."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")

@@ -3,7 +3,7 @@
 
 Values of a create's `prompt.variables`: a string or an input_text part is its text; an
 input_file part is the file's text (by `file_id`, `file_url` or `file_data`, read as an
-input_file is: services/files/inputs.py); an input_image part is refused (400 naming the
+input_file is: services/responses/inputs.py); an input_image part is refused (400 naming the
 variable): the instructions are the fleet's system message, text only for the chat templates a
 vLLM fleet serves, so an image there would be dropped or fail upstream; send it in `input`.
 """
