@@ -8,6 +8,7 @@ bare base64) and file_url (allowed and refused), and unreadable files refused na
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -242,3 +243,21 @@ def test_files_count_in_the_keys_storage_budget(small: ServerProcess) -> None:
             client.files.delete(file_id)
         client.files.create(file=("again.bin", b"b" * 100_000, "application/octet-stream"),
                             purpose="user_data")
+
+
+def test_a_background_create_reads_the_file_and_keeps_only_its_reference(
+        a: openai.OpenAI) -> None:
+    made = a.files.create(file=("invoice.pdf", pdf_with_text(PDF_TEXT), "application/pdf"),
+                          purpose="user_data")
+    queued = a.responses.create(model=MODEL, background=True, input=[{"role": "user", "content": [
+        {"type": "input_file", "file_id": made.id}]}])
+    final = queued
+    for _ in range(100):
+        final = a.responses.retrieve(queued.id)
+        if final.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert final.status == "completed"
+    assert PDF_TEXT in final.output_text
+    items = a.responses.input_items.list(queued.id).data
+    assert items[0].content[0].file_id == made.id  # type: ignore[union-attr]

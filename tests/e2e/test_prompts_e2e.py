@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
+from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_proxy
+from tests.support.sse import data_payloads
 
 pytestmark = pytest.mark.e2e
 
@@ -122,3 +124,20 @@ def test_a_missing_variable_or_version_is_a_400_naming_it(
                            prompt={"id": made["id"], "version": "9",
                                    "variables": {"topic": "x"}})
     assert caught.value.body["param"] == "prompt.version"  # type: ignore[index]
+
+
+def test_a_streamed_create_with_a_prompt_echoes_it_in_valid_events(http: httpx.Client) -> None:
+    made = make(http, {"prompt": "Speak of {{topic}}."})
+    body = {"model": MODEL, "input": "hi", "stream": True,
+            "prompt": {"id": made["id"], "variables": {"topic": "tides"}}}
+    with http.stream("POST", "/v1/responses", json=body, headers=A) as answer:
+        assert answer.status_code == 200
+        events = data_payloads(b"".join(answer.iter_raw()))
+    check_stream(events)
+    final = events[-1]["response"]
+    assert final["instructions"] == "Speak of tides."
+    assert final["prompt"] == {"id": made["id"], "version": "1",
+                               "variables": {"topic": "tides"}}
+    # Stored, the response keeps both.
+    kept = http.get(f"/v1/responses/{final['id']}", headers=A).json()
+    assert (kept["prompt"], kept["instructions"]) == (final["prompt"], "Speak of tides.")
