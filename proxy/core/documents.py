@@ -40,11 +40,19 @@ class Unreadable(Exception):
         self.message = message
 
 
+def is_pdf(data: bytes, filename: str | None = None, media_type: str | None = None) -> bool:
+    """Read as a PDF: the costly kind (callers run it off the event loop)."""
+    kind = (media_type or "").split(";")[0].strip().lower()
+    return (data.startswith(_PDF_MAGIC) or kind == "application/pdf"
+            or (filename or "").lower().endswith(".pdf"))
+
+
 def extract_text(data: bytes, filename: str | None = None, media_type: str | None = None) -> str:
-    """The text of `data` (see the module docstring), or `Unreadable`."""
+    """The text of `data` (see the module docstring), or `Unreadable`. CPU-bound for a PDF
+    (seconds for a large one): a server calls it in a worker thread."""
     name = (filename or "").lower()
     kind = (media_type or "").split(";")[0].strip().lower()
-    if data.startswith(_PDF_MAGIC) or kind == "application/pdf" or name.endswith(".pdf"):
+    if is_pdf(data, filename, media_type):
         return _pdf_text(data)
     if data.startswith(_BINARY_MAGIC):
         raise Unreadable(UNSUPPORTED, "the file is not a kind this server reads (PDF, text, "
@@ -74,16 +82,18 @@ def _utf8(data: bytes) -> str:
 
 def _pdf_text(data: bytes) -> str:
     from pypdf import PdfReader  # imported when a PDF comes: most requests carry none
-    from pypdf.errors import PdfReadError, PdfStreamError
 
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted:
             raise Unreadable(INVALID, "the PDF is encrypted")
         pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError,
-            IndexError, RecursionError, OSError):
-        # pypdf raises a spread of types on a damaged file; each one means "cannot read it".
+    except Unreadable:
+        raise
+    except Exception:
+        # A client's file, parsed by a library: a damaged or hostile PDF makes pypdf raise
+        # any of a spread of types (its own, ValueError, KeyError, RecursionError, its
+        # decompression limits...); each means "cannot be read", never a 500.
         raise Unreadable(INVALID, "the PDF cannot be read") from None
     text = "\n\n".join(p.strip() for p in pages if p.strip())
     if not text:

@@ -40,7 +40,7 @@ from typing import Any
 from proxy.core import compaction
 from proxy.core import ids as idp
 from proxy.core.documents import INVALID as INVALID_FILE
-from proxy.core.documents import Unreadable, extract_text
+from proxy.core.documents import Unreadable, extract_text, is_pdf
 from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
@@ -253,7 +253,12 @@ def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
                                  "characters.")
     filename = opt_str(part, "filename", path, max_len=512)
     if key == "file_data":
-        file_text(value, path, filename)  # refuse now what translation could not read
+        # Refuse now what could not be read: base64 always; the text of any kind but PDF,
+        # whose extraction is costly and runs in a worker thread when the request is served
+        # (services/responses/inputs.py), where an unreadable one is refused naming this part.
+        raw = file_bytes(value, path)
+        if not is_pdf(raw, filename, _media_type(value)):
+            document_text(raw, path, filename, _media_type(value))
     out: dict[str, Any] = {"type": "input_file", key: value}
     if filename is not None:
         out["filename"] = filename
@@ -263,17 +268,23 @@ def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
 def file_text(data: str, path: str, filename: str | None = None) -> str:
     """The text of an inline file: a base64 `data:` URL (its media type is a hint) or bare
     base64 of a PDF, text, Markdown, HTML or JSON file (core/documents.py)."""
-    media_type = None
-    payload = data
-    if data.startswith("data:") and "," in data:
-        head, payload = data[5:].split(",", 1)
-        media_type = head.split(";")[0] or None
+    return document_text(file_bytes(data, path), path, filename, _media_type(data))
+
+
+def _media_type(data: str) -> str | None:
+    if data.startswith("data:") and "," in data[:256]:
+        return data[5:data.index(",")].split(";")[0] or None
+    return None
+
+
+def file_bytes(data: str, path: str) -> bytes:
+    """The bytes of inline `file_data`: a base64 data: URL or bare base64."""
+    payload = data.split(",", 1)[1] if data.startswith("data:") and "," in data else data
     try:
-        raw = base64.b64decode(payload, validate=True)
+        return base64.b64decode(payload, validate=True)
     except (ValueError, binascii.Error):
         raise InvalidRequest(f"Invalid '{path}': 'file_data' is not base64 (a data: URL or "
                              "bare base64).", param=path, code=INVALID_FILE) from None
-    return document_text(raw, path, filename, media_type)
 
 
 def document_text(raw: bytes, path: str, filename: str | None, media_type: str | None) -> str:

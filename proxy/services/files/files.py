@@ -11,6 +11,7 @@ SDK offers, any content; what can be read as text is decided where a file is rea
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -124,7 +125,9 @@ class Files:
         data = bytearray()
         async for chunk in self._blobs.read(tenant, file_id):
             data += chunk
-        return document_text(bytes(data), where, str(file.get("filename") or ""), None)
+        # CPU-bound for a PDF: off the event loop (services/responses/inputs.py says why).
+        return await asyncio.to_thread(document_text, bytes(data), where,
+                                       str(file.get("filename") or ""), None)
 
 
 __all__ = ["CHUNK_BYTES", "Files", "Upload"]

@@ -15,6 +15,7 @@ keeps the reference, not the text.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,11 +79,14 @@ class RequestInputs:
                 raise InvalidRequest(f"Invalid '{where}.file_id': this server keeps no "
                                      "files.", param=f"{where}.file_id")
             return await self.files.text_of(tenant, str(part["file_id"]), where)
+        # Extraction is CPU-bound (a PDF's takes seconds when large): off the event loop, so
+        # the streams this process serves keep flowing meanwhile.
         if part.get("file_url") is not None:
             url = str(part["file_url"])
             kind, raw = fetched[url]
-            return document_text(raw, where, name or urlsplit(url).path, kind or None)
-        return file_text(str(part.get("file_data", "")), where, name)
+            return await asyncio.to_thread(document_text, raw, where,
+                                           name or urlsplit(url).path, kind or None)
+        return await asyncio.to_thread(file_text, str(part.get("file_data", "")), where, name)
 
     async def with_prompt(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with its `prompt` rendered into its instructions (prompts.py)."""
