@@ -20,8 +20,10 @@ from proxy.services.process.drain import Drain
 from proxy.settings import Settings, accepted_keys
 from proxy.web import (
     routes_conversations,
+    routes_files,
     routes_health,
     routes_passthrough,
+    routes_prompts,
     routes_responses,
     websocket,
 )
@@ -52,14 +54,16 @@ def create_app(settings: Settings) -> Starlette:
 
     return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
-                *routes_conversations.routes, *websocket.routes],
+                *routes_conversations.routes, *routes_files.routes,
+                *routes_prompts.routes, *websocket.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.
             Middleware(AccessLog),
             Middleware(RequestMetrics, metrics=metrics),
             Middleware(DrainMiddleware, drain=draining),
-            Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes),
+            Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes,
+                       upload_limit=settings.limits.max_file_bytes),
             Middleware(AuthMiddleware, keys=accepted_keys(settings),
                        allow_origins=settings.tenancy.allow_origins),
         ],

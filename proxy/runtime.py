@@ -26,6 +26,7 @@ from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import Leases
+from proxy.services.files.files import Files
 from proxy.services.fleet.admission import Admission
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
@@ -41,6 +42,8 @@ from proxy.services.process.loops import LoopSupervisor, TaskSet
 from proxy.services.process.sealing import fleet_sealer, keep_reading
 from proxy.services.responses.conversations import Conversations
 from proxy.services.responses.create import ResponsesService
+from proxy.services.responses.inputs import RequestInputs
+from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
@@ -66,6 +69,8 @@ class Services:
     conversations: Conversations
     passthrough: Passthrough
     background: Background
+    files: Files  # `/v1/files`
+    prompts: Prompts  # `/v1/prompts`
     chat: CachedChat | None = None  # chat completions through the cache (when it is on)
 
 
@@ -164,6 +169,9 @@ class Runtime:
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
+        ttl = settings.store.response_ttl
+        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
+        prompts = Prompts(backend.prompts, store, ttl=ttl)
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
         limits = Limiter(backend.limits,
@@ -180,9 +188,9 @@ class Runtime:
             services=Services(
                 responses=ResponsesService(generations, settings, background, stored,
                                            cache=cache, drain=draining, leases=leases,
-                                           media=media),
+                                           inputs=RequestInputs(media, files, prompts)),
                 stored=stored, conversations=Conversations(store, settings.store, sealer),
-                passthrough=passthrough, background=background,
+                passthrough=passthrough, background=background, files=files, prompts=prompts,
                 chat=(CachedChat(passthrough, cache,
                                  max_entry_bytes=settings.cache.max_entry_bytes)
                       if cache is not None else None)),

@@ -146,6 +146,9 @@ class LimitSettings:
     """What one request may carry."""
 
     max_body_bytes: int = 16 * 1024 * 1024
+    # Issue 27, the Files API: the largest file one upload may carry (exactly this is accepted);
+    # the upload's body may exceed it by its multipart framing (web/bodylimits.py).
+    max_file_bytes: int = 32 * 1024 * 1024
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
 

@@ -90,6 +90,9 @@ OPTIONS: tuple[Option, ...] = (
            "seconds an embedding call may take; slower is a miss"),
     _serve("max_body_bytes", "limits.max_body_bytes", c.count, "largest accepted request body",
            shown="16 MiB"),
+    # Issue 27 (files, prompts, file inputs).
+    _serve("max_file_bytes", "limits.max_file_bytes", c.count,
+           "largest file accepted by POST /v1/files", shown="32 MiB"),
     # Not more than --max-body-bytes, and lowered to it by default (build.py).
     _serve("max_sealed_bytes", "sealing.max_bytes", c.count,
            "most one sealed blob may inflate to", shown="1 MiB"),

@@ -19,7 +19,7 @@
 - `job_queue(store)`: the background job queue on the store's own client (one pool per process,
   the same timeouts), so it needs nothing opened or closed of its own.
 - `open_backend`: `open_store` and every adapter on its client (job queue, leases, limit
-  counters, cache index, fleet secret) as one `Backend`, so the composition root
+  counters, cache index, fleet secret, files, prompts) as one `Backend`, so the composition root
   (proxy/runtime.py) never reaches past an interface for the client. `open_store` stays the
   store alone: what the contract suite and most tests want.
 """
@@ -36,10 +36,12 @@ from redis.backoff import NoBackoff
 
 from proxy.core.storagebudget import UNLIMITED, StorageBudget
 from proxy.store.cache import RedisCache
+from proxy.store.files import RedisBlobStore
 from proxy.store.fleetsecret import SecretRead, shared_secret
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.leases import LeaseTable
 from proxy.store.limits import LimitStore
+from proxy.store.prompts import RedisPrompts
 from proxy.store.redis import RedisStore
 
 CONNECT_TIMEOUT = 2.0
@@ -122,6 +124,8 @@ class Backend:
     # Which instance writes each foreground stored response; None on the embedded store (it
     # dies with its process, so there is no other instance to take over).
     leases: LeaseTable | None
+    files: RedisBlobStore  # uploaded files (`/v1/files`), behind store/files.py's BlobStore
+    prompts: RedisPrompts  # prompt templates (`/v1/prompts`)
 
     @property
     def shared(self) -> bool:
@@ -133,7 +137,8 @@ def backend_of(store: RedisStore) -> Backend:
     client = store.client
     return Backend(store, job_queue(store), LimitStore(client), RedisCache(client),
                    functools.partial(shared_secret, client),
-                   None if store.embedded else LeaseTable(client))
+                   None if store.embedded else LeaseTable(client), RedisBlobStore(client),
+                   RedisPrompts(client))
 
 
 def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED) -> Backend:

@@ -35,6 +35,12 @@ Layout:
                                     consumer group `workers`
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
     fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
+    fl:{tenant}:<file id>   HASH    obj | n (chunks) | bytes | until: an uploaded file's object
+                                    (files.py); written last, so a file is seen only whole
+    fl:{tenant}:<file id>:c HASH    chunk number -> at most 512 KiB of the file's bytes
+    fl:{tenant}:list        ZSET    the key's file ids scored by created_at (GET /v1/files)
+    pm:{tenant}:<prompt id> HASH    version number -> the prompt object (JSON), and `latest`
+    pm:{tenant}:list        ZSET    the key's prompt ids scored by created_at
 """
 
 from __future__ import annotations
@@ -273,3 +279,32 @@ def response_reaper(response_id: str) -> str:
 # `--response-ttl`), and a secret that expired would be replaced by a new one that opens none of
 # them. Bounded: one 32-byte string per deployment.
 FLEET_SECRET: Final = "fleet:secret"
+
+# -- files (`/v1/files`, store/files.py) and prompts (`/v1/prompts`, store/prompts.py)
+# ------------------------------------------------------------------------------------------
+# All of one client key's files and prompts share its hash tag `{<tenant>}` (the tag of its
+# storage ledger too), so every script touches one slot; the cost is that one key's files sit on
+# one cluster node (bounded by its storage budget). A file lives `--response-ttl` (or its
+# `expires_after`, when shorter) and its three keys expire with it; the list ZSETs live as long
+# as their longest-lived member, and ids whose object expired are dropped from them by the next
+# listing that meets them (never found by pattern).
+
+
+def file_record(tenant: str, file_id: str) -> str:
+    return f"fl:{{{tenant}}}:{file_id}"
+
+
+def file_chunks(tenant: str, file_id: str) -> str:
+    return f"fl:{{{tenant}}}:{file_id}:c"
+
+
+def file_index(tenant: str) -> str:
+    return f"fl:{{{tenant}}}:list"
+
+
+def prompt_record(tenant: str, prompt_id: str) -> str:
+    return f"pm:{{{tenant}}}:{prompt_id}"
+
+
+def prompt_index(tenant: str) -> str:
+    return f"pm:{{{tenant}}}:list"

@@ -3,6 +3,10 @@
 A declared `Content-Length` over the limit is refused before a byte is read; a chunked body is
 counted as it arrives and refused the moment it passes the limit (the handler's `body()` raises,
 and the one error path renders the 413).
+
+A file upload (`POST /v1/files`, issue 27) has its own limit: the largest file (`--max-file-bytes`)
+plus `MULTIPART_SLACK` for the multipart framing and the other fields, bounded the same way as
+it streams in; the route then holds the file itself to exactly `--max-file-bytes`.
 """
 
 from __future__ import annotations
@@ -17,26 +21,34 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes.")
 
 
+UPLOAD_PATH = "/v1/files"
+# Boundaries, part headers, `purpose`, `expires_after` and a filename: a few hundred bytes from
+# the SDKs; 64 KiB leaves room for any client's framing and still bounds the body.
+MULTIPART_SLACK = 64 * 1024
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.upload_limit = limit if upload_limit is None else upload_limit + MULTIPART_SLACK
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = (self.upload_limit if scope["path"] == UPLOAD_PATH and scope["method"] == "POST"
+                 else self.limit)
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.limit:
-                    await error_response(_too_large(self.limit))(scope, receive, send)
+                if declared > limit:
+                    await error_response(_too_large(limit))(scope, receive, send)
                     return
         received = 0
-        limit = self.limit
 
         async def counted() -> Message:
             nonlocal received

@@ -12,12 +12,15 @@ streams are handed on unwrapped.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
 
 from proxy.services.metering.meter import Meter
-from proxy.web.incoming import tenant
+from proxy.web.incoming import json_body, tenant
+from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of
 
 
@@ -39,3 +42,13 @@ async def metering(conn: HTTPConnection, *, hold: bool = False) -> AsyncIterator
         yield meter
     finally:
         await meter.close()
+
+
+async def metered_write(request: Request,
+                        write: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+                        ) -> Response:
+    """A route that stores what its JSON body says: the body read, the write metered (it
+    counts in the key's `rpm`), the object it made rendered."""
+    body = await json_body(request)
+    async with metering(request):
+        return json_response(await write(body))

@@ -4,15 +4,13 @@ the part, on /v1/responses and on the chat pass-through."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.servers import ServerProcess, start_proxy
+from tests.support.webfiles import static_server
 
 pytestmark = pytest.mark.e2e
 
@@ -24,25 +22,8 @@ METADATA = "http://169.254.169.254/latest/meta-data/iam/security-credentials/"
 @pytest.fixture(scope="module")
 def images() -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "image/png")
-            self.send_header("content-length", str(len(PNG)))
-            self.end_headers()
-            self.wfile.write(PNG)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+    with static_server({"/cat.png": ("image/png", PNG)}, seen) as url:
+        yield url, seen
 
 
 @pytest.fixture(scope="module")

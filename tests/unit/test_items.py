@@ -58,9 +58,11 @@ def test_unsupported_parts_name_their_path() -> None:
             "input[0].content[0].file_id")
     binary = base64.b64encode(b"\x89PNG\x00\x01").decode()
     refused([{"role": "user", "content": [{"type": "input_file", "file_data": binary}]}],
-            "input[0].content[0].file_data")
-    refused([{"role": "user", "content": [{"type": "input_file", "file_url": "http://x"}]}],
-            "input[0].content[0].file_url")
+            "input[0].content[0]")
+    refused([{"role": "user", "content": [{"type": "input_file", "file_data": "not base64!"}]}],
+            "input[0].content[0]")
+    refused([{"role": "user", "content": [{"type": "input_file", "file_url": "http://x",
+                                           "file_id": "file-1"}]}], "input[0].content[0]")
     refused([{"role": "user", "content": "x"}, {"role": "user", "content": [
         {"type": "audio"}]}], "input[1].content[0].type")
     refused([{"role": "robot", "content": "x"}], "input[0].role")

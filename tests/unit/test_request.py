@@ -101,7 +101,7 @@ def test_lenient_ignores_unknown_parameters_and_names_them() -> None:
 
 @pytest.mark.parametrize("tolerance", [None, STRICT])
 def test_unsupported_features_are_refused_in_both_modes(tolerance: Tolerance | None) -> None:
-    refused({"model": "m", "input": "x", "prompt": {"id": "p"}}, "prompt", "not supported",
+    refused({"model": "m", "input": "x", "moderation": {}}, "moderation", "not supported",
             tolerance=tolerance)
 
 

@@ -57,10 +57,9 @@ _SERVED = frozenset({
     "include", "truncation", "service_tier", "prompt_cache_key", "prompt_cache_retention",
     "safety_identifier", "max_tool_calls", "top_logprobs",
     "presence_penalty", "frequency_penalty", "client_metadata", "prompt_cache_options",
-    "context_management",
+    "context_management", "prompt",
 })
 _WHY_NOT = {
-    "prompt": "reusable prompt templates live on OpenAI's platform",
     "background_options": "background jobs take no options here",
     "moderation": "this server runs no moderation",
     "image": "image generation is not served by a chat fleet",
@@ -73,6 +72,7 @@ class ResponsesRequest:
     model: str
     input: list[Item]
     instructions: str | None = None
+    prompt: dict[str, Any] | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
@@ -158,7 +158,9 @@ class ResponsesRequest:
             "prompt_cache_retention": self.prompt_cache_retention,
             "prompt_cache_options": self.prompt_cache_options,
             "safety_identifier": self.safety_identifier,
-            "prompt": None,
+            # The template used (`prompt` on the create: services/responses/prompts.py
+            # rendered it into `instructions` before parsing), as OpenAI echoes it.
+            "prompt": self.prompt,
             "completed_at": None,  # always present: null until the response completes
         }
 
@@ -198,6 +200,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
                           references=True),
         instructions=_instructions(body.get("instructions")),
+        prompt=expect_object(body["prompt"], "prompt") if body.get("prompt") else None,
         tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools, parsed_tools.dropped),
         parallel_tool_calls=True if parallel is None else parallel,

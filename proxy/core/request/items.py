@@ -33,11 +33,15 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from proxy.core import compaction
 from proxy.core import ids as idp
+from proxy.core.documents import INVALID as INVALID_FILE
+from proxy.core.documents import Unreadable, extract_text, is_pdf
+from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
     bad,
@@ -67,6 +71,9 @@ from proxy.core.types import (
 
 ROLES = ("user", "assistant", "system", "developer")
 IMAGE_DETAILS = ("low", "high", "auto", "original")
+# Where an input_file's bytes come from (exactly one per part).
+FILE_SOURCES = ("file_id", "file_url", "file_data")
+MAX_FILE_REF = 4096
 # The purpose reasoning blobs are sealed for (core/seal.py): no other blob opens as one.
 REASONING_PURPOSE = "reasoning"
 
@@ -192,7 +199,7 @@ def _parse_part(value: Any, role: str, path: str) -> dict[str, Any]:
         if kind == "input_image":
             return _image_part(part, path)
         if kind == "input_file":
-            return _file_part(part, path)
+            return parse_file_part(part, path)
         allowed = "'input_text', 'input_image' and 'input_file'"
     where = at(path, "type")
     raise bad(where, f"Invalid value for '{where}': {kind!r}. Content of a {role} message may "
@@ -204,55 +211,111 @@ def _image_part(part: dict[str, Any], path: str) -> dict[str, Any]:
     one_of(detail, IMAGE_DETAILS, at(path, "detail"))
     if part.get("file_id") is not None:
         where = at(path, "file_id")
-        raise bad(where, f"'{where}' is not supported: this server has no Files API; send the "
-                         "image as `image_url` (a URL or a data: URL).")
+        raise bad(where, f"'{where}' is not supported: images are not read from uploaded "
+                         "files here; send the image as `image_url` (a URL or a data: URL).")
     url = req_str(part, "image_url", path)
     return {"type": "input_image", "detail": detail, "image_url": url}
 
 
-def image_urls(items: Iterable[Item], path: str | None = "input"
-               ) -> Iterator[tuple[str, str | None]]:
-    """(URL, where) of every input_image in messages and tool outputs, data: URLs left out.
-    `where` is the part's path under `path` (`input[i].content[j].image_url`), None when
-    `path` is None (history: the client did not send it in this request)."""
+def _content_parts(items: Iterable[Item], path: str | None
+                   ) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """(part, where) of every content part of messages and tool outputs; `where` is the
+    part's path under `path` (`input[i].content[j]`), None when `path` is None (history: the
+    client did not send it in this request)."""
     for i, item in enumerate(items):
         key = "content" if item.get("type") == MESSAGE else "output"
         parts = item.get(key)
         if not isinstance(parts, list):
             continue
         for j, part in enumerate(parts):
-            url = part.get("image_url") if part.get("type") == "input_image" else None
-            if isinstance(url, str) and url[:5].lower() != "data:":
-                yield url, None if path is None else f"{path}[{i}].{key}[{j}].image_url"
+            if isinstance(part, dict):
+                yield part, None if path is None else f"{path}[{i}].{key}[{j}]"
 
 
-def _file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
-    for key in ("file_id", "file_url"):
-        if part.get(key) is not None:
-            where = at(path, key)
-            raise bad(where, f"'{where}' is not supported: this server has no Files API and "
-                             "fetches no URLs; send a text file inline as `file_data`.")
-    data = req_str(part, "file_data", path)
+def image_urls(items: Iterable[Item], path: str | None = "input"
+               ) -> Iterator[tuple[str, str | None]]:
+    """(URL, where) of every input_image in messages and tool outputs, data: URLs left out;
+    `where` names the part's `image_url` (`_content_parts`)."""
+    for part, where in _content_parts(items, path):
+        url = part.get("image_url") if part.get("type") == "input_image" else None
+        if isinstance(url, str) and url[:5].lower() != "data:":
+            yield url, None if where is None else f"{where}.image_url"
+
+
+def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
+    """One of `file_id` (a file of the caller's key, services/files/), `file_url` (fetched under
+    --fetch-allow) or `file_data` (inline: a base64 data: URL or bare base64); the text reaches
+    the model (services/responses/inputs.py resolves the first two, translation reads the third)."""
+    given = [key for key in FILE_SOURCES if part.get(key) is not None]
+    if len(given) != 1:
+        raise bad(path, f"Invalid '{path}': an input_file needs exactly one of 'file_id', "
+                        "'file_url' and 'file_data'.")
+    key = given[0]
+    value = req_str(part, key, path)
+    if key != "file_data" and len(value) > MAX_FILE_REF:
+        raise bad(at(path, key), f"Invalid '{at(path, key)}': longer than {MAX_FILE_REF} "
+                                 "characters.")
     filename = opt_str(part, "filename", path, max_len=512)
-    file_text(data, at(path, "file_data"))  # refuse now what translation could not read
-    out: dict[str, Any] = {"type": "input_file", "file_data": data}
+    if key == "file_data":
+        # Refuse now what could not be read: base64 always; the text of any kind but PDF,
+        # whose extraction is costly and runs in a worker thread when the request is served
+        # (services/responses/inputs.py), where an unreadable one is refused naming this part.
+        raw = file_bytes(value, path)
+        if not is_pdf(raw, filename, _media_type(value)):
+            document_text(raw, path, filename, _media_type(value))
+    out: dict[str, Any] = {"type": "input_file", key: value}
     if filename is not None:
         out["filename"] = filename
     return out
 
 
-def file_text(data: str, path: str) -> str:
-    """The text of an inline file: a base64 `data:` URL or bare base64 of UTF-8 text."""
+def file_text(data: str, path: str, filename: str | None = None) -> str:
+    """The text of an inline file: a base64 `data:` URL (its media type is a hint) or bare
+    base64 of a PDF, text, Markdown, HTML or JSON file (core/documents.py)."""
+    return document_text(file_bytes(data, path), path, filename, _media_type(data))
+
+
+def _media_type(data: str) -> str | None:
+    if data.startswith("data:") and "," in data[:256]:
+        return data[5:data.index(",")].split(";")[0] or None
+    return None
+
+
+def file_bytes(data: str, path: str) -> bytes:
+    """The bytes of inline `file_data`: a base64 data: URL or bare base64."""
     payload = data.split(",", 1)[1] if data.startswith("data:") and "," in data else data
     try:
-        text = base64.b64decode(payload, validate=True).decode("utf-8")
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise bad(path, f"Invalid '{path}': only text files (UTF-8, base64-encoded) are "
-                        "supported; the model behind this server reads no binary documents.") \
-            from None
-    if "\x00" in text:
-        raise bad(path, f"Invalid '{path}': the file is binary; only text files are supported.")
-    return text
+        return base64.b64decode(payload, validate=True)
+    except (ValueError, binascii.Error):
+        raise InvalidRequest(f"Invalid '{path}': 'file_data' is not base64 (a data: URL or "
+                             "bare base64).", param=path, code=INVALID_FILE) from None
+
+
+def document_text(raw: bytes, path: str, filename: str | None, media_type: str | None) -> str:
+    """`extract_text`, its refusal a 400 naming the part with the SDK's code."""
+    try:
+        return extract_text(raw, filename, media_type)
+    except Unreadable as exc:
+        raise InvalidRequest(f"Invalid '{path}': {exc.message}.", param=path,
+                             code=exc.code) from None
+
+
+def file_key(part: dict[str, Any]) -> str:
+    """The key of an input_file's text in a request's `media` map (services/responses/inputs.py);
+    NUL-led so that no image URL can equal it. Inline data is keyed by its digest."""
+    if part.get("file_id") is not None:
+        return "\0file:" + str(part["file_id"])
+    if part.get("file_url") is not None:
+        return "\0url:" + str(part["file_url"])
+    return "\0data:" + hashlib.sha256(str(part.get("file_data", "")).encode()).hexdigest()
+
+
+def file_parts(items: Iterable[Item], path: str | None = "input"
+               ) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """(part, where) of every input_file in messages and tool outputs (`_content_parts`)."""
+    for part, where in _content_parts(items, path):
+        if part.get("type") == "input_file":
+            yield part, where
 
 
 def _tool_output(value: Any, path: str) -> str | list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from proxy.core.hosted import hosted_messages
 from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
 from proxy.core.mcp import mcp_messages
 from proxy.core.request.create import ResponsesRequest
-from proxy.core.request.items import file_text, reasoning_text
+from proxy.core.request.items import file_key, file_text, reasoning_text
 from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
 from proxy.core.translate.system_prompt import lead_with_system
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
@@ -169,7 +169,11 @@ def _part(part: dict[str, Any], media: Mapping[str, str]) -> dict[str, Any]:
         return {"type": "image_url",
                 "image_url": {"url": media.get(url, url), "detail": part.get("detail", "auto")}}
     if kind == "input_file":
-        text = file_text(part["file_data"], "input_file.file_data")
+        # Resolved before translation (services/responses/inputs.py); inline data is read here
+        # when it was not (a path that resolves nothing).
+        text = media.get(file_key(part))
+        if text is None:
+            text = file_text(str(part.get("file_data", "")), "input_file.file_data")
         name = part.get("filename")
         header = f"[file: {name}]\n" if name else ""
         return {"type": "text", "text": header + text}

@@ -46,6 +46,8 @@ PARALLEL = 4
 # Chat part type → (the key of its URL object, the content type family it must be).
 CHAT_PARTS = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
 ALLOW = "--fetch-allow"
+# The family of an input_file's URL: any content type (the text extractor tells what it is).
+ANY = "*"
 
 
 class _FetchFailed(Exception):
@@ -71,6 +73,10 @@ class MediaFetcher:
         self._max_bytes = max_bytes
         self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
 
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes
+
     @classmethod
     def from_settings(cls, fetch: FetchSettings, limits: LimitSettings) -> MediaFetcher:
         return cls(fetch.allow, timeout=fetch.timeout, max_bytes=limits.max_body_bytes)
@@ -85,6 +91,16 @@ class MediaFetcher:
         for url, where in image_urls(new):
             wanted[url] = ("image", where or "input")
         return await self._fetch_all(wanted)
+
+    async def fetch_files(self, wanted: dict[str, str]) -> dict[str, tuple[str, bytes]]:
+        """URL → (its content type, its bytes) for input_file URLs (`wanted`: URL → the part's
+        path), under the same rules and the same request budget as images."""
+        data = await self._fetch_all({url: (ANY, where) for url, where in wanted.items()})
+        out = {}
+        for url, value in data.items():
+            head, _, payload = value.partition(",")
+            out[url] = (head[5:].split(";")[0], base64.b64decode(payload))
+        return out
 
     async def inline_chat(self, messages: Any) -> bool:
         """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
@@ -158,7 +174,7 @@ class MediaFetcher:
                 if response.status_code != 200:
                     raise _FetchFailed(f"the server answered HTTP {response.status_code}")
                 kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                if not kind.startswith(family + "/"):
+                if family != ANY and not kind.startswith(family + "/"):
                     raise _FetchFailed(f"the content type is {kind or 'missing'}, not "
                                        f"{family}/*")
                 head = f"data:{kind};base64,".encode()

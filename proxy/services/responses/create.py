@@ -65,6 +65,7 @@ from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
 from proxy.services.process.drain import SHUTTING_DOWN, Drain
 from proxy.services.responses.compaction import Compactor
+from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.localchains import LocalChains
 from proxy.services.responses.references import find_references
 from proxy.services.responses.stored import StoredResponses
@@ -103,7 +104,7 @@ class ResponsesService:
     def __init__(self, generations: Generations, settings: Settings, background: Background,
                  stored: StoredResponses, *, cache: ResponseCache | None = None,
                  drain: Drain | None = None, leases: Leases | None = None,
-                 media: MediaFetcher | None = None) -> None:
+                 inputs: RequestInputs | None = None) -> None:
         self._generations = generations
         self._gateway = generations.gateway
         self._store = generations.store
@@ -118,8 +119,10 @@ class ResponsesService:
         self._sealer = generations.sealer
         self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
-        # The process's one fetcher (runtime.py gives the pass-through the same one).
-        self._media = media or MediaFetcher.from_settings(settings.fetch, settings.limits)
+        # The process's one fetcher (runtime.py gives the pass-through the same one), the
+        # key's files and prompt templates.
+        self._inputs = inputs or RequestInputs(
+            MediaFetcher.from_settings(settings.fetch, settings.limits))
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
@@ -146,6 +149,7 @@ class ResponsesService:
         (agents read `input_tokens` as the context's size and would see the pre-compaction
         one)."""
         settings = self._settings
+        body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
         request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
                                 tolerance=Tolerance.of(settings.tolerance.params,
                                                        settings.tolerance.hosted_tools),
@@ -161,9 +165,9 @@ class ResponsesService:
         request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
-        request, shown, seen = self._expand(request, found, history)
+        request, shown, seen, expansion = self._expand(request, found, history)
         check_call_ids(history.items, request.input)
-        shown = await self._with_media(shown, history)
+        shown = await self._with_media(tenant, shown, history, expansion)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
@@ -181,14 +185,15 @@ class ResponsesService:
         return request, history, chat
 
     def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History
-                ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item]]:
+                ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item], Expansion]:
         """(the request to store: references resolved, blobs sealed; the same to translate:
-        blobs opened; the history to translate), all of it counted (core/request/expansion.py)."""
+        blobs opened; the history to translate; the budget, which the files' texts spend
+        next), all of it counted (core/request/expansion.py)."""
         expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
         return (dataclasses.replace(request, input=stored),
-                dataclasses.replace(request, input=shown), seen)
+                dataclasses.replace(request, input=shown), seen, expansion)
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
@@ -309,8 +314,8 @@ class ResponsesService:
                                    previous_response_id=parsed.previous_response_id,
                                    cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
-        _, shown, seen = self._expand(request, {}, history)
-        shown = await self._with_media(shown, history)
+        _, shown, seen, expansion = self._expand(request, {}, history)
+        shown = await self._with_media(tenant, shown, history, expansion)
         done = await self._compactor.compact(tenant, shown, seen,
                                              affinity=history.affinity, home=history.home)
         if meter is not None:
@@ -322,13 +327,15 @@ class ResponsesService:
             "output": compacted_output(done.items, done.item),
             "usage": done.usage or map_usage({"prompt_tokens": 0}),
         }, headers=tolerance_headers(parsed.ignored, ()))
-    async def _with_media(self, request: ResponsesRequest, history: History
-                          ) -> ResponsesRequest:
-        """The request with its image URLs fetched (services/fleet/media.py): translation then sends
-        the fleet their data, never a URL to fetch."""
+    async def _with_media(self, tenant: str, request: ResponsesRequest, history: History,
+                          expansion: Expansion) -> ResponsesRequest:
+        """The request with its image URLs fetched (services/fleet/media.py) and its files'
+        text read (services/responses/inputs.py): translation then sends the fleet their data,
+        never a URL to fetch."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
-        media = await self._media.for_items(request.input, history.items, where)
+        media = await self._inputs.for_items(tenant, request.input, history.items, where,
+                                             expansion.spend)
         return dataclasses.replace(request, media=media) if media else request
 
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:

@@ -1,0 +1,131 @@
+"""The text of a document a client gave us (an `input_file`, an uploaded file): what the model
+reads, since a chat fleet reads no binary documents. Pure: bytes in, text out. Vector-store
+ingestion reads files through the same function.
+
+Kinds, told by the file's first bytes first (a PDF named `notes.txt` is still a PDF), then by its
+name or media type:
+  - PDF: the text layer (pypdf); a PDF without one (a scan) has no text and is refused;
+  - HTML: the text without tags, scripts or styles;
+  - JSON: the text as sent, once it parses (a truncated upload is refused, not half-read);
+  - anything else that is UTF-8 text without NUL bytes: plain text, Markdown, CSV, code.
+Anything else (images, archives, Office files) is `unsupported_file`; a file of a supported
+kind that cannot be read (a broken PDF, invalid JSON, bad UTF-8) is `invalid_file`: the SDK's
+codes, and the caller's 400 names the part.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from html.parser import HTMLParser
+
+UNSUPPORTED = "unsupported_file"
+INVALID = "invalid_file"
+
+_PDF_MAGIC = b"%PDF-"
+_HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+# Elements whose content is not text a reader sees.
+_HIDDEN = frozenset({"script", "style", "template", "noscript", "head"})
+# Signatures of binary formats we do not read: refused as unsupported, never decoded as text.
+_BINARY_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"PK\x03\x04", b"\x1f\x8b", b"RIFF",
+                 b"\xd0\xcf\x11\xe0", b"7z\xbc\xaf")
+
+
+class Unreadable(Exception):
+    """Why a document has no text we can give the model; `code` is the SDK's."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def is_pdf(data: bytes, filename: str | None = None, media_type: str | None = None) -> bool:
+    """Read as a PDF: the costly kind (callers run it off the event loop)."""
+    kind = (media_type or "").split(";")[0].strip().lower()
+    return (data.startswith(_PDF_MAGIC) or kind == "application/pdf"
+            or (filename or "").lower().endswith(".pdf"))
+
+
+def extract_text(data: bytes, filename: str | None = None, media_type: str | None = None) -> str:
+    """The text of `data` (see the module docstring), or `Unreadable`. CPU-bound for a PDF
+    (seconds for a large one): a server calls it in a worker thread."""
+    name = (filename or "").lower()
+    kind = (media_type or "").split(";")[0].strip().lower()
+    if is_pdf(data, filename, media_type):
+        return _pdf_text(data)
+    if data.startswith(_BINARY_MAGIC):
+        raise Unreadable(UNSUPPORTED, "the file is not a kind this server reads (PDF, text, "
+                                      "Markdown, HTML or JSON)")
+    text = _utf8(data)
+    if name.endswith(_HTML_SUFFIXES) or kind in ("text/html", "application/xhtml+xml"):
+        return _html_text(text)
+    if name.endswith(".json") or kind == "application/json":
+        try:
+            json.loads(text)
+        except ValueError:
+            raise Unreadable(INVALID, "the file is not valid JSON") from None
+    return text
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreadable(UNSUPPORTED, "the file is binary or not UTF-8 text; this server reads "
+                                      "PDF, text, Markdown, HTML and JSON files") from None
+    if "\x00" in text:
+        raise Unreadable(UNSUPPORTED, "the file is binary; this server reads PDF, text, "
+                                      "Markdown, HTML and JSON files")
+    return text.removeprefix("\ufeff")
+
+
+def _pdf_text(data: bytes) -> str:
+    from pypdf import PdfReader  # imported when a PDF comes: most requests carry none
+
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            raise Unreadable(INVALID, "the PDF is encrypted")
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except Unreadable:
+        raise
+    except Exception:
+        # A client's file, parsed by a library: a damaged or hostile PDF makes pypdf raise
+        # any of a spread of types (its own, ValueError, KeyError, RecursionError, its
+        # decompression limits...); each means "cannot be read", never a 500.
+        raise Unreadable(INVALID, "the PDF cannot be read") from None
+    text = "\n\n".join(p.strip() for p in pages if p.strip())
+    if not text:
+        raise Unreadable(INVALID, "the PDF has no text layer (a scanned document?); this "
+                                  "server does not run OCR")
+    return text
+
+
+class _TextOnly(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _HIDDEN:
+            self._hidden += 1
+        elif tag in ("br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6"):
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _HIDDEN and self._hidden:
+            self._hidden -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def _html_text(text: str) -> str:
+    parser = _TextOnly()
+    parser.feed(text)
+    parser.close()
+    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
+    return "\n".join(line for line in lines if line)

@@ -1,0 +1,133 @@
+"""The Files API (`client.files`): upload, list, retrieve, content, delete, per client key.
+
+A file lives `--response-ttl` seconds (the rule stored responses follow), or less when the
+upload asks so (`expires_after`: anchor `created_at`, 3600 s to 30 days, as OpenAI's); its object
+says when (`expires_at`). Its size is bounded by `--max-file-bytes` (exactly the limit is
+accepted), and its bytes count in the key's storage budget (a key that holds its budget is
+refused the upload, 429, as a storing create is). Files are stored as uploaded: any purpose the
+SDK offers, any content; what can be read as text is decided where a file is read
+(`text_of`: an input_file part).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge
+from proxy.core.fields import bad, one_of
+from proxy.core.request.items import document_text
+from proxy.core.request.paging import PageRequest, list_body
+from proxy.store.base import Store
+from proxy.store.files import CHUNK_BYTES, BlobStore
+
+# The purposes the SDK's `files.create` takes (types/file_purpose.py).
+PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+# `expires_after.seconds` bounds, as OpenAI's.
+MIN_EXPIRY = 3600
+MAX_EXPIRY = 30 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What the multipart body said (web/routes_files.py)."""
+
+    filename: str
+    purpose: str
+    size: int
+    chunks: AsyncIterable[bytes]  # the bytes, at most CHUNK_BYTES at a time
+    expires_after: tuple[str | None, str | None] = (None, None)  # (anchor, seconds) as sent
+
+
+def file_id() -> str:
+    # OpenAI's ids are `file-` and an opaque string; ours are random hex (keys.py: no `}`).
+    return "file-" + secrets.token_hex(16)
+
+
+class Files:
+    def __init__(self, blobs: BlobStore, store: Store, *, ttl: int, max_bytes: int,
+                 clock: Callable[[], float] = time.time, ids: Callable[[], str] = file_id
+                 ) -> None:
+        self._blobs = blobs
+        self._store = store  # for the key's storage budget
+        self._ttl = ttl
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self._ids = ids
+
+    @staticmethod
+    def missing(file_id: str, param: str = "file_id") -> NotFound:
+        return NotFound(f"No such File object: {file_id}", param=param)
+
+    def _lifetime(self, expires_after: tuple[str | None, str | None]) -> int:
+        anchor, seconds = expires_after
+        if anchor is None and seconds is None:
+            return self._ttl
+        one_of(anchor, ("created_at",), "expires_after[anchor]")
+        try:
+            wanted = int(seconds or "")
+        except ValueError:
+            raise bad("expires_after[seconds]", "Invalid 'expires_after[seconds]': expected "
+                                                "an integer.") from None
+        if not MIN_EXPIRY <= wanted <= MAX_EXPIRY:
+            raise bad("expires_after[seconds]",
+                      f"Invalid 'expires_after[seconds]': {wanted} is out of range; expected "
+                      f"a value between {MIN_EXPIRY} and {MAX_EXPIRY}.")
+        return min(wanted, self._ttl)
+
+    async def upload(self, tenant: str, upload: Upload) -> dict[str, Any]:
+        purpose = one_of(upload.purpose, PURPOSES, "purpose")
+        if upload.size > self.max_bytes:
+            raise PayloadTooLarge(f"File is too large: {upload.size} bytes; this server takes "
+                                  f"files of at most {self.max_bytes} bytes (--max-file-bytes).",
+                                  param="file")
+        ttl = self._lifetime(upload.expires_after)
+        await self._store.check_storage(tenant)
+        now = int(self._clock())
+        file = {"id": self._ids(), "object": "file", "bytes": upload.size, "created_at": now,
+                "expires_at": now + ttl, "filename": upload.filename, "purpose": purpose,
+                "status": "processed", "status_details": None}
+        await self._blobs.put(tenant, file, upload.chunks, ttl=ttl)
+        return file
+
+    async def retrieve(self, tenant: str, file_id: str) -> dict[str, Any]:
+        file = await self._blobs.get(tenant, file_id)
+        if file is None:
+            raise self.missing(file_id)
+        return file
+
+    async def content(self, tenant: str, file_id: str
+                      ) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
+        file = await self.retrieve(tenant, file_id)
+        return file, self._blobs.read(tenant, file_id)
+
+    async def delete(self, tenant: str, file_id: str) -> dict[str, Any]:
+        if not await self._blobs.delete(tenant, file_id):
+            raise self.missing(file_id)
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    async def list(self, tenant: str, page: PageRequest, purpose: str | None
+                   ) -> dict[str, Any]:
+        data, more = await self._blobs.list(tenant, page, purpose)
+        return list_body(data, more)
+
+    async def text_of(self, tenant: str, file_id: str, where: str) -> str:
+        """The text of the key's file, for an input_file part at `where`: another key's file
+        is an unknown id (400 naming the part), an unreadable one a 400 with the SDK's code."""
+        file = await self._blobs.get(tenant, file_id)
+        if file is None:
+            raise InvalidRequest(f"Invalid '{where}.file_id': no file with id {file_id!r} "
+                                 "exists.", param=f"{where}.file_id")
+        data = bytearray()
+        async for chunk in self._blobs.read(tenant, file_id):
+            data += chunk
+        # CPU-bound for a PDF: off the event loop (services/responses/inputs.py says why).
+        return await asyncio.to_thread(document_text, bytes(data), where,
+                                       str(file.get("filename") or ""), None)
+
+
+__all__ = ["CHUNK_BYTES", "Files", "Upload"]

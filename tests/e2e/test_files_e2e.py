@@ -1,0 +1,263 @@
+"""The Files API and `input_file` parts (issue 27 points 1 and 5) through the official SDK,
+against a real proxy on a real redis-server with the simulator as its fleet: upload (a PDF, a
+multi-chunk file, exactly the size limit and one byte over), list, retrieve, content, delete;
+two keys that cannot see each other's files; input_file by file_id, file_data (data URL and
+bare base64) and file_url (allowed and refused), and unreadable files refused naming the part.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.support.documents import pdf_with_text
+from tests.support.servers import ServerProcess, start_proxy
+from tests.support.webfiles import static_server
+
+pytestmark = pytest.mark.e2e
+
+KEY_A = "sk-files-a"
+KEY_B = "sk-files-b"
+# Small, so that the limit is tested exactly; still more than two of the store's 512 KiB chunks.
+LIMIT = 1_300_000
+MODEL = "sim-model"
+PDF_TEXT = "The invoice total is 4217 euros"
+METADATA = "http://169.254.169.254/latest/meta-data/"
+BUDGET = 600_000
+
+
+@pytest.fixture(scope="module")
+def proxy(simulator: ServerProcess, redis_server: ServerProcess) -> Iterator[ServerProcess]:
+    server = start_proxy(simulator.url, "--api-key", KEY_A, "--api-key", KEY_B,
+                         "--max-file-bytes", str(LIMIT), "--fetch-allow", "http://127.0.0.1:",
+                         redis_url=f"redis://127.0.0.1:{redis_server.port}/7")
+    yield server
+    server.stop()
+
+
+def sdk(server: ServerProcess, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+
+
+@pytest.fixture
+def a(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
+    with sdk(proxy, KEY_A) as client:
+        yield client
+
+
+@pytest.fixture
+def b(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
+    with sdk(proxy, KEY_B) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def documents() -> Iterator[str]:
+    """A local web server (127.0.0.1, admitted by --fetch-allow) serving a PDF and an HTML page."""
+    with static_server({
+            "/report.pdf": ("application/pdf", pdf_with_text(PDF_TEXT)),
+            "/page.html": ("text/html", b"<html><body><h1>Release</h1><script>x()</script>"
+                                        b"<p>Ships on <b>Tuesday</b></p></body></html>")}) as url:
+        yield url
+
+
+def ask(client: openai.OpenAI, part: dict[str, Any]) -> str:
+    response = client.responses.create(model=MODEL, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Summarise:"}, part]}])  # type: ignore[list-item]
+    assert response.status == "completed"
+    return response.output_text
+
+
+def refused(client: openai.OpenAI, part: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, part)
+    error: dict[str, Any] = caught.value.body  # type: ignore[assignment]
+    return error
+
+
+def test_a_file_goes_through_upload_list_retrieve_content_and_delete(
+        a: openai.OpenAI) -> None:
+    made = a.files.create(file=("notes.md", b"# Notes\n\nbuy milk\n", "text/markdown"),
+                          purpose="user_data")
+    assert made.id.startswith("file-")
+    assert (made.object, made.status, made.bytes, made.filename, made.purpose) == (
+        "file", "processed", 18, "notes.md", "user_data")
+    assert made.expires_at is not None and made.expires_at > made.created_at
+    assert a.files.retrieve(made.id) == made
+    assert made.id in [f.id for f in a.files.list()]
+    assert made.id in [f.id for f in a.files.list(purpose="user_data")]
+    assert made.id not in [f.id for f in a.files.list(purpose="batch")]
+    assert a.files.content(made.id).content == b"# Notes\n\nbuy milk\n"
+    deleted = a.files.delete(made.id)
+    assert (deleted.id, deleted.deleted) == (made.id, True)
+    with pytest.raises(openai.NotFoundError):
+        a.files.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        a.files.delete(made.id)
+    assert made.id not in [f.id for f in a.files.list()]
+
+
+def test_the_list_pages_with_the_sdks_cursor(a: openai.OpenAI) -> None:
+    ids = {a.files.create(file=(f"p{i}.txt", b"page", "text/plain"), purpose="user_data").id
+           for i in range(5)}
+    page = a.files.list(limit=2)
+    assert len(page.data) == 2 and page.has_more
+    seen = {f.id for f in a.files.list(limit=2)}  # the SDK's auto-pagination walks every page
+    assert ids <= seen
+
+
+def test_exactly_the_size_limit_is_accepted_and_one_byte_more_is_a_413(
+        a: openai.OpenAI) -> None:
+    data = bytes(range(256)) * (LIMIT // 256) + b"x" * (LIMIT % 256)
+    assert len(data) == LIMIT
+    made = a.files.create(file=("big.bin", data, "application/octet-stream"),
+                          purpose="user_data")
+    assert made.bytes == LIMIT
+    assert a.files.content(made.id).content == data  # three chunks back in order
+    with pytest.raises(openai.APIStatusError) as caught:
+        a.files.create(file=("big.bin", data + b"y", "application/octet-stream"),
+                       purpose="user_data")
+    assert caught.value.status_code == 413
+    assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_a_body_far_over_the_limit_is_refused_as_it_streams_in(proxy: ServerProcess) -> None:
+    """A chunked upload (no Content-Length) is cut off once it passes the limit."""
+    def body() -> Iterator[bytes]:
+        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\n"
+        for _ in range(100):  # 100 MiB offered; the proxy must stop reading long before
+            yield b"z" * (1 << 20)
+
+    answer = httpx.post(f"{proxy.url}/v1/files", content=body(), timeout=30, headers={
+        "authorization": f"Bearer {KEY_A}", "content-type": "multipart/form-data; boundary=b"})
+    assert answer.status_code == 413
+
+
+def test_another_keys_files_are_unknown_ids(a: openai.OpenAI, b: openai.OpenAI) -> None:
+    mine = a.files.create(file=("secret.txt", b"the vault code is 0451", "text/plain"),
+                          purpose="user_data")
+    with pytest.raises(openai.NotFoundError):
+        b.files.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        b.files.content(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        b.files.delete(mine.id)
+    assert mine.id not in [f.id for f in b.files.list()]
+    error = refused(b, {"type": "input_file", "file_id": mine.id})
+    assert error["param"] == "input[0].content[1].file_id"
+    assert "0451" not in str(error)
+    assert "0451" in ask(a, {"type": "input_file", "file_id": mine.id})
+    assert a.files.retrieve(mine.id).id == mine.id  # B's delete did nothing
+
+
+def test_an_uploaded_pdf_is_read_by_file_id(a: openai.OpenAI) -> None:
+    made = a.files.create(file=("invoice.pdf", pdf_with_text(PDF_TEXT), "application/pdf"),
+                          purpose="user_data")
+    assert PDF_TEXT in ask(a, {"type": "input_file", "file_id": made.id})
+
+
+def test_inline_file_data_is_read_as_a_data_url_and_as_bare_base64(a: openai.OpenAI) -> None:
+    encoded = base64.b64encode(pdf_with_text(PDF_TEXT)).decode()
+    for data in (f"data:application/pdf;base64,{encoded}", encoded):
+        answer = ask(a, {"type": "input_file", "filename": "invoice.pdf", "file_data": data})
+        assert PDF_TEXT in answer
+        assert "endobj" not in answer and "Tj" not in answer  # the text layer, not the source
+
+
+def test_an_allowed_file_url_is_fetched_and_html_loses_its_tags(
+        a: openai.OpenAI, documents: str) -> None:
+    assert PDF_TEXT in ask(a, {"type": "input_file", "file_url": f"{documents}/report.pdf"})
+    text = ask(a, {"type": "input_file", "file_url": f"{documents}/page.html"})
+    assert "Ships on Tuesday" in text
+    assert "<p>" not in text and "x()" not in text
+
+
+def test_a_file_url_outside_fetch_allow_is_refused_naming_the_part(
+        a: openai.OpenAI, documents: str) -> None:
+    error = refused(a, {"type": "input_file", "file_url": METADATA})
+    assert error["param"] == "input[0].content[1].file_url"
+    # The same request with an admitted URL is answered: the refusal is the URL's.
+    assert PDF_TEXT in ask(a, {"type": "input_file", "file_url": f"{documents}/report.pdf"})
+
+
+def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
+        a: openai.OpenAI) -> None:
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode()
+    error = refused(a, {"type": "input_file", "filename": "cat.png", "file_data": png})
+    assert (error["param"], error["code"]) == ("input[0].content[1]", "unsupported_file")
+    broken = base64.b64encode(b"%PDF-1.4\nthis is no pdf").decode()
+    error = refused(a, {"type": "input_file", "filename": "x.pdf", "file_data": broken})
+    assert (error["param"], error["code"]) == ("input[0].content[1]", "invalid_file")
+    stored = a.files.create(file=("cat.png", base64.b64decode(png), "image/png"),
+                            purpose="user_data")
+    error = refused(a, {"type": "input_file", "file_id": stored.id})
+    assert (error["param"], error["code"]) == ("input[0].content[1]", "unsupported_file")
+
+
+@pytest.fixture(scope="module")
+def small(simulator: ServerProcess) -> Iterator[ServerProcess]:
+    """No keys (an open proxy), the embedded store, a small --max-body-bytes and budget."""
+    server = start_proxy(simulator.url, "--max-body-bytes", "100000",
+                         "--max-stored-bytes-per-key", str(BUDGET))
+    yield server
+    server.stop()
+
+
+def test_a_files_text_counts_in_what_the_request_expands_to(small: ServerProcess) -> None:
+    with sdk(small, "sk-any") as client:
+        made = client.files.create(file=("long.txt", b"word " * 30_000, "text/plain"),
+                                   purpose="user_data")  # larger than a body, as a file may be
+        assert made.bytes == 150_000
+        error = refused(client, {"type": "input_file", "file_id": made.id})
+        assert error["param"] == "input[0].content[1]"
+        assert "--max-body-bytes" in error["message"]
+        fits = client.files.create(file=("short.txt", b"word " * 100, "text/plain"),
+                                   purpose="user_data")
+        assert "word word" in ask(client, {"type": "input_file", "file_id": fits.id})
+
+
+def test_an_open_proxy_refuses_uploads_from_another_sites_pages(small: ServerProcess) -> None:
+    form = {"purpose": (None, "user_data"), "file": ("a.txt", b"hello", "text/plain")}
+    foreign = httpx.post(f"{small.url}/v1/files", files=form, timeout=10,
+                         headers={"origin": "https://evil.example"})
+    assert foreign.status_code == 403
+    assert httpx.post(f"{small.url}/v1/files", files=form, timeout=10).status_code == 200
+
+
+def test_files_count_in_the_keys_storage_budget(small: ServerProcess) -> None:
+    with sdk(small, "sk-any") as client:
+        made = []
+        with pytest.raises(openai.RateLimitError) as caught:
+            for i in range(BUDGET // 100_000 + 1):  # the budget is held after at most these
+                made.append(client.files.create(file=(f"f{i}.bin", b"b" * 100_000,
+                                                      "application/octet-stream"),
+                                                purpose="user_data").id)
+        assert caught.value.code == "insufficient_quota"
+        for file_id in made:  # a delete gives its bytes back
+            client.files.delete(file_id)
+        client.files.create(file=("again.bin", b"b" * 100_000, "application/octet-stream"),
+                            purpose="user_data")
+
+
+def test_a_background_create_reads_the_file_and_keeps_only_its_reference(
+        a: openai.OpenAI) -> None:
+    made = a.files.create(file=("invoice.pdf", pdf_with_text(PDF_TEXT), "application/pdf"),
+                          purpose="user_data")
+    queued = a.responses.create(model=MODEL, background=True, input=[{"role": "user", "content": [
+        {"type": "input_file", "file_id": made.id}]}])
+    final = queued
+    for _ in range(100):
+        final = a.responses.retrieve(queued.id)
+        if final.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert final.status == "completed"
+    assert PDF_TEXT in final.output_text
+    items = a.responses.input_items.list(queued.id).data
+    assert items[0].content[0].file_id == made.id  # type: ignore[union-attr]
