@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -39,12 +40,20 @@ from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
+from proxy.store.reconnect import Reconnector
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
+# How long a final write waits for its replicas (`--redis-wait-replicas`). A replica on the
+# same network acknowledges within milliseconds; one that takes a second is lagging or gone,
+# and waiting longer would only hold the stream's end (and its connection) for nothing. Well
+# under the socket timeout, which must not fire first.
+WAIT_TIMEOUT_MS = 1_000
+
+log = logging.getLogger("proxy.store")
 
 _RESPONSE_FIELDS = (
     keys.F_STATUS, keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS, keys.F_LOGGED, keys.F_CLOSED,
@@ -58,10 +67,17 @@ class RedisStore(RedisConversations):
 
     def __init__(self, client: Redis, *, embedded: bool = False,
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
-                 budget: StorageBudget = UNLIMITED) -> None:
+                 budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
+                 wait_replicas: int = 0) -> None:
         super().__init__(client, budget)
         self.embedded = embedded
         self._max_block_ms = max_block_ms
+        # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
+        self._reconnector = reconnector
+        # Replicas a final write waits for (`--redis-wait-replicas`), and how often fewer
+        # acknowledged it in time (read by /metrics: proxy_redis_wait_shortfalls).
+        self.wait_replicas = wait_replicas
+        self.wait_shortfalls = 0
         # Registered once: each keeps its sha and is loaded into the server on first use (and
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
@@ -87,8 +103,14 @@ class RedisStore(RedisConversations):
     async def ping(self) -> None:
         await self._read(self._client.ping)
 
+    async def reconnect(self) -> None:
+        if self._reconnector is not None:
+            await self._reconnector.reconnect()
+
     async def aclose(self) -> None:
         await self._client.aclose(close_connection_pool=True)
+        if self._reconnector is not None:
+            await self._reconnector.aclose()
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -221,8 +243,27 @@ class RedisStore(RedisConversations):
                            f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
                            *_item_ids(response.get("output") or ())]
         with store_errors():
-            reply = await self._finish(keys=_response_keys(rid), args=args)
+            if self.wait_replicas:
+                reply = await self._finish_and_wait(_response_keys(rid), args)
+            else:
+                reply = await self._finish(keys=_response_keys(rid), args=args)
         return _transition(reply)
+
+    async def _finish_and_wait(self, keys_: list[str], args: list[Any]) -> Any:
+        """The final write, then `WAIT` for `wait_replicas` replicas on the same connection
+        (WAIT counts the writes of the connection it is sent on: hence one pipeline). Fewer in
+        time is logged and counted, not an error: the write holds on the primary, and the
+        client has its answer; what is at risk is only that a failover in the next moments
+        loses it (replication is asynchronous)."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            await self._finish(keys=keys_, args=args, client=pipe)
+            pipe.execute_command("WAIT", self.wait_replicas, WAIT_TIMEOUT_MS)
+            reply, acked = await pipe.execute()
+        if int(acked) < self.wait_replicas:
+            self.wait_shortfalls += 1
+            log.warning("final write acknowledged by %s of %d replica(s) within %d ms",
+                        acked, self.wait_replicas, WAIT_TIMEOUT_MS)
+        return reply
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))
