@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -21,13 +22,17 @@ FAILOVER_TIMEOUT_MS = 5000
 
 
 class SentinelGroup:
-    def __init__(self) -> None:
+    """`link`: maps the primary's port to the one the replica replicates from (a forwarder
+    that can stall, for the chaos rows that need a lagging replica); default: the primary."""
+
+    def __init__(self, link: Callable[[int], int] | None = None) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="sentinel-"))
         # A full sync at once (7.0 waits 5 s by default for more replicas to share it).
         fast_sync = ("--repl-diskless-sync-delay", "0")
         self.primary = start_redis(workdir=self._dir("primary"), flags=fast_sync)
         self.replica = start_redis(workdir=self._dir("replica"), flags=(
-            *fast_sync, "--replicaof", "127.0.0.1", str(self.primary.port)))
+            *fast_sync, "--replicaof", "127.0.0.1",
+            str(link(self.primary.port) if link else self.primary.port)))
         self.data = [self.primary, self.replica]
         self.sentinels = [self._sentinel(n) for n in range(3)]
         try:

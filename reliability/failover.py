@@ -1,0 +1,219 @@
+"""`make chaos` rows for a Sentinel failover (issue 26): the primary SIGKILLed under load, with
+and without `--redis-wait-replicas 1`.
+
+Topology: a primary, a replica and three sentinels (tests/support/sentinel.py); two proxy
+instances (A takes creates and background jobs, B streams) and a worker process, all on
+`redis+sentinel://`, leases of 2 s so the sweep runs soon after. Load: 8 clients of stored
+creates, 8 of stored streams, one background job every 100 ms.
+
+Replication is asynchronous, and on loopback it is sub-millisecond, so a plain kill loses
+nothing measurable. To show what a failover can lose, the replica's replication link runs
+through a forwarder that is stalled for `LAG` seconds before the primary is killed (a replica
+that lags, as one does on a busy network): whatever the primary acknowledged in that window
+never reaches the replica that gets promoted. With `--redis-wait-replicas 1` the final write
+of a response is acknowledged only once the replica has it (or after 1 s, counted): an answer
+given is then on the replica.
+
+Counted: "acknowledged" = a create answered 200 completed, a stream that reached
+`response.completed`, a job answered 200 queued. "Lost" = acknowledged and then not found as
+it was (404, or not completed). "Left" = a response or job still queued/in_progress 15 s after
+the load stopped (the lease sweep and the job reclaim run well within that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from reliability.forwarder import Forwarder
+from reliability.lab import AUTH, Lab, stored, wait_for
+from tests.support.sentinel import SentinelGroup
+from tests.support.servers import start_proxy, start_simulator, start_worker
+
+MODEL = "sim-model"
+LAG = 0.5  # seconds the replica falls behind before the primary is killed
+AFTER = 8.0  # seconds of load after the kill
+FLAGS = ("--no-worker", "--lease-ttl", "2")
+
+
+@dataclass
+class Seen:
+    """Everything the clients saw, appended from the load's thread."""
+
+    creates: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
+    streams: list[tuple[str, str]] = field(default_factory=list)  # (outcome, response id)
+    jobs: list[tuple[int, str]] = field(default_factory=list)  # (status code, id)
+
+
+class FailoverLoad:
+    def __init__(self, creates_url: str, streams_url: str, tag: str) -> None:
+        self.creates_url, self.streams_url, self.tag = creates_url, streams_url, tag
+        self.seen = Seen()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._all()), daemon=True)
+
+    async def _creates(self, n: int) -> None:
+        async with httpx.AsyncClient(base_url=self.creates_url, headers=AUTH,
+                                     timeout=30) as http:
+            for i in range(100_000):
+                if self._stop.is_set():
+                    return
+                try:
+                    got = await http.post("/v1/responses", json={
+                        "model": MODEL, "input": f"{self.tag} c{n}-{i} [[sim tokens=20]]"})
+                    self.seen.creates.append((time.monotonic(), got.status_code, got.json()))
+                except (httpx.HTTPError, ValueError):
+                    self.seen.creates.append((time.monotonic(), 0, {}))
+
+    async def _streams(self, n: int) -> None:
+        async with httpx.AsyncClient(base_url=self.streams_url, headers=AUTH,
+                                     timeout=30) as http:
+            for i in range(100_000):
+                if self._stop.is_set():
+                    return
+                self.seen.streams.append(await self._stream(http, f"s{n}-{i}"))
+
+    async def _stream(self, http: httpx.AsyncClient, name: str) -> tuple[str, str]:
+        rid, last = "", "(nothing)"
+        try:
+            async with http.stream("POST", "/v1/responses", json={
+                    "model": MODEL, "stream": True,
+                    "input": f"{self.tag} {name} [[sim tokens=30 delay_ms=10]]"}) as got:
+                if got.status_code != 200:
+                    return f"HTTP {got.status_code}", ""
+                async for line in got.aiter_lines():
+                    if line.startswith("data: "):
+                        event = orjson.loads(line[6:])
+                        last = str(event.get("type"))
+                        rid = rid or str(event.get("response", {}).get("id", ""))
+        except httpx.TimeoutException:
+            return "hung", rid
+        except httpx.HTTPError:
+            return "cut", rid
+        return last, rid
+
+    async def _jobs(self) -> None:
+        async with httpx.AsyncClient(base_url=self.creates_url, headers=AUTH,
+                                     timeout=30) as http:
+            for i in range(100_000):
+                if self._stop.is_set():
+                    return
+                try:
+                    got = await http.post("/v1/responses", json={
+                        "model": MODEL, "background": True,
+                        "input": f"{self.tag} j{i} [[sim tokens=20]]"})
+                    self.seen.jobs.append((got.status_code, str(got.json().get("id", ""))))
+                except (httpx.HTTPError, ValueError):
+                    self.seen.jobs.append((0, ""))
+                await asyncio.sleep(0.1)
+
+    async def _all(self) -> None:
+        await asyncio.gather(*(self._creates(n) for n in range(8)),
+                             *(self._streams(n) for n in range(8)), self._jobs())
+
+    def start(self) -> FailoverLoad:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+@dataclass
+class Tally:
+    acknowledged: int = 0
+    lost: int = 0
+    left: int = 0
+
+
+def sentinel_primary_killed(wait_replicas: int) -> Callable[[Lab], tuple[str, str, int, bool]]:
+    """The scenario; returns (what the client saw, what is stored, lost, ok)."""
+    def run(running: Lab) -> tuple[str, str, int, bool]:
+        forwarders: list[Forwarder] = []
+
+        def link(primary_port: int) -> int:
+            forwarders.append(Forwarder(primary_port).start())
+            return forwarders[-1].port
+
+        group = SentinelGroup(link=link)
+        running.on_close(group.stop)
+        running.on_close(lambda: [f.stop() for f in forwarders])
+        url = group.url()
+        flags = (*FLAGS, "--redis-wait-replicas", str(wait_replicas))
+        sim = running.keep(start_simulator())
+        a = running.keep(start_proxy(sim.url, *flags, redis_url=url))
+        b = running.keep(start_proxy(sim.url, *flags, redis_url=url))
+        running.keep(start_worker(sim.url, url, "--heartbeat-interval", "0.5"))
+        load = FailoverLoad(a.url, b.url, f"failover-wait={wait_replicas}").start()
+        running.on_close(load.stop)
+        wait_for(lambda: len(load.seen.creates) >= 200, 60)
+        old = group.master_port()
+        assert old is not None
+        forwarders[0].stall()  # the replica falls behind...
+        time.sleep(LAG)
+        killed = time.monotonic()
+        group.fail_primary(signal.SIGKILL)  # ...and the primary dies with what it did not send
+        forwarders[0].stop()
+        group.wait_promoted(old)
+        promoted = time.monotonic() - killed
+        time.sleep(AFTER)
+        load.stop()
+        time.sleep(15)  # the lease sweep (2 s leases) and the job reclaim (0.5 s heartbeats)
+        return judge(load.seen, b.url, killed, promoted, wait_replicas)
+
+    return run
+
+
+def judge(seen: Seen, base: str, killed: float, promoted: float,
+          wait_replicas: int) -> tuple[str, str, int, bool]:
+    creates, streams, jobs = Tally(), Tally(), Tally()
+    for _, code, body in seen.creates:
+        if code == 200 and body.get("status") == "completed":
+            creates.acknowledged += 1
+            creates.lost += stored(base, str(body["id"])).get("status") != "completed"
+        elif body.get("id"):
+            creates.left += stored(base, str(body["id"])).get("status") == "in_progress"
+    for outcome, rid in seen.streams:
+        status = stored(base, rid).get("status") if rid else None
+        if outcome == "response.completed":
+            streams.acknowledged += 1
+            streams.lost += status != "completed"
+        streams.left += status == "in_progress"
+    for code, rid in seen.jobs:
+        if code == 200 and rid:
+            jobs.acknowledged += 1
+            status = stored(base, rid).get("status")
+            jobs.lost += str(status).startswith("HTTP")
+            jobs.left += status in ("queued", "in_progress")
+    resumed = min((t for t, code, _ in seen.creates if t > killed and code == 200),
+                  default=0.0)
+    outcomes = Counter(o for o, _ in seen.streams)
+    client = (f"creates: {_codes(c for _, c, _ in seen.creates)}; streams: "
+              f"{', '.join(f'{n}x {o}' for o, n in outcomes.most_common())}; jobs: "
+              f"{_codes(c for c, _ in seen.jobs)}; replica promoted {promoted:.1f}s after the "
+              f"kill, a create answered 200 again "
+              + (f"{resumed - killed:.1f}s after it" if resumed else "never"))
+    what = (f"acknowledged and lost: creates {creates.lost}/{creates.acknowledged}, streams "
+            f"{streams.lost}/{streams.acknowledged}, jobs {jobs.lost}/{jobs.acknowledged}; "
+            f"left in_progress/queued: {creates.left + streams.left + jobs.left}")
+    lost = creates.lost + streams.lost + jobs.lost
+    hung = outcomes.get("hung", 0)
+    # With WAIT the answers given (creates, streams) survive; a job's 200 is its create, which
+    # WAIT does not cover.
+    ok = (resumed > 0 and hung == 0 and creates.left + streams.left + jobs.left == 0
+          and (not wait_replicas or creates.lost + streams.lost == 0))
+    return client, what, lost, ok
+
+
+def _codes(codes: Any) -> str:
+    return ", ".join(f"{n}x{code}" for code, n in sorted(Counter(codes).items()))
