@@ -260,7 +260,8 @@ class _States:
         yield from (up, in_flight, queued, tasks)
         shortfalls = CounterMetricFamily(
             "proxy_redis_wait_shortfalls",
-            "Final writes that fewer replicas acknowledged within the WAIT timeout than "
+            "Response creates and final writes that fewer replicas acknowledged within the "
+            "WAIT timeout than "
             "--redis-wait-replicas asks (the write holds on the primary; a failover now could "
             "lose it).", labels=())
         shortfalls.add_metric([], float(self.wait_shortfalls()))

@@ -130,8 +130,8 @@ OPTIONS: tuple[Option, ...] = (
            "redis+sentinel://[:pw@]host:port[,host:port...]/master[/db]; omitted = embedded "
            "store"),
     Option("redis_wait_replicas", "store.wait_replicas", c.replica_count,
-           "after a response's final write, wait (Redis WAIT, bounded) until this many replicas "
-           "have it; 0 = do not wait. Needs --redis-url"),
+           "after a response's create and its final write, wait (Redis WAIT, at most 1 s) until "
+           "this many replicas have them; 0 = do not wait. Needs --redis-url"),
     Option("connect_timeout", "timeouts.connect", c.seconds,
            "seconds to connect to an upstream"),
     Option("first_byte_timeout", "timeouts.first_byte", c.seconds,

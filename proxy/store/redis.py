@@ -32,6 +32,7 @@ import orjson
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
 
 from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
@@ -47,10 +48,10 @@ __all__ = ["RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
-# How long a final write waits for its replicas (`--redis-wait-replicas`). A replica on the
-# same network acknowledges within milliseconds; one that takes a second is lagging or gone,
-# and waiting longer would only hold the stream's end (and its connection) for nothing. Well
-# under the socket timeout, which must not fire first.
+# How long a response's create or final write waits for its replicas (--redis-wait-replicas).
+# A replica on the same network acknowledges within milliseconds; one that takes a second is
+# lagging or gone, and waiting longer would only hold the stream (and its connection) for
+# nothing. Well under the socket timeout, which must not fire first.
 WAIT_TIMEOUT_MS = 1_000
 
 log = logging.getLogger("proxy.store")
@@ -74,8 +75,8 @@ class RedisStore(RedisConversations):
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
         self._reconnector = reconnector
-        # Replicas a final write waits for (`--redis-wait-replicas`), and how often fewer
-        # acknowledged it in time (read by /metrics: proxy_redis_wait_shortfalls).
+        # Replicas a response's create and final write wait for (`--redis-wait-replicas`), and
+        # how often fewer acknowledged in time (read by /metrics: proxy_redis_wait_shortfalls).
         self.wait_replicas = wait_replicas
         self.wait_shortfalls = 0
         # Registered once: each keeps its sha and is loaded into the server on first use (and
@@ -136,7 +137,7 @@ class RedisStore(RedisConversations):
         if events:
             args.append(_packed(events))
         with store_errors():
-            written, held = await self._create(keys=keys_, args=args)
+            written, held = await self._waited(self._create, keys_, args)
         if not written:
             raise storage_exceeded(budget, held)
 
@@ -243,25 +244,27 @@ class RedisStore(RedisConversations):
                            f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
                            *_item_ids(response.get("output") or ())]
         with store_errors():
-            if self.wait_replicas:
-                reply = await self._finish_and_wait(_response_keys(rid), args)
-            else:
-                reply = await self._finish(keys=_response_keys(rid), args=args)
+            reply = await self._waited(self._finish, _response_keys(rid), args)
         return _transition(reply)
 
-    async def _finish_and_wait(self, keys_: list[str], args: list[Any]) -> Any:
-        """The final write, then `WAIT` for `wait_replicas` replicas on the same connection
-        (WAIT counts the writes of the connection it is sent on: hence one pipeline). Fewer in
-        time is logged and counted, not an error: the write holds on the primary, and the
-        client has its answer; what is at risk is only that a failover in the next moments
-        loses it (replication is asynchronous)."""
+    async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
+        """`script` (a response's create or its final write), then, with `wait_replicas`,
+        `WAIT` for that many replicas on the same connection (WAIT counts the writes of the
+        connection it is sent on: hence one pipeline; redis-py checks the script is loaded
+        first, one more round trip). So a response the client was told about (its create) and
+        its end (the final write) are on a replica before the client hears of them, and a
+        failover cannot take them back. Fewer replicas in time is logged and counted, not an
+        error: the write holds on the primary and the answer is real; only a failover in the
+        next moments could lose it."""
+        if not self.wait_replicas:
+            return await script(keys=keys_, args=args)
         async with self._client.pipeline(transaction=False) as pipe:
-            await self._finish(keys=keys_, args=args, client=pipe)
+            await script(keys=keys_, args=args, client=pipe)
             pipe.execute_command("WAIT", self.wait_replicas, WAIT_TIMEOUT_MS)
             reply, acked = await pipe.execute()
         if int(acked) < self.wait_replicas:
             self.wait_shortfalls += 1
-            log.warning("final write acknowledged by %s of %d replica(s) within %d ms",
+            log.warning("a write acknowledged by %s of %d replica(s) within %d ms",
                         acked, self.wait_replicas, WAIT_TIMEOUT_MS)
         return reply
 
