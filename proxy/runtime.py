@@ -137,7 +137,7 @@ class Runtime:
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)
         metrics.watch_queue(queue.length)
-        metrics.watch_replication(lambda: backend.store.wait_shortfalls)
+        metrics.watch_replication(lambda: backend.store.replication.shortfalls)
         tasks = TaskSet()
         supervisor = LoopSupervisor()
         events = EventLog(store, ttl=settings.store.response_ttl,

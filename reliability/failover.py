@@ -3,8 +3,8 @@ and without `--redis-wait-replicas 1`.
 
 Topology: a primary, a replica and three sentinels (tests/support/sentinel.py); two proxy
 instances (A takes creates and background jobs, B streams) and a worker process, all on
-`redis+sentinel://`, leases of 5 s (longer than the failover: FLAGS says why). Load: 8 clients of stored
-creates, 8 of stored streams, one background job every 100 ms.
+`redis+sentinel://`, leases of 5 s (longer than the failover: FLAGS says why). Load: 8
+clients of stored creates, 8 of stored streams, one background job every 100 ms.
 
 Replication is asynchronous, and on loopback it is sub-millisecond, so a plain kill loses
 nothing measurable. To show what a failover can lose, the replica's replication link runs

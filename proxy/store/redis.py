@@ -24,7 +24,6 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -42,19 +41,13 @@ from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
 from proxy.store.reconnect import Reconnector
+from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
-# How long a response's create or final write waits for its replicas (--redis-wait-replicas).
-# A replica on the same network acknowledges within milliseconds; one that takes a second is
-# lagging or gone, and waiting longer would only hold the stream (and its connection) for
-# nothing. Well under the socket timeout, which must not fire first.
-WAIT_TIMEOUT_MS = 1_000
-
-log = logging.getLogger("proxy.store")
 
 _RESPONSE_FIELDS = (
     keys.F_STATUS, keys.F_TENANT, keys.F_OBJECT, keys.F_PARENTS, keys.F_LOGGED, keys.F_CLOSED,
@@ -75,10 +68,8 @@ class RedisStore(RedisConversations):
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
         self._reconnector = reconnector
-        # Replicas a response's create and final write wait for (`--redis-wait-replicas`), and
-        # how often fewer acknowledged in time (read by /metrics: proxy_redis_wait_shortfalls).
-        self.wait_replicas = wait_replicas
-        self.wait_shortfalls = 0
+        # The replicas a response's create and final write wait for (`--redis-wait-replicas`).
+        self.replication = ReplicaWait(wait_replicas)
         # Registered once: each keeps its sha and is loaded into the server on first use (and
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
@@ -248,25 +239,11 @@ class RedisStore(RedisConversations):
         return _transition(reply)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
-        """`script` (a response's create or its final write), then, with `wait_replicas`,
-        `WAIT` for that many replicas on the same connection (WAIT counts the writes of the
-        connection it is sent on: hence one pipeline; redis-py checks the script is loaded
-        first, one more round trip). So a response the client was told about (its create) and
-        its end (the final write) are on a replica before the client hears of them, and a
-        failover cannot take them back. Fewer replicas in time is logged and counted, not an
-        error: the write holds on the primary and the answer is real; only a failover in the
-        next moments could lose it."""
-        if not self.wait_replicas:
+        """`script` (a response's create or its final write), waited for as
+        `--redis-wait-replicas` asks (store/replication.py)."""
+        if not self.replication.replicas:
             return await script(keys=keys_, args=args)
-        async with self._client.pipeline(transaction=False) as pipe:
-            await script(keys=keys_, args=args, client=pipe)
-            pipe.execute_command("WAIT", self.wait_replicas, WAIT_TIMEOUT_MS)
-            reply, acked = await pipe.execute()
-        if int(acked) < self.wait_replicas:
-            self.wait_shortfalls += 1
-            log.warning("a write acknowledged by %s of %d replica(s) within %d ms",
-                        acked, self.wait_replicas, WAIT_TIMEOUT_MS)
-        return reply
+        return await self.replication.run(self._client, script, keys_, args)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))
