@@ -68,7 +68,7 @@ compat: $(STAMP)
 ## what the client saw, what is stored, lost/run-twice counts; first the `failover`-marked
 ## tests (a topology's primary frozen under load). A few minutes.
 chaos: $(STAMP) redis-server
-	$(BIN)/python -m pytest -q -m failover tests/contract
+	$(BIN)/python -m pytest -q -m failover tests/contract tests/e2e
 	$(BIN)/python -m reliability.chaos
 
 ## soak: mixed traffic at concurrency 64 on two instances and one Redis for SOAK_SECONDS
