@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,30 +68,29 @@ class FailoverLoad:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._all()), daemon=True)
 
-    async def _creates(self, n: int) -> None:
-        async with httpx.AsyncClient(base_url=self.creates_url, headers=AUTH,
-                                     timeout=30) as http:
+    async def _loop(self, base: str, step: Callable[[httpx.AsyncClient, int], Awaitable[None]],
+                    pause: float = 0.0) -> None:
+        """`step(http, i)` for i = 0, 1, ... until stopped (bounded in count too)."""
+        async with httpx.AsyncClient(base_url=base, headers=AUTH, timeout=30) as http:
             for i in range(100_000):
                 if self._stop.is_set():
                     return
-                sent = time.monotonic()
-                try:
-                    got = await http.post("/v1/responses", json={
-                        "model": MODEL, "input": f"{self.tag} c{n}-{i} [[sim tokens=20]]"})
-                    self.seen.creates.append((sent, time.monotonic(), got.status_code,
-                                              got.json()))
-                except (httpx.HTTPError, ValueError):
-                    self.seen.creates.append((sent, time.monotonic(), 0, {}))
+                await step(http, i)
+                await asyncio.sleep(pause)
 
-    async def _streams(self, n: int) -> None:
-        async with httpx.AsyncClient(base_url=self.streams_url, headers=AUTH,
-                                     timeout=30) as http:
-            for i in range(100_000):
-                if self._stop.is_set():
-                    return
-                self.seen.streams.append(await self._stream(http, f"s{n}-{i}"))
+    async def _create(self, http: httpx.AsyncClient, name: str) -> None:
+        sent = time.monotonic()
+        try:
+            got = await http.post("/v1/responses", json={
+                "model": MODEL, "input": f"{self.tag} {name} [[sim tokens=20]]"})
+            self.seen.creates.append((sent, time.monotonic(), got.status_code, got.json()))
+        except (httpx.HTTPError, ValueError):
+            self.seen.creates.append((sent, time.monotonic(), 0, {}))
 
-    async def _stream(self, http: httpx.AsyncClient, name: str) -> tuple[str, str]:
+    async def _stream(self, http: httpx.AsyncClient, name: str) -> None:
+        self.seen.streams.append(await self._read_stream(http, name))
+
+    async def _read_stream(self, http: httpx.AsyncClient, name: str) -> tuple[str, str]:
         rid, last = "", "(nothing)"
         try:
             async with http.stream("POST", "/v1/responses", json={
@@ -110,24 +109,25 @@ class FailoverLoad:
             return "cut", rid
         return last, rid
 
-    async def _jobs(self) -> None:
-        async with httpx.AsyncClient(base_url=self.creates_url, headers=AUTH,
-                                     timeout=30) as http:
-            for i in range(100_000):
-                if self._stop.is_set():
-                    return
-                try:
-                    got = await http.post("/v1/responses", json={
-                        "model": MODEL, "background": True,
-                        "input": f"{self.tag} j{i} [[sim tokens=20]]"})
-                    self.seen.jobs.append((got.status_code, str(got.json().get("id", ""))))
-                except (httpx.HTTPError, ValueError):
-                    self.seen.jobs.append((0, ""))
-                await asyncio.sleep(0.1)
+    async def _job(self, http: httpx.AsyncClient, i: int) -> None:
+        try:
+            got = await http.post("/v1/responses", json={
+                "model": MODEL, "background": True,
+                "input": f"{self.tag} j{i} [[sim tokens=20]]"})
+            self.seen.jobs.append((got.status_code, str(got.json().get("id", ""))))
+        except (httpx.HTTPError, ValueError):
+            self.seen.jobs.append((0, ""))
 
     async def _all(self) -> None:
-        await asyncio.gather(*(self._creates(n) for n in range(8)),
-                             *(self._streams(n) for n in range(8)), self._jobs())
+        def create(n: int) -> Callable[[httpx.AsyncClient, int], Awaitable[None]]:
+            return lambda http, i: self._create(http, f"c{n}-{i}")
+
+        def stream(n: int) -> Callable[[httpx.AsyncClient, int], Awaitable[None]]:
+            return lambda http, i: self._stream(http, f"s{n}-{i}")
+
+        await asyncio.gather(*(self._loop(self.creates_url, create(n)) for n in range(8)),
+                             *(self._loop(self.streams_url, stream(n)) for n in range(8)),
+                             self._loop(self.creates_url, self._job, 0.1))
 
     def start(self) -> FailoverLoad:
         self._thread.start()
@@ -192,22 +192,17 @@ def judge(seen: Seen, base: str, killed: float, promoted: float,
     with ThreadPoolExecutor(16) as pool:  # thousands of GETs: not one after another
         now = dict(zip(ids, pool.map(lambda rid: stored(base, rid).get("status"), ids),
                        strict=True))
-    for _, _, code, body in seen.creates:
-        status = now.get(str(body.get("id")))
-        if code == 200 and body.get("status") == "completed":
-            creates.acknowledged += 1
-            creates.lost += status != "completed"
-            if status != "completed":
-                how[str(status)] += 1
-        creates.left += status == "in_progress"
-    for outcome, rid in seen.streams:
-        status = now.get(rid)
-        if outcome == "response.completed":
-            streams.acknowledged += 1
-            streams.lost += status != "completed"
-            if status != "completed":
-                how[str(status)] += 1
-        streams.left += status == "in_progress"
+    answers = [(code == 200 and body.get("status") == "completed", now.get(str(body.get("id"))))
+               for _, _, code, body in seen.creates]
+    for tally, given in ((creates, answers), (streams, [
+            (outcome == "response.completed", now.get(rid)) for outcome, rid in seen.streams])):
+        for acknowledged, status in given:
+            if acknowledged:
+                tally.acknowledged += 1
+                tally.lost += status != "completed"
+                if status != "completed":
+                    how[str(status)] += 1
+            tally.left += status == "in_progress"
     for code, rid in seen.jobs:
         if code == 200 and rid:
             jobs.acknowledged += 1
