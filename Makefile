@@ -64,8 +64,11 @@ compat: $(STAMP)
 
 ## chaos: one fault at a time on real processes (Redis killed or full, a replica, a worker or
 ## an instance killed -9, a stalled network, a client that never reads, a thousand replays,
-## every size limit): what the client saw, what is stored, lost/run-twice counts. A few minutes.
+## every size limit, the Sentinel primary killed -9 with and without --redis-wait-replicas):
+## what the client saw, what is stored, lost/run-twice counts; first the `failover`-marked
+## tests (a topology's primary frozen under load). A few minutes.
 chaos: $(STAMP) redis-server
+	$(BIN)/python -m pytest -q -m failover tests/contract tests/e2e
 	$(BIN)/python -m reliability.chaos
 
 ## soak: mixed traffic at concurrency 64 on two instances and one Redis for SOAK_SECONDS

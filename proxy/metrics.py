@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from proxy.core.errors import ProxyError
 
@@ -151,6 +151,11 @@ class Metrics:
     def watch_queue(self, depth: Callable[[], Awaitable[int]]) -> None:
         self._states.queue_depth = depth
 
+    def watch_replication(self, shortfalls: Callable[[], int]) -> None:
+        """The store's count of final writes fewer replicas acknowledged in time than
+        `--redis-wait-replicas` asks (store/redis.py)."""
+        self._states.wait_shortfalls = shortfalls
+
     # -- HTTP ---------------------------------------------------------------------------------
     def stream_opened(self, route: str) -> None:
         self._open_streams.labels(route).inc()
@@ -228,6 +233,7 @@ class _States:
         self.queue_depth: Callable[[], Awaitable[int]] | None = None
         self.depth: int | None = None  # read by `Metrics.render` just before a collection
         self.tasks: int | None = None  # the event loop's tasks, counted by `Metrics.render`
+        self.wait_shortfalls: Callable[[], int] = lambda: 0
 
     async def read_depth(self) -> int | None:
         read = self.queue_depth
@@ -252,6 +258,14 @@ class _States:
         if self.tasks is not None:
             tasks.add_metric([], float(self.tasks))
         yield from (up, in_flight, queued, tasks)
+        shortfalls = CounterMetricFamily(
+            "proxy_redis_wait_shortfalls",
+            "Response creates and final writes that fewer replicas acknowledged within the "
+            "WAIT timeout than "
+            "--redis-wait-replicas asks (the write holds on the primary; a failover now could "
+            "lose it).", labels=())
+        shortfalls.add_metric([], float(self.wait_shortfalls()))
+        yield shortfalls
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:

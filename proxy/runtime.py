@@ -117,7 +117,8 @@ class Runtime:
         piece of start-up I/O the services need before they exist: services/process/sealing.py)."""
         tenancy = settings.tenancy
         backend = open_backend(settings.store.redis_url, budget=storage_budget(
-            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key))
+            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key),
+            wait_replicas=settings.store.wait_replicas)
         sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
                          draining=draining)
@@ -147,6 +148,7 @@ class Runtime:
         # States read when /metrics is scraped, never kept in sync by the request path.
         metrics.watch_replicas(lambda: fleet.replicas)
         metrics.watch_queue(queue.length)
+        metrics.watch_replication(lambda: backend.store.replication.shortfalls)
         tasks = TaskSet()
         supervisor = LoopSupervisor()
         events = EventLog(store, ttl=settings.store.response_ttl,

@@ -28,6 +28,7 @@ import httpx
 import orjson
 import redis
 
+from reliability.failover import LAG, sentinel_primary_killed
 from reliability.forwarder import Forwarder
 from reliability.lab import (
     AUTH,
@@ -523,6 +524,14 @@ def mcp_server_killed(running: Lab) -> Outcome:
     return Outcome(client, what, 0, int(asked > 2), ok)
 
 
+def failover_row(wait_replicas: int) -> Callable[[Lab], Outcome]:
+    def run(running: Lab) -> Outcome:
+        client, what, lost, ok = sentinel_primary_killed(wait_replicas)(running)
+        return Outcome(client, what, lost, 0, ok)
+
+    return run
+
+
 SCENARIOS = (
     Scenario("redis-restart-aof", "Redis SIGKILLed under load (16 clients), restarted on the "
              "same port about 1 s later with its AOF (appendfsync always)", redis_restart(True)),
@@ -543,6 +552,11 @@ SCENARIOS = (
     Scenario("thousand-readers", f"{READERS} readers replaying one live response",
              thousand_readers),
     Scenario("size-limits", "inputs exactly at and one over each size limit", size_limits),
+    Scenario("sentinel-primary-killed", "the Sentinel primary SIGKILLed under load (8 "
+             "create clients, 8 stream clients, a job every 100 ms; two instances and a "
+             f"worker), its replica lagging {LAG}s", failover_row(0)),
+    Scenario("sentinel-primary-killed-wait", "the same with --redis-wait-replicas 1",
+             failover_row(1)),
     Scenario("mcp-server-killed", "the MCP server SIGKILLed while the proxy waits on a tool "
              "call of a streamed response", mcp_server_killed),
 )

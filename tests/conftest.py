@@ -11,6 +11,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess, start_redis, start_simulator
 
 
@@ -26,6 +27,15 @@ def redis_server() -> Iterator[ServerProcess]:
     server = start_redis()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_group() -> Iterator[SentinelGroup]:
+    """A primary, its replica and three sentinels (tests/support/sentinel.py), shared by the
+    session: tests that kill or stop one of them start their own group."""
+    group = SentinelGroup()
+    yield group
+    group.stop()
 
 
 class SimControl:

@@ -14,6 +14,7 @@ from typing import Any
 from proxy.settings.checks import ConfigError, split
 from proxy.settings.groups import Settings
 from proxy.settings.options import OPTIONS, Option
+from proxy.store.topology import parse_redis_url
 
 # Options that may not be given together: two lists of the fleet would disagree sooner or later.
 _EXCLUSIVE = (("replicas", "upstreams"),)
@@ -60,6 +61,7 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
         # Said at start rather than at the first request: semantic needs vectors from the fleet.
         raise ConfigError("--embedding-model", "`--cache semantic` needs the name of a model "
                                                "the fleet serves on /v1/embeddings")
+    _check_store(settings)
     if server.workers > 1 and not settings.store.redis_url:
         # The embedded store lives in one process's memory: N processes would be N proxies
         # that cannot see each other's responses, streams or jobs.
@@ -72,6 +74,24 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
     if settings.sealing.max_bytes > body:
         raise ConfigError("--max-sealed-bytes", f"must be at most --max-body-bytes ({body})")
     return settings
+
+
+def _check_store(settings: Settings) -> None:
+    store = settings.store
+    if store.redis_url and parse_redis_url(store.redis_url).kind == "cluster":
+        # The URL is understood (store/topology.py), but the scripts write keys of several
+        # responses in one call, which a cluster cannot serve yet (issue 26, point 2).
+        raise ConfigError("--redis-url", "Redis Cluster (redis+cluster://) is not supported "
+                                         "yet: use one primary (redis://, rediss://) or "
+                                         "Sentinel (redis+sentinel://)")
+    if store.wait_replicas and not store.redis_url:
+        raise ConfigError("--redis-wait-replicas", "the embedded store has no replicas: "
+                                                   "give --redis-url (or 0)")
+
+
+def _store_kind(url: str) -> str:
+    kind = parse_redis_url(url).kind
+    return "redis" if kind == "single" else f"redis ({kind})"
 
 
 def accepted_keys(settings: Settings) -> tuple[str, ...]:
@@ -95,7 +115,7 @@ def describe(settings: Settings) -> Sequence[str]:
     embedded = "embedded (one instance; lost on exit)"
     return (
         f"upstreams: {', '.join(settings.fleet.upstreams) or '(none)'}",
-        f"store: {'redis' if settings.store.redis_url else embedded}",
+        f"store: {_store_kind(settings.store.redis_url) if settings.store.redis_url else embedded}",
         f"auth: {f'{len(keys)} key(s)' if keys else 'OFF (no keys)'}",
         f"cache: {settings.cache.mode}",
         f"processes: {settings.server.workers}",

@@ -21,6 +21,7 @@ from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
 from proxy.core.origin import parse_origin
 from proxy.core.urlpolicy import UrlRefused, parse_prefix, parse_target
 from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
+from proxy.store.topology import BadRedisUrl, parse_redis_url
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.
 Parse = Callable[[object, str], object]
@@ -84,12 +85,12 @@ def upstreams(values: object, flag: str) -> tuple[str, ...]:
 
 
 def check_redis_url(url: object, flag: str = "--redis-url") -> str:
-    parts = urlsplit(str(url).strip())
-    if parts.scheme not in ("redis", "rediss", "unix") or (
-        parts.scheme != "unix" and not parts.hostname
-    ):
-        raise ConfigError("--redis-url", f"not a redis:// URL: {url!r}")
-    return str(url).strip()
+    """One of the forms store/topology.py reads (one primary, TLS, Sentinel, Cluster). The
+    message names what is wrong, not the URL: it may carry a password."""
+    try:
+        return parse_redis_url(str(url)).url
+    except BadRedisUrl as exc:
+        raise ConfigError("--redis-url", f"not a Redis URL: {exc}") from None
 
 
 def check_proxy_url(url: object, flag: str = "HTTPS_PROXY") -> str:
@@ -139,6 +140,14 @@ def byte_count(value: object, flag: str) -> int:
     digits = str(value).strip()
     if not (digits.isascii() and digits.isdigit()):
         raise ConfigError(flag, f"must be a whole number of bytes (0: no limit), got {value!r}")
+    return int(digits)
+
+
+def replica_count(value: object, flag: str) -> int:
+    """A non-negative number of replicas (0: do not wait for any)."""
+    digits = str(value).strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise ConfigError(flag, f"must be a whole number of replicas (0: none), got {value!r}")
     return int(digits)
 
 

@@ -111,6 +111,9 @@ class StoreSettings:
     # Seconds a stored foreground response's lease lasts unless its instance renews it (every
     # third of it); a dead instance's responses end `failed` within about 1.5 leases.
     lease_ttl: float = 10.0
+    # Replicas that must hold a response's create and final write before they count as done
+    # (Redis WAIT, bounded: store/redis.py); 0: none, the primary's acknowledgement suffices.
+    wait_replicas: int = 0
 
 
 @dataclass(frozen=True)

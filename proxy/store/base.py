@@ -115,6 +115,12 @@ class Store(Protocol):
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
 
+    async def reconnect(self) -> None:
+        """Before a write that failed is retried: drop idle connections (they may point at a
+        primary that is stuck or was replaced; the next one follows a failover) and raise
+        StoreUnavailable unless the store answers a probe within a short bound (a second), so
+        a retry on a stuck server does not wait out another socket timeout."""
+
     async def aclose(self) -> None: ...
 
     # -- responses ---------------------------------------------------------------------------

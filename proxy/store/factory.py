@@ -27,11 +27,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import fakeredis
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from proxy.core.storagebudget import UNLIMITED, StorageBudget
@@ -42,7 +45,9 @@ from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.leases import LeaseTable
 from proxy.store.limits import LimitStore
 from proxy.store.prompts import RedisPrompts
+from proxy.store.reconnect import PROBE_TIMEOUT, Reconnector
 from proxy.store.redis import RedisStore
+from proxy.store.topology import RedisTarget, parse_redis_url
 
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
@@ -59,6 +64,9 @@ MAX_CONNECTIONS = 256
 # The embedded store's connections are in-process objects (no socket, no server-side client),
 # so its bound is only there to catch a leak: well past what 1,000 concurrent streams hold.
 EMBEDDED_MAX_CONNECTIONS = 4096
+# Connections of the reconnect probe (store/reconnect.py): many streams failing at once probe
+# together; past these they wait for one (as long as a probe may take).
+PROBE_CONNECTIONS = 16
 # Oldest Redis we support (DESIGN.md): the embedded server refuses what 7.0 would refuse.
 EMBEDDED_VERSION = (7, 0)
 
@@ -67,17 +75,21 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                socket_timeout: float = SOCKET_TIMEOUT,
                health_check_interval: int = HEALTH_CHECK_INTERVAL,
                max_connections: int = MAX_CONNECTIONS,
-               budget: StorageBudget = UNLIMITED) -> RedisStore:
-    """A `RedisStore` on `redis_url`, or the embedded store when it is None, holding each key
-    to its `budget` of stored bytes. Nothing connects here: the first call does (call
-    `ping()` to check at start-up)."""
+               budget: StorageBudget = UNLIMITED, wait_replicas: int = 0,
+               probe_timeout: float = PROBE_TIMEOUT) -> RedisStore:
+    """A `RedisStore` on `redis_url` (store/topology.py: one primary, or the primary that
+    Sentinel names), or the embedded store when it is None, holding each key to its `budget`
+    of stored bytes. Nothing connects here: the first call does (call `ping()` to check at
+    start-up). `wait_replicas`: see `RedisStore`; `probe_timeout`: the reconnect probe's
+    (store/reconnect.py)."""
     if redis_url is None:
         return RedisStore(embedded_client(), embedded=True, budget=budget)
     if socket_timeout <= BLOCK_MARGIN:
         raise ValueError(f"socket_timeout must exceed {BLOCK_MARGIN}s (blocking reads)")
-    pool = BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=max_connections,
+    target = parse_redis_url(redis_url)
+    if target.kind == "cluster":
+        raise ValueError("Redis Cluster is not supported yet")  # settings/build.py says so
+    options = dict(
         # Waiting for a free pooled connection is queueing behind our own burst (a thousand
         # replays at once), not a sign of a dead server (that fails its connect or its
         # command): it may take as long as a command may.
@@ -88,8 +100,40 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
         retry=Retry(NoBackoff(), 0),
         decode_responses=False,
     )
+    closers: list[Callable[[], Awaitable[None]]] = []
+    client = _client(target, closers, max_connections=max_connections, **options)
+    # The probe: the same target, a few connections, a short timeout for everything.
+    probe_options = {**options, "timeout": probe_timeout, "socket_timeout": probe_timeout,
+                     "socket_connect_timeout": min(connect_timeout, probe_timeout)}
+    probe = _client(target, closers, max_connections=PROBE_CONNECTIONS, **probe_options)
     max_block_ms = int((socket_timeout - BLOCK_MARGIN) * 1000)
-    return RedisStore(Redis(connection_pool=pool), max_block_ms=max_block_ms, budget=budget)
+    return RedisStore(client, max_block_ms=max_block_ms, budget=budget,
+                      reconnector=Reconnector(client, probe, closers),
+                      wait_replicas=wait_replicas)
+
+
+class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
+    """redis-py's Sentinel pool (each new connection asks the sentinels for the primary; a
+    changed primary drops the idle connections) with the blocking pool's wait for a free
+    connection instead of an error past `max_connections`."""
+
+
+def _client(target: RedisTarget, closers: list[Callable[[], Awaitable[None]]],
+            **options: Any) -> Redis:
+    """A client of `target`'s primary with `options` (pool and connection settings). What
+    else must be closed with it goes into `closers`."""
+    if target.kind == "single":
+        return Redis(connection_pool=BlockingConnectionPool.from_url(target.url, **options))
+    # The sentinels answer one small command each; they get the connect timeout for both
+    # (a stuck sentinel is skipped for the next one) and no retries, as the primary.
+    timeout = options["socket_connect_timeout"]
+    sentinel = Sentinel(list(target.hosts), sentinel_kwargs={  # type: ignore[no-untyped-call]
+        "socket_connect_timeout": timeout, "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0), "password": target.sentinel_password})
+    closers.append(sentinel.aclose)
+    client: Redis = sentinel.master_for(target.master, connection_pool_class=SentinelBlockingPool,
+                                        db=target.db, password=target.password, **options)
+    return client
 
 
 def embedded_client() -> Redis:
@@ -141,5 +185,6 @@ def backend_of(store: RedisStore) -> Backend:
                    RedisPrompts(client))
 
 
-def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED) -> Backend:
-    return backend_of(open_store(redis_url, budget=budget))
+def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED,
+                 wait_replicas: int = 0) -> Backend:
+    return backend_of(open_store(redis_url, budget=budget, wait_replicas=wait_replicas))

@@ -31,13 +31,16 @@ class LeaseTable:
 
     async def renew(self, *, ttl_ms: int, new: Sequence[str] = (), held: Sequence[str] = (),
                     dropped: Sequence[str] = ()) -> list[str]:
-        """Take `new` leases, renew `held` ones, drop `dropped` ones; the held ids whose lease
-        had already expired (not renewed: no longer ours) are returned."""
+        """Take `new` leases, renew `held` ones, drop `dropped` ones (those whose response is
+        terminal or gone; the others are left to expire: scripts.RENEW_LEASES says why); the
+        held ids whose lease had already expired (not renewed: no longer ours) are
+        returned."""
         if not (new or held or dropped):
             return []
         args: list[str | int] = [ttl_ms, len(new), *new, len(held), *held, *dropped]
         with store_errors():
-            lost = await self._renew(keys=[keys.LEASES], args=args)
+            lost = await self._renew(
+                keys=[keys.LEASES, *(keys.response(rid) for rid in dropped)], args=args)
         return [raw.decode() for raw in lost]
 
     async def expired(self, limit: int) -> list[str]:

@@ -31,6 +31,7 @@ import orjson
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
 
 from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
@@ -39,6 +40,8 @@ from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
+from proxy.store.reconnect import Reconnector
+from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["RedisStore", "read_retrying", "store_errors"]
@@ -58,10 +61,15 @@ class RedisStore(RedisConversations):
 
     def __init__(self, client: Redis, *, embedded: bool = False,
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
-                 budget: StorageBudget = UNLIMITED) -> None:
+                 budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
+                 wait_replicas: int = 0) -> None:
         super().__init__(client, budget)
         self.embedded = embedded
         self._max_block_ms = max_block_ms
+        # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
+        self._reconnector = reconnector
+        # The replicas a response's create and final write wait for (`--redis-wait-replicas`).
+        self.replication = ReplicaWait(wait_replicas)
         # Registered once: each keeps its sha and is loaded into the server on first use (and
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
@@ -87,8 +95,14 @@ class RedisStore(RedisConversations):
     async def ping(self) -> None:
         await self._read(self._client.ping)
 
+    async def reconnect(self) -> None:
+        if self._reconnector is not None:
+            await self._reconnector.reconnect()
+
     async def aclose(self) -> None:
         await self._client.aclose(close_connection_pool=True)
+        if self._reconnector is not None:
+            await self._reconnector.aclose()
 
     # -- responses ---------------------------------------------------------------------------
 
@@ -114,7 +128,7 @@ class RedisStore(RedisConversations):
         if events:
             args.append(_packed(events))
         with store_errors():
-            written, held = await self._create(keys=keys_, args=args)
+            written, held = await self._waited(self._create, keys_, args)
         if not written:
             raise storage_exceeded(budget, held)
 
@@ -221,8 +235,15 @@ class RedisStore(RedisConversations):
                            f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
                            *_item_ids(response.get("output") or ())]
         with store_errors():
-            reply = await self._finish(keys=_response_keys(rid), args=args)
+            reply = await self._waited(self._finish, _response_keys(rid), args)
         return _transition(reply)
+
+    async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
+        """`script` (a response's create or its final write), waited for as
+        `--redis-wait-replicas` asks (store/replication.py)."""
+        if not self.replication.replicas:
+            return await script(keys=keys_, args=args)
+        return await self.replication.run(self._client, script, keys_, args)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))

@@ -424,9 +424,15 @@ return out
 # One writer's leases in one call: new ones taken, held ones renewed, finished ones dropped.
 # A held lease whose deadline already passed is NOT renewed: someone may be closing that
 # response (its writer was presumed dead); the writer must stop it instead.
+# A finished one is dropped only if its response is terminal (or gone) here: after a Redis
+# failover the primary may have lost the final write its writer saw acknowledged (replication
+# is asynchronous), and the drop then reaches the promoted replica where the response is still
+# `in_progress`; its lease is left to expire instead, so a sweep closes it (issue 26). The
+# response hash is declared (KEYS), so a sharded layout keeps it with its lease.
+# KEYS: the lease set, then the dropped ids' response hashes, in order
 # ARGV: ttl_ms, count of new ids, new id*, count of held ids, held id*, dropped id*
 # Returns the held ids that were lost (expired or gone).
-RENEW_LEASES: Final = _NOW_MS + """
+RENEW_LEASES: Final = _TERMINAL + _NOW_MS + """
 local deadline = now + tonumber(ARGV[1])
 local n_new = tonumber(ARGV[2])
 local i = 3
@@ -447,7 +453,10 @@ for _ = 1, n_held do
   i = i + 1
 end
 for j = i, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[j])
+  local status = redis.call('HGET', KEYS[2 + j - i], 'status')
+  if not status or TERMINAL[status] then
+    redis.call('ZREM', KEYS[1], ARGV[j])
+  end
 end
 return lost
 """

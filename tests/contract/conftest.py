@@ -1,6 +1,8 @@
 """The `store` fixture: every contract test runs once per backend.
 
 - `redis`: a `RedisStore` on the session's real redis-server (flushed before each test);
+- `sentinel`: the same through Sentinel (`redis+sentinel://`, the session's primary + replica +
+  3 sentinels: tests/support/sentinel.py), so the client follows the sentinels' primary;
 - `embedded`: the store `open_store(None)` builds, over fakeredis's in-process server.
 
 `round_trips` counts what reaches the server: one per command sent on its own (scripts included)
@@ -19,10 +21,13 @@ from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 
 
-@pytest.fixture(params=["redis", "embedded"])
+@pytest.fixture(params=["redis", "sentinel", "embedded"])
 def store_url(request: pytest.FixtureRequest) -> str | None:
     if request.param == "embedded":
         return None
+    if request.param == "sentinel":
+        group = request.getfixturevalue("sentinel_group")
+        return str(group.url())
     server = request.getfixturevalue("redis_server")
     return f"redis://127.0.0.1:{server.port}/0"
 

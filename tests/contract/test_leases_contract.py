@@ -47,6 +47,22 @@ async def test_expired_lease_is_listed_and_not_renewed_by_its_holder(store: Redi
     assert await table.state("resp_live") is LeaseState.HELD
 
 
+async def test_a_dropped_lease_of_a_response_still_in_progress_is_left_to_expire(
+        store: RedisStore) -> None:
+    """After a failover the promoted replica may not hold the final write the writer saw
+    acknowledged: its drop of the lease must not leave that response `in_progress` for ever
+    with nothing to close it. The lease stays, expires, and a sweep finds it."""
+    for rid, status in (("resp_lost_end", "in_progress"), ("resp_ended", "completed")):
+        record = StoredResponse(response={"id": rid, "object": "response", "status": status,
+                                          "output": []}, tenant="t")
+        await store.create_response(record, [], ttl=60, event_ttl=60, lease_ms=30)
+    table = LeaseTable(store.client)
+    await table.renew(ttl_ms=30, dropped=["resp_lost_end", "resp_ended"])
+    assert await table.state("resp_ended") is LeaseState.ABSENT
+    await _expire(table, "resp_lost_end")
+    assert await table.expired(10) == ["resp_lost_end"]
+
+
 async def test_dropped_leases_leave_the_set(store: RedisStore) -> None:
     table = LeaseTable(store.client)
     await table.renew(ttl_ms=30, new=["resp_a", "resp_b"])
@@ -94,8 +110,12 @@ async def test_a_create_with_a_lease_takes_it_in_the_same_round_trip(
         assert await table.state(rid) is LeaseState.HELD
         record = await store.get_response("tenant", rid)
         assert record is not None and record.status == "in_progress"
-    # The lease is the table's like any other: renewed by its holder, then dropped.
+    # The lease is the table's like any other: renewed by its holder, then dropped once the
+    # response's end is stored.
     assert await table.renew(ttl_ms=10_000, held=["resp_plain"]) == []
+    await store.finish_response({"id": "resp_plain", "object": "response",
+                                 "status": "completed", "output": []}, None, ttl=60,
+                                event_ttl=60)
     await table.renew(ttl_ms=10_000, dropped=["resp_plain"])
     assert await table.state("resp_plain") is LeaseState.ABSENT
 

@@ -11,6 +11,7 @@ Each test runs its own redis-server: killing the session's would break the other
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -20,6 +21,7 @@ import pytest
 from redis import exceptions as rex
 
 from proxy.core.errors import StoreUnavailable
+from proxy.services.eventlog.durable import store_final
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import open_store
 from proxy.store.redis import RedisStore
@@ -140,3 +142,41 @@ async def test_a_stopped_server_fails_within_the_socket_timeout_then_recovers(
     await assert_works(store, "resp_3")
     got = await store.get_response(TENANT, "resp_1")
     assert got is not None
+
+
+def final(rid: str) -> dict[str, Any]:
+    return {"id": rid, "object": "response", "status": "completed", "output": []}
+
+
+async def test_final_writes_on_a_stopped_server_give_up_after_one_timeout_not_six(
+        servers: Servers) -> None:
+    """Issue 26: 16 streams ending on a frozen primary stayed stuck 30 s, each of the six
+    attempts of their final write waiting out the socket timeout. After the first timeout
+    every retry first probes the server (a short PING on a fresh connection): each costs the
+    probe's timeout, so all 16 give up within one socket timeout and five probes."""
+    probe = 0.3
+    store = open_store(servers.url, socket_timeout=SOCKET_TIMEOUT, probe_timeout=probe)
+    try:
+        rids = [f"resp_f{n}" for n in range(16)]
+        for rid in rids:
+            await store.create_response(record(rid), [], ttl=60, event_ttl=60)
+        delays = (0.05,) * 5
+        servers.current.signal(signal.SIGSTOP)
+        started = time.monotonic()
+        results = await asyncio.gather(*[
+            store_final(store, final(rid), StoredEvent(1, "response.completed", b"{}"),
+                        ttl=60, event_ttl=60, delays=delays) for rid in rids],
+            return_exceptions=True)
+        elapsed = time.monotonic() - started
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        # Before: 6 x 2 s = 12 s. Now: 2 s + 5 x (0.3 s probe + 0.05 s) = 3.75 s.
+        assert elapsed < SOCKET_TIMEOUT + 5 * (probe + 0.05) + 1.0, elapsed
+    finally:
+        servers.current.signal(signal.SIGCONT)
+    try:
+        # And once the server answers again, the same store writes the end.
+        done = await store_final(store, final(rids[0]), None, ttl=60, event_ttl=60,
+                                 delays=delays)
+        assert done.changed
+    finally:
+        await store.aclose()

@@ -3,6 +3,8 @@ traffic goes on; when Redis is back the proxy serves normally, without a restart
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -60,3 +62,40 @@ def test_503_while_redis_is_down_and_recovery_after(
     assert httpx.get(f"{proxy.url}/v1/responses/{again.json()['id']}",
                      timeout=15).status_code == 200
     assert httpx.get(proxy.url + "/readyz", timeout=15).status_code == 200
+
+
+@pytest.mark.failover
+def test_sixteen_streams_on_a_frozen_primary_end_without_waiting_out_six_timeouts(
+        redis_and_proxy: tuple[list[ServerProcess], ServerProcess]) -> None:
+    """Issue 26: with the primary frozen (SIGSTOP), 16 open stored streams stayed stuck about
+    30 s, each final-write retry waiting the full 5 s socket timeout. Now the retries after
+    the first timeout probe with a 1 s PING on a fresh connection: every stream ends (its
+    terminal event) well before that, and none hangs."""
+    redis, proxy = redis_and_proxy
+    ended: list[float] = []
+    frozen_at: list[float] = []
+
+    def stream(n: int) -> None:
+        body = {"model": "sim-model", "stream": True,
+                "input": f"frozen {n} [[sim tokens=60 delay_ms=25]]"}
+        with httpx.stream("POST", proxy.url + "/v1/responses", json=body,
+                          timeout=60) as reply:
+            for _ in reply.iter_lines():
+                pass
+        ended.append(time.monotonic())
+
+    threads = [threading.Thread(target=stream, args=(n,), daemon=True) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.6)  # all 16 streaming
+    redis[0].signal(signal.SIGSTOP)
+    frozen_at.append(time.monotonic())
+    try:
+        for thread in threads:
+            thread.join(60)
+        assert len(ended) == 16
+        # Before: ~5 s (the flush in flight) + 6 x 5 s + 3.75 s of delays = ~39 s.
+        slowest = max(ended) - frozen_at[0]
+        assert slowest < 25, slowest
+    finally:
+        redis[0].signal(signal.SIGCONT)

@@ -56,6 +56,13 @@ async def half_written(store: RedisStore, *, background: bool = False,
     return str(response["id"]), prefix
 
 
+async def ended(store: RedisStore, response_id: str) -> None:
+    """The writer stores the response's end (as its turn does before the lease is dropped)."""
+    await store.finish_response({"id": response_id, "object": "response",
+                                 "status": "completed", "output": []}, None, ttl=60,
+                                event_ttl=60)
+
+
 async def expired(table: LeaseTable, response_id: str) -> None:
     for _ in range(100):
         if await table.state(response_id) is LeaseState.EXPIRED:
@@ -126,8 +133,25 @@ async def test_an_ended_turns_lease_is_dropped_at_the_next_renewal(store: RedisS
     writer = leases(store, ttl=30)
     async with writer.held(response_id):
         assert await LeaseTable(store.client).state(response_id) is LeaseState.HELD
+        await ended(store, response_id)
     await writer.renew()
     assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
+
+
+async def test_an_ended_turns_lease_whose_end_the_store_lost_is_left_to_the_sweep(
+        store: RedisStore) -> None:
+    """The writer saw its end acknowledged, but the store does not hold it (a Redis failover
+    lost it: replication is asynchronous): its lease is not dropped, so the sweep closes the
+    response instead of leaving it `in_progress` for good."""
+    response_id, _ = await half_written(store)
+    writer = leases(store)
+    async with writer.held(response_id):  # end_stored() says yes; the store says in_progress
+        pass
+    await writer.renew()
+    await expired(LeaseTable(store.client), response_id)
+    assert await leases(store).sweep() == 1
+    record = await store.get_response_any(response_id)
+    assert record is not None and record.status == "failed"
 
 
 async def test_a_late_flush_behind_the_reapers_end_is_not_replayed(store: RedisStore) -> None:
@@ -243,6 +267,7 @@ async def test_a_lease_taken_by_the_create_is_renewed_then_dropped_after_the_end
         await writer.renew()
         assert calls[-1]["held"] == [response_id]
         assert await table.state(response_id) is LeaseState.HELD
+        await ended(store, response_id)
     await writer.renew()
     assert calls[-1]["dropped"] == [response_id]
     assert await table.state(response_id) is LeaseState.ABSENT

@@ -149,7 +149,8 @@ class LogHandle:
         try:
             await retried(f"event log flush of {self.response_id}",
                           lambda: self.hub.store.append_events({self.response_id: events},
-                                                               ttl=self.hub.event_ttl))
+                                                               ttl=self.hub.event_ttl),
+                          reconnect=self.hub.store.reconnect)
             self.confirmed(events[-1].seq)
         except ProxyError as exc:
             log.error("event log of %s left incomplete: %s", self.response_id, exc)
@@ -176,6 +177,7 @@ class EventLogHub:
         # (`flush_through`). One future for all of them, so they all resume in one step.
         self._next_round: asyncio.Future[bool] | None = None
         self._supervisor = supervisor or LoopSupervisor()
+        self._suspect = False  # the last write failed: reconnect before the next one
 
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)
@@ -264,6 +266,19 @@ class EventLogHub:
             if round_ is not None and not round_.done():
                 round_.set_result(written)
 
+    async def _append(self, logs: dict[str, list[StoredEvent]]) -> None:
+        """One flush's write. After a failed one: on fresh connections, and only if the store
+        answers its probe (durable.py's `retried` says why), so a stuck primary costs the
+        attempt a second, not another socket timeout."""
+        try:
+            if self._suspect:
+                await self.store.reconnect()
+            await self.store.append_events(logs, ttl=self.event_ttl)
+        except ProxyError:
+            self._suspect = True
+            raise
+        self._suspect = False
+
     async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
         flight: asyncio.Future[bool] | None = None
@@ -278,9 +293,7 @@ class EventLogHub:
             return True
         written = False
         try:
-            await self.store.append_events({h.response_id: events
-                                            for h, events in taken.items()},
-                                           ttl=self.event_ttl)
+            await self._append({h.response_id: events for h, events in taken.items()})
             written = True
         except ProxyError as exc:
             log.error("event log write failed for %d stream(s): %s", len(taken), exc)

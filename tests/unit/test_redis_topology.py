@@ -1,0 +1,93 @@
+"""`--redis-url`'s forms (store/topology.py) and what the settings make of them: one primary,
+TLS, Sentinel; a Cluster URL understood but refused at start; a bad one a ConfigError naming
+the flag without echoing the password."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.settings import ConfigError, build_settings
+from proxy.store.factory import open_store
+from proxy.store.topology import BadRedisUrl, RedisTarget, parse_redis_url
+
+
+@pytest.mark.parametrize("url", [
+    "redis://127.0.0.1:6379/0", "redis://:secret@redis.internal:6380/2",
+    "rediss://user:secret@redis.example.com:6380/0", "unix:///run/redis.sock",
+])
+def test_one_primary_forms_are_kept_as_given(url: str) -> None:
+    assert parse_redis_url(url) == RedisTarget("single", url)
+
+
+def test_sentinel_url_names_the_sentinels_the_master_and_the_db() -> None:
+    url = "redis+sentinel://:s%40cret@10.0.0.1:26379,10.0.0.2,[::1]:26380/prod-main/3" \
+          "?sentinel_password=sp"
+    target = parse_redis_url(url)
+    assert target.kind == "sentinel"
+    assert target.hosts == (("10.0.0.1", 26379), ("10.0.0.2", 26379), ("::1", 26380))
+    assert (target.master, target.db) == ("prod-main", 3)
+    assert (target.password, target.sentinel_password) == ("s@cret", "sp")
+
+
+def test_sentinel_url_without_a_password_or_db() -> None:
+    target = parse_redis_url("redis+sentinel://h1:1,h2:2/m")
+    assert (target.password, target.sentinel_password, target.db) == (None, None, 0)
+
+
+def test_cluster_url_parses_its_seeds() -> None:
+    target = parse_redis_url("redis+cluster://:pw@h1:7000,h2:7001")
+    assert target.kind == "cluster"
+    assert target.hosts == (("h1", 7000), ("h2", 7001))
+    assert target.password == "pw"
+
+
+@pytest.mark.parametrize("url", [
+    "localhost:6379", "http://h:6379", "redis://", "redis://h:notaport/0",
+    "redis+sentinel://h1:26379", "redis+sentinel://h1:26379/", "redis+sentinel://h1:26379/m/x",
+    "redis+sentinel://h1:26379/m/0/extra", "redis+sentinel://:pw@/m", "redis+sentinel://h:0/m",
+    "redis+sentinel://h:99999/m", "redis+cluster://h1:7000/0", "redis+cluster://h1:x",
+])
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(BadRedisUrl):
+        parse_redis_url(url)
+
+
+def test_a_bad_url_is_a_config_error_naming_the_flag_not_the_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings({"redis_url": "redis+sentinel://:hunter2@h1:26379"}, {})
+    assert info.value.flag == "--redis-url"
+    assert "hunter2" not in str(info.value)
+
+
+def test_sentinel_url_is_accepted() -> None:
+    url = "redis+sentinel://h1:26379,h2:26379/mymaster/1"
+    assert build_settings({"redis_url": url}, {}).store.redis_url == url
+
+
+def test_cluster_is_refused_at_start_with_a_clear_message() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings({}, {"PROXY_REDIS_URL": "redis+cluster://h1:7000,h2:7001"})
+    assert info.value.flag == "--redis-url"
+    assert "Cluster" in str(info.value) and "not supported" in str(info.value)
+
+
+def test_wait_replicas_defaults_to_zero_and_needs_a_redis_url() -> None:
+    redis = {"redis_url": "redis://127.0.0.1:6379/0"}
+    assert build_settings(redis, {}).store.wait_replicas == 0
+    assert build_settings(redis, {"PROXY_REDIS_WAIT_REPLICAS": "1"}).store.wait_replicas == 1
+    for flags in ({**redis, "redis_wait_replicas": "-1"}, {**redis, "redis_wait_replicas": "x"},
+                  {"redis_wait_replicas": "1"}):
+        with pytest.raises(ConfigError) as info:
+            build_settings(flags, {})
+        assert info.value.flag == "--redis-wait-replicas"
+
+
+async def test_open_store_builds_a_sentinel_client_without_connecting() -> None:
+    store = open_store("redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster/2")
+    try:
+        pool = store.client.connection_pool
+        assert type(pool).__name__ == "SentinelBlockingPool"
+        assert pool.connection_kwargs["db"] == 2
+        assert pool.connection_kwargs["retry"].get_retries() == 0  # no client retries
+    finally:
+        await store.aclose()
