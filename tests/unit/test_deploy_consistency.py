@@ -23,6 +23,7 @@ import yaml
 
 from proxy.app import create_app
 from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
+from proxy.store.topology import parse_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -384,3 +385,67 @@ def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
     assert env["PROXY_FLEET_SECRET"] == "${PROXY_FLEET_SECRET:-}"
     shipped = "\n".join(p.read_text() for p in DEPLOY.rglob("*") if p.is_file())
     assert {p for p in PLACEHOLDERS if p in shipped} <= set(secret.values())
+
+
+# -- the Sentinel variants (issue 26) ------------------------------------------------------------
+SENTINEL_COMPOSE = DEPLOY / "docker-compose.sentinel.yml"
+SENTINEL_K8S = DEPLOY / "k8s" / "sentinel"
+
+
+def sentinel_config(script: str) -> dict[str, list[str]]:
+    """The `sentinel ...` lines a sentinel's start script writes, by directive."""
+    lines = [line.strip().split() for line in script.splitlines()]
+    return {" ".join(w[1:2]): w[2:] for w in lines if w[:1] == ["sentinel"]}
+
+
+def check_sentinels_watch(script: str, primary_host: str, lease_ttl: float) -> None:
+    config = sentinel_config(script)
+    assert config["monitor"] == ["primary", primary_host, "6379", "2"]  # a quorum of 2 of 3
+    assert config["resolve-hostnames"] == ["yes"]  # names survive a container's new address
+    down_after = int(config["down-after-milliseconds"][1]) / 1000
+    assert lease_ttl > down_after  # leases outlive the time a failover takes to start
+
+
+def test_the_compose_sentinel_variant_points_every_process_at_three_sentinels() -> None:
+    base = compose()["services"]
+    services = yaml.safe_load(SENTINEL_COMPOSE.read_text())["services"]
+    sentinels = sorted(name for name in services if name.startswith("sentinel-"))
+    assert sentinels == ["sentinel-1", "sentinel-2", "sentinel-3"]
+    for name in ("proxy-1", "proxy-2", "worker"):
+        env = {k: str(v) for k, v in {**base[name]["environment"],
+                                      **services[name]["environment"]}.items()
+               if "${" not in str(v)}
+        settings = build_settings({}, env)
+        target = parse_redis_url(settings.store.redis_url or "")
+        assert (target.kind, target.master) == ("sentinel", "primary")
+        assert [host for host, _ in target.hosts] == sentinels
+        assert {port for _, port in target.hosts} == {26379}
+        check_sentinels_watch(services["sentinel-1"]["command"][0], "redis",
+                              settings.store.lease_ttl)
+        assert set(services[name]["depends_on"]) == set(sentinels)
+    replica = " ".join(services["redis-replica"]["command"])
+    assert "--replicaof redis 6379" in replica and "--maxmemory-policy noeviction" in replica
+
+
+def test_the_kubernetes_sentinel_overlay_points_the_pods_at_the_sentinels() -> None:
+    overlay = yaml.safe_load((SENTINEL_K8S / "kustomization.yaml").read_text())
+    files = {p.name for p in SENTINEL_K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    listed = set(overlay["resources"]) | {p["path"] for p in overlay["patches"]}
+    assert listed == files | {".."}
+    patch = yaml.safe_load((SENTINEL_K8S / "configmap-patch.yaml").read_text())
+    assert patch["metadata"]["name"] == "responses-proxy"
+    env = {**k8s("ConfigMap", "responses-proxy")["data"], **patch["data"]}
+    settings = build_settings({}, env)
+    target = parse_redis_url(settings.store.redis_url or "")
+    docs = [d for d in yaml.safe_load_all((SENTINEL_K8S / "redis-sentinel.yaml").read_text())]
+    service = next(d for d in docs if d["kind"] == "Service"
+                   and d["metadata"]["name"] == target.hosts[0][0])
+    assert service["spec"]["ports"][0]["port"] == target.hosts[0][1] == 26379
+    sentinels = next(d for d in docs if d["kind"] == "Deployment")
+    assert sentinels["spec"]["replicas"] == 3
+    container = sentinels["spec"]["template"]["spec"]["containers"][0]
+    check_sentinels_watch(container["args"][0], "redis-0.redis", settings.store.lease_ttl)
+    replica = next(d for d in docs if d["kind"] == "StatefulSet")
+    args = " ".join(replica["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "--replicaof redis-0.redis 6379" in args
+    assert k8s("StatefulSet", "redis")["spec"]["serviceName"] == "redis"  # redis-0.redis exists
