@@ -23,24 +23,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 import openai
 from redis.asyncio import Redis
 
 from bench.procs import Service, free_port
-from bench.stack import HOST, http_ok, redis_ok
+from bench.stack import HOST, http_ok, redis_and_simulator
 from proxy.core.vectorstores import Chunking, file_record, store_record
 from proxy.services.vectors.search import Searcher
 from proxy.store.vectors import RedisVectorStores, StoredChunks
+from tests.support.documents import pdf_with_pages
 
 DIM = 256
 PER_FILE = 1000
@@ -52,34 +49,12 @@ WORDS = ["valve", "pressure", "maintenance", "schedule", "turbine", "inspection"
 def pdf_pages(pages: int, words: int = 330) -> bytes:
     """A PDF of `pages` pages, each a text layer of `words` words in lines of eleven."""
     rng = np.random.default_rng(7)
-    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]
-    kids = []
-    font = 3 + 2 * pages  # after the catalog, the page tree and each page's two objects
+    texts = []
     for page in range(pages):
         chosen = [WORDS[i] for i in rng.integers(0, len(WORDS), words)]
-        lines = [" ".join(chosen[i:i + 11]) for i in range(0, words, 11)]
-        text = " ".join(f"({line}.) Tj T*" for line in lines)
-        stream = f"BT /F1 10 Tf 12 TL 40 760 Td (Page {page + 1}) Tj T* {text} ET".encode()
-        content = len(objects) + 1
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-        kids.append(len(objects) + 1)
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
-                       b"%d 0 R /Resources << /Font << /F1 %d 0 R >> >> >>" % (content, font))
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
-        b" ".join(b"%d 0 R" % k for k in kids), pages)
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
-    return bytes(out)
+        texts.append([f"Page {page + 1}"] + [" ".join(chosen[i:i + 11]) + "."
+                                             for i in range(0, words, 11)])
+    return pdf_with_pages(texts)
 
 
 def summary(values: list[float]) -> str:
@@ -103,19 +78,26 @@ def ingest(port: int, pages: int) -> tuple[float, str]:
     return elapsed, store.id
 
 
-def http_search(port: int, store: str, count: int, max_seconds: float) -> list[float]:
-    client = openai.OpenAI(base_url=f"http://{HOST}:{port}/v1", api_key="sk-bench",
-                           max_retries=0)
-    client.vector_stores.search(store, query="warm up")
+async def timed(count: int, max_seconds: float,
+                call: Callable[[int], Awaitable[object]]) -> list[float]:
+    """Milliseconds of `call(n)` for n < count, one at a time, for at most `max_seconds`."""
     out: list[float] = []
     deadline = time.monotonic() + max_seconds
     for n in range(count):
         if time.monotonic() > deadline:
             break
         started = time.perf_counter()
-        client.vector_stores.search(store, query=f"turbine inspection schedule {n}")
+        await call(n)
         out.append((time.perf_counter() - started) * 1000)
     return out
+
+
+async def http_search(port: int, store: str, count: int, max_seconds: float) -> list[float]:
+    async with openai.AsyncOpenAI(base_url=f"http://{HOST}:{port}/v1", api_key="sk-bench",
+                                  max_retries=0) as client:
+        await client.vector_stores.search(store, query="warm up")
+        return await timed(count, max_seconds, lambda n: client.vector_stores.search(
+            store, query=f"turbine inspection schedule {n}"))
 
 
 class _FixedQuery:
@@ -150,33 +132,30 @@ async def write_store(stores: RedisVectorStores, tenant: str, chunks: int) -> st
     return str(record["id"])
 
 
+def searcher(stores: RedisVectorStores) -> Searcher:
+    return Searcher(stores, _FixedQuery(), cache_bytes=1 << 30)  # type: ignore[arg-type]
+
+
+async def search_row(stores: RedisVectorStores, chunks: int, count: int,
+                     max_seconds: float) -> None:
+    store = await write_store(stores, "bench", chunks)
+    # A new Searcher each time: nothing cached, the store loaded and assembled first.
+    cold = await timed(3, max_seconds,
+                       lambda _: searcher(stores).search("bench", [store], "q", limit=10))
+    warm_searcher = searcher(stores)
+    assert len(await warm_searcher.search("bench", [store], "q", limit=10)) == 10
+    warm = await timed(count, max_seconds,
+                       lambda _: warm_searcher.search("bench", [store], "q", limit=10))
+    megabytes = chunks * DIM * 4 / 2**20
+    print(f"search {chunks:>7,} chunks x {DIM} dims ({megabytes:.0f} MiB of vectors): "
+          f"warm {summary(warm)}; cold (load + assemble) p50 {statistics.median(cold):.0f} ms")
+
+
 async def search_rows(redis_port: int, count: int, max_seconds: float) -> None:
     client = Redis(host=HOST, port=redis_port)
-    stores = RedisVectorStores(client)
     try:
         for chunks in (10_000, 100_000):
-            store = await write_store(stores, "bench", chunks)
-            searcher = Searcher(stores, _FixedQuery(), cache_bytes=1 << 30)  # type: ignore[arg-type]
-            cold: list[float] = []
-            for _ in range(3):
-                fresh = Searcher(stores, _FixedQuery(), cache_bytes=1 << 30)  # type: ignore[arg-type]
-                started = time.perf_counter()
-                await fresh.search("bench", [store], "q", limit=10)
-                cold.append((time.perf_counter() - started) * 1000)
-            await searcher.search("bench", [store], "q", limit=10)
-            warm: list[float] = []
-            deadline = time.monotonic() + max_seconds
-            for _ in range(count):
-                if time.monotonic() > deadline:
-                    break
-                started = time.perf_counter()
-                hits = await searcher.search("bench", [store], "q", limit=10)
-                warm.append((time.perf_counter() - started) * 1000)
-            assert len(hits) == 10
-            megabytes = chunks * DIM * 4 / 2**20
-            print(f"search {chunks:>7,} chunks x {DIM} dims ({megabytes:.0f} MiB of vectors): "
-                  f"warm {summary(warm)}; cold (load + assemble) p50 "
-                  f"{statistics.median(cold):.0f} ms")
+            await search_row(RedisVectorStores(client), chunks, count, max_seconds)
     finally:
         await client.aclose()
 
@@ -188,36 +167,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--max-seconds", type=float, default=20.0)
     options = parser.parse_args(argv)
-    redis_exe = shutil.which("redis-server")
-    if redis_exe is None:
-        print("redis-server is not installed", file=sys.stderr)
-        return 1
-    logs = Path(tempfile.mkdtemp(prefix="bench-vectors-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
-    redis_port, sim_port, port = free_port(), free_port(), free_port()
     services: list[Service] = []
     try:
-        redis = Service("redis", [redis_exe, "--bind", HOST, "--port", str(redis_port),
-                                  "--save", "", "--appendonly", "no", "--dir", str(logs)],
-                        logs / "redis.log", env=env)
-        services.append(redis.start(lambda: redis_ok(redis_port)))
-        sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
-                                    "--port", str(sim_port)], logs / "sim.log", env=env)
-        services.append(sim.start(lambda: http_ok(sim_port, "/health")))
-        proxy = Service("proxy", [
+        base = redis_and_simulator("bench-vectors-", services)
+        if base is None:
+            return 1
+        port = free_port()
+        services.append(Service("proxy", [
             sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
-            "--upstream", f"http://{HOST}:{sim_port}", "--embedding-model", "sim-model",
-            "--redis-url", f"redis://{HOST}:{redis_port}/0"], logs / "proxy.log", env=env)
-        services.append(proxy.start(lambda: http_ok(port, "/readyz")))
+            "--upstream", f"http://{HOST}:{base.sim_port}", "--embedding-model", "sim-model",
+            "--redis-url", f"redis://{HOST}:{base.redis_port}/0"], base.logs / "proxy.log",
+            env=base.env).start(lambda: http_ok(port, "/readyz")))
         print(f"bench.vectors: {options.searches} searches per row at most, "
               f"{options.max_seconds:.0f} s per row at most; shared machine: compare within "
               "one run")
         seconds, store = ingest(port, options.pages)
         print(f"ingestion: {options.pages} PDF pages in {seconds:.2f} s = "
               f"{options.pages / seconds:.1f} pages/s (extract, chunk 800/400, embed, store)")
+        over_http = asyncio.run(http_search(port, store, options.searches,
+                                            options.max_seconds))
         print(f"search over HTTP (the ingested store, an embedding call each): "
-              f"{summary(http_search(port, store, options.searches, options.max_seconds))}")
-        asyncio.run(search_rows(redis_port, options.searches, options.max_seconds))
+              f"{summary(over_http)}")
+        asyncio.run(search_rows(base.redis_port, options.searches, options.max_seconds))
     finally:
         for service in reversed(services):
             service.stop()

@@ -190,6 +190,18 @@ def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
 
 
 # -- the kinds --------------------------------------------------------------------------------
+def _events(item_type: str) -> tuple[str, str, str]:
+    return (f"response.{item_type}.in_progress", f"response.{item_type}.searching",
+            f"response.{item_type}.completed")
+
+
+def _query(description: str) -> dict[str, Any]:
+    """A search function's parameters: one required query."""
+    return {"type": "object", "properties": {"query": {"type": "string",
+                                                       "description": description}},
+            "required": ["query"]}
+
+
 def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
     query = arguments_of(arguments).get("query")
     action: dict[str, Any] = {"type": "search"}
@@ -198,21 +210,22 @@ def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
     return {"id": item_id, "type": "web_search_call", "status": status, "action": action}
 
 
-WEB_SEARCH = HostedKind(
-    name="web_search",
-    tool_types=frozenset({"web_search", "web_search_preview", "web_search_preview_2025_03_11",
-                          "web_search_2025_08_26"}),
-    item_type="web_search_call",
-    id_prefix="ws",
-    events=("response.web_search_call.in_progress", "response.web_search_call.searching",
-            "response.web_search_call.completed"),
-    description="Search the web. Returns numbered results; cite a result you use by its "
-                "number in brackets, e.g. [1].",
-    parameters={"type": "object", "properties": {"query": {
-        "type": "string", "description": "What to search for."}}, "required": ["query"]},
-    item=_web_search_item,
-    input_fields=("action",),
-)
+def _search_kind(name: str, tool_types: set[str], prefix: str, where: str, found: str,
+                 query: str, item: Callable[[str, str, str], Item], **more: Any) -> HostedKind:
+    """A search tool: its item `<name>_call` and that item's events, one `query` parameter, a
+    description that asks the model to cite what it found by number."""
+    item_type = f"{name}_call"
+    return HostedKind(name=name, tool_types=frozenset(tool_types), item_type=item_type,
+                      id_prefix=prefix, events=_events(item_type),
+                      description=f"Search {where}. Returns numbered {found}s; cite a {found} "
+                                  "you use by its number in brackets, e.g. [1].",
+                      parameters=_query(query), item=item, **more)
+
+
+WEB_SEARCH = _search_kind(
+    "web_search", {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
+                   "web_search_2025_08_26"}, "ws", "the web", "result", "What to search for.",
+    _web_search_item, input_fields=("action",))
 
 def _file_search_item(item_id: str, status: str, arguments: str) -> Item:
     query = arguments_of(arguments).get("query")
@@ -247,22 +260,10 @@ def _file_search_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
             "max_num_results": limit or DEFAULT_FILE_RESULTS, "ranking_options": ranking}
 
 
-FILE_SEARCH = HostedKind(
-    name="file_search",
-    tool_types=frozenset({"file_search"}),
-    item_type="file_search_call",
-    id_prefix="fs",
-    events=("response.file_search_call.in_progress", "response.file_search_call.searching",
-            "response.file_search_call.completed"),
-    description="Search the user's files. Returns numbered passages; cite a passage you use "
-                "by its number in brackets, e.g. [1].",
-    parameters={"type": "object", "properties": {"query": {
-        "type": "string", "description": "What to look for in the files."}},
-        "required": ["query"]},
-    item=_file_search_item,
-    input_fields=("queries", "results"),
-    parse=_file_search_options,
-)
+FILE_SEARCH = _search_kind(
+    "file_search", {"file_search"}, "fs", "the user's files", "passage",
+    "What to look for in the files.", _file_search_item, input_fields=("queries", "results"),
+    parse=_file_search_options)
 
 # Every hosted kind the proxy can run, by name.
 KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH}

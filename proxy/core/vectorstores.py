@@ -22,8 +22,10 @@ from proxy.core.fields import (
     expect_str,
     one_of,
     opt_int,
+    opt_number,
     opt_str,
 )
+from proxy.core.vectorfilters import parse_filters
 
 MAX_NAME = 256
 MAX_DAYS = 365
@@ -174,3 +176,69 @@ def chunking_of(file: dict[str, Any]) -> Chunking:
     static = (file.get("chunking_strategy") or {}).get("static") or {}
     return Chunking(int(static.get("max_chunk_size_tokens") or DEFAULT_MAX_TOKENS),
                     int(static.get("chunk_overlap_tokens") or 0))
+
+
+# -- file batches and search --------------------------------------------------------------------
+Entry = tuple[str, dict[str, Any] | None, Chunking]  # a file to add: id, attributes, chunking
+
+
+def parse_batch(body: dict[str, Any], max_files: int) -> list[Entry]:
+    """A file batch's files: `file_ids` (sharing the batch's attributes and chunking) or
+    `files` (each with its own, the batch's by default), not both."""
+    attributes = parse_attributes(body.get("attributes"))
+    chunking = parse_chunking(body.get("chunking_strategy"))
+    if body.get("files") is None:
+        ids = parse_file_ids(body.get("file_ids"), "file_ids", max_files)
+        if not ids:
+            raise bad("file_ids", "Invalid 'file_ids': expected at least one file id.")
+        return [(file_id, attributes, chunking) for file_id in ids]
+    if body.get("file_ids") is not None:
+        raise bad("files", "Give either 'file_ids' or 'files', not both.")
+    listed = expect_list(body["files"], "files")
+    if not 1 <= len(listed) <= max_files:
+        raise bad("files", f"Invalid 'files': expected 1 to {max_files} files.")
+    entries: list[Entry] = []
+    for i, raw in enumerate(listed):
+        where = at("files", i)
+        entry = expect_object(raw, where)
+        own = entry.get("chunking_strategy")
+        entries.append((expect_str(entry.get("file_id"), at(where, "file_id")),
+                        parse_attributes(entry.get("attributes"), at(where, "attributes"))
+                        or attributes,
+                        chunking if own is None else parse_chunking(
+                            own, at(where, "chunking_strategy"))))
+    return entries
+
+
+MAX_RESULTS = 50
+MAX_QUERY_CHARS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    queries: list[str]  # as sent (the answer echoes them)
+    query: str  # what is embedded: the queries joined, bounded
+    limit: int
+    threshold: float
+    filters: dict[str, Any] | None
+
+
+def parse_search(body: dict[str, Any]) -> SearchRequest:
+    raw = body.get("query")
+    queries = ([expect_str(raw, "query")] if not isinstance(raw, list) else
+               [expect_str(q, at("query", i)) for i, q in enumerate(raw)])
+    if not any(q.strip() for q in queries):
+        raise bad("query", "Invalid 'query': expected a non-empty string.")
+    return SearchRequest(queries, " ".join(queries)[:MAX_QUERY_CHARS],
+                         opt_int(body, "max_num_results", low=1, high=MAX_RESULTS) or 10,
+                         parse_threshold(body.get("ranking_options"), "ranking_options"),
+                         parse_filters(body.get("filters"), "filters"))
+
+
+def parse_threshold(value: Any, path: str) -> float:
+    if value is None:
+        return 0.0
+    node = expect_object(value, path)
+    if node.get("ranker") is not None:
+        one_of(node["ranker"], ("none", "auto", "default-2024-11-15"), at(path, "ranker"))
+    return opt_number(node, "score_threshold", path, low=0.0, high=1.0) or 0.0

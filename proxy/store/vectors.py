@@ -114,11 +114,9 @@ class StoredChunks:
 class RedisVectorStores:
     def __init__(self, client: Redis) -> None:
         self._client = client
-        self._create = client.register_script(_CREATE)
-        self._add = client.register_script(_ADD_FILES)
-        self._finish = client.register_script(_FINISH_FILE)
-        self._delete_file = client.register_script(_DELETE_FILE)
-        self._delete = client.register_script(_DELETE_STORE)
+        self._create, self._add, self._finish, self._delete_file, self._delete = (
+            client.register_script(source)
+            for source in (_CREATE, _ADD_FILES, _FINISH_FILE, _DELETE_FILE, _DELETE_STORE))
 
     # -- stores --------------------------------------------------------------------------------
     async def create(self, tenant: str, record: dict[str, Any], ttl: int) -> None:

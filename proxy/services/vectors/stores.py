@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import vectorstores as v
 from proxy.core.errors import InvalidRequest, NotFound
 from proxy.core.fields import (
-    at,
     bad,
-    expect_list,
-    expect_object,
     expect_str,
-    one_of,
-    opt_int,
-    opt_number,
 )
 from proxy.core.request.paging import PageRequest, list_body, paginate
-from proxy.core.vectorfilters import parse_filters
 from proxy.core.vectorsearch import result
 from proxy.services.files.files import Files
 from proxy.services.vectors.embedder import EmbeddingFailed
@@ -37,30 +31,25 @@ from proxy.settings.groups import VectorSettings
 from proxy.store.base import JobQueue
 from proxy.store.vectors import RedisVectorStores
 
-MAX_RESULTS = 50
-MAX_QUERY_CHARS = 4000
-
 
 def store_missing(vs_id: str, param: str = "vector_store_id") -> NotFound:
     return NotFound(f"No vector store found with id '{vs_id}'.", param=param)
 
 
+@dataclass(frozen=True)
 class VectorStores:
-    def __init__(self, stores: RedisVectorStores, files: Files, queue: JobQueue,
-                 searcher: Searcher, settings: VectorSettings, *, ttl: int, max_queued: int,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._stores = stores
-        self._files = files
-        self._queue = queue
-        self._searcher = searcher
-        self._settings = settings
-        self._ttl = ttl
-        self._max_queued = max_queued
-        self._clock = clock
+    stores: RedisVectorStores
+    files: Files
+    queue: JobQueue
+    searcher: Searcher
+    settings: VectorSettings
+    ttl: int  # --response-ttl: no store outlives it
+    max_queued: int  # the job queue's bound (--max-queued-jobs)
+    clock: Callable[[], float] = time.time
 
     def ttl_left(self, record: dict[str, Any]) -> int:
         """Seconds the store has to live (at least 1: a key's TTL must be positive)."""
-        return max(1, int(record.get("expires_at") or 0) - int(self._clock()))
+        return max(1, int(record.get("expires_at") or 0) - int(self.clock()))
 
     # -- stores --------------------------------------------------------------------------------
     async def create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -68,19 +57,19 @@ class VectorStores:
         days = v.parse_expires_after(body.get("expires_after"))
         metadata = v.parse_metadata(body)
         chunking = v.parse_chunking(body.get("chunking_strategy"))
-        file_ids = (v.parse_file_ids(body["file_ids"], "file_ids", self._settings.max_files)
+        file_ids = (v.parse_file_ids(body["file_ids"], "file_ids", self.settings.max_files)
                     if body.get("file_ids") is not None else [])
         await self._own_files(tenant, file_ids, "file_ids")
-        now = int(self._clock())
-        ttl = v.lifetime(days, self._ttl)
+        now = int(self.clock())
+        ttl = v.lifetime(days, self.ttl)
         record = v.store_record(v.store_id(), now, name, days, metadata, now + ttl)
-        await self._stores.create(tenant, record, ttl)
+        await self.stores.create(tenant, record, ttl)
         if file_ids:
             await self._add(tenant, record, file_ids, None, chunking, None)
         return await self.retrieve(tenant, record["id"])
 
     async def retrieve(self, tenant: str, vs_id: str) -> dict[str, Any]:
-        got = await self._stores.get(tenant, vs_id)
+        got = await self.stores.get(tenant, vs_id)
         if got is None:
             raise store_missing(vs_id)
         return v.store_object(*got)
@@ -99,12 +88,12 @@ class VectorStores:
         return await self.retrieve(tenant, vs_id)
 
     async def delete(self, tenant: str, vs_id: str) -> dict[str, Any]:
-        if not await self._stores.delete(tenant, vs_id):
+        if not await self.stores.delete(tenant, vs_id):
             raise store_missing(vs_id)
         return {"id": vs_id, "object": "vector_store.deleted", "deleted": True}
 
     async def list_stores(self, tenant: str, page: PageRequest) -> dict[str, Any]:
-        found, more = await self._stores.page(tenant, page)
+        found, more = await self.stores.page(tenant, page)
         return list_body([v.store_object(r, f) for r, f in found], more)
 
     # -- files ---------------------------------------------------------------------------------
@@ -119,7 +108,7 @@ class VectorStores:
         return await self.retrieve_file(tenant, vs_id, file_id)
 
     async def retrieve_file(self, tenant: str, vs_id: str, file_id: str) -> dict[str, Any]:
-        file = await self._stores.get_file(tenant, vs_id, file_id)
+        file = await self.stores.get_file(tenant, vs_id, file_id)
         if file is None:
             await self._get(tenant, vs_id)  # an unknown store says so first
             raise NotFound(f"No file found with id '{file_id}' in vector store '{vs_id}'.",
@@ -144,7 +133,7 @@ class VectorStores:
         return list_body(data, more)
 
     async def delete_file(self, tenant: str, vs_id: str, file_id: str) -> dict[str, Any]:
-        if not await self._stores.delete_file(tenant, vs_id, file_id):
+        if not await self.stores.delete_file(tenant, vs_id, file_id):
             await self._get(tenant, vs_id)
             raise NotFound(f"No file found with id '{file_id}' in vector store '{vs_id}'.",
                            param="file_id")
@@ -153,33 +142,10 @@ class VectorStores:
     # -- batches -------------------------------------------------------------------------------
     async def create_batch(self, tenant: str, vs_id: str, body: dict[str, Any]
                            ) -> dict[str, Any]:
-        attributes = v.parse_attributes(body.get("attributes"))
-        chunking = v.parse_chunking(body.get("chunking_strategy"))
-        entries: list[tuple[str, dict[str, Any] | None, v.Chunking]] = []
-        if body.get("files") is not None:
-            if body.get("file_ids") is not None:
-                raise bad("files", "Give either 'file_ids' or 'files', not both.")
-            listed = expect_list(body["files"], "files")
-            if not 1 <= len(listed) <= self._settings.max_files:
-                raise bad("files", f"Invalid 'files': expected 1 to "
-                                   f"{self._settings.max_files} files.")
-            for i, raw in enumerate(listed):
-                where = at("files", i)
-                entry = expect_object(raw, where)
-                entries.append((expect_str(entry.get("file_id"), at(where, "file_id")),
-                                v.parse_attributes(entry.get("attributes"),
-                                                   at(where, "attributes")) or attributes,
-                                v.parse_chunking(entry.get("chunking_strategy"),
-                                                 at(where, "chunking_strategy"))
-                                if entry.get("chunking_strategy") is not None else chunking))
-        else:
-            ids = v.parse_file_ids(body.get("file_ids"), "file_ids", self._settings.max_files)
-            if not ids:
-                raise bad("file_ids", "Invalid 'file_ids': expected at least one file id.")
-            entries = [(file_id, attributes, chunking) for file_id in ids]
+        entries = v.parse_batch(body, self.settings.max_files)
         record, _ = await self._get(tenant, vs_id)
         await self._own_files(tenant, [e[0] for e in entries], "file_ids")
-        batch: dict[str, Any] = {"id": v.batch_id(), "created_at": int(self._clock()),
+        batch: dict[str, Any] = {"id": v.batch_id(), "created_at": int(self.clock()),
                                  "vector_store_id": vs_id, "file_ids": [e[0] for e in entries]}
         await self._add_entries(tenant, record, entries, batch)
         return await self.retrieve_batch(tenant, vs_id, batch["id"])
@@ -190,7 +156,7 @@ class VectorStores:
         return v.batch_object(batch, files)
 
     async def _batch(self, tenant: str, vs_id: str, batch_id: str) -> dict[str, Any]:
-        batch = await self._stores.get_batch(tenant, vs_id, batch_id)
+        batch = await self.stores.get_batch(tenant, vs_id, batch_id)
         if batch is None:
             await self._get(tenant, vs_id)
             raise NotFound(f"No file batch found with id '{batch_id}'.", param="batch_id")
@@ -198,30 +164,22 @@ class VectorStores:
 
     # -- search --------------------------------------------------------------------------------
     async def search(self, tenant: str, vs_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        raw = body.get("query")
-        queries = ([expect_str(raw, "query")] if not isinstance(raw, list) else
-                   [expect_str(q, at("query", i)) for i, q in enumerate(raw)])
-        if not queries or not any(q.strip() for q in queries):
-            raise bad("query", "Invalid 'query': expected a non-empty string.")
-        query = " ".join(queries)[:MAX_QUERY_CHARS]
-        limit = opt_int(body, "max_num_results", low=1, high=MAX_RESULTS) or 10
-        filters = parse_filters(body.get("filters"), "filters")
-        threshold = parse_threshold(body.get("ranking_options"), "ranking_options")
+        asked = v.parse_search(body)
         try:
-            hits = await self._searcher.search(tenant, [vs_id], query, limit=limit,
-                                               threshold=threshold, filters=filters)
+            hits = await self.searcher.search(tenant, [vs_id], asked.query, limit=asked.limit,
+                                               threshold=asked.threshold, filters=asked.filters)
         except UnknownStore:
             raise store_missing(vs_id) from None
         except EmbeddingFailed as exc:
             raise InvalidRequest(f"The search could not be made: {exc}.", status=503,
                                  param="query") from None
-        return {"object": "vector_store.search_results.page", "search_query": queries,
+        return {"object": "vector_store.search_results.page", "search_query": asked.queries,
                 "data": [result(h) for h in hits], "has_more": False, "next_page": None}
 
     # -- plumbing ------------------------------------------------------------------------------
     async def _get(self, tenant: str, vs_id: str
                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        got = await self._stores.get(tenant, vs_id)
+        got = await self.stores.get(tenant, vs_id)
         if got is None:
             raise store_missing(vs_id)
         return got
@@ -229,16 +187,16 @@ class VectorStores:
     async def _own_files(self, tenant: str, file_ids: list[str], param: str) -> None:
         for file_id in file_ids:
             try:
-                await self._files.retrieve(tenant, file_id)
+                await self.files.retrieve(tenant, file_id)
             except NotFound:  # another key's file too: an unknown id
-                raise self._files.missing(file_id, param) from None
+                raise self.files.missing(file_id, param) from None
 
     async def _touch(self, tenant: str, record: dict[str, Any]) -> None:
-        now = int(self._clock())
+        now = int(self.clock())
         days = (record.get("expires_after") or {}).get("days")
-        ttl = v.lifetime(days, self._ttl)
+        ttl = v.lifetime(days, self.ttl)
         record.update(last_active_at=now, expires_at=now + ttl)
-        if not await self._stores.renew(tenant, record, ttl):
+        if not await self.stores.renew(tenant, record, ttl):
             raise store_missing(record["id"])
 
     async def _add(self, tenant: str, record: dict[str, Any], file_ids: list[str],
@@ -251,32 +209,24 @@ class VectorStores:
                            entries: list[tuple[str, dict[str, Any] | None, v.Chunking]],
                            batch: dict[str, Any] | None) -> None:
         vs_id = record["id"]
-        now = int(self._clock())
+        now = int(self.clock())
         files = [v.file_record(file_id, vs_id, now, attributes, chunking)
                  for file_id, attributes, chunking in entries]
         await self._touch(tenant, record)
-        added = await self._stores.add_files(tenant, vs_id, files, ttl=self.ttl_left(record),
-                                             max_files=self._settings.max_files, batch=batch)
+        added = await self.stores.add_files(tenant, vs_id, files, ttl=self.ttl_left(record),
+                                             max_files=self.settings.max_files, batch=batch)
         if added == 0:
             raise store_missing(vs_id)
         if added == -1:
-            raise bad("file_ids", f"A vector store holds at most {self._settings.max_files} "
+            raise bad("file_ids", f"A vector store holds at most {self.settings.max_files} "
                                   "files (--vector-store-max-files).")
         for file in files:
             entry, spec = job_of(tenant, vs_id, file["id"])
-            if not await self._queue.enqueue(entry, spec, limit=self._max_queued):
+            if not await self.queue.enqueue(entry, spec, limit=self.max_queued):
                 failed = {**file, "status": "failed", "last_error": {
                     "code": v.SERVER_ERROR, "message": "the ingestion queue is full; add the "
                                                        "file again later"}}
-                await self._stores.finish_file(tenant, failed, None, began=file,
+                await self.stores.finish_file(tenant, failed, None, began=file,
                                                ttl=self.ttl_left(record),
-                                               max_chunks=self._settings.max_chunks)
+                                               max_chunks=self.settings.max_chunks)
 
-
-def parse_threshold(value: Any, path: str) -> float:
-    if value is None:
-        return 0.0
-    node = expect_object(value, path)
-    if node.get("ranker") is not None:
-        one_of(node["ranker"], ("none", "auto", "default-2024-11-15"), at(path, "ranker"))
-    return opt_number(node, "score_threshold", path, low=0.0, high=1.0) or 0.0
