@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core import vectorstores as v
-from proxy.core.errors import InvalidRequest, NotFound
+from proxy.core.errors import NotFound, ProxyError
 from proxy.core.fields import (
     bad,
     expect_str,
@@ -171,8 +171,8 @@ class VectorStores:
         except UnknownStore:
             raise store_missing(vs_id) from None
         except EmbeddingFailed as exc:
-            raise InvalidRequest(f"The search could not be made: {exc}.", status=503,
-                                 param="query") from None
+            raise ProxyError(f"The search could not be made: {exc}.", status=503,
+                             param="query") from None
         return {"object": "vector_store.search_results.page", "search_query": asked.queries,
                 "data": [result(h) for h in hits], "has_more": False, "next_page": None}
 
