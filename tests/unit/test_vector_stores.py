@@ -167,3 +167,14 @@ def test_the_simulator_searches_files_and_quotes_the_first_passage() -> None:
          "content": searched("valves", HITS, 1, include=False).output}]}, config)
     assert tools.choose_calls(answered) == []
     assert script.answer_text(answered) == '"Valves open at 42 bar." [1]'
+
+
+def test_a_file_search_call_is_taken_back_as_history() -> None:
+    """A stateless client replays its output, file_search_call included (lists kept)."""
+    from proxy.core.ids import counter_ids
+    from proxy.core.request.items import parse_input
+
+    sent = {"type": "file_search_call", "id": "fs_1", "status": "completed",
+            "queries": ["valves"], "results": [{"file_id": "file-a", "text": "t"}]}
+    (item,) = parse_input([sent], counter_ids(), max_items=10)
+    assert item == sent
