@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,7 +35,7 @@ from typing import Any
 import orjson
 
 from bench.procs import Service, free_port
-from bench.stack import HOST, http_ok, redis_ok
+from bench.stack import HOST, http_ok, redis_and_simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MISS_MS = 1.0
@@ -122,22 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--max-seconds", type=float, default=30.0)
     options = parser.parse_args(argv)
-    redis_exe = shutil.which("redis-server")
-    if redis_exe is None:
-        print("redis-server is not installed", file=sys.stderr)
-        return 1
-    logs = Path(tempfile.mkdtemp(prefix="bench-cache-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
-    redis_port, sim_port = free_port(), free_port()
     services: list[Service] = []
     try:
-        redis = Service("redis", [redis_exe, "--bind", HOST, "--port", str(redis_port),
-                                  "--save", "", "--appendonly", "no", "--dir", str(logs)],
-                        logs / "redis.log", env=env)
-        services.append(redis.start(lambda: redis_ok(redis_port)))
-        sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
-                                    "--port", str(sim_port)], logs / "sim.log", env=env)
-        services.append(sim.start(lambda: http_ok(sim_port, "/health")))
+        base = redis_and_simulator("bench-cache-", services)
+        if base is None:
+            return 1
+        logs, env, redis_port, sim_port = base.logs, base.env, base.redis_port, base.sim_port
         ports: dict[str, int] = {}
         modes = {"off": ["--cache", "off"], "exact": ["--cache", "exact"],
                  "semantic": ["--cache", "semantic", "--embedding-model", "sim-model"]}

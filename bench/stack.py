@@ -196,3 +196,36 @@ class Stack:
         out = {s.name: allowed_cpus(s.pid) for s in (self.proxy, self.sim, self.redis)}
         out["load generator (this process)"] = allowed_cpus(os.getpid())
         return out
+
+
+
+@dataclass(frozen=True)
+class Base:
+    """What `redis_and_simulator` started: where logs go, the environment for more processes
+    (no PROXY_ variables of the caller's), the two ports."""
+
+    logs: Path
+    env: dict[str, str]
+    redis_port: int
+    sim_port: int
+
+
+def redis_and_simulator(prefix: str, services: list[Service]) -> Base | None:
+    """A redis-server (no persistence) and the simulator on free loopback ports, logging in a
+    new temporary directory named `prefix...`, appended to `services` as they start (the caller
+    stops them); None when redis-server is not installed (said on stderr)."""
+    redis_exe = shutil.which("redis-server")
+    if redis_exe is None:
+        print("redis-server is not installed", file=sys.stderr)
+        return None
+    logs = Path(tempfile.mkdtemp(prefix=prefix))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
+    base = Base(logs, env, free_port(), free_port())
+    redis = Service("redis", [redis_exe, "--bind", HOST, "--port", str(base.redis_port),
+                              "--save", "", "--appendonly", "no", "--dir", str(logs)],
+                    logs / "redis.log", env=env)
+    services.append(redis.start(lambda: redis_ok(base.redis_port)))
+    sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
+                                "--port", str(base.sim_port)], logs / "sim.log", env=env)
+    services.append(sim.start(lambda: http_ok(base.sim_port, "/health")))
+    return base

@@ -26,21 +26,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
-import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from websockets.sync.client import ClientConnection, connect
 
 from bench.procs import Service, free_port
-from bench.stack import HOST, http_ok, redis_ok
+from bench.stack import HOST, http_ok, redis_and_simulator
 
 WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -154,22 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loops", type=int, default=7)
     parser.add_argument("--max-seconds", type=float, default=120.0)
     options = parser.parse_args(argv)
-    redis_exe = shutil.which("redis-server")
-    if redis_exe is None:
-        print("redis-server is not installed", file=sys.stderr)
-        return 1
-    logs = Path(tempfile.mkdtemp(prefix="bench-wsloop-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
-    redis_port, sim_port, port = free_port(), free_port(), free_port()
     services: list[Service] = []
     try:
-        redis = Service("redis", [redis_exe, "--bind", HOST, "--port", str(redis_port),
-                                  "--save", "", "--appendonly", "no", "--dir", str(logs)],
-                        logs / "redis.log", env=env)
-        services.append(redis.start(lambda: redis_ok(redis_port)))
-        sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
-                                    "--port", str(sim_port)], logs / "sim.log", env=env)
-        services.append(sim.start(lambda: http_ok(sim_port, "/health")))
+        base = redis_and_simulator("bench-wsloop-", services)
+        if base is None:
+            return 1
+        logs, env, redis_port, sim_port = base.logs, base.env, base.redis_port, base.sim_port
+        port = free_port()
         proxy = Service("proxy", [
             sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
             "--upstream", f"http://{HOST}:{sim_port}", "--no-worker",

@@ -25,6 +25,7 @@ from proxy.web import (
     routes_passthrough,
     routes_prompts,
     routes_responses,
+    routes_vector_stores,
     websocket,
 )
 from proxy.web.access import BODY_SEND, AccessLog
@@ -55,7 +56,7 @@ def create_app(settings: Settings) -> Starlette:
     return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes, *routes_files.routes,
-                *routes_prompts.routes, *websocket.routes],
+                *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.

@@ -45,6 +45,11 @@ from proxy.services.responses.create import ResponsesService
 from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
+from proxy.services.vectors.embedder import Embedder
+from proxy.services.vectors.filesearch import FileSearch
+from proxy.services.vectors.ingest import Ingester
+from proxy.services.vectors.search import Searcher
+from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
@@ -71,6 +76,7 @@ class Services:
     background: Background
     files: Files  # `/v1/files`
     prompts: Prompts  # `/v1/prompts`
+    vector_stores: VectorStores  # `/v1/vector_stores`
     chat: CachedChat | None = None  # chat completions through the cache (when it is on)
 
 
@@ -163,16 +169,26 @@ class Runtime:
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
                                                          settings.tenancy.keys_file))
+        ttl = settings.store.response_ttl
+        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
+        # Vector stores: searched by the REST API and by file_search, their files ingested by
+        # the worker; vectors from the fleet's --embedding-model.
+        searcher = Searcher(backend.vectors,
+                            Embedder(fleet, settings.cache.embedding_model,
+                                     timeout=settings.timeouts.first_byte),
+                            cache_bytes=settings.vectors.cache_bytes)
+        vector_stores = VectorStores(backend.vectors, files, queue, searcher, settings.vectors,
+                                     ttl=ttl, max_queued=settings.jobs.max_queued)
+        ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
+                            ttl_of=vector_stores.ttl_left)
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp.timeout),
             sealer, events,
-            tasks, metrics, hosted=_hosted_tools(settings))
+            tasks, metrics, hosted=_hosted_tools(settings, searcher))
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
-        ttl = settings.store.response_ttl
-        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
         prompts = Prompts(backend.prompts, store, ttl=ttl)
         runner = None
         # Always built (no I/O until used): jobs of limited keys may come from other instances.
@@ -181,7 +197,7 @@ class Runtime:
                          refused=metrics.rate_limited)
         if settings.jobs.run if worker is None else worker:
             runner = Worker(queue, generations, settings, shared=backend.shared,
-                            supervisor=supervisor, limits=limits)
+                            supervisor=supervisor, limits=limits, ingest=ingester.run)
         # This process's own worker, if any, is told of its submits and cancels at once.
         background = Background(store, queue, settings.store, settings.jobs, worker=runner)
         return cls(
@@ -193,6 +209,7 @@ class Runtime:
                                            inputs=RequestInputs(media, files, prompts)),
                 stored=stored, conversations=Conversations(store, settings.store, sealer),
                 passthrough=passthrough, background=background, files=files, prompts=prompts,
+                vector_stores=vector_stores,
                 chat=(CachedChat(passthrough, cache,
                                  max_entry_bytes=settings.cache.max_entry_bytes)
                       if cache is not None else None)),
@@ -242,10 +259,13 @@ class Runtime:
         await self.process.http.aclose()
 
 
-def _hosted_tools(settings: Settings) -> HostedTools:
-    """The hosted tools this process runs: web search with `--web-search` (without it,
-    web_search stays a hosted tool the proxy drops or refuses, `--hosted-tools`)."""
+def _hosted_tools(settings: Settings, searcher: Searcher) -> HostedTools:
+    """The hosted tools this process runs: web search with `--web-search`, file search with
+    `--embedding-model` (without them, they stay hosted tools the proxy drops or refuses,
+    `--hosted-tools`)."""
     search = settings.web_search
     return HostedTools.of(WebSearch(search.url, timeout=search.timeout,
                                     max_results=search.max_results)
-                          if search.url is not None else None)
+                          if search.url is not None else None,
+                          FileSearch(searcher)
+                          if settings.cache.embedding_model is not None else None)

@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 import anyio
 import orjson
 
-from proxy.core.hosted import WEB_SEARCH, HostedKind, HostedResult
+from proxy.core.hosted import WEB_SEARCH, HostedCall, HostedKind, HostedResult
 from proxy.core.urlpolicy import parse_target
 from proxy.core.websearch import parse_results, query_of, search_failed, searched
 
@@ -51,7 +51,9 @@ class WebSearch:
         self._max_bytes = max_bytes
         self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
 
-    async def run(self, arguments: str, first: int) -> HostedResult:
+    async def run(self, arguments: str, first: int, call: HostedCall | None = None
+                  ) -> HostedResult:
+        del call  # a web search has no per-request options
         query = query_of(arguments)
         if not query:
             return search_failed(query, "the call named no query")

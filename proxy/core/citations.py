@@ -5,7 +5,8 @@ The tool's output numbers what it found [1]..[n] and asks the model to cite by n
   1. every `[n]` marker of a known source is a citation spanning the marker (`[1][2]` and
      `[1, 2]` both cite two);
   2. an answer with no marker still cites a source whose URL, title or one of its sentences it
-     uses verbatim (a model that quotes rather than numbers), spanning the first such use.
+     uses verbatim (a model that quotes rather than numbers), spanning the first such use;
+  3. an answer with neither, after a file search, cites the first passage found at its end.
 Sources come from `core/hosted.py` `Source`: the annotation a citation becomes is the source's
 own (`url_citation` with url and title for web search) plus `start_index`/`end_index`
 (character offsets in the text, end exclusive), or for an "index" source (file_citation) one
@@ -31,6 +32,8 @@ def cite(text: str, sources: Sequence[Source]) -> list[dict[str, Any]]:
     spans = _markers(text, by_number)
     if not spans:
         spans = _quotes(text, sources)
+    if not spans:
+        spans = _file_fallback(text, sources)
     spans.sort(key=lambda span: span[0])
     return [{**source.annotation, "start_index": start, "end_index": end}
             if source.placement == "span" else {**source.annotation, "index": end}
@@ -52,6 +55,14 @@ def _markers(text: str, by_number: dict[int, Source]) -> list[tuple[int, int, So
         else:
             start = text.find("[", start + 1)
     return out
+
+
+def _file_fallback(text: str, sources: Sequence[Source]) -> list[tuple[int, int, Source]]:
+    """An answer after a file search that neither numbers nor quotes a passage still cites the
+    best one (the first found) at its end: the contract's "every answer after a search cites a
+    file of the searched stores" holds whatever the model wrote."""
+    first = next((s for s in sources if s.placement == "index"), None)
+    return [] if first is None else [(len(text), len(text), first)]
 
 
 def _quotes(text: str, sources: Sequence[Source]) -> list[tuple[int, int, Source]]:

@@ -17,8 +17,9 @@ What it found is numbered [1]..[n] for the model, and the answer's citations of 
 (core/citations.py) become annotations on the answer's text. A tool that fails still ends with
 its `completed` event (the SDK has no `failed` event for these items): its item says `failed`.
 
-Adding one (file_search): a `HostedKind` here (item type `file_search_call`, prefix `fs`, its
-`response.file_search_call.*` events, an `item` builder with `queries`), a runner in
+Adding one (file_search was the second): a `HostedKind` here (item type `file_search_call`,
+prefix `fs`, its `response.file_search_call.*` events, an `item` builder with `queries`), a
+runner in
 services/generation/hosted.py returning a HostedResult whose `fields` hold what the item shows
 (`results` only with the include: the runner's caller decides) and whose `sources` carry
 `file_citation` annotations (`placement="index"`); `HostedTools.of(...)` in runtime.py. The
@@ -33,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.fields import at, expect_object, opt_str
+from proxy.core.fields import at, bad, expect_object, opt_str
 from proxy.core.ids import IdFactory
 from proxy.core.types import Item
 
@@ -66,6 +67,16 @@ class HostedResult:
 
 
 @dataclass(frozen=True, slots=True)
+class HostedCall:
+    """What a runner needs of the response beside the model's arguments: whose it is (a
+    file_search searches that key's stores only) and the request's options for its kind
+    (`LoopPlan.options`: file_search's vector_store_ids, max_num_results, filters, ...)."""
+
+    tenant: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class HostedKind:
     """One hosted tool. `tool_types`: the request's tool types it serves; `item`: the item as
     (id, status, the call's arguments as JSON text) make it before it ran; `events`: its
@@ -80,6 +91,10 @@ class HostedKind:
     parameters: dict[str, Any]
     item: Callable[[str, str, str], Item] = field(repr=False)
     input_fields: tuple[str, ...] = ()  # object fields an input item of this kind keeps
+    # The request tool's options, checked (a 400 naming the field) and as the Response echoes
+    # the tool; None: the kind has none beyond `echo_tool`'s.
+    parse: Callable[[dict[str, Any], str], dict[str, Any]] | None = field(default=None,
+                                                                         repr=False)
 
     def chat_function(self, name: str) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": self.description,
@@ -168,12 +183,25 @@ def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
     out = kind.item(given or ids(kind.id_prefix),
                     status if status in _STATUSES else "completed", "{}")
     for key in kind.input_fields:
-        if item.get(key) is not None:
-            out[key] = expect_object(item[key], at(path, key))
+        value = item.get(key)
+        if value is not None:  # (file_search's queries and results are lists)
+            out[key] = value if isinstance(value, list) else expect_object(value, at(path, key))
     return out
 
 
 # -- the kinds --------------------------------------------------------------------------------
+def _events(item_type: str) -> tuple[str, str, str]:
+    return (f"response.{item_type}.in_progress", f"response.{item_type}.searching",
+            f"response.{item_type}.completed")
+
+
+def _query(description: str) -> dict[str, Any]:
+    """A search function's parameters: one required query."""
+    return {"type": "object", "properties": {"query": {"type": "string",
+                                                       "description": description}},
+            "required": ["query"]}
+
+
 def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
     query = arguments_of(arguments).get("query")
     action: dict[str, Any] = {"type": "search"}
@@ -182,24 +210,63 @@ def _web_search_item(item_id: str, status: str, arguments: str) -> Item:
     return {"id": item_id, "type": "web_search_call", "status": status, "action": action}
 
 
-WEB_SEARCH = HostedKind(
-    name="web_search",
-    tool_types=frozenset({"web_search", "web_search_preview", "web_search_preview_2025_03_11",
-                          "web_search_2025_08_26"}),
-    item_type="web_search_call",
-    id_prefix="ws",
-    events=("response.web_search_call.in_progress", "response.web_search_call.searching",
-            "response.web_search_call.completed"),
-    description="Search the web. Returns numbered results; cite a result you use by its "
-                "number in brackets, e.g. [1].",
-    parameters={"type": "object", "properties": {"query": {
-        "type": "string", "description": "What to search for."}}, "required": ["query"]},
-    item=_web_search_item,
-    input_fields=("action",),
-)
+def _search_kind(name: str, tool_types: set[str], prefix: str, where: str, found: str,
+                 query: str, item: Callable[[str, str, str], Item], **more: Any) -> HostedKind:
+    """A search tool: its item `<name>_call` and that item's events, one `query` parameter, a
+    description that asks the model to cite what it found by number."""
+    item_type = f"{name}_call"
+    return HostedKind(name=name, tool_types=frozenset(tool_types), item_type=item_type,
+                      id_prefix=prefix, events=_events(item_type),
+                      description=f"Search {where}. Returns numbered {found}s; cite a {found} "
+                                  "you use by its number in brackets, e.g. [1].",
+                      parameters=_query(query), item=item, **more)
 
-# Every hosted kind the proxy can run, by name (file_search joins here with its own kind).
-KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH}
+
+WEB_SEARCH = _search_kind(
+    "web_search", {"web_search", "web_search_preview", "web_search_preview_2025_03_11",
+                   "web_search_2025_08_26"}, "ws", "the web", "result", "What to search for.",
+    _web_search_item, input_fields=("action",))
+
+def _file_search_item(item_id: str, status: str, arguments: str) -> Item:
+    query = arguments_of(arguments).get("query")
+    return {"id": item_id, "type": "file_search_call", "status": status,
+            "queries": [query] if isinstance(query, str) and query else [], "results": None}
+
+
+# file_search's `max_num_results` bounds (OpenAI's) and the default the proxy uses: each result
+# is a chunk of up to ~800 tokens the model reads, so fewer than OpenAI's 20.
+MAX_FILE_RESULTS = 50
+DEFAULT_FILE_RESULTS = 10
+
+
+def _file_search_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    from proxy.core.fields import expect_list, expect_str, opt_int, opt_number
+    from proxy.core.vectorfilters import parse_filters
+
+    where = at(path, "vector_store_ids")
+    ids = expect_list(tool.get("vector_store_ids"), where)
+    if not 1 <= len(ids) <= 16:
+        raise bad(where, f"Invalid '{where}': expected 1 to 16 vector store ids.")
+    store_ids = [expect_str(v, at(where, i)) for i, v in enumerate(ids)]
+    limit = opt_int(tool, "max_num_results", path, low=1, high=MAX_FILE_RESULTS)
+    ranking: dict[str, Any] | None = None
+    if tool.get("ranking_options") is not None:
+        node = expect_object(tool["ranking_options"], at(path, "ranking_options"))
+        threshold = opt_number(node, "score_threshold", at(path, "ranking_options"),
+                               low=0.0, high=1.0)
+        ranking = {"ranker": "auto", "score_threshold": threshold or 0.0}
+    return {"type": "file_search", "vector_store_ids": store_ids,
+            "filters": parse_filters(tool.get("filters"), at(path, "filters")),
+            "max_num_results": limit or DEFAULT_FILE_RESULTS, "ranking_options": ranking}
+
+
+FILE_SEARCH = _search_kind(
+    "file_search", {"file_search"}, "fs", "the user's files", "passage",
+    "What to look for in the files.", _file_search_item, input_fields=("queries", "results"),
+    parse=_file_search_options)
+
+# Every hosted kind the proxy can run, by name.
+KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH}
 ITEM_TYPES = frozenset(k.item_type for k in KINDS.values())
 
 

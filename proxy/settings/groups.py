@@ -221,6 +221,18 @@ class WebSearchSettings:
 
 
 @dataclass(frozen=True)
+class VectorSettings:
+    """Vector stores and file_search (services/vectors/): a store holds at most `max_files`
+    files and `max_chunks` chunks (a search multiplies them all: its time and the memory of one
+    store's vectors grow with it); a process keeps at most `cache_bytes` of stores' vectors in
+    memory between searches. Vectors come from `cache.embedding_model`."""
+
+    max_files: int = 1000
+    max_chunks: int = 100_000
+    cache_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class FetchSettings:
     """URLs the proxy fetches for the fleet (services/fleet/media.py): an image (or audio, video)
     URL in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
@@ -274,6 +286,7 @@ class Settings:
     tenancy: TenancySettings = field(default_factory=TenancySettings)
     mcp: McpSettings = field(default_factory=McpSettings)
     web_search: WebSearchSettings = field(default_factory=WebSearchSettings)
+    vectors: VectorSettings = field(default_factory=VectorSettings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     tolerance: ToleranceSettings = field(default_factory=ToleranceSettings)

@@ -176,6 +176,14 @@ OPTIONS: tuple[Option, ...] = (
            "seconds one web search may take, connect included"),
     Option("web_search_results", "web_search.max_results", c.count,
            "web search results given to the model per search"),
+    # Vector stores and file_search (issue 27): bounds per store and per process.
+    Option("vector_store_max_files", "vectors.max_files", c.count,
+           "files one vector store may hold"),
+    Option("vector_store_max_chunks", "vectors.max_chunks", c.count,
+           "chunks one vector store may hold (a search scans them all)"),
+    Option("vector_cache_bytes", "vectors.cache_bytes", c.count,
+           "memory a process keeps vector stores' vectors in between searches",
+           shown="512 MiB"),
     Option("fetch_allow", "fetch.allow", c.fetch_allow,
            "URL prefix of images/media the proxy may fetch for the fleet and send inline "
            "(repeatable; default https:// to public addresses; `none`: data: URLs only)",

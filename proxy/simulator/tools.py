@@ -13,8 +13,8 @@ Rules (in order):
     (a named tool_choice repeats its function); `tools=0` forces text in "auto" mode;
   - `parallel_tool_calls: false` keeps only the first call;
   - a `call=NAME` directive (with `call_args=JSON`) makes exactly that one call, when offered;
-  - else a web search tool (searching.py) is called with the user's question, unless the text
-    names another tool or a `tools=N` directive decides.
+  - else a search tool (web or file, searching.py) is called with the user's question, unless
+    the text names another tool or a `tools=N` directive decides.
 Arguments are `json.dumps` of a schema instance (only its required properties with the
 `args=required` directive) (vLLM's tool parsers re-serialise with json.dumps,
 so `{"city": "sim"}` with its spaces, not the compact form).
@@ -71,7 +71,7 @@ def choose_calls(req: ChatRequest) -> list[Call]:
 
 
 def _search(req: ChatRequest) -> Tool | None:
-    """A web search tool (searching.py) the model calls: offered, the mode lets it (auto,
+    """A search tool (web or file) (searching.py) the model calls: offered, the mode lets it (auto,
     required, or named to it), no `tools=N` directive, and no other tool named in the text."""
     search = next((t for t in req.tools if is_search_tool(t)), None)
     if search is None or req.directives.tools is not None:

@@ -48,6 +48,7 @@ from proxy.store.prompts import RedisPrompts
 from proxy.store.reconnect import PROBE_TIMEOUT, Reconnector
 from proxy.store.redis import RedisStore
 from proxy.store.topology import RedisTarget, parse_redis_url
+from proxy.store.vectors import RedisVectorStores
 
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
@@ -170,6 +171,7 @@ class Backend:
     leases: LeaseTable | None
     files: RedisBlobStore  # uploaded files (`/v1/files`), behind store/files.py's BlobStore
     prompts: RedisPrompts  # prompt templates (`/v1/prompts`)
+    vectors: RedisVectorStores  # vector stores (`/v1/vector_stores`)
 
     @property
     def shared(self) -> bool:
@@ -182,7 +184,7 @@ def backend_of(store: RedisStore) -> Backend:
     return Backend(store, job_queue(store), LimitStore(client), RedisCache(client),
                    functools.partial(shared_secret, client),
                    None if store.embedded else LeaseTable(client), RedisBlobStore(client),
-                   RedisPrompts(client))
+                   RedisPrompts(client), RedisVectorStores(client))
 
 
 def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED,

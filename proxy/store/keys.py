@@ -41,6 +41,14 @@ Layout:
     fl:{tenant}:list        ZSET    the key's file ids scored by created_at (GET /v1/files)
     pm:{tenant}:<prompt id> HASH    version number -> the prompt object (JSON), and `latest`
     pm:{tenant}:list        ZSET    the key's prompt ids scored by created_at
+    vs:{tenant}:<vs id>     HASH    obj | ver | chunks: a vector store's record (vectors.py),
+                                    its search version, its chunk count
+    vs:{tenant}:<vs id>:f   HASH    file id -> the vector store file object (status ...)
+    vs:{tenant}:<vs id>:b   HASH    batch id -> the file batch's record (its file ids)
+    vs:{tenant}:<vs id>:v:<file id>
+                            HASH    v (float32 vectors) | t (chunk texts) | m (file meta) |
+                                    n (chunks): one ingested file's chunks
+    vs:{tenant}:list        ZSET    the key's vector store ids scored by created_at
 """
 
 from __future__ import annotations
@@ -308,3 +316,30 @@ def prompt_record(tenant: str, prompt_id: str) -> str:
 
 def prompt_index(tenant: str) -> str:
     return f"pm:{{{tenant}}}:list"
+
+
+# -- vector stores (`/v1/vector_stores`, store/vectors.py) ----------------------------------
+# Under the key's tag `{<tenant>}` too: every script of a store (add files, finish one, delete)
+# touches one slot. Every key of a store lives as long as the store (its `expires_after`, never
+# past `--response-ttl`) and is renewed with it; a file's chunks are bounded per store
+# (`--vector-store-max-chunks`), its files too (`--vector-store-max-files`).
+
+
+def vector_store(tenant: str, vs_id: str) -> str:
+    return f"vs:{{{tenant}}}:{vs_id}"
+
+
+def vector_store_files(tenant: str, vs_id: str) -> str:
+    return f"vs:{{{tenant}}}:{vs_id}:f"
+
+
+def vector_store_batches(tenant: str, vs_id: str) -> str:
+    return f"vs:{{{tenant}}}:{vs_id}:b"
+
+
+def vector_store_chunks(tenant: str, vs_id: str, file_id: str) -> str:
+    return f"vs:{{{tenant}}}:{vs_id}:v:{file_id}"
+
+
+def vector_store_index(tenant: str) -> str:
+    return f"vs:{{{tenant}}}:list"

@@ -1,20 +1,29 @@
-"""Small documents for the file tests: a real PDF with a text layer, written by hand (the
-xref offsets computed), so no PDF writer is needed to make one."""
+"""Small documents for the file tests (and bench/vectors.py): a real PDF with a text layer,
+written by hand (the xref offsets computed), so no PDF writer is needed to make one."""
 
 from __future__ import annotations
 
 
 def pdf_with_text(text: str) -> bytes:
     """A one-page PDF whose text layer is `text` (ASCII, no parentheses or backslashes)."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
+    return pdf_with_pages([[text]])
+
+
+def pdf_with_pages(pages: list[list[str]]) -> bytes:
+    """A PDF of one page per entry, each its lines of text (ASCII, no parentheses or
+    backslashes), one under the other."""
+    font = 3 + 2 * len(pages)  # after the catalog, the page tree and each page's two objects
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+                   b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(len(pages))), len(pages))]
+    for lines in pages:
+        shown = " T* ".join(f"({line}) Tj" for line in lines)
+        stream = f"BT /F1 12 Tf 14 TL 72 720 Td {shown} ET".encode()
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents "
+                       b"%d 0 R /Resources << /Font << /F1 %d 0 R >> >> >>"
+                       % (len(objects), font))
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):

@@ -75,7 +75,7 @@ def test_nulls_read_as_absent() -> None:
     ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}},
      "text.format.schema"),
     ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
-    ({"model": "m", "input": "x", "include": ["file_search_call.results"]}, "include[0]"),
+    ({"model": "m", "input": "x", "include": ["web_search_call.action.sources"]}, "include[0]"),
     ({"model": "m", "input": "x", "truncation": "middle"}, "truncation"),
     ({"model": "m", "input": "x", "top_logprobs": 21}, "top_logprobs"),
     ({"model": "m", "input": "x", "top_logprobs": "3"}, "top_logprobs"),

@@ -48,7 +48,10 @@ _FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # include values we honour: encrypted reasoning (sealed text), image URLs (we keep them) and the
 # output text's logprobs (vLLM's, asked for upstream only when included).
 LOGPROBS = "message.output_text.logprobs"
-INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url", LOGPROBS)
+# file_search_call.results: the file_search_call item shows what the search found.
+FILE_SEARCH_RESULTS = "file_search_call.results"
+INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url", LOGPROBS,
+              FILE_SEARCH_RESULTS)
 
 _SERVED = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
@@ -108,6 +111,7 @@ class ResponsesRequest:
     compact_threshold: int | None = None
     mcp: tuple[McpServer, ...] = ()  # MCP servers the proxy runs tools of (core/mcp.py)
     hosted: tuple[str, ...] = ()  # hosted tools the proxy runs (core/hosted.py kind names)
+    hosted_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # by kind name
     # Image URL → the data: URL the proxy fetched for it (services/fleet/media.py): translation
     # sends vLLM the data, never a URL to fetch; the stored items keep the client's URL.
     media: dict[str, str] = field(default_factory=dict)
@@ -230,6 +234,7 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         dropped_tools=parsed_tools.dropped,
         mcp=parsed_tools.mcp,
         hosted=parsed_tools.hosted,
+        hosted_options=parsed_tools.hosted_options,
         truncation=one_of(body.get("truncation") or "disabled", ("auto", "disabled"),
                           "truncation"),
         auto_compact=auto_compact,

@@ -11,7 +11,7 @@ itself (`web_search` with `--web-search`, core/hosted.py), which the tool loop o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.fields import (
@@ -47,6 +47,8 @@ class ParsedTools:
     dropped: tuple[str, ...]  # the types of the hosted tools left out, in request order
     mcp: tuple[McpServer, ...] = ()  # `mcp` tools, run by the proxy (core/mcp.py)
     hosted: tuple[str, ...] = ()  # hosted tools the proxy runs (core/hosted.py kind names)
+    # Their options, by kind name, for the kinds that have any (file_search's stores ...).
+    hosted_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # -- parsing ----------------------------------------------------------------------------------
@@ -66,6 +68,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
     names: set[tuple[str, str]] = set()  # (space, name): functions and customs share one
     servers: list[McpServer] = []
     hosted: list[str] = []
+    options: dict[str, dict[str, Any]] = {}
     for i, raw in enumerate(tools):
         path = at("tools", i)
         tool = expect_object(raw, path)
@@ -75,7 +78,11 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
             assert served is not None
             if served.name not in hosted:  # one search tool however many entries name it
                 hosted.append(served.name)
-                out.append(echo_tool(tool))
+                if served.parse is not None:
+                    options[served.name] = served.parse(tool, path)
+                    out.append(options[served.name])
+                else:
+                    out.append(echo_tool(tool))
             continue
         if _hosted(kind):
             if not drop_hosted:
@@ -98,7 +105,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
             raise bad(at(path, "name"), f"Duplicate tool name {parsed['name']!r}.")
         names.add(key)
         out.append(parsed)
-    return ParsedTools(out, tuple(dropped), tuple(servers), tuple(hosted))
+    return ParsedTools(out, tuple(dropped), tuple(servers), tuple(hosted), options)
 
 
 def _name(tool: dict[str, Any], path: str) -> str:

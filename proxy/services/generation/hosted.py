@@ -4,7 +4,7 @@ process's own settings: a background job's worker runs a search with its own `--
 never with a URL a request or a spec carried.
 
 A runner never raises: whatever goes wrong is a `failed` HostedResult, which the model is told
-of and answers without. A new hosted tool (file_search) is a kind in core/hosted.py `KINDS`
+of and answers without. A new hosted tool is a kind in core/hosted.py `KINDS`
 plus a runner here.
 """
 
@@ -14,15 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy.core.hosted import HostedKind, HostedResult
+from proxy.core.hosted import HostedCall, HostedKind, HostedResult
+
+NO_CALL = HostedCall()
 
 
 class HostedRunner(Protocol):
     kind: HostedKind
 
-    async def run(self, arguments: str, first: int) -> HostedResult:
+    async def run(self, arguments: str, first: int, call: HostedCall = NO_CALL) -> HostedResult:
         """Run one call (`arguments`: the model's JSON text); what it finds is numbered from
-        `first` (the response's earlier calls took the numbers before)."""
+        `first` (the response's earlier calls took the numbers before); `call`: whose response
+        it is and the request's options for the kind."""
         ...
 
 

@@ -43,7 +43,7 @@ from proxy.core import hosted as hosting
 from proxy.core import mcp
 from proxy.core.errors import ProxyError
 from proxy.core.events.assembler import Assembler
-from proxy.core.hosted import HostedKind, HostedResult
+from proxy.core.hosted import HostedCall, HostedKind, HostedResult
 from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate.chat import to_messages
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
@@ -70,15 +70,17 @@ class LoopPlan:
     # and the chat tool_choice mode when the client offered no tools of its own.
     offered: tuple[str, ...] = ()
     mode: str = "auto"
-    # The hosted tools (core/hosted.py kind names) the model may call under `tool_choice`.
+    # The hosted tools (core/hosted.py kind names) the model may call under `tool_choice`,
+    # and their request options by kind name (file_search's stores, filters, include...).
     hosted: tuple[str, ...] = ()
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_spec(self) -> dict[str, Any]:
         return {"servers": [s.to_spec() for s in self.servers], "listed": self.listed,
                 "approved": [[a.request_id, a.label, a.name, a.arguments]
                              for a in self.approved],
                 "max_calls": self.max_calls, "offered": list(self.offered), "mode": self.mode,
-                "hosted": list(self.hosted)}
+                "hosted": list(self.hosted), "options": self.options}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> LoopPlan:
@@ -86,7 +88,8 @@ class LoopPlan:
                    dict(spec["listed"]), [Approved(*a) for a in spec["approved"]],
                    int(spec["max_calls"]), tuple(spec.get("offered") or ()),
                    str(spec.get("mode") or "auto"),
-                   tuple(k for k in spec.get("hosted") or () if k in hosting.KINDS))
+                   tuple(k for k in spec.get("hosted") or () if k in hosting.KINDS),
+                   dict(spec.get("options") or {}))
 
 
 @dataclass
@@ -205,7 +208,8 @@ class ToolLoop:
         else:
             self.calls += 1
             yield assembler.hosted_run()
-            result = await runner.run(arguments, self._numbered + 1)
+            result = await runner.run(arguments, self._numbered + 1, HostedCall(
+                self.tenant, self.plan.options.get(waiting["kind"], {})))
             self._numbered += len(result.sources)
         yield assembler.hosted_end(result)
         self._answers[waiting["id"]] = (waiting["call_id"], waiting["name"], arguments,

@@ -29,6 +29,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.core import types as t
@@ -43,6 +44,7 @@ from proxy.services.generation.turn import Turn
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor
+from proxy.services.vectors.ingest import is_ingestion
 from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, StoredResponse
 
@@ -77,7 +79,8 @@ def worker_name() -> str:
 class Worker:
     def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
                  name: str | None = None, shared: bool = True,
-                 supervisor: LoopSupervisor | None = None, limits: Limiter | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None, limits: Limiter | None = None,
+                 ingest: Callable[[bytes], Awaitable[None]] | None = None) -> None:
         """`generations`: the process's one builder of a job's turn
         (services/generation/builder.py); this class only takes, runs, heartbeats, reclaims and
         acknowledges."""
@@ -99,6 +102,9 @@ class Worker:
         # Per-key limits: a job created by a limited key holds a stream slot while it runs
         # here and counts its tokens when it ends (the spec's `limit`, services/metering/limits.py).
         self._limits = limits
+        # The second job kind on the queue: a vector store file's ingestion
+        # (services/vectors/ingest.py), run here instead of a generation.
+        self._ingest = ingest
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,7 +185,9 @@ class Worker:
     def _launch(self, job: Job) -> None:
         if job.response_id in self._running:
             return  # already ours (a reclaim raced a take)
-        task = asyncio.create_task(self._execute(job), name=f"job-{job.response_id}")
+        run = (self._execute_ingestion(job) if is_ingestion(job.response_id)
+               else self._execute(job))
+        task = asyncio.create_task(run, name=f"job-{job.response_id}")
         self._running[job.response_id] = _Running(job, task)
         task.add_done_callback(lambda _: self._finished(job.response_id))
 
@@ -250,6 +258,28 @@ class Worker:
                 with contextlib.suppress(ProxyError):
                     await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
             await self._settle_meter(meter, running, spec)
+
+    async def _execute_ingestion(self, job: Job) -> None:
+        """A file's ingestion: acknowledged once it stored its end; a store failure leaves it
+        pending for a reclaim (ingestion is idempotent), so does a worker without an ingester
+        (a test's: the runtime always gives one)."""
+        if self._stopping:  # taken just as we stop: hand it back untouched
+            await self._queue.requeue(job)
+            self._release(job.response_id)
+            return
+        if self._ingest is None:
+            self._release(job.response_id)
+            return
+        try:
+            await self._ingest(job.spec)
+        except ProxyError as exc:
+            log.error("worker %s: ingestion %s: %s", self.name, job.response_id, exc)
+            return
+        running = self._running.get(job.response_id)
+        if running is not None:
+            running.finished = True
+        with contextlib.suppress(ProxyError):
+            await self._tasks.shielded(self._queue.done(job.entry_id), name="job-ack")
 
     async def _adopt(self, spec: JobSpec) -> Meter:
         """The job's ticket, taken over from the request that created it."""

@@ -1,0 +1,58 @@
+"""The file_search hosted runner (services/generation/hosted.py `HostedRunner`): the model's
+query searched in the request's vector stores (`HostedCall.options`, from the request's tool),
+those of the response's own key only (another key's store is an unknown one: the call fails,
+nothing of it shown). Never raises: a failure is a `failed` result the model answers without.
+One log line per search: its outcome and time, never the query.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from proxy.core.errors import ProxyError
+from proxy.core.filesearch import query_of, search_failed, searched
+from proxy.core.hosted import (
+    DEFAULT_FILE_RESULTS,
+    FILE_SEARCH,
+    HostedCall,
+    HostedKind,
+    HostedResult,
+)
+from proxy.services.vectors.embedder import EmbeddingFailed
+from proxy.services.vectors.search import Searcher, UnknownStore
+
+log = logging.getLogger("proxy.vectors")
+
+
+class FileSearch:
+    kind: HostedKind = FILE_SEARCH
+
+    def __init__(self, searcher: Searcher) -> None:
+        self._searcher = searcher
+
+    async def run(self, arguments: str, first: int, call: HostedCall | None = None
+                  ) -> HostedResult:
+        options = call.options if call is not None else {}
+        include = bool(options.get("include_results"))
+        query = query_of(arguments)
+        stores = [str(s) for s in options.get("vector_store_ids") or ()]
+        if not query or not stores or call is None:
+            return search_failed(query, "the call named no query or no vector store",
+                                 include=include)
+        ranking = options.get("ranking_options") or {}
+        started = time.monotonic()
+        try:
+            hits = await self._searcher.search(
+                call.tenant, stores, query,
+                limit=int(options.get("max_num_results") or DEFAULT_FILE_RESULTS),
+                threshold=float(ranking.get("score_threshold") or 0.0),
+                filters=options.get("filters"))
+        except UnknownStore as exc:
+            return search_failed(query, f"no vector store {exc.vs_id!r}", include=include)
+        except (EmbeddingFailed, ProxyError) as exc:
+            log.info("file search failed in %.0f ms", (time.monotonic() - started) * 1000)
+            return search_failed(query, str(exc), include=include)
+        log.info("file search: %d passages in %.0f ms", len(hits),
+                 (time.monotonic() - started) * 1000)
+        return searched(query, hits, first, include=include)

@@ -1,0 +1,136 @@
+"""Ingestion of a vector store's file, as a job on the background queue (store/jobqueue.py):
+any instance's worker runs it, a single `make run` process too.
+
+The queue's entries are the responses' (`r`: an id, `s`: a spec); an ingestion is a second job
+kind on the same stream: its `r` starts with `INGEST_PREFIX` and its spec is
+`{"kind": "vector_store_file", "tenant", "vector_store_id", "file_id"}`. The worker
+(services/jobs/runner.py) hands such entries here instead of to a generation. The same
+heartbeats and reclaims apply: a worker that dies mid-file leaves the entry to be reclaimed,
+and running a file twice only writes the same chunks again (finish_file replaces them).
+
+    the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/chunking.py)
+        ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
+        ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
+           last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
+           (no embedding model, the fleet failed, the store is full)
+
+A store that is unavailable midway (StoreUnavailable) is raised: the entry stays pending and a
+reclaim retries it. Nothing of the file's text is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+
+from proxy.core.chunking import chunk_text
+from proxy.core.errors import InvalidRequest, NotFound
+from proxy.core.vectorsearch import unit_rows
+from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
+from proxy.services.files.files import Files
+from proxy.services.vectors.embedder import Embedder, EmbeddingFailed
+from proxy.settings.groups import VectorSettings
+from proxy.store.vectors import RedisVectorStores, StoredChunks
+
+log = logging.getLogger("proxy.vectors")
+
+INGEST_PREFIX = "vsjob_"
+KIND = "vector_store_file"
+
+
+def job_of(tenant: str, vs_id: str, file_id: str) -> tuple[str, bytes]:
+    """(the queue entry's id field, its spec) for one file's ingestion."""
+    spec = {"kind": KIND, "tenant": tenant, "vector_store_id": vs_id, "file_id": file_id}
+    return f"{INGEST_PREFIX}{vs_id}_{file_id}", orjson.dumps(spec)
+
+
+def is_ingestion(entry_id: str) -> bool:
+    return entry_id.startswith(INGEST_PREFIX)
+
+
+class Ingester:
+    def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
+                 settings: VectorSettings, *, ttl_of: Any) -> None:
+        self._stores = stores
+        self._files = files
+        self._embedder = embedder
+        self._settings = settings
+        # The store's remaining lifetime in seconds (services/vectors/stores.py `ttl_left`).
+        self._ttl_of = ttl_of
+
+    async def run(self, spec: bytes) -> None:
+        try:
+            data = orjson.loads(spec)
+            tenant, vs_id, file_id = (str(data["tenant"]), str(data["vector_store_id"]),
+                                      str(data["file_id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return  # not a spec we can read: dropped (its file stays visibly in_progress)
+        file = await self._stores.get_file(tenant, vs_id, file_id)
+        got = await self._stores.get(tenant, vs_id)
+        if file is None or got is None or file.get("status") != "in_progress":
+            return  # deleted meanwhile, or already done (a reclaim of a finished job)
+        ttl = self._ttl_of(got[0])
+        started = time.monotonic()
+        try:
+            chunks = await self._chunks(tenant, file)
+        except _Failed as exc:
+            await self._fail(tenant, file, exc.code, exc.message, ttl)
+            log.info("vector store file failed (%s) in %.0f ms", exc.code,
+                     (time.monotonic() - started) * 1000)
+            return
+        done = {**file, "status": "completed", "last_error": None,
+                "usage_bytes": len(chunks.vectors) + sum(len(t) for t in chunks.texts)}
+        stored = await self._stores.finish_file(tenant, done, chunks, began=file, ttl=ttl,
+                                                max_chunks=self._settings.max_chunks)
+        if stored == -1:
+            await self._fail(tenant, file, SERVER_ERROR,
+                             f"the vector store would hold more than "
+                             f"{self._settings.max_chunks} chunks (--vector-store-max-chunks)",
+                             ttl)
+            return
+        log.info("vector store file: %d chunks in %.0f ms", len(chunks.texts),
+                 (time.monotonic() - started) * 1000)
+
+    async def _chunks(self, tenant: str, file: dict[str, Any]) -> StoredChunks:
+        try:
+            text = await self._files.text_of(tenant, file["id"], "file")
+        except InvalidRequest as exc:
+            message = exc.message.removeprefix("Invalid 'file': ").rstrip(".")
+            raise _Failed(exc.code or INVALID_FILE, message) from None
+        except NotFound:
+            raise _Failed(INVALID_FILE, "the file no longer exists") from None
+        strategy = chunking_of(file)
+        texts = await asyncio.to_thread(chunk_text, text, strategy.max_tokens, strategy.overlap)
+        if not texts:
+            raise _Failed(INVALID_FILE, "the file has no text to index")
+        if len(texts) > self._settings.max_chunks:
+            raise _Failed(SERVER_ERROR, f"the file makes {len(texts)} chunks; a vector store "
+                                        f"holds at most {self._settings.max_chunks}")
+        try:
+            vectors = unit_rows(await self._embedder.embed(texts))
+        except EmbeddingFailed as exc:
+            raise _Failed(SERVER_ERROR, str(exc)) from None
+        blob = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+        meta = await self._files.retrieve(tenant, file["id"])
+        return StoredChunks({"file_id": file["id"], "filename": meta.get("filename") or "",
+                             "attributes": file.get("attributes") or {}},
+                            blob, int(vectors.shape[1]), texts)
+
+    async def _fail(self, tenant: str, file: dict[str, Any], code: str, message: str,
+                    ttl: int) -> None:
+        failed = {**file, "status": "failed", "usage_bytes": 0,
+                  "last_error": {"code": code, "message": message}}
+        await self._stores.finish_file(tenant, failed, None, began=file, ttl=ttl,
+                                       max_chunks=self._settings.max_chunks)
+
+
+class _Failed(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
