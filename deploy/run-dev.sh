@@ -3,7 +3,8 @@
 # PROXY_UPSTREAMS), the bundled vLLM simulator starts on :8000 and serves as the fleet; with no
 # PROXY_REDIS_URL the embedded store is used. With the simulator (and no --web-search in ARGS),
 # the fake SearXNG of the tests (tests/support/searx.py) starts on :8888 and the web_search tool
-# runs against it. Extra flags: `make run ARGS="--api-key k"`.
+# runs against it, and (with no --embedding-model in ARGS) the simulator's embeddings serve
+# vector stores and the file_search tool. Extra flags: `make run ARGS="--api-key k"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -35,6 +36,9 @@ if [ -z "${PROXY_UPSTREAMS:-}" ]; then
     "$BIN/python" -m tests.support.searx --port "$SEARX_PORT" &
     searx_pid=$!
     search_flags=(--web-search "http://127.0.0.1:${SEARX_PORT}/search")
+  fi
+  if [[ "${ARGS:-}" != *--embedding-model* ]]; then
+    search_flags+=(--embedding-model sim-model)
   fi
 fi
 
