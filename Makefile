@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(BIN)/mypy proxy
 
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
+## 1,024 streams through one replica at 20 and 100 ms a token, default flags (issue 25); then
 ## issue 18's rows (Redis beside the proxy and apart, the burst, short answers, 1 and 2
 ## processes: bench/scenarios.py); then the response cache's hit and miss latency at one
 ## stream (bench/cache.py); then the routing policies on a fleet of three simulators with
@@ -44,6 +45,8 @@ lint: $(STAMP)
 ## It installs py-spy (the `bench` extra) for `--spy` profiles.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run --systems direct,responses,responses-store --concurrency 1024 \
+		--delays 20,100 --no-docs
 	$(BIN)/python -m bench.scenarios --docs
 	$(BIN)/python -m bench.cache
 	$(BIN)/python -m bench.fleet
