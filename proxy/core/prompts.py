@@ -7,6 +7,11 @@ reads a literal `{{name}}` answers something else than asked, silently). Variabl
 gives that the template does not use are ignored, as a template's older versions may not use
 every variable its callers send.
 
+An input_image value cannot sit in the instructions (the fleet's system message is text for
+the chat templates vLLM serves): the placeholder becomes `[image: <name>]` and the images open
+the input as one user message that names them the same way, so a vision model sees each image
+beside the name the instructions use.
+
 The rendered text becomes the request's instructions (the first system message), followed by
 the create's own `instructions` when it gives them too, after a blank line: the template is the
 reusable part, the create's instructions the call's own addition (OpenAI's docs say nothing of
@@ -95,3 +100,29 @@ def missing(name: str) -> Exception:
     where = at("prompt.variables", name)
     return bad(where, f"Missing required parameter: '{where}' (the prompt template uses "
                       f"{{{{{name}}}}}).")
+
+
+def image_marker(name: str) -> str:
+    """What stands in the instructions for the image variable `name`."""
+    return f"[image: {name}]"
+
+
+def image_message(images: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The user message that carries a prompt's image variables, each after its marker."""
+    content: list[dict[str, Any]] = [
+        {"type": "input_text", "text": "Images the instructions refer to:"}]
+    for name, part in images.items():
+        content += [{"type": "input_text", "text": image_marker(name)}, part]
+    return {"type": "message", "role": "user", "content": content}
+
+
+def input_items(given: Any) -> list[Any]:
+    """A create's `input` as a list of items (a string is one user message), to put more in
+    front of it."""
+    if given is None:
+        return []
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    if not isinstance(given, list):
+        raise bad("input", "Invalid 'input': expected a string or an array of input items.")
+    return list(given)

@@ -141,3 +141,27 @@ def test_a_streamed_create_with_a_prompt_echoes_it_in_valid_events(http: httpx.C
     # Stored, the response keeps both.
     kept = http.get(f"/v1/responses/{final['id']}", headers=A).json()
     assert (kept["prompt"], kept["instructions"]) == (final["prompt"], "Speak of tides.")
+
+
+# A 1x1 PNG: a real image a vision model could be sent.
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+         "DwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+@pytest.mark.parametrize("given", ["what is it?", [{"role": "user", "content": "what is it?"}]])
+def test_an_image_variable_reaches_the_model_beside_its_name(
+        http: httpx.Client, a: openai.OpenAI, sim: Any, given: Any) -> None:
+    # The instructions are the fleet's text-only system message: the placeholder names the
+    # image there, and the image opens the input as a user message that names it the same way.
+    made = make(http, {"prompt": "Describe {{photo}} in one line."})
+    response = a.responses.create(model=MODEL, input=given, prompt={
+        "id": made["id"], "variables": {"photo": {"type": "input_image", "image_url": PIXEL,
+                                                  "detail": "auto"}}})
+    assert response.status == "completed"
+    assert response.instructions == "Describe [image: photo] in one line."
+    assert response.output_text == "You said: what is it?"  # the client's own turn is last
+    sent = sim.stats()["last_request"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user"]
+    parts = sent[1]["content"]
+    assert [p["type"] for p in parts] == ["text", "text", "image_url"]
+    assert parts[1]["text"] == "[image: photo]" and parts[2]["image_url"]["url"] == PIXEL

@@ -3,9 +3,10 @@
 
 Values of a create's `prompt.variables`: a string or an input_text part is its text; an
 input_file part is the file's text (by `file_id`, `file_url` or `file_data`, read as an
-input_file is: services/responses/inputs.py); an input_image part is refused (400 naming the
-variable): the instructions are the fleet's system message, text only for the chat templates a
-vLLM fleet serves, so an image there would be dropped or fail upstream; send it in `input`.
+input_file is: services/responses/inputs.py); an input_image part becomes the marker
+`[image: <name>]` in the instructions, and the image itself opens the input as a user message
+(`core/prompts.image_message`): the instructions are the fleet's system message, text only for
+the chat templates a vLLM fleet serves, so the image goes where a vision model reads images.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from typing import Any
 from proxy.core.errors import NotFound
 from proxy.core.fields import at, bad
 from proxy.core.ids import IdFactory, new_id
-from proxy.core.prompts import MAX_VERSIONS, missing, names, parse_ref, parse_template, render
+from proxy.core.prompts import (
+    MAX_VERSIONS,
+    image_marker,
+    image_message,
+    input_items,
+    missing,
+    names,
+    parse_ref,
+    parse_template,
+    render,
+)
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.store.base import Store
 from proxy.store.prompts import TOO_MANY, RedisPrompts
@@ -95,9 +106,14 @@ class Prompts:
         template = str(prompt["prompt"])
         defaults = prompt.get("variables") or {}
         values: dict[str, str] = {}
+        images: dict[str, dict[str, Any]] = {}
         for name in names(template):
-            if name in ref.variables:
-                values[name] = await _value(ref.variables[name], name, file_text)
+            given = ref.variables.get(name)
+            if isinstance(given, dict) and given.get("type") == "input_image":
+                values[name] = image_marker(name)
+                images[name] = given
+            elif name in ref.variables:
+                values[name] = await _value(given, name, file_text)
             elif name in defaults:
                 values[name] = str(defaults[name])
             else:
@@ -108,7 +124,10 @@ class Prompts:
             text = f"{text}\n\n{own}"
         echoed = {"id": ref.id, "version": str(prompt["version"]),
                   "variables": ref.variables or None}
-        return {**body, "instructions": text, "prompt": echoed}
+        rendered = {**body, "instructions": text, "prompt": echoed}
+        if images:
+            rendered["input"] = [image_message(images), *input_items(body.get("input"))]
+        return rendered
 
 
 async def _value(given: Any, name: str, file_text: FileText) -> str:
@@ -123,6 +142,5 @@ async def _value(given: Any, name: str, file_text: FileText) -> str:
         return text
     if kind == "input_file":
         return await file_text(given, where)
-    raise bad(where, f"Invalid '{where}': an image cannot be rendered into the instructions "
-                     "on this server (the fleet's system message is text); send it in "
-                     "`input`.")
+    raise bad(at(where, "type"), f"Invalid '{at(where, 'type')}': expected a string or an "
+                                 "input_text, input_image or input_file part.")
