@@ -103,43 +103,48 @@ class ReasoningItem(TextItem):
 
     __slots__ = ("seal",)
     kind = Phase.REASONING
+    # The part's events (SummarisedReasoningItem streams the same text as a summary part).
+    delta_type: ClassVar[str] = t.REASONING_DELTA
+    done_type: ClassVar[str] = t.REASONING_DONE
 
     def __init__(self, item_id: str, index: int, seq: Numbering, stage: int = STREAMING, *,
                  seal: Callable[[str], str] | None = None) -> None:
         super().__init__(item_id, index, seq, stage)
         self.seal = seal
 
+    def part(self, text: str) -> dict[str, Any]:
+        return {"type": t.REASONING_TEXT, "text": text}
+
     def open(self, events: list[Event]) -> None:
         events.append(self.added({"id": self.item_id, "type": t.REASONING, "summary": [],
                                   "content": [], "status": t.S_IN_PROGRESS}))
-        events.append(self.event(t.PART_ADDED, content_index=0,
-                                 part={"type": t.REASONING_TEXT, "text": ""}))
+        added = t.SUMMARY_PART_ADDED if self.part_done == t.SUMMARY_PART_DONE else t.PART_ADDED
+        events.append(self.event(added, **{self.part_index: 0}, part=self.part("")))
 
     def delta(self, text: str, events: list[Event]) -> None:
         self.parts.append(text)
         seq = self.seq
         number = seq.next
         seq.next = number + 1
-        events.append({"type": t.REASONING_DELTA, "sequence_number": number,
-                       "item_id": self.item_id, "output_index": self.index, "content_index": 0,
-                       "delta": text})
+        events.append({"type": self.delta_type, "sequence_number": number,
+                       "item_id": self.item_id, "output_index": self.index,
+                       self.part_index: 0, "delta": text})
 
     def _text_done(self, text: str, events: list[Event]) -> None:
+        at = {self.part_index: 0}
         if not self.parts:  # a restored part cut before its first delta
-            events.append(self.event(t.REASONING_DELTA, content_index=0, delta=""))
-        events.append(self.event(t.REASONING_DONE, content_index=0, text=text))
+            events.append(self.event(self.delta_type, **at, delta=""))
+        events.append(self.event(self.done_type, **at, text=text))
 
     def close(self, status: str, events: list[Event]) -> Item:
         text = "".join(self.parts)
-        part = {"type": t.REASONING_TEXT, "text": text}
+        part = self.part(text)
         self.close_part(part, events)
         shown = [part] if self.stage >= STREAMING else []
-        return self._final(status, text, content=shown, summary=[])
-
-    def _final(self, status: str, text: str, *, content: list[dict[str, Any]],
-               summary: list[dict[str, Any]]) -> Item:
-        final: Item = {"id": self.item_id, "type": t.REASONING, "summary": summary,
-                       "content": content, "status": status}
+        summarised = self.part_done == t.SUMMARY_PART_DONE  # the text once: here or there
+        final: Item = {"id": self.item_id, "type": t.REASONING,
+                       "summary": shown if summarised else [],
+                       "content": [] if summarised else shown, "status": status}
         if self.seal is not None:
             final["encrypted_content"] = self.seal(text)
         return final
@@ -153,29 +158,8 @@ class SummarisedReasoningItem(ReasoningItem):
     __slots__ = ()
     part_done = t.SUMMARY_PART_DONE
     part_index = "summary_index"
+    delta_type = t.SUMMARY_DELTA
+    done_type = t.SUMMARY_DONE
 
-    def open(self, events: list[Event]) -> None:
-        events.append(self.added({"id": self.item_id, "type": t.REASONING, "summary": [],
-                                  "content": [], "status": t.S_IN_PROGRESS}))
-        events.append(self.event(t.SUMMARY_PART_ADDED, summary_index=0, part=summary_part("")))
-
-    def delta(self, text: str, events: list[Event]) -> None:
-        self.parts.append(text)
-        seq = self.seq
-        number = seq.next
-        seq.next = number + 1
-        events.append({"type": t.SUMMARY_DELTA, "sequence_number": number,
-                       "item_id": self.item_id, "output_index": self.index,
-                       "summary_index": 0, "delta": text})
-
-    def _text_done(self, text: str, events: list[Event]) -> None:
-        if not self.parts:  # a restored part cut before its first delta
-            events.append(self.event(t.SUMMARY_DELTA, summary_index=0, delta=""))
-        events.append(self.event(t.SUMMARY_DONE, summary_index=0, text=text))
-
-    def close(self, status: str, events: list[Event]) -> Item:
-        text = "".join(self.parts)
-        part = summary_part(text)
-        self.close_part(part, events)
-        shown = [part] if self.stage >= STREAMING else []
-        return self._final(status, text, content=[], summary=shown)
+    def part(self, text: str) -> dict[str, Any]:
+        return summary_part(text)
