@@ -47,6 +47,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from proxy.core.shardtags import tag_of
+
 # -- responses ------------------------------------------------------------------------------
 # Hash field names. The Lua scripts (scripts.py) spell the same names: change both together.
 
@@ -71,21 +73,28 @@ F_LOGGED: Final = "logged"
 F_CLOSED: Final = "closed"
 
 
+def _slotted(object_id: str) -> str:
+    """`{<tag>}<id>` for an id with a shard tag (core/shardtags.py), else `{<id>}` (today's
+    keys, unchanged for every id made before tags or on one primary)."""
+    tag = tag_of(object_id)
+    return f"{{{tag}}}{object_id}" if tag is not None else f"{{{object_id}}}"
+
+
 def response(response_id: str) -> str:
     """The response's hash (the record the status compare-and-set works on)."""
-    return f"rp:{{{response_id}}}"
+    return f"rp:{_slotted(response_id)}"
 
 
 def response_input(response_id: str) -> str:
     """The input items, written once at creation: a plain string is the cheapest read for
     `input_items` and `load_chain`, and the caller bounds its size."""
-    return f"rp:{{{response_id}}}:in"
+    return f"rp:{_slotted(response_id)}:in"
 
 
 def response_log(response_id: str) -> str:
     """The event log: a stream whose ids are `1-<sequence_number>`, so Redis itself refuses an
     out-of-order or duplicated event and `starting_after=N` is a plain XRANGE from `(1-N`."""
-    return f"rp:{{{response_id}}}:log"
+    return f"rp:{_slotted(response_id)}:log"
 
 
 def log_entry_id(seq: int) -> str:
@@ -112,9 +121,13 @@ ITEM_IN_OUTPUT: Final = "o"
 ITEM_IN_INPUT: Final = "i"
 
 
-def item_location(tenant: str, item_id: str) -> str:
+def item_location(tenant: str, item_id: str, tag: str | None = None) -> str:
+    """`tag`: the shard tag of the response holding the item (its index entry sits in that
+    response's slot, written by the same script); None for an untagged response."""
     # The tenant (a digest, core/tenancy.py: no ':' in it) comes first, so no item id can
     # make one tenant's key equal to another's.
+    if tag is not None:
+        return f"ix:{{{tag}}}:{tenant}:{item_id}"
     return f"ix:{{{tenant}:{item_id}}}"
 
 
@@ -139,18 +152,18 @@ F_CONV_NEXT: Final = "next"
 
 
 def conversation(conversation_id: str) -> str:
-    return f"cv:{{{conversation_id}}}"
+    return f"cv:{_slotted(conversation_id)}"
 
 
 def conversation_order(conversation_id: str) -> str:
     """Item ids by insertion number: ZRANK turns an `after` cursor into a position in one
     command, and ZRANGE/ZREVRANGE serve both orders."""
-    return f"cv:{{{conversation_id}}}:order"
+    return f"cv:{_slotted(conversation_id)}:order"
 
 
 def conversation_items(conversation_id: str) -> str:
     """Item bodies by id: `get_conversation_item` is one HGET, deletion one HDEL."""
-    return f"cv:{{{conversation_id}}}:items"
+    return f"cv:{_slotted(conversation_id)}:items"
 
 
 # -- background jobs ------------------------------------------------------------------------
@@ -239,11 +252,15 @@ def limit_streams(tenant: str) -> str:
     return f"lim:{{{tenant}}}:streams"
 
 
-def stored_bytes(tenant: str) -> str:
+def stored_bytes(tenant: str, tag: str | None = None) -> str:
     """The storage ledger (ledger.py): bytes of the key's stored responses and conversations,
     a HASH of {the second they stop counting -> bytes}. Expires with its last bucket. The
     scripts that renew a response's TTL without knowing its tenant in Python build this key in
-    Lua from the record's tenant (scripts.py `_TENANT_KEYS`)."""
+    Lua from the record's tenant (scripts.py `_TENANT_KEYS`). `tag`: the ledger of the key's
+    objects under one shard tag (in their slot, so their scripts count them); a key's total
+    is the untagged ledger (files, prompts, untagged objects) plus one per tag."""
+    if tag is not None:
+        return f"lim:{{{tag}}}:{tenant}:stored"
     return f"lim:{{{tenant}}}:stored"
 
 
@@ -264,11 +281,16 @@ F_STORED_UNTIL: Final = "until"
 LEASES: Final = "leases:{live}"
 
 
+def leases(tag: str | None) -> str:
+    """The lease set of one shard tag's responses (untagged ones: `LEASES`)."""
+    return f"leases:{{{tag}}}" if tag is not None else LEASES
+
+
 def response_reaper(response_id: str) -> str:
     """Claim (SET NX PX) on closing a response whose lease expired: of the instances that notice
     it, one closes it; the claim expires with a lease period, so a reaper that dies too is
     replaced."""
-    return f"rp:{{{response_id}}}:reaper"
+    return f"rp:{_slotted(response_id)}:reaper"
 
 
 # -- the per-deployment fleet secret (services/process/sealing.py)

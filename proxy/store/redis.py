@@ -23,8 +23,10 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -33,6 +35,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
+from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
@@ -40,11 +43,12 @@ from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
+from proxy.store.packing import MAX_EVENTS_PER_CALL, by_tag, packed, packed_calls
 from proxy.store.reconnect import Reconnector
 from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
-__all__ = ["RedisStore", "read_retrying", "store_errors"]
+__all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
@@ -62,8 +66,8 @@ class RedisStore(RedisConversations):
     def __init__(self, client: Redis, *, embedded: bool = False,
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
                  budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
-                 wait_replicas: int = 0) -> None:
-        super().__init__(client, budget)
+                 wait_replicas: int = 0, sharded: bool = False) -> None:
+        super().__init__(client, budget, sharded=sharded)
         self.embedded = embedded
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
@@ -113,24 +117,26 @@ class RedisStore(RedisConversations):
         if lease_ms is not None and lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid, tenant = record.id, record.tenant
-        budget = self._budget.of(tenant)
+        tag = tag_of(rid)
+        budget, room = await self._room(tenant, tag)
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
-        # asked, its lease.
-        keys_ = [*_response_keys(rid), keys.LEASES, keys.stored_bytes(tenant),
-                 *[keys.item_location(tenant, item_id) for item_id in _item_ids(input_items)]]
+        # asked, its lease; all in the response's slot (its shard tag's, when it has one).
+        keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
+                 *[keys.item_location(tenant, item_id, tag)
+                   for item_id in _item_ids(input_items)]]
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
-            f"{keys.ITEM_IN_INPUT}:{rid}", budget,
+            f"{keys.ITEM_IN_INPUT}:{rid}", room,
         ]
         if events:
-            args.append(_packed(events))
+            args.append(packed(events))
         with store_errors():
             written, held = await self._waited(self._create, keys_, args)
         if not written:
-            raise storage_exceeded(budget, held)
+            raise storage_exceeded(budget, held + budget - room)
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -142,12 +148,17 @@ class RedisStore(RedisConversations):
         return _record(values)
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
+        if self._untagged(response_id):
+            return False  # cannot exist here (a cluster holds tagged ids only)
         with store_errors():
             done = await self._delete(
-                keys=[*_response_keys(response_id), keys.stored_bytes(tenant)], args=[tenant])
+                keys=[*_response_keys(response_id), keys.stored_bytes(tenant, tag_of(response_id))],
+                args=[tenant])
         return bool(done)
 
     async def stored_bytes(self, tenant: str) -> int:
+        if self.sharded:
+            return await self._held_elsewhere(tenant, "")
         with store_errors():
             return int(await self._held(keys=[keys.stored_bytes(tenant)]))
 
@@ -232,7 +243,7 @@ class RedisStore(RedisConversations):
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
         # ledger included (their keys are made there, from the record's tenant).
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
-                           f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
+                           f"{keys.ITEM_IN_OUTPUT}:{rid}", packed(logged) if logged else b"",
                            *_item_ids(response.get("output") or ())]
         with store_errors():
             reply = await self._waited(self._finish, _response_keys(rid), args)
@@ -250,16 +261,21 @@ class RedisStore(RedisConversations):
         if not wanted:
             return {}
 
+        places = self._index_places(tenant)
+
         def queue_locations(pipe: Pipeline) -> None:
             for item_id in wanted:
-                pipe.get(keys.item_location(tenant, item_id))
-                pipe.get(keys.legacy_item_location(item_id))
+                for place in places:
+                    pipe.get(place(item_id))
 
         # Round trip 1: where each item lives: this key's entry, else one an older version
-        # wrote to its global index (keys.py; the holder's owner is checked below either way).
+        # wrote to its global index (keys.py; the holder's owner is checked below either way);
+        # on a cluster, the entry under each shard tag (a client-chosen item id says nothing
+        # of the response holding it), in one pipeline per node.
         found_at = await self._read(lambda: self._pipelined(queue_locations))
-        locations = [mine or legacy for mine, legacy in zip(found_at[::2], found_at[1::2],
-                                                               strict=True)]
+        n = len(places)
+        locations = [next((raw for raw in found_at[i:i + n] if raw), None)
+                     for i in range(0, len(found_at), n)]
         holders = sorted({raw.decode() for raw in locations if raw})
         if not holders:
             return {}
@@ -284,6 +300,13 @@ class RedisStore(RedisConversations):
                 found[item_id] = item
         return found
 
+    def _index_places(self, tenant: str) -> list[Callable[[str], str]]:
+        """Where an item's index entry may be, in order of preference."""
+        if self.sharded:
+            return [functools.partial(keys.item_location, tenant, tag=tag) for tag in TAGS]
+        return [functools.partial(keys.item_location, tenant),
+                keys.legacy_item_location]
+
     # -- event logs --------------------------------------------------------------------------
 
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
@@ -292,7 +315,8 @@ class RedisStore(RedisConversations):
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
-        blobs = _packed_calls(batches)
+        blobs = packed_calls(batches) if not self.sharded else [
+            call for part in by_tag(batches).values() for call in packed_calls(part)]
         with store_errors():
             try:
                 await self._append_all(blobs, ttl)
@@ -302,17 +326,19 @@ class RedisStore(RedisConversations):
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
                 await self._append_all(blobs, ttl)
 
-    async def _append_all(self, blobs: list[bytes], ttl: int) -> None:
+    async def _append_all(self, blobs: list[tuple[str, bytes]], ttl: int) -> None:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
-        # flush bigger than `MAX_EVENTS_PER_CALL` goes as several calls in one pipeline.
+        # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
+        # several shard tags, goes as several calls in one pipeline (per node on a cluster).
         if len(blobs) == 1:
-            await self._client.evalsha(self._append.sha, 0, ttl, blobs[0])
+            route, blob = blobs[0]
+            await self._client.evalsha(self._append.sha, 1, route, ttl, blob)
             return
 
         def queue(pipe: Pipeline) -> None:
-            for blob in blobs:
-                pipe.evalsha(self._append.sha, 0, ttl, blob)
+            for route, blob in blobs:
+                pipe.evalsha(self._append.sha, 1, route, ttl, blob)
 
         await self._pipelined(queue)
 
@@ -341,11 +367,23 @@ class RedisStore(RedisConversations):
         "forever")."""
         if not positions:
             return {}
+        block = min(block_ms, self._max_block_ms)
+        if self.sharded:
+            # One XREAD per shard tag (one reads one slot on a cluster), side by side: the
+            # tail returns within `block` (50 ms by default) either way.
+            parts = by_tag(positions)
+            if len(parts) > 1:
+                found_each = await asyncio.gather(*(self._tail(part, block)
+                                                    for part in parts.values()))
+                return {rid: got for found in found_each for rid, got in found.items()}
+        return await self._tail(positions, block)
+
+    async def _tail(self, positions: Mapping[str, int],
+                    block: int) -> dict[str, list[StoredEvent]]:
         streams: dict[Any, Any] = {
             keys.response_log(rid): _after_id(pos) for rid, pos in positions.items()
         }
         by_key = {keys.response_log(rid).encode(): rid for rid in positions}
-        block = min(block_ms, self._max_block_ms)
         reply: Any = await self._read(
             lambda: self._client.xread(streams, block=block if block > 0 else None))
         found: dict[str, list[StoredEvent]] = {}
@@ -365,43 +403,6 @@ def _response_keys(response_id: str) -> list[str]:
 
 def _flag(value: bool) -> str:
     return "1" if value else "0"
-
-
-def _packed(events: Sequence[StoredEvent]) -> bytes:
-    """Events as one script argument (scripts.py, `append_packed`)."""
-    return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
-                          for e in events])
-
-
-# Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
-# anything else: a flush that grew large (the store slow, a backlog) would otherwise stall
-# every other client (creates, leases, final writes) for as long as it runs, and they in turn
-# let the next backlog grow. About 2 ms of Redis at this size (bench/appends.py).
-MAX_EVENTS_PER_CALL = 256
-
-
-def _packed_calls(batches: Mapping[str, Sequence[StoredEvent]]) -> list[bytes]:
-    """The flush as APPEND_EVENTS_MANY arguments of at most ~`MAX_EVENTS_PER_CALL` events
-    (a stream's events are never split: they stay in order within one call)."""
-    calls: list[bytes] = []
-    part: dict[str, Sequence[StoredEvent]] = {}
-    size = 0
-    for rid, events in batches.items():
-        if part and size + len(events) > MAX_EVENTS_PER_CALL:
-            calls.append(_packed_streams(part))
-            part, size = {}, 0
-        part[rid] = events
-        size += len(events)
-    if part:
-        calls.append(_packed_streams(part))
-    return calls
-
-
-def _packed_streams(batches: Mapping[str, Sequence[StoredEvent]]) -> bytes:
-    """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
-    `<id> 0x03 <packed events>`, streams separated by 0x02 (ids are ASCII, JSON escapes both)."""
-    return b"\x02".join([b"%s\x03%s" % (rid.encode(), _packed(events))
-                          for rid, events in batches.items()])
 
 
 def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:

@@ -84,12 +84,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # (FINISH_RESPONSE, TRANSITION: their callers may not know it). They spell keys.item_location
 # and keys.stored_bytes; tests/contract/test_item_index_contract.py and test_ledger_contract.py
 # check that they agree. `record_bytes`: what the storage ledger counts for a response.
+# `shard_tag(hash)`: the shard tag of a response hash's key (`rp:{<tag>}<id>`), nil for an
+# untagged one (`rp:{<id>}`); the tenant's keys then sit in the same slot as the response.
 _TENANT_KEYS: Final = """
-local function item_key(tenant, id)
+local function shard_tag(hash)
+  return string.match(hash, '^rp:{([^}]*)}.')
+end
+
+local function item_key(tag, tenant, id)
+  if tag then return 'ix:{' .. tag .. '}:' .. tenant .. ':' .. id end
   return 'ix:{' .. tenant .. ':' .. id .. '}'
 end
 
-local function ledger_key(tenant)
+local function ledger_key(tag, tenant)
+  if tag then return 'lim:{' .. tag .. '}:' .. tenant .. ':stored' end
   return 'lim:{' .. tenant .. '}:stored'
 end
 
@@ -174,12 +182,14 @@ return added
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
 # parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
 # docs/BENCHMARKS.md, "Event-log appends").
-# KEYS: none. The keys are made here from the response ids, `rp:{<id>}` and `rp:{<id>}:log`
-#   (keys.py, checked by tests/integration/test_store_append_many.py): a script that names
-#   undeclared keys runs on a single Redis server (what the proxy connects to) but not on a
-#   cluster, which would need one call per slot.
+# KEYS: one key in the slot of every stream of the call (a response hash), only so that a
+#   cluster routes the call to the node holding them: on a Redis Cluster the caller makes one
+#   call per shard tag (core/shardtags.py), all of whose keys share one slot. The keys the
+#   script writes travel in the blob, `rp:...` and `rp:...:log` (keys.py, checked by
+#   tests/integration/test_store_append_many.py); Redis 7 lets a script use undeclared keys of
+#   its declared slot.
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
-#   <response id> byte 3 <packed events (`append_packed`)>. Ids are ASCII made by the proxy.
+#   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
 # Returns the number of events added.
 APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_PACKED + """
 local blob = ARGV[2]
@@ -189,7 +199,7 @@ local added = 0
 while pos <= size do
   local stop = string.find(blob, '\2', pos, true) or (size + 1)
   local sep = string.find(blob, '\3', pos, true)
-  local hash = 'rp:{' .. string.sub(blob, pos, sep - 1) .. '}'
+  local hash = string.sub(blob, pos, sep - 1)
   local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last')
   if state[1] and state[2] ~= '1' then
     local log = hash .. ':log'
@@ -237,8 +247,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 if tenant then
   local sec = ledger_now()
-  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
-             ledger_until(sec, ARGV[2]))
+  ledger_set(ledger_key(shard_tag(KEYS[1]), tenant), KEYS[1], sec,
+             record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[2]))
 end
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
@@ -282,10 +292,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 if tenant then
   local sec = ledger_now()
-  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
+  local tag = shard_tag(KEYS[1])
+  ledger_set(ledger_key(tag, tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
              ledger_until(sec, ARGV[3]))
   for i = 7, #ARGV do
-    redis.call('SET', item_key(tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
+    redis.call('SET', item_key(tag, tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
   end
 end
 return {1, ARGV[1], ARGV[2]}
