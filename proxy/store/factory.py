@@ -207,7 +207,8 @@ class Backend:
 
 def backend_of(store: RedisStore) -> Backend:
     client = store.client
-    return Backend(store, job_queue(store), LimitStore(client), RedisCache(client),
+    return Backend(store, job_queue(store), LimitStore(client),
+                   RedisCache(client, sharded=store.sharded),
                    functools.partial(shared_secret, client),
                    None if store.embedded else LeaseTable(client, sharded=store.sharded),
                    RedisBlobStore(client), RedisPrompts(client),

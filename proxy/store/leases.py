@@ -62,10 +62,11 @@ class LeaseTable:
         return lost
 
     async def expired(self, limit: int) -> list[str]:
-        """Up to `limit` expired leases of each set (so up to `limit` per tag on a cluster)."""
+        """Up to `limit` expired leases (on a cluster: of every tag's set, read side by side;
+        the sweep closes those it gets, so the next sweep reaches the rest)."""
         with store_errors():
             found = await asyncio.gather(*(self._expired_in(key, limit) for key in self._sets))
-        return [raw.decode() for ids in found for raw in ids]
+        return [raw.decode() for ids in found for raw in ids][:limit]
 
     async def _expired_in(self, key: str, limit: int) -> list[bytes]:
         found: list[bytes] = await read_retrying(lambda: self._expired(keys=[key], args=[limit]))

@@ -104,7 +104,10 @@ class RedisStore(RedisConversations):
             await self._reconnector.reconnect()
 
     async def aclose(self) -> None:
-        await self._client.aclose(close_connection_pool=True)
+        if self.sharded:
+            await self._client.aclose()  # the cluster client closes its nodes' pools
+        else:
+            await self._client.aclose(close_connection_pool=True)
         if self._reconnector is not None:
             await self._reconnector.aclose()
 
@@ -335,6 +338,12 @@ class RedisStore(RedisConversations):
             route, blob = blobs[0]
             await self._client.evalsha(self._append.sha, 1, route, ttl, blob)
             return
+        if self.sharded:
+            # redis-py's cluster pipeline refuses scripts: the calls go side by side, each to
+            # its tag's node (still one round trip's wait).
+            await asyncio.gather(*(self._client.evalsha(self._append.sha, 1, route, ttl, blob)
+                                   for route, blob in blobs))
+            return
 
         def queue(pipe: Pipeline) -> None:
             for route, blob in blobs:
@@ -373,10 +382,30 @@ class RedisStore(RedisConversations):
             # tail returns within `block` (50 ms by default) either way.
             parts = by_tag(positions)
             if len(parts) > 1:
-                found_each = await asyncio.gather(*(self._tail(part, block)
-                                                    for part in parts.values()))
-                return {rid: got for found in found_each for rid, got in found.items()}
+                return await self._tail_each(list(parts.values()), block)
         return await self._tail(positions, block)
+
+    async def _tail_each(self, parts: list[dict[str, int]],
+                         block: int) -> dict[str, list[StoredEvent]]:
+        """What is there already, from every part at once; else one blocking read per part,
+        side by side, the first events ending them all (a read cancelled mid-wait costs its
+        connection, which the pool replaces)."""
+        found: dict[str, list[StoredEvent]] = {}
+        for ready in await asyncio.gather(*(self._tail(part, 0) for part in parts)):
+            found.update(ready)
+        if found or block <= 0:
+            return found
+        pending = {asyncio.ensure_future(self._tail(part, block)) for part in parts}
+        try:
+            while pending and not found:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    found.update(task.result())
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return found
 
     async def _tail(self, positions: Mapping[str, int],
                     block: int) -> dict[str, list[StoredEvent]]:
