@@ -43,7 +43,13 @@ from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
-from proxy.store.packing import MAX_EVENTS_PER_CALL, by_tag, packed, packed_calls
+from proxy.store.packing import (
+    MAX_EVENTS_PER_CALL,
+    HashKeys,
+    by_tag,
+    packed,
+    packed_calls,
+)
 from proxy.store.reconnect import Reconnector
 from proxy.store.replication import ReplicaWait
 
@@ -82,6 +88,7 @@ class RedisStore(RedisConversations):
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
         self._held = client.register_script(LEDGER_HELD)
+        self._hash_keys = HashKeys()  # the flush's keys of the live streams (packing.py)
 
     @property
     def max_block_ms(self) -> int:
@@ -318,8 +325,9 @@ class RedisStore(RedisConversations):
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
-        blobs = packed_calls(batches) if not self.sharded else [
-            call for part in by_tag(batches).values() for call in packed_calls(part)]
+        key_of = self._hash_keys.__getitem__
+        blobs = packed_calls(batches, key_of) if not self.sharded else [
+            call for part in by_tag(batches).values() for call in packed_calls(part, key_of)]
         with store_errors():
             try:
                 await self._append_all(blobs, ttl)
@@ -329,25 +337,26 @@ class RedisStore(RedisConversations):
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
                 await self._append_all(blobs, ttl)
 
-    async def _append_all(self, blobs: list[tuple[str, bytes]], ttl: int) -> None:
+    async def _append_all(self, blobs: list[tuple[bytes, bytes]], ttl: int) -> None:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
         # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
         # several shard tags, goes as several calls in one pipeline (per node on a cluster).
-        if len(blobs) == 1:
-            route, blob = blobs[0]
-            await self._client.evalsha(self._append.sha, 1, route, ttl, blob)
-            return
+        # The declared key only routes a cluster's call (one primary needs none: one argument
+        # fewer to encode per flush).
         if self.sharded:
             # redis-py's cluster pipeline refuses scripts: the calls go side by side, each to
             # its tag's node (still one round trip's wait).
             await asyncio.gather(*(self._client.evalsha(self._append.sha, 1, route, ttl, blob)
                                    for route, blob in blobs))
             return
+        if len(blobs) == 1:
+            await self._client.evalsha(self._append.sha, 0, ttl, blobs[0][1])
+            return
 
         def queue(pipe: Pipeline) -> None:
-            for route, blob in blobs:
-                pipe.evalsha(self._append.sha, 1, route, ttl, blob)
+            for _route, blob in blobs:
+                pipe.evalsha(self._append.sha, 0, ttl, blob)
 
         await self._pipelined(queue)
 
