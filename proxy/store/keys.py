@@ -2,37 +2,53 @@
 `--event-ttl`, settings/) that the services pass to every write; none is defaulted here.
 
 Invariants (DESIGN.md, "Redis"):
-- All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
-  share `{<conversation id>}`: a Lua script or MULTI touches only one slot, so the layout works
-  unchanged on a Redis Cluster. Calls that span several responses (`load_chain`, `tail`) are
-  pipelines or multi-key reads that a cluster client can split. Two exceptions, for the hot
-  path: `append_events` writes every live stream's events in one script call that builds the
-  keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
-  scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
-  item index entries, its tenant's storage ledger (`stored_bytes`, which the conversation
-  scripts write too) and, at creation, its lease in `LEASES`; on a cluster each would have
-  to become a call per slot.
+- Every script touches one slot, so the same layout serves one primary, Sentinel and a Redis
+  Cluster. How, for the scripts of the hot path that write keys of several objects (the
+  event-log flush, scripts.APPEND_EVENTS_MANY, one call for every live stream; the create and
+  final write of a response, CREATE_RESPONSE / FINISH_RESPONSE, which also write its item
+  index entries, its tenant's storage ledger and, at creation, its lease): the slot is chosen
+  on purpose. On a cluster every new response and conversation id carries a shard tag
+  (core/shardtags.py: `resp_<tag>_<hex>`, one of 32 fixed tags, one per range of 512 slots),
+  and every key of that object *and* every key those scripts write beside it carries the hash
+  tag `{<tag>}`: the item index entries, the lease set and the ledger exist once per tag. So
+  the create and the final write stay one call, and a flush is one call per tag this instance
+  holds live streams in (store/shards.py draws two tags per primary: ~2 calls per primary),
+  not one per stream. Any reader derives the slot from the id alone.
+- Untagged ids (every id made on one primary or Sentinel, and every id before issue 26) keep
+  the keys they always had: hash tag `{<response id>}` / `{<conversation id>}`, the untagged
+  ledger, index and lease set, which one server holds together. On a cluster an untagged id
+  names nothing (store/redis.py answers "not found" without a call).
+- What fans out on a cluster, never on the hot path: the lease sweep reads every tag's lease
+  set; a key's stored bytes are the untagged ledger (files, prompts) plus its ledger under each
+  tag (pipelined per node); an `item_reference` to a client-chosen item id reads its index
+  entry under every tag. Calls that span several responses (`load_chain`, `tail`) are
+  pipelines or multi-key reads the cluster client splits (or, `tail`, one read per tag).
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead
   of expiring: the job queue (see "background jobs" below).
 - Nothing here is ever found by pattern: no KEYS, no SCAN. A key is always built from an id.
 
-Layout:
+Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one):
 
-    rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed |
-                                    replica
-    rp:{resp_id}:in         STRING  the request's input items, one JSON array
-    rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    rp:{T}                  HASH    status | tenant | obj | parents | logged | closed |
+                                    replica | last | bytes | until
+    rp:{T}:in               STRING  the request's input items, one JSON array
+    rp:{T}:log              STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    rp:{T}:reaper           STRING  who closes the response whose lease expired
     ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
                                     output) or `i:<resp_id>` (in its input items), for
-                                    `item_reference`
-    cv:{conv_id}            HASH    tenant | obj | meta | next
-    cv:{conv_id}:order      ZSET    item id scored by its insertion number
-    cv:{conv_id}:items      HASH    item id -> item JSON
+                                    `item_reference` (untagged responses)
+    ix:{tag}:tenant:item_id STRING  the same, for a response of shard tag `tag`
+    cv:{T}                  HASH    tenant | obj | meta | next
+    cv:{T}:order            ZSET    item id scored by its insertion number
+    cv:{T}:items            HASH    item id -> item JSON
     lim:{tenant}:stored     HASH    a key's stored bytes by the time they stop counting (the
-                                    storage ledger, ledger.py)
+                                    storage ledger, ledger.py): files, prompts, untagged objects
+    lim:{tag}:tenant:stored HASH    the same for the key's objects of shard tag `tag`
+    leases:{live}           ZSET    leases of untagged foreground responses
+    leases:{tag}            ZSET    leases of shard tag `tag`'s foreground responses
     jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
-                                    consumer group `workers`
+                                    consumer group `workers` (one slot on a cluster too)
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
     fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
     fl:{tenant}:<file id>   HASH    obj | n (chunks) | bytes | until: an uploaded file's object
@@ -41,6 +57,8 @@ Layout:
     fl:{tenant}:list        ZSET    the key's file ids scored by created_at (GET /v1/files)
     pm:{tenant}:<prompt id> HASH    version number -> the prompt object (JSON), and `latest`
     pm:{tenant}:list        ZSET    the key's prompt ids scored by created_at
+    lim:{tenant}:minute|used|streams, ce:..., cn:{tenant:ns}:...: limits and cache, below (one
+                                    slot per script already: tagged by key or namespace)
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
 """The Lua scripts: everything that must be atomic, one constant each, registered once per store.
 
 Conventions every script keeps:
-- It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py. Exceptions, for the hot
-  path, said where they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses'
-  logs in one call; CREATE_RESPONSE and FINISH_RESPONSE write the response's item index
-  entries and its tenant's storage ledger (ledger.py), and CREATE_RESPONSE may take its lease
-  in the lease set (keys in other slots; FINISH_RESPONSE and TRANSITION build the tenant's
-  keys from the record's tenant, `_TENANT_KEYS`, since their callers need not know it). The
-  proxy runs on one Redis server; a cluster would need these split. The conversation scripts
-  live with their adapter (conversations.py), the limits' with theirs (limits.py), the ledger's
-  shared Lua in ledger.py.
+- It touches the keys of one slot: one response or conversation, and what it writes beside it
+  (keys.py: on a cluster all of a shard tag's keys share `{<tag>}`), passed in KEYS; field
+  names are the ones in keys.py. Exceptions to "passed in KEYS", said where they are:
+  APPEND_EVENTS_MANY (the flush) writes the logs of many responses of one tag, named in its
+  argument; FINISH_RESPONSE and TRANSITION build the tenant's ledger and index keys from the
+  record's tenant and the response key's tag (`_TENANT_KEYS`), since their callers need not
+  know the tenant. Redis 7 lets a script use undeclared keys of its declared slot. The
+  conversation scripts live with their adapter (conversations.py), the limits' with theirs
+  (limits.py), the ledger's shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -127,8 +126,8 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # last bytes).
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
-# The index entries and the lease live in other slots (the exception to "one slot per script",
-# see above): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
+# The index entries, the ledger and the lease are the response's shard tag's (one slot with
+# it, keys.py): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
 # CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
@@ -256,8 +255,9 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # Store the final object, close the log and append the stream's last events (those not yet
 # flushed, then the terminal one), all or nothing, index the output items (keys.py, "the item
 # index") and count the final bytes in the tenant's storage ledger (never refused: the answer
-# was generated; ledger.py). Those keys are built here from the record's tenant (other slots,
-# as in CREATE_RESPONSE; the callers need not know the tenant).
+# was generated; ledger.py). Those keys are built here from the record's tenant and the
+# response key's shard tag (its slot, as in CREATE_RESPONSE; the callers need not know the
+# tenant).
 # KEYS: hash, input, log
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
 #       output item id*
