@@ -158,7 +158,11 @@ def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeou
         startup_nodes=nodes, password=target.password, socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout, health_check_interval=health_check_interval,
         max_connections=max_connections, retry=Retry(NoBackoff(), 0),
-        decode_responses=False)
+        # A MOVED reply patches that slot's owner only: a resharding sends thousands, and the
+        # default (re-read the whole map every 5th) recycles every connection each time,
+        # racing commands in flight on them (seen as 500s under load before this). A failed
+        # connection still re-reads the whole map (a failover).
+        reinitialize_steps=0, decode_responses=False)
     return cast(Redis, client)
 
 

@@ -43,6 +43,16 @@ def store_errors() -> Iterator[None]:
                                "until memory is freed.") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
+    except RuntimeError as exc:
+        # uvloop's words for a write on a transport already closed: redis-py's cluster client
+        # can recycle a connection while a command is being sent on it, when it re-reads the
+        # slot map (a failover, a resharding). A dropped connection, not a bug.
+        if not str(exc).startswith(_CLOSED_TRANSPORT):
+            raise
+        raise StoreUnavailable("The store is unavailable (connection closed).") from exc
+
+
+_CLOSED_TRANSPORT = "unable to perform operation on"
 
 
 async def read_retrying(op: Callable[[], Awaitable[T]]) -> T:

@@ -102,6 +102,62 @@ class RedisClusterGroup:
         if not wait_for(ready, within):
             raise RuntimeError("cluster not ready:\n" + self.nodes[0].output())
 
+    def alive(self) -> list[ServerProcess]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def primaries_seen_by(self, node: ServerProcess) -> set[int]:
+        """The ports `node` sees as online primaries owning slots."""
+        with _client(node.port) as client:
+            found = set()
+            for shard in client.execute_command("CLUSTER SHARDS"):
+                shard = _pairs(shard)
+                if not shard["slots"]:
+                    continue
+                for one in shard["nodes"]:
+                    one = _pairs(one)
+                    if one["role"] == "master" and one["health"] == "online":
+                        found.add(int(one["port"]))
+            return found
+
+    def wait_failed_over(self, dead: ServerProcess, within: float = 30.0) -> None:
+        """Until every live node sees the cluster ok, with all slots served by live primaries
+        (a replica of `dead` promoted in its place)."""
+        def recovered() -> bool:
+            for node in self.alive():
+                try:
+                    with _client(node.port) as client:
+                        info = _info(client.execute_command("CLUSTER INFO"))
+                    if info.get("cluster_state") != "ok" or \
+                            int(info.get("cluster_slots_ok", 0)) != SLOTS:
+                        return False
+                    if dead.port in self.primaries_seen_by(node) or \
+                            len(self.primaries_seen_by(node)) < NODES // 2:
+                        return False
+                except redis.RedisError:
+                    return False
+            return True
+
+        if not wait_for(recovered, within):
+            raise RuntimeError("no replica promoted:\n" + self.alive()[0].output())
+
+    def node_id(self, node: ServerProcess) -> str:
+        with _client(node.port) as client:
+            return str(client.execute_command("CLUSTER MYID"))
+
+    def reshard(self, source: ServerProcess, target: ServerProcess, slots: int,
+                timeout: float = 120.0) -> None:
+        """`redis-cli --cluster reshard`: `slots` slots (and their keys) from `source` to
+        `target`, a slot at a time (clients meanwhile get ASK / MOVED redirects)."""
+        exe = shutil.which("redis-cli")
+        assert exe is not None
+        done = subprocess.run([exe, "--cluster", "reshard", f"127.0.0.1:{source.port}",
+                               "--cluster-from", self.node_id(source), "--cluster-to",
+                               self.node_id(target), "--cluster-slots", str(slots),
+                               "--cluster-yes", "--cluster-pipeline", "100"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"reshard failed:\n{done.stdout[-2000:]}{done.stderr}")
+
     def flush(self) -> None:
         for node in self.primaries():
             with _client(node.port) as client:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import collections
 import random
 
+import pytest
 from redis.crc import key_slot
 
 from proxy.core import ids as idp
+from proxy.core.errors import StoreUnavailable
 from proxy.core.shardtags import BUCKETS, SLOTS, TAGS, tag_of, tagged_id
 from proxy.store import keys
+from proxy.store.failures import store_errors
 from proxy.store.shards import REGROUP_SECONDS, TAGS_PER_PRIMARY, ShardedIds
 
 TENANT = "t" * 64
@@ -80,3 +83,14 @@ def test_new_responses_follow_a_resharding_once_the_map_changes() -> None:
 def test_before_the_map_is_known_any_tag_serves() -> None:
     ids = ShardedIds(dict, rng=random.Random(3))
     assert tag_of(ids(idp.RESPONSE)) in TAGS
+
+
+def test_a_connection_the_cluster_client_closed_under_a_command_is_a_503_not_a_500() -> None:
+    # What uvloop raised under a resharding (reliability/clusterfailover.py): redis-py's cluster
+    # client recycled the connection a pipeline was writing on.
+    closed = RuntimeError("unable to perform operation on <TCPTransport closed=True "
+                          "reading=False 0x5585>; the handler is closed")
+    with pytest.raises(StoreUnavailable), store_errors():
+        raise closed
+    with pytest.raises(RuntimeError, match="a bug"), store_errors():
+        raise RuntimeError("a bug")
