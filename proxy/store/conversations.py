@@ -28,6 +28,7 @@ from proxy.store import keys
 from proxy.store.base import MAX_CONVERSATION_ITEMS, ItemPage
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER
+from proxy.store.ledgerview import ByTag, LedgerView
 
 T = TypeVar("T")
 # What the conversation scripts answer besides 1 / 0.
@@ -194,6 +195,7 @@ class RedisConversations:
         # On a Redis Cluster: responses and conversations carry shard tags (core/shardtags.py),
         # each tag has its own ledger per key, and an untagged id names nothing.
         self.sharded = sharded
+        self._ledgers = LedgerView(self._read_ledgers) if sharded else None
         self._conv_create = client.register_script(CREATE_CONVERSATION)
         self._conv_add = client.register_script(ADD_CONVERSATION_ITEMS)
         self._conv_list = client.register_script(LIST_CONVERSATION_ITEMS)
@@ -218,33 +220,37 @@ class RedisConversations:
 
     async def _room(self, tenant: str, tag: str | None) -> tuple[int, int]:
         """(the key's budget, what the script writing under `tag` may let its ledger hold).
-        On a cluster the key's bytes sit in one ledger per tag: the others' sum (read just
-        before) is taken off the budget, so the check is as exact as one primary's but for
-        writes racing on other tags (each may overshoot by one request, as on one primary).
-        No budget, or one primary: the budget itself, no round trip."""
+        On a cluster the key's bytes sit in one ledger per tag: the others' sum (ledgerview.py:
+        as of at most a second ago) is taken off the budget, and the script checks its own
+        tag's exactly. No budget, or one primary: the budget itself, no round trip."""
         budget = self._budget.of(tenant)
-        if budget <= 0 or not self.sharded:
+        if budget <= 0 or self._ledgers is None:
             return budget, budget
-        elsewhere = await self._held_elsewhere(tenant, tag)
+        elsewhere = await self._ledgers.elsewhere(tenant, tag)
         if elsewhere >= budget:
             raise storage_exceeded(budget, elsewhere)
         return budget, budget - elsewhere
 
-    async def _held_elsewhere(self, tenant: str, tag: str | None) -> int:
-        """Bytes the key holds in every ledger but `tag`'s (None: the untagged one; "": all),
-        in one pipeline (per node on a cluster). Buckets are summed here rather than by a
-        script per ledger; ones whose end has passed (by this host's clock, a bucket being a
-        30th of the TTL wide) do not count."""
-        ledgers = [keys.stored_bytes(tenant, t) for t in (None, *TAGS) if t != tag]
+    async def _read_ledgers(self, tenant: str) -> ByTag:
+        """Bytes the key holds in each of its ledgers (the untagged one, one per tag), in one
+        pipeline (per node on a cluster). Buckets are summed here rather than by a script per
+        ledger; ones whose end has passed (by this host's clock, a bucket being a 30th of the
+        TTL wide) do not count."""
+        tags = (None, *TAGS)
 
         def queue(pipe: Pipeline) -> None:
-            for ledger in ledgers:
-                pipe.hgetall(ledger)
+            for tag in tags:
+                pipe.hgetall(keys.stored_bytes(tenant, tag))
 
         now = time.time()
         replies = await self._read(lambda: self._pipelined(queue))
-        return sum(int(size) for buckets in replies for end, size in buckets.items()
-                   if int(end) > now)
+        return {tag: sum(int(size) for end, size in buckets.items() if int(end) > now)
+                for tag, buckets in zip(tags, replies, strict=True)}
+
+    def _wrote(self, tenant: str) -> None:
+        """This instance changed the key's ledgers: its view is read again at the next check."""
+        if self._ledgers is not None:
+            self._ledgers.forget(tenant)
 
     async def create_conversation(self, tenant: str, conversation: dict[str, Any],
                                   items: Sequence[Item], *, ttl: int) -> None:
@@ -258,6 +264,7 @@ class RedisConversations:
         with store_errors():
             done = await self._conv_create(
                 keys=_conversation_keys(tenant, str(conversation["id"])), args=args)
+        self._wrote(tenant)
         _check_written(done, budget)
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
@@ -287,6 +294,7 @@ class RedisConversations:
         with store_errors():
             done = await self._conv_delete(keys=_conversation_keys(tenant, conversation_id),
                                            args=[tenant])
+        self._wrote(tenant)
         return bool(done)
 
     async def add_conversation_items(self, tenant: str, conversation_id: str,
@@ -302,6 +310,7 @@ class RedisConversations:
         with store_errors():
             done = await self._conv_add(keys=_conversation_keys(tenant, conversation_id),
                                         args=args)
+        self._wrote(tenant)
         _check_written(done, budget)
         return bool(done == 1)
 
@@ -349,6 +358,7 @@ class RedisConversations:
         with store_errors():
             done = await self._conv_delete_item(
                 keys=_conversation_keys(tenant, conversation_id), args=[tenant, item_id])
+        self._wrote(tenant)
         return bool(done)
 
 

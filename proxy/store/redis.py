@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -41,6 +41,14 @@ from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
 from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
+from proxy.store.decoding import (
+    event_of,
+    held_items,
+    item_ids,
+    items_of,
+    record_of,
+    transition_of,
+)
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
 from proxy.store.packing import (
@@ -134,7 +142,7 @@ class RedisStore(RedisConversations):
         # asked, its lease; all in the response's slot (its shard tag's, when it has one).
         keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
                  *[keys.item_location(tenant, item_id, tag)
-                   for item_id in _item_ids(input_items)]]
+                   for item_id in item_ids(input_items)]]
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
@@ -144,9 +152,11 @@ class RedisStore(RedisConversations):
         if events:
             args.append(packed(events))
         with store_errors():
-            written, held = await self._waited(self._create, keys_, args)
+            written, held, *size = await self._waited(self._create, keys_, args)
         if not written:
             raise storage_exceeded(budget, held + budget - room)
+        if self._ledgers is not None:
+            self._ledgers.note(tenant, tag, held + size[0])
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -155,7 +165,7 @@ class RedisStore(RedisConversations):
     async def get_response_any(self, response_id: str) -> StoredResponse | None:
         values = await self._read(
             lambda: self._client.hmget(keys.response(response_id), _RESPONSE_FIELDS))
-        return _record(values)
+        return record_of(values)
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
         if self._untagged(response_id):
@@ -164,11 +174,12 @@ class RedisStore(RedisConversations):
             done = await self._delete(
                 keys=[*_response_keys(response_id), keys.stored_bytes(tenant, tag_of(response_id))],
                 args=[tenant])
+        self._wrote(tenant)
         return bool(done)
 
     async def stored_bytes(self, tenant: str) -> int:
         if self.sharded:
-            return await self._held_elsewhere(tenant, "")
+            return sum((await self._read_ledgers(tenant)).values())
         with store_errors():
             return int(await self._held(keys=[keys.stored_bytes(tenant)]))
 
@@ -176,7 +187,9 @@ class RedisStore(RedisConversations):
         budget = self._budget.of(tenant)
         if budget <= 0:
             return  # unlimited: no round trip
-        held = await self.stored_bytes(tenant)
+        # On a cluster: the view of the key's ledgers (ledgerview.py), not 33 reads per check.
+        held = sum((await self._ledgers.held(tenant)).values()) if self._ledgers is not None \
+            else await self.stored_bytes(tenant)
         if held >= budget:
             raise storage_exceeded(budget, held)
 
@@ -188,7 +201,7 @@ class RedisStore(RedisConversations):
         owner, raw = await self._read(lambda: self._pipelined(queue))
         if owner is None or owner.decode() != tenant:
             return None
-        return _items(raw)
+        return items_of(raw)
 
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         # Round trip 1: the target (owner, object, ancestors) and its input items.
@@ -204,7 +217,7 @@ class RedisStore(RedisConversations):
         parents: tuple[str, ...] = tuple(orjson.loads(parents_raw)) if parents_raw else ()
         items = await self._ancestor_items(tenant, parents) if parents else []
         target: ResponseObject = orjson.loads(obj)
-        items += _items(inputs)
+        items += items_of(inputs)
         items += target.get("output") or []
         model = target.get("model")
         return Chain(items=items, parents=(*parents, response_id),
@@ -224,7 +237,7 @@ class RedisStore(RedisConversations):
         for (owner, obj), inputs in zip(replies[::2], replies[1::2], strict=True):
             if owner is None or obj is None or owner.decode() != tenant:
                 continue
-            items += _items(inputs)
+            items += items_of(inputs)
             items += orjson.loads(obj).get("output") or []
         return items
 
@@ -237,7 +250,7 @@ class RedisStore(RedisConversations):
         keys_ = _response_keys(response_id)[:2]
         with store_errors():
             reply = await self._transition(keys=keys_, args=args)
-        return _transition(reply)
+        return transition_of(reply)
 
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
                               ttl: int, event_ttl: int,
@@ -254,10 +267,10 @@ class RedisStore(RedisConversations):
         # ledger included (their keys are made there, from the record's tenant).
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
                            f"{keys.ITEM_IN_OUTPUT}:{rid}", packed(logged) if logged else b"",
-                           *_item_ids(response.get("output") or ())]
+                           *item_ids(response.get("output") or ())]
         with store_errors():
             reply = await self._waited(self._finish, _response_keys(rid), args)
-        return _transition(reply)
+        return transition_of(reply)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
@@ -304,7 +317,7 @@ class RedisStore(RedisConversations):
         replies = await self._read(lambda: self._pipelined(queue_holders))
         found: dict[str, Item] = {}
         wanted_set = set(wanted)
-        for item in _held_items(holders, iter(replies), tenant):
+        for item in held_items(holders, iter(replies), tenant):
             item_id = item.get("id")
             if item_id in wanted_set and item_id not in found:
                 found[item_id] = item
@@ -366,7 +379,7 @@ class RedisStore(RedisConversations):
         entries: Any = await self._read(
             lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+",
                                         count=limit))
-        return [_event(entry_id, fields) for entry_id, fields in entries or ()]
+        return [event_of(entry_id, fields) for entry_id, fields in entries or ()]
 
     async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
         log_key = keys.response_log(response_id)
@@ -376,7 +389,7 @@ class RedisStore(RedisConversations):
             pipe.xrevrange(log_key, max="+", min="-", count=1)
 
         count, last = await self._read(lambda: self._pipelined(queue))
-        return int(count), (_event(*last[0]) if last else None)
+        return int(count), (event_of(*last[0]) if last else None)
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:
@@ -426,7 +439,7 @@ class RedisStore(RedisConversations):
             lambda: self._client.xread(streams, block=block if block > 0 else None))
         found: dict[str, list[StoredEvent]] = {}
         for key, entries in reply or ():
-            events = [_event(entry_id, fields) for entry_id, fields in entries]
+            events = [event_of(entry_id, fields) for entry_id, fields in entries]
             if events:
                 found[by_key[key]] = events
         return found
@@ -443,57 +456,8 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
-def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:
-    """The items of those holders (`find_items`' second read) that belong to `tenant`."""
-    items: list[Item] = []
-    for holder in holders:
-        if holder.startswith(keys.ITEM_IN_OUTPUT + ":"):
-            owner, obj = next(replies)
-            held = (orjson.loads(obj).get("output") or []) if obj else []
-        else:
-            (owner,), raw = next(replies), next(replies)
-            held = _items(raw)
-        if owner is not None and owner.decode() == tenant:
-            items += held
-    return items
-
-
-def _item_ids(items: Sequence[Item]) -> list[str]:
-    """The ids the item index (keys.py) gets entries for: those of the items with one."""
-    return [str(item["id"]) for item in items if isinstance(item, dict) and item.get("id")]
 
 
 def _after_id(position: int) -> str:
     # XREAD returns ids strictly above the one given; `0-0` is below `1-0` (seq 0).
     return "0-0" if position < 0 else keys.log_entry_id(position)
-
-
-def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
-    return StoredEvent(seq=int(entry_id.split(b"-", 1)[1]), type=fields[b"t"].decode(),
-                       data=fields[b"d"])
-
-
-def _items(raw: bytes | None) -> list[Item]:
-    return orjson.loads(raw) if raw else []
-
-
-def _record(values: Sequence[Any]) -> StoredResponse | None:
-    status, tenant, obj, parents, logged, closed = values
-    if status is None or tenant is None or obj is None:
-        return None
-    response: ResponseObject = orjson.loads(obj)
-    response["status"] = status.decode()
-    return StoredResponse(
-        response=response, tenant=tenant.decode(),
-        parents=tuple(orjson.loads(parents)) if parents else (),
-        logged=logged == b"1", closed=closed == b"1",
-    )
-
-
-def _transition(reply: Any) -> Transition:
-    if reply is None:
-        return Transition(changed=False, response=None)
-    changed, status, obj = reply
-    response: ResponseObject = orjson.loads(obj)
-    response["status"] = status.decode()
-    return Transition(changed=changed == 1, response=response)

@@ -121,9 +121,9 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
 #       lease ms ('0': take no lease), response id, index location, budget (bytes, '0': none)
 #       [, packed events]
-# Returns {1, bytes held before}; or {0, bytes held} with nothing written when the key already
-# holds its budget (the check and the count are one step: two instances cannot both take the
-# last bytes).
+# Returns {1, bytes held before, bytes counted for this response}; or {0, bytes held} with
+# nothing written when the key already holds its budget (the check and the count are one
+# step: two instances cannot both take the last bytes).
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
 # The index entries, the ledger and the lease are the response's shard tag's (one slot with
@@ -140,8 +140,8 @@ redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5]
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-ledger_set(KEYS[5], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
-           ledger_until(sec, ARGV[1]))
+local size = record_bytes(KEYS[1], KEYS[2])
+ledger_set(KEYS[5], KEYS[1], sec, size, ledger_until(sec, ARGV[1]))
 if #ARGV >= 15 then
   append_packed(KEYS[3], ARGV[15], 1, #ARGV[15] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
@@ -153,7 +153,7 @@ end
 if ARGV[11] ~= '0' then""" + _NOW_MS + """
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
-return {1, held}
+return {1, held, size}
 """
 
 # Append events to one response's log (one call per response, all pipelined together).

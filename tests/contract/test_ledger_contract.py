@@ -177,7 +177,9 @@ async def test_no_budget_no_round_trip_for_the_check(store: RedisStore,
     await store.check_storage(TENANT)  # the contract fixture's store has no budget
     assert round_trips.count == 0
     await limited.check_storage(TENANT)
-    assert round_trips.count == 1
+    # On a cluster the key's ledgers are read at most once a second (store/ledgerview.py):
+    # the read just before is still fresh.
+    assert round_trips.count == (0 if store.sharded else 1)
 
 
 async def test_conversations_count_and_free_their_bytes(store: RedisStore) -> None:

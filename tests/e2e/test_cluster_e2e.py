@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
@@ -20,12 +19,12 @@ from redis.cluster import RedisCluster
 
 from proxy.core.shardtags import tag_of
 from tests.conftest import SimControl
-from tests.support import servers
+from tests.support import topology_e2e
 from tests.support.clients import SDK
 from tests.support.cluster import RedisClusterGroup
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_proxy, start_worker
-from tests.support.sse import data_payloads
+from tests.support.topology_e2e import check_background_job_and_cancel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -54,12 +53,6 @@ def trio(simulator: ServerProcess, redis_cluster: RedisClusterGroup,
         server.stop()
 
 
-def sse(server: ServerProcess, method: str, path: str, **kwargs: Any) -> list[dict[str, Any]]:
-    with httpx.stream(method, server.url + path, headers=AUTH, timeout=30, **kwargs) as reply:
-        assert reply.status_code == 200, reply.read()
-        return data_payloads(b"".join(reply.iter_raw()))
-
-
 def sdk(server: ServerProcess) -> openai.OpenAI:
     return SDK.get(server.url, KEY)
 
@@ -69,12 +62,12 @@ def test_stored_streams_on_a_replay_from_b_and_spread_over_every_primary(
     a, b = trio
     ids = []
     for n in range(12):
-        live = sse(a, "POST", "/v1/responses",
+        live = topology_e2e.sse(a, KEY, "POST", "/v1/responses",
                    json={"model": "sim-model", "input": f"on the cluster {n}", "stream": True})
         check_stream(live)
         rid = live[0]["response"]["id"]
         assert tag_of(rid) is not None
-        assert sse(b, "GET", f"/v1/responses/{rid}?stream=true") == live
+        assert topology_e2e.sse(b, KEY, "GET", f"/v1/responses/{rid}?stream=true") == live
         assert sdk(b).responses.retrieve(rid).to_dict() == live[-1]["response"]
         ids.append(rid)
     seeds = [redis.cluster.ClusterNode("127.0.0.1", n.port) for n in redis_cluster.nodes[:3]]
@@ -85,14 +78,7 @@ def test_stored_streams_on_a_replay_from_b_and_spread_over_every_primary(
 
 def test_a_chain_across_the_instances(trio: tuple[ServerProcess, ServerProcess]) -> None:
     a, b = trio
-    first = sdk(a).responses.create(model="sim-model", input="turn one")
-    second = sdk(b).responses.create(model="sim-model", input="turn two",
-                                     previous_response_id=first.id)
-    third = sdk(a).responses.create(model="sim-model", input="turn three",
-                                    previous_response_id=second.id)
-    assert third.status == "completed"
-    items = sdk(b).responses.input_items.list(third.id)
-    assert [i.content[0].text for i in items.data] == ["turn three"]  # type: ignore[union-attr]
+    first = topology_e2e.check_chain_across(a, b, KEY)
     # An item of another response, by reference (the item index, read over every tag).
     ref = sdk(b).responses.create(model="sim-model", input=[
         {"type": "item_reference", "id": first.output[0].id}])
@@ -114,20 +100,7 @@ def test_a_conversation_across_the_instances(
 
 def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
         trio: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
-    a, b = trio
-    job = sdk(a).responses.create(model="sim-model", input="in the back", background=True)
-    done = servers.wait_status(b, job.id, TERMINAL, headers=AUTH)
-    assert done["status"] == "completed"
-    long = sdk(a).responses.create(model="sim-model", background=True,
-                                   input="cancel me [[sim tokens=2000 delay_ms=20]]")
-    servers.wait_status(b, long.id, {"in_progress"}, headers=AUTH)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and sim.stats()["streams_started"] < 1:
-        time.sleep(0.02)
-    assert sdk(b).responses.cancel(long.id).status == "cancelled"
-    events = sse(a, "GET", f"/v1/responses/{long.id}?stream=true")
-    assert events[-1]["type"] == "response.cancelled"
-    assert sdk(a).responses.retrieve(long.id).status == "cancelled"
+    check_background_job_and_cancel(*trio, sim, KEY)
 
 
 def test_a_cache_entry_written_by_a_serves_b(trio: tuple[ServerProcess, ServerProcess],

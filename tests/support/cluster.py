@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -81,23 +82,13 @@ class RedisClusterGroup:
 
     def wait_ready(self, within: float = 60.0) -> None:
         """Until every node sees the cluster ok with all slots and 3 online replicas in sync."""
+        def synced(client: redis.Redis) -> bool:
+            replicas = [s for s in _shards(client) if s["role"] == "replica"]
+            return len(replicas) >= NODES // 2 and all(
+                s.get("health") == "online" for s in replicas)
+
         def ready() -> bool:
-            for node in self.nodes:
-                if node.proc is None or node.proc.poll() is not None:
-                    continue
-                try:
-                    with _client(node.port) as client:
-                        info = _info(client.execute_command("CLUSTER INFO"))
-                        if info.get("cluster_state") != "ok" or \
-                                int(info.get("cluster_slots_ok", 0)) != SLOTS:
-                            return False
-                        replicas = [s for s in _shards(client) if s["role"] == "replica"]
-                        if len(replicas) < NODES // 2 or any(
-                                s.get("health") != "online" for s in replicas):
-                            return False
-                except redis.RedisError:
-                    return False
-            return True
+            return self._every_live_node(synced)
 
         if not wait_for(ready, within):
             raise RuntimeError("cluster not ready:\n" + self.nodes[0].output())
@@ -105,37 +96,42 @@ class RedisClusterGroup:
     def alive(self) -> list[ServerProcess]:
         return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
 
-    def primaries_seen_by(self, node: ServerProcess) -> set[int]:
-        """The ports `node` sees as online primaries owning slots."""
-        with _client(node.port) as client:
-            found = set()
-            for shard in client.execute_command("CLUSTER SHARDS"):
-                shard = _pairs(shard)
-                if not shard["slots"]:
-                    continue
-                for one in shard["nodes"]:
-                    one = _pairs(one)
-                    if one["role"] == "master" and one["health"] == "online":
-                        found.add(int(one["port"]))
-            return found
+    def _every_live_node(self, also: Callable[[redis.Redis], bool]) -> bool:
+        """Every live node sees the cluster ok with all slots served, and `also` holds."""
+        for node in self.alive():
+            try:
+                with _client(node.port) as client:
+                    info = _info(client.execute_command("CLUSTER INFO"))
+                    if info.get("cluster_state") != "ok" or \
+                            int(info.get("cluster_slots_ok", 0)) != SLOTS or not also(client):
+                        return False
+            except redis.RedisError:
+                return False
+        return True
+
+    @staticmethod
+    def primaries_seen_by(client: redis.Redis) -> set[int]:
+        """The ports a node sees as online primaries owning slots."""
+        found = set()
+        for shard in client.execute_command("CLUSTER SHARDS"):
+            shard = _pairs(shard)
+            if not shard["slots"]:
+                continue
+            for one in shard["nodes"]:
+                one = _pairs(one)
+                if one["role"] == "master" and one["health"] == "online":
+                    found.add(int(one["port"]))
+        return found
 
     def wait_failed_over(self, dead: ServerProcess, within: float = 30.0) -> None:
         """Until every live node sees the cluster ok, with all slots served by live primaries
         (a replica of `dead` promoted in its place)."""
+        def replaced(client: redis.Redis) -> bool:
+            seen = self.primaries_seen_by(client)
+            return dead.port not in seen and len(seen) >= NODES // 2
+
         def recovered() -> bool:
-            for node in self.alive():
-                try:
-                    with _client(node.port) as client:
-                        info = _info(client.execute_command("CLUSTER INFO"))
-                    if info.get("cluster_state") != "ok" or \
-                            int(info.get("cluster_slots_ok", 0)) != SLOTS:
-                        return False
-                    if dead.port in self.primaries_seen_by(node) or \
-                            len(self.primaries_seen_by(node)) < NODES // 2:
-                        return False
-                except redis.RedisError:
-                    return False
-            return True
+            return self._every_live_node(replaced)
 
         if not wait_for(recovered, within):
             raise RuntimeError("no replica promoted:\n" + self.alive()[0].output())
