@@ -5,11 +5,11 @@ cluster's primaries.
 How: the cluster client's slot map (redis-py's node manager: CLUSTER SLOTS at its first command,
 updated on every MOVED and re-read after a failed connection) says which primary owns each
 tag's slot now. This instance keeps `TAGS_PER_PRIMARY` of each primary's tags, chosen at random
-at each regrouping (so instances differ, and the flush of one instance makes at most that many
-calls per primary, whatever the number of its streams), and hands out new ids round-robin over
-the primaries. Regrouped from the map every `REGROUP_SECONDS`: after a resharding, tags whose
-slot moved still work (the client follows MOVED/ASK), and new objects rebalance within that
-period of the client learning the new map.
+(so instances differ) and kept as long as that primary owns them (so the flush of one instance
+makes that many calls per primary, whatever the number of its streams), and hands out new ids
+round-robin over the primaries. Regrouped from the map every `REGROUP_SECONDS`: after a
+resharding, tags whose slot moved still work (the client follows MOVED/ASK), and new objects
+rebalance within that period of the client learning the new map.
 
 Everything else keeps `new_id` (item ids, call ids...): only responses and conversations own
 keys whose scripts span slots. Dict look-ups per new id, no I/O.
@@ -26,9 +26,11 @@ from typing import Any
 from proxy.core import ids as idp
 from proxy.core.shardtags import TAGS, key_slot, tagged_id
 
-# Two per primary: enough that one instance's objects do not all share one slot (a migration
-# moves a slot at a time), few enough that a flush stays a couple of calls per primary.
-TAGS_PER_PRIMARY = 2
+# One per primary: each call of a flush costs the proxy redis-py's cluster routing whatever it
+# carries (bench/topology.py, 256 streams: client CPU per 1k tokens 6.7 ms with 2 tags per
+# primary, 6.0 with 1, 4.4 on one primary). A slot holding all of one instance's objects on a
+# primary is no hot spot: the primary's one core is the bound, not the slot.
+TAGS_PER_PRIMARY = 1
 REGROUP_SECONDS = 10.0
 _TAGGED = frozenset({idp.RESPONSE, idp.CONVERSATION})
 
@@ -63,9 +65,16 @@ class ShardedIds:
             by_primary.setdefault(owner, []).append(tag)
         if not by_primary:
             by_primary = {"": list(TAGS)}
-        self._groups = [self._rng.sample(tags, min(TAGS_PER_PRIMARY, len(tags)))
-                        for _, tags in sorted(by_primary.items())]
+        held = {tag for group in self._groups for tag in group}
+        self._groups = [self._keep_or_draw(tags, held) for _, tags in sorted(by_primary.items())]
         self._turn = itertools.cycle(range(len(self._groups)))
+
+    def _keep_or_draw(self, owned: list[str], held: set[str]) -> list[str]:
+        """The tags this instance already uses that the primary still owns, topped up at
+        random from its other tags."""
+        kept = [tag for tag in owned if tag in held][:TAGS_PER_PRIMARY]
+        others = [tag for tag in owned if tag not in kept]
+        return kept + self._rng.sample(others, min(TAGS_PER_PRIMARY - len(kept), len(others)))
 
     def groups(self) -> list[list[str]]:
         """The tags in use, one list per primary (for tests and /metrics)."""

@@ -72,12 +72,15 @@ def test_new_responses_follow_a_resharding_once_the_map_changes() -> None:
     ids = ShardedIds(lambda: dict(owners), clock=lambda: now[0], rng=random.Random(2))
     ids(idp.RESPONSE)
     # Every tag of node0 moves to a new fourth primary.
+    kept = ids.groups()
     owners.update({tag: "node3" for tag, owner in owners.items() if owner == "node0"})
     now[0] += REGROUP_SECONDS
     made = [ids(idp.RESPONSE) for _ in range(300)]
     per_primary = collections.Counter(owners[str(tag_of(one))] for one in made)
     assert sorted(per_primary) == ["node1", "node2", "node3"]
     assert sorted(per_primary.values()) == [100, 100, 100]
+    # The tags still on their primary are kept (live streams stay a call per primary).
+    assert ids.groups()[:2] == kept[1:]
 
 
 def test_before_the_map_is_known_any_tag_serves() -> None:
