@@ -54,7 +54,7 @@ def cluster_primary_killed(running: Lab) -> tuple[str, str, int, bool]:
     time.sleep(AFTER)
     load.stop()
     time.sleep(15)  # the lease sweep (5 s leases) and the job reclaim (0.5 s heartbeats)
-    return judge(load.seen, base, killed, promoted, 0)
+    return _clean(load, judge(load.seen, base, killed, promoted, 0))
 
 
 def cluster_slots_migrated(running: Lab) -> tuple[str, str, int, bool]:
@@ -66,8 +66,17 @@ def cluster_slots_migrated(running: Lab) -> tuple[str, str, int, bool]:
     time.sleep(AFTER)
     load.stop()
     time.sleep(15)
-    return judge(load.seen, base, started, took, 0, event="the migration ended",
-                 fault="it started")
+    return _clean(load, judge(load.seen, base, started, took, 0, event="the migration ended",
+                              fault="it started"))
+
+
+def _clean(load: FailoverLoad, judged: tuple[str, str, int, bool]) -> tuple[str, str, int, bool]:
+    """Also: every failure was clean (a 503, or a stream that ended), none a 500, a reply that
+    was no JSON, or a stream cut off."""
+    client, what, lost, ok = judged
+    codes = [code for _, _, code, _ in load.seen.creates] + [code for code, _ in load.seen.jobs]
+    cut = [outcome for outcome, _ in load.seen.streams if outcome in ("cut", "HTTP 500")]
+    return client, what, lost, ok and not cut and not {0, 500} & set(codes)
 
 
 ROWS: tuple[tuple[str, str, Callable[[Lab], tuple[str, str, int, bool]]], ...] = (
