@@ -33,7 +33,7 @@ from bench.procs import CLK_TCK, Service, free_port, plan_pinning
 from bench.stack import HOST, redis_ok
 from proxy.store import keys, scripts
 from proxy.store.base import StoredEvent
-from proxy.store.redis import _packed, _packed_streams
+from proxy.store.packing import packed, packed_streams
 
 METHODS = ("per-stream", "one-call", "xadd")
 DELTA = (b'{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef",'
@@ -63,11 +63,12 @@ def _writers(client: Redis, shas: dict[str, str]
         async with client.pipeline(transaction=False) as pipe:
             for rid, events in batch.items():
                 pipe.evalsha(shas["per-stream"], 2, keys.response(rid), keys.response_log(rid),
-                             3600, _packed(events))
+                             3600, packed(events))
             return await pipe.execute()
 
     async def one_call(batch: dict[str, list[StoredEvent]]) -> object:
-        return await client.evalsha(shas["one-call"], 0, 3600, _packed_streams(batch))
+        route, blob = packed_streams(batch)
+        return await client.evalsha(shas["one-call"], 1, route, 3600, blob)
 
     async def xadd(batch: dict[str, list[StoredEvent]]) -> object:
         async with client.pipeline(transaction=False) as pipe:

@@ -185,7 +185,7 @@ class Runtime:
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp.timeout),
             sealer, events,
-            tasks, metrics, hosted=_hosted_tools(settings, searcher))
+            tasks, metrics, ids=backend.ids, hosted=_hosted_tools(settings, searcher))
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
@@ -207,7 +207,8 @@ class Runtime:
                 responses=ResponsesService(generations, settings, background, stored,
                                            cache=cache, drain=draining, leases=leases,
                                            inputs=RequestInputs(media, files, prompts)),
-                stored=stored, conversations=Conversations(store, settings.store, sealer),
+                stored=stored, conversations=Conversations(store, settings.store, sealer,
+                                                           ids=backend.ids),
                 passthrough=passthrough, background=background, files=files, prompts=prompts,
                 vector_stores=vector_stores,
                 chat=(CachedChat(passthrough, cache,

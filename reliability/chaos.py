@@ -28,6 +28,7 @@ import httpx
 import orjson
 import redis
 
+from reliability.clusterfailover import ROWS as CLUSTER_ROWS
 from reliability.failover import LAG, sentinel_primary_killed
 from reliability.forwarder import Forwarder
 from reliability.lab import (
@@ -525,8 +526,14 @@ def mcp_server_killed(running: Lab) -> Outcome:
 
 
 def failover_row(wait_replicas: int) -> Callable[[Lab], Outcome]:
+    return topology_row(sentinel_primary_killed(wait_replicas))
+
+
+def topology_row(scenario: Callable[[Lab], tuple[str, str, int, bool]],
+                 ) -> Callable[[Lab], Outcome]:
+    """A Redis topology's row (reliability/failover.py, clusterfailover.py) as an Outcome."""
     def run(running: Lab) -> Outcome:
-        client, what, lost, ok = sentinel_primary_killed(wait_replicas)(running)
+        client, what, lost, ok = scenario(running)
         return Outcome(client, what, lost, 0, ok)
 
     return run
@@ -557,6 +564,7 @@ SCENARIOS = (
              f"worker), its replica lagging {LAG}s", failover_row(0)),
     Scenario("sentinel-primary-killed-wait", "the same with --redis-wait-replicas 1",
              failover_row(1)),
+    *(Scenario(name, fault, topology_row(run)) for name, fault, run in CLUSTER_ROWS),
     Scenario("mcp-server-killed", "the MCP server SIGKILLed while the proxy waits on a tool "
              "call of a streamed response", mcp_server_killed),
 )

@@ -183,8 +183,9 @@ def sentinel_primary_killed(wait_replicas: int) -> Callable[[Lab], tuple[str, st
     return run
 
 
-def judge(seen: Seen, base: str, killed: float, promoted: float,
-          wait_replicas: int) -> tuple[str, str, int, bool]:
+def judge(seen: Seen, base: str, killed: float, promoted: float, wait_replicas: int, *,
+          event: str = "replica promoted", fault: str = "the kill") -> tuple[str, str, int, bool]:
+    """`killed`: when the fault began; `promoted`: seconds until `event` (the fault over)."""
     creates, streams, jobs = Tally(), Tally(), Tally()
     how: Counter[str] = Counter()  # what the lost answers are stored as now
     ids = {str(body["id"]) for *_, body in seen.creates if body.get("id")}
@@ -215,8 +216,8 @@ def judge(seen: Seen, base: str, killed: float, promoted: float,
     outcomes = Counter(o for o, _ in seen.streams)
     client = (f"creates: {_codes(c for _, _, c, _ in seen.creates)}; streams: "
               f"{', '.join(f'{n}x {o}' for o, n in outcomes.most_common())}; jobs: "
-              f"{_codes(c for c, _ in seen.jobs)}; replica promoted {promoted:.1f}s after the "
-              f"kill, a create sent after the kill answered 200 "
+              f"{_codes(c for c, _ in seen.jobs)}; {event} {promoted:.1f}s after {fault}, a "
+              f"create sent after {fault} began answered 200 "
               + (f"{resumed - killed:.1f}s after it" if resumed else "never"))
     what = (f"acknowledged and lost: creates {creates.lost}/{creates.acknowledged}, streams "
             f"{streams.lost}/{streams.acknowledged}, jobs {jobs.lost}/{jobs.acknowledged}"

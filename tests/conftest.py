@@ -11,6 +11,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from tests.support.cluster import RedisClusterGroup
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess, start_redis, start_simulator
 
@@ -27,6 +28,15 @@ def redis_server() -> Iterator[ServerProcess]:
     server = start_redis()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterGroup]:
+    """A 6-node Redis Cluster (3 primaries, 3 replicas: tests/support/cluster.py), shared by
+    the session: tests that kill or move something start their own."""
+    group = RedisClusterGroup()
+    yield group
+    group.stop()
 
 
 @pytest.fixture(scope="session")

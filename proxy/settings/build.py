@@ -78,12 +78,12 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
 
 def _check_store(settings: Settings) -> None:
     store = settings.store
-    if store.redis_url and parse_redis_url(store.redis_url).kind == "cluster":
-        # The URL is understood (store/topology.py), but the scripts write keys of several
-        # responses in one call, which a cluster cannot serve yet (issue 26, point 2).
-        raise ConfigError("--redis-url", "Redis Cluster (redis+cluster://) is not supported "
-                                         "yet: use one primary (redis://, rediss://) or "
-                                         "Sentinel (redis+sentinel://)")
+    if store.wait_replicas and store.redis_url and \
+            parse_redis_url(store.redis_url).kind == "cluster":
+        # WAIT counts the writes of the connection it is sent on; the cluster client's
+        # pipeline sends a keyless WAIT to any node, so it would count nothing of ours.
+        raise ConfigError("--redis-wait-replicas", "not supported on a Redis Cluster "
+                                                   "(redis+cluster://) yet: give 0")
     if store.wait_replicas and not store.redis_url:
         raise ConfigError("--redis-wait-replicas", "the embedded store has no replicas: "
                                                    "give --redis-url (or 0)")

@@ -127,11 +127,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("affinity_load_factor", "fleet.affinity_load_factor", c.load_factor,
            "a keyed request leaves its replica above this times the mean load"),
     # -- Redis topology (issue 26): where the store is, and how durable a response's end is.
-    # Cluster URLs parse (store/topology.py) but are refused at start (build.py).
     Option("redis_url", "store.redis_url", c.check_redis_url,
-           "redis://[:pw@]host:port/db, rediss://... (TLS), or "
-           "redis+sentinel://[:pw@]host:port[,host:port...]/master[/db]; omitted = embedded "
-           "store"),
+           "redis://[:pw@]host:port/db, rediss://... (TLS), "
+           "redis+sentinel://[:pw@]host:port[,host:port...]/master[/db], or "
+           "redis+cluster://[:pw@]host:port[,host:port...] (seeds); omitted = embedded store"),
     Option("redis_wait_replicas", "store.wait_replicas", c.replica_count,
            "after a response's create and its final write, wait (Redis WAIT, at most 1 s) until "
            "this many replicas have them; 0 = do not wait. Needs --redis-url"),

@@ -12,8 +12,10 @@ Layout in keys.py ("the response cache"), atomic steps in scripts.py. Invariants
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -39,8 +41,11 @@ class VectorWrite:
 
 
 class RedisCache:
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, *, sharded: bool = False) -> None:
         self._client = client
+        # A Redis Cluster: the entry and its namespace sit in different slots, and redis-py's
+        # cluster pipeline refuses scripts, so a semantic write sends both side by side.
+        self._sharded = sharded
         self._add = client.register_script(scripts.CACHE_ADD_VECTOR)
         self._candidates = client.register_script(scripts.CACHE_CANDIDATES)
 
@@ -56,16 +61,19 @@ class RedisCache:
             if vector is None:  # exact mode: one plain SET, cheaper than a pipeline
                 await self._client.set(keys.cache_entry(tenant, exact), entry, ex=ttl)
                 return
+            ns = vector.namespace
+            add_keys = [keys.cache_vectors(tenant, ns), keys.cache_order(tenant, ns)]
+            add_args: list[Any] = [
+                f"{vector.bucket}:{exact}", vector.guard.encode() + b"\0" + vector.vector,
+                now + ttl, now, limit, ttl, keys.cache_bucket_prefix(tenant, ns), vector.bucket]
+            if self._sharded:
+                await asyncio.gather(
+                    self._client.set(keys.cache_entry(tenant, exact), entry, ex=ttl),
+                    self._add(keys=add_keys, args=add_args))
+                return
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(keys.cache_entry(tenant, exact), entry, ex=ttl)
-                ns = vector.namespace
-                member = f"{vector.bucket}:{exact}"
-                await self._add(
-                    keys=[keys.cache_vectors(tenant, ns), keys.cache_order(tenant, ns)],
-                    args=[member, vector.guard.encode() + b"\0" + vector.vector,
-                          now + ttl, now, limit, ttl,
-                          keys.cache_bucket_prefix(tenant, ns), vector.bucket],
-                    client=pipe)
+                await self._add(keys=add_keys, args=add_args, client=pipe)
                 await pipe.execute()
 
     async def candidates(self, tenant: str, namespace: str, buckets: Sequence[int], *,

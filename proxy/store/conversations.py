@@ -12,6 +12,7 @@ in Lua, every key written gets its TTL renewed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -20,12 +21,14 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from proxy.core.errors import InvalidRequest
+from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.storagebudget import StorageBudget, storage_exceeded
 from proxy.core.types import Item
 from proxy.store import keys
 from proxy.store.base import MAX_CONVERSATION_ITEMS, ItemPage
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER
+from proxy.store.ledgerview import ByTag, LedgerView
 
 T = TypeVar("T")
 # What the conversation scripts answer besides 1 / 0.
@@ -186,9 +189,13 @@ class RedisConversations:
     """Conversations on `client`, bytes counted in each owner's ledger and bounded by
     `budget` (core/storagebudget.py)."""
 
-    def __init__(self, client: Redis, budget: StorageBudget) -> None:
+    def __init__(self, client: Redis, budget: StorageBudget, *, sharded: bool = False) -> None:
         self._client = client
         self._budget = budget
+        # On a Redis Cluster: responses and conversations carry shard tags (core/shardtags.py),
+        # each tag has its own ledger per key, and an untagged id names nothing.
+        self.sharded = sharded
+        self._ledgers = LedgerView(self._read_ledgers) if sharded else None
         self._conv_create = client.register_script(CREATE_CONVERSATION)
         self._conv_add = client.register_script(ADD_CONVERSATION_ITEMS)
         self._conv_list = client.register_script(LIST_CONVERSATION_ITEMS)
@@ -206,18 +213,58 @@ class RedisConversations:
             queue(pipe)
             return await pipe.execute()
 
+    def _untagged(self, object_id: str) -> bool:
+        """True for an id that cannot name anything here: untagged, on a cluster (every id
+        made there is tagged; an untagged one's script would span two slots)."""
+        return self.sharded and tag_of(object_id) is None
+
+    async def _room(self, tenant: str, tag: str | None) -> tuple[int, int]:
+        """(the key's budget, what the script writing under `tag` may let its ledger hold).
+        On a cluster the key's bytes sit in one ledger per tag: the others' sum (ledgerview.py:
+        as of at most a second ago) is taken off the budget, and the script checks its own
+        tag's exactly. No budget, or one primary: the budget itself, no round trip."""
+        budget = self._budget.of(tenant)
+        if budget <= 0 or self._ledgers is None:
+            return budget, budget
+        elsewhere = await self._ledgers.elsewhere(tenant, tag)
+        if elsewhere >= budget:
+            raise storage_exceeded(budget, elsewhere)
+        return budget, budget - elsewhere
+
+    async def _read_ledgers(self, tenant: str) -> ByTag:
+        """Bytes the key holds in each of its ledgers (the untagged one, one per tag), in one
+        pipeline (per node on a cluster). Buckets are summed here rather than by a script per
+        ledger; ones whose end has passed (by this host's clock, a bucket being a 30th of the
+        TTL wide) do not count."""
+        tags = (None, *TAGS)
+
+        def queue(pipe: Pipeline) -> None:
+            for tag in tags:
+                pipe.hgetall(keys.stored_bytes(tenant, tag))
+
+        now = time.time()
+        replies = await self._read(lambda: self._pipelined(queue))
+        return {tag: sum(int(size) for end, size in buckets.items() if int(end) > now)
+                for tag, buckets in zip(tags, replies, strict=True)}
+
+    def _wrote(self, tenant: str) -> None:
+        """This instance changed the key's ledgers: its view is read again at the next check."""
+        if self._ledgers is not None:
+            self._ledgers.forget(tenant)
+
     async def create_conversation(self, tenant: str, conversation: dict[str, Any],
                                   items: Sequence[Item], *, ttl: int) -> None:
         check_ttl(ttl)
         if len(items) > MAX_CONVERSATION_ITEMS:
             raise _too_many_items()
         body = {k: v for k, v in conversation.items() if k != "metadata"}
-        budget = self._budget.of(tenant)
-        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, budget, orjson.dumps(body),
+        budget, room = await self._room(tenant, tag_of(str(conversation["id"])))
+        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, room, orjson.dumps(body),
                            orjson.dumps(conversation.get("metadata") or {}), *_item_args(items)]
         with store_errors():
             done = await self._conv_create(
                 keys=_conversation_keys(tenant, str(conversation["id"])), args=args)
+        self._wrote(tenant)
         _check_written(done, budget)
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
@@ -233,6 +280,8 @@ class RedisConversations:
                                   metadata: dict[str, str] | None, *,
                                   ttl: int) -> dict[str, Any] | None:
         check_ttl(ttl)
+        if self._untagged(conversation_id):
+            return None
         args: list[Any] = [tenant, ttl, orjson.dumps(metadata or {})]
         with store_errors():
             reply = await self._conv_update(keys=_conversation_keys(tenant, conversation_id),
@@ -240,9 +289,12 @@ class RedisConversations:
         return None if reply is None else _conversation(reply[0], reply[1])
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        if self._untagged(conversation_id):
+            return False
         with store_errors():
             done = await self._conv_delete(keys=_conversation_keys(tenant, conversation_id),
                                            args=[tenant])
+        self._wrote(tenant)
         return bool(done)
 
     async def add_conversation_items(self, tenant: str, conversation_id: str,
@@ -251,11 +303,14 @@ class RedisConversations:
         check_ttl(ttl)
         if len(items) > MAX_CONVERSATION_ITEMS:
             raise _too_many_items()
-        budget = self._budget.of(tenant) if bounded else 0
-        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, budget, *_item_args(items)]
+        if self._untagged(conversation_id):
+            return False
+        budget, room = await self._room(tenant, tag_of(conversation_id)) if bounded else (0, 0)
+        args: list[Any] = [tenant, ttl, MAX_CONVERSATION_ITEMS, room, *_item_args(items)]
         with store_errors():
             done = await self._conv_add(keys=_conversation_keys(tenant, conversation_id),
                                         args=args)
+        self._wrote(tenant)
         _check_written(done, budget)
         return bool(done == 1)
 
@@ -298,9 +353,12 @@ class RedisConversations:
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str,
                                        item_id: str) -> bool:
+        if self._untagged(conversation_id):
+            return False
         with store_errors():
             done = await self._conv_delete_item(
                 keys=_conversation_keys(tenant, conversation_id), args=[tenant, item_id])
+        self._wrote(tenant)
         return bool(done)
 
 
@@ -312,7 +370,8 @@ def check_ttl(*ttls: int) -> None:
 
 def _conversation_keys(tenant: str, conversation_id: str) -> list[str]:
     return [keys.conversation(conversation_id), keys.conversation_order(conversation_id),
-            keys.conversation_items(conversation_id), keys.stored_bytes(tenant)]
+            keys.conversation_items(conversation_id),
+            keys.stored_bytes(tenant, tag_of(conversation_id))]
 
 
 def _item_args(items: Sequence[Item]) -> list[Any]:

@@ -29,14 +29,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import fakeredis
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
+from proxy.core.ids import IdFactory, new_id
 from proxy.core.storagebudget import UNLIMITED, StorageBudget
 from proxy.store.cache import RedisCache
 from proxy.store.files import RedisBlobStore
@@ -47,6 +49,7 @@ from proxy.store.limits import LimitStore
 from proxy.store.prompts import RedisPrompts
 from proxy.store.reconnect import PROBE_TIMEOUT, Reconnector
 from proxy.store.redis import RedisStore
+from proxy.store.shards import ShardedIds, cluster_owners
 from proxy.store.topology import RedisTarget, parse_redis_url
 from proxy.store.vectors import RedisVectorStores
 
@@ -89,7 +92,12 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
         raise ValueError(f"socket_timeout must exceed {BLOCK_MARGIN}s (blocking reads)")
     target = parse_redis_url(redis_url)
     if target.kind == "cluster":
-        raise ValueError("Redis Cluster is not supported yet")  # settings/build.py says so
+        return RedisStore(cluster_client(target, connect_timeout=connect_timeout,
+                                         socket_timeout=socket_timeout,
+                                         health_check_interval=health_check_interval,
+                                         max_connections=max_connections),
+                          max_block_ms=int((socket_timeout - BLOCK_MARGIN) * 1000),
+                          budget=budget, wait_replicas=wait_replicas, sharded=True)
     options = dict(
         # Waiting for a free pooled connection is queueing behind our own burst (a thousand
         # replays at once), not a sign of a dead server (that fails its connect or its
@@ -137,6 +145,28 @@ def _client(target: RedisTarget, closers: list[Callable[[], Awaitable[None]]],
     return client
 
 
+def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeout: float,
+                   health_check_interval: int, max_connections: int) -> Redis:
+    """redis-py's cluster client on `target`'s seeds: it learns the slot map (CLUSTER SLOTS)
+    at its first command, routes each command by its key's slot, follows MOVED and ASK (a
+    resharding) and, after a failed connection, learns the map again before its next command
+    (a failover). Same fail-fast settings as one primary: no retries of its own (the store
+    retries reads once; the next command after a failure re-reads the slot map), bounded
+    waits. `max_connections` is per node. No reconnect probe: the client re-learns the map
+    by itself after a failure (store/reconnect.py's pool reset has no cluster equivalent)."""
+    nodes = [ClusterNode(host, port) for host, port in target.hosts]
+    client: Any = RedisCluster(
+        startup_nodes=nodes, password=target.password, socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout, health_check_interval=health_check_interval,
+        max_connections=max_connections, retry=Retry(NoBackoff(), 0),
+        # A MOVED reply patches that slot's owner only: a resharding sends thousands, and the
+        # default (re-read the whole map every 5th) recycles every connection each time,
+        # racing commands in flight on them (seen as 500s under load before this). A failed
+        # connection still re-reads the whole map (a failover).
+        reinitialize_steps=0, decode_responses=False)
+    return cast(Redis, client)
+
+
 def embedded_client() -> Redis:
     """A client of a fresh in-process server, private to the caller."""
     server = fakeredis.FakeServer(version=EMBEDDED_VERSION)
@@ -172,6 +202,8 @@ class Backend:
     files: RedisBlobStore  # uploaded files (`/v1/files`), behind store/files.py's BlobStore
     prompts: RedisPrompts  # prompt templates (`/v1/prompts`)
     vectors: RedisVectorStores  # vector stores (`/v1/vector_stores`)
+    # The ids of new responses and conversations: shard-tagged on a cluster (store/shards.py).
+    ids: IdFactory = new_id
 
     @property
     def shared(self) -> bool:
@@ -181,10 +213,12 @@ class Backend:
 
 def backend_of(store: RedisStore) -> Backend:
     client = store.client
-    return Backend(store, job_queue(store), LimitStore(client), RedisCache(client),
+    return Backend(store, job_queue(store), LimitStore(client),
+                   RedisCache(client, sharded=store.sharded),
                    functools.partial(shared_secret, client),
-                   None if store.embedded else LeaseTable(client), RedisBlobStore(client),
-                   RedisPrompts(client), RedisVectorStores(client))
+                   None if store.embedded else LeaseTable(client, sharded=store.sharded),
+                   RedisBlobStore(client), RedisPrompts(client), RedisVectorStores(client),
+                   ShardedIds(cluster_owners(client)) if store.sharded else new_id)
 
 
 def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED,

@@ -6,6 +6,7 @@ cache, the limiter), so they fail alike.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -27,6 +28,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     rex.OutOfMemoryError,
     rex.ClusterDownError,
     rex.TryAgainError,
+    # A Redis Cluster mid-failover or mid-resharding: redirected past redis-py's bound of 16
+    # (ClusterError "TTL exhausted"), a slot whose primary is gone and not yet replaced.
+    rex.ClusterError,
+    rex.SlotNotCoveredError,
     OSError,  # includes asyncio's TimeoutError; redis-py wraps most, not every path
 )
 
@@ -43,6 +48,29 @@ def store_errors() -> Iterator[None]:
                                "until memory is freed.") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
+    except (RuntimeError, AttributeError) as exc:
+        # redis-py's cluster client recycles the connections of every node when it re-reads
+        # the slot map (a failover, a resharding), and may close one while a command is being
+        # sent on it: uvloop then says "unable to perform operation on <TCPTransport
+        # closed=True>", or the connection's writer is already None. Raised inside redis-py's
+        # connection code, that is a dropped connection, not a bug of ours.
+        if not _in_redis_connection(exc):
+            raise
+        raise StoreUnavailable("The store is unavailable (connection closed).") from exc
+
+
+def _in_redis_connection(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    for _ in range(100):  # a traceback is finite; bounded anyway
+        if tb is None:
+            return False
+        if tb.tb_frame.f_code.co_filename.endswith(_CONNECTION_MODULE):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_CONNECTION_MODULE = os.path.join("redis", "asyncio", "connection.py")
 
 
 async def read_retrying(op: Callable[[], Awaitable[T]]) -> T:

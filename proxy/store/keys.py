@@ -2,37 +2,53 @@
 `--event-ttl`, settings/) that the services pass to every write; none is defaulted here.
 
 Invariants (DESIGN.md, "Redis"):
-- All keys of one response share the hash tag `{<response id>}`, all keys of one conversation
-  share `{<conversation id>}`: a Lua script or MULTI touches only one slot, so the layout works
-  unchanged on a Redis Cluster. Calls that span several responses (`load_chain`, `tail`) are
-  pipelines or multi-key reads that a cluster client can split. Two exceptions, for the hot
-  path: `append_events` writes every live stream's events in one script call that builds the
-  keys `response` and `response_log` name from the ids (scripts.APPEND_EVENTS_MANY), and the
-  scripts that store a response (scripts.CREATE_RESPONSE, FINISH_RESPONSE) also write its
-  item index entries, its tenant's storage ledger (`stored_bytes`, which the conversation
-  scripts write too) and, at creation, its lease in `LEASES`; on a cluster each would have
-  to become a call per slot.
+- Every script touches one slot, so the same layout serves one primary, Sentinel and a Redis
+  Cluster. How, for the scripts of the hot path that write keys of several objects (the
+  event-log flush, scripts.APPEND_EVENTS_MANY, one call for every live stream; the create and
+  final write of a response, CREATE_RESPONSE / FINISH_RESPONSE, which also write its item
+  index entries, its tenant's storage ledger and, at creation, its lease): the slot is chosen
+  on purpose. On a cluster every new response and conversation id carries a shard tag
+  (core/shardtags.py: `resp_<tag>_<hex>`, one of 32 fixed tags, one per range of 512 slots),
+  and every key of that object *and* every key those scripts write beside it carries the hash
+  tag `{<tag>}`: the item index entries, the lease set and the ledger exist once per tag. So
+  the create and the final write stay one call, and a flush is one call per tag this instance
+  holds live streams in (store/shards.py draws two tags per primary: ~2 calls per primary),
+  not one per stream. Any reader derives the slot from the id alone.
+- Untagged ids (every id made on one primary or Sentinel, and every id before issue 26) keep
+  the keys they always had: hash tag `{<response id>}` / `{<conversation id>}`, the untagged
+  ledger, index and lease set, which one server holds together. On a cluster an untagged id
+  names nothing (store/redis.py answers "not found" without a call).
+- What fans out on a cluster, never on the hot path: the lease sweep reads every tag's lease
+  set; a key's stored bytes are the untagged ledger (files, prompts) plus its ledger under each
+  tag (pipelined per node); an `item_reference` to a client-chosen item id reads its index
+  entry under every tag. Calls that span several responses (`load_chain`, `tail`) are
+  pipelines or multi-key reads the cluster client splits (or, `tail`, one read per tag).
 - Every key is written with a TTL and every write renews the TTL of the keys it touches:
   nothing outlives its owner and nothing grows without bound. One exception, bounded instead
   of expiring: the job queue (see "background jobs" below).
 - Nothing here is ever found by pattern: no KEYS, no SCAN. A key is always built from an id.
 
-Layout:
+Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one):
 
-    rp:{resp_id}            HASH    status | tenant | obj | parents | logged | closed |
-                                    replica
-    rp:{resp_id}:in         STRING  the request's input items, one JSON array
-    rp:{resp_id}:log        STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    rp:{T}                  HASH    status | tenant | obj | parents | logged | closed |
+                                    replica | last | bytes | until
+    rp:{T}:in               STRING  the request's input items, one JSON array
+    rp:{T}:log              STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+    rp:{T}:reaper           STRING  who closes the response whose lease expired
     ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
                                     output) or `i:<resp_id>` (in its input items), for
-                                    `item_reference`
-    cv:{conv_id}            HASH    tenant | obj | meta | next
-    cv:{conv_id}:order      ZSET    item id scored by its insertion number
-    cv:{conv_id}:items      HASH    item id -> item JSON
+                                    `item_reference` (untagged responses)
+    ix:{tag}:tenant:item_id STRING  the same, for a response of shard tag `tag`
+    cv:{T}                  HASH    tenant | obj | meta | next
+    cv:{T}:order            ZSET    item id scored by its insertion number
+    cv:{T}:items            HASH    item id -> item JSON
     lim:{tenant}:stored     HASH    a key's stored bytes by the time they stop counting (the
-                                    storage ledger, ledger.py)
+                                    storage ledger, ledger.py): files, prompts, untagged objects
+    lim:{tag}:tenant:stored HASH    the same for the key's objects of shard tag `tag`
+    leases:{live}           ZSET    leases of untagged foreground responses
+    leases:{tag}            ZSET    leases of shard tag `tag`'s foreground responses
     jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
-                                    consumer group `workers`
+                                    consumer group `workers` (one slot on a cluster too)
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
     fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
     fl:{tenant}:<file id>   HASH    obj | n (chunks) | bytes | until: an uploaded file's object
@@ -49,11 +65,15 @@ Layout:
                             HASH    v (float32 vectors) | t (chunk texts) | m (file meta) |
                                     n (chunks): one ingested file's chunks
     vs:{tenant}:list        ZSET    the key's vector store ids scored by created_at
+    lim:{tenant}:minute|used|streams, ce:..., cn:{tenant:ns}:...: limits and cache, below (one
+                                    slot per script already: tagged by key or namespace)
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from proxy.core.shardtags import tag_of
 
 # -- responses ------------------------------------------------------------------------------
 # Hash field names. The Lua scripts (scripts.py) spell the same names: change both together.
@@ -79,21 +99,28 @@ F_LOGGED: Final = "logged"
 F_CLOSED: Final = "closed"
 
 
+def _slotted(object_id: str) -> str:
+    """`{<tag>}<id>` for an id with a shard tag (core/shardtags.py), else `{<id>}` (today's
+    keys, unchanged for every id made before tags or on one primary)."""
+    tag = tag_of(object_id)
+    return f"{{{tag}}}{object_id}" if tag is not None else f"{{{object_id}}}"
+
+
 def response(response_id: str) -> str:
     """The response's hash (the record the status compare-and-set works on)."""
-    return f"rp:{{{response_id}}}"
+    return f"rp:{_slotted(response_id)}"
 
 
 def response_input(response_id: str) -> str:
     """The input items, written once at creation: a plain string is the cheapest read for
     `input_items` and `load_chain`, and the caller bounds its size."""
-    return f"rp:{{{response_id}}}:in"
+    return f"rp:{_slotted(response_id)}:in"
 
 
 def response_log(response_id: str) -> str:
     """The event log: a stream whose ids are `1-<sequence_number>`, so Redis itself refuses an
     out-of-order or duplicated event and `starting_after=N` is a plain XRANGE from `(1-N`."""
-    return f"rp:{{{response_id}}}:log"
+    return f"rp:{_slotted(response_id)}:log"
 
 
 def log_entry_id(seq: int) -> str:
@@ -120,9 +147,13 @@ ITEM_IN_OUTPUT: Final = "o"
 ITEM_IN_INPUT: Final = "i"
 
 
-def item_location(tenant: str, item_id: str) -> str:
+def item_location(tenant: str, item_id: str, tag: str | None = None) -> str:
+    """`tag`: the shard tag of the response holding the item (its index entry sits in that
+    response's slot, written by the same script); None for an untagged response."""
     # The tenant (a digest, core/tenancy.py: no ':' in it) comes first, so no item id can
     # make one tenant's key equal to another's.
+    if tag is not None:
+        return f"ix:{{{tag}}}:{tenant}:{item_id}"
     return f"ix:{{{tenant}:{item_id}}}"
 
 
@@ -147,18 +178,18 @@ F_CONV_NEXT: Final = "next"
 
 
 def conversation(conversation_id: str) -> str:
-    return f"cv:{{{conversation_id}}}"
+    return f"cv:{_slotted(conversation_id)}"
 
 
 def conversation_order(conversation_id: str) -> str:
     """Item ids by insertion number: ZRANK turns an `after` cursor into a position in one
     command, and ZRANGE/ZREVRANGE serve both orders."""
-    return f"cv:{{{conversation_id}}}:order"
+    return f"cv:{_slotted(conversation_id)}:order"
 
 
 def conversation_items(conversation_id: str) -> str:
     """Item bodies by id: `get_conversation_item` is one HGET, deletion one HDEL."""
-    return f"cv:{{{conversation_id}}}:items"
+    return f"cv:{_slotted(conversation_id)}:items"
 
 
 # -- background jobs ------------------------------------------------------------------------
@@ -247,11 +278,15 @@ def limit_streams(tenant: str) -> str:
     return f"lim:{{{tenant}}}:streams"
 
 
-def stored_bytes(tenant: str) -> str:
+def stored_bytes(tenant: str, tag: str | None = None) -> str:
     """The storage ledger (ledger.py): bytes of the key's stored responses and conversations,
     a HASH of {the second they stop counting -> bytes}. Expires with its last bucket. The
     scripts that renew a response's TTL without knowing its tenant in Python build this key in
-    Lua from the record's tenant (scripts.py `_TENANT_KEYS`)."""
+    Lua from the record's tenant (scripts.py `_TENANT_KEYS`). `tag`: the ledger of the key's
+    objects under one shard tag (in their slot, so their scripts count them); a key's total
+    is the untagged ledger (files, prompts, untagged objects) plus one per tag."""
+    if tag is not None:
+        return f"lim:{{{tag}}}:{tenant}:stored"
     return f"lim:{{{tenant}}}:stored"
 
 
@@ -272,11 +307,16 @@ F_STORED_UNTIL: Final = "until"
 LEASES: Final = "leases:{live}"
 
 
+def leases(tag: str | None) -> str:
+    """The lease set of one shard tag's responses (untagged ones: `LEASES`)."""
+    return f"leases:{{{tag}}}" if tag is not None else LEASES
+
+
 def response_reaper(response_id: str) -> str:
     """Claim (SET NX PX) on closing a response whose lease expired: of the instances that notice
     it, one closes it; the claim expires with a lease period, so a reaper that dies too is
     replaced."""
-    return f"rp:{{{response_id}}}:reaper"
+    return f"rp:{_slotted(response_id)}:reaper"
 
 
 # -- the per-deployment fleet secret (services/process/sealing.py)

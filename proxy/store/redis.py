@@ -23,8 +23,10 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -33,18 +35,34 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
+from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
 from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
 from proxy.store.conversations import RedisConversations, check_ttl
+from proxy.store.decoding import (
+    event_of,
+    held_items,
+    item_ids,
+    items_of,
+    record_of,
+    transition_of,
+)
 from proxy.store.failures import read_retrying, store_errors
 from proxy.store.ledger import LEDGER_HELD
+from proxy.store.packing import (
+    MAX_EVENTS_PER_CALL,
+    HashKeys,
+    by_tag,
+    packed,
+    packed_calls,
+)
 from proxy.store.reconnect import Reconnector
 from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
-__all__ = ["RedisStore", "read_retrying", "store_errors"]
+__all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
 
 # Default ceiling for one blocking read; the factory sets it from the socket timeout.
 DEFAULT_MAX_BLOCK_MS = 2_000
@@ -62,8 +80,8 @@ class RedisStore(RedisConversations):
     def __init__(self, client: Redis, *, embedded: bool = False,
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
                  budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
-                 wait_replicas: int = 0) -> None:
-        super().__init__(client, budget)
+                 wait_replicas: int = 0, sharded: bool = False) -> None:
+        super().__init__(client, budget, sharded=sharded)
         self.embedded = embedded
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
@@ -78,6 +96,7 @@ class RedisStore(RedisConversations):
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
         self._held = client.register_script(LEDGER_HELD)
+        self._hash_keys = HashKeys()  # the flush's keys of the live streams (packing.py)
 
     @property
     def max_block_ms(self) -> int:
@@ -100,7 +119,10 @@ class RedisStore(RedisConversations):
             await self._reconnector.reconnect()
 
     async def aclose(self) -> None:
-        await self._client.aclose(close_connection_pool=True)
+        if self.sharded:
+            await self._client.aclose()  # the cluster client closes its nodes' pools
+        else:
+            await self._client.aclose(close_connection_pool=True)
         if self._reconnector is not None:
             await self._reconnector.aclose()
 
@@ -113,24 +135,28 @@ class RedisStore(RedisConversations):
         if lease_ms is not None and lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid, tenant = record.id, record.tenant
-        budget = self._budget.of(tenant)
+        tag = tag_of(rid)
+        budget, room = await self._room(tenant, tag)
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
-        # asked, its lease.
-        keys_ = [*_response_keys(rid), keys.LEASES, keys.stored_bytes(tenant),
-                 *[keys.item_location(tenant, item_id) for item_id in _item_ids(input_items)]]
+        # asked, its lease; all in the response's slot (its shard tag's, when it has one).
+        keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
+                 *[keys.item_location(tenant, item_id, tag)
+                   for item_id in item_ids(input_items)]]
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, orjson.dumps(record.response),
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
-            f"{keys.ITEM_IN_INPUT}:{rid}", budget,
+            f"{keys.ITEM_IN_INPUT}:{rid}", room,
         ]
         if events:
-            args.append(_packed(events))
+            args.append(packed(events))
         with store_errors():
-            written, held = await self._waited(self._create, keys_, args)
+            written, held, *size = await self._waited(self._create, keys_, args)
         if not written:
-            raise storage_exceeded(budget, held)
+            raise storage_exceeded(budget, held + budget - room)
+        if self._ledgers is not None:
+            self._ledgers.note(tenant, tag, held + size[0])
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -139,15 +165,21 @@ class RedisStore(RedisConversations):
     async def get_response_any(self, response_id: str) -> StoredResponse | None:
         values = await self._read(
             lambda: self._client.hmget(keys.response(response_id), _RESPONSE_FIELDS))
-        return _record(values)
+        return record_of(values)
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
+        if self._untagged(response_id):
+            return False  # cannot exist here (a cluster holds tagged ids only)
         with store_errors():
             done = await self._delete(
-                keys=[*_response_keys(response_id), keys.stored_bytes(tenant)], args=[tenant])
+                keys=[*_response_keys(response_id), keys.stored_bytes(tenant, tag_of(response_id))],
+                args=[tenant])
+        self._wrote(tenant)
         return bool(done)
 
     async def stored_bytes(self, tenant: str) -> int:
+        if self.sharded:
+            return sum((await self._read_ledgers(tenant)).values())
         with store_errors():
             return int(await self._held(keys=[keys.stored_bytes(tenant)]))
 
@@ -155,7 +187,9 @@ class RedisStore(RedisConversations):
         budget = self._budget.of(tenant)
         if budget <= 0:
             return  # unlimited: no round trip
-        held = await self.stored_bytes(tenant)
+        # On a cluster: the view of the key's ledgers (ledgerview.py), not 33 reads per check.
+        held = sum((await self._ledgers.held(tenant)).values()) if self._ledgers is not None \
+            else await self.stored_bytes(tenant)
         if held >= budget:
             raise storage_exceeded(budget, held)
 
@@ -167,7 +201,7 @@ class RedisStore(RedisConversations):
         owner, raw = await self._read(lambda: self._pipelined(queue))
         if owner is None or owner.decode() != tenant:
             return None
-        return _items(raw)
+        return items_of(raw)
 
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         # Round trip 1: the target (owner, object, ancestors) and its input items.
@@ -183,7 +217,7 @@ class RedisStore(RedisConversations):
         parents: tuple[str, ...] = tuple(orjson.loads(parents_raw)) if parents_raw else ()
         items = await self._ancestor_items(tenant, parents) if parents else []
         target: ResponseObject = orjson.loads(obj)
-        items += _items(inputs)
+        items += items_of(inputs)
         items += target.get("output") or []
         model = target.get("model")
         return Chain(items=items, parents=(*parents, response_id),
@@ -203,7 +237,7 @@ class RedisStore(RedisConversations):
         for (owner, obj), inputs in zip(replies[::2], replies[1::2], strict=True):
             if owner is None or obj is None or owner.decode() != tenant:
                 continue
-            items += _items(inputs)
+            items += items_of(inputs)
             items += orjson.loads(obj).get("output") or []
         return items
 
@@ -216,7 +250,7 @@ class RedisStore(RedisConversations):
         keys_ = _response_keys(response_id)[:2]
         with store_errors():
             reply = await self._transition(keys=keys_, args=args)
-        return _transition(reply)
+        return transition_of(reply)
 
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
                               ttl: int, event_ttl: int,
@@ -232,11 +266,11 @@ class RedisStore(RedisConversations):
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
         # ledger included (their keys are made there, from the record's tenant).
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
-                           f"{keys.ITEM_IN_OUTPUT}:{rid}", _packed(logged) if logged else b"",
-                           *_item_ids(response.get("output") or ())]
+                           f"{keys.ITEM_IN_OUTPUT}:{rid}", packed(logged) if logged else b"",
+                           *item_ids(response.get("output") or ())]
         with store_errors():
             reply = await self._waited(self._finish, _response_keys(rid), args)
-        return _transition(reply)
+        return transition_of(reply)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
@@ -250,16 +284,21 @@ class RedisStore(RedisConversations):
         if not wanted:
             return {}
 
+        places = self._index_places(tenant)
+
         def queue_locations(pipe: Pipeline) -> None:
             for item_id in wanted:
-                pipe.get(keys.item_location(tenant, item_id))
-                pipe.get(keys.legacy_item_location(item_id))
+                for place in places:
+                    pipe.get(place(item_id))
 
         # Round trip 1: where each item lives: this key's entry, else one an older version
-        # wrote to its global index (keys.py; the holder's owner is checked below either way).
+        # wrote to its global index (keys.py; the holder's owner is checked below either way);
+        # on a cluster, the entry under each shard tag (a client-chosen item id says nothing
+        # of the response holding it), in one pipeline per node.
         found_at = await self._read(lambda: self._pipelined(queue_locations))
-        locations = [mine or legacy for mine, legacy in zip(found_at[::2], found_at[1::2],
-                                                               strict=True)]
+        n = len(places)
+        locations = [next((raw for raw in found_at[i:i + n] if raw), None)
+                     for i in range(0, len(found_at), n)]
         holders = sorted({raw.decode() for raw in locations if raw})
         if not holders:
             return {}
@@ -278,11 +317,18 @@ class RedisStore(RedisConversations):
         replies = await self._read(lambda: self._pipelined(queue_holders))
         found: dict[str, Item] = {}
         wanted_set = set(wanted)
-        for item in _held_items(holders, iter(replies), tenant):
+        for item in held_items(holders, iter(replies), tenant):
             item_id = item.get("id")
             if item_id in wanted_set and item_id not in found:
                 found[item_id] = item
         return found
+
+    def _index_places(self, tenant: str) -> list[Callable[[str], str]]:
+        """Where an item's index entry may be, in order of preference."""
+        if self.sharded:
+            return [functools.partial(keys.item_location, tenant, tag=tag) for tag in TAGS]
+        return [functools.partial(keys.item_location, tenant),
+                keys.legacy_item_location]
 
     # -- event logs --------------------------------------------------------------------------
 
@@ -292,7 +338,9 @@ class RedisStore(RedisConversations):
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return
-        blobs = _packed_calls(batches)
+        key_of = self._hash_keys.__getitem__
+        blobs = packed_calls(batches, key_of) if not self.sharded else [
+            call for part in by_tag(batches).values() for call in packed_calls(part, key_of)]
         with store_errors():
             try:
                 await self._append_all(blobs, ttl)
@@ -302,16 +350,25 @@ class RedisStore(RedisConversations):
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
                 await self._append_all(blobs, ttl)
 
-    async def _append_all(self, blobs: list[bytes], ttl: int) -> None:
+    async def _append_all(self, blobs: list[tuple[bytes, bytes]], ttl: int) -> None:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
-        # flush bigger than `MAX_EVENTS_PER_CALL` goes as several calls in one pipeline.
+        # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
+        # several shard tags, goes as several calls in one pipeline (per node on a cluster).
+        # The declared key only routes a cluster's call (one primary needs none: one argument
+        # fewer to encode per flush).
+        if self.sharded:
+            # redis-py's cluster pipeline refuses scripts: the calls go side by side, each to
+            # its tag's node (still one round trip's wait).
+            await asyncio.gather(*(self._client.evalsha(self._append.sha, 1, route, ttl, blob)
+                                   for route, blob in blobs))
+            return
         if len(blobs) == 1:
-            await self._client.evalsha(self._append.sha, 0, ttl, blobs[0])
+            await self._client.evalsha(self._append.sha, 0, ttl, blobs[0][1])
             return
 
         def queue(pipe: Pipeline) -> None:
-            for blob in blobs:
+            for _route, blob in blobs:
                 pipe.evalsha(self._append.sha, 0, ttl, blob)
 
         await self._pipelined(queue)
@@ -322,7 +379,7 @@ class RedisStore(RedisConversations):
         entries: Any = await self._read(
             lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+",
                                         count=limit))
-        return [_event(entry_id, fields) for entry_id, fields in entries or ()]
+        return [event_of(entry_id, fields) for entry_id, fields in entries or ()]
 
     async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
         log_key = keys.response_log(response_id)
@@ -332,7 +389,7 @@ class RedisStore(RedisConversations):
             pipe.xrevrange(log_key, max="+", min="-", count=1)
 
         count, last = await self._read(lambda: self._pipelined(queue))
-        return int(count), (_event(*last[0]) if last else None)
+        return int(count), (event_of(*last[0]) if last else None)
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:
@@ -341,16 +398,48 @@ class RedisStore(RedisConversations):
         "forever")."""
         if not positions:
             return {}
+        block = min(block_ms, self._max_block_ms)
+        if self.sharded:
+            # One XREAD per shard tag (one reads one slot on a cluster), side by side: the
+            # tail returns within `block` (50 ms by default) either way.
+            parts = by_tag(positions)
+            if len(parts) > 1:
+                return await self._tail_each(list(parts.values()), block)
+        return await self._tail(positions, block)
+
+    async def _tail_each(self, parts: list[dict[str, int]],
+                         block: int) -> dict[str, list[StoredEvent]]:
+        """What is there already, from every part at once; else one blocking read per part,
+        side by side, the first events ending them all (a read cancelled mid-wait costs its
+        connection, which the pool replaces)."""
+        found: dict[str, list[StoredEvent]] = {}
+        for ready in await asyncio.gather(*(self._tail(part, 0) for part in parts)):
+            found.update(ready)
+        if found or block <= 0:
+            return found
+        pending = {asyncio.ensure_future(self._tail(part, block)) for part in parts}
+        try:
+            while pending and not found:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    found.update(task.result())
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return found
+
+    async def _tail(self, positions: Mapping[str, int],
+                    block: int) -> dict[str, list[StoredEvent]]:
         streams: dict[Any, Any] = {
             keys.response_log(rid): _after_id(pos) for rid, pos in positions.items()
         }
         by_key = {keys.response_log(rid).encode(): rid for rid in positions}
-        block = min(block_ms, self._max_block_ms)
         reply: Any = await self._read(
             lambda: self._client.xread(streams, block=block if block > 0 else None))
         found: dict[str, list[StoredEvent]] = {}
         for key, entries in reply or ():
-            events = [_event(entry_id, fields) for entry_id, fields in entries]
+            events = [event_of(entry_id, fields) for entry_id, fields in entries]
             if events:
                 found[by_key[key]] = events
         return found
@@ -367,94 +456,8 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
-def _packed(events: Sequence[StoredEvent]) -> bytes:
-    """Events as one script argument (scripts.py, `append_packed`)."""
-    return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
-                          for e in events])
-
-
-# Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
-# anything else: a flush that grew large (the store slow, a backlog) would otherwise stall
-# every other client (creates, leases, final writes) for as long as it runs, and they in turn
-# let the next backlog grow. About 2 ms of Redis at this size (bench/appends.py).
-MAX_EVENTS_PER_CALL = 256
-
-
-def _packed_calls(batches: Mapping[str, Sequence[StoredEvent]]) -> list[bytes]:
-    """The flush as APPEND_EVENTS_MANY arguments of at most ~`MAX_EVENTS_PER_CALL` events
-    (a stream's events are never split: they stay in order within one call)."""
-    calls: list[bytes] = []
-    part: dict[str, Sequence[StoredEvent]] = {}
-    size = 0
-    for rid, events in batches.items():
-        if part and size + len(events) > MAX_EVENTS_PER_CALL:
-            calls.append(_packed_streams(part))
-            part, size = {}, 0
-        part[rid] = events
-        size += len(events)
-    if part:
-        calls.append(_packed_streams(part))
-    return calls
-
-
-def _packed_streams(batches: Mapping[str, Sequence[StoredEvent]]) -> bytes:
-    """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
-    `<id> 0x03 <packed events>`, streams separated by 0x02 (ids are ASCII, JSON escapes both)."""
-    return b"\x02".join([b"%s\x03%s" % (rid.encode(), _packed(events))
-                          for rid, events in batches.items()])
-
-
-def _held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:
-    """The items of those holders (`find_items`' second read) that belong to `tenant`."""
-    items: list[Item] = []
-    for holder in holders:
-        if holder.startswith(keys.ITEM_IN_OUTPUT + ":"):
-            owner, obj = next(replies)
-            held = (orjson.loads(obj).get("output") or []) if obj else []
-        else:
-            (owner,), raw = next(replies), next(replies)
-            held = _items(raw)
-        if owner is not None and owner.decode() == tenant:
-            items += held
-    return items
-
-
-def _item_ids(items: Sequence[Item]) -> list[str]:
-    """The ids the item index (keys.py) gets entries for: those of the items with one."""
-    return [str(item["id"]) for item in items if isinstance(item, dict) and item.get("id")]
 
 
 def _after_id(position: int) -> str:
     # XREAD returns ids strictly above the one given; `0-0` is below `1-0` (seq 0).
     return "0-0" if position < 0 else keys.log_entry_id(position)
-
-
-def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
-    return StoredEvent(seq=int(entry_id.split(b"-", 1)[1]), type=fields[b"t"].decode(),
-                       data=fields[b"d"])
-
-
-def _items(raw: bytes | None) -> list[Item]:
-    return orjson.loads(raw) if raw else []
-
-
-def _record(values: Sequence[Any]) -> StoredResponse | None:
-    status, tenant, obj, parents, logged, closed = values
-    if status is None or tenant is None or obj is None:
-        return None
-    response: ResponseObject = orjson.loads(obj)
-    response["status"] = status.decode()
-    return StoredResponse(
-        response=response, tenant=tenant.decode(),
-        parents=tuple(orjson.loads(parents)) if parents else (),
-        logged=logged == b"1", closed=closed == b"1",
-    )
-
-
-def _transition(reply: Any) -> Transition:
-    if reply is None:
-        return Transition(changed=False, response=None)
-    changed, status, obj = reply
-    response: ResponseObject = orjson.loads(obj)
-    response["status"] = status.decode()
-    return Transition(changed=changed == 1, response=response)

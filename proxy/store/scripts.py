@@ -1,16 +1,15 @@
 """The Lua scripts: everything that must be atomic, one constant each, registered once per store.
 
 Conventions every script keeps:
-- It touches only the keys of one response or one conversation (one hash tag, so one cluster
-  slot), all passed in KEYS; field names are the ones in keys.py. Exceptions, for the hot
-  path, said where they are: APPEND_EVENTS_MANY (the event-log flush) writes many responses'
-  logs in one call; CREATE_RESPONSE and FINISH_RESPONSE write the response's item index
-  entries and its tenant's storage ledger (ledger.py), and CREATE_RESPONSE may take its lease
-  in the lease set (keys in other slots; FINISH_RESPONSE and TRANSITION build the tenant's
-  keys from the record's tenant, `_TENANT_KEYS`, since their callers need not know it). The
-  proxy runs on one Redis server; a cluster would need these split. The conversation scripts
-  live with their adapter (conversations.py), the limits' with theirs (limits.py), the ledger's
-  shared Lua in ledger.py.
+- It touches the keys of one slot: one response or conversation, and what it writes beside it
+  (keys.py: on a cluster all of a shard tag's keys share `{<tag>}`), passed in KEYS; field
+  names are the ones in keys.py. Exceptions to "passed in KEYS", said where they are:
+  APPEND_EVENTS_MANY (the flush) writes the logs of many responses of one tag, named in its
+  argument; FINISH_RESPONSE and TRANSITION build the tenant's ledger and index keys from the
+  record's tenant and the response key's tag (`_TENANT_KEYS`), since their callers need not
+  know the tenant. Redis 7 lets a script use undeclared keys of its declared slot. The
+  conversation scripts live with their adapter (conversations.py), the limits' with theirs
+  (limits.py), the ledger's shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -84,12 +83,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # (FINISH_RESPONSE, TRANSITION: their callers may not know it). They spell keys.item_location
 # and keys.stored_bytes; tests/contract/test_item_index_contract.py and test_ledger_contract.py
 # check that they agree. `record_bytes`: what the storage ledger counts for a response.
+# `shard_tag(hash)`: the shard tag of a response hash's key (`rp:{<tag>}<id>`), nil for an
+# untagged one (`rp:{<id>}`); the tenant's keys then sit in the same slot as the response.
 _TENANT_KEYS: Final = """
-local function item_key(tenant, id)
+local function shard_tag(hash)
+  return string.match(hash, '^rp:{([^}]*)}.')
+end
+
+local function item_key(tag, tenant, id)
+  if tag then return 'ix:{' .. tag .. '}:' .. tenant .. ':' .. id end
   return 'ix:{' .. tenant .. ':' .. id .. '}'
 end
 
-local function ledger_key(tenant)
+local function ledger_key(tag, tenant)
+  if tag then return 'lim:{' .. tag .. '}:' .. tenant .. ':stored' end
   return 'lim:{' .. tenant .. '}:stored'
 end
 
@@ -114,13 +121,13 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # ARGV: ttl, event_ttl, status, tenant, obj, parents, logged, closed, input, replica,
 #       lease ms ('0': take no lease), response id, index location, budget (bytes, '0': none)
 #       [, packed events]
-# Returns {1, bytes held before}; or {0, bytes held} with nothing written when the key already
-# holds its budget (the check and the count are one step: two instances cannot both take the
-# last bytes).
+# Returns {1, bytes held before, bytes counted for this response}; or {0, bytes held} with
+# nothing written when the key already holds its budget (the check and the count are one
+# step: two instances cannot both take the last bytes).
 # Fields are overwritten, not merged: a retried create writes the same values again, and its
 # events are skipped as duplicates. Writing events marks the response as logged.
-# The index entries and the lease live in other slots (the exception to "one slot per script",
-# see above): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
+# The index entries, the ledger and the lease are the response's shard tag's (one slot with
+# it, keys.py): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
 # CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
@@ -133,8 +140,8 @@ redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5]
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-ledger_set(KEYS[5], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
-           ledger_until(sec, ARGV[1]))
+local size = record_bytes(KEYS[1], KEYS[2])
+ledger_set(KEYS[5], KEYS[1], sec, size, ledger_until(sec, ARGV[1]))
 if #ARGV >= 15 then
   append_packed(KEYS[3], ARGV[15], 1, #ARGV[15] + 1)
   redis.call('HSET', KEYS[1], 'logged', '1')
@@ -146,7 +153,7 @@ end
 if ARGV[11] ~= '0' then""" + _NOW_MS + """
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
-return {1, held}
+return {1, held, size}
 """
 
 # Append events to one response's log (one call per response, all pipelined together).
@@ -174,12 +181,14 @@ return added
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
 # parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
 # docs/BENCHMARKS.md, "Event-log appends").
-# KEYS: none. The keys are made here from the response ids, `rp:{<id>}` and `rp:{<id>}:log`
-#   (keys.py, checked by tests/integration/test_store_append_many.py): a script that names
-#   undeclared keys runs on a single Redis server (what the proxy connects to) but not on a
-#   cluster, which would need one call per slot.
+# KEYS: one key in the slot of every stream of the call (a response hash), only so that a
+#   cluster routes the call to the node holding them: on a Redis Cluster the caller makes one
+#   call per shard tag (core/shardtags.py), all of whose keys share one slot. The keys the
+#   script writes travel in the blob, `rp:...` and `rp:...:log` (keys.py, checked by
+#   tests/integration/test_store_append_many.py); Redis 7 lets a script use undeclared keys of
+#   its declared slot.
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
-#   <response id> byte 3 <packed events (`append_packed`)>. Ids are ASCII made by the proxy.
+#   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
 # Returns the number of events added.
 APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_PACKED + """
 local blob = ARGV[2]
@@ -189,7 +198,7 @@ local added = 0
 while pos <= size do
   local stop = string.find(blob, '\2', pos, true) or (size + 1)
   local sep = string.find(blob, '\3', pos, true)
-  local hash = 'rp:{' .. string.sub(blob, pos, sep - 1) .. '}'
+  local hash = string.sub(blob, pos, sep - 1)
   local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last')
   if state[1] and state[2] ~= '1' then
     local log = hash .. ':log'
@@ -237,8 +246,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 if tenant then
   local sec = ledger_now()
-  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
-             ledger_until(sec, ARGV[2]))
+  ledger_set(ledger_key(shard_tag(KEYS[1]), tenant), KEYS[1], sec,
+             record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[2]))
 end
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
@@ -246,8 +255,9 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # Store the final object, close the log and append the stream's last events (those not yet
 # flushed, then the terminal one), all or nothing, index the output items (keys.py, "the item
 # index") and count the final bytes in the tenant's storage ledger (never refused: the answer
-# was generated; ledger.py). Those keys are built here from the record's tenant (other slots,
-# as in CREATE_RESPONSE; the callers need not know the tenant).
+# was generated; ledger.py). Those keys are built here from the record's tenant and the
+# response key's shard tag (its slot, as in CREATE_RESPONSE; the callers need not know the
+# tenant).
 # KEYS: hash, input, log
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
 #       output item id*
@@ -282,10 +292,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 if tenant then
   local sec = ledger_now()
-  ledger_set(ledger_key(tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
+  local tag = shard_tag(KEYS[1])
+  ledger_set(ledger_key(tag, tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
              ledger_until(sec, ARGV[3]))
   for i = 7, #ARGV do
-    redis.call('SET', item_key(tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
+    redis.call('SET', item_key(tag, tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
   end
 end
 return {1, ARGV[1], ARGV[2]}

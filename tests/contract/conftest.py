@@ -3,7 +3,9 @@
 - `redis`: a `RedisStore` on the session's real redis-server (flushed before each test);
 - `sentinel`: the same through Sentinel (`redis+sentinel://`, the session's primary + replica +
   3 sentinels: tests/support/sentinel.py), so the client follows the sentinels' primary;
-- `embedded`: the store `open_store(None)` builds, over fakeredis's in-process server.
+- `embedded`: the store `open_store(None)` builds, over fakeredis's in-process server;
+- `cluster`: `redis+cluster://`, the session's 6-node Redis Cluster (tests/support/cluster.py;
+  marked `cluster`), where the tests' ids carry shard tags (tagged.py).
 
 `round_trips` counts what reaches the server: one per command sent on its own (scripts included)
 and one per pipeline, however many commands it carries.
@@ -19,12 +21,16 @@ import pytest
 from proxy.store.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
+from tests.contract.tagged import STYLE
 
 
-@pytest.fixture(params=["redis", "sentinel", "embedded"])
+@pytest.fixture(params=["redis", "sentinel", "embedded",
+                        pytest.param("cluster", marks=pytest.mark.cluster)])
 def store_url(request: pytest.FixtureRequest) -> str | None:
     if request.param == "embedded":
         return None
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url())
     if request.param == "sentinel":
         group = request.getfixturevalue("sentinel_group")
         return str(group.url())
@@ -36,9 +42,11 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
 async def store(store_url: str | None) -> AsyncIterator[RedisStore]:
     store = open_store(store_url)
     await store.client.flushall()
+    STYLE.tagged = store.sharded  # tests/contract/tagged.py: the ids this store holds
     try:
         yield store
     finally:
+        STYLE.tagged = False
         await store.aclose()
 
 

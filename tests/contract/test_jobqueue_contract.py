@@ -22,6 +22,7 @@ from proxy.store.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
+from tests.contract.tagged import rid
 from tests.support.servers import free_port
 
 LIMIT = 100
@@ -36,8 +37,8 @@ T = TypeVar("T")
 
 
 async def enqueue(queue: RedisJobQueue, *response_ids: str, limit: int = LIMIT) -> None:
-    for rid in response_ids:
-        assert await queue.enqueue(rid, SPEC, limit=limit)
+    for an_id in response_ids:
+        assert await queue.enqueue(an_id, SPEC, limit=limit)
 
 
 async def settle(calls: Iterable[Awaitable[T]]) -> list[T]:
@@ -73,7 +74,10 @@ async def pending_count(store: RedisStore) -> int:
 
 
 async def subscribers(store: RedisStore) -> int:
-    [(_channel, count)] = await store.client.pubsub_numsub(keys.JOB_CANCEL_CHANNEL)
+    # Cluster: each node counts only its own subscribers (PUBLISH reaches every node): ask
+    # them all (redis-py sums the counts).
+    where: Any = {"target_nodes": "all"} if store.sharded else {}
+    [(_channel, count)] = await store.client.pubsub_numsub(keys.JOB_CANCEL_CHANNEL, **where)
     return int(count)
 
 
@@ -91,8 +95,8 @@ async def first_cancel(queue: RedisJobQueue) -> str:
     raise AssertionError("cancels() ended")
 
 
-async def create_response(store: RedisStore, rid: str, status: str) -> None:
-    record = StoredResponse(response={"id": rid, "object": "response", "status": status,
+async def create_response(store: RedisStore, an_id: str, status: str) -> None:
+    record = StoredResponse(response={"id": an_id, "object": "response", "status": status,
                                       "background": True, "output": []}, tenant="tenant-a")
     await store.create_response(record, [], ttl=3600, event_ttl=600)
 
@@ -103,39 +107,39 @@ async def create_response(store: RedisStore, rid: str, status: str) -> None:
 async def test_a_taken_job_carries_its_spec_byte_for_byte(
         store: RedisStore, queue: RedisJobQueue) -> None:
     spec = SPEC + b"\x00\xff\xfe raw bytes"
-    assert await queue.enqueue("resp_1", spec, limit=LIMIT)
+    assert await queue.enqueue(rid("1"), spec, limit=LIMIT)
     jobs = await queue.take("w1", 10, block_ms=0)
-    assert [(job.response_id, job.spec) for job in jobs] == [("resp_1", spec)]
+    assert [(job.response_id, job.spec) for job in jobs] == [(rid("1"), spec)]
     assert await owner(store, jobs[0].entry_id) == "w1"
 
 
 async def test_jobs_are_taken_in_the_order_they_were_queued(queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2", "resp_3")
+    await enqueue(queue, rid("1"), rid("2"), rid("3"))
     first = await queue.take("w1", 2, block_ms=0)
     rest = await queue.take("w1", 2, block_ms=0)
-    assert [job.response_id for job in first + rest] == ["resp_1", "resp_2", "resp_3"]
+    assert [job.response_id for job in first + rest] == [rid("1"), rid("2"), rid("3")]
 
 
 async def test_enqueue_refuses_a_full_queue_and_done_makes_room(queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2", limit=2)
-    assert not await queue.enqueue("resp_3", SPEC, limit=2)
+    await enqueue(queue, rid("1"), rid("2"), limit=2)
+    assert not await queue.enqueue(rid("3"), SPEC, limit=2)
     job = await take_one(queue, "w1")
     # A running job still counts: the bound is queued + running.
-    assert not await queue.enqueue("resp_3", SPEC, limit=2)
+    assert not await queue.enqueue(rid("3"), SPEC, limit=2)
     await queue.done(job.entry_id)
-    assert await queue.enqueue("resp_3", SPEC, limit=2)
+    assert await queue.enqueue(rid("3"), SPEC, limit=2)
     assert await queue.length() == 2
 
 
 async def test_concurrent_enqueues_never_pass_the_limit(queue: RedisJobQueue) -> None:
-    accepted = await settle(queue.enqueue(f"resp_{n}", SPEC, limit=20) for n in range(50))
+    accepted = await settle(queue.enqueue(rid(n), SPEC, limit=20) for n in range(50))
     assert accepted.count(True) == 20
     assert await queue.length() == 20
 
 
 async def test_take_hands_each_entry_to_one_consumer(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, *(f"resp_{n}" for n in range(30)))
+    await enqueue(queue, *(rid(n) for n in range(30)))
 
     async def drain(consumer: str) -> list[Job]:
         taken: list[Job] = []
@@ -174,30 +178,30 @@ async def test_a_blocked_take_wakes_when_a_job_arrives(
     waiting = asyncio.create_task(queue.take("w1", 1, block_ms=2_000))
     await asyncio.sleep(0.05)
     started = time.monotonic()
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     jobs = await asyncio.wait_for(waiting, 2.0)
-    assert [job.response_id for job in jobs] == ["resp_1"]
+    assert [job.response_id for job in jobs] == [rid("1")]
     assert time.monotonic() - started < 0.5
 
 
 async def test_take_removes_entries_without_job_fields(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     await store.client.xadd(keys.JOB_QUEUE, {"unexpected": "1"})
-    await enqueue(queue, "resp_2")
+    await enqueue(queue, rid("2"))
     jobs = await queue.take("w1", 10, block_ms=0)
-    assert [job.response_id for job in jobs] == ["resp_1", "resp_2"]
+    assert [job.response_id for job in jobs] == [rid("1"), rid("2")]
     assert await queue.length() == 2
     assert await pending_count(store) == 2
 
 
 async def test_done_removes_the_entry(store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2")
+    await enqueue(queue, rid("1"), rid("2"))
     job = await take_one(queue, "w1")
     await queue.done(job.entry_id)
     assert await queue.length() == 1
     assert await pending(store, job.entry_id) is None
-    assert [j.response_id for j in await queue.take("w2", 10, block_ms=0)] == ["resp_2"]
+    assert [j.response_id for j in await queue.take("w2", 10, block_ms=0)] == [rid("2")]
 
 
 # -- keep_alive and reclaim -----------------------------------------------------------------
@@ -205,7 +209,7 @@ async def test_done_removes_the_entry(store: RedisStore, queue: RedisJobQueue) -
 
 async def test_keep_alive_resets_the_idle_time_of_the_owner(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     job = await take_one(queue, "w1")
     await asyncio.sleep(IDLE)
     assert await queue.keep_alive("w1", [job.entry_id]) == []  # nothing lost
@@ -218,7 +222,7 @@ async def test_keep_alive_resets_the_idle_time_of_the_owner(
 
 async def test_keep_alive_never_takes_back_a_reclaimed_entry(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     job = await take_one(queue, "w1")
     await asyncio.sleep(IDLE)
     assert [j.entry_id for j in await queue.reclaim("w2", MIN_IDLE_MS, 10)] == [job.entry_id]
@@ -231,20 +235,20 @@ async def test_keep_alive_never_takes_back_a_reclaimed_entry(
 
 async def test_reclaim_takes_only_entries_idle_long_enough(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2")
+    await enqueue(queue, rid("1"), rid("2"))
     stale = await take_one(queue, "w1")
     await asyncio.sleep(IDLE)
     fresh = await take_one(queue, "w1")
     reclaimed = await queue.reclaim("w2", MIN_IDLE_MS, 10)
     assert [(j.entry_id, j.response_id, j.spec) for j in reclaimed] == [
-        (stale.entry_id, "resp_1", SPEC)]
+        (stale.entry_id, rid("1"), SPEC)]
     assert await owner(store, stale.entry_id) == "w2"
     assert await owner(store, fresh.entry_id) == "w1"
     assert await queue.reclaim("w3", MIN_IDLE_MS, 10) == []  # just reclaimed: fresh again
 
 
 async def test_reclaim_takes_at_most_count(queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2", "resp_3")
+    await enqueue(queue, rid("1"), rid("2"), rid("3"))
     await queue.take("w1", 3, block_ms=0)
     await asyncio.sleep(IDLE)
     assert len(await queue.reclaim("w2", MIN_IDLE_MS, 2)) == 2
@@ -255,7 +259,7 @@ async def test_reclaim_finds_an_idle_entry_behind_many_live_ones(
         store: RedisStore, queue: RedisJobQueue) -> None:
     # Redis's XAUTOCLAIM examines at most 10 x COUNT pending entries per call: successive
     # calls must walk on through the list, not restart at its (kept-alive) head.
-    await enqueue(queue, *(f"resp_{n}" for n in range(26)))
+    await enqueue(queue, *(rid(n) for n in range(26)))
     live = await queue.take("w1", 25, block_ms=0)
     dead = await take_one(queue, "w2")
     await asyncio.sleep(IDLE)
@@ -268,7 +272,7 @@ async def test_reclaim_finds_an_idle_entry_behind_many_live_ones(
 
 async def test_reclaim_skips_entries_deleted_while_pending(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1", "resp_2")
+    await enqueue(queue, rid("1"), rid("2"))
     gone, kept = await queue.take("w1", 2, block_ms=0)
     await store.client.xdel(keys.JOB_QUEUE, gone.entry_id)
     await asyncio.sleep(IDLE)
@@ -282,18 +286,18 @@ async def test_reclaim_skips_entries_deleted_while_pending(
 
 async def test_requeue_hands_the_job_back_to_be_taken_again(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     job = await take_one(queue, "w1")
     await queue.requeue(job)
     assert await queue.length() == 1
     assert await pending(store, job.entry_id) is None
     again = await take_one(queue, "w2")
-    assert (again.response_id, again.spec) == ("resp_1", SPEC)
+    assert (again.response_id, again.spec) == (rid("1"), SPEC)
     assert again.entry_id != job.entry_id
 
 
 async def test_requeue_of_a_finished_job_adds_nothing(queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     job = await take_one(queue, "w1")
     await queue.done(job.entry_id)
     await queue.requeue(job)
@@ -306,16 +310,16 @@ async def test_requeue_of_a_finished_job_adds_nothing(queue: RedisJobQueue) -> N
 async def test_publish_cancel_reaches_a_reader(store: RedisStore, queue: RedisJobQueue) -> None:
     reader = asyncio.create_task(first_cancel(queue))
     await until_subscribed(store)
-    await queue.publish_cancel("resp_1")
-    assert await asyncio.wait_for(reader, 2.0) == "resp_1"
+    await queue.publish_cancel(rid("1"))
+    assert await asyncio.wait_for(reader, 2.0) == rid("1")
 
 
 async def test_every_reader_hears_a_cancel(store: RedisStore, queue: RedisJobQueue) -> None:
     other = job_queue(store)
     readers = [asyncio.create_task(first_cancel(q)) for q in (queue, other)]
     await until_subscribed(store, 2)
-    await queue.publish_cancel("resp_1")
-    assert await asyncio.wait_for(asyncio.gather(*readers), 2.0) == ["resp_1", "resp_1"]
+    await queue.publish_cancel(rid("1"))
+    assert await asyncio.wait_for(asyncio.gather(*readers), 2.0) == [rid("1"), rid("1")]
 
 
 async def test_a_reader_unsubscribes_when_it_stops(store: RedisStore,
@@ -339,7 +343,8 @@ async def test_a_broken_subscription_raises_store_unavailable(
         server = store.client.connection_pool.connection_kwargs["server"]
         server.connected = False
     else:
-        await store.client.client_kill_filter(_type="pubsub")
+        where: Any = {"target_nodes": "all"} if store.sharded else {}
+        await store.client.client_kill_filter(_type="pubsub", **where)
     try:
         with pytest.raises(StoreUnavailable):
             await asyncio.wait_for(reader, 3.0)
@@ -353,11 +358,11 @@ async def test_a_broken_subscription_raises_store_unavailable(
 
 async def test_statuses_of_known_and_unknown_responses(
         store: RedisStore, queue: RedisJobQueue, round_trips: RoundTrips) -> None:
-    await create_response(store, "resp_1", "in_progress")
-    await create_response(store, "resp_2", "cancelled")
+    await create_response(store, rid("1"), "in_progress")
+    await create_response(store, rid("2"), "cancelled")
     round_trips.reset()
-    assert await queue.statuses(["resp_1", "resp_2", "resp_x"]) == {
-        "resp_1": "in_progress", "resp_2": "cancelled", "resp_x": None}
+    assert await queue.statuses([rid("1"), rid("2"), rid("x")]) == {
+        rid("1"): "in_progress", rid("2"): "cancelled", rid("x"): None}
     assert round_trips.count == 1
     assert await queue.statuses([]) == {}
     assert round_trips.count == 1
@@ -369,32 +374,32 @@ async def test_statuses_of_known_and_unknown_responses(
 async def test_take_creates_the_group_on_first_use(queue: RedisJobQueue) -> None:
     assert await queue.take("w1", 1, block_ms=0) == []
     assert await queue.reclaim("w1", MIN_IDLE_MS, 1) == []
-    await enqueue(queue, "resp_1")
-    assert (await take_one(queue, "w1")).response_id == "resp_1"
+    await enqueue(queue, rid("1"))
+    assert (await take_one(queue, "w1")).response_id == rid("1")
 
 
 async def test_the_queue_works_on_after_its_stream_is_lost(
         store: RedisStore, queue: RedisJobQueue) -> None:
     # A Redis restart without persistence: the stream and its group are gone.
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     running = await take_one(queue, "w1")
     await store.client.delete(keys.JOB_QUEUE)
     await queue.keep_alive("w1", [running.entry_id])
     assert await queue.reclaim("w2", 0, 10) == []
     await queue.done(running.entry_id)
     assert await queue.take("w1", 1, block_ms=0) == []
-    await enqueue(queue, "resp_2")
-    assert (await take_one(queue, "w1")).response_id == "resp_2"
+    await enqueue(queue, rid("2"))
+    assert (await take_one(queue, "w1")).response_id == rid("2")
     await store.client.delete(keys.JOB_QUEUE)
-    await enqueue(queue, "resp_3")
-    assert (await take_one(queue, "w1")).response_id == "resp_3"
+    await enqueue(queue, rid("3"))
+    assert (await take_one(queue, "w1")).response_id == rid("3")
 
 
 async def test_a_lost_group_is_recreated_from_the_start_of_the_stream(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, "resp_1")
+    await enqueue(queue, rid("1"))
     await store.client.xgroup_destroy(keys.JOB_QUEUE, keys.JOB_GROUP)
-    assert (await take_one(queue, "w1")).response_id == "resp_1"
+    assert (await take_one(queue, "w1")).response_id == rid("1")
 
 
 async def test_concurrent_takers_all_survive_a_missing_group(queue: RedisJobQueue) -> None:
@@ -405,7 +410,7 @@ async def test_concurrent_takers_all_survive_a_missing_group(queue: RedisJobQueu
 async def test_a_group_another_worker_just_created_is_used(
         store: RedisStore, queue: RedisJobQueue, monkeypatch: pytest.MonkeyPatch) -> None:
     # Our read found no group, then another worker created it before we could (BUSYGROUP).
-    await enqueue(queue, "resp_1")  # creates the group
+    await enqueue(queue, rid("1"))  # creates the group
     read = store.client.xreadgroup
     calls: list[object] = []
 
@@ -416,7 +421,7 @@ async def test_a_group_another_worker_just_created_is_used(
         return await read(*args, **kwargs)
 
     monkeypatch.setattr(store.client, "xreadgroup", missing_at_first)
-    assert (await take_one(queue, "w1")).response_id == "resp_1"
+    assert (await take_one(queue, "w1")).response_id == rid("1")
     assert len(calls) == 2
 
 
@@ -425,24 +430,24 @@ async def test_a_group_another_worker_just_created_is_used(
 
 async def test_one_round_trip_per_call(queue: RedisJobQueue, round_trips: RoundTrips) -> None:
     # Warm up: the group exists and every script is loaded (first uses pay SCRIPT LOAD).
-    await enqueue(queue, "resp_0", "resp_1")
+    await enqueue(queue, rid("0"), rid("1"))
     warm = await take_one(queue, "w0")
     await queue.keep_alive("w0", [warm.entry_id])
     await queue.requeue(warm)
     await queue.done((await take_one(queue, "w0")).entry_id)
     await take_one(queue, "w0")
 
-    await enqueue(queue, "resp_2")
+    await enqueue(queue, rid("2"))
     job = await take_one(queue, "w1")
     calls = [
-        queue.enqueue("resp_3", SPEC, limit=LIMIT),
+        queue.enqueue(rid("3"), SPEC, limit=LIMIT),
         queue.take("w1", 10, block_ms=0),
         queue.keep_alive("w1", [job.entry_id]),
         queue.reclaim("w1", 60_000, 10),
         queue.requeue(job),
         queue.length(),
-        queue.publish_cancel("resp_2"),
-        queue.statuses(["resp_2", "resp_3"]),
+        queue.publish_cancel(rid("2")),
+        queue.statuses([rid("2"), rid("3")]),
     ]
     for call in calls:
         round_trips.reset()
@@ -479,17 +484,17 @@ async def dead_queue(request: pytest.FixtureRequest) -> AsyncIterator[RedisJobQu
 
 async def test_every_call_on_a_dead_server_raises_store_unavailable(
         dead_queue: RedisJobQueue) -> None:
-    job = Job(entry_id="1-1", response_id="resp_1", spec=SPEC)
+    job = Job(entry_id="1-1", response_id=rid("1"), spec=SPEC)
     calls = [
-        dead_queue.enqueue("resp_1", SPEC, limit=LIMIT),
+        dead_queue.enqueue(rid("1"), SPEC, limit=LIMIT),
         dead_queue.take("w1", 1, block_ms=0),
         dead_queue.keep_alive("w1", ["1-1"]),
         dead_queue.reclaim("w1", MIN_IDLE_MS, 1),
         dead_queue.done("1-1"),
         dead_queue.requeue(job),
         dead_queue.length(),
-        dead_queue.publish_cancel("resp_1"),
-        dead_queue.statuses(["resp_1"]),
+        dead_queue.publish_cancel(rid("1")),
+        dead_queue.statuses([rid("1")]),
         first_cancel(dead_queue),
     ]
     for call in calls:

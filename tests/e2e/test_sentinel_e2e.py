@@ -5,21 +5,19 @@ the worker, and a cancel. The failover under load is `test_sentinel_failover_e2e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tests.conftest import SimControl
-from tests.support import servers
+from tests.support import topology_e2e
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess, start_proxy, start_worker
-from tests.support.sse import data_payloads
+from tests.support.topology_e2e import check_background_job_and_cancel
 
 pytestmark = pytest.mark.e2e
 
@@ -41,9 +39,7 @@ def trio(simulator: ServerProcess, sentinel_group: SentinelGroup) -> Iterator[
 
 
 def sse(server: ServerProcess, method: str, path: str, **kwargs: Any) -> list[dict[str, Any]]:
-    with httpx.stream(method, server.url + path, headers=AUTH, timeout=30, **kwargs) as reply:
-        assert reply.status_code == 200, reply.read()
-        return data_payloads(b"".join(reply.iter_raw()))
+    return topology_e2e.sse(server, KEY, method, path, **kwargs)
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:
@@ -61,30 +57,9 @@ def test_a_stored_stream_on_a_replays_from_b(trio: tuple[ServerProcess, ServerPr
 
 
 def test_a_chain_across_the_instances(trio: tuple[ServerProcess, ServerProcess]) -> None:
-    a, b = trio
-    first = sdk(a).responses.create(model="sim-model", input="turn one")
-    second = sdk(b).responses.create(model="sim-model", input="turn two",
-                                     previous_response_id=first.id)
-    third = sdk(a).responses.create(model="sim-model", input="turn three",
-                                    previous_response_id=second.id)
-    assert third.status == "completed"
-    items = sdk(b).responses.input_items.list(third.id)
-    assert [i.content[0].text for i in items.data] == ["turn three"]  # type: ignore[union-attr]
+    topology_e2e.check_chain_across(*trio, KEY)
 
 
 def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
         trio: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
-    a, b = trio
-    job = sdk(a).responses.create(model="sim-model", input="in the back", background=True)
-    done = servers.wait_status(b, job.id, TERMINAL, headers=AUTH)
-    assert done["status"] == "completed"
-    long = sdk(a).responses.create(model="sim-model", background=True,
-                                   input="cancel me [[sim tokens=2000 delay_ms=20]]")
-    servers.wait_status(b, long.id, {"in_progress"}, headers=AUTH)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and sim.stats()["streams_started"] < 1:
-        time.sleep(0.02)
-    assert sdk(b).responses.cancel(long.id).status == "cancelled"
-    events = sse(a, "GET", f"/v1/responses/{long.id}?stream=true")
-    assert events[-1]["type"] == "response.cancelled"
-    assert sdk(a).responses.retrieve(long.id).status == "cancelled"
+    check_background_job_and_cancel(*trio, sim, KEY)

@@ -64,11 +64,12 @@ def test_sentinel_url_is_accepted() -> None:
     assert build_settings({"redis_url": url}, {}).store.redis_url == url
 
 
-def test_cluster_is_refused_at_start_with_a_clear_message() -> None:
+def test_cluster_url_is_accepted_but_not_with_wait_replicas() -> None:
+    url = "redis+cluster://h1:7000,h2:7001"
+    assert build_settings({}, {"PROXY_REDIS_URL": url}).store.redis_url == url
     with pytest.raises(ConfigError) as info:
-        build_settings({}, {"PROXY_REDIS_URL": "redis+cluster://h1:7000,h2:7001"})
-    assert info.value.flag == "--redis-url"
-    assert "Cluster" in str(info.value) and "not supported" in str(info.value)
+        build_settings({"redis_wait_replicas": "1"}, {"PROXY_REDIS_URL": url})
+    assert info.value.flag == "--redis-wait-replicas"
 
 
 def test_wait_replicas_defaults_to_zero_and_needs_a_redis_url() -> None:

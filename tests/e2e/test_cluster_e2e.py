@@ -1,0 +1,136 @@
+"""Two proxy instances and a worker process on a Redis Cluster (`redis+cluster://`, the session's
+6 nodes: tests/support/cluster.py): the same state contract as on one primary. Stored streams on
+A replayed from B, a chain and a conversation across the two, background jobs on the worker and
+a cancel, cache hits and per-key limits shared by both instances; and the stored responses'
+keys land on every primary (shard tags drawn from the slot map, store/shards.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import orjson
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from proxy.core.shardtags import tag_of
+from tests.conftest import SimControl
+from tests.support import topology_e2e
+from tests.support.clients import SDK
+from tests.support.cluster import RedisClusterGroup
+from tests.support.conformance import check_stream
+from tests.support.servers import ServerProcess, start_proxy, start_worker
+from tests.support.topology_e2e import check_background_job_and_cancel
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+
+KEY = "sk-cluster"
+AUTH = {"authorization": f"Bearer {KEY}"}
+TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
+KEYS = {"keys": [{"key": KEY, "name": "cluster-team"},
+                 {"key": "sk-cluster-rpm", "name": "rpm-team", "rpm": 3}]}
+
+
+@pytest.fixture(scope="module")
+def trio(simulator: ServerProcess, redis_cluster: RedisClusterGroup,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess,
+                                                                     ServerProcess]]:
+    redis_cluster.flush()
+    path: Path = tmp_path_factory.mktemp("cluster") / "keys.json"
+    path.write_bytes(orjson.dumps(KEYS))
+    url = redis_cluster.url()
+    flags = ("--no-worker", "--keys-file", str(path), "--cache", "exact")
+    a = start_proxy(simulator.url, *flags, redis_url=url)
+    b = start_proxy(simulator.url, *flags, redis_url=url)
+    worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5",
+                          "--keys-file", str(path))
+    yield a, b
+    for server in (a, b, worker):
+        server.stop()
+
+
+def sdk(server: ServerProcess) -> openai.OpenAI:
+    return SDK.get(server.url, KEY)
+
+
+def test_stored_streams_on_a_replay_from_b_and_spread_over_every_primary(
+        trio: tuple[ServerProcess, ServerProcess], redis_cluster: RedisClusterGroup) -> None:
+    a, b = trio
+    ids = []
+    for n in range(12):
+        live = topology_e2e.sse(a, KEY, "POST", "/v1/responses",
+                   json={"model": "sim-model", "input": f"on the cluster {n}", "stream": True})
+        check_stream(live)
+        rid = live[0]["response"]["id"]
+        assert tag_of(rid) is not None
+        assert topology_e2e.sse(b, KEY, "GET", f"/v1/responses/{rid}?stream=true") == live
+        assert sdk(b).responses.retrieve(rid).to_dict() == live[-1]["response"]
+        ids.append(rid)
+    seeds = [redis.cluster.ClusterNode("127.0.0.1", n.port) for n in redis_cluster.nodes[:3]]
+    with RedisCluster(startup_nodes=seeds) as client:
+        owners = {client.get_node_from_key(f"rp:{{{tag_of(rid)}}}").name for rid in ids}
+    assert len(owners) == 3  # round-robin over the primaries, not hash luck
+
+
+def test_a_chain_across_the_instances(trio: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = trio
+    first = topology_e2e.check_chain_across(a, b, KEY)
+    # An item of another response, by reference (the item index, read over every tag).
+    ref = sdk(b).responses.create(model="sim-model", input=[
+        {"type": "item_reference", "id": first.output[0].id}])
+    assert ref.status == "completed"
+
+
+def test_a_conversation_across_the_instances(
+        trio: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = trio
+    conv = sdk(a).conversations.create(items=[
+        {"type": "message", "role": "user", "content": "remember: blue"}])
+    assert tag_of(conv.id) is not None
+    sdk(b).responses.create(model="sim-model", input="what colour?", conversation=conv.id)
+    sdk(a).responses.create(model="sim-model", input="and again?", conversation=conv.id)
+    items = sdk(b).conversations.items.list(conv.id, order="asc")
+    assert len(items.data) == 5  # the first item, then two turns of two
+    assert sdk(a).conversations.delete(conv.id).deleted
+
+
+def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
+        trio: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
+    check_background_job_and_cancel(*trio, sim, KEY)
+
+
+def test_a_cache_entry_written_by_a_serves_b(trio: tuple[ServerProcess, ServerProcess],
+                                             sim: SimControl) -> None:
+    a, b = trio
+    first = sdk(a).responses.with_raw_response.create(model="sim-model", store=False,
+                                                      input="cached on the cluster")
+    assert first.headers["x-proxy-cache"] == "miss"
+    calls = sim.stats()["chat_requests"]
+    deadline = time.monotonic() + 5
+    while True:  # the write runs after the answer
+        hit = sdk(b).responses.with_raw_response.create(model="sim-model", store=False,
+                                                        input="cached on the cluster")
+        if hit.headers["x-proxy-cache"] == "hit" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert hit.headers["x-proxy-cache"] == "hit"
+    assert hit.parse().output_text == first.parse().output_text
+    assert sim.stats()["chat_requests"] <= calls + 1
+
+
+def test_an_rpm_limit_holds_across_both_instances(
+        trio: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = trio
+    body = {"model": "sim-model", "input": "count me", "store": False}
+    codes = [httpx.post(server.url + "/v1/responses", json=body, timeout=30,
+                        headers={"authorization": "Bearer sk-cluster-rpm"}).status_code
+             for server in (a, b, a, b, a)]
+    if codes.count(429) != 2:  # a minute boundary passed between the requests: once more
+        codes = [httpx.post(server.url + "/v1/responses", json=body, timeout=30,
+                            headers={"authorization": "Bearer sk-cluster-rpm"}).status_code
+                 for server in (a, b, a, b, a)]
+    assert sorted(codes) == [200, 200, 200, 429, 429]
