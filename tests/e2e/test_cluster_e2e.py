@@ -6,13 +6,10 @@ keys land on every primary (shard tags drawn from the slot map, store/shards.py)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
-import orjson
 import pytest
 import redis
 from redis.cluster import RedisCluster
@@ -31,8 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 KEY = "sk-cluster"
 AUTH = {"authorization": f"Bearer {KEY}"}
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
-KEYS = {"keys": [{"key": KEY, "name": "cluster-team"},
-                 {"key": "sk-cluster-rpm", "name": "rpm-team", "rpm": 3}]}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +35,8 @@ def trio(simulator: ServerProcess, redis_cluster: RedisClusterGroup,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess,
                                                                      ServerProcess]]:
     redis_cluster.flush()
-    path: Path = tmp_path_factory.mktemp("cluster") / "keys.json"
-    path.write_bytes(orjson.dumps(KEYS))
+    path: Path = topology_e2e.keys_file(tmp_path_factory.mktemp("cluster") / "keys.json",
+                                        KEY, "sk-cluster-rpm")
     url = redis_cluster.url()
     flags = ("--no-worker", "--keys-file", str(path), "--cache", "exact")
     a = start_proxy(simulator.url, *flags, redis_url=url)
@@ -87,15 +82,7 @@ def test_a_chain_across_the_instances(trio: tuple[ServerProcess, ServerProcess])
 
 def test_a_conversation_across_the_instances(
         trio: tuple[ServerProcess, ServerProcess]) -> None:
-    a, b = trio
-    conv = sdk(a).conversations.create(items=[
-        {"type": "message", "role": "user", "content": "remember: blue"}])
-    assert tag_of(conv.id) is not None
-    sdk(b).responses.create(model="sim-model", input="what colour?", conversation=conv.id)
-    sdk(a).responses.create(model="sim-model", input="and again?", conversation=conv.id)
-    items = sdk(b).conversations.items.list(conv.id, order="asc")
-    assert len(items.data) == 5  # the first item, then two turns of two
-    assert sdk(a).conversations.delete(conv.id).deleted
+    assert tag_of(topology_e2e.check_conversation_across(*trio, KEY)) is not None
 
 
 def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
@@ -105,32 +92,9 @@ def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
 
 def test_a_cache_entry_written_by_a_serves_b(trio: tuple[ServerProcess, ServerProcess],
                                              sim: SimControl) -> None:
-    a, b = trio
-    first = sdk(a).responses.with_raw_response.create(model="sim-model", store=False,
-                                                      input="cached on the cluster")
-    assert first.headers["x-proxy-cache"] == "miss"
-    calls = sim.stats()["chat_requests"]
-    deadline = time.monotonic() + 5
-    while True:  # the write runs after the answer
-        hit = sdk(b).responses.with_raw_response.create(model="sim-model", store=False,
-                                                        input="cached on the cluster")
-        if hit.headers["x-proxy-cache"] == "hit" or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert hit.headers["x-proxy-cache"] == "hit"
-    assert hit.parse().output_text == first.parse().output_text
-    assert sim.stats()["chat_requests"] <= calls + 1
+    topology_e2e.check_cache_shared(*trio, KEY, sim, "cached on the cluster")
 
 
 def test_an_rpm_limit_holds_across_both_instances(
         trio: tuple[ServerProcess, ServerProcess]) -> None:
-    a, b = trio
-    body = {"model": "sim-model", "input": "count me", "store": False}
-    codes = [httpx.post(server.url + "/v1/responses", json=body, timeout=30,
-                        headers={"authorization": "Bearer sk-cluster-rpm"}).status_code
-             for server in (a, b, a, b, a)]
-    if codes.count(429) != 2:  # a minute boundary passed between the requests: once more
-        codes = [httpx.post(server.url + "/v1/responses", json=body, timeout=30,
-                            headers={"authorization": "Bearer sk-cluster-rpm"}).status_code
-                 for server in (a, b, a, b, a)]
-    assert sorted(codes) == [200, 200, 200, 429, 429]
+    topology_e2e.check_rpm_shared(*trio, "sk-cluster-rpm")

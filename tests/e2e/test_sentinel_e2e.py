@@ -1,7 +1,8 @@
 """Two proxy instances and a worker process behind Sentinel (`redis+sentinel://`, the session's
 primary + replica + 3 sentinels: tests/support/sentinel.py): the same state contract as on one
-primary. A stored stream on A replayed from B, a chain across the two, a background job run by
-the worker, and a cancel. The failover under load is `test_sentinel_failover_e2e.py`."""
+primary. A stored stream on A replayed from B, a chain and a conversation across the two, a
+background job run by the worker and a cancel, cache hits and a per-key limit shared by both.
+The failover under load is `test_sentinel_failover_e2e.py`."""
 
 from __future__ import annotations
 
@@ -22,17 +23,22 @@ from tests.support.topology_e2e import check_background_job_and_cancel
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-sentinel"
+RPM_KEY = "sk-sentinel-rpm"
 AUTH = {"authorization": f"Bearer {KEY}"}
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
-def trio(simulator: ServerProcess, sentinel_group: SentinelGroup) -> Iterator[
+def trio(simulator: ServerProcess, sentinel_group: SentinelGroup,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[ServerProcess, ServerProcess]]:
     url = sentinel_group.url()
-    a = start_proxy(simulator.url, "--no-worker", redis_url=url)
-    b = start_proxy(simulator.url, "--no-worker", redis_url=url)
-    worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5")
+    keys = topology_e2e.keys_file(tmp_path_factory.mktemp("sentinel") / "keys.json", KEY, RPM_KEY)
+    flags = ("--no-worker", "--keys-file", str(keys), "--cache", "exact")
+    a = start_proxy(simulator.url, *flags, redis_url=url)
+    b = start_proxy(simulator.url, *flags, redis_url=url)
+    worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5",
+                          "--keys-file", str(keys))
     yield a, b
     for server in (a, b, worker):
         server.stop()
@@ -63,3 +69,17 @@ def test_a_chain_across_the_instances(trio: tuple[ServerProcess, ServerProcess])
 def test_a_background_job_runs_on_the_worker_and_another_is_cancelled(
         trio: tuple[ServerProcess, ServerProcess], sim: SimControl) -> None:
     check_background_job_and_cancel(*trio, sim, KEY)
+
+
+def test_a_conversation_across_the_instances(trio: tuple[ServerProcess, ServerProcess]) -> None:
+    topology_e2e.check_conversation_across(*trio, KEY)
+
+
+def test_a_cache_entry_written_by_a_serves_b(trio: tuple[ServerProcess, ServerProcess],
+                                             sim: SimControl) -> None:
+    topology_e2e.check_cache_shared(*trio, KEY, sim, "cached behind sentinel")
+
+
+def test_an_rpm_limit_holds_across_both_instances(
+        trio: tuple[ServerProcess, ServerProcess]) -> None:
+    topology_e2e.check_rpm_shared(*trio, RPM_KEY)

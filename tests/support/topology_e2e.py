@@ -3,6 +3,7 @@ the same state contract, whichever Redis topology the instances share."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -14,6 +15,15 @@ from tests.support import servers
 from tests.support.clients import SDK
 from tests.support.servers import ServerProcess
 from tests.support.sse import data_payloads
+
+RPM = 3  # the limit of the rpm key `keys_file` writes
+
+
+def keys_file(path: Any, key: str, rpm_key: str) -> Any:
+    """A keys file with `key` (no limits) and `rpm_key` (RPM requests a minute), at `path`."""
+    path.write_text(json.dumps({"keys": [{"key": key, "name": "team"},
+                                         {"key": rpm_key, "name": "rpm-team", "rpm": RPM}]}))
+    return path
 
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 
@@ -58,3 +68,51 @@ def check_background_job_and_cancel(a: ServerProcess, b: ServerProcess, sim: Sim
     events = sse(a, key, "GET", f"/v1/responses/{long.id}?stream=true")
     assert events[-1]["type"] == "response.cancelled"
     assert SDK.get(a.url, key).responses.retrieve(long.id).status == "cancelled"
+
+
+def check_conversation_across(a: ServerProcess, b: ServerProcess, key: str) -> str:
+    """A conversation made on A, turns on B and A, its items read from B; its id."""
+    conv = SDK.get(a.url, key).conversations.create(items=[
+        {"type": "message", "role": "user", "content": "remember: blue"}])
+    SDK.get(b.url, key).responses.create(model="sim-model", input="what colour?",
+                                         conversation=conv.id)
+    SDK.get(a.url, key).responses.create(model="sim-model", input="and again?",
+                                         conversation=conv.id)
+    items = SDK.get(b.url, key).conversations.items.list(conv.id, order="asc")
+    assert len(items.data) == 5  # the first item, then two turns of two
+    assert SDK.get(a.url, key).conversations.delete(conv.id).deleted
+    return conv.id
+
+
+def check_cache_shared(a: ServerProcess, b: ServerProcess, key: str, sim: SimControl,
+                       text: str) -> None:
+    """An answer A cached (`--cache exact`) serves B, without another upstream call."""
+    first = SDK.get(a.url, key).responses.with_raw_response.create(
+        model="sim-model", store=False, input=text)
+    assert first.headers["x-proxy-cache"] == "miss"
+    calls = sim.stats()["chat_requests"]
+    deadline = time.monotonic() + 5
+    while True:  # the write runs after the answer
+        hit = SDK.get(b.url, key).responses.with_raw_response.create(
+            model="sim-model", store=False, input=text)
+        if hit.headers["x-proxy-cache"] == "hit" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert hit.headers["x-proxy-cache"] == "hit"
+    assert hit.parse().output_text == first.parse().output_text
+    assert sim.stats()["chat_requests"] <= calls + 1
+
+
+def check_rpm_shared(a: ServerProcess, b: ServerProcess, rpm_key: str) -> None:
+    """`rpm_key`'s limit (RPM a minute) counts the requests of both instances together."""
+    body = {"model": "sim-model", "input": "count me", "store": False}
+
+    def five() -> list[int]:
+        return [httpx.post(server.url + "/v1/responses", json=body, timeout=30,
+                           headers={"authorization": f"Bearer {rpm_key}"}).status_code
+                for server in (a, b, a, b, a)]
+
+    codes = five()
+    if codes.count(429) != 5 - RPM:  # a minute boundary passed between them: once more
+        codes = five()
+    assert sorted(codes) == [200] * RPM + [429] * (5 - RPM)
