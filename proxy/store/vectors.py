@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from proxy.core.request.paging import PageRequest
 from proxy.store import keys
 from proxy.store.failures import read_retrying, store_errors
+from proxy.store.ledger import LEDGER
 from proxy.store.listing import index_page
 
 # KEYS: record, index. ARGV: obj, ttl, created_at, id.
@@ -56,11 +57,16 @@ end
 return 1
 """
 
-# KEYS: record, files, chunks. ARGV: file id, file object, n, ttl, max chunks, vectors, texts,
-# meta, dim, the file's object as the ingestion began. 1: stored; 0: the store or the file is
-# gone, or the file was added again since (that newer ingestion finishes it); -1: the store
-# would hold too many.
-_FINISH_FILE: Final = """
+# A file's chunks (vectors, texts, meta) count in the key's storage ledger (ledger.py) like a
+# stored response: the chunks' hash is the ledger's record, so replacing, deleting or expiring
+# them moves exactly what they counted. The ledger `lim:{<tenant>}:stored` shares the store's
+# hash tag: one slot per script on a cluster too.
+
+# KEYS: record, files, chunks, ledger. ARGV: file id, file object, n, ttl, max chunks, vectors,
+# texts, meta, dim, the file's object as the ingestion began. 1: stored; 0: the store or the
+# file is gone, or the file was added again since (that newer ingestion finishes it); -1: the
+# store would hold too many.
+_FINISH_FILE: Final = LEDGER + """
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[10] then
   return 0
 end
@@ -69,10 +75,13 @@ local old = tonumber(redis.call('HGET', KEYS[3], 'n') or '0')
 local total = tonumber(redis.call('HGET', KEYS[1], 'chunks') or '0') - old + n
 if n > 0 and total > tonumber(ARGV[5]) then return -1 end
 redis.call('HSET', KEYS[1], 'chunks', total)
+local now = ledger_now()
 if n > 0 then
   redis.call('HSET', KEYS[3], 'v', ARGV[6], 't', ARGV[7], 'm', ARGV[8], 'n', n, 'd', ARGV[9])
   redis.call('EXPIRE', KEYS[3], ARGV[4])
+  ledger_set(KEYS[4], KEYS[3], now, #ARGV[6] + #ARGV[7] + #ARGV[8], ledger_until(now, ARGV[4]))
 else
+  ledger_set(KEYS[4], KEYS[3], now, 0, 0)
   redis.call('DEL', KEYS[3])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
@@ -80,10 +89,11 @@ redis.call('HINCRBY', KEYS[1], 'ver', 1)
 return 1
 """
 
-# KEYS: record, files, chunks. ARGV: file id. 1: removed; 0: not in the store.
-_DELETE_FILE: Final = """
+# KEYS: record, files, chunks, ledger. ARGV: file id. 1: removed; 0: not in the store.
+_DELETE_FILE: Final = LEDGER + """
 if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
 local old = tonumber(redis.call('HGET', KEYS[3], 'n') or '0')
+ledger_set(KEYS[4], KEYS[3], ledger_now(), 0, 0)
 redis.call('DEL', KEYS[3])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'chunks', -old)
@@ -92,11 +102,13 @@ end
 return 1
 """
 
-# KEYS: record, files, batches, index, then every file's chunks. ARGV: id.
-_DELETE_STORE: Final = """
+# KEYS: record, files, batches, index, ledger, then every file's chunks. ARGV: id.
+_DELETE_STORE: Final = LEDGER + """
 redis.call('ZREM', KEYS[4], ARGV[1])
 local existed = redis.call('DEL', KEYS[1])
-for i = 2, #KEYS do if i ~= 4 then redis.call('DEL', KEYS[i]) end end
+local now = ledger_now()
+for i = 6, #KEYS do ledger_set(KEYS[5], KEYS[i], now, 0, 0) end
+for i = 2, #KEYS do if i ~= 4 and i ~= 5 then redis.call('DEL', KEYS[i]) end end
 return existed
 """
 
@@ -169,6 +181,7 @@ class RedisVectorStores:
             done = await self._delete(
                 keys=[keys.vector_store(tenant, vs_id), keys.vector_store_files(tenant, vs_id),
                       keys.vector_store_batches(tenant, vs_id), keys.vector_store_index(tenant),
+                      keys.stored_bytes(tenant),
                       *(keys.vector_store_chunks(tenant, vs_id, bytes(f).decode())
                         for f in files)],
                 args=[vs_id])
@@ -232,14 +245,16 @@ class RedisVectorStores:
         with store_errors():
             done = await self._finish(
                 keys=[keys.vector_store(tenant, vs_id), keys.vector_store_files(tenant, vs_id),
-                      keys.vector_store_chunks(tenant, vs_id, file_id)], args=args)
+                      keys.vector_store_chunks(tenant, vs_id, file_id),
+                      keys.stored_bytes(tenant)], args=args)
         return int(done)
 
     async def delete_file(self, tenant: str, vs_id: str, file_id: str) -> bool:
         with store_errors():
             done = await self._delete_file(
                 keys=[keys.vector_store(tenant, vs_id), keys.vector_store_files(tenant, vs_id),
-                      keys.vector_store_chunks(tenant, vs_id, file_id)], args=[file_id])
+                      keys.vector_store_chunks(tenant, vs_id, file_id),
+                      keys.stored_bytes(tenant)], args=[file_id])
         return bool(done)
 
     async def get_batch(self, tenant: str, vs_id: str, batch_id: str) -> dict[str, Any] | None:

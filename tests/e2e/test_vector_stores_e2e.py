@@ -296,3 +296,36 @@ def test_one_process_on_its_embedded_store_ingests_and_searches(
             client.vector_stores.retrieve(store.id)
     finally:
         server.stop()
+
+
+def test_vectors_count_in_the_keys_storage_budget(simulator: ServerProcess) -> None:
+    # One small file added to store after store: each store keeps its own vectors and texts
+    # (about 1 KB of float32 per chunk at 256 dimensions), so without counting them a key could
+    # fill the shared Redis from one file its budget admitted once.
+    budget = 20_000
+    server = start_proxy(simulator.url, "--embedding-model", MODEL,
+                         "--max-stored-bytes-per-key", str(budget))
+    try:
+        client = sdk(server, "sk-any")
+        text = client.files.create(file=("valve.txt", (VALVE + " ") * 20, "text/plain"),
+                                   purpose="assistants")
+        stores, last = [], None
+        for _ in range(40):  # the budget is held well before: 20 KB over >= 2 KB per store
+            store = client.vector_stores.create(name="copy")
+            stores.append(store.id)
+            last = client.vector_stores.files.create_and_poll(
+                file_id=text.id, vector_store_id=store.id, poll_interval_ms=50)
+            if last.status != "completed":
+                break
+        assert last is not None and last.status == "failed"
+        assert last.last_error is not None and last.last_error.code == "server_error"
+        assert "storage budget" in last.last_error.message
+        assert 2 < len(stores) < 40
+        for vs_id in stores:  # deleting the stores gives their bytes back
+            client.vector_stores.delete(vs_id)
+        again = client.vector_stores.create(name="again")
+        done = client.vector_stores.files.create_and_poll(
+            file_id=text.id, vector_store_id=again.id, poll_interval_ms=50)
+        assert done.status == "completed", done.last_error
+    finally:
+        server.stop()

@@ -79,6 +79,11 @@ class Files:
                       f"a value between {MIN_EXPIRY} and {MAX_EXPIRY}.")
         return min(wanted, self._ttl)
 
+    async def check_storage(self, tenant: str) -> None:
+        """Raise QuotaExceeded when the key already holds its storage budget (what the
+        vector stores derive from its files counts there too)."""
+        await self._store.check_storage(tenant)
+
     async def upload(self, tenant: str, upload: Upload) -> dict[str, Any]:
         purpose = one_of(upload.purpose, PURPOSES, "purpose")
         if upload.size > self.max_bytes:

@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from proxy.core.chunking import chunk_text
-from proxy.core.errors import InvalidRequest, NotFound
+from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
 from proxy.core.vectorsearch import unit_rows
 from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
@@ -104,6 +104,10 @@ class Ingester:
             raise _Failed(exc.code or INVALID_FILE, message) from None
         except NotFound:
             raise _Failed(INVALID_FILE, "the file no longer exists") from None
+        try:  # its vectors count in the key's storage budget: none embedded past it
+            await self._files.check_storage(tenant)
+        except QuotaExceeded as exc:
+            raise _Failed(SERVER_ERROR, exc.message) from None
         strategy = chunking_of(file)
         texts = await asyncio.to_thread(chunk_text, text, strategy.max_tokens, strategy.overlap)
         if not texts:
