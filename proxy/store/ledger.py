@@ -5,10 +5,11 @@ shares (CONTRACT.md, "Multi-tenant safety").
 What counts: the response object, its input items and its ancestor list (the bulk a request
 sends and the store keeps for `--response-ttl`), a conversation's object, metadata and items,
 uploaded files (files.py), prompt templates (prompts.py) and each vector store's chunks of a
-file (vectors.py: per store, so one file copied into many stores counts many times). What does not: event logs (they live `--event-ttl`, an hour by default, and hold what
-the fleet generated, which its speed and the key's `tpm` bound; counting them would put ledger
-writes on the event flush, the hot path) and item index entries (a location of a few bytes per
-item, at most `--max-input-items` per request).
+file (vectors.py: per store, so one file copied into many stores counts many times). What does
+not: event logs (they live `--event-ttl`, an hour by default, and hold what the fleet generated,
+which its speed and the key's `tpm` bound; counting them would put ledger writes on the event
+flush, the hot path) and item index entries (a location of a few bytes per item, at most
+`--max-input-items` per request).
 
 Redis has no expiry callback, so bytes are counted by when they stop counting:
 
