@@ -427,7 +427,7 @@ def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
 
 # -- the Sentinel variants (issue 26) ------------------------------------------------------------
 SENTINEL_COMPOSE = DEPLOY / "docker-compose.sentinel.yml"
-SENTINEL_K8S = DEPLOY / "k8s" / "sentinel"
+SENTINEL_K8S = DEPLOY / "k8s-sentinel"
 
 
 def sentinel_config(script: str) -> dict[str, list[str]]:
@@ -469,7 +469,7 @@ def test_the_kubernetes_sentinel_overlay_points_the_pods_at_the_sentinels() -> N
     overlay = yaml.safe_load((SENTINEL_K8S / "kustomization.yaml").read_text())
     files = {p.name for p in SENTINEL_K8S.glob("*.yaml")} - {"kustomization.yaml"}
     listed = set(overlay["resources"]) | {p["path"] for p in overlay["patches"]}
-    assert listed == files | {".."}
+    assert listed == files | {"../k8s"}
     patch = yaml.safe_load((SENTINEL_K8S / "configmap-patch.yaml").read_text())
     assert patch["metadata"]["name"] == "responses-proxy"
     env = {**k8s("ConfigMap", "responses-proxy")["data"], **patch["data"]}
