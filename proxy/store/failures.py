@@ -35,6 +35,18 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,  # includes asyncio's TimeoutError; redis-py wraps most, not every path
 )
 
+# A store that answers but refuses us: redis-py has no class for these, they arrive as a plain
+# ResponseError whose first word is the server's error code. An operator must fix the store
+# (or our credentials / ACL), so they are 503 naming the cause, not a 500 with a traceback:
+# DENIED is protected mode (no password set and a non-loopback client), NOPERM an ACL user
+# without the command or key, MISCONF a server that stops writes after a failed RDB save,
+# NOREPLICAS min-replicas-to-write unmet, BUSY a script running past its time limit.
+# Any other ResponseError (WRONGTYPE, a syntax error) is our bug and stays a 500.
+_REFUSALS = ("DENIED", "NOPERM", "MISCONF", "NOREPLICAS", "BUSY")
+
+# Credentials or ACL that the server refused: asking again on a fresh connection cannot help.
+_NOT_RETRIED = (rex.AuthenticationError, rex.AuthorizationError)
+
 
 @contextmanager
 def store_errors() -> Iterator[None]:
@@ -46,8 +58,17 @@ def store_errors() -> Iterator[None]:
         # Not down but full: say so, an operator reading the client's error knows where to look.
         raise StoreUnavailable("The store is full (Redis maxmemory reached); writes are refused "
                                "until memory is freed.") from exc
+    except rex.AuthenticationError as exc:
+        # NOAUTH (a password is required, none given) and WRONGPASS alike.
+        raise StoreUnavailable("The store refused the proxy's credentials "
+                               "(AuthenticationError).") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(f"The store is unavailable ({type(exc).__name__}).") from exc
+    except rex.ResponseError as exc:
+        code = refusal_code(exc)
+        if code is None:
+            raise
+        raise StoreUnavailable(f"The store refused the command ({code}).") from exc
     except (RuntimeError, AttributeError) as exc:
         # redis-py's cluster client recycles the connections of every node when it re-reads
         # the slot map (a failover, a resharding), and may close one while a command is being
@@ -57,6 +78,18 @@ def store_errors() -> Iterator[None]:
         if not _in_redis_connection(exc):
             raise
         raise StoreUnavailable("The store is unavailable (connection closed).") from exc
+
+
+def refusal_code(exc: rex.ResponseError) -> str | None:
+    """The server's error code when `exc` is a refusal of the store (see `_REFUSALS`), else None."""
+    # redis-py keeps the code apart ("status_code") for the codes it has a class for
+    # (NoPermissionError) and leaves it as the message's first word for the others (DENIED).
+    if isinstance(exc, rex.NoPermissionError):
+        return "NOPERM"  # redis-py before 8 strips the code and keeps no status_code
+    code = getattr(exc, "status_code", None)
+    if not isinstance(code, str) or not code:
+        code = str(exc).split(" ", 1)[0]
+    return code if code in _REFUSALS else None
 
 
 def _in_redis_connection(exc: BaseException) -> bool:
@@ -75,9 +108,12 @@ _CONNECTION_MODULE = os.path.join("redis", "asyncio", "connection.py")
 
 async def read_retrying(op: Callable[[], Awaitable[T]]) -> T:
     """The read policy: once more on a dropped connection (a pooled socket that a Redis restart
-    closed), never on a timeout (the server is stuck: the caller should get its 503 now)."""
+    closed), never on a timeout (the server is stuck: the caller should get its 503 now) nor on
+    refused credentials (they will be refused again)."""
     with store_errors():
         try:
             return await op()
+        except _NOT_RETRIED:
+            raise
         except rex.ConnectionError:
             return await op()

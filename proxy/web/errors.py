@@ -33,9 +33,23 @@ def error_response(error: ProxyError) -> Response:
 async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     if isinstance(exc, StoreUnavailable):
-        # Counted here, where every store failure that reaches a client is rendered.
+        # Counted and logged here, where every store failure that reaches a client is rendered.
+        # The log names the cause (the server's own words: "NOAUTH ...", "DENIED ...", "OOM
+        # ...", a refused connection) so an operator knows what to fix without a traceback.
         runtime_of(request).metrics.store_error()
+        log.warning("store unavailable on %s %s: %s", request.method, request.url.path,
+                    _cause(exc))
     return error_response(exc)
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__
+    if cause is None:
+        return exc.args[0] if exc.args else type(exc).__name__
+    # redis-py strips the server's error code ("NOAUTH", "OOM") from the message it keeps.
+    code = getattr(cause, "status_code", None)
+    prefix = f"{code} " if isinstance(code, str) and code else ""
+    return f"{type(cause).__name__}: {prefix}{str(cause)[:200]}"
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

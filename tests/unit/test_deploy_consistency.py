@@ -300,17 +300,55 @@ def test_dockerfile_builds_a_non_root_serve_image() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line.strip().startswith("#")]
-    assert lines[0] == "FROM python:3.11-slim"
+    # The base is swappable (a mirror, a local base): an ARG before FROM, the official slim
+    # Python image by default.
+    assert lines[0] == "ARG BASE_IMAGE=python:3.11-slim"
+    assert lines[1] == "FROM ${BASE_IMAGE}"
     assert any(line.startswith("RUN pip install .") for line in lines)
-    user = next(line for line in lines if line.startswith("USER "))
-    assert user.split()[1] not in ("root", "0")
-    k8s_user = k8s("Deployment", "responses-proxy")["spec"]["template"]["spec"][
-        "securityContext"]["runAsUser"]
-    assert str(k8s_user) == user.split()[1]
+    # Numeric uid:gid (runAsNonRoot checks it without /etc/passwd), the same as the manifests'.
+    user = next(line for line in lines if line.startswith("USER ")).split()[1]
+    assert re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", user), user
+    uid, gid = user.split(":")
+    for name in ("responses-proxy", "responses-proxy-worker"):
+        context = k8s("Deployment", name)["spec"]["template"]["spec"]["securityContext"]
+        assert context["runAsNonRoot"] is True
+        assert (str(context["runAsUser"]), str(context["runAsGroup"])) == (uid, gid), name
+    # The user created has that uid, under a name no Debian image already has (`proxy` is
+    # uid 13 in every one: useradd failed the build).
+    run = " ".join(line for line in lines if not line.startswith(("USER", "ENV", "EXPOSE")))
+    created = re.findall(r"useradd [^&]*", run)
+    assert len(created) == 1 and f"--uid {uid}" in created[0] and f"--gid {gid}" in created[0]
+    assert created[0].split()[-1] not in DEBIAN_USERS
+    assert f"groupadd --system --gid {gid} " in run
     assert f"EXPOSE {DEFAULTS.server.port}" in lines
     assert 'ENTRYPOINT ["responses-proxy"]' in lines and 'CMD ["serve"]' in lines
     scripts = (ROOT / "pyproject.toml").read_text()
     assert 'responses-proxy = "proxy.cli:main"' in scripts
+
+
+# Debian's base-passwd users and groups, present in every Debian-based image.
+DEBIAN_USERS = {"root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news",
+                "uucp", "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody",
+                "_apt", "staff", "users", "nogroup"}
+
+
+def test_compose_images_and_build_args_are_overridable() -> None:
+    """Where no registry is reachable the stack runs on local images: the proxy's base image,
+    Redis and nginx each come from a variable with today's image as its default."""
+    stacks = [compose(), yaml.safe_load((DEPLOY / "docker-compose.sentinel.yml").read_text())]
+    builds = [service["build"] for stack in stacks for service in stack["services"].values()
+              if "build" in service]
+    assert builds
+    for build in builds:
+        assert build["dockerfile"] == "deploy/Dockerfile"
+        assert build["args"] == {"BASE_IMAGE": "${BASE_IMAGE:-python:3.11-slim}"}
+    images = [service["image"] for stack in stacks for service in stack["services"].values()
+              if "image" in service]
+    redis_images = [image for image in images if "redis:" in image]
+    nginx_images = [image for image in images if "nginx:" in image]
+    assert redis_images and nginx_images
+    assert set(redis_images) == {"${REDIS_IMAGE:-redis:7.2}"}
+    assert set(nginx_images) == {"${NGINX_IMAGE:-nginx:1.27}"}
 
 
 def dashboard_queries() -> Iterator[str]:
@@ -389,7 +427,7 @@ def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
 
 # -- the Sentinel variants (issue 26) ------------------------------------------------------------
 SENTINEL_COMPOSE = DEPLOY / "docker-compose.sentinel.yml"
-SENTINEL_K8S = DEPLOY / "k8s" / "sentinel"
+SENTINEL_K8S = DEPLOY / "k8s-sentinel"
 
 
 def sentinel_config(script: str) -> dict[str, list[str]]:
@@ -431,7 +469,7 @@ def test_the_kubernetes_sentinel_overlay_points_the_pods_at_the_sentinels() -> N
     overlay = yaml.safe_load((SENTINEL_K8S / "kustomization.yaml").read_text())
     files = {p.name for p in SENTINEL_K8S.glob("*.yaml")} - {"kustomization.yaml"}
     listed = set(overlay["resources"]) | {p["path"] for p in overlay["patches"]}
-    assert listed == files | {".."}
+    assert listed == files | {"../k8s"}
     patch = yaml.safe_load((SENTINEL_K8S / "configmap-patch.yaml").read_text())
     assert patch["metadata"]["name"] == "responses-proxy"
     env = {**k8s("ConfigMap", "responses-proxy")["data"], **patch["data"]}
