@@ -1,9 +1,10 @@
 """Issue 28 point 3: every Kubernetes object we ship, base (deploy/k8s) and Sentinel overlay
 (deploy/k8s-sentinel), validates against Kubernetes 1.37's OpenAPI schemas in strict mode (no
-unknown field), offline: kubernetes-validate ships the schemas. The overlay is rendered here as kustomize does for what it uses (the base's
-resources plus its own, its strategic-merge ConfigMap patch, the base's labels); where kubectl is
-on PATH, `kubectl kustomize` renders both too, is validated as well and must agree with ours.
-The references between objects (selectors, ports, probes, envFrom) are test_deploy_consistency's.
+unknown field), offline: kubernetes-validate ships the schemas. The overlay is rendered here as
+kustomize does for what it uses (the base's resources plus its own, its strategic-merge
+ConfigMap patch, the base's labels); where kubectl is on PATH, `kubectl kustomize` renders both
+too, is validated as well and must agree with ours. The references between objects (selectors,
+ports, probes, envFrom) are test_deploy_consistency's.
 """
 
 from __future__ import annotations
