@@ -107,7 +107,7 @@ class AccessLog:
                context: RequestContext) -> None:
         fields = {
             "method": scope.get("method", "-"),
-            "route": _route(scope),
+            "route": route_template(scope),
             "status": status or CLIENT_CLOSED,
             "duration_ms": round(seconds * 1000, 1),
             "key_id": key_id(scope),
@@ -127,7 +127,7 @@ def key_id(scope: Scope) -> str:
     return str(tenant)[:13]
 
 
-def _route(scope: Scope) -> str:
+def route_template(scope: Scope) -> str:
     """The matched route's template (`/v1/responses/{response_id}`): ids stay out of the log."""
     path = getattr(scope.get("route"), "path", None)
     return str(path) if path else "unmatched"
