@@ -42,10 +42,12 @@ BODY_SEND = "proxy.body_send"
 CLIENT_CLOSED = 499
 
 
-def failed_status(exc: BaseException) -> int:
+def failed_status(exc: BaseException | None) -> int:
     """The status to log and count for a request whose app raised before answering: the
-    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends."""
-    return CLIENT_CLOSED if isinstance(exc, asyncio.CancelledError) else 500
+    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends.
+    None (no answer, nothing raised): 499 too."""
+    return 500 if exc is not None and not isinstance(exc, asyncio.CancelledError) \
+        else CLIENT_CLOSED
 
 
 def new_request_id() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -46,18 +46,23 @@ class TraceMiddleware:
                 status = int(message["status"])
             await send(message)
 
+        failed: BaseException | None = None
         try:
             await self.app(scope, receive, noted)
         except BaseException as exc:
-            status = status or failed_status(exc)
+            failed = exc
             raise
         finally:
-            route = route_template(scope)
-            span.update_name(f"{method} {route}")
-            span.set_attributes({"http.request.method": method, "http.route": route,
-                                 "http.response.status_code": status,
-                                 "proxy.key_id": key_id(scope)})
-            if status >= 500:
-                span.set_status(trace.StatusCode.ERROR)
-            span.end()
             otel_context.detach(token)
+            _end(span, scope, method, status or failed_status(failed))
+
+
+def _end(span: Span, scope: Scope, method: str, status: int) -> None:
+    """The attributes known once the request is over (the route matched, the key checked)."""
+    route = route_template(scope)
+    span.update_name(f"{method} {route}")
+    span.set_attributes({"http.request.method": method, "http.route": route,
+                         "http.response.status_code": status, "proxy.key_id": key_id(scope)})
+    if status >= 500:
+        span.set_status(trace.StatusCode.ERROR)
+    span.end()

@@ -1,0 +1,53 @@
+"""Tracing's settings and set-up (proxy/tracing.py): where the endpoint comes from, that a bad
+one is refused naming the flag, and that with none nothing is built (no provider, no span
+middleware: the request path pays nothing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import ConfigError, Settings, build_settings
+from proxy.tracing import Tracing, traces_url
+from proxy.web.tracing import TraceMiddleware
+
+
+def test_the_endpoint_comes_from_the_flag_ours_or_the_standard_variable() -> None:
+    assert build_settings({}, {}).server.otlp_endpoint is None
+    standard = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    assert build_settings({}, standard).server.otlp_endpoint == "http://collector:4318"
+    ours = {**standard, "PROXY_OTLP_ENDPOINT": "http://ours:4318"}
+    assert build_settings({}, ours).server.otlp_endpoint == "http://ours:4318"
+    flag = build_settings({"otlp_endpoint": "https://flag:4318"}, ours)
+    assert flag.server.otlp_endpoint == "https://flag:4318"
+
+
+@pytest.mark.parametrize("raw", ["collector:4318", "grpc://c:4317", "http://"])
+def test_a_bad_endpoint_names_the_flag(raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_settings({"otlp_endpoint": raw}, {})
+    assert info.value.flag == "--otlp-endpoint"
+
+
+def test_the_traces_path_is_added_once() -> None:
+    assert traces_url("http://c:4318") == "http://c:4318/v1/traces"
+    assert traces_url("http://c:4318/") == "http://c:4318/v1/traces"
+    assert traces_url("http://c:4318/v1/traces") == "http://c:4318/v1/traces"
+
+
+def test_without_an_endpoint_nothing_is_built() -> None:
+    assert Tracing.open(None) is None
+    plain = create_app(Settings.of(upstreams=("http://127.0.0.1:1",)))
+    assert all(m.cls is not TraceMiddleware for m in plain.user_middleware)
+    traced = create_app(Settings.of(upstreams=("http://127.0.0.1:1",),
+                                    otlp_endpoint="http://127.0.0.1:1"))
+    assert any(m.cls is TraceMiddleware for m in traced.user_middleware)
+
+
+def test_the_service_name_is_the_standard_variable() -> None:
+    tracing = Tracing.open("http://127.0.0.1:1", {"OTEL_SERVICE_NAME": "edge-proxy"})
+    assert tracing is not None
+    try:
+        assert tracing.provider.resource.attributes["service.name"] == "edge-proxy"
+    finally:
+        tracing.shutdown()
