@@ -186,9 +186,10 @@ class Runtime:
                             ttl_of=vector_stores.ttl_left)
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp.timeout),
+                               call_timeout=settings.mcp.timeout, tracing=tracing),
             sealer, events,
-            tasks, metrics, ids=backend.ids, hosted=_hosted_tools(settings, searcher))
+            tasks, metrics, ids=backend.ids,
+            hosted=_hosted_tools(settings, searcher).traced(tracing))
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))

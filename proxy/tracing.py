@@ -16,9 +16,10 @@ GenAI client ones (`gen_ai.*`) on the upstream call's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -88,6 +89,23 @@ class Tracing:
             "proxy.replica": replica or url,
         })
         return span
+
+    @contextlib.contextmanager
+    def tool_span(self, name: str, tool_type: str, **more: str) -> Iterator[Span]:
+        """The current span, for one tool call the proxy runs (an MCP tool, a hosted search):
+        what it calls (an embedding, an upstream) is its child. Its name, never its arguments
+        or output. An exception marks it failed by its type only (a message may quote text)."""
+        with self.tracer.start_as_current_span(
+                f"execute_tool {name}", kind=SpanKind.INTERNAL, record_exception=False,
+                set_status_on_exception=False,
+                attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                            "gen_ai.tool.type": tool_type, **more}) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+                span.set_attribute("error.type", type(exc).__name__)
+                raise
 
     def shutdown(self) -> None:
         """Export what is queued (bounded in time), then stop. Blocking: run it off the loop."""

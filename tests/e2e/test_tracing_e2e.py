@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
-from tests.support.servers import ServerProcess, start_proxy
+from tests.support.servers import ServerProcess, start_mcp_server, start_proxy
 
 KEY = "sk-e2e-trace-key-0123456789"
 PROMPT = "the heron counts copper spoons"
-SERVER, CLIENT = 2, 3  # OTLP's SpanKind numbers
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's SpanKind numbers
 # Export often, so a test waits a fraction of a second, not the SDK's default 5 s.
 ENV = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "proxy-under-test"}
 
@@ -34,7 +34,14 @@ def receiver() -> Iterator[OtlpReceiver]:
 @pytest.fixture(scope="module")
 def traced_proxy(simulator: ServerProcess, receiver: OtlpReceiver) -> Iterator[ServerProcess]:
     server = start_proxy(simulator.url, "--otlp-endpoint", receiver.url, "--api-key", KEY,
-                         env=ENV)
+                         "--mcp-allow", "http://127.0.0.1", env=ENV)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tools_server() -> Iterator[ServerProcess]:
+    server = start_mcp_server()
     yield server
     server.stop()
 
@@ -101,6 +108,40 @@ def test_a_request_without_traceparent_starts_its_own_trace(
     [upstream] = [s for s in spans if s.kind == CLIENT]
     assert server.parent_id == "" and upstream.parent_id == server.span_id
     assert upstream.span_id == span_id
+
+
+def test_an_mcp_call_is_a_tool_span_between_the_two_upstream_turns(
+        traced_proxy: ServerProcess, tools_server: ServerProcess,
+        receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    tool = {"type": "mcp", "server_label": "calc", "server_url": f"{tools_server.url}/mcp",
+            "require_approval": "never"}
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=60, json={
+        "model": "sim-model", "tools": [tool],
+        "input": 'please add [[sim call=add call_args={"a":20,"b":22}]]'},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200
+    assert [i["type"] for i in answer.json()["output"]] == ["mcp_list_tools", "mcp_call",
+                                                            "message"]
+
+    def whole(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return (sum(s.kind == CLIENT for s in mine) >= 2
+                and any(s.kind == INTERNAL for s in mine) and any(s.kind == SERVER for s in mine))
+    spans = [s for s in receiver.wait_for(whole) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [tool_span] = [s for s in spans if s.kind == INTERNAL]
+    calls = [s for s in spans if s.kind == CLIENT]
+    assert len(calls) == 2  # the turn that called the tool, the turn that answered
+    assert tool_span.name == "execute_tool add"
+    assert tool_span.parent_id == server.span_id
+    assert all(c.parent_id == server.span_id for c in calls)
+    assert tool_span.attributes["gen_ai.tool.name"] == "add"
+    assert tool_span.attributes["proxy.mcp.server"] == "calc"
+    assert "error.type" not in tool_span.attributes
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert '{"a"' not in values and tools_server.url not in values
 
 
 def test_a_collector_that_never_answers_slows_no_request(simulator: ServerProcess) -> None:
