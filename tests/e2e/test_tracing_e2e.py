@@ -39,13 +39,6 @@ def traced_proxy(simulator: ServerProcess, receiver: OtlpReceiver) -> Iterator[S
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def tools_server() -> Iterator[ServerProcess]:
-    server = start_mcp_server()
-    yield server
-    server.stop()
-
-
 def _in_trace(trace_id: str) -> object:
     def enough(spans: list[ReceivedSpan]) -> bool:
         mine = [s for s in spans if s.trace_id == trace_id]
@@ -111,8 +104,16 @@ def test_a_request_without_traceparent_starts_its_own_trace(
 
 
 def test_an_mcp_call_is_a_tool_span_between_the_two_upstream_turns(
-        traced_proxy: ServerProcess, tools_server: ServerProcess,
-        receiver: OtlpReceiver) -> None:
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    tools_server = start_mcp_server()  # tests/support/mcp_server.py: `add` among its tools
+    try:
+        _check_mcp_trace(traced_proxy, tools_server, receiver)
+    finally:
+        tools_server.stop()
+
+
+def _check_mcp_trace(traced_proxy: ServerProcess, tools_server: ServerProcess,
+                     receiver: OtlpReceiver) -> None:
     trace_id = secrets.token_hex(16)
     tool = {"type": "mcp", "server_label": "calc", "server_url": f"{tools_server.url}/mcp",
             "require_approval": "never"}
