@@ -189,7 +189,7 @@ class Runtime:
                                call_timeout=settings.mcp.timeout, tracing=tracing),
             sealer, events,
             tasks, metrics, ids=backend.ids,
-            hosted=_hosted_tools(settings, searcher).traced(tracing))
+            hosted=_hosted_tools(settings, searcher).traced(tracing), tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))

@@ -90,16 +90,25 @@ class Tracing:
         })
         return span
 
+    def tool_span(self, name: str, tool_type: str,
+                  **more: str) -> contextlib.AbstractContextManager[Span]:
+        """One tool call the proxy runs (an MCP tool, a hosted search): its name, never its
+        arguments or output; what it calls (an embedding, an upstream) is its child."""
+        return self._inner(f"execute_tool {name}", {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.type": tool_type, **more})
+
+    def store_span(self, operation: str) -> contextlib.AbstractContextManager[Span]:
+        """One store write on the request path (the response's end, its conversation)."""
+        return self._inner(f"store {operation}", {"db.operation.name": operation})
+
     @contextlib.contextmanager
-    def tool_span(self, name: str, tool_type: str, **more: str) -> Iterator[Span]:
-        """The current span, for one tool call the proxy runs (an MCP tool, a hosted search):
-        what it calls (an embedding, an upstream) is its child. Its name, never its arguments
-        or output. An exception marks it failed by its type only (a message may quote text)."""
+    def _inner(self, name: str, attributes: dict[str, str]) -> Iterator[Span]:
+        """An internal span, current while it runs. An exception marks it failed by its type
+        only (a message may quote text)."""
         with self.tracer.start_as_current_span(
-                f"execute_tool {name}", kind=SpanKind.INTERNAL, record_exception=False,
-                set_status_on_exception=False,
-                attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                            "gen_ai.tool.type": tool_type, **more}) as span:
+                name, kind=SpanKind.INTERNAL, record_exception=False,
+                set_status_on_exception=False, attributes=attributes) as span:
             try:
                 yield span
             except BaseException as exc:

@@ -42,7 +42,8 @@ def traced_proxy(simulator: ServerProcess, receiver: OtlpReceiver) -> Iterator[S
 def _in_trace(trace_id: str) -> object:
     def enough(spans: list[ReceivedSpan]) -> bool:
         mine = [s for s in spans if s.trace_id == trace_id]
-        return any(s.kind == SERVER for s in mine) and any(s.kind == CLIENT for s in mine)
+        return (any(s.kind == SERVER for s in mine) and any(s.kind == CLIENT for s in mine)
+                and any(s.kind == INTERNAL for s in mine))
     return enough
 
 
@@ -79,6 +80,10 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
     assert attrs["gen_ai.response.id"] == response_id
     assert attrs["gen_ai.server.time_to_first_token"] >= 0
     assert attrs["server.address"] == simulator.url
+
+    # The request's store write: the response's end (it is stored by default).
+    [store] = [s for s in spans if s.name == "store finish_response"]
+    assert store.parent_id == server.span_id and store.kind == INTERNAL
 
     # The replica got the upstream call's span as its parent: vLLM's spans join this trace.
     assert sent["traceparent"] == f"00-{trace_id}-{upstream.span_id}-01"
@@ -129,10 +134,12 @@ def _check_mcp_trace(traced_proxy: ServerProcess, tools_server: ServerProcess,
     def whole(spans: list[ReceivedSpan]) -> bool:
         mine = [s for s in spans if s.trace_id == trace_id]
         return (sum(s.kind == CLIENT for s in mine) >= 2
-                and any(s.kind == INTERNAL for s in mine) and any(s.kind == SERVER for s in mine))
+                and any(s.name.startswith("execute_tool") for s in mine)
+                and any(s.kind == SERVER for s in mine))
     spans = [s for s in receiver.wait_for(whole) if s.trace_id == trace_id]
     [server] = [s for s in spans if s.kind == SERVER]
-    [tool_span] = [s for s in spans if s.kind == INTERNAL]
+    [tool_span] = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.kind == INTERNAL
     calls = [s for s in spans if s.kind == CLIENT]
     assert len(calls) == 2  # the turn that called the tool, the turn that answered
     assert tool_span.name == "execute_tool add"
