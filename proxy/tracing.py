@@ -22,16 +22,20 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
 
 TRACES_PATH = "/v1/traces"
+# W3C trace context: the client's `traceparent` read, a job's carried across the queue.
+PROPAGATOR = TraceContextTextMapPropagator()
 DEFAULT_SERVICE = "responses-proxy"
 # Seconds one export may take: the exporter's thread waits, never a request.
 EXPORT_TIMEOUT = 5.0
@@ -47,6 +51,13 @@ def traces_url(endpoint: str) -> str:
     kept."""
     base = endpoint.rstrip("/")
     return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
+
+
+def current_traceparent() -> str | None:
+    """The `traceparent` of the current span (the request's), None outside one (tracing off):
+    what a background job's spec carries to the worker that runs it."""
+    span = trace.get_current_span()
+    return traceparent(span) if span.get_span_context().is_valid else None
 
 
 def traceparent(span: Span) -> str:
@@ -102,12 +113,24 @@ class Tracing:
         """One store write on the request path (the response's end, its conversation)."""
         return self._inner(f"store {operation}", {"db.operation.name": operation})
 
+    def job_span(self, model: str, parent: str | None,
+                 response_id: str) -> contextlib.AbstractContextManager[Span]:
+        """One background job run by a worker: a child of the request that created it (its
+        `traceparent`, carried in the job's spec across the queue), so the job's upstream
+        calls, tool calls and writes join that request's trace."""
+        context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
+        return self._inner(f"job {model}", {"gen_ai.request.model": model,
+                                            "gen_ai.response.id": response_id},
+                           kind=SpanKind.CONSUMER, context=context)
+
     @contextlib.contextmanager
-    def _inner(self, name: str, attributes: dict[str, str]) -> Iterator[Span]:
-        """An internal span, current while it runs. An exception marks it failed by its type
-        only (a message may quote text)."""
+    def _inner(self, name: str, attributes: dict[str, str], *,
+               kind: SpanKind = SpanKind.INTERNAL,
+               context: otel_context.Context | None = None) -> Iterator[Span]:
+        """A span, current while it runs. An exception marks it failed by its type only (a
+        message may quote text)."""
         with self.tracer.start_as_current_span(
-                name, kind=SpanKind.INTERNAL, record_exception=False,
+                name, context=context, kind=kind, record_exception=False,
                 set_status_on_exception=False, attributes=attributes) as span:
             try:
                 yield span

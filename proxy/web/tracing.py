@@ -13,13 +13,11 @@ from __future__ import annotations
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.tracing import Tracing
+from proxy.tracing import PROPAGATOR, Tracing
 from proxy.web.access import failed_status, key_id, route_template
 
-_PROPAGATOR = TraceContextTextMapPropagator()
 _WANTED = (b"traceparent", b"tracestate")
 
 
@@ -34,7 +32,7 @@ class TraceMiddleware:
             return
         carrier = {name.decode("latin-1"): value.decode("latin-1")
                    for name, value in scope.get("headers", ()) if name.lower() in _WANTED}
-        parent = _PROPAGATOR.extract(carrier) if carrier else None
+        parent = PROPAGATOR.extract(carrier) if carrier else None
         method = scope.get("method", "-")
         span = self.tracer.start_span(method, context=parent, kind=SpanKind.SERVER)
         token = otel_context.attach(trace.set_span_in_context(span, parent))

@@ -19,7 +19,7 @@ from tests.support.servers import ServerProcess, start_mcp_server, start_proxy
 
 KEY = "sk-e2e-trace-key-0123456789"
 PROMPT = "the heron counts copper spoons"
-INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's SpanKind numbers
+INTERNAL, SERVER, CLIENT, CONSUMER = 1, 2, 3, 5  # OTLP's SpanKind numbers
 # Export often, so a test waits a fraction of a second, not the SDK's default 5 s.
 ENV = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "proxy-under-test"}
 
@@ -106,6 +106,28 @@ def test_a_request_without_traceparent_starts_its_own_trace(
     [upstream] = [s for s in spans if s.kind == CLIENT]
     assert server.parent_id == "" and upstream.parent_id == server.span_id
     assert upstream.span_id == span_id
+
+
+def test_a_background_job_joins_the_trace_of_the_request_that_queued_it(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=30, json={
+        "model": "sim-model", "input": "a job for later", "background": True},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200
+
+    def ran(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return any(s.kind == CONSUMER for s in mine) and any(s.kind == CLIENT for s in mine)
+    spans = [s for s in receiver.wait_for(ran) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [job] = [s for s in spans if s.kind == CONSUMER]
+    [upstream] = [s for s in spans if s.kind == CLIENT]
+    assert job.name == "job sim-model"
+    assert job.parent_id == server.span_id  # across the queue, through the job's spec
+    assert job.attributes["gen_ai.response.id"] == answer.json()["id"]
+    assert upstream.parent_id == job.span_id
 
 
 def test_an_mcp_call_is_a_tool_span_between_the_two_upstream_turns(

@@ -51,3 +51,14 @@ def test_the_service_name_is_the_standard_variable() -> None:
         assert tracing.provider.resource.attributes["service.name"] == "edge-proxy"
     finally:
         tracing.shutdown()
+
+
+def test_a_job_spec_carries_the_creating_request_s_traceparent_across_the_queue() -> None:
+    from proxy.services.generation.spec import JobSpec
+
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    spec = JobSpec("tenant", "m", {"messages": []}, traceparent=parent)
+    assert JobSpec.from_json(spec.to_json()).traceparent == parent
+    untraced = JobSpec("tenant", "m", {"messages": []})
+    assert b"traceparent" not in untraced.to_json()  # tracing off: the spec as before
+    assert JobSpec.from_json(untraced.to_json()).traceparent is None
