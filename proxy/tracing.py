@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -91,13 +92,17 @@ class Tracing:
     def upstream_span(self, replica: str, url: str, model: str, operation: str) -> Span:
         """A client span for one call to a replica, child of the request's span (the current
         context). Its attributes are the call's; the tokens come when the answer ends."""
+        # Host and port only: a replica's URL may carry credentials (`user:pass@`).
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
         span = self.tracer.start_span(f"{operation} {model}", kind=SpanKind.CLIENT)
         span.set_attributes({
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": "vllm",
             "gen_ai.request.model": model,
-            "server.address": url,
-            "proxy.replica": replica or url,
+            "server.address": host,
+            "server.port": port,
+            "proxy.replica": replica or f"{host}:{port}",
         })
         return span
 

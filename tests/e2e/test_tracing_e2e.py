@@ -79,7 +79,8 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
     assert attrs["gen_ai.usage.output_tokens"] > 0
     assert attrs["gen_ai.response.id"] == response_id
     assert attrs["gen_ai.server.time_to_first_token"] >= 0
-    assert attrs["server.address"] == simulator.url
+    assert (attrs["server.address"], attrs["server.port"]) == ("127.0.0.1", simulator.port)
+    assert attrs["proxy.replica"] == "replica-1"  # its name (the fleet's, GET /fleet)
 
     # The request's store write: the response's end (it is stored by default).
     [store] = [s for s in spans if s.name == "store finish_response"]

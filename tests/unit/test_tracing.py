@@ -62,3 +62,17 @@ def test_a_job_spec_carries_the_creating_request_s_traceparent_across_the_queue(
     untraced = JobSpec("tenant", "m", {"messages": []})
     assert b"traceparent" not in untraced.to_json()  # tracing off: the spec as before
     assert JobSpec.from_json(untraced.to_json()).traceparent is None
+
+
+def test_an_upstream_span_names_the_replica_without_its_credentials() -> None:
+    tracing = Tracing.open("http://127.0.0.1:1")
+    assert tracing is not None
+    try:
+        span = tracing.upstream_span("", "https://user:s3cret@vllm.internal/v1", "m", "chat")
+        attributes = dict(span.attributes or {})  # type: ignore[attr-defined]
+        span.end()
+    finally:
+        tracing.shutdown()
+    assert attributes["server.address"] == "vllm.internal"
+    assert attributes["server.port"] == 443
+    assert "s3cret" not in repr(attributes)
