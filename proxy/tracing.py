@@ -76,9 +76,10 @@ class Tracing:
 
     @classmethod
     def open(cls, endpoint: str | None, env: Mapping[str, str] | None = None) -> Tracing | None:
-        if not endpoint:
-            return None
         env = os.environ if env is None else env
+        # The standard switch that turns every OpenTelemetry SDK off.
+        if not endpoint or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return None
         # OTEL_RESOURCE_ATTRIBUTES is read by Resource.create; OTEL_SERVICE_NAME wins over it.
         resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME")
                                     or DEFAULT_SERVICE})

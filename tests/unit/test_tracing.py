@@ -37,6 +37,7 @@ def test_the_traces_path_is_added_once() -> None:
 
 def test_without_an_endpoint_nothing_is_built() -> None:
     assert Tracing.open(None) is None
+    assert Tracing.open("http://127.0.0.1:1", {"OTEL_SDK_DISABLED": "true"}) is None
     plain = create_app(Settings.of(upstreams=("http://127.0.0.1:1",)))
     assert all(m.cls is not TraceMiddleware for m in plain.user_middleware)
     traced = create_app(Settings.of(upstreams=("http://127.0.0.1:1",),
