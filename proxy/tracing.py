@@ -54,6 +54,16 @@ def traces_url(endpoint: str) -> str:
     return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
 
 
+def _positive(raw: str | None, default: int) -> int:
+    """A positive integer from the environment; anything else is the default (a bad tuning
+    variable must not stop the proxy)."""
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
 def current_traceparent() -> str | None:
     """The `traceparent` of the current span (the request's), None outside one (tracing off):
     what a background job's spec carries to the worker that runs it."""
@@ -84,10 +94,14 @@ class Tracing:
         resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME")
                                     or DEFAULT_SERVICE})
         provider = TracerProvider(resource=resource)
-        exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=EXPORT_TIMEOUT)
-        # The OTEL_BSP_* variables still tune the batch; the queue is bounded either way.
-        queue = int(env.get("OTEL_BSP_MAX_QUEUE_SIZE") or MAX_QUEUE)
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
+        # The exporter reads the other OTEL_EXPORTER_OTLP_* variables itself (headers,
+        # compression, certificates; the timeout when one is set); the sampler and the
+        # resource attributes are read by the provider, the OTEL_BSP_* ones by the batch.
+        timeout = None if any(env.get(name) for name in (
+            "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")) else EXPORT_TIMEOUT
+        exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=timeout)
+        provider.add_span_processor(BatchSpanProcessor(
+            exporter, max_queue_size=_positive(env.get("OTEL_BSP_MAX_QUEUE_SIZE"), MAX_QUEUE)))
         return cls(provider)
 
     def upstream_span(self, replica: str, url: str, model: str, operation: str) -> Span:
@@ -153,7 +167,9 @@ class Tracing:
 
 def note_answer(span: Span, usage: Mapping[str, Any] | None, response_id: str | None) -> None:
     """The GenAI attributes of an answered call: its tokens and the response's id. Counts
-    only, never text."""
+    only, never text. A call closed already (an interrupted turn) is left as it ended."""
+    if not span.is_recording():
+        return
     if usage:
         for ours, theirs in (("input_tokens", "gen_ai.usage.input_tokens"),
                              ("output_tokens", "gen_ai.usage.output_tokens")):

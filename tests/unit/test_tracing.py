@@ -77,3 +77,10 @@ def test_an_upstream_span_names_the_replica_without_its_credentials() -> None:
     assert attributes["server.address"] == "vllm.internal"
     assert attributes["server.port"] == 443
     assert "s3cret" not in repr(attributes)
+
+
+@pytest.mark.parametrize("raw", ["lots", "-3", ""])
+def test_a_bad_queue_size_variable_falls_back_to_the_bound(raw: str) -> None:
+    tracing = Tracing.open("http://127.0.0.1:1", {"OTEL_BSP_MAX_QUEUE_SIZE": raw})
+    assert tracing is not None
+    tracing.shutdown()
