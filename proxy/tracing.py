@@ -17,6 +17,7 @@ GenAI client ones (`gen_ai.*`) on the upstream call's.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -94,6 +95,8 @@ class Tracing:
         resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME")
                                     or DEFAULT_SERVICE})
         provider = TracerProvider(resource=resource)
+        # A collector that is down: one line per lost batch (ERROR), not one per retry too.
+        logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.ERROR)
         # The exporter reads the other OTEL_EXPORTER_OTLP_* variables itself (headers,
         # compression, certificates; the timeout when one is set); the sampler and the
         # resource attributes are read by the provider, the OTEL_BSP_* ones by the batch.
