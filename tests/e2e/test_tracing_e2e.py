@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
-from tests.support.servers import ServerProcess, start_mcp_server, start_proxy
+from tests.support.servers import ServerProcess, start_mcp_server, start_proxy, start_searx
 
 KEY = "sk-e2e-trace-key-0123456789"
 PROMPT = "the heron counts copper spoons"
@@ -173,6 +173,34 @@ def _check_mcp_trace(traced_proxy: ServerProcess, tools_server: ServerProcess,
     assert "error.type" not in tool_span.attributes
     values = " ".join(str(v) for s in spans for v in s.attributes.values())
     assert '{"a"' not in values and tools_server.url not in values
+
+
+def test_a_hosted_web_search_is_a_tool_span(simulator: ServerProcess,
+                                            receiver: OtlpReceiver) -> None:
+    searx = start_searx()
+    proxy = start_proxy(simulator.url, "--web-search", f"{searx.url}/search",
+                        "--otlp-endpoint", receiver.url, env=ENV)
+    try:
+        trace_id = secrets.token_hex(16)
+        answer = httpx.post(proxy.url + "/v1/responses", timeout=60, json={
+            "model": "sim-model", "input": "What is the tallest mountain on Mars?",
+            "tools": [{"type": "web_search"}]},
+            headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+        assert answer.status_code == 200
+        assert answer.json()["output"][0]["type"] == "web_search_call"
+        spans = [s for s in receiver.wait_for(lambda got: any(
+            s.trace_id == trace_id and s.name.startswith("execute_tool") for s in got))
+            if s.trace_id == trace_id]
+    finally:
+        proxy.stop()
+        searx.stop()
+    [server] = [s for s in spans if s.kind == SERVER]
+    [tool_span] = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.parent_id == server.span_id
+    assert tool_span.attributes["gen_ai.tool.type"] == "hosted"
+    assert "error.type" not in tool_span.attributes
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "Mars" not in values and "mountain" not in values
 
 
 def test_a_collector_that_never_answers_slows_no_request(simulator: ServerProcess) -> None:
