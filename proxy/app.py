@@ -7,6 +7,7 @@ down in order at shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -18,6 +19,7 @@ from proxy.metrics import Metrics
 from proxy.runtime import Runtime
 from proxy.services.process.drain import Drain
 from proxy.settings import Settings, accepted_keys
+from proxy.tracing import Tracing
 from proxy.web import (
     routes_conversations,
     routes_files,
@@ -35,6 +37,7 @@ from proxy.web.bodylimits import BodyLimitMiddleware
 from proxy.web.draining import DrainMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.state import attach
+from proxy.web.tracing import TraceMiddleware
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -42,16 +45,21 @@ def create_app(settings: Settings) -> Starlette:
     metrics = Metrics()
     # Made here too: the drain middleware refuses requests once the runtime starts draining.
     draining = Drain()
+    # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).
+    tracing = Tracing.open(settings.server.otlp_endpoint)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = await Runtime.open(settings, metrics=metrics, draining=draining)
+        runtime = await Runtime.open(settings, metrics=metrics, draining=draining,
+                                     tracing=tracing)
         attach(app, runtime)
         await runtime.start()
         try:
             yield
         finally:
             await runtime.aclose()
+            if tracing is not None:  # the last spans, bounded; the exporter blocks: a thread
+                await asyncio.to_thread(tracing.shutdown)
 
     return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
@@ -61,6 +69,9 @@ def create_app(settings: Settings) -> Starlette:
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.
             Middleware(AccessLog),
+            # The request's span, inside the access log (the id is set) and outside auth (a
+            # refused request is traced too); the key's digest is read when it ends.
+            *([Middleware(TraceMiddleware, tracing=tracing)] if tracing is not None else []),
             Middleware(RequestMetrics, metrics=metrics),
             Middleware(DrainMiddleware, drain=draining),
             Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes,

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
     from proxy.egress import Pinned, Resolve
+    from proxy.tracing import Tracing
 
 T = TypeVar("T")
 # A tool's output beyond this many bytes is cut (it goes to the model and into the store).
@@ -64,8 +65,9 @@ class CallResult:
 class McpClient:
     def __init__(self, *, connect_timeout: float, call_timeout: float,
                  max_output_bytes: int = MAX_OUTPUT_BYTES,
-                 resolve: Resolve | None = None) -> None:
+                 resolve: Resolve | None = None, tracing: Tracing | None = None) -> None:
         self._connect = connect_timeout
+        self._tracing = tracing  # None: no spans (proxy/tracing.py)
         self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
         self._timeout = call_timeout
         self._max_output = max_output_bytes
@@ -94,7 +96,17 @@ class McpClient:
         return await self._session(server, run)
 
     async def call_tool(self, server: McpServer, name: str, arguments: str) -> CallResult:
-        """Run one tool. A tool's own error is a result; a server that failed raises."""
+        """Run one tool. A tool's own error is a result; a server that failed raises. Traced:
+        in a span naming the tool and the server's label (never its URL or the arguments)."""
+        if self._tracing is None:
+            return await self._call_tool(server, name, arguments)
+        with self._tracing.tool_span(name, "mcp", **{"proxy.mcp.server": server.label}) as span:
+            result = await self._call_tool(server, name, arguments)
+            if result.error is not None:
+                span.set_attribute("error.type", str(result.error.get("type")))
+            return result
+
+    async def _call_tool(self, server: McpServer, name: str, arguments: str) -> CallResult:
         try:
             parsed = _arguments(arguments)
         except ValueError as exc:

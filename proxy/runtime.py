@@ -53,6 +53,7 @@ from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
+from proxy.tracing import Tracing
 from proxy.upstream import ConnectionPool, Upstream
 from proxy.websearch import WebSearch
 
@@ -118,7 +119,8 @@ class Runtime:
 
     @classmethod
     async def open(cls, settings: Settings, *, worker: bool | None = None,
-                   metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
+                   metrics: Metrics | None = None, draining: Drain | None = None,
+                   tracing: Tracing | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/process/sealing.py)."""
         tenancy = settings.tenancy
@@ -127,12 +129,13 @@ class Runtime:
             wait_replicas=settings.store.wait_replicas)
         sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
-                         draining=draining)
+                         draining=draining, tracing=tracing)
 
     @classmethod
     def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
-              metrics: Metrics | None = None, draining: Drain | None = None) -> Runtime:
+              metrics: Metrics | None = None, draining: Drain | None = None,
+              tracing: Tracing | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
@@ -147,7 +150,7 @@ class Runtime:
                       probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
                       specs=settings.fleet.replicas,
                       load_factor=settings.fleet.affinity_load_factor,
-                      routing=settings.fleet.routing)
+                      routing=settings.fleet.routing, tracing=tracing)
         metrics = metrics or Metrics()
         draining = draining or Drain()
         store, queue = backend.store, backend.queue
@@ -183,9 +186,10 @@ class Runtime:
                             ttl_of=vector_stores.ttl_left)
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp.timeout),
+                               call_timeout=settings.mcp.timeout, tracing=tracing),
             sealer, events,
-            tasks, metrics, ids=backend.ids, hosted=_hosted_tools(settings, searcher))
+            tasks, metrics, ids=backend.ids,
+            hosted=_hosted_tools(settings, searcher).traced(tracing), tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))

@@ -220,13 +220,18 @@ class Upstream:
                               max_idle_per_origin=max_idle_per_origin, ssl_context=tls,
                               proxy_for=proxy_resolver(https_proxy, no_proxy))
 
-    async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> Response:
-        """Send `body`; return the open response (2xx only). The caller must `aclose()` it."""
+    async def post(self, base: str, path: str, body: bytes, *, stream: bool,
+                   traceparent: str | None = None) -> Response:
+        """Send `body`; return the open response (2xx only). The caller must `aclose()` it.
+        `traceparent`: the W3C header naming the call's span (tracing on), so that the
+        replica's own spans (vLLM continues it) join the request's trace."""
         target = self._target(base)
         head = target.head
         request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
         if request_id:
             head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
+        if traceparent is not None:
+            head += b"traceparent: " + traceparent.encode("latin-1") + b"\r\n"
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
                   b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,
                                                      len(body), body)

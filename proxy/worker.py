@@ -13,6 +13,7 @@ import signal
 
 from proxy.runtime import Runtime
 from proxy.settings import Settings
+from proxy.tracing import Tracing
 
 log = logging.getLogger("proxy.worker")
 
@@ -22,7 +23,8 @@ def run_worker(settings: Settings) -> None:
 
 
 async def _main(settings: Settings) -> None:
-    runtime = await Runtime.open(settings, worker=True)
+    tracing = Tracing.open(settings.server.otlp_endpoint)  # None: off (proxy/tracing.py)
+    runtime = await Runtime.open(settings, worker=True, tracing=tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -34,3 +36,5 @@ async def _main(settings: Settings) -> None:
         log.info("stopping: running jobs get %.0fs to finish", settings.server.shutdown_grace)
     finally:
         await runtime.aclose()
+        if tracing is not None:  # the last spans, bounded; the exporter blocks: a thread
+            await asyncio.to_thread(tracing.shutdown)

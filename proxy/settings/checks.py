@@ -54,6 +54,15 @@ def text(value: object, flag: str) -> str:
     return str(value)
 
 
+def otlp_endpoint(value: object, flag: str) -> str:
+    """An http(s) URL with a host: the collector's base URL (tracing.py adds /v1/traces)."""
+    url = str(value).strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(flag, "not an http(s) URL with a host")
+    return url
+
+
 def off(value: object, flag: str) -> bool:
     """A switch given (`--no-worker`): the field it names is off."""
     return False

@@ -32,6 +32,8 @@ class ServerSettings:
     log_level: str = "info"
     # `text` for people, `json` (one object per line) for log pipelines.
     log_format: str = "text"
+    # OTLP/HTTP collector (base URL) for traces; None: no tracing at all (proxy/tracing.py).
+    otlp_endpoint: str | None = None
     # Seconds running jobs get to finish when a worker stops, and open streams get to drain
     # after SIGTERM. A process matter (runtime, prefork), not only the jobs'.
     shutdown_grace: float = 30.0

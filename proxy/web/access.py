@@ -42,10 +42,12 @@ BODY_SEND = "proxy.body_send"
 CLIENT_CLOSED = 499
 
 
-def failed_status(exc: BaseException) -> int:
+def failed_status(exc: BaseException | None) -> int:
     """The status to log and count for a request whose app raised before answering: the
-    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends."""
-    return CLIENT_CLOSED if isinstance(exc, asyncio.CancelledError) else 500
+    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends.
+    None (no answer, nothing raised): 499 too."""
+    return 500 if exc is not None and not isinstance(exc, asyncio.CancelledError) \
+        else CLIENT_CLOSED
 
 
 def new_request_id() -> str:
@@ -107,7 +109,7 @@ class AccessLog:
                context: RequestContext) -> None:
         fields = {
             "method": scope.get("method", "-"),
-            "route": _route(scope),
+            "route": route_template(scope),
             "status": status or CLIENT_CLOSED,
             "duration_ms": round(seconds * 1000, 1),
             "key_id": key_id(scope),
@@ -127,7 +129,7 @@ def key_id(scope: Scope) -> str:
     return str(tenant)[:13]
 
 
-def _route(scope: Scope) -> str:
+def route_template(scope: Scope) -> str:
     """The matched route's template (`/v1/responses/{response_id}`): ids stay out of the log."""
     path = getattr(scope.get("route"), "path", None)
     return str(path) if path else "unmatched"

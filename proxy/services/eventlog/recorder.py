@@ -13,6 +13,7 @@ from proxy.core.types import Event, EventBatch, Item, ResponseObject
 from proxy.services.eventlog.durable import append_conversation, store_final
 from proxy.services.eventlog.writer import LogHandle
 from proxy.store.base import Store, StoredEvent, Transition
+from proxy.tracing import Tracing
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Recorder:
     log: LogHandle | None = None
     conversation: ConversationTurn | None = None
     stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
+    tracing: Tracing | None = None  # None: no span for the writes (proxy/tracing.py)
     final: Transition | None = field(default=None, init=False)
 
     def add(self, events: list[Event], encoded: EventBatch) -> None:
@@ -47,7 +49,14 @@ class Recorder:
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
         """Store the end (retried, reconciled: services/eventlog/durable.py), then the
         conversation's
-        new items. `final` is set only once the end is stored: a job is acknowledged on it."""
+        new items. `final` is set only once the end is stored: a job is acknowledged on it.
+        Traced: one span for the writes."""
+        if self.tracing is None:
+            return await self._finish(final, terminal)
+        with self.tracing.store_span("finish_response"):
+            return await self._finish(final, terminal)
+
+    async def _finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
         if self.log is not None:
             result = await self.log.finish(final, terminal)
         elif self.stored:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from proxy.core.errors import (
     AutoToolChoiceUnavailable,
     ModelNotFound,
@@ -35,6 +37,7 @@ from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
 from proxy.fleetfile import ReplicaSpec
+from proxy.tracing import Tracing, end_span, traceparent
 from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
 log = logging.getLogger("proxy.fleet")
@@ -106,11 +109,14 @@ class Call:
     replica: Replica
     response: Response
     _closed: bool = False
+    span: Span | None = None  # the call's span (tracing on), ended with the call
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
             self.replica.in_flight -= 1
+            if self.span is not None:
+                self.span.end()
             await self.response.aclose()
 
     async def read_all(self) -> bytes:
@@ -134,6 +140,7 @@ class Fleet:
     specs: Sequence[ReplicaSpec] = ()
     load_factor: float = DEFAULT_LOAD_FACTOR
     routing: str = "affinity"  # or a baseline of core/fleet/routing.py (`--routing`, benchmarks)
+    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
     replicas: list[Replica] = field(init=False)
     _turn: int = field(init=False, default=0)
     _last_rediscovery: float = field(init=False, default=-1e9)
@@ -301,7 +308,12 @@ class Fleet:
             if path == GENERATION_PATH:
                 note_upstream_sent(time.perf_counter())
             try:
-                response = await self.upstream.post(replica.url, path, body, stream=stream)
+                if self.tracing is None:
+                    response = await self.upstream.post(replica.url, path, body, stream=stream)
+                    span = None
+                else:
+                    response, span = await self._traced_post(self.tracing, replica, model,
+                                                             path, body, stream)
             except UpstreamUnreachable as exc:
                 replica.in_flight -= 1
                 self.mark_down(replica, transport_detail(exc))
@@ -324,9 +336,24 @@ class Fleet:
                 replica.auto_tools = True
             note_replica(replica.url)  # for the access log
             replica.picks += 1
-            return Call(replica, response)
+            return Call(replica, response, span=span)
         assert last_error is not None  # the loop ran at least once: a fleet is never empty
         raise last_error
+
+    async def _traced_post(self, tracing: Tracing, replica: Replica, model: str, path: str,
+                           body: bytes, stream: bool) -> tuple[Response, Span]:
+        """The POST inside a span of its own, whose `traceparent` goes with it (the replica
+        joins the trace). A failed attempt ends its span; an answered one's lives in its
+        `Call`, which ends it."""
+        operation = "chat" if path == GENERATION_PATH else path.rsplit("/", 1)[-1]
+        span = tracing.upstream_span(replica.name, replica.url, model, operation)
+        try:
+            response = await self.upstream.post(replica.url, path, body, stream=stream,
+                                                 traceparent=traceparent(span))
+        except BaseException as exc:
+            end_span(span, exc)
+            raise
+        return response, span
 
     # -- views -------------------------------------------------------------------------------
     def ready(self) -> bool:

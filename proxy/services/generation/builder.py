@@ -44,6 +44,7 @@ from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 from proxy.services.generation.turn import Turn
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import Store, StoredResponse
+from proxy.tracing import Tracing
 
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).
 FIRST_WORKER_SEQ = 2
@@ -88,6 +89,7 @@ class Generations:
     ids: IdFactory = field(default=new_id)
     # The hosted tools this process runs (services/generation/hosted.py: web search).
     hosted: HostedTools = field(default_factory=HostedTools)
+    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
 
     @property
     def store(self) -> Store:
@@ -115,7 +117,7 @@ class Generations:
         events = self.log
         return Recorder(events.store, ttl=events.ttl, event_ttl=events.event_ttl,
                         log=events.open(log) if log is not None else None,
-                        conversation=conversation, stored=stored)
+                        conversation=conversation, stored=stored, tracing=self.tracing)
 
     def turn(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
              encode: bool = True, started: bool = False) -> Turn:

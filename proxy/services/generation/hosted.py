@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
+from proxy.tracing import Tracing
 
 NO_CALL = HostedCall()
 
@@ -43,3 +44,26 @@ class HostedTools:
 
     def get(self, kind: str) -> HostedRunner | None:
         return self.runners.get(kind)
+
+    def traced(self, tracing: Tracing | None) -> HostedTools:
+        """The same runners, each call in a span of its own when tracing is on."""
+        if tracing is None:
+            return self
+        return HostedTools({name: TracedRunner(r.kind, r, tracing)
+                            for name, r in self.runners.items()})
+
+
+@dataclass  # not frozen: HostedRunner's `kind` is a plain attribute
+class TracedRunner:
+    """A runner whose every call is a tool span (proxy/tracing.py); a failed result marks it."""
+
+    kind: HostedKind
+    runner: HostedRunner
+    tracing: Tracing
+
+    async def run(self, arguments: str, first: int, call: HostedCall = NO_CALL) -> HostedResult:
+        with self.tracing.tool_span(self.kind.name, "hosted") as span:
+            result = await self.runner.run(arguments, first, call)
+            if result.failed:
+                span.set_attribute("error.type", "tool_failed")
+            return result

@@ -53,6 +53,8 @@ class JobSpec:
     # The key's limits ticket, taken over by the worker (services/metering/limits.py
     # `Ticket.job_limit`).
     limit: dict[str, Any] | None = None
+    # The creating request's span (W3C `traceparent`; tracing on): the job's span is its child.
+    traceparent: str | None = None
 
     @property
     def priority(self) -> bool:
@@ -68,6 +70,8 @@ class JobSpec:
             data["mcp"] = self.mcp.to_spec()
         if self.limit:
             data["limit"] = self.limit
+        if self.traceparent:
+            data["traceparent"] = self.traceparent
         return orjson.dumps(data)
 
     @classmethod
@@ -90,7 +94,8 @@ class JobSpec:
                 conversation=_text(data.get("conversation")),
                 request_id=_text(data.get("request_id")),
                 mcp=LoopPlan.from_spec(data["mcp"]) if data.get("mcp") else None,
-                limit=dict(data["limit"]) if data.get("limit") else None)
+                limit=dict(data["limit"]) if data.get("limit") else None,
+                traceparent=_text(data.get("traceparent")))
         except (KeyError, TypeError, ValueError) as exc:
             raise UnreadableSpec(f"the job's spec lacks or mistypes a field: {exc}") from exc
 

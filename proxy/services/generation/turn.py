@@ -34,6 +34,7 @@ from proxy.services.eventlog.recorder import Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import StoredEvent
+from proxy.tracing import note_answer, note_first_chunk
 from proxy.upstream import map_transport_errors
 
 if TYPE_CHECKING:
@@ -178,9 +179,13 @@ class Turn:
         MCP call waits for the tool loop (the rest of that upstream turn is not read)."""
         assembler = self.assembler
         reader = ChatStreamReader(assembler)
+        span = call.span  # None unless tracing is on: then one check per read, nothing more
         try:
             with map_transport_errors(call.replica.url):
                 async for raw in call.response.aiter_raw():
+                    if span is not None:  # the first chunk: its time, once
+                        note_first_chunk(span)
+                        span = None
                     events = reader.feed(raw)
                     if events:
                         yield events
@@ -195,6 +200,8 @@ class Turn:
             # An interrupted turn's upstream was closed on purpose: say why, not "lost".
             yield assembler.fail(self._stop_reason or f"upstream connection lost: {exc.message}")
         finally:
+            if call.span is not None:
+                note_answer(call.span, assembler.usage, assembler.snapshot().get("id"))
             if assembler.done and not self._abandoned and self._stop_reason is None:
                 # The answer is whole; only the body's end (usually in the same read) may be
                 # left. Reading it lets the connection go back to the pool, but our client need

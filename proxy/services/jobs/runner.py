@@ -326,7 +326,15 @@ class Worker:
     async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
         """Run the job's generation (services/generation/builder.py) to its end, made known first
         so a
-        cancel or a shutdown reaches it; True once its end is stored."""
+        cancel or a shutdown reaches it; True once its end is stored. Traced: in a span, child
+        of the creating request's (proxy/tracing.py)."""
+        tracing = self._generations.tracing
+        if tracing is None:
+            return await self._run_turn(job, record, spec)
+        with tracing.job_span(spec.model, spec.traceparent, record.id):
+            return await self._run_turn(job, record, spec)
+
+    async def _run_turn(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
         turn = await self._generations.job(record, spec)
         if turn is None:  # no upstream: ended failed, its end stored
             self._ended_without_turn(t.S_FAILED)

@@ -72,6 +72,7 @@ from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
+from proxy.tracing import current_traceparent
 
 
 @dataclass
@@ -378,7 +379,9 @@ class ResponsesService:
                        # (the worker needs them), never in the stored Response object.
                        mcp=plan,
                        # The worker renews and frees the lease, counts the usage.
-                       limit=meter.job_limit())
+                       limit=meter.job_limit(),
+                       # The job's span joins this request's trace (None: tracing off).
+                       traceparent=current_traceparent())
         await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:

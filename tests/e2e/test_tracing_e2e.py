@@ -1,0 +1,228 @@
+"""OpenTelemetry traces from a real `serve` process to a real OTLP/HTTP receiver
+(tests/support/otlp.py): a span per request, a child span per upstream call with the GenAI
+attributes, the client's `traceparent` continued and the upstream call's sent to the replica
+(the simulator's `last_headers`), no prompt text and no key in any attribute; and a collector that
+never answers slows no request."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.servers import ServerProcess, start_mcp_server, start_proxy, start_searx
+
+KEY = "sk-e2e-trace-key-0123456789"
+PROMPT = "the heron counts copper spoons"
+INTERNAL, SERVER, CLIENT, CONSUMER = 1, 2, 3, 5  # OTLP's SpanKind numbers
+# Export often, so a test waits a fraction of a second, not the SDK's default 5 s.
+ENV = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SERVICE_NAME": "proxy-under-test"}
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def traced_proxy(simulator: ServerProcess, receiver: OtlpReceiver) -> Iterator[ServerProcess]:
+    server = start_proxy(simulator.url, "--otlp-endpoint", receiver.url, "--api-key", KEY,
+                         "--mcp-allow", "http://127.0.0.1", env=ENV)
+    yield server
+    server.stop()
+
+
+def _in_trace(trace_id: str) -> object:
+    def enough(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return (any(s.kind == SERVER for s in mine) and any(s.kind == CLIENT for s in mine)
+                and any(s.kind == INTERNAL for s in mine))
+    return enough
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
+        traced_proxy: ServerProcess, simulator: ServerProcess, receiver: OtlpReceiver,
+        stream: bool) -> None:
+    trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
+    headers = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{trace_id}-{parent_id}-01"}
+    answer = httpx.post(traced_proxy.url + "/v1/responses", headers=headers, timeout=30,
+                        json={"model": "sim-model", "input": PROMPT, "stream": stream})
+    assert answer.status_code == 200
+    response_id = (answer.json()["id"] if not stream else
+                   answer.text.split('"id":"', 1)[1].split('"', 1)[0])
+    sent = httpx.get(simulator.url + "/sim/stats", timeout=5).json()["last_headers"]
+    spans = [s for s in receiver.wait_for(_in_trace(trace_id)) if s.trace_id == trace_id]
+
+    [server] = [s for s in spans if s.kind == SERVER]
+    assert server.parent_id == parent_id  # the client's span: the trace is continued
+    assert server.name == "POST /v1/responses"
+    assert server.attributes["http.route"] == "/v1/responses"
+    assert server.attributes["http.request.method"] == "POST"
+    assert server.attributes["http.response.status_code"] == 200
+    assert server.attributes["proxy.key_id"] not in ("", "-")
+    assert server.service == "proxy-under-test"  # OTEL_SERVICE_NAME
+
+    [upstream] = [s for s in spans if s.kind == CLIENT]
+    assert upstream.parent_id == server.span_id
+    assert upstream.name == "chat sim-model"
+    attrs = upstream.attributes
+    assert attrs["gen_ai.request.model"] == "sim-model"
+    assert attrs["gen_ai.usage.input_tokens"] > 0
+    assert attrs["gen_ai.usage.output_tokens"] > 0
+    assert attrs["gen_ai.response.id"] == response_id
+    assert attrs["gen_ai.server.time_to_first_token"] >= 0
+    assert (attrs["server.address"], attrs["server.port"]) == ("127.0.0.1", simulator.port)
+    assert attrs["proxy.replica"] == "replica-1"  # its name (the fleet's, GET /fleet)
+
+    # The request's store write: the response's end (it is stored by default).
+    [store] = [s for s in spans if s.name == "store finish_response"]
+    assert store.parent_id == server.span_id and store.kind == INTERNAL
+
+    # The replica got the upstream call's span as its parent: vLLM's spans join this trace.
+    assert sent["traceparent"] == f"00-{trace_id}-{upstream.span_id}-01"
+
+    values = " ".join(str(v) for s in receiver.spans for v in s.attributes.values())
+    assert "heron" not in values and "copper" not in values
+    assert KEY not in values and KEY[3:] not in values
+
+
+def test_a_request_without_traceparent_starts_its_own_trace(
+        traced_proxy: ServerProcess, simulator: ServerProcess, receiver: OtlpReceiver) -> None:
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=30,
+                        headers={"authorization": f"Bearer {KEY}"},
+                        json={"model": "sim-model", "input": "hello there"})
+    assert answer.status_code == 200
+    sent = httpx.get(simulator.url + "/sim/stats", timeout=5).json()["last_headers"]
+    _, trace_id, span_id, _ = sent["traceparent"].split("-")
+    spans = [s for s in receiver.wait_for(_in_trace(trace_id)) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [upstream] = [s for s in spans if s.kind == CLIENT]
+    assert server.parent_id == "" and upstream.parent_id == server.span_id
+    assert upstream.span_id == span_id
+
+
+def test_a_background_job_joins_the_trace_of_the_request_that_queued_it(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=30, json={
+        "model": "sim-model", "input": "a job for later", "background": True},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200
+
+    def ran(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return any(s.kind == CONSUMER for s in mine) and any(s.kind == CLIENT for s in mine)
+    spans = [s for s in receiver.wait_for(ran) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [job] = [s for s in spans if s.kind == CONSUMER]
+    [upstream] = [s for s in spans if s.kind == CLIENT]
+    assert job.name == "job sim-model"
+    assert job.parent_id == server.span_id  # across the queue, through the job's spec
+    assert job.attributes["gen_ai.response.id"] == answer.json()["id"]
+    assert upstream.parent_id == job.span_id
+
+
+def test_an_mcp_call_is_a_tool_span_between_the_two_upstream_turns(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    tools_server = start_mcp_server()  # tests/support/mcp_server.py: `add` among its tools
+    try:
+        _check_mcp_trace(traced_proxy, tools_server, receiver)
+    finally:
+        tools_server.stop()
+
+
+def _check_mcp_trace(traced_proxy: ServerProcess, tools_server: ServerProcess,
+                     receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    tool = {"type": "mcp", "server_label": "calc", "server_url": f"{tools_server.url}/mcp",
+            "require_approval": "never"}
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=60, json={
+        "model": "sim-model", "tools": [tool],
+        "input": 'please add [[sim call=add call_args={"a":20,"b":22}]]'},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200
+    assert [i["type"] for i in answer.json()["output"]] == ["mcp_list_tools", "mcp_call",
+                                                            "message"]
+
+    def whole(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return (sum(s.kind == CLIENT for s in mine) >= 2
+                and any(s.name.startswith("execute_tool") for s in mine)
+                and any(s.kind == SERVER for s in mine))
+    spans = [s for s in receiver.wait_for(whole) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [tool_span] = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.kind == INTERNAL
+    calls = [s for s in spans if s.kind == CLIENT]
+    assert len(calls) == 2  # the turn that called the tool, the turn that answered
+    assert tool_span.name == "execute_tool add"
+    assert tool_span.parent_id == server.span_id
+    assert all(c.parent_id == server.span_id for c in calls)
+    assert tool_span.attributes["gen_ai.tool.name"] == "add"
+    assert tool_span.attributes["proxy.mcp.server"] == "calc"
+    assert "error.type" not in tool_span.attributes
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert '{"a"' not in values and tools_server.url not in values
+
+
+def test_a_hosted_web_search_is_a_tool_span(simulator: ServerProcess,
+                                            receiver: OtlpReceiver) -> None:
+    searx = start_searx()
+    proxy = start_proxy(simulator.url, "--web-search", f"{searx.url}/search",
+                        "--otlp-endpoint", receiver.url, env=ENV)
+    try:
+        trace_id = secrets.token_hex(16)
+        answer = httpx.post(proxy.url + "/v1/responses", timeout=60, json={
+            "model": "sim-model", "input": "What is the tallest mountain on Mars?",
+            "tools": [{"type": "web_search"}]},
+            headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+        assert answer.status_code == 200
+        assert answer.json()["output"][0]["type"] == "web_search_call"
+        spans = [s for s in receiver.wait_for(lambda got: any(
+            s.trace_id == trace_id and s.name.startswith("execute_tool") for s in got))
+            if s.trace_id == trace_id]
+    finally:
+        proxy.stop()
+        searx.stop()
+    [server] = [s for s in spans if s.kind == SERVER]
+    [tool_span] = [s for s in spans if s.name.startswith("execute_tool")]
+    assert tool_span.parent_id == server.span_id
+    assert tool_span.attributes["gen_ai.tool.type"] == "hosted"
+    assert "error.type" not in tool_span.attributes
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "Mars" not in values and "mountain" not in values
+
+
+def test_a_collector_that_never_answers_slows_no_request(simulator: ServerProcess) -> None:
+    # Accepts connections (the kernel's backlog) and never reads or answers: the worst case
+    # for an exporter, worse than a refused connection.
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        port = hole.getsockname()[1]
+        proxy = start_proxy(simulator.url, "--otlp-endpoint", f"http://127.0.0.1:{port}",
+                            env=ENV)
+        try:
+            started = time.monotonic()
+            for n in range(20):
+                answer = httpx.post(proxy.url + "/v1/responses", timeout=10,
+                                    json={"model": "sim-model", "input": f"ping {n}",
+                                          "stream": n % 2 == 0})
+                assert answer.status_code == 200
+                assert "completed" in answer.text
+            assert time.monotonic() - started < 5.0
+        finally:
+            stop_started = time.monotonic()
+            proxy.stop()
+        # The last export is waited for at shutdown, but bounded.
+        assert time.monotonic() - stop_started < 15.0
