@@ -20,7 +20,7 @@ from tests.support import topology_e2e
 from tests.support.clients import SDK
 from tests.support.cluster import RedisClusterGroup
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess, start_proxy, start_worker
+from tests.support.servers import ServerProcess
 from tests.support.topology_e2e import check_background_job_and_cancel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -37,15 +37,8 @@ def trio(simulator: ServerProcess, redis_cluster: RedisClusterGroup,
     redis_cluster.flush()
     path: Path = topology_e2e.keys_file(tmp_path_factory.mktemp("cluster") / "keys.json",
                                         KEY, "sk-cluster-rpm")
-    url = redis_cluster.url()
-    flags = ("--no-worker", "--keys-file", str(path), "--cache", "exact")
-    a = start_proxy(simulator.url, *flags, redis_url=url)
-    b = start_proxy(simulator.url, *flags, redis_url=url)
-    worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5",
-                          "--keys-file", str(path))
-    yield a, b
-    for server in (a, b, worker):
-        server.stop()
+    with topology_e2e.trio(simulator.url, redis_cluster.url(), path) as pair:
+        yield pair
 
 
 def sdk(server: ServerProcess) -> openai.OpenAI:

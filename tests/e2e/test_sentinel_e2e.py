@@ -17,7 +17,7 @@ from tests.support import topology_e2e
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.sentinel import SentinelGroup
-from tests.support.servers import ServerProcess, start_proxy, start_worker
+from tests.support.servers import ServerProcess
 from tests.support.topology_e2e import check_background_job_and_cancel
 
 pytestmark = pytest.mark.e2e
@@ -34,14 +34,8 @@ def trio(simulator: ServerProcess, sentinel_group: SentinelGroup,
         tuple[ServerProcess, ServerProcess]]:
     url = sentinel_group.url()
     keys = topology_e2e.keys_file(tmp_path_factory.mktemp("sentinel") / "keys.json", KEY, RPM_KEY)
-    flags = ("--no-worker", "--keys-file", str(keys), "--cache", "exact")
-    a = start_proxy(simulator.url, *flags, redis_url=url)
-    b = start_proxy(simulator.url, *flags, redis_url=url)
-    worker = start_worker(simulator.url, url, "--heartbeat-interval", "0.5",
-                          "--keys-file", str(keys))
-    yield a, b
-    for server in (a, b, worker):
-        server.stop()
+    with topology_e2e.trio(simulator.url, url, keys) as pair:
+        yield pair
 
 
 def sse(server: ServerProcess, method: str, path: str, **kwargs: Any) -> list[dict[str, Any]]:

@@ -3,8 +3,10 @@ the same state contract, whichever Redis topology the instances share."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -34,6 +36,23 @@ def sse(server: ServerProcess, key: str, method: str, path: str,
                       headers={"authorization": f"Bearer {key}"}, **kwargs) as reply:
         assert reply.status_code == 200, reply.read()
         return data_payloads(b"".join(reply.iter_raw()))
+
+
+@contextlib.contextmanager
+def trio(upstream: str, redis_url: str, keys: Any) -> Iterator[tuple[ServerProcess,
+                                                                      ServerProcess]]:
+    """Two instances (exact cache, the keys file `keys`) and a worker process on one Redis
+    topology; the two instances are yielded, all three stopped after."""
+    flags = ("--no-worker", "--keys-file", str(keys), "--cache", "exact")
+    a = servers.start_proxy(upstream, *flags, redis_url=redis_url)
+    b = servers.start_proxy(upstream, *flags, redis_url=redis_url)
+    worker = servers.start_worker(upstream, redis_url, "--heartbeat-interval", "0.5",
+                                  "--keys-file", str(keys))
+    try:
+        yield a, b
+    finally:
+        for server in (a, b, worker):
+            server.stop()
 
 
 def check_chain_across(a: ServerProcess, b: ServerProcess, key: str) -> Response:
