@@ -28,6 +28,7 @@ from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import Leases
 from proxy.services.files.files import Files
 from proxy.services.fleet.admission import Admission
+from proxy.services.fleet.embeddings import Embedder
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
@@ -45,7 +46,6 @@ from proxy.services.responses.create import ResponsesService
 from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
-from proxy.services.vectors.embedder import Embedder
 from proxy.services.vectors.filesearch import FileSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher

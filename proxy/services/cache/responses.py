@@ -24,7 +24,6 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -44,12 +43,13 @@ from proxy.core.cache.key import (
     responses_material,
 )
 from proxy.core.cache.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
-from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.errors import StoreUnavailable
 from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.types import EventBatch, Item, ResponseObject
 from proxy.metrics import CacheResult, Metrics
+from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
@@ -62,7 +62,6 @@ HIT: Final = "hit"
 MISS: Final = "miss"
 BYPASS: Final = "bypass"
 HEADER = "x-proxy-cache"
-EMBEDDINGS_PATH = "/v1/embeddings"
 # Output items a cached Responses answer may hold: anything else (function, custom, MCP calls,
 # approval requests, ...) asks the client or a tool to act, and is never replayed.
 _SERVABLE_ITEMS = frozenset({t.MESSAGE, t.REASONING})
@@ -104,6 +103,8 @@ class ResponseCache:
         self._tasks = tasks
         self._clock = clock
         self._semantic = settings.cache.mode == "semantic"
+        self._embedder = Embedder(fleet, settings.cache.embedding_model,
+                                  timeout=settings.cache.embedding_timeout, max_chars=None)
         self._planes: dict[int, Hyperplanes] = {}  # by vector length
 
     @property
@@ -225,23 +226,13 @@ class ResponseCache:
     async def embed(self, text: str) -> Vector | None:
         """The text's unit vector from the fleet, or None: an error, a refusal or a call slower
         than `--cache-embedding-timeout` is a miss, never a failed request."""
-        model = self._settings.cache.embedding_model
-        if model is None:
-            return None
-        body = orjson.dumps({"model": model, "input": text})
         try:
-            async with asyncio.timeout(self._settings.cache.embedding_timeout):
-                call = await self._fleet.open(model, EMBEDDINGS_PATH, body, stream=False)
-                try:
-                    raw = await call.response.aread()
-                finally:
-                    await call.aclose()
-            data = orjson.loads(raw)["data"][0]["embedding"]
-            return unit(data) if isinstance(data, list) else None
-        except (ProxyError, TimeoutError, OSError, orjson.JSONDecodeError, KeyError, IndexError,
-                TypeError, ValueError):
-            self._metrics.cache_embedding_error()
+            rows = await self._embedder.embed([text])
+        except EmbeddingFailed:
+            if self._embedder.model is not None:
+                self._metrics.cache_embedding_error()
             return None
+        return unit(rows[0])
 
     def _count(self, found: Lookup, seconds: float | None = None) -> Lookup:
         """`seconds`: how long the lookup took (a bypass looked nothing up)."""

@@ -19,7 +19,7 @@ from proxy.core.hosted import (
     HostedKind,
     HostedResult,
 )
-from proxy.services.vectors.embedder import EmbeddingFailed
+from proxy.services.fleet.embeddings import EmbeddingFailed
 from proxy.services.vectors.search import Searcher, UnknownStore
 
 log = logging.getLogger("proxy.vectors")

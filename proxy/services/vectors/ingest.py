@@ -33,7 +33,7 @@ from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
 from proxy.core.vectorsearch import unit_rows
 from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
-from proxy.services.vectors.embedder import Embedder, EmbeddingFailed
+from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
 

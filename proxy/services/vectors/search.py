@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from proxy.core.vectorsearch import Corpus, FileMeta, Hit, merged, search
-from proxy.services.vectors.embedder import Embedder
+from proxy.services.fleet.embeddings import Embedder
 from proxy.store.vectors import RedisVectorStores
 
 # Rows past which the product runs in a thread.

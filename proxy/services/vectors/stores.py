@@ -24,7 +24,7 @@ from proxy.core.fields import (
 from proxy.core.request.paging import PageRequest, list_body, paginate
 from proxy.core.vectorsearch import result
 from proxy.services.files.files import Files
-from proxy.services.vectors.embedder import EmbeddingFailed
+from proxy.services.fleet.embeddings import EmbeddingFailed
 from proxy.services.vectors.ingest import job_of
 from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings

@@ -1,5 +1,6 @@
-"""Embeddings from the fleet's `/v1/embeddings` with `--embedding-model` (the semantic cache's
-flag), for vector stores: many texts at once (ingestion) or one (a search).
+"""Embeddings from the fleet's `/v1/embeddings` with `--embedding-model`: the one client of that
+route, for vector stores (many texts at once for ingestion, one for a search) and the semantic
+cache (one text, with the cache's own shorter deadline).
 
 Batched: at most `BATCH` texts per call, calls one after another (a big file does not take
 every slot of a replica at once). Each call is bounded by `timeout` seconds; any failure (no
@@ -29,10 +30,13 @@ class EmbeddingFailed(Exception):
 
 
 class Embedder:
-    def __init__(self, fleet: Fleet, model: str | None, *, timeout: float = 60.0) -> None:
+    def __init__(self, fleet: Fleet, model: str | None, *, timeout: float = 60.0,
+                 max_chars: int | None = MAX_TEXT_CHARS) -> None:
         self._fleet = fleet
         self.model = model
         self._timeout = timeout
+        # Texts are cut to this (None: sent whole; the cache embeds its query as it is).
+        self._max_chars = max_chars
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         """(len(texts), dim) float32, in order."""
@@ -40,8 +44,10 @@ class Embedder:
             raise EmbeddingFailed("this server has no --embedding-model to index files with")
         rows: list[np.ndarray] = []
         for start in range(0, len(texts), BATCH):
-            rows.append(await self._call([t[:MAX_TEXT_CHARS] for t in
-                                          texts[start:start + BATCH]]))
+            batch = texts[start:start + BATCH]
+            if self._max_chars is not None:
+                batch = [t[:self._max_chars] for t in batch]
+            rows.append(await self._call(batch))
         return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
     async def _call(self, texts: list[str]) -> np.ndarray:
