@@ -109,14 +109,7 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
     if kind == MESSAGE:
         return _parse_message(item, ids, path)
     if kind == FUNCTION_CALL:
-        return _namespaced({
-            "id": _given_id(item, path) or ids(idp.FUNCTION_CALL),
-            "type": FUNCTION_CALL,
-            "call_id": req_str(item, "call_id", path),
-            "name": req_str(item, "name", path),
-            "arguments": req_str(item, "arguments", path, nonempty=False),
-            "status": "completed",
-        }, item, path)
+        return _parse_call(item, FUNCTION_CALL, idp.FUNCTION_CALL, "arguments", ids, path)
     if kind in (CUSTOM_TOOL_CALL, CUSTOM_TOOL_CALL_OUTPUT):
         return _parse_custom(item, kind, ids, path)
     if kind == FUNCTION_CALL_OUTPUT:
@@ -387,16 +380,22 @@ def _namespaced(out: Item, item: dict[str, Any], path: str) -> Item:
     return out
 
 
+def _parse_call(item: dict[str, Any], kind: str, prefix: str, text: str, ids: IdFactory,
+                path: str) -> Item:
+    """A function call (its `arguments`) or a custom tool call (its `input`) as stored."""
+    return _namespaced({
+        "id": _given_id(item, path) or ids(prefix),
+        "type": kind,
+        "call_id": req_str(item, "call_id", path),
+        "name": req_str(item, "name", path),
+        text: req_str(item, text, path, nonempty=False),
+        "status": "completed",
+    }, item, path)
+
+
 def _parse_custom(item: dict[str, Any], kind: str, ids: IdFactory, path: str) -> Item:
     if kind == CUSTOM_TOOL_CALL:
-        return _namespaced({
-            "id": _given_id(item, path) or ids(idp.CUSTOM_TOOL_CALL),
-            "type": CUSTOM_TOOL_CALL,
-            "call_id": req_str(item, "call_id", path),
-            "name": req_str(item, "name", path),
-            "input": req_str(item, "input", path, nonempty=False),
-            "status": "completed",
-        }, item, path)
+        return _parse_call(item, CUSTOM_TOOL_CALL, idp.CUSTOM_TOOL_CALL, "input", ids, path)
     return {
         "id": _given_id(item, path) or ids(idp.CUSTOM_TOOL_CALL_OUTPUT),
         "type": CUSTOM_TOOL_CALL_OUTPUT,
