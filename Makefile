@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench compat fuzz chaos soak redis-server nginx clean
+.PHONY: run test lint bench compat fuzz chaos soak image deploy-test deploy-packages redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,37 @@ chaos: $(STAMP) redis-server
 ## (default 300), sampling memory, fds, connections, tasks and Redis keys (docs/RELIABILITY.md).
 soak: $(STAMP) redis-server
 	$(BIN)/python -m reliability.soak
+
+## image: deploy/Dockerfile built as responses-proxy:local with docker (when `docker info`
+## answers) or podman; BASE_IMAGE=... swaps the base (any Debian-based image with python3 3.11
+## and its venv module). Podman gets the settings this host needs (reliability/containers.py).
+BASE_IMAGE ?= python:3.11-slim
+image:
+	$(PYTHON) -m reliability.containers image --base $(BASE_IMAGE)
+
+## deploy-test: the image built and run as the k8s manifests run it (read-only root, no
+## capabilities, uid 10001: /healthz, a response, a stream, SIGTERM drain), then the compose
+## stack (--profile cpu) through nginx with podman-compose: a stored stream, its replay from the
+## other instance, a background job. Without a registry it builds a Debian base (mmdebstrap)
+## and Redis/nginx images on it. Not in `make test`; a few minutes (README "Deploy").
+deploy-test: $(STAMP) deploy-packages
+	$(BIN)/python -m reliability.deploytest
+
+# What deploy-test needs from Debian (podman, its runtime and network, mmdebstrap for a base
+# where no registry answers), installed as root when podman or mmdebstrap is missing.
+DEPLOY_PACKAGES := podman runc crun uidmap slirp4netns fuse-overlayfs netavark aardvark-dns \
+	containernetworking-plugins mmdebstrap ca-certificates
+deploy-packages:
+	@{ command -v podman && command -v mmdebstrap && command -v runc; } >/dev/null 2>&1 || \
+	  docker info >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $(DEPLOY_PACKAGES) (apt-get)"; \
+	    (apt-get install -y -qq $(DEPLOY_PACKAGES) >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq $(DEPLOY_PACKAGES) >/dev/null)) ; \
+	  else \
+	    echo "podman is missing: sudo apt-get install $(DEPLOY_PACKAGES)"; \
+	    exit 1; \
+	  fi; }
 
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \

@@ -165,7 +165,9 @@ def test_compose_ports_and_health_checks_match_the_app() -> None:
     # nginx sends to the instances' port and publishes its own `listen` port.
     servers = [d for d in nginx_directives() if d.startswith("server proxy-")]
     assert servers == [f"server proxy-1:{port};", f"server proxy-2:{port};"]
-    assert services["nginx"]["ports"] == ["8080:80"]
+    # The published address is a variable (`make deploy-test` keeps it on loopback), 8080 by
+    # default.
+    assert services["nginx"]["ports"] == ["${NGINX_PUBLISH:-8080}:80"]
     assert "listen 80;" in nginx_directives()
     assert services["nginx"]["volumes"] == [
         "./nginx/responses-proxy.conf:/etc/nginx/conf.d/default.conf:ro"]
@@ -304,7 +306,11 @@ def test_dockerfile_builds_a_non_root_serve_image() -> None:
     # Python image by default.
     assert lines[0] == "ARG BASE_IMAGE=python:3.11-slim"
     assert lines[1] == "FROM ${BASE_IMAGE}"
-    assert any(line.startswith("RUN pip install .") for line in lines)
+    # A venv first on PATH: Debian's own python3 (a local base) has no `pip` and refuses
+    # installs into its system site-packages; python:3.11-slim works the same way.
+    assert "PATH=/opt/venv/bin:$PATH" in text
+    assert any(line.startswith("RUN python3 -m venv /opt/venv") for line in lines)
+    assert "&& pip install ." in text
     # Numeric uid:gid (runAsNonRoot checks it without /etc/passwd), the same as the manifests'.
     user = next(line for line in lines if line.startswith("USER ")).split()[1]
     assert re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", user), user
@@ -349,6 +355,48 @@ def test_compose_images_and_build_args_are_overridable() -> None:
     assert redis_images and nginx_images
     assert set(redis_images) == {"${REDIS_IMAGE:-redis:7.2}"}
     assert set(nginx_images) == {"${NGINX_IMAGE:-nginx:1.27}"}
+
+
+# The keys a compose service may have (the Compose Specification's service properties); a key
+# outside it (e.g. `args` beside `build` instead of in it) fails `docker compose` outright.
+COMPOSE_SERVICE_KEYS = {
+    "annotations", "attach", "blkio_config", "build", "cap_add", "cap_drop", "cgroup",
+    "cgroup_parent", "command", "configs", "container_name", "cpu_count", "cpu_percent",
+    "cpu_period", "cpu_quota", "cpu_rt_period", "cpu_rt_runtime", "cpu_shares", "cpus",
+    "cpuset", "credential_spec", "depends_on", "deploy", "develop", "device_cgroup_rules",
+    "devices", "dns", "dns_opt", "dns_search", "domainname", "entrypoint", "env_file",
+    "environment", "expose", "extends", "external_links", "extra_hosts", "gpus", "group_add",
+    "healthcheck", "hostname", "image", "init", "ipc", "isolation", "labels", "links",
+    "logging", "mac_address", "mem_limit", "mem_reservation", "mem_swappiness", "memswap_limit",
+    "network_mode", "networks", "oom_kill_disable", "oom_score_adj", "pid", "pids_limit",
+    "platform", "ports", "privileged", "profiles", "pull_policy", "read_only", "restart",
+    "runtime", "scale", "secrets", "security_opt", "shm_size", "stdin_open", "stop_grace_period",
+    "stop_signal", "storage_opt", "sysctls", "tmpfs", "tty", "ulimits", "user", "userns_mode",
+    "uts", "volumes", "volumes_from", "working_dir"}
+
+
+def test_compose_services_use_only_compose_keys() -> None:
+    for path in (COMPOSE, DEPLOY / "docker-compose.sentinel.yml"):
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            unknown = set(service) - COMPOSE_SERVICE_KEYS - {"<<"}
+            assert not unknown, f"{path.name}: {name} has {sorted(unknown)}"
+
+
+def test_compose_redis_accepts_the_proxies_without_protected_mode() -> None:
+    """A Redis with no password refuses every non-loopback client in protected mode (`DENIED`):
+    Debian's redis-server (a local REDIS_IMAGE) has it on, so the compose files turn it off;
+    Redis publishes no port, only the compose network reaches it."""
+    sentinel = yaml.safe_load((DEPLOY / "docker-compose.sentinel.yml").read_text())
+    commands = [compose()["services"]["redis"]["command"],
+                sentinel["services"]["redis"]["command"],
+                sentinel["services"]["redis-replica"]["command"]]
+    for command in commands:
+        assert command[0] == "redis-server"
+        assert command[command.index("--protected-mode") + 1] == "no"
+    assert "protected-mode no" in sentinel["x-sentinel"]["command"][0]
+    for stack in (compose(), sentinel):
+        assert all("ports" not in service for name, service in stack["services"].items()
+                   if name.startswith("redis"))
 
 
 def dashboard_queries() -> Iterator[str]:
