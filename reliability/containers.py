@@ -24,6 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,45 +71,61 @@ def engine() -> str:
                      "(Debian/Ubuntu: apt-get install podman runc)")
 
 
-def _mounts() -> list[tuple[str, str]]:
-    lines = Path("/proc/mounts").read_text().splitlines()
-    return [(fields[1], fields[2]) for fields in (line.split() for line in lines)]
+@dataclass(frozen=True)
+class HostFacts:
+    """What podman's defaults depend on, read from /proc (`read`) or given (tests)."""
+
+    mounts: list[tuple[str, str]]  # (mount point, filesystem type)
+    hard_nofile: int
+    hard_nproc: int
+    cap_sys_resource: bool
+    systemd: bool
+
+    @classmethod
+    def read(cls) -> HostFacts:
+        lines = Path("/proc/mounts").read_text().splitlines()
+        limits = Path("/proc/self/limits").read_text()
+        status = Path("/proc/self/status").read_text()
+        return cls(mounts=[(f[1], f[2]) for f in (line.split() for line in lines)],
+                   hard_nofile=_hard_limit(limits, "Max open files"),
+                   hard_nproc=_hard_limit(limits, "Max processes"),
+                   cap_sys_resource=_has_cap(status, CAP_SYS_RESOURCE),
+                   systemd=Path("/run/systemd/system").exists())
 
 
-def _hard_limit(name: str) -> int:
-    for line in Path("/proc/self/limits").read_text().splitlines():
+def _hard_limit(limits: str, name: str) -> int:
+    for line in limits.splitlines():
         if line.startswith(name):
             value = line[len(name):].split()[1]
-            return PODMAN_DEFAULT_NOFILE * 1024 if value == "unlimited" else int(value)
-    return PODMAN_DEFAULT_NOFILE
+            return sys.maxsize if value == "unlimited" else int(value)
+    return sys.maxsize
 
 
-def _has_cap(bit: int) -> bool:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _has_cap(status: str, bit: int) -> bool:
+    for line in status.splitlines():
         if line.startswith("CapEff:"):
             return bool(int(line.split()[1], 16) >> bit & 1)
     return False
 
 
-def podman_settings() -> dict[str, list[tuple[str, str]]]:
+def podman_settings(facts: HostFacts | None = None) -> dict[str, list[tuple[str, str]]]:
     """containers.conf lines per table, each with why this host needs it ({} when none)."""
+    facts = facts or HostFacts.read()
     tables: dict[str, list[tuple[str, str]]] = {}
-    mounts = _mounts()
-    v2_root = ("/sys/fs/cgroup", "cgroup2") in mounts
-    if not v2_root and any(kind == "cgroup2" for _, kind in mounts) and any(
-            kind == "cgroup" for _, kind in mounts):
+    kinds = {kind for _, kind in facts.mounts}
+    if ("/sys/fs/cgroup", "cgroup2") not in facts.mounts and {"cgroup", "cgroup2"} <= kinds:
         tables.setdefault("engine", []).append((
             'runtime = "runc"',
             "hybrid cgroups (v1 controllers plus a v2 tree): crun refuses to start a container "
             "(`cgroups in hybrid mode not supported`)"))
-    if not Path("/run/systemd/system").exists():
+    if not facts.systemd:
         tables.setdefault("engine", []).extend([
             ('cgroup_manager = "cgroupfs"', "no systemd to ask for cgroups"),
             ('events_logger = "file"', "no journald"),
         ])
-    if not _has_cap(CAP_SYS_RESOURCE):
-        nofile = min(_hard_limit("Max open files"), PODMAN_DEFAULT_NOFILE)
-        nproc = min(_hard_limit("Max processes"), PODMAN_OWN_NPROC)
+    if not facts.cap_sys_resource:
+        nofile = min(facts.hard_nofile, PODMAN_DEFAULT_NOFILE)
+        nproc = min(facts.hard_nproc, PODMAN_OWN_NPROC)
         tables.setdefault("containers", []).append((
             f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]',
             "no CAP_SYS_RESOURCE: podman's default limits (1048576) are above this host's hard "
