@@ -99,12 +99,12 @@ deploy-test: $(STAMP) deploy-packages
 	$(BIN)/python -m reliability.deploytest
 
 # What deploy-test needs from Debian (podman, its runtime and network, mmdebstrap for a base
-# where no registry answers), installed as root when podman or mmdebstrap is missing.
+# where no registry answers), installed as root when one is missing. deploy-test runs podman
+# even where docker runs (its compose part is podman-compose's).
 DEPLOY_PACKAGES := podman runc crun uidmap slirp4netns fuse-overlayfs netavark aardvark-dns \
 	containernetworking-plugins mmdebstrap ca-certificates
 deploy-packages:
-	@{ command -v podman && command -v mmdebstrap && command -v runc; } >/dev/null 2>&1 || \
-	  docker info >/dev/null 2>&1 || { \
+	@{ command -v podman && command -v mmdebstrap && command -v runc; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing $(DEPLOY_PACKAGES) (apt-get)"; \
 	    (apt-get install -y -qq $(DEPLOY_PACKAGES) >/dev/null 2>&1 || \

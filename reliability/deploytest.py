@@ -3,10 +3,9 @@ stack up, each checked with the OpenAI SDK (issue 28).
 
     python -m reliability.deploytest            # a few minutes; the first run builds the bases
 
-1. The engine (docker when its daemon answers, else podman with the settings this host needs:
-   reliability/containers.py) and a base: the official Python image when a registry answers,
-   else a Debian bookworm base made with mmdebstrap, with Redis and nginx images built on it
-   from deploy/local/ (kept between runs).
+1. Podman, with the settings this host needs (reliability/containers.py), and a base: the
+   official Python image when a registry answers, else a Debian bookworm base made with
+   mmdebstrap, with Redis and nginx images built on it from deploy/local/ (kept between runs).
 2. `make image`'s build of deploy/Dockerfile on that base.
 3. One instance and a simulator, each as deploy/k8s/proxy-deployment.yaml runs a pod: read-only
    root, every capability dropped, no-new-privileges, uid:gid 10001:10001, the port on
@@ -23,6 +22,7 @@ Everything started is removed at the end, also on failure; every wait is bounded
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,7 +43,6 @@ from reliability.containers import (
     ROOT,
     build,
     build_local_base,
-    engine,
     engine_env,
     podman_settings,
     registry_reachable,
@@ -66,7 +65,12 @@ class Deploy:
     """The engine, its environment and what this run started, with a log of every step."""
 
     def __init__(self) -> None:
-        self.engine = engine()
+        # podman even where docker runs: the compose part is podman-compose's (its container
+        # names, labels and `healthcheck run`); `make image` alone takes either.
+        if not shutil.which("podman"):
+            raise SystemExit("make deploy-test runs podman and podman-compose: apt-get install "
+                             "podman runc (README \"Deploy\"); `make image` also takes docker")
+        self.engine = "podman"
         self.env = engine_env(self.engine)
         self.steps: list[tuple[str, float, str]] = []
 
@@ -94,6 +98,13 @@ class Deploy:
 
     def logs(self, container: str, lines: int = 200) -> str:
         return self.sh("logs", "--tail", str(lines), container, timeout=30, check=False)
+
+    def dump(self, *containers: str) -> None:
+        """The last lines of each container's log, for a failed step (before it is removed)."""
+        for name in containers:
+            out = self.logs(name, 15).strip()
+            if out and "no such container" not in out.lower():
+                print(f"--- last lines of {name}:\n{out}", flush=True)
 
     def ip(self, container: str) -> str:
         return self.sh("inspect", "-f",
@@ -245,10 +256,7 @@ def single_down(deploy: Deploy) -> None:
 # --- 4: the compose stack -----------------------------------------------------------------
 
 def compose_command(deploy: Deploy) -> list[str]:
-    """podman-compose 1.x from PyPI in our cache (Debian bookworm's 1.0.3 has no --profile and
-    ignores network aliases); `docker compose` with docker."""
-    if deploy.engine == "docker":
-        return ["docker", "compose"]
+    """podman-compose 1.x from PyPI in our cache: Debian bookworm's 1.0.3 has no --profile."""
     tool = COMPOSE_TOOLS / "bin" / "podman-compose"
     if not tool.exists():
         run([sys.executable, "-m", "venv", str(COMPOSE_TOOLS)], timeout=120)
@@ -270,11 +278,15 @@ def compose(deploy: Deploy, chosen: dict[str, str]) -> Iterator[tuple[str, Calla
 
     try:
         yield f"http://127.0.0.1:{port}", call
+    except Exception:
+        deploy.dump(*(f"{PREFIX}_{service}_1" for service in ("proxy-1", "proxy-2", "worker",
+                                                             "nginx", "redis")))
+        raise
     finally:
         started = time.monotonic()
         run([*base, "down", "-v", "-t", "10"], timeout=180, env=env, check=False)
         left = deploy.sh("ps", "-aq", "--filter", f"label=io.podman.compose.project={PREFIX}",
-                         check=False).split() if deploy.engine == "podman" else []
+                         check=False).split()
         if left:
             deploy.sh("rm", "-f", "-t", "0", *left, check=False)
         print(f"    compose stack down ({time.monotonic() - started:.1f} s)", flush=True)
@@ -305,19 +317,17 @@ def _compose_up(deploy: Deploy, call: Callable[..., str], url: str) -> str:
     took = deploy.wait("nginx → /healthz", lambda: httpx.get(url + "/healthz", timeout=2)
                        .status_code == 200, timeout=90)
     # Podman runs health checks from systemd timers; without systemd, run each one here.
-    checked = []
-    if deploy.engine == "podman":
-        for service in ("redis", "proxy-1", "proxy-2"):
-            name = f"{PREFIX}_{service}_1"
-            deploy.wait(f"{service} health check", partial(_healthy, deploy, name), timeout=60)
-            checked.append(service)
+    checked = ("redis", "proxy-1", "proxy-2")
+    for service in checked:
+        deploy.wait(f"{service} health check", partial(_healthy, deploy, f"{PREFIX}_{service}_1"),
+                    timeout=60)
     deploy.wait("/readyz through nginx", lambda: httpx.get(url + "/readyz", timeout=2)
                 .status_code == 200, timeout=60)
     running = deploy.sh("ps", "--filter", f"label=io.podman.compose.project={PREFIX}",
-                        "--format", "{{.Names}}").split() if deploy.engine == "podman" else []
-    return (f"{len(running) or 'all'} containers ({', '.join(n.split('_')[1] for n in running)})"
-            f"; /healthz through nginx after {took:.1f} s; health checks pass: "
-            f"{', '.join(checked) or 'engine-run'}")
+                        "--format", "{{.Names}}").split()
+    return (f"{len(running)} containers ({', '.join(n.split('_')[1] for n in running)}); "
+            f"/healthz through nginx after {took:.1f} s; health checks pass: "
+            f"{', '.join(checked)}")
 
 
 def _healthy(deploy: Deploy, container: str) -> bool:
@@ -389,9 +399,8 @@ def _background(deploy: Deploy, url: str) -> str:
 def main() -> int:
     started = time.monotonic()
     deploy = Deploy()
-    settings = podman_settings() if deploy.engine == "podman" else {}
     print(f"engine: {deploy.engine}; CONTAINERS_CONF={deploy.env.get('CONTAINERS_CONF', '-')}")
-    for table, lines in settings.items():
+    for table, lines in podman_settings().items():
         for line, why in lines:
             print(f"  [{table}] {line}  # {why}")
     failed = None
@@ -401,16 +410,15 @@ def main() -> int:
         deploy.step("image (make image)", lambda: image(deploy, chosen["BASE_IMAGE"]))
         try:
             single(deploy)
+        except Exception:
+            deploy.dump(f"{PREFIX}-proxy", f"{PREFIX}-sim")
+            raise
         finally:
             single_down(deploy)
         stack(deploy, chosen)
     except (AssertionError, RuntimeError, httpx.HTTPError, openai.OpenAIError) as exc:
         failed = exc
         print(f"FAIL: {type(exc).__name__}: {exc}", flush=True)
-        for name in (f"{PREFIX}-proxy", f"{PREFIX}_proxy-1_1", f"{PREFIX}_nginx_1"):
-            out = deploy.logs(name, 15)
-            if out and "no such container" not in out.lower():
-                print(f"--- last lines of {name}:\n{out}")
     print(f"\nsummary ({deploy.engine}, {time.monotonic() - started:.0f} s in all):")
     for name, took, detail in deploy.steps:
         print(f"  {took:6.1f} s  {name}: {detail}")
