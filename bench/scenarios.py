@@ -58,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import cgroups, cores, machine, spy
+from bench import cgroups, cores, machine, report, spy, targets
 from bench.cores import ProcessShare
 from bench.matrix import Bench, plan_row
 from bench.options import ROOT, Options, parse_options
@@ -252,8 +252,7 @@ class Scenarios:
         if self.spy_exe is not None:
             self.spy = spy.Spy(self.spy_exe, log_dir, nonblocking=not self.spy_blocking)
         redis_dir = tempfile.mkdtemp(prefix="bench-scenarios-")
-        stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
-                                   worker_concurrency=max(sizes.streams, 64)))
+        stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning))  # no background rows
         extra: list[Service] = []
         try:
             with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
@@ -424,6 +423,10 @@ def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, s
                 f"| {_n(r.ttft_ms['p50'])} | {_n(r.ttft_p50_delta_ms, 1, True)} "
                 f"| {_n(r.ttft_ms['p99'])} | {_n(cpu['proxy'])} | {_n(cpu['redis'])} "
                 f"| {_n(cpu['both'])} | {_n(r.proxy_core_pct, 0)} | {r.errors} |")
+        if table == "burst":
+            lines += ["", "Issue 29's burst targets (reported, not asserted; `bench/targets.py`):",
+                      *report.targets_lines(targets.burst([m.row for m in rows],
+                                                          sizes.streams, sizes.delay))]
     short = [m for m in results if m.table == "short"]
     if short:
         lines += ["", f"**Short answers: {sizes.short_tokens} tokens at 0 ms/token, "
