@@ -145,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bounded = (options.requests, options.max_seconds)
         print(f"bench.cache: 1 stream, {options.requests} requests per row at most, "
               f"{options.max_seconds:.0f} s per row at most; shared machine: compare within "
-              "one run")
+              "one run; proxy flags: " + "; ".join(
+                  f"{name}: {' '.join(flags) or 'none (the default)'}"
+                  for name, flags in MODE_FLAGS.items()))
         for label, make in (("responses", responses), ("chat", chat)):
             run_row(list(conns.values()), make, lambda n: f"warm {uuid.uuid4().hex}", None, 30,
                     10)

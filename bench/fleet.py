@@ -256,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     print(f"bench.fleet: 3 replicas, {options.conversations} conversations x {options.turns} "
           f"turns, shared system prompt, prefill {options.prefill_ms_per_token} ms/token, "
-          f"{options.token_delay_ms} ms/token; shared machine: compare within one run")
+          f"{options.token_delay_ms} ms/token; shared machine: compare within one run; proxy "
+          f"flags: --routing per policy, none for {DEFAULT_ROUTING} (the default)")
     try:
         redis_port = free_port()
         servers.start("redis", [redis_exe, "--bind", HOST, "--port", str(redis_port), "--save",
