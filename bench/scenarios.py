@@ -505,12 +505,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--delay", type=float,
                         help="ms per token of the placement and burst rows (default 20)")
     parser.add_argument("--budget", type=float, default=BUDGET,
-                        help=f"cores per proxy process in the budgeted rows (default {BUDGET:g})")
+                        help=f"cores per proxy process in the budgeted rows (default {BUDGET:g}; "
+                        "x 4 processes at most one core)")
     spy.add_arguments(parser, "each row through it")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.budget <= 1:
         parser.error("--budget takes a share of one core, > 0 and <= 1")
     sizes = QUICK if args.quick else Sizes()
+    if args.budget * max(sizes.workers) > 1:  # every budgeted process shares core 0
+        parser.error(f"--budget x {max(sizes.workers)} processes must fit in one core")
     if args.streams:
         sizes = dataclasses.replace(sizes, streams=args.streams)
     if args.tokens:
