@@ -36,11 +36,13 @@ lint: $(STAMP)
 
 ## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
 ## 1,024 streams through one replica at 20 and 100 ms a token, default flags (issue 25); then
-## issue 18's rows (Redis beside the proxy and apart, the burst, short answers, 1 and 2
-## processes: bench/scenarios.py); then the response cache's hit and miss latency at one
-## stream (bench/cache.py); then the routing policies on a fleet of three simulators with
-## prefix caches (bench/fleet.py); then a 20-step tool-calling loop over WebSocket against
-## HTTP+SSE (bench/wsloop.py); then what a token costs a bare Python relay (bench/floor.py);
+## issue 18's rows (Redis beside the proxy and apart, the burst with issue 29's targets, short
+## answers, 1 and 2 processes: bench/scenarios.py) and issue 29's `serve --workers 1/2/4`
+## with a CPU budget per process, per core (bench/cores.py); then the response cache's hit
+## and miss latency at one stream (bench/cache.py); then the routing policies on a fleet of
+## three simulators with prefix caches (bench/fleet.py); then a 20-step tool-calling loop
+## over WebSocket against HTTP+SSE (bench/wsloop.py); then what a token costs a bare Python
+## relay (bench/floor.py);
 ## then vector stores' ingestion (pages/s) and search at 10^4 and 10^5 chunks (bench/vectors.py);
 ## then one Redis primary against a 3-primary cluster (bench/topology.py).
 ## It installs py-spy (the `bench` extra) for `--spy` profiles.

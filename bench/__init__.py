@@ -26,6 +26,8 @@ Modules, one concept each:
     scenarios `python -m bench.scenarios`: Redis beside the proxy or apart, the burst, short
               answers (requests per CPU-second), `serve --workers 1` against 2, unpinned and
               with a CPU budget per process (issue 18)
+    cores     the budgeted rows: `serve --workers 1, 2, 4` under a CPU quota per process,
+              stated per core (tokens/s, streams at 20 ms/token, requests/s; issue 29)
     cgroups   CPU budgets: one cgroup per process with a CFS quota, always removed after
     spy       `--spy`: a py-spy sampling profile of the proxy per row, summarised by function
               and by bucket, in µs per token

@@ -2,7 +2,8 @@
 and saves, at one stream.
 
 Servers: one redis-server, the simulator, and three proxies on the same Redis and simulator:
-`--cache off`, `--cache exact`, `--cache semantic --embedding-model sim-model`. One client,
+the cache off (the default: no flag), `--cache exact`, `--cache semantic --embedding-model
+sim-model`; every other flag at its default (`MODE_FLAGS`). One client,
 one keep-alive connection per proxy, one request at a time (`POST /v1/responses`, JSON,
 `store: false`, a 16-token answer at no token delay, so the latency is the proxy's own work
 plus one simulator answer). Rows:
@@ -39,6 +40,10 @@ from bench.stack import HOST, http_ok, redis_and_simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MISS_MS = 1.0
+# Each proxy's flags beyond its addresses: the cache mode it measures (off is the default, so
+# none), and for semantic the embedding model it needs (there is no default one).
+MODE_FLAGS = {"off": [], "exact": ["--cache", "exact"],
+              "semantic": ["--cache", "semantic", "--embedding-model", "sim-model"]}
 
 
 class Conn:
@@ -127,13 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         logs, env, redis_port, sim_port = base.logs, base.env, base.redis_port, base.sim_port
         ports: dict[str, int] = {}
-        modes = {"off": ["--cache", "off"], "exact": ["--cache", "exact"],
-                 "semantic": ["--cache", "semantic", "--embedding-model", "sim-model"]}
-        for name, flags in modes.items():
+        for name, flags in MODE_FLAGS.items():
             port = ports[name] = free_port()
             proxy = Service(f"proxy-{name}", [
                 sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
-                "--upstream", f"http://{HOST}:{sim_port}", "--no-worker",
+                "--upstream", f"http://{HOST}:{sim_port}",
                 "--redis-url", f"redis://{HOST}:{redis_port}/0", *flags],
                 logs / f"proxy-{name}.log", env=env)
             services.append(proxy.start(ready(port)))
@@ -142,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bounded = (options.requests, options.max_seconds)
         print(f"bench.cache: 1 stream, {options.requests} requests per row at most, "
               f"{options.max_seconds:.0f} s per row at most; shared machine: compare within "
-              "one run")
+              "one run; proxy flags: " + "; ".join(
+                  f"{name}: {' '.join(flags) or 'none (the default)'}"
+                  for name, flags in MODE_FLAGS.items()))
         for label, make in (("responses", responses), ("chat", chat)):
             run_row(list(conns.values()), make, lambda n: f"warm {uuid.uuid4().hex}", None, 30,
                     10)

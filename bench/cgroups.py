@@ -165,12 +165,12 @@ class Budgets:
             _write(self.parent / "cgroup.subtree_control", "+cpu")
         return self
 
-    def limit(self, name: str, pid: int, cores: float) -> Group:
+    def limit(self, name: str, pid: int, cores: float, period_us: int = PERIOD_US) -> Group:
         path = self.parent / name
         path.mkdir()
         group = Group(name, path, pid, cores)
         self.groups.append(group)  # before the writes: a half-made group is removed too
-        for file, value in quota_files(self.hierarchy.version, cores).items():
+        for file, value in quota_files(self.hierarchy.version, cores, period_us).items():
             _write(path / file, value)
         _write(path / "cgroup.procs", str(pid))  # the whole process: every thread moves
         return group

@@ -54,8 +54,7 @@ def run(systems: Sequence[str], concurrency: int, delay: float, rounds: int,
     log_dir = options.results_dir / f"clients-{time.strftime('%Y%m%dT%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], list[Row]] = {}
-    stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
-                               worker_concurrency=concurrency))
+    stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning))  # no background rows
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
             alt, alt_port = _alternative(stack, log_dir)

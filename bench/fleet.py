@@ -43,6 +43,7 @@ from bench.procs import Service, free_port
 from bench.stack import HOST, http_get, http_ok, redis_ok
 
 POLICIES = ("affinity", "round_robin", "least_loaded")
+DEFAULT_ROUTING = "affinity"  # `serve`'s default: its row passes no --routing
 SLOW_FACTOR = 4
 # The shared system prompt: long enough that caching it matters, the same for everyone.
 INSTRUCTIONS = " ".join(f"Rule {n}: answer briefly, cite nothing, stay polite." for n in range(40))
@@ -192,6 +193,12 @@ class Servers:
                 self.services.remove(service)
 
 
+def routing_flags(policy: str) -> list[str]:
+    """The one flag a row passes beyond addresses: the policy it measures; none for the
+    default's (affinity)."""
+    return [] if policy == DEFAULT_ROUTING else ["--routing", policy]
+
+
 def scenario(servers: Servers, name: str, slow: bool, redis_port: int,
              options: argparse.Namespace, out: list[Row]) -> None:
     sims: list[int] = []
@@ -209,8 +216,8 @@ def scenario(servers: Servers, name: str, slow: bool, redis_port: int,
         proxy = f"proxy-{name}-{policy}"
         servers.start(proxy, [
             sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
-            *upstreams, "--no-worker", "--redis-url", f"redis://{HOST}:{redis_port}/0",
-            "--routing", policy], port, "/readyz")
+            *upstreams, "--redis-url", f"redis://{HOST}:{redis_port}/0",
+            *routing_flags(policy)], port, "/readyz")
         for sim in sims:
             http_get(sim, "/sim/reset", method="POST")
         row = Row(name, policy)
@@ -249,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     print(f"bench.fleet: 3 replicas, {options.conversations} conversations x {options.turns} "
           f"turns, shared system prompt, prefill {options.prefill_ms_per_token} ms/token, "
-          f"{options.token_delay_ms} ms/token; shared machine: compare within one run")
+          f"{options.token_delay_ms} ms/token; shared machine: compare within one run; proxy "
+          f"flags: --routing per policy, none for {DEFAULT_ROUTING} (the default)")
     try:
         redis_port = free_port()
         servers.start("redis", [redis_exe, "--bind", HOST, "--port", str(redis_port), "--save",

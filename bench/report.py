@@ -146,6 +146,7 @@ def render(meta: dict[str, Any], rows: Sequence[Row], targets: Sequence[Target],
         f"- command: `{meta['command']}`",
         f"- proxy: `{meta['proxy_command']}`; idle it burns "
         f"{meta['proxy_idle_cpu_ms_per_s']:.1f} ms CPU per second",
+        f"- proxy flags: {meta.get('proxy_flags', '-')}",
         f"- {meta['proxy_source']}",
         f"- pinning: {meta['pinning']['plan']}",
     ]

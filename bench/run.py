@@ -95,11 +95,13 @@ def _run_bench(options: Options, out: Callable[[str], None]) -> BenchResult:
     meta["logs"] = _relative(log_dir)
     failure: Exception | None = None
     profile = log_dir / "proxy.prof" if options.profile else None
+    background = max(options.concurrency) if "background" in options.systems else None
     stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning, profile=profile,
-                               worker_concurrency=max(options.concurrency)))
+                               background_concurrency=background))
     sources = machine.source_digests(ROOT / "proxy")
     with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
         meta["proxy_command"] = stack.proxy_command
+        meta["proxy_flags"] = stack.flags_note
         meta["pinning"] = {"plan": pinning.note, "verified": _verified(stack)}
         for name, masks in meta["pinning"]["verified"].items():
             out(f"  {name}: cpu {masks}")

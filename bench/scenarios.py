@@ -10,8 +10,8 @@ figures). What runs, on this machine's two cores:
     proxy "apart"    serve, pinned to core 0, using redis apart   (the matrix's placement)
     proxy "beside"   serve, pinned to core 0, using redis beside  (one host, one core)
     proxy "w1", "w2" serve --workers 1 / 2 on redis apart, not pinned (the processes rows)
-    proxy "b1", "b2" serve --workers 1 / 2 on redis apart, pinned to core 0, each process
-                     in its own cgroup with a CPU quota (the budgeted rows)
+    proxy "b1", "b2", "b4"  serve --workers 1 / 2 / 4 on redis apart, pinned to core 0, each
+                     process in its own cgroup with a CPU quota (the budgeted rows)
 
 The proxies not being measured sit idle. Every row's CPU is counted for the proxy (its worker
 processes included) and for the Redis it uses: Redis's work is caused by the proxy, so
@@ -26,14 +26,15 @@ Tables:
   processes  the short load at 64 streams through `serve --workers 1` and `--workers 2`, all
              processes unpinned (both cores shared by the proxy, Redis, the simulator and the
              load generator: see the docs for what that bounds);
-  budgeted   the same load (and a 256-token stream at 0 ms/token) through `serve --workers 1`
-             and `--workers 2` where every proxy process (the idle supervisor too) runs in a
-             cgroup of its own with the same CPU quota B (`--budget`, 0.4 core: `cgroups.py`),
-             all of them on core 0: 1 process has B, 2 have 2B, so the rows show whether
-             throughput doubles with the processes when each has a CPU of its own, which an
-             unpinned 2-core machine cannot give. Each row reports every process's CPU and
-             how often its quota ran out (`cpu.stat`), so one can see the budget was what
-             bound it, and the load core's busy %, so one can see the load side was not.
+  budgeted   `serve --workers 1`, `2` and `4` where every proxy process (the idle supervisor
+             too) runs in a cgroup of its own with the same CPU quota B (`--budget`, 0.2 core),
+             all of them on core 0: short answers (64 streams; the quota binds: req/s per
+             core) and 256-token streams at 20 ms/token (32 streams per process; the quota
+             does not bind: CPU per token gives tokens/s and streams per core), then one row
+             per system checking the derived streams per core through 1 process. Each row
+             reports every process's CPU and how often its quota ran out (`cpu.stat`), and
+             core 1's busy % with the simulator's, Redis's and the load generator's shares, so
+             one can see the load side was not the bound (bench/cores.py, issue 29).
              Skipped, with one line saying why, where cgroups are not writable (non-root, CI).
 
 `--spy` records a py-spy profile of the proxy during each row through it (`spy.py`) and writes
@@ -58,15 +59,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import cgroups, machine, spy
+from bench import cgroups, cores, machine, report, spy, targets
+from bench.cores import ProcessShare
 from bench.matrix import Bench, plan_row
 from bench.options import ROOT, Options, parse_options
 from bench.procs import (
     CLK_TCK,
-    POLL,
     Pinning,
     Service,
-    cpu_ticks,
     free_port,
     pin_self,
     plan_pinning,
@@ -81,9 +81,8 @@ STREAM_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 SHORT_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 PROCESS_SYSTEMS = ("responses", "responses-store")
 TABLES = ("placement", "burst", "short", "processes", "budgeted")
-BUDGET = 0.4  # cores per proxy process in the budgeted rows
-BUDGET_STREAM_TOKENS = 256  # the budgeted streaming row: 256-token answers at 0 ms/token
-CHILDREN_TIMEOUT = 30.0
+BUDGET = cores.BUDGET  # cores per proxy process in the budgeted rows
+BUDGET_STREAM_TOKENS = 256  # the budgeted streaming rows: 256-token answers at 20 ms/token
 
 
 @dataclass(frozen=True)
@@ -96,11 +95,14 @@ class Sizes:
     short_tokens: int = 16
     seconds: float = 5.0
     waves: int = 2
-    stream_tokens: int = BUDGET_STREAM_TOKENS  # the budgeted streaming row
+    stream_tokens: int = BUDGET_STREAM_TOKENS  # the budgeted streaming rows
+    stream_delay: float = cores.STREAM_DELAY_MS
+    streams_per_process: int = cores.STREAMS_PER_PROCESS  # the budgeted streaming rows
+    workers: tuple[int, ...] = cores.WORKERS  # the budgeted rows' `serve --workers N`
 
 
 QUICK = Sizes(streams=16, tokens=32, short_streams=8, process_streams=8, seconds=1.0, waves=1,
-              stream_tokens=64)
+              stream_tokens=64, streams_per_process=4)
 
 
 @dataclass
@@ -112,15 +114,6 @@ class Proxy:
     port: int
     redis: Service
     redis_port: int
-
-
-@dataclass(frozen=True)
-class ProcessShare:
-    """One budgeted proxy process over a row: its CPU and its quota's throttling."""
-
-    name: str  # "main", "child1", "supervisor"
-    cpu_pct: float  # % of one core over the whole row
-    throttling: cgroups.Throttling
 
 
 @dataclass
@@ -180,49 +173,6 @@ def _proxy(stack: Stack, name: str, redis: Service, redis_port: int,
     return Proxy(name, service, port, redis, redis_port)
 
 
-def wait_children(pid: int, count: int, timeout: float = CHILDREN_TIMEOUT) -> list[int]:
-    """The `count` serving processes a `serve --workers N` supervisor forked (bounded wait)."""
-    deadline = time.monotonic() + timeout
-    found: list[int] = []
-    while time.monotonic() < deadline:
-        found = cgroups.children(pid)
-        if len(found) >= count:
-            return found[:count]
-        time.sleep(POLL)
-    raise RuntimeError(f"pid {pid} has {len(found)} child process(es), wanted {count}")
-
-
-def budget(budgets: cgroups.Budgets, proxy: Proxy, workers: int, cores: float
-           ) -> list[cgroups.Group]:
-    """Each process of `proxy` in its own group with `cores`: the serving processes first,
-    then an idle supervisor (a child it replaces would land in the supervisor's group)."""
-    pid = proxy.service.pid
-    if workers == 1:
-        return [budgets.limit(f"{proxy.name}-main", pid, cores)]
-    groups = [budgets.limit(f"{proxy.name}-child{i}", child, cores)
-              for i, child in enumerate(wait_children(pid, workers), 1)]
-    groups.append(budgets.limit(f"{proxy.name}-supervisor", pid, cores))
-    return groups
-
-
-@dataclass(frozen=True)
-class _Reading:
-    ticks: int
-    throttling: cgroups.Throttling
-
-
-def _read(groups: Sequence[cgroups.Group]) -> list[_Reading]:
-    return [_Reading(cpu_ticks(g.pid), g.stat()) for g in groups]
-
-
-def shares(groups: Sequence[cgroups.Group], before: Sequence[_Reading],
-           after: Sequence[_Reading], seconds: float) -> list[ProcessShare]:
-    return [ProcessShare(g.name.rsplit("-", 1)[-1],
-                         100.0 * (b.ticks - a.ticks) / CLK_TCK / max(seconds, 1e-9),
-                         b.throttling - a.throttling)
-            for g, a, b in zip(groups, before, after, strict=True)]
-
-
 @contextmanager
 def _using(stack: Stack, proxy: Proxy) -> Iterator[None]:
     """Point the matrix's stack (what `Bench` measures) at `proxy` and its Redis."""
@@ -267,10 +217,10 @@ class Scenarios:
         if burst:
             plan = dataclasses.replace(plan, ramp=0.0)  # every stream in the same instant
         label = proxy.name if proxy is not None and spec.via_proxy else "-"
-        before = _read(groups)
+        before = cores.read(groups)
         with self._spying(f"{table} {label} {system} {tokens}t", stack, spec.via_proxy) as rec:
             row, _ = bench.run_one(spec, concurrency, delay, plan)
-        processes = shares(groups, before, _read(groups), row.elapsed_s)
+        processes = cores.shares(groups, before, cores.read(groups), row.elapsed_s)
         self.results.append(Measured(table, label, row, processes, rec))
         cell = [m.row for m in self.results if m.table == table and m.label in (label, "-")]
         compare_with_direct(cell)
@@ -303,8 +253,7 @@ class Scenarios:
         if self.spy_exe is not None:
             self.spy = spy.Spy(self.spy_exe, log_dir, nonblocking=not self.spy_blocking)
         redis_dir = tempfile.mkdtemp(prefix="bench-scenarios-")
-        stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
-                                   worker_concurrency=max(sizes.streams, 64)))
+        stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning))  # no background rows
         extra: list[Service] = []
         try:
             with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
@@ -381,39 +330,65 @@ class Scenarios:
                              s.process_streams)
 
     def budgeted(self, bench: Bench, stack: Stack, pinning: Pinning, log_dir: Path) -> None:
-        """`serve --workers 1` and `--workers 2` on core 0, each process in its own cgroup with
-        `budget_cores`; the proxies are stopped and the groups removed however this ends."""
+        """`serve --workers N` for each N of `sizes.workers` on core 0, each process in its own
+        cgroup with `budget_cores` (bench/cores.py); the proxies are stopped and the groups
+        removed however this ends."""
         reason = cgroups.unavailable() if pinning.pinned else "it needs 2 usable cores"
         if reason is not None:
             self.skipped["budgeted"] = reason
             self.out(f"budgeted: skipped: {reason}")
             return
-        cores = self.budget_cores
         with cgroups.Budgets(cgroups.hierarchy()) as budgets:
             started: list[Service] = []
             try:
                 proxies: list[tuple[Proxy, list[cgroups.Group]]] = []
-                for name, workers in (("b1", 1), ("b2", 2)):
-                    proxy = _proxy(stack, name, stack.redis, stack.redis_port, pinning.proxy,
-                                   log_dir, ["--workers", str(workers)])
+                for workers in self.sizes.workers:
+                    proxy = _proxy(stack, f"b{workers}", stack.redis, stack.redis_port,
+                                   pinning.proxy, log_dir, ["--workers", str(workers)])
                     started.append(proxy.service)
-                    groups = budget(budgets, proxy, workers, cores)
-                    self.out(f"budgeted {name}: " + ", ".join(
-                        f"{g.name} pid {g.pid}" for g in groups) + f", {cores:g} core each")
+                    groups = cores.budget(budgets, proxy, workers, self.budget_cores)
+                    self.out(f"budgeted {proxy.name}: " + ", ".join(
+                        f"{g.name} pid {g.pid}" for g in groups)
+                        + f", {self.budget_cores:g} core each")
                     proxies.append((proxy, groups))
                     with _using(stack, proxy):
                         bench.warm_up()
-                s = self.sizes
-                loads = [(system, s.short_tokens) for system in PROCESS_SYSTEMS]
-                loads.append(("responses", s.stream_tokens))
-                for system, tokens in loads:
-                    for proxy, groups in proxies:
-                        with _using(stack, proxy):
-                            self.row(bench, stack, "budgeted", proxy, system, tokens, 0.0,
-                                     s.process_streams, groups=groups)
+                self._budgeted_rows(bench, stack, proxies)
             finally:
                 for service in started:  # before the groups go: they empty as these exit
                     service.stop()
+
+    def _budgeted_rows(self, bench: Bench, stack: Stack,
+                       proxies: Sequence[tuple[Proxy, list[cgroups.Group]]]) -> None:
+        s = self.sizes
+        for system in PROCESS_SYSTEMS:  # short answers: every process at its budget
+            for proxy, groups in proxies:
+                with _using(stack, proxy):
+                    self.row(bench, stack, "budgeted", proxy, system, s.short_tokens, 0.0,
+                             s.process_streams, groups=groups)
+        for proxy, groups in proxies:  # streams: the budget is not the bound
+            streams = s.streams_per_process * len([g for g in groups
+                                                   if not g.name.endswith("supervisor")])
+            self.row(bench, stack, "budgeted", None, "direct", s.stream_tokens, s.stream_delay,
+                     streams)
+            for system in PROCESS_SYSTEMS:
+                with _using(stack, proxy):
+                    self.row(bench, stack, "budgeted", proxy, system, s.stream_tokens,
+                             s.stream_delay, streams, groups=groups)
+        one, groups = proxies[0]
+        for system in PROCESS_SYSTEMS:  # the derivation, checked through 1 process
+            derived = next((m for m in self.results if m.table == "budgeted"
+                            and m.label == one.name and m.row.system == system
+                            and m.row.delay_ms > 0), None)
+            check = cores.check_streams(derived.cpu_ms_per_1k["proxy"] if derived else None,
+                                        s.stream_delay, self.budget_cores)
+            if check is None:
+                continue
+            self.row(bench, stack, "cores-check", None, "direct", s.stream_tokens,
+                     s.stream_delay, check)
+            with _using(stack, one):
+                self.row(bench, stack, "cores-check", one, system, s.stream_tokens,
+                         s.stream_delay, check, groups=groups)
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -449,6 +424,10 @@ def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, s
                 f"| {_n(r.ttft_ms['p50'])} | {_n(r.ttft_p50_delta_ms, 1, True)} "
                 f"| {_n(r.ttft_ms['p99'])} | {_n(cpu['proxy'])} | {_n(cpu['redis'])} "
                 f"| {_n(cpu['both'])} | {_n(r.proxy_core_pct, 0)} | {r.errors} |")
+        if table == "burst":
+            lines += ["", "Issue 29's burst targets (reported, not asserted; `bench/targets.py`):",
+                      *report.targets_lines(targets.burst([m.row for m in rows],
+                                                          sizes.streams, sizes.delay))]
     short = [m for m in results if m.table == "short"]
     if short:
         lines += ["", f"**Short answers: {sizes.short_tokens} tokens at 0 ms/token, "
@@ -477,50 +456,8 @@ def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, s
             lines.append(f"| {r.system} | {m.label[1:]} | {r.rps:.0f} | {_n(ratio, 2)} "
                          f"| {_n(m.requests_per_cpu_second, 0)} | {_n(r.proxy_core_pct, 0)} "
                          f"| {r.errors} |")
-    lines += budgeted_table([m for m in results if m.table == "budgeted"], sizes, budget_cores,
-                            load_cores, (skipped or {}).get("budgeted"))
-    return lines
-
-
-def _per_process(m: Measured, value: Callable[[ProcessShare], float | None]) -> str:
-    """Serving processes' values, `a / b`; an idle supervisor's after a `+`."""
-    served = [_n(value(p), 0) for p in m.processes if p.name != "supervisor"]
-    idle = [_n(value(p), 0) for p in m.processes if p.name == "supervisor"]
-    return " / ".join(served) + (f" (+{idle[0]} supervisor)" if idle else "")
-
-
-def budgeted_table(rows: Sequence[Measured], sizes: Sizes, cores: float,
-                   load_cores: Sequence[int], skipped: str | None) -> list[str]:
-    title = (f"**Processes with a CPU budget: each proxy process in a cgroup of its own with "
-             f"{cores:g} core (CFS quota), all on core 0; simulator, Redis and the load "
-             f"generator on core 1; {sizes.process_streams} streams at 0 ms/token**")
-    if skipped is not None:
-        return ["", title, "", f"Not run: {skipped}."]
-    if not rows:
-        return []
-    lines = ["", title, "",
-             "| system | tokens | processes | budget (cores) | req/s | x 1 process | tok/s "
-             "| requests per proxy CPU-second | CPU % of a core, per process "
-             "| periods throttled %, per process | throttled s | load core % "
-             "| others % (proxy core / load core) | errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|---:|"]
-    base = {(m.row.system, m.row.tokens): m.row.rps for m in rows if m.label == "b1"}
-    for m in rows:
-        r = m.row
-        one = base.get((r.system, r.tokens))
-        ratio = r.rps / one if one else None
-        serving = [p for p in m.processes if p.name != "supervisor"]
-        busy = [r.core_busy_pct[c] for c in load_cores if c in r.core_busy_pct]
-        lines.append(
-            f"| {r.system} | {r.tokens} | {len(serving)} | {cores * len(serving):g} "
-            f"| {r.rps:.0f} | {_n(ratio, 2)} | {r.tps:.0f} "
-            f"| {_n(m.requests_per_proxy_cpu_second, 0)} "
-            f"| {_per_process(m, lambda p: p.cpu_pct)} "
-            f"| {_per_process(m, lambda p: p.throttling.throttled_pct)} "
-            f"| {sum(p.throttling.throttled_s for p in m.processes):.1f} "
-            f"| {_n(max(busy) if busy else None, 0)} "
-            f"| {_n(r.others_pct.get('proxy core'), 0)} / {_n(r.others_pct.get('load cores'), 0)} "
-            f"| {r.errors} |")
+    lines += cores.budgeted_table(results, budget_cores, load_cores,
+                                  (skipped or {}).get("budgeted"))
     return lines
 
 
@@ -544,8 +481,8 @@ def spy_report(results: Sequence[Measured]) -> None:
 
 def write_docs(path: Path, lines: Sequence[str], meta: str) -> None:
     text = path.read_text()
-    block = "\n".join([BEGIN, "### Issue 18 scenarios (generated by `python -m bench.scenarios`;"
-                       " do not edit by hand)", "", meta, *lines, END])
+    block = "\n".join([BEGIN, "### Issue 18 and 29 scenarios (generated by `python -m "
+                       "bench.scenarios`; do not edit by hand)", "", meta, *lines, END])
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
@@ -565,17 +502,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"comma-separated tables to run (default {','.join(TABLES)})")
     parser.add_argument("--streams", type=int, help="streams of the placement and burst rows")
     parser.add_argument("--tokens", type=int, help="tokens of the placement and burst rows")
+    parser.add_argument("--delay", type=float,
+                        help="ms per token of the placement and burst rows (default 20)")
     parser.add_argument("--budget", type=float, default=BUDGET,
-                        help=f"cores per proxy process in the budgeted rows (default {BUDGET:g})")
+                        help=f"cores per proxy process in the budgeted rows (default {BUDGET:g}; "
+                        "x 4 processes at most one core)")
     spy.add_arguments(parser, "each row through it")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.budget <= 1:
         parser.error("--budget takes a share of one core, > 0 and <= 1")
     sizes = QUICK if args.quick else Sizes()
+    if args.budget * max(sizes.workers) > 1:  # every budgeted process shares core 0
+        parser.error(f"--budget x {max(sizes.workers)} processes must fit in one core")
     if args.streams:
         sizes = dataclasses.replace(sizes, streams=args.streams)
     if args.tokens:
         sizes = dataclasses.replace(sizes, tokens=args.tokens)
+    if args.delay is not None:
+        if args.delay <= 0:
+            parser.error("--delay takes ms per token, > 0")
+        sizes = dataclasses.replace(sizes, delay=args.delay)
     only = [t for t in args.only.split(",") if t]
     if any(t not in TABLES for t in only):
         parser.error(f"--only takes {','.join(TABLES)}")

@@ -3,16 +3,19 @@
     redis-server  127.0.0.1, no persistence (`--save "" --appendonly no`)  load core(s)
     simulator     `python -m proxy simulate`, no global delay (delays come per request)  load
     proxy         `python -m proxy serve --upstream <sim> --redis-url <redis>` with its
-                  in-process worker, `--worker-concurrency` = the largest concurrency run    core 0
+                  in-process worker, every other flag at its default (below)              core 0
 
 Why the worker runs inside the proxy: the background system then costs what `serve` costs out
 of the box (the worker is on by default), every CPU second it spends is counted on the proxy's
 core like the other systems', and the load core keeps its capacity for the simulator and the
 load generator (a separate worker pinned there would compete with the direct baseline's
-reader). Its concurrency is raised to the largest row's so a background row measures the
-streaming path rather than the queue's admission limit (16 by default). Flow control runs on its
-defaults (no `--max-inflight-per-replica`): until issue 25 the bench raised that cap to the
-largest row, which hid that the default (64) throttled a healthy replica to 1/4 of its throughput.
+reader). The one flag beyond the addresses, `--worker-concurrency`, is passed only when
+background rows run (`background_concurrency`): the worker runs 16 jobs at once by default, so
+a background row of 256 streams would measure the job queue's admission limit rather than the
+streaming path; the other systems never reach the worker, and run on defaults. Flow control
+runs on its defaults (no `--max-inflight-per-replica`): until issue 25 the bench raised that
+cap to the largest row, which hid that the default (64) throttled a healthy replica to 1/4 of
+its throughput.
 
 With `profile`, the proxy runs under cProfile (`python -m cProfile -o FILE -m proxy serve ...`)
 and is stopped with SIGINT so that the profile is written; its CPU figures are then inflated by
@@ -91,7 +94,8 @@ def redis_ok(port: int) -> bool:
 class StackOptions:
     log_dir: Path
     pinning: Pinning
-    worker_concurrency: int = 256
+    # `--worker-concurrency` for background rows (None: not passed, the default's 16)
+    background_concurrency: int | None = None
     python: str = sys.executable
     profile: Path | None = None  # run the proxy under cProfile, writing this file at its exit
 
@@ -119,11 +123,25 @@ class Stack:
         self.proxy = Service("proxy", [
             options.python, *profiler, "-m", "proxy", "serve", "--host", HOST,
             "--port", str(self.proxy_port), "--upstream", self.sim_url,
-            "--redis-url", f"redis://{HOST}:{self.redis_port}/0",
-            "--worker-concurrency", str(options.worker_concurrency),
+            "--redis-url", f"redis://{HOST}:{self.redis_port}/0", *self.flags,
         ], logs / "proxy.log", pin.proxy, env,
             # uvicorn re-raises the signal it stopped on: SIGTERM would kill cProfile unwritten
             stop_signal=signal.SIGINT if options.profile else signal.SIGTERM)
+
+    @property
+    def flags(self) -> list[str]:
+        """The proxy's flags beyond its addresses (see the module's docstring for why)."""
+        if self.options.background_concurrency is None:
+            return []
+        return ["--worker-concurrency", str(self.options.background_concurrency)]
+
+    @property
+    def flags_note(self) -> str:
+        if not self.flags:
+            return "every proxy flag at its default (only addresses are passed)"
+        return (f"`{' '.join(self.flags)}` (for the background rows: the in-process worker "
+                "runs 16 jobs at once by default, which would make a background row measure "
+                "the job queue); every other flag at its default")
 
     @property
     def sim_url(self) -> str:

@@ -10,6 +10,11 @@ listed as not measured.
         TTFT p50 <= direct + 5 ms
     1 stream (every delay, every proxied system): TTFT p50 <= direct + 1 ms
     no errors (every row)
+
+Issue 29's burst targets (`burst`, fed by `python -m bench.scenarios`' burst table: every
+stream started in the same instant, Redis on the proxy's core so its CPU competes with the
+proxy's, default flags), for the store-on system at 256 streams x 20 ms/token:
+        TTFT p50 <= direct + 10 ms, TTFT p99 <= direct + 50 ms, tokens/s >= 0.99 x direct
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ LOADED_CONCURRENCY = 256
 LOADED_TPS_RATIO = 0.95
 LOADED_TTFT_MS = 5.0
 SINGLE_TTFT_MS = 1.0
+BURST_SYSTEM = "responses-store"
+BURST_TTFT_P50_MS = 10.0
+BURST_TTFT_P99_MS = 50.0
+BURST_TPS_RATIO = 0.99
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,34 @@ def _errors(rows: Sequence[Row]) -> Target:
     checks = [Check(label(r), r.errors == 0, f"{r.errors} errors",
                     "" if r.errors == 0 else f"{r.errors} errors") for r in rows]
     return Target("no errors", tuple(checks))
+
+
+def burst(rows: Sequence[Row], concurrency: int = LOADED_CONCURRENCY,
+          delay_ms: float = LOADED_DELAY_MS) -> list[Target]:
+    """Issue 29's targets over the burst table's rows (its `direct` row is the reference)."""
+    cell = (delay_ms, concurrency)
+    direct = next((r for r in rows if r.system == "direct" and r.cell == cell), None)
+    stored = [r for r in rows if r.system == BURST_SYSTEM and r.cell == cell]
+    p50: list[Check] = []
+    p99: list[Check] = []
+    ratio: list[Check] = []
+    if direct is None or direct.tps <= 0:
+        stored = []
+    for row in stored:
+        assert direct is not None  # for mypy: `stored` is empty without it
+        for q, limit, out in (("p50", BURST_TTFT_P50_MS, p50), ("p99", BURST_TTFT_P99_MS, p99)):
+            mine, theirs = row.ttft_ms[q], direct.ttft_ms[q]
+            if mine is not None and theirs is not None:
+                out.append(_ttft_check(row, mine - theirs, limit))
+        value = row.tps / direct.tps
+        ok = value >= BURST_TPS_RATIO
+        ratio.append(Check(label(row), ok, f"{value:.3f}x direct",
+                           "" if ok else f"{BURST_TPS_RATIO - value:.3f} below"))
+    where = (f"burst of {concurrency} streams at {delay_ms:g} ms/token, store on, Redis on the "
+             "proxy's core")
+    return [Target(f"{where}: TTFT p50 <= direct + {BURST_TTFT_P50_MS:g} ms", tuple(p50)),
+            Target(f"{where}: TTFT p99 <= direct + {BURST_TTFT_P99_MS:g} ms", tuple(p99)),
+            Target(f"{where}: tokens/s >= {BURST_TPS_RATIO} x direct", tuple(ratio))]
 
 
 def evaluate(rows: Sequence[Row]) -> list[Target]:

@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         port = free_port()
         proxy = Service("proxy", [
             sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
-            "--upstream", f"http://{HOST}:{sim_port}", "--no-worker",
+            "--upstream", f"http://{HOST}:{sim_port}",
             "--redis-url", f"redis://{HOST}:{redis_port}/0"], logs / "proxy.log", env=env)
         services.append(proxy.start(lambda: http_ok(port, "/readyz")))
         print(f"bench.wsloop: a {options.steps}-step tool-calling loop, {options.loops} loops "

@@ -47,6 +47,8 @@ def test_every_scenario_table_has_its_rows() -> None:
     text = "\n".join(tables(results, TINY))
     for title in ("Steady:", "Burst:", "Short answers:", "Processes:"):
         assert title in text
+    # issue 29's burst targets are reported under the burst table (TINY: its streams x delay)
+    assert "Issue 29's burst targets" in text and "store on, Redis on the proxy's core" in text
 
 
 REASON = cgroups.unavailable()
@@ -56,24 +58,35 @@ REASON = cgroups.unavailable()
 def test_budgeted_rows_put_each_proxy_process_under_its_own_quota() -> None:
     # 16 connections: SO_REUSEPORT hashes each to one of the two processes, and all 16 on one
     # (which would leave the other idle) has odds of 2 in 65,536; 4 would be 1 in 8.
-    sizes = dataclasses.replace(TINY, process_streams=16)
+    sizes = dataclasses.replace(TINY, process_streams=16, workers=(1, 2), stream_tokens=8,
+                                stream_delay=5.0, streams_per_process=2)
     scenarios = Scenarios(sizes, out=lambda _line: None, only=("budgeted",), budget_cores=0.3)
     results = scenarios.run()
     rows = [m for m in results if m.table == "budgeted"]
-    assert [(m.label, m.row.system, m.row.tokens) for m in rows] == [
-        ("b1", "responses", 4), ("b2", "responses", 4),
-        ("b1", "responses-store", 4), ("b2", "responses-store", 4),
-        ("b1", "responses", TINY.stream_tokens), ("b2", "responses", TINY.stream_tokens)]
+    assert [(m.label, m.row.system, m.row.tokens, m.row.concurrency) for m in rows] == [
+        ("b1", "responses", 4, 16), ("b2", "responses", 4, 16),
+        ("b1", "responses-store", 4, 16), ("b2", "responses-store", 4, 16),
+        # the streaming rows: streams per process x processes, each cell with its direct row
+        ("-", "direct", 8, 2), ("b1", "responses", 8, 2), ("b1", "responses-store", 8, 2),
+        ("-", "direct", 8, 4), ("b2", "responses", 8, 4), ("b2", "responses-store", 8, 4)]
     for m in rows:
         assert m.row.errors == 0, (m.label, m.row.system, m.row.error_kinds)
+        if m.label == "-":
+            continue
         names = [p.name for p in m.processes]
         assert names == (["main"] if m.label == "b1" else ["child1", "child2", "supervisor"])
         # every serving process ran under its quota during the row (CFS counted its periods)
         assert all(p.throttling.periods > 0 for p in m.processes if p.name != "supervisor")
         assert m.requests_per_proxy_cpu_second is not None
+    # the derivation checked through one process, per system, against its own direct row
+    checks = [(m.label, m.row.system) for m in results if m.table == "cores-check"]
+    assert checks == [("-", "direct"), ("b1", "responses"), ("-", "direct"),
+                      ("b1", "responses-store")]
     text = "\n".join(tables(results, sizes, budget_cores=0.3,
                              load_cores=scenarios.load_cores))
-    assert "Processes with a CPU budget" in text and "| responses-store | 4 | 2 | 0.6 |" in text
+    assert "Processes with a CPU budget" in text
+    assert "| responses-store | 4 tok x 0 ms | 2 | 0.60 | 16 |" in text
+    assert "**Per core**" in text
     hierarchy = cgroups.hierarchy()
     assert not [p for p in hierarchy.root.iterdir()
                 if p.name.startswith(f"{cgroups.PARENT_PREFIX}{os.getpid()}")]
