@@ -17,11 +17,12 @@ GenAI client ones (`gen_ai.*`) on the upstream call's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
@@ -34,6 +35,8 @@ from opentelemetry.trace import Span, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
+
+T = TypeVar("T")
 
 TRACES_PATH = "/v1/traces"
 # W3C trace context: the client's `traceparent` read, a job's carried across the queue.
@@ -133,21 +136,37 @@ class Tracing:
             "gen_ai.tool.type": tool_type, **more})
 
     def store_span(self, operation: str) -> contextlib.AbstractContextManager[Span]:
-        """One store write on the request path (the response's end, its conversation)."""
-        return self._inner(f"store {operation}", {"db.operation.name": operation})
+        """One store write on the request path (its create, its end, a file's upload, a
+        vector store's change): the operation's name only, never a key or a value."""
+        return self._inner(f"store {operation}", {"db.system": "redis",
+                                                  "db.operation.name": operation})
+
+    def flush_span(self, streams: int, events: int) -> contextlib.AbstractContextManager[Span]:
+        """One flush of the shared event-log writer (services/eventlog/writer.py): a root span
+        of its own, since one flush carries the events of every live stream (a child of one
+        request would be wrong for the others, a span per stream per flush too many)."""
+        return self._inner("store append_events", {
+            "db.system": "redis", "db.operation.name": "append_events",
+            "proxy.eventlog.streams": streams, "proxy.eventlog.events": events},
+            context=otel_context.Context())
 
     def job_span(self, model: str, parent: str | None,
                  response_id: str) -> contextlib.AbstractContextManager[Span]:
         """One background job run by a worker: a child of the request that created it (its
         `traceparent`, carried in the job's spec across the queue), so the job's upstream
         calls, tool calls and writes join that request's trace."""
+        return self.consumer_span(f"job {model}", parent, {"gen_ai.request.model": model,
+                                                           "gen_ai.response.id": response_id})
+
+    def consumer_span(self, name: str, parent: str | None,
+                      attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Span]:
+        """Work taken from the queue, child of the request that queued it (`parent`: that
+        request's `traceparent`, carried in the entry; None: a trace of its own)."""
         context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
-        return self._inner(f"job {model}", {"gen_ai.request.model": model,
-                                            "gen_ai.response.id": response_id},
-                           kind=SpanKind.CONSUMER, context=context)
+        return self._inner(name, attributes, kind=SpanKind.CONSUMER, context=context)
 
     @contextlib.contextmanager
-    def _inner(self, name: str, attributes: dict[str, str], *,
+    def _inner(self, name: str, attributes: dict[str, Any], *,
                kind: SpanKind = SpanKind.INTERNAL,
                context: otel_context.Context | None = None) -> Iterator[Span]:
         """A span, current while it runs. An exception marks it failed by its type only (a
@@ -166,6 +185,33 @@ class Tracing:
         """Export what is queued (bounded in time), then stop. Blocking: run it off the loop."""
         self.provider.force_flush(int(SHUTDOWN_SECONDS * 1000))
         self.provider.shutdown()
+
+
+def store_write(tracing: Tracing | None,
+                operation: str) -> contextlib.AbstractContextManager[Span | None]:
+    """`Tracing.store_span`, or nothing when tracing is off (one `None` check)."""
+    return contextlib.nullcontext() if tracing is None else tracing.store_span(operation)
+
+
+def traced_writes(tracing: Tracing | None, target: T, operations: Mapping[str, str]) -> T:
+    """`target` (a store adapter) with each named coroutine method (`operations`: method →
+    the span's operation name) in a store span of its own; `target` itself when tracing is
+    off. Done once where the adapters are handed out (runtime.py), so the services that write
+    through them need no tracing of their own."""
+    if tracing is None:
+        return target
+    for method, operation in operations.items():
+        setattr(target, method, _traced(tracing, operation, getattr(target, method)))
+    return target
+
+
+def _traced(tracing: Tracing, operation: str,
+            method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def traced(*args: Any, **kwargs: Any) -> Any:
+        with tracing.store_span(operation):
+            return await method(*args, **kwargs)
+    return traced
 
 
 def note_answer(span: Span, usage: Mapping[str, Any] | None, response_id: str | None) -> None:

@@ -226,3 +226,86 @@ def test_a_collector_that_never_answers_slows_no_request(simulator: ServerProces
             proxy.stop()
         # The last export is waited for at shutdown, but bounded.
         assert time.monotonic() - stop_started < 15.0
+
+
+def test_a_stored_stream_traces_its_writes_and_the_log_flushes_in_traces_of_their_own(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    # ~40 tokens 10 ms apart: the shared flusher (a 20 ms window) writes the log meanwhile.
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=30, json={
+        "model": "sim-model", "stream": True,
+        "input": PROMPT + " [[sim tokens=40 delay_ms=10]]"},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200 and "response.completed" in answer.text
+
+    def written(spans: list[ReceivedSpan]) -> bool:
+        names = {s.name for s in spans if s.trace_id == trace_id}
+        return {"store create_response", "store finish_response"} <= names and any(
+            s.name == "store append_events" for s in spans)
+    spans = receiver.wait_for(written)
+    mine = [s for s in spans if s.trace_id == trace_id]
+    [server] = [s for s in mine if s.kind == SERVER]
+    [create] = [s for s in mine if s.name == "store create_response"]
+    [final] = [s for s in mine if s.name == "store finish_response"]
+    for write, operation in ((create, "create_response"), (final, "finish_response")):
+        assert write.parent_id == server.span_id and write.kind == INTERNAL
+        assert write.attributes["db.system"] == "redis"
+        assert write.attributes["db.operation.name"] == operation
+    # A flush carries every live stream's events: a root span of its own, never a request's
+    # child, one per flush (not per event, not per stream).
+    flushes = [s for s in spans if s.name == "store append_events"]
+    assert flushes and all(s.parent_id == "" and s.trace_id != trace_id for s in flushes)
+    assert all(s.attributes["db.system"] == "redis" for s in flushes)
+    assert sum(s.attributes["proxy.eventlog.events"] for s in flushes) < 60
+    assert all(s.attributes["proxy.eventlog.streams"] >= 1 for s in flushes)
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "heron" not in values and trace_id not in values and "resp_" not in " ".join(
+        str(v) for s in flushes for v in s.attributes.values())
+
+
+def test_uploads_vector_store_writes_and_ingestion_are_traced(
+        simulator: ServerProcess, receiver: OtlpReceiver) -> None:
+    proxy = start_proxy(simulator.url, "--otlp-endpoint", receiver.url, "--api-key", KEY,
+                        "--embedding-model", "sim-model", env=ENV)
+    try:
+        upload_trace, create_trace = secrets.token_hex(16), secrets.token_hex(16)
+
+        def headers(trace_id: str) -> dict[str, str]:
+            return {"authorization": f"Bearer {KEY}",
+                    "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        uploaded = httpx.post(proxy.url + "/v1/files", headers=headers(upload_trace),
+                              timeout=30, data={"purpose": "assistants"},
+                              files={"file": ("notes.txt", (PROMPT + ". ") * 30, "text/plain")})
+        assert uploaded.status_code == 200, uploaded.text
+        created = httpx.post(proxy.url + "/v1/vector_stores", headers=headers(create_trace),
+                             timeout=30, json={"name": "notes",
+                                               "file_ids": [uploaded.json()["id"]]})
+        assert created.status_code == 200, created.text
+
+        def ingested(spans: list[ReceivedSpan]) -> bool:
+            return any(s.trace_id == create_trace and s.name == "store finish_vector_store_file"
+                       for s in spans) and any(s.trace_id == upload_trace and s.kind == SERVER
+                                               for s in spans)
+        spans = receiver.wait_for(ingested, timeout=20)
+    finally:
+        proxy.stop()
+    upload = [s for s in spans if s.trace_id == upload_trace]
+    [server] = [s for s in upload if s.kind == SERVER]
+    [put] = [s for s in upload if s.name == "store put_file"]
+    assert put.parent_id == server.span_id and put.attributes["db.system"] == "redis"
+
+    made = [s for s in spans if s.trace_id == create_trace]
+    [server] = [s for s in made if s.kind == SERVER]
+    by_name = {s.name: s for s in made}
+    for name in ("store create_vector_store", "store add_vector_store_files"):
+        assert by_name[name].parent_id == server.span_id
+        assert by_name[name].attributes["db.system"] == "redis"
+    # The worker's ingestion: a child of the request that added the file, across the queue;
+    # its embedding call and its final write are its children.
+    [job] = [s for s in made if s.kind == CONSUMER]
+    assert job.name == "ingest vector_store_file" and job.parent_id == server.span_id
+    assert by_name["store finish_vector_store_file"].parent_id == job.span_id
+    assert any(s.kind == CLIENT and s.parent_id == job.span_id for s in made)
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "heron" not in values and KEY not in values

@@ -38,6 +38,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
+from proxy.tracing import Tracing
 
 log = logging.getLogger("proxy.eventlog")
 
@@ -160,8 +161,11 @@ class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
                  max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
-                 supervisor: LoopSupervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.store = store
+        # A span per flush, of its own trace (proxy/tracing.py `flush_span`); None: off.
+        self.tracing = tracing
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
@@ -270,10 +274,13 @@ class EventLogHub:
         """One flush's write. After a failed one: on fresh connections, and only if the store
         answers its probe (durable.py's `retried` says why), so a stuck primary costs the
         attempt a second, not another socket timeout."""
+        tracing = self.tracing
         try:
             if self._suspect:
                 await self.store.reconnect()
-            await self.store.append_events(logs, ttl=self.event_ttl)
+            with (contextlib.nullcontext() if tracing is None else
+                  tracing.flush_span(len(logs), sum(map(len, logs.values())))):
+                await self.store.append_events(logs, ttl=self.event_ttl)
         except ProxyError:
             self._suspect = True
             raise

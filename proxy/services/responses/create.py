@@ -72,7 +72,7 @@ from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
-from proxy.tracing import current_traceparent
+from proxy.tracing import current_traceparent, store_write
 
 
 @dataclass
@@ -382,7 +382,8 @@ class ResponsesService:
                        limit=meter.job_limit(),
                        # The job's span joins this request's trace (None: tracing off).
                        traceparent=current_traceparent())
-        await self._background.submit(record, request.input, logged, spec)
+        with store_write(self._generations.tracing, "submit_response"):
+            await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))
@@ -440,10 +441,11 @@ class ResponsesService:
             # The writer's lease is taken in the same round trip as the create (lease.py): a
             # stored stream waits on one Redis call before its first event, not two.
             leases = self._leases
-            await self._store.create_response(record, request.input,
-                                              ttl=settings.store.response_ttl,
-                                              event_ttl=settings.store.event_ttl,
-                                              lease_ms=leases.ttl_ms if leases else None)
+            with store_write(self._generations.tracing, "create_response"):
+                await self._store.create_response(record, request.input,
+                                                  ttl=settings.store.response_ttl,
+                                                  event_ttl=settings.store.event_ttl,
+                                                  lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.
                 recorder.log = self._generations.log.open(snapshot["id"])
