@@ -220,9 +220,11 @@ def note_answer(span: Span, usage: Mapping[str, Any] | None, response_id: str | 
     if not span.is_recording():
         return
     if usage:
-        for ours, theirs in (("input_tokens", "gen_ai.usage.input_tokens"),
-                             ("output_tokens", "gen_ai.usage.output_tokens")):
-            value = usage.get(ours)
+        # A Responses usage, or a Chat Completions one (a chat passed through).
+        for ours, chat, theirs in (
+                ("input_tokens", "prompt_tokens", "gen_ai.usage.input_tokens"),
+                ("output_tokens", "completion_tokens", "gen_ai.usage.output_tokens")):
+            value = usage.get(ours, usage.get(chat))
             if isinstance(value, int):
                 span.set_attribute(theirs, value)
     if response_id:
