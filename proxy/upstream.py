@@ -50,7 +50,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import upstream_request_id
+from proxy.core.requestctx import client_trace_lines, upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.dial import Proxy
 from proxy.http1 import (
@@ -232,6 +232,8 @@ class Upstream:
             head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
         if traceparent is not None:
             head += b"traceparent: " + traceparent.encode("latin-1") + b"\r\n"
+        else:  # tracing off: the client's own trace context, passed on (core/tracecontext.py)
+            head += client_trace_lines()
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
                   b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,
                                                      len(body), body)

@@ -37,6 +37,7 @@ from proxy.core.errors import ProxyError, StoreUnavailable
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
+from proxy.core.tracecontext import accept_traceparent
 from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.spec import JobSpec
@@ -215,7 +216,10 @@ class Worker:
             if spec.request_id:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
-                CURRENT.set(RequestContext(spec.request_id, upstream_tag=secrets.token_hex(4)))
+                # Tracing off, the call carries the client's trace context too (checked again:
+                # the spec came through the store).
+                CURRENT.set(RequestContext(spec.request_id, upstream_tag=secrets.token_hex(4),
+                                           traceparent=accept_traceparent(spec.traceparent)))
             meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.

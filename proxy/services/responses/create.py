@@ -48,7 +48,7 @@ from proxy.core.request.create import FILE_SEARCH_RESULTS, ResponsesRequest, par
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
-from proxy.core.requestctx import current_request_id
+from proxy.core.requestctx import client_traceparent, current_request_id
 from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
@@ -380,8 +380,9 @@ class ResponsesService:
                        mcp=plan,
                        # The worker renews and frees the lease, counts the usage.
                        limit=meter.job_limit(),
-                       # The job's span joins this request's trace (None: tracing off).
-                       traceparent=current_traceparent())
+                       # The job's span joins this request's trace; tracing off, its
+                       # upstream call carries the client's (None: neither).
+                       traceparent=current_traceparent() or client_traceparent())
         with store_write(self._generations.tracing, "submit_response"):
             await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
