@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
@@ -112,7 +112,8 @@ class LogHandle:
                     await retried(f"event log flush of {self.response_id}",
                                   lambda: self.hub.flush_through(self))
                 except ProxyError as exc:
-                    log.error("event log of %s left incomplete: %s", self.response_id, exc)
+                    log.error("event log of %s left incomplete: %s", self.response_id,
+                              failure_cause(exc))
                 carried = []
             result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
                                        event_ttl=self.hub.event_ttl, events=carried)
@@ -154,7 +155,8 @@ class LogHandle:
                           reconnect=self.hub.store.reconnect)
             self.confirmed(events[-1].seq)
         except ProxyError as exc:
-            log.error("event log of %s left incomplete: %s", self.response_id, exc)
+            log.error("event log of %s left incomplete: %s", self.response_id,
+                      failure_cause(exc))
 
 
 class EventLogHub:
@@ -303,7 +305,8 @@ class EventLogHub:
             await self._append({h.response_id: events for h, events in taken.items()})
             written = True
         except ProxyError as exc:
-            log.error("event log write failed for %d stream(s): %s", len(taken), exc)
+            log.error("event log write failed for %d stream(s): %s", len(taken),
+                      failure_cause(exc))
             for handle, events in taken.items():
                 handle.failures += 1
                 if handle.failures >= MAX_FLUSH_ATTEMPTS:
