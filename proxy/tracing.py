@@ -46,6 +46,9 @@ DEFAULT_SERVICE = "responses-proxy"
 EXPORT_TIMEOUT = 5.0
 # Spans held for export at most; past it they are dropped (a collector that is down or slow).
 MAX_QUEUE = 4096
+# An event-log flush this long (or a failed one) gets a span (`Tracing.slow_flush`); a flush
+# usually takes well under a millisecond.
+SLOW_FLUSH_NS = 100_000_000
 # Seconds the shutdown waits for the last batch.
 SHUTDOWN_SECONDS = 5.0
 
@@ -141,14 +144,22 @@ class Tracing:
         return self._inner(f"store {operation}", {"db.system": "redis",
                                                   "db.operation.name": operation})
 
-    def flush_span(self, streams: int, events: int) -> contextlib.AbstractContextManager[Span]:
-        """One flush of the shared event-log writer (services/eventlog/writer.py): a root span
-        of its own, since one flush carries the events of every live stream (a child of one
-        request would be wrong for the others, a span per stream per flush too many)."""
-        return self._inner("store append_events", {
-            "db.system": "redis", "db.operation.name": "append_events",
-            "proxy.eventlog.streams": streams, "proxy.eventlog.events": events},
-            context=otel_context.Context())
+    def slow_flush(self, started_ns: int, streams: int, events: int,
+                   error: BaseException | None = None) -> None:
+        """One flush of the shared event-log writer (services/eventlog/writer.py) that failed
+        or took `SLOW_FLUSH_NS` or more, as a span begun at `started_ns` (`time.time_ns()`)
+        and ended now. A root span of its own: one flush carries the events of every live
+        stream (a child of one request would be wrong for the others). Only the slow and the
+        failed ones: the writer flushes every 20 ms while anything streams, and a span for
+        each cost a lone stream a fifth more CPU (bench/tracing.py) for lines that all say
+        "fine"; the ones kept are those an operator looks for."""
+        span = self.tracer.start_span(
+            "store append_events", context=otel_context.Context(), start_time=started_ns,
+            attributes={"db.system": "redis", "db.operation.name": "append_events",
+                        "proxy.eventlog.streams": streams, "proxy.eventlog.events": events})
+        if error is not None:
+            span.set_attribute("error.type", type(error).__name__)
+        end_span(span, error)
 
     def job_span(self, model: str, parent: str | None,
                  response_id: str) -> contextlib.AbstractContextManager[Span]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
-from proxy.tracing import Tracing
+from proxy.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
 
@@ -166,7 +167,8 @@ class EventLogHub:
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         self.store = store
-        # A span per flush, of its own trace (proxy/tracing.py `flush_span`); None: off.
+        # A span per slow or failed flush, in a trace of its own (proxy/tracing.py
+        # `slow_flush`); None: off.
         self.tracing = tracing
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
@@ -277,16 +279,19 @@ class EventLogHub:
         answers its probe (durable.py's `retried` says why), so a stuck primary costs the
         attempt a second, not another socket timeout."""
         tracing = self.tracing
+        started = time.time_ns() if tracing is not None else 0
         try:
             if self._suspect:
                 await self.store.reconnect()
-            with (contextlib.nullcontext() if tracing is None else
-                  tracing.flush_span(len(logs), sum(map(len, logs.values())))):
-                await self.store.append_events(logs, ttl=self.event_ttl)
-        except ProxyError:
+            await self.store.append_events(logs, ttl=self.event_ttl)
+        except ProxyError as exc:
             self._suspect = True
+            if tracing is not None:
+                tracing.slow_flush(started, len(logs), sum(map(len, logs.values())), exc)
             raise
         self._suspect = False
+        if tracing is not None and time.time_ns() - started >= SLOW_FLUSH_NS:
+            tracing.slow_flush(started, len(logs), sum(map(len, logs.values())))
 
     async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
