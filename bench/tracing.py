@@ -94,14 +94,20 @@ def collector_spans(port: int) -> int:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--streams", type=int, default=64)
-    parser.add_argument("--tokens", type=int, default=100)
-    parser.add_argument("--delay-ms", type=float, default=5.0)
-    parser.add_argument("--seconds", type=float, default=6.0, help="a row's window, at least")
-    parser.add_argument("--max-seconds", type=float, default=12.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup-seconds", type=float, default=2.0)
+    for flag, kind, default, text in OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     return parser.parse_args(argv)
+
+
+OPTIONS: tuple[tuple[str, type, float, str], ...] = (
+    ("--streams", int, 64, "closed-loop clients"),
+    ("--tokens", int, 100, "tokens per answer"),
+    ("--delay-ms", float, 5.0, "ms per token"),
+    ("--seconds", float, 6.0, "a row's window, at least"),
+    ("--max-seconds", float, 12.0, "a row's window, at most"),
+    ("--rounds", int, 3, "off/live/dead rounds (figures: medians)"),
+    ("--warmup-seconds", float, 2.0, "an unmeasured row per proxy first"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
