@@ -82,8 +82,9 @@ class Ingester:
         parent = data.get("traceparent")
         # A child of the request that added the file, across the queue (as a background
         # job's); its embedding call and its writes are this span's children.
-        with self._tracing.consumer_span(f"ingest {KIND}", parent if isinstance(
-                parent, str) else None, {"proxy.vector_store.id": vs_id, "proxy.file.id": file_id}):
+        with self._tracing.consumer_span(
+                f"ingest {KIND}", parent if isinstance(parent, str) else None,
+                {"proxy.vector_store.id": vs_id, "proxy.file.id": file_id}):
             return await self._ingest(tenant, vs_id, file_id)
 
     async def _ingest(self, tenant: str, vs_id: str, file_id: str) -> None:
