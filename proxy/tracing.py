@@ -84,6 +84,13 @@ def traceparent(span: Span) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+def tracestate(span: Span) -> str | None:
+    """The W3C `tracestate` `span` carries (the client's, as the propagator read and checked
+    it: a participant passes it on with its own `traceparent`); None when empty."""
+    state = span.get_span_context().trace_state
+    return state.to_header() if state else None
+
+
 class Tracing:
     """The process's tracer provider and exporter. `open` returns None when tracing is off."""
 

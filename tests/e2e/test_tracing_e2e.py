@@ -59,7 +59,8 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
         traced_proxy: ServerProcess, simulator: ServerProcess, receiver: OtlpReceiver,
         stream: bool) -> None:
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
-    headers = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{trace_id}-{parent_id}-01"}
+    headers = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{trace_id}-{parent_id}-01",
+               "tracestate": "congo=t61rcWkgMzE"}
     answer = httpx.post(traced_proxy.url + "/v1/responses", headers=headers, timeout=30,
                         json={"model": "sim-model", "input": PROMPT, "stream": stream})
     assert answer.status_code == 200
@@ -95,6 +96,7 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
 
     # The replica got the upstream call's span as its parent: vLLM's spans join this trace.
     assert sent["traceparent"] == f"00-{trace_id}-{upstream.span_id}-01"
+    assert sent["tracestate"] == "congo=t61rcWkgMzE"  # the client's, passed on with ours
 
     values = " ".join(str(v) for s in receiver.spans for v in s.attributes.values())
     assert "heron" not in values and "copper" not in values
