@@ -44,7 +44,8 @@ lint: $(STAMP)
 ## over WebSocket against HTTP+SSE (bench/wsloop.py); then what a token costs a bare Python
 ## relay (bench/floor.py);
 ## then vector stores' ingestion (pages/s) and search at 10^4 and 10^5 chunks (bench/vectors.py);
-## then one Redis primary against a 3-primary cluster (bench/topology.py).
+## then one Redis primary against a 3-primary cluster (bench/topology.py); then tracing off,
+## on to a live OTLP collector and on to a dead one, same load (bench/tracing.py).
 ## It installs py-spy (the `bench` extra) for `--spy` profiles.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.run
@@ -57,6 +58,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.floor
 	$(BIN)/python -m bench.vectors
 	$(BIN)/python -m bench.topology
+	$(BIN)/python -m bench.tracing
 
 ## fuzz: generated requests (hypothesis: Responses bodies, mutated; query strings; headers;
 ## WebSocket frames) on every endpoint of a real stack (uvicorn, redis-server, the simulator)

@@ -53,7 +53,7 @@ from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
-from proxy.tracing import Tracing
+from proxy.tracing import Tracing, traced_writes
 from proxy.upstream import ConnectionPool, Upstream
 from proxy.websearch import WebSearch
 
@@ -161,7 +161,8 @@ class Runtime:
         tasks = TaskSet()
         supervisor = LoopSupervisor()
         events = EventLog(store, ttl=settings.store.response_ttl,
-                          event_ttl=settings.store.event_ttl, supervisor=supervisor)
+                          event_ttl=settings.store.event_ttl, supervisor=supervisor,
+                          tracing=tracing)
         leases = None if backend.leases is None else Leases(
             backend.leases, events, ttl=settings.store.lease_ttl, owner=worker_name(),
             interrupt=draining.interrupt)
@@ -173,6 +174,13 @@ class Runtime:
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
                                                          settings.tenancy.keys_file))
         ttl = settings.store.response_ttl
+        # Their writes traced (a span each, tracing on): uploads, vector stores, ingestions.
+        traced_writes(tracing, backend.files, {"put": "put_file", "delete": "delete_file"})
+        traced_writes(tracing, backend.vectors, {
+            "create": "create_vector_store", "renew": "renew_vector_store",
+            "delete": "delete_vector_store", "add_files": "add_vector_store_files",
+            "finish_file": "finish_vector_store_file",
+            "delete_file": "delete_vector_store_file"})
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
         # Vector stores: searched by the REST API and by file_search, their files ingested by
         # the worker; vectors from the fleet's --embedding-model.
@@ -183,7 +191,7 @@ class Runtime:
         vector_stores = VectorStores(backend.vectors, files, queue, searcher, settings.vectors,
                                      ttl=ttl, max_queued=settings.jobs.max_queued)
         ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
-                            ttl_of=vector_stores.ttl_left)
+                            ttl_of=vector_stores.ttl_left, tracing=tracing)
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp.timeout, tracing=tracing),

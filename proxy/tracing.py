@@ -17,11 +17,12 @@ GenAI client ones (`gen_ai.*`) on the upstream call's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
@@ -35,6 +36,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from proxy import __version__
 
+T = TypeVar("T")
+
 TRACES_PATH = "/v1/traces"
 # W3C trace context: the client's `traceparent` read, a job's carried across the queue.
 PROPAGATOR = TraceContextTextMapPropagator()
@@ -43,6 +46,9 @@ DEFAULT_SERVICE = "responses-proxy"
 EXPORT_TIMEOUT = 5.0
 # Spans held for export at most; past it they are dropped (a collector that is down or slow).
 MAX_QUEUE = 4096
+# An event-log flush this long (or a failed one) gets a span (`Tracing.slow_flush`); a flush
+# usually takes well under a millisecond.
+SLOW_FLUSH_NS = 100_000_000
 # Seconds the shutdown waits for the last batch.
 SHUTDOWN_SECONDS = 5.0
 
@@ -76,6 +82,13 @@ def traceparent(span: Span) -> str:
     """The W3C `traceparent` header value naming `span` (version 00, sampled flag kept)."""
     ctx = span.get_span_context()
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def tracestate(span: Span) -> str | None:
+    """The W3C `tracestate` `span` carries (the client's, as the propagator read and checked
+    it: a participant passes it on with its own `traceparent`); None when empty."""
+    state = span.get_span_context().trace_state
+    return state.to_header() if state else None
 
 
 class Tracing:
@@ -133,21 +146,45 @@ class Tracing:
             "gen_ai.tool.type": tool_type, **more})
 
     def store_span(self, operation: str) -> contextlib.AbstractContextManager[Span]:
-        """One store write on the request path (the response's end, its conversation)."""
-        return self._inner(f"store {operation}", {"db.operation.name": operation})
+        """One store write on the request path (its create, its end, a file's upload, a
+        vector store's change): the operation's name only, never a key or a value."""
+        return self._inner(f"store {operation}", {"db.system": "redis",
+                                                  "db.operation.name": operation})
+
+    def slow_flush(self, started_ns: int, streams: int, events: int,
+                   error: BaseException | None = None) -> None:
+        """One flush of the shared event-log writer (services/eventlog/writer.py) that failed
+        or took `SLOW_FLUSH_NS` or more, as a span begun at `started_ns` (`time.time_ns()`)
+        and ended now. A root span of its own: one flush carries the events of every live
+        stream (a child of one request would be wrong for the others). Only the slow and the
+        failed ones: the writer flushes every 20 ms while anything streams, and a span for
+        each cost a lone stream a fifth more CPU (bench/tracing.py) for lines that all say
+        "fine"; the ones kept are those an operator looks for."""
+        span = self.tracer.start_span(
+            "store append_events", context=otel_context.Context(), start_time=started_ns,
+            attributes={"db.system": "redis", "db.operation.name": "append_events",
+                        "proxy.eventlog.streams": streams, "proxy.eventlog.events": events})
+        if error is not None:
+            span.set_attribute("error.type", type(error).__name__)
+        end_span(span, error)
 
     def job_span(self, model: str, parent: str | None,
                  response_id: str) -> contextlib.AbstractContextManager[Span]:
         """One background job run by a worker: a child of the request that created it (its
         `traceparent`, carried in the job's spec across the queue), so the job's upstream
         calls, tool calls and writes join that request's trace."""
+        return self.consumer_span(f"job {model}", parent, {"gen_ai.request.model": model,
+                                                           "gen_ai.response.id": response_id})
+
+    def consumer_span(self, name: str, parent: str | None,
+                      attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Span]:
+        """Work taken from the queue, child of the request that queued it (`parent`: that
+        request's `traceparent`, carried in the entry; None: a trace of its own)."""
         context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
-        return self._inner(f"job {model}", {"gen_ai.request.model": model,
-                                            "gen_ai.response.id": response_id},
-                           kind=SpanKind.CONSUMER, context=context)
+        return self._inner(name, attributes, kind=SpanKind.CONSUMER, context=context)
 
     @contextlib.contextmanager
-    def _inner(self, name: str, attributes: dict[str, str], *,
+    def _inner(self, name: str, attributes: dict[str, Any], *,
                kind: SpanKind = SpanKind.INTERNAL,
                context: otel_context.Context | None = None) -> Iterator[Span]:
         """A span, current while it runs. An exception marks it failed by its type only (a
@@ -168,15 +205,44 @@ class Tracing:
         self.provider.shutdown()
 
 
+def store_write(tracing: Tracing | None,
+                operation: str) -> contextlib.AbstractContextManager[Span | None]:
+    """`Tracing.store_span`, or nothing when tracing is off (one `None` check)."""
+    return contextlib.nullcontext() if tracing is None else tracing.store_span(operation)
+
+
+def traced_writes(tracing: Tracing | None, target: T, operations: Mapping[str, str]) -> T:
+    """`target` (a store adapter) with each named coroutine method (`operations`: method →
+    the span's operation name) in a store span of its own; `target` itself when tracing is
+    off. Done once where the adapters are handed out (runtime.py), so the services that write
+    through them need no tracing of their own."""
+    if tracing is None:
+        return target
+    for method, operation in operations.items():
+        setattr(target, method, _traced(tracing, operation, getattr(target, method)))
+    return target
+
+
+def _traced(tracing: Tracing, operation: str,
+            method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def traced(*args: Any, **kwargs: Any) -> Any:
+        with tracing.store_span(operation):
+            return await method(*args, **kwargs)
+    return traced
+
+
 def note_answer(span: Span, usage: Mapping[str, Any] | None, response_id: str | None) -> None:
     """The GenAI attributes of an answered call: its tokens and the response's id. Counts
     only, never text. A call closed already (an interrupted turn) is left as it ended."""
     if not span.is_recording():
         return
     if usage:
-        for ours, theirs in (("input_tokens", "gen_ai.usage.input_tokens"),
-                             ("output_tokens", "gen_ai.usage.output_tokens")):
-            value = usage.get(ours)
+        # A Responses usage, or a Chat Completions one (a chat passed through).
+        for ours, chat, theirs in (
+                ("input_tokens", "prompt_tokens", "gen_ai.usage.input_tokens"),
+                ("output_tokens", "completion_tokens", "gen_ai.usage.output_tokens")):
+            value = usage.get(ours, usage.get(chat))
             if isinstance(value, int):
                 span.set_attribute(theirs, value)
     if response_id:

@@ -50,7 +50,7 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import upstream_request_id
+from proxy.core.requestctx import client_trace_lines, upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.dial import Proxy
 from proxy.http1 import (
@@ -221,10 +221,11 @@ class Upstream:
                               proxy_for=proxy_resolver(https_proxy, no_proxy))
 
     async def post(self, base: str, path: str, body: bytes, *, stream: bool,
-                   traceparent: str | None = None) -> Response:
+                   traceparent: str | None = None, tracestate: str | None = None) -> Response:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it.
-        `traceparent`: the W3C header naming the call's span (tracing on), so that the
-        replica's own spans (vLLM continues it) join the request's trace."""
+        `traceparent` (and `tracestate`): the W3C headers naming the call's span (tracing
+        on), so that the replica's own spans (vLLM continues it) join the request's trace;
+        tracing off, the client's own (core/requestctx.py), passed on unchanged."""
         target = self._target(base)
         head = target.head
         request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
@@ -232,6 +233,10 @@ class Upstream:
             head += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
         if traceparent is not None:
             head += b"traceparent: " + traceparent.encode("latin-1") + b"\r\n"
+            if tracestate:
+                head += b"tracestate: " + tracestate.encode("latin-1") + b"\r\n"
+        else:  # tracing off: the client's own trace context, passed on (core/tracecontext.py)
+            head += client_trace_lines()
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
                   b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,
                                                      len(body), body)

@@ -180,6 +180,22 @@ class StoreUnavailable(ProxyError):
     code = "store_unavailable"
 
 
+def failure_cause(exc: BaseException) -> str:
+    """What a log line says of a failure, for an operator: the error it was mapped from when
+    there is one (a store's, in the server's words: "NOAUTH ...", "DENIED ...", "OOM ...", a
+    refused connection), else its own message. Every path that meets a refusing store logs
+    this, the 503 and the WebSocket error frame as well as a write lost mid-stream. Never a
+    request's body: the store's errors quote commands' names, not their arguments. Only a
+    store's: another error's cause may quote an upstream's URL (its credentials)."""
+    cause = exc.__cause__
+    if cause is None or not isinstance(exc, StoreUnavailable):
+        return str(exc.args[0]) if exc.args else type(exc).__name__
+    # redis-py strips the server's error code ("NOAUTH", "OOM") from the message it keeps.
+    code = getattr(cause, "status_code", None)
+    prefix = f"{code} " if isinstance(code, str) and code else ""
+    return f"{type(cause).__name__}: {prefix}{str(cause)[:200]}"
+
+
 class ShuttingDown(ProxyError):
     """This instance is draining (SIGTERM): the client should retry, another instance will
     answer (the load balancer stops sending here once /readyz says 503)."""

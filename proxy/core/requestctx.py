@@ -17,6 +17,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from proxy.core.tracecontext import trace_headers
+
 HEADER = "x-request-id"
 # Long enough for a UUID, a W3C trace id or a load balancer's own id; short enough to keep log
 # lines and upstream headers small.
@@ -37,6 +39,11 @@ class RequestContext:
     # Random, made by whoever makes the context: sets this request's upstream ids apart from
     # another request in flight under the same client id (empty: the id is ours, so unique).
     upstream_tag: str = ""
+    # The client's W3C trace context (core/tracecontext.py, checked), passed on unchanged to
+    # every upstream call that carries no span of ours (tracing off): the replica joins the
+    # client's trace. None: the client sent none (or a malformed one, dropped).
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
@@ -55,6 +62,15 @@ def current_request_id() -> str | None:
     return context.request_id if context is not None else None
 
 
+def client_trace_lines() -> bytes:
+    """The header lines of the current request's client trace context (b"": none), for an
+    upstream call that carries no span of ours."""
+    context = CURRENT.get()
+    if context is None or context.traceparent is None:
+        return b""
+    return trace_headers(context.traceparent, context.tracestate)
+
+
 def upstream_request_id() -> str | None:
     """The id for the current request's next upstream call: the client's id with a per-call
     suffix (`<id>-1`, `<id>-2`, ...), and before it the request's `upstream_tag` when it has
@@ -70,6 +86,12 @@ def upstream_request_id() -> str | None:
     if context.upstream_tag:
         return f"{context.request_id}-{context.upstream_tag}-{context.upstream_calls}"
     return f"{context.request_id}-{context.upstream_calls}"
+
+
+def client_traceparent() -> str | None:
+    """The current request's client `traceparent` (checked), None when it sent none."""
+    context = CURRENT.get()
+    return context.traceparent if context is not None else None
 
 
 def note_upstream_sent(at: float) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.requestctx import CURRENT, RequestContext, accept_request_id
+from proxy.core.tracecontext import accept_trace_context
 from proxy.web.auth import header
 
 _HEADER = b"x-request-id"
@@ -48,6 +49,19 @@ def failed_status(exc: BaseException | None) -> int:
     None (no answer, nothing raised): 499 too."""
     return 500 if exc is not None and not isinstance(exc, asyncio.CancelledError) \
         else CLIENT_CLOSED
+
+
+def _trace_context(scope: Scope) -> tuple[str | None, str | None]:
+    """The client's W3C trace context, checked (core/tracecontext.py): passed on upstream
+    when tracing is off. One pass over the headers; nothing kept when there is none."""
+    parents: list[str] = []
+    states: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == b"traceparent":
+            parents.append(value.decode("latin-1"))
+        elif name == b"tracestate":
+            states.append(value.decode("latin-1"))
+    return accept_trace_context(parents, states) if parents else (None, None)
 
 
 def new_request_id() -> str:
@@ -70,6 +84,7 @@ class AccessLog:
         # A client may send one id on concurrent requests: their upstream ids must differ.
         context = RequestContext(request_id,
                                  upstream_tag=secrets.token_hex(4) if client_id else "")
+        context.traceparent, context.tracestate = _trace_context(scope)
         CURRENT.set(context)
         echoed = (_HEADER, request_id.encode("latin-1"))
         started = time.perf_counter()

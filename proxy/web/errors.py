@@ -14,7 +14,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.core.errors import MethodNotAllowed, NotFound, ProxyError, StoreUnavailable
+from proxy.core.errors import (
+    MethodNotAllowed,
+    NotFound,
+    ProxyError,
+    StoreUnavailable,
+    failure_cause,
+)
 from proxy.core.requestctx import current_request_id
 from proxy.web.state import runtime_of
 
@@ -38,18 +44,8 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
         # ...", a refused connection) so an operator knows what to fix without a traceback.
         runtime_of(request).metrics.store_error()
         log.warning("store unavailable on %s %s: %s", request.method, request.url.path,
-                    _cause(exc))
+                    failure_cause(exc))
     return error_response(exc)
-
-
-def _cause(exc: BaseException) -> str:
-    cause = exc.__cause__
-    if cause is None:
-        return exc.args[0] if exc.args else type(exc).__name__
-    # redis-py strips the server's error code ("NOAUTH", "OOM") from the message it keeps.
-    code = getattr(cause, "status_code", None)
-    prefix = f"{code} " if isinstance(code, str) and code else ""
-    return f"{type(cause).__name__}: {prefix}{str(cause)[:200]}"
 
 
 async def on_http_exception(request: Request, exc: Exception) -> Response:

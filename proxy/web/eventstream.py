@@ -40,7 +40,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from proxy.core.errors import StoreUnavailable
+from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
 from proxy.web.access import BODY_SEND
 
@@ -123,7 +123,7 @@ class EventStream:
             # A replay that lost the store part-way (its reads only: a live turn ends with a
             # terminal event of its own). Cut the stream: a clean end would tell the client
             # the stream was whole; a broken transfer tells it to read again.
-            log.warning("stream cut: %s", exc)
+            log.warning("store unavailable on a replay, stream cut: %s", failure_cause(exc))
             return
         except Exception:
             # Headers are out: an error can no longer be an HTTP status. The iterators we

@@ -30,7 +30,13 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from proxy.core import types as t
-from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, StoreUnavailable
+from proxy.core.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    ProxyError,
+    StoreUnavailable,
+    failure_cause,
+)
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.responses.localchains import LocalChains
 from proxy.web.auth import PUBLIC_TENANT
@@ -86,7 +92,10 @@ class _Connection:
 
     async def fail(self, error: ProxyError) -> None:
         if isinstance(error, StoreUnavailable):
+            # Counted and logged as the HTTP path does (web/errors.py): the cause named.
             self.runtime.metrics.store_error()
+            log.warning("store unavailable on WebSocket %s: %s", self.websocket.url.path,
+                        failure_cause(error))
         await self.send(error_frame(error))
 
     async def _respond(self, body: dict[str, Any]) -> None:

@@ -6,13 +6,16 @@ which cannot be provoked on loopback: a socket that answers exactly what Redis s
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import redis
+from websockets.sync.client import connect
 
 from tests.support.servers import ServerProcess, start_proxy, start_redis
 
@@ -157,3 +160,73 @@ def test_protected_mode(simulator: ServerProcess, servers: list[ServerProcess],
     proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{protected_mode_store}/0")
     servers.append(proxy)
     _check_refused(proxy, "DENIED")
+
+
+def _wait_for_log(proxy: ServerProcess, *needles: str, timeout: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        log = proxy.full_output()
+        if all(n in log for n in needles) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
+def test_a_websocket_create_gets_the_error_frame_and_the_log_names_the_cause(
+        simulator: ServerProcess, servers: list[ServerProcess]) -> None:
+    store = start_redis(flags=["--requirepass", "store-secret"])
+    servers.append(store)
+    proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{store.port}/0")
+    servers.append(proxy)
+    url = proxy.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, open_timeout=10, close_timeout=5) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model",
+                            "input": "the heron counts copper spoons"}))
+        frame = json.loads(ws.recv(timeout=20))
+        # The contract's error frame, the socket staying open: a stateless create still runs.
+        assert frame["type"] == "error" and frame["status"] == 503, frame
+        assert frame["error"]["code"] == "store_unavailable"
+        assert frame["error"]["type"] == "server_error"
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model",
+                            "input": "stateless", "store": False}))
+        for _ in range(500):
+            event = json.loads(ws.recv(timeout=20))
+            if event["type"] in ("response.completed", "error"):
+                break
+        assert event["type"] == "response.completed", event
+    log = _wait_for_log(proxy, "store unavailable on WebSocket /v1/responses", "NOAUTH")
+    assert "store unavailable on WebSocket /v1/responses" in log and "NOAUTH" in log, log[-2000:]
+    assert log.count("store unavailable on WebSocket") == 1  # once, for the one refusal
+    assert "Traceback" not in log and "store-secret" not in log and "heron" not in log
+
+
+def test_a_store_that_starts_refusing_mid_stream_is_logged_with_its_cause(
+        simulator: ServerProcess, servers: list[ServerProcess]) -> None:
+    store = start_redis(flags=["--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all"])
+    servers.append(store)
+    proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{store.port}/0")
+    servers.append(proxy)
+    body = {"model": "sim-model", "stream": True,
+            "input": "the heron counts copper spoons [[sim tokens=150 delay_ms=10]]"}
+    admin = redis.Redis(host="127.0.0.1", port=store.port, username="admin", password="admin-pw")
+    text = ""
+    try:
+        with httpx.stream("POST", proxy.url + "/v1/responses", json=body, timeout=60) as answer:
+            assert answer.status_code == 200
+            lines = answer.iter_lines()
+            for line in lines:  # stored and streaming: now the store starts refusing us
+                if "response.output_text.delta" in line:
+                    admin.execute_command("ACL", "SETUSER", "default", "resetkeys",
+                                          "resetchannels", "-@all", "+@connection")
+                    break
+            text = "\n".join(lines)
+    finally:
+        admin.close()
+    # The answer is real: the client gets it whole, its terminal event included.
+    assert "response.completed" in text
+    log = _wait_for_log(proxy, "could not store the end of", "NoPermissionError")
+    # The flush and the end's write name the server's refusal, as the 503 path does.
+    assert "event log write failed" in log and "could not store the end of" in log, log[-3000:]
+    for line in log.splitlines():
+        if "event log write failed" in line or "could not store the end of" in line:
+            assert "NoPermissionError" in line and "no permissions" in line, line
+    assert "Traceback" not in log and "heron" not in log and "admin-pw" not in log

@@ -13,9 +13,16 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis
 
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
-from tests.support.servers import ServerProcess, start_mcp_server, start_proxy, start_searx
+from tests.support.servers import (
+    ServerProcess,
+    start_mcp_server,
+    start_proxy,
+    start_redis,
+    start_searx,
+)
 
 KEY = "sk-e2e-trace-key-0123456789"
 PROMPT = "the heron counts copper spoons"
@@ -52,7 +59,8 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
         traced_proxy: ServerProcess, simulator: ServerProcess, receiver: OtlpReceiver,
         stream: bool) -> None:
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
-    headers = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{trace_id}-{parent_id}-01"}
+    headers = {"authorization": f"Bearer {KEY}", "traceparent": f"00-{trace_id}-{parent_id}-01",
+               "tracestate": "congo=t61rcWkgMzE"}
     answer = httpx.post(traced_proxy.url + "/v1/responses", headers=headers, timeout=30,
                         json={"model": "sim-model", "input": PROMPT, "stream": stream})
     assert answer.status_code == 200
@@ -88,6 +96,7 @@ def test_a_create_is_one_trace_continued_from_the_client_and_into_the_replica(
 
     # The replica got the upstream call's span as its parent: vLLM's spans join this trace.
     assert sent["traceparent"] == f"00-{trace_id}-{upstream.span_id}-01"
+    assert sent["tracestate"] == "congo=t61rcWkgMzE"  # the client's, passed on with ours
 
     values = " ".join(str(v) for s in receiver.spans for v in s.attributes.values())
     assert "heron" not in values and "copper" not in values
@@ -226,3 +235,148 @@ def test_a_collector_that_never_answers_slows_no_request(simulator: ServerProces
             proxy.stop()
         # The last export is waited for at shutdown, but bounded.
         assert time.monotonic() - stop_started < 15.0
+
+
+def test_a_stored_stream_traces_its_create_and_final_writes(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver) -> None:
+    trace_id = secrets.token_hex(16)
+    answer = httpx.post(traced_proxy.url + "/v1/responses", timeout=30, json={
+        "model": "sim-model", "stream": True,
+        "input": PROMPT + " [[sim tokens=40 delay_ms=10]]"},
+        headers={"authorization": f"Bearer {KEY}",
+                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200 and "response.completed" in answer.text
+
+    def written(spans: list[ReceivedSpan]) -> bool:
+        names = {s.name for s in spans if s.trace_id == trace_id}
+        return {"store create_response", "store finish_response"} <= names
+    mine = [s for s in receiver.wait_for(written) if s.trace_id == trace_id]
+    [server] = [s for s in mine if s.kind == SERVER]
+    [create] = [s for s in mine if s.name == "store create_response"]
+    [final] = [s for s in mine if s.name == "store finish_response"]
+    for write, operation in ((create, "create_response"), (final, "finish_response")):
+        assert write.parent_id == server.span_id and write.kind == INTERNAL
+        assert write.attributes == {"db.system": "redis", "db.operation.name": operation}
+    # The ~40 event-log flushes of this stream are not spans of its trace (nor per token).
+    assert len(mine) == 4  # the request, its upstream call, its two writes
+    values = " ".join(str(v) for s in mine for v in s.attributes.values())
+    assert "heron" not in values
+
+
+def test_a_slow_event_log_flush_is_a_span_of_its_own(
+        simulator: ServerProcess, receiver: OtlpReceiver) -> None:
+    store = start_redis()
+    proxy = start_proxy(simulator.url, "--otlp-endpoint", receiver.url, env=ENV,
+                        redis_url=f"redis://127.0.0.1:{store.port}/0")
+    admin = redis.Redis(host="127.0.0.1", port=store.port)
+    trace_id = secrets.token_hex(16)
+    try:
+        with httpx.stream("POST", proxy.url + "/v1/responses", timeout=30, json={
+                "model": "sim-model", "stream": True,
+                "input": PROMPT + " [[sim tokens=60 delay_ms=10]]"},
+                headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}) as answer:
+            lines = answer.iter_lines()
+            for line in lines:
+                if "output_text.delta" in line:
+                    # Redis holds every write for 300 ms: the flush now in the writer's
+                    # window waits that long.
+                    admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+                    break
+            text = "\n".join(lines)
+        assert "response.completed" in text
+        spans = receiver.wait_for(lambda got: any(
+            s.name == "store append_events" for s in got) and any(
+            s.trace_id == trace_id and s.name == "store finish_response" for s in got))
+    finally:
+        admin.close()
+        proxy.stop()
+        store.stop()
+    flushes = [s for s in spans if s.name == "store append_events"]
+    assert flushes, [s.name for s in spans if s.trace_id == trace_id]
+    # A flush carries every live stream's events: a root span in a trace of its own.
+    assert all(s.parent_id == "" and s.trace_id != trace_id for s in flushes)
+    flush = flushes[0]
+    assert flush.attributes["db.system"] == "redis"
+    assert flush.attributes["db.operation.name"] == "append_events"
+    assert flush.attributes["proxy.eventlog.streams"] == 1
+    assert 0 < flush.attributes["proxy.eventlog.events"] < 60
+    assert "error.type" not in flush.attributes
+
+
+def test_uploads_vector_store_writes_and_ingestion_are_traced(
+        simulator: ServerProcess, receiver: OtlpReceiver) -> None:
+    proxy = start_proxy(simulator.url, "--otlp-endpoint", receiver.url, "--api-key", KEY,
+                        "--embedding-model", "sim-model", env=ENV)
+    try:
+        upload_trace, create_trace = secrets.token_hex(16), secrets.token_hex(16)
+
+        def headers(trace_id: str) -> dict[str, str]:
+            return {"authorization": f"Bearer {KEY}",
+                    "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+        uploaded = httpx.post(proxy.url + "/v1/files", headers=headers(upload_trace),
+                              timeout=30, data={"purpose": "assistants"},
+                              files={"file": ("notes.txt", (PROMPT + ". ") * 30, "text/plain")})
+        assert uploaded.status_code == 200, uploaded.text
+        created = httpx.post(proxy.url + "/v1/vector_stores", headers=headers(create_trace),
+                             timeout=30, json={"name": "notes",
+                                               "file_ids": [uploaded.json()["id"]]})
+        assert created.status_code == 200, created.text
+
+        def ingested(spans: list[ReceivedSpan]) -> bool:
+            return any(s.trace_id == create_trace and s.name == "store finish_vector_store_file"
+                       for s in spans) and any(s.trace_id == upload_trace and s.kind == SERVER
+                                               for s in spans)
+        spans = receiver.wait_for(ingested, timeout=20)
+    finally:
+        proxy.stop()
+    upload = [s for s in spans if s.trace_id == upload_trace]
+    [server] = [s for s in upload if s.kind == SERVER]
+    [put] = [s for s in upload if s.name == "store put_file"]
+    assert put.parent_id == server.span_id and put.attributes["db.system"] == "redis"
+
+    made = [s for s in spans if s.trace_id == create_trace]
+    [server] = [s for s in made if s.kind == SERVER]
+    by_name = {s.name: s for s in made}
+    for name in ("store create_vector_store", "store add_vector_store_files"):
+        assert by_name[name].parent_id == server.span_id
+        assert by_name[name].attributes["db.system"] == "redis"
+    # The worker's ingestion: a child of the request that added the file, across the queue;
+    # its embedding call and its final write are its children.
+    [job] = [s for s in made if s.kind == CONSUMER]
+    assert job.name == "ingest vector_store_file" and job.parent_id == server.span_id
+    assert by_name["store finish_vector_store_file"].parent_id == job.span_id
+    assert any(s.kind == CLIENT and s.parent_id == job.span_id for s in made)
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "heron" not in values and KEY not in values
+
+
+@pytest.mark.parametrize("mode", ["stream", "stream_with_usage", "json"])
+def test_a_chat_passed_through_has_its_tokens_on_the_upstream_span(
+        traced_proxy: ServerProcess, receiver: OtlpReceiver, mode: str) -> None:
+    trace_id = secrets.token_hex(16)
+    body: dict[str, object] = {"model": "sim-model", "stream": mode != "json",
+                               "messages": [{"role": "user", "content": PROMPT}]}
+    if mode == "stream_with_usage":
+        body["stream_options"] = {"include_usage": True}
+    answer = httpx.post(traced_proxy.url + "/v1/chat/completions", timeout=30, json=body,
+                        headers={"authorization": f"Bearer {KEY}",
+                                 "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
+    assert answer.status_code == 200
+    # The usage chunk asked for on the span's behalf is taken out again: the client gets
+    # what it asked for.
+    if mode == "stream":
+        assert '"choices":[]' not in answer.text and "[DONE]" in answer.text
+    if mode == "stream_with_usage":
+        assert '"choices":[]' in answer.text
+
+    def ended(spans: list[ReceivedSpan]) -> bool:
+        return any(s.trace_id == trace_id and s.kind == CLIENT for s in spans) and any(
+            s.trace_id == trace_id and s.kind == SERVER for s in spans)
+    spans = [s for s in receiver.wait_for(ended) if s.trace_id == trace_id]
+    [server] = [s for s in spans if s.kind == SERVER]
+    [upstream] = [s for s in spans if s.kind == CLIENT]
+    assert upstream.parent_id == server.span_id and upstream.name == "chat sim-model"
+    assert upstream.attributes["gen_ai.usage.input_tokens"] > 0
+    assert upstream.attributes["gen_ai.usage.output_tokens"] > 0
+    values = " ".join(str(v) for s in spans for v in s.attributes.values())
+    assert "heron" not in values

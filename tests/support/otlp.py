@@ -1,7 +1,8 @@
 """A real OTLP/HTTP trace receiver for the tests: `POST /v1/traces` with an
 `ExportTraceServiceRequest` protobuf body (what the SDK's OTLP/HTTP exporter sends), decoded with
-`opentelemetry-proto` and kept as plain `ReceivedSpan`s. Binds 127.0.0.1 on a free port, runs in
-a thread of the test process."""
+`opentelemetry-proto` and kept as plain `ReceivedSpan`s. Binds 127.0.0.1 on a free port (or the
+one given), runs in a thread of the test process; `python -m tests.support.otlp PORT` runs one
+alone (bench/tracing.py: a live collector that is not the load generator's process)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ def _value(any_value: Any) -> Any:
 
 
 class OtlpReceiver:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, *, keep: bool = True) -> None:
         self.spans: list[ReceivedSpan] = []
         self.posts = 0
+        self.received = 0  # spans, kept or not
+        self._keep = keep  # False: counted only (a long bench run would fill memory)
         self._lock = threading.Lock()
         receiver = self
 
@@ -58,10 +61,19 @@ class OtlpReceiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
+            def do_GET(self) -> None:  # `GET /stats`: how many spans came (the bench's check)
+                with receiver._lock:
+                    answer = b'{"posts": %d, "spans": %d}' % (receiver.posts, receiver.received)
+                self.send_response(200 if self.path == "/stats" else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -79,7 +91,9 @@ class OtlpReceiver:
                         str(resource.get("service.name", ""))))
         with self._lock:
             self.posts += 1
-            self.spans += spans
+            self.received += len(spans)
+            if self._keep:
+                self.spans += spans
 
     def wait_for(self, predicate: Any, timeout: float = 10.0) -> list[ReceivedSpan]:
         """The spans received once `predicate(spans)` holds (bounded in time)."""
@@ -98,3 +112,14 @@ class OtlpReceiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    receiver = OtlpReceiver(int(sys.argv[1]), keep=False).start()
+    try:
+        while True:  # until the bench stops us (SIGTERM)
+            time.sleep(3600)
+    finally:
+        receiver.stop()

@@ -43,7 +43,7 @@ from proxy.core.cache.key import (
     responses_material,
 )
 from proxy.core.cache.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
-from proxy.core.errors import StoreUnavailable
+from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.create import ResponsesRequest
@@ -266,7 +266,7 @@ class ResponseCache:
                                   now=self._clock(), vector=vector,
                                   limit=self._settings.cache.max_per_namespace)
         except StoreUnavailable as exc:
-            log.warning("could not keep a cache entry: %s", exc)
+            log.warning("could not keep a cache entry: %s", failure_cause(exc))
             return
         self._metrics.cache_write(found.route)
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import orjson
 
-from proxy.core.errors import StoreUnavailable
+from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.types import Item, ResponseObject
 from proxy.store.base import Store, StoredEvent, Transition
 
@@ -54,7 +54,7 @@ async def retried(what: str, op: Callable[[], Awaitable[T]],
             return await op()
         except StoreUnavailable as exc:
             failed = True
-            log.warning("%s failed, retrying in %.2fs: %s", what, delay, exc)
+            log.warning("%s failed, retrying in %.2fs: %s", what, delay, failure_cause(exc))
         await asyncio.sleep(delay)
     if failed and reconnect is not None:
         await reconnect()

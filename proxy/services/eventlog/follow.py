@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
-from proxy.core.errors import StoreUnavailable
+from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.services.eventlog.pages import log_pages
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent
@@ -205,7 +205,7 @@ class Followers:
 
     def _interrupt_all(self, exc: Exception) -> None:
         log.warning("event log tail failed; %d follower(s) interrupted: %s",
-                    sum(len(g) for g in self._followers.values()), exc)
+                    sum(len(g) for g in self._followers.values()), failure_cause(exc))
         for group in self._followers.values():
             for follower in group:
                 follower.put(FollowInterrupted(str(exc)))

@@ -30,18 +30,21 @@ from proxy.services.eventlog.pages import log_pages, whole_log
 from proxy.services.eventlog.writer import EventLogHub, LogHandle
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, StoredResponse
+from proxy.tracing import Tracing
 
 
 class EventLog:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int,
-                 supervisor: LoopSupervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None,
+                 tracing: Tracing | None = None) -> None:
         """`ttl`: the Response's (`--response-ttl`), `event_ttl`: its log's (`--event-ttl`)."""
         self.store = store
         self.ttl = ttl
         self.event_ttl = event_ttl
         self.followers = Followers(store, supervisor=supervisor, recent=self._recent)
         self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl,
-                                  local=self.followers.publish_local, supervisor=supervisor)
+                                  local=self.followers.publish_local, supervisor=supervisor,
+                                  tracing=tracing)
 
     def _recent(self, response_id: str) -> list[StoredEvent]:
         return self.writer.recent(response_id)

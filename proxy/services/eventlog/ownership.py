@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from proxy.core import types as t
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, failure_cause
 from proxy.core.ids import IdFactory, new_id
 from proxy.services.eventlog.log import EventLog
 from proxy.store.base import StoredResponse
@@ -89,7 +89,7 @@ class Leases:
                 await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
                 self._held.add(response_id)
             except ProxyError as exc:
-                log.warning("no lease for %s: %s", response_id, exc)
+                log.warning("no lease for %s: %s", response_id, failure_cause(exc))
         try:
             yield
         finally:
@@ -148,7 +148,7 @@ class Leases:
                     swept = clock.time()
                     await self.sweep()
             except ProxyError as exc:  # the store is out: /readyz says so; try next tick
-                log.warning("lease renewal failed: %s", exc)
+                log.warning("lease renewal failed: %s", failure_cause(exc))
 
     async def _reap(self, response_id: str) -> bool:
         if not await self._table.claim(response_id, self._owner, self._ttl_ms):

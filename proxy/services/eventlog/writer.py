@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
+from proxy.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
 
@@ -111,7 +113,8 @@ class LogHandle:
                     await retried(f"event log flush of {self.response_id}",
                                   lambda: self.hub.flush_through(self))
                 except ProxyError as exc:
-                    log.error("event log of %s left incomplete: %s", self.response_id, exc)
+                    log.error("event log of %s left incomplete: %s", self.response_id,
+                              failure_cause(exc))
                 carried = []
             result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
                                        event_ttl=self.hub.event_ttl, events=carried)
@@ -153,15 +156,20 @@ class LogHandle:
                           reconnect=self.hub.store.reconnect)
             self.confirmed(events[-1].seq)
         except ProxyError as exc:
-            log.error("event log of %s left incomplete: %s", self.response_id, exc)
+            log.error("event log of %s left incomplete: %s", self.response_id,
+                      failure_cause(exc))
 
 
 class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
                  max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
-                 supervisor: LoopSupervisor | None = None) -> None:
+                 supervisor: LoopSupervisor | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.store = store
+        # A span per slow or failed flush, in a trace of its own (proxy/tracing.py
+        # `slow_flush`); None: off.
+        self.tracing = tracing
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
@@ -270,14 +278,20 @@ class EventLogHub:
         """One flush's write. After a failed one: on fresh connections, and only if the store
         answers its probe (durable.py's `retried` says why), so a stuck primary costs the
         attempt a second, not another socket timeout."""
+        tracing = self.tracing
+        started = time.time_ns() if tracing is not None else 0
         try:
             if self._suspect:
                 await self.store.reconnect()
             await self.store.append_events(logs, ttl=self.event_ttl)
-        except ProxyError:
+        except ProxyError as exc:
             self._suspect = True
+            if tracing is not None:
+                tracing.slow_flush(started, len(logs), sum(map(len, logs.values())), exc)
             raise
         self._suspect = False
+        if tracing is not None and time.time_ns() - started >= SLOW_FLUSH_NS:
+            tracing.slow_flush(started, len(logs), sum(map(len, logs.values())))
 
     async def _write_pending(self) -> bool:
         taken: dict[LogHandle, list[StoredEvent]] = {}
@@ -296,7 +310,8 @@ class EventLogHub:
             await self._append({h.response_id: events for h, events in taken.items()})
             written = True
         except ProxyError as exc:
-            log.error("event log write failed for %d stream(s): %s", len(taken), exc)
+            log.error("event log write failed for %d stream(s): %s", len(taken),
+                      failure_cause(exc))
             for handle, events in taken.items():
                 handle.failures += 1
                 if handle.failures >= MAX_FLUSH_ATTEMPTS:

@@ -37,7 +37,7 @@ from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
 from proxy.fleetfile import ReplicaSpec
-from proxy.tracing import Tracing, end_span, traceparent
+from proxy.tracing import Tracing, end_span, traceparent, tracestate
 from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
 
 log = logging.getLogger("proxy.fleet")
@@ -349,7 +349,8 @@ class Fleet:
         span = tracing.upstream_span(replica.name, replica.url, model, operation)
         try:
             response = await self.upstream.post(replica.url, path, body, stream=stream,
-                                                 traceparent=traceparent(span))
+                                                 traceparent=traceparent(span),
+                                                 tracestate=tracestate(span))
         except BaseException as exc:
             end_span(span, exc)
             raise

@@ -38,7 +38,14 @@ from proxy.core.tenancy import CacheSalts
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
-from proxy.services.metering.meter import Meter, tokens_of, usage_in_json
+from proxy.services.metering.meter import (
+    Meter,
+    tokens_of,
+    usage_in_json,
+    usage_object_in_json,
+    usage_object_in_sse,
+)
+from proxy.tracing import note_answer
 from proxy.upstream import end_to_end_headers, map_transport_errors
 
 
@@ -76,7 +83,10 @@ class Passthrough:
         stream = bool(chat_stream(request))
         rewrite = stream is not request.get("stream", False)
         request = self._salts.salted(tenant, request)
-        strip = meter.counts and stream and not _asks_usage(request)
+        # The usage chunk is asked for (and taken out again) when the meter counts tokens, or
+        # when tracing is on: the call's span carries them (proxy/tracing.py).
+        strip = (meter.counts or self._gateway.fleet.tracing is not None) and stream \
+            and not _asks_usage(request)
         if strip:
             options = request.get("stream_options")
             request["stream_options"] = {**(options if isinstance(options, dict) else {}),
@@ -96,7 +106,7 @@ class Passthrough:
                 await call.aclose()
                 raise
             relay = Relay(call.response.status_code, headers, media_type="text/event-stream")
-            relay.stream = _relay(call, chunks, first)
+            relay.stream = _relay(call, chunks, first, relay)
             if strip:
                 relay.stream = _without_usage(relay, relay.stream)
             meter.track(lambda: tokens_of(relay.usage))
@@ -105,6 +115,8 @@ class Passthrough:
         try:
             with map_transport_errors(call.replica.url):
                 content = await call.response.aread()
+            if call.span is not None and call.response.status_code == 200:
+                note_answer(call.span, usage_object_in_json(content), None)
         finally:
             await call.aclose()
         answer = Relay(call.response.status_code, headers, body=content)
@@ -115,21 +127,28 @@ class Passthrough:
         return {"object": "list", "data": self._gateway.fleet.model_list()}
 
 
-async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes
+async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes, relay: Relay
                  ) -> AsyncIterator[bytes]:
     """`first`, then the chunks as they arrive. `finally` closes the upstream whatever ends us:
     the end of the stream, an error, or the client going away or no longer reading (the web
-    layer cancels us, vLLM sees the close and aborts the generation)."""
+    layer cancels us, vLLM sees the close and aborts the generation). Traced: the call's span
+    gets the usage, the one taken out (`relay.usage`) or else the one in the last chunks the
+    client asked for; per chunk one check (and, tracing on, the last two chunks kept)."""
+    span, previous, last = call.span, b"", first
     try:
         if first:
             yield first
         with map_transport_errors(call.replica.url):
             async for chunk in chunks:
+                if span is not None:
+                    previous, last = last, chunk
                 yield chunk
     except ProxyError as exc:
         frame = orjson.dumps({"error": {**exc.body()["error"], "code": exc.status}})
         yield b"data: " + frame + b"\n\ndata: [DONE]\n\n"
     finally:
+        if span is not None:
+            note_answer(span, relay.usage or usage_object_in_sse(previous + last), None)
         await call.aclose()
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from proxy.core.errors import ProxyError, UpstreamTimeout
+from proxy.core.errors import ProxyError, UpstreamTimeout, failure_cause
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.events.chatstream import ChatStreamReader
 from proxy.core.types import Event, EventBatch
@@ -118,7 +118,8 @@ class Turn:
         except ProxyError as exc:
             # The client still gets its terminal event: the answer is real even if we could not
             # keep it. The stored copy stays as it was (it expires).
-            log.error("could not store the end of %s: %s", self.assembler.snapshot()["id"], exc)
+            log.error("could not store the end of %s: %s", self.assembler.snapshot()["id"],
+                      failure_cause(exc))
 
     async def _abandon(self) -> None:
         """Our caller went away before the end: stop the upstream, close the log."""
@@ -134,7 +135,7 @@ class Turn:
             try:
                 await self._finish(events, encoded)
             except ProxyError as exc:
-                log.error("could not store the cancellation: %s", exc)
+                log.error("could not store the cancellation: %s", failure_cause(exc))
 
     def _count(self) -> None:
         """Per turn, never per token: the hot path stays free of bookkeeping."""

@@ -33,10 +33,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.core import types as t
-from proxy.core.errors import ProxyError, StoreUnavailable
+from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
+from proxy.core.tracecontext import accept_traceparent
 from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.spec import JobSpec
@@ -169,7 +170,7 @@ class Worker:
                 jobs = await self._queue.take(self.name, free,
                                               block_ms=1000 if self._blocking else 0)
             except StoreUnavailable as exc:
-                log.warning("worker %s: queue unavailable: %s", self.name, exc)
+                log.warning("worker %s: queue unavailable: %s", self.name, failure_cause(exc))
                 await self._wait_poke(1.0)
                 continue
             for job in jobs:
@@ -215,7 +216,10 @@ class Worker:
             if spec.request_id:
                 # This task's own context: the job's upstream call and log lines carry the id
                 # of the request that created it.
-                CURRENT.set(RequestContext(spec.request_id, upstream_tag=secrets.token_hex(4)))
+                # Tracing off, the call carries the client's trace context too (checked again:
+                # the spec came through the store).
+                CURRENT.set(RequestContext(spec.request_id, upstream_tag=secrets.token_hex(4),
+                                           traceparent=accept_traceparent(spec.traceparent)))
             meter = await self._adopt(spec)
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
@@ -245,7 +249,7 @@ class Worker:
                                                      name="job-settle")
             raise
         except ProxyError as exc:
-            log.error("worker %s: job %s: %s", self.name, job.response_id, exc)
+            log.error("worker %s: job %s: %s", self.name, job.response_id, failure_cause(exc))
         finally:
             running = self._running.get(job.response_id)
             if running is not None:
@@ -273,7 +277,7 @@ class Worker:
         try:
             await self._ingest(job.spec)
         except ProxyError as exc:
-            log.error("worker %s: ingestion %s: %s", self.name, job.response_id, exc)
+            log.error("worker %s: ingestion %s: %s", self.name, job.response_id, failure_cause(exc))
             return
         running = self._running.get(job.response_id)
         if running is not None:
@@ -354,7 +358,8 @@ class Worker:
             if record is not None:
                 await self._close_abandoned(record, reason)
         except ProxyError as exc:
-            log.error("worker %s: could not close %s: %s", self.name, response_id, exc)
+            log.error("worker %s: could not close %s: %s", self.name, response_id,
+                      failure_cause(exc))
             return False
         return True
 
@@ -397,7 +402,7 @@ class Worker:
                     for job in await self._queue.reclaim(self.name, min_idle_ms, free):
                         self._launch(job)
             except StoreUnavailable as exc:
-                log.warning("worker %s: heartbeat failed: %s", self.name, exc)
+                log.warning("worker %s: heartbeat failed: %s", self.name, failure_cause(exc))
 
     async def _beat(self) -> None:
         running = list(self._running.values())
@@ -427,6 +432,6 @@ class Worker:
                     if running is not None:
                         running.task.cancel()
             except StoreUnavailable as exc:
-                log.warning("worker %s: cancel channel lost: %s", self.name, exc)
+                log.warning("worker %s: cancel channel lost: %s", self.name, failure_cause(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), 1.0)

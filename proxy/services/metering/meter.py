@@ -212,15 +212,26 @@ def tokens_of(usage: object) -> int:
 
 
 def usage_in_json(body: bytes | Any) -> int:
-    """The usage of a JSON answer: a chat completion (`usage`) or a response object."""
+    """The tokens of a JSON answer: a chat completion (`usage`) or a response object."""
+    return tokens_of(usage_object_in_json(body))
+
+
+def usage_object_in_json(body: bytes | Any) -> dict[str, Any] | None:
+    """The `usage` object of a JSON answer (None: none, or not JSON)."""
     try:
         data = orjson.loads(body) if isinstance(body, bytes | bytearray) else body
     except orjson.JSONDecodeError:
-        return 0
-    return tokens_of(data.get("usage")) if isinstance(data, dict) else 0
+        return None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 def usage_in_sse(tail: bytes) -> int:
+    """The tokens of the last `data:` frame that carries a usage (`usage_object_in_sse`)."""
+    return tokens_of(usage_object_in_sse(tail))
+
+
+def usage_object_in_sse(tail: bytes) -> dict[str, Any] | None:
     """The usage in the last `data:` frame that carries one: a chat stream's usage chunk (or a
     Responses terminal event's `response.usage`, though Responses streams are metered by their
     assembler and never read back)."""
@@ -235,9 +246,8 @@ def usage_in_sse(tail: bytes) -> int:
             except orjson.JSONDecodeError:
                 data = None
             if isinstance(data, dict):
-                found = tokens_of(data.get("usage")) or tokens_of(
-                    (data.get("response") or {}).get("usage"))
-                if found:
-                    return found
+                for found in (data.get("usage"), (data.get("response") or {}).get("usage")):
+                    if isinstance(found, dict) and tokens_of(found):
+                        return found
         at = tail.rfind(b'"usage"', 0, start if start >= 0 else 0)
-    return 0
+    return None

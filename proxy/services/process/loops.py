@@ -18,6 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from proxy.core.errors import ProxyError, failure_cause
+
 log = logging.getLogger("proxy.tasks")
 T = TypeVar("T")
 
@@ -29,21 +31,30 @@ class TaskSet:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+    def spawn(self, coro: Coroutine[Any, Any, T], *, name: str | None = None,
+              report: bool = True) -> asyncio.Task[T]:
+        """`report`: a failure is logged when the task ends (False: its awaiter reports it)."""
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._tasks.discard)
+        if report:
+            task.add_done_callback(_report)
         return task
 
     async def shielded(self, coro: Coroutine[Any, Any, T], *, name: str | None = None) -> T:
         """Run `coro` to completion even if the caller is cancelled meanwhile (the caller then
-        sees its CancelledError at once; the work goes on)."""
-        return await asyncio.shield(self.spawn(coro, name=name))
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+        sees its CancelledError at once; the work goes on). Its failure is the caller's to
+        report while the caller waits (one log line, not a traceback here and a line there);
+        this set's once the caller has left."""
+        task = self.spawn(coro, name=name, report=False)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                _report(task)
+            else:
+                task.add_done_callback(_report)
+            raise
 
     async def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for running tasks, then cancel what is left."""
@@ -56,6 +67,18 @@ class TaskSet:
         if still:
             with contextlib.suppress(Exception):
                 await asyncio.wait(still, timeout=1.0)
+
+
+def _report(task: asyncio.Task[Any]) -> None:
+    """A failed task's one log line: a mapped failure (a store that refuses, an upstream gone)
+    by its cause, anything else, a bug, with its traceback."""
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    if isinstance(exc, ProxyError):
+        log.error("background task %s failed: %s", task.get_name(), failure_cause(exc))
+    else:
+        log.error("background task %s failed", task.get_name(), exc_info=exc)
 
 
 # Restart delays of a crashed loop: doubling from the first, never above the last.

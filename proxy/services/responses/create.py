@@ -48,7 +48,7 @@ from proxy.core.request.create import FILE_SEARCH_RESULTS, ResponsesRequest, par
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
-from proxy.core.requestctx import current_request_id
+from proxy.core.requestctx import client_traceparent, current_request_id
 from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
@@ -72,7 +72,7 @@ from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
-from proxy.tracing import current_traceparent
+from proxy.tracing import current_traceparent, store_write
 
 
 @dataclass
@@ -380,9 +380,11 @@ class ResponsesService:
                        mcp=plan,
                        # The worker renews and frees the lease, counts the usage.
                        limit=meter.job_limit(),
-                       # The job's span joins this request's trace (None: tracing off).
-                       traceparent=current_traceparent())
-        await self._background.submit(record, request.input, logged, spec)
+                       # The job's span joins this request's trace; tracing off, its
+                       # upstream call carries the client's (None: neither).
+                       traceparent=current_traceparent() or client_traceparent())
+        with store_write(self._generations.tracing, "submit_response"):
+            await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
         if request.stream:
             return Outcome(stream=self._stored.replay_record(record, after=-1))
@@ -440,10 +442,11 @@ class ResponsesService:
             # The writer's lease is taken in the same round trip as the create (lease.py): a
             # stored stream waits on one Redis call before its first event, not two.
             leases = self._leases
-            await self._store.create_response(record, request.input,
-                                              ttl=settings.store.response_ttl,
-                                              event_ttl=settings.store.event_ttl,
-                                              lease_ms=leases.ttl_ms if leases else None)
+            with store_write(self._generations.tracing, "create_response"):
+                await self._store.create_response(record, request.input,
+                                                  ttl=settings.store.response_ttl,
+                                                  event_ttl=settings.store.event_ttl,
+                                                  lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.
                 recorder.log = self._generations.log.open(snapshot["id"])

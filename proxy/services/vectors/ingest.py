@@ -36,6 +36,7 @@ from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
+from proxy.tracing import Tracing
 
 log = logging.getLogger("proxy.vectors")
 
@@ -43,9 +44,13 @@ INGEST_PREFIX = "vsjob_"
 KIND = "vector_store_file"
 
 
-def job_of(tenant: str, vs_id: str, file_id: str) -> tuple[str, bytes]:
-    """(the queue entry's id field, its spec) for one file's ingestion."""
+def job_of(tenant: str, vs_id: str, file_id: str,
+           traceparent: str | None = None) -> tuple[str, bytes]:
+    """(the queue entry's id field, its spec) for one file's ingestion. `traceparent`: the
+    adding request's span (tracing on), the ingestion's parent across the queue."""
     spec = {"kind": KIND, "tenant": tenant, "vector_store_id": vs_id, "file_id": file_id}
+    if traceparent:
+        spec["traceparent"] = traceparent
     return f"{INGEST_PREFIX}{vs_id}_{file_id}", orjson.dumps(spec)
 
 
@@ -55,8 +60,10 @@ def is_ingestion(entry_id: str) -> bool:
 
 class Ingester:
     def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
-                 settings: VectorSettings, *, ttl_of: Any) -> None:
+                 settings: VectorSettings, *, ttl_of: Any,
+                 tracing: Tracing | None = None) -> None:
         self._stores = stores
+        self._tracing = tracing  # None: no span per ingestion (proxy/tracing.py)
         self._files = files
         self._embedder = embedder
         self._settings = settings
@@ -70,6 +77,17 @@ class Ingester:
                                       str(data["file_id"]))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return  # not a spec we can read: dropped (its file stays visibly in_progress)
+        if self._tracing is None:
+            return await self._ingest(tenant, vs_id, file_id)
+        parent = data.get("traceparent")
+        # A child of the request that added the file, across the queue (as a background
+        # job's); its embedding call and its writes are this span's children.
+        with self._tracing.consumer_span(
+                f"ingest {KIND}", parent if isinstance(parent, str) else None,
+                {"proxy.vector_store.id": vs_id, "proxy.file.id": file_id}):
+            return await self._ingest(tenant, vs_id, file_id)
+
+    async def _ingest(self, tenant: str, vs_id: str, file_id: str) -> None:
         file = await self._stores.get_file(tenant, vs_id, file_id)
         got = await self._stores.get(tenant, vs_id)
         if file is None or got is None or file.get("status") != "in_progress":

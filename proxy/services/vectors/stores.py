@@ -30,6 +30,7 @@ from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings
 from proxy.store.base import JobQueue
 from proxy.store.vectors import RedisVectorStores
+from proxy.tracing import current_traceparent
 
 
 def store_missing(vs_id: str, param: str = "vector_store_id") -> NotFound:
@@ -221,7 +222,7 @@ class VectorStores:
             raise bad("file_ids", f"A vector store holds at most {self.settings.max_files} "
                                   "files (--vector-store-max-files).")
         for file in files:
-            entry, spec = job_of(tenant, vs_id, file["id"])
+            entry, spec = job_of(tenant, vs_id, file["id"], current_traceparent())
             if not await self.queue.enqueue(entry, spec, limit=self.max_queued):
                 failed = {**file, "status": "failed", "last_error": {
                     "code": v.SERVER_ERROR, "message": "the ingestion queue is full; add the "
