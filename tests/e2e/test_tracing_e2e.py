@@ -197,9 +197,13 @@ def test_a_hosted_web_search_is_a_tool_span(simulator: ServerProcess,
             headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"})
         assert answer.status_code == 200
         assert answer.json()["output"][0]["type"] == "web_search_call"
-        spans = [s for s in receiver.wait_for(lambda got: any(
-            s.trace_id == trace_id and s.name.startswith("execute_tool") for s in got))
-            if s.trace_id == trace_id]
+        # The tool span ends before the request's own span: wait for both, or the batch that
+        # carried the tool span may be all there is yet.
+        def whole(got: list[ReceivedSpan]) -> bool:
+            mine = [s for s in got if s.trace_id == trace_id]
+            return (any(s.name.startswith("execute_tool") for s in mine)
+                    and any(s.kind == SERVER for s in mine))
+        spans = [s for s in receiver.wait_for(whole) if s.trace_id == trace_id]
     finally:
         proxy.stop()
         searx.stop()
