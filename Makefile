@@ -42,8 +42,9 @@ lint: $(STAMP)
 ## prefix caches (bench/fleet.py); then a 20-step tool-calling loop over WebSocket against
 ## HTTP+SSE (bench/wsloop.py); then what a token costs a bare Python relay (bench/floor.py);
 ## then vector stores' ingestion (pages/s) and search at 10^4 and 10^5 chunks (bench/vectors.py);
-## then one Redis primary against a 3-primary cluster (bench/topology.py).
-## It installs py-spy (the `bench` extra) for `--spy` profiles.
+## then one Redis primary against a 3-primary cluster (bench/topology.py); then the same proxy
+## under uvicorn's variants and granian, side by side (bench/servers.py, issue 29).
+## It installs the `bench` extra: py-spy for `--spy` profiles, granian and rloop for servers.py.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.run --systems direct,responses,responses-store --concurrency 1024 \
@@ -55,6 +56,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.floor
 	$(BIN)/python -m bench.vectors
 	$(BIN)/python -m bench.topology
+	$(BIN)/python -m bench.servers
 
 ## fuzz: generated requests (hypothesis: Responses bodies, mutated; query strings; headers;
 ## WebSocket frames) on every endpoint of a real stack (uvicorn, redis-server, the simulator)

@@ -1,0 +1,32 @@
+"""`python -m bench.servers`, tiny (a child process, as `make bench` runs it): the same proxy
+app under each ASGI server answers the short load with every stream checked (the matrix's own
+checks), and each server's row has its CPU measured. granian is only measured where it is
+installed (it is not a dependency of the proxy)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_every_server_serves_the_short_load_without_errors() -> None:
+    servers = ["uvicorn", "uvicorn-h11"]
+    if importlib.util.find_spec("granian") is not None:
+        servers.append("granian")
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.servers", "--servers", ",".join(servers), "--loads",
+         "short", "--rounds", "1", "--seconds", "0.5"],
+        capture_output=True, text=True, timeout=180, check=True).stdout
+    rows = {cells[2].strip(): cells for cells in (line.split("|") for line in out.splitlines())
+            if len(cells) > 3 and cells[1].strip() == "short"}
+    assert set(rows) == set(servers), out
+    for server, cells in rows.items():
+        assert float(cells[3]) > 0, (server, out)  # proxy CPU per 1k tokens was measured
+        assert int(cells[8]) == 0, (server, out)  # no errors: every stream checked whole
