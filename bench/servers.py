@@ -13,8 +13,9 @@ machine falls on every server alike. Loads (`--loads`):
     short   responses, 32 streams x 16-token answers at 0 ms/token (per-request cost)
 
 The table gives medians over the rounds: proxy CPU per 1k tokens (and per request), TTFT p50 /
-p99, tok/s, errors, and CPU against uvicorn's. Servers other than uvicorn need granian and rloop (the `bench`
-extra; not dependencies of the proxy); one that cannot start is reported and skipped.
+p99, tok/s, errors, and CPU against uvicorn's. Servers other than uvicorn need granian and
+rloop (the `bench` extra; not dependencies of the proxy); one that cannot start is reported and
+skipped. Results: docs/BENCHMARKS.md, "Issue 29: the per-send cost".
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +35,7 @@ from bench.procs import Service, free_port, pin_self, plan_pinning
 from bench.run import _loop_factory
 from bench.serverlaunch import SERVERS
 from bench.stack import Stack, StackOptions, http_ok
-from bench.stats import Row
+from bench.stats import Row, median_of
 from bench.systems import SYSTEMS
 
 DEFAULT_SERVERS = ("uvicorn", "uvicorn-h11", "uvicorn-asyncio", "granian", "granian-rloop")
@@ -74,6 +74,23 @@ def _options(load: Load, seconds: float) -> list[str]:
     return ["--systems", load.system, "--concurrency", str(load.concurrency), "--delays",
             f"{load.delay_ms:g}", "--tokens", str(load.tokens), "--seconds", f"{seconds:g}",
             "--retries", "0", "--no-docs", "--warmup-seconds", "1"]
+
+
+def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
+    lines = ["| load | server | proxy CPU ms / 1k tok | CPU µs / request | TTFT p50 ms "
+             "| TTFT p99 ms | tok/s | errors | CPU vs uvicorn |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (load, server), rows in results.items():
+        cpu = median_of(rows, "cpu")
+        base = results.get((load, "uvicorn"))
+        versus = (f"{cpu / median_of(base, 'cpu'):.2f}x"
+                  if base and server != "uvicorn" and median_of(base, "cpu") else "")
+        per_request = cpu * LOADS[load].tokens  # ms per 1k tokens x tokens = µs per request
+        lines.append(f"| {load} | {server} | {cpu:.1f} | {per_request:.0f} "
+                     f"| {median_of(rows, 'ttft'):.1f} | {median_of(rows, 'ttft99'):.1f} "
+                     f"| {median_of(rows, 'tps'):.0f} | {sum(r.errors for r in rows)} "
+                     f"| {versus} |")
+    return lines
 
 
 def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
@@ -129,31 +146,6 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
             service.stop()
         os.sched_setaffinity(0, affinity)
     return results
-
-
-def _median(rows: list[Row], pick: str) -> float:
-    values = {"cpu": [r.proxy_cpu_ms_per_1k or 0.0 for r in rows],
-              "ttft": [r.ttft_ms["p50"] or 0.0 for r in rows],
-              "ttft99": [r.ttft_ms["p99"] or 0.0 for r in rows],
-              "tps": [r.tps for r in rows]}[pick]
-    return statistics.median(values)
-
-
-def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
-    lines = ["| load | server | proxy CPU ms / 1k tok | CPU µs / request | TTFT p50 ms "
-             "| TTFT p99 ms | tok/s | errors | CPU vs uvicorn |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for (load, server), rows in results.items():
-        cpu = _median(rows, "cpu")
-        base = results.get((load, "uvicorn"))
-        versus = (f"{cpu / _median(base, 'cpu'):.2f}x"
-                  if base and server != "uvicorn" and _median(base, "cpu") else "")
-        per_request = cpu * LOADS[load].tokens  # ms per 1k tokens x tokens = µs per request
-        lines.append(f"| {load} | {server} | {cpu:.1f} | {per_request:.0f} "
-                     f"| {_median(rows, 'ttft'):.1f} | {_median(rows, 'ttft99'):.1f} "
-                     f"| {_median(rows, 'tps'):.0f} | {sum(r.errors for r in rows)} "
-                     f"| {versus} |")
-    return lines
 
 
 def _names(text: str, known: Sequence[str], what: str) -> list[str]:

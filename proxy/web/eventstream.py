@@ -23,12 +23,6 @@ What it does, and what it leaves out on purpose:
   log, metrics, Starlette's two exception layers) only hands the message on, ~4 frames and
   ~1 µs per token on the hot path. The response start and the first body message still go
   through them all (status, headers, the time to first byte);
-- the item that ends the stream (`final`, e.g. a batch ending with a Responses terminal event)
-  goes out with `more_body: False`: its bytes and the chunked body's end in one `send` (one
-  write, one syscall) instead of two, sent as soon as it is ready (nothing is ever held back to
-  be joined later; the events of one upstream read are already one item, web/rendering.py).
-  The body is still read to its end afterwards, so its cleanup runs as before; an item after the
-  final one would be a bug, and is dropped with an error logged;
 - per chunk it costs one `send` and two counter increments: no lock, no cancel scope, no timer.
   (sse-starlette, which this replaces, opens an anyio cancel scope and takes a lock for every
   send: about a tenth of the proxy's CPU at 256 streams.) No lock is needed because uvicorn's
@@ -67,13 +61,10 @@ class EventStream:
     def __init__(self, body: AsyncIterator[Any], *, ping: float = 15.0, status: int = 200,
                  headers: Mapping[str, str] | None = None,
                  send_timeout: float | None = None,
-                 encode: Callable[[Any], bytes] | None = None,
-                 final: Callable[[Any], bool] | None = None) -> None:
+                 encode: Callable[[Any], bytes] | None = None) -> None:
         # `encode`: what makes an item of `body` bytes; None: the items are bytes already.
-        # `final`: whether an item is the stream's last (None: only the body's end says so).
         self.body = body
         self.encode = encode
-        self.final = final
         self.ping = ping
         # None: the configured `--send-timeout` of the app serving the request (so every
         # route's stream is bounded without each handler passing it); 0: unbounded.
@@ -87,7 +78,6 @@ class EventStream:
         self._done = 0  # frames whose `send` returned
         self._pinging = False  # a ping's `send` is pending
         self._pings = 0  # pings whose `send` returned
-        self._ended = False  # the body's end was sent: nothing may follow it
         self.stalled = False  # abandoned because the client stopped reading
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,17 +111,11 @@ class EventStream:
 
     async def _stream(self, send: Send, body_send: Send) -> None:
         encode = self.encode
-        final = self.final
         try:
             async for item in self.body:
-                if self._ended:
-                    log.error("stream item after the final one: dropped")
-                    continue
                 data = item if encode is None else encode(item)
-                last = final is not None and final(item)
-                self._ended = last
                 self._sent += 1
-                await send({"type": "http.response.body", "body": data, "more_body": not last})
+                await send({"type": "http.response.body", "body": data, "more_body": True})
                 self._done += 1
                 if data:
                     send = body_send  # the first bytes went through every wrapper: enough
@@ -147,9 +131,6 @@ class EventStream:
             # and cut the stream (see above).
             log.exception("stream body failed")
             return
-        if self._ended:
-            return
-        self._ended = True
         self._sent += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._done += 1
@@ -165,8 +146,6 @@ class EventStream:
         seen = -1
         while True:
             await asyncio.sleep(self.ping)
-            if self._ended:  # nothing may follow the body's end
-                return
             if self._sent == seen:
                 self._pinging = True
                 await send({"type": "http.response.body", "body": PING, "more_body": True})

@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.core.events.sse import frames
-from proxy.core.types import TERMINAL_EVENTS, EventBatch, EventBatches
+from proxy.core.types import EventBatches
 from proxy.services.fleet.passthrough import Relay
 from proxy.web.eventstream import EventStream
 
@@ -38,15 +38,8 @@ def stream_response(
     headers: Mapping[str, str] | None = None,
     status: int = 200,
 ) -> EventStream:
-    """A Responses stream as SSE: each batch framed as one write; the batch ending with the
-    terminal event carries the body's end too (one write fewer per stream)."""
-    return EventStream(events, ping=ping, status=status, headers=headers, encode=frames,
-                       final=ends_stream)
-
-
-def ends_stream(batch: EventBatch) -> bool:
-    """Whether a batch ends with a Responses terminal event: nothing follows it."""
-    return bool(batch) and batch[-1][0] in TERMINAL_EVENTS
+    """A Responses stream as SSE: each batch framed as one write."""
+    return EventStream(events, ping=ping, status=status, headers=headers, encode=frames)
 
 
 def relay_response(relay: Relay, *, ping: float = 0) -> Reply:

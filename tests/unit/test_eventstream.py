@@ -120,80 +120,39 @@ async def test_after_the_first_bytes_the_body_skips_the_wrapped_send() -> None:
                     ("raw", b"data: 1\n\n"), ("raw", b"data: 2\n\n"), ("raw", b"")]
 
 
-# -- the final item carries the body's end (issue 29 point 3) ----------------------------------
-def _batch(*kinds: str) -> list[tuple[str, bytes]]:
-    return [(kind, b'{"type":"%s"}' % kind.encode()) for kind in kinds]
 
-
-async def _sent_by_a_responses_stream(batches: list[list[tuple[str, bytes]]],
-                                      after: list[str]) -> list[dict[str, Any]]:
-    from proxy.web.rendering import stream_response
-
-    async def body() -> AsyncIterator[list[tuple[str, bytes]]]:
-        for batch in batches:
-            yield batch
-        after.append("cleanup ran")  # the body is read to its end, past the final batch
-
-    messages: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        messages.append(message)
-
-    async with asyncio.timeout(10):
-        await stream_response(body())({"type": "http"}, never_disconnects, send)
-    return [m for m in messages if m["type"] == "http.response.body"]
-
-
-async def test_the_terminal_batch_and_the_body_end_leave_in_one_send() -> None:
-    from proxy.core.events.sse import frames
-
-    batches = [_batch("response.created", "response.in_progress"),
-               _batch("response.output_text.delta"),
-               _batch("response.output_text.delta", "response.output_text.done",
-                      "response.completed")]
-    after: list[str] = []
-    sent = await _sent_by_a_responses_stream(batches, after)
-    # One send per batch, the last with `more_body: False`: no separate empty end message.
-    assert [(m["body"], m["more_body"]) for m in sent] == [
-        (frames(batches[0]), True), (frames(batches[1]), True), (frames(batches[2]), False)]
-    assert after == ["cleanup ran"]
-
-
-async def test_a_stream_without_a_terminal_event_still_ends_with_an_empty_send() -> None:
-    batches = [_batch("response.created"), _batch("response.output_text.delta")]
-    sent = await _sent_by_a_responses_stream(batches, [])
-    assert [m["more_body"] for m in sent] == [True, True, False] and sent[-1]["body"] == b""
+# -- nothing is held back to be joined with later items (issue 29 point 3) ---------------------
+def _batch(kind: str) -> list[tuple[str, bytes]]:
+    return [(kind, b'{"type":"%s"}' % kind.encode())]
 
 
 async def test_the_first_event_is_sent_before_the_next_item_is_ready() -> None:
-    """Nothing is held back to be joined with what comes later: the first batch is written
-    while the body is still waiting for its second."""
+    """A batch is written as soon as it is made, not held to be joined with the next one: the
+    first batch is out while the body still waits for its second (the upstream's first token).
+    Every event of one upstream read is already one batch, hence one send (web/rendering.py)."""
+    from proxy.core.events.sse import frames
     from proxy.web.rendering import stream_response
 
     release = asyncio.Event()
+    written: list[bytes] = []
     first_sent = asyncio.Event()
 
     async def body() -> AsyncIterator[list[tuple[str, bytes]]]:
         yield _batch("response.created")
-        await release.wait()  # the upstream's first token has not come yet
+        await release.wait()
         yield _batch("response.completed")
 
     async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body" and not first_sent.is_set():
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
             first_sent.set()
 
-    async def drive() -> None:
-        await stream_response(body())({"type": "http"}, never_disconnects, send)
-
     async with asyncio.timeout(10):
-        task = asyncio.create_task(drive())
+        task = asyncio.create_task(
+            stream_response(body())({"type": "http"}, never_disconnects, send))
         await first_sent.wait()
-        assert not release.is_set()
+        assert not release.is_set() and written == [frames(_batch("response.created"))]
         release.set()
         await task
-
-
-async def test_an_item_after_the_final_one_is_dropped_not_sent_past_the_end() -> None:
-    batches = [_batch("response.completed"), _batch("response.output_text.delta")]
-    sent = await _sent_by_a_responses_stream(batches, [])
-    assert [m["more_body"] for m in sent] == [False]
+    assert written == [frames(_batch("response.created")), frames(_batch("response.completed")),
+                       b""]
