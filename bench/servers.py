@@ -5,8 +5,9 @@ One proxy process per server (`bench/serverlaunch.py`; "uvicorn" is `python -m p
 itself), all started at once against one simulator and one redis-server, all pinned to the
 proxy core (only the one being measured has traffic). Rows are the matrix's own
 (`matrix.Bench.run_one`: the same load generator, stream checks, CPU and TTFT figures),
-interleaved server by server within each load, `--rounds` times, so a drift of the shared
-machine falls on every server alike. Loads (`--loads`):
+interleaved server by server within each load, `--rounds` times, the order rotated each round
+(`rotated`), so a drift of the shared machine and a row's position fall on every server alike.
+Loads (`--loads`):
 
     long    responses (store off), 256 streams x 256 tokens x 20 ms/token
     store   responses-store, the same
@@ -129,7 +130,8 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
                 for index in range(rounds):
                     for load in loads:
                         bench.options = parse_options(_options(load, seconds))
-                        for name, (service, port) in proxies.items():
+                        for name in rotated(list(proxies), index):
+                            service, port = proxies[name]
                             stack.proxy, stack.proxy_port = service, port
                             row, _ = bench.run_one(SYSTEMS[load.system], load.concurrency,
                                                    load.delay_ms)
@@ -146,6 +148,13 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
             service.stop()
         os.sched_setaffinity(0, affinity)
     return results
+
+
+def rotated(names: list[str], index: int) -> list[str]:
+    """`names` starting at `index` (mod their number): each server takes each place in a
+    block in turn, so a row's position (the first after another load, say) favours none."""
+    start = index % len(names) if names else 0
+    return names[start:] + names[:start]
 
 
 def _names(text: str, known: Sequence[str], what: str) -> list[str]:

@@ -32,3 +32,14 @@ def test_every_server_serves_the_short_load_without_errors() -> None:
     for server, cells in rows.items():
         assert float(cells[3]) > 0, (server, out)  # proxy CPU per 1k tokens was measured
         assert int(cells[8]) == 0, (server, out)  # no errors: every stream checked whole
+
+
+def test_each_server_takes_each_place_in_turn() -> None:
+    """A row's place in its block (the first after a change of load, say) can favour or hurt
+    it: the order rotates per round so that no server always takes the same place."""
+    from bench.servers import rotated
+
+    names = ["uvicorn", "granian", "uvicorn-h11"]
+    firsts = [rotated(names, index)[0] for index in range(3)]
+    assert sorted(firsts) == sorted(names)
+    assert all(sorted(rotated(names, index)) == sorted(names) for index in range(5))
