@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from bench.options import ROOT, parse_options
 from bench.procs import Service, free_port, pin_self, plan_pinning
 from bench.run import _loop_factory
 from bench.stack import HOST, Stack, StackOptions, http_ok
-from bench.stats import Row
+from bench.stats import Row, median_of
 from bench.systems import SYSTEMS
 
 CLIENTS = ("http1", "aiohttp")
@@ -88,13 +87,7 @@ def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
              "| errors | vs http1 (CPU, TTFT p50) |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
 
-    def med(rows: list[Row], pick: str) -> float:
-        values = {"cpu": [r.proxy_cpu_ms_per_1k or 0.0 for r in rows],
-                  "ttft": [r.ttft_ms["p50"] or 0.0 for r in rows],
-                  "ttft99": [r.ttft_ms["p99"] or 0.0 for r in rows],
-                  "tps": [r.tps for r in rows]}[pick]
-        return statistics.median(values)
-
+    med = median_of
     for (name, client), rows in results.items():
         base = results[(name, "http1")]
         versus = "" if client == "http1" else (

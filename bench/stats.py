@@ -20,6 +20,7 @@ Percentiles interpolate linearly between order statistics (numpy's default "line
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -168,3 +169,13 @@ def compare_with_direct(rows: Sequence[Row]) -> None:
         mine, theirs = row.ttft_ms["p50"], base.ttft_ms["p50"]
         row.ttft_p50_delta_ms = mine - theirs if mine is not None and theirs is not None \
             else None
+
+
+def median_of(rows: Sequence[Row], pick: str) -> float:
+    """The median over `rows` (rounds of one row) of "cpu" (proxy ms per 1k tokens), "ttft"
+    (p50), "ttft99" (p99) or "tps": the side-by-side benches' tables (clients.py, servers.py)."""
+    values = {"cpu": [r.proxy_cpu_ms_per_1k or 0.0 for r in rows],
+              "ttft": [r.ttft_ms["p50"] or 0.0 for r in rows],
+              "ttft99": [r.ttft_ms["p99"] or 0.0 for r in rows],
+              "tps": [r.tps for r in rows]}[pick]
+    return statistics.median(values)

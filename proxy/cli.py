@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from proxy.gctune import tune_for_serving
 from proxy.logs import configure_logging
@@ -137,18 +138,12 @@ def _serve(settings: Settings) -> None:
         raise SystemExit(code)
 
 
-def _serve_one(settings: Settings, sock: socket.socket | None = None,
-               parent: int | None = None) -> None:
+def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
+    """The `uvicorn.Config` of `serve` (`overrides`: bench/serverlaunch.py's variants; uvicorn's
+    defaults pick httptools and uvloop, both installed with `uvicorn[standard]`)."""
     import uvicorn
 
-    from proxy.app import create_app
-    from proxy.server import DrainingServer
-    from proxy.web.state import app_runtime
-
-    app = create_app(settings)
-    tune_for_serving()  # after the imports and the app: what is alive now lives forever
-    config = uvicorn.Config(
-        app,
+    options: dict[str, Any] = dict(
         host=settings.server.host,
         port=settings.server.port,
         log_level="warning",
@@ -164,6 +159,19 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
         # behind proxies that cut silent connections.
         ws_ping_interval=settings.streams.ping_interval,
     )
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
+
+
+def _serve_one(settings: Settings, sock: socket.socket | None = None,
+               parent: int | None = None) -> None:
+    from proxy.app import create_app
+    from proxy.server import DrainingServer
+    from proxy.web.state import app_runtime
+
+    app = create_app(settings)
+    tune_for_serving()  # after the imports and the app: what is alive now lives forever
+    config = uvicorn_config(app, settings)
     server = DrainingServer(config, drain=lambda: app_runtime(app).drain(), parent_pid=parent)
     server.run(sockets=[sock] if sock is not None else None)
 

@@ -118,3 +118,41 @@ async def test_after_the_first_bytes_the_body_skips_the_wrapped_send() -> None:
         await stream({"type": "http", BODY_SEND: raw}, never_disconnects, wrapped)
     assert wire == [("wrapped", None), ("wrapped", b""), ("wrapped", b"data: 0\n\n"),
                     ("raw", b"data: 1\n\n"), ("raw", b"data: 2\n\n"), ("raw", b"")]
+
+
+
+# -- nothing is held back to be joined with later items (issue 29 point 3) ---------------------
+def _batch(kind: str) -> list[tuple[str, bytes]]:
+    return [(kind, b'{"type":"%s"}' % kind.encode())]
+
+
+async def test_the_first_event_is_sent_before_the_next_item_is_ready() -> None:
+    """A batch is written as soon as it is made, not held to be joined with the next one: the
+    first batch is out while the body still waits for its second (the upstream's first token).
+    Every event of one upstream read is already one batch, hence one send (web/rendering.py)."""
+    from proxy.core.events.sse import frames
+    from proxy.web.rendering import stream_response
+
+    release = asyncio.Event()
+    written: list[bytes] = []
+    first_sent = asyncio.Event()
+
+    async def body() -> AsyncIterator[list[tuple[str, bytes]]]:
+        yield _batch("response.created")
+        await release.wait()
+        yield _batch("response.completed")
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
+            first_sent.set()
+
+    async with asyncio.timeout(10):
+        task = asyncio.create_task(
+            stream_response(body())({"type": "http"}, never_disconnects, send))
+        await first_sent.wait()
+        assert not release.is_set() and written == [frames(_batch("response.created"))]
+        release.set()
+        await task
+    assert written == [frames(_batch("response.created")), frames(_batch("response.completed")),
+                       b""]

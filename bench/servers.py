@@ -1,0 +1,191 @@
+"""`python -m bench.servers`: the same proxy app under different ASGI servers, side by side, in one
+run (issue 29 point 2: the per-send cost).
+
+One proxy process per server (`bench/serverlaunch.py`; "uvicorn" is `python -m proxy serve`
+itself), all started at once against one simulator and one redis-server, all pinned to the
+proxy core (only the one being measured has traffic). Rows are the matrix's own
+(`matrix.Bench.run_one`: the same load generator, stream checks, CPU and TTFT figures),
+interleaved server by server within each load, `--rounds` times, the order rotated each round
+(`rotated`), so a drift of the shared machine and a row's position fall on every server alike.
+Loads (`--loads`):
+
+    long    responses (store off), 256 streams x 256 tokens x 20 ms/token
+    store   responses-store, the same
+    short   responses, 32 streams x 16-token answers at 0 ms/token (per-request cost)
+
+The table gives medians over the rounds: proxy CPU per 1k tokens (and per request), TTFT p50 /
+p99, tok/s, errors, and CPU against uvicorn's. Servers other than uvicorn need granian and
+rloop (the `bench` extra; not dependencies of the proxy); one that cannot start is reported and
+skipped. Results: docs/BENCHMARKS.md, "Issue 29: the per-send cost".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.matrix import Bench
+from bench.options import parse_options
+from bench.procs import Service, free_port, pin_self, plan_pinning
+from bench.run import _loop_factory
+from bench.serverlaunch import SERVERS
+from bench.stack import Stack, StackOptions, http_ok
+from bench.stats import Row, median_of
+from bench.systems import SYSTEMS
+
+DEFAULT_SERVERS = ("uvicorn", "uvicorn-h11", "uvicorn-asyncio", "granian", "granian-rloop")
+
+
+@dataclass(frozen=True)
+class Load:
+    name: str
+    system: str
+    concurrency: int
+    tokens: int
+    delay_ms: float
+
+
+LOADS = {
+    "long": Load("long", "responses", 256, 256, 20.0),
+    "store": Load("store", "responses-store", 256, 256, 20.0),
+    "short": Load("short", "responses", 32, 16, 0.0),
+}
+
+
+def _start(stack: Stack, name: str, log_dir: Path) -> tuple[Service, int]:
+    """`name`'s proxy beside the stack's own (same flags, its own port)."""
+    port = free_port()
+    args = list(stack.proxy.args)
+    index = args.index("-m")
+    args[index + 1:index + 2] = ["bench.serverlaunch", name]
+    args[args.index("--port") + 1] = str(port)
+    service = Service(f"proxy-{name}", args, log_dir / f"proxy-{name}.log",
+                      stack.options.pinning.proxy, stack.proxy.env)
+    service.start(lambda: http_ok(port, "/healthz") and http_ok(port, "/readyz"))
+    return service, port
+
+
+def _options(load: Load, seconds: float) -> list[str]:
+    return ["--systems", load.system, "--concurrency", str(load.concurrency), "--delays",
+            f"{load.delay_ms:g}", "--tokens", str(load.tokens), "--seconds", f"{seconds:g}",
+            "--retries", "0", "--no-docs", "--warmup-seconds", "1"]
+
+
+def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
+    lines = ["| load | server | proxy CPU ms / 1k tok | CPU µs / request | TTFT p50 ms "
+             "| TTFT p99 ms | tok/s | errors | CPU vs uvicorn |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (load, server), rows in results.items():
+        cpu = median_of(rows, "cpu")
+        base = results.get((load, "uvicorn"))
+        versus = (f"{cpu / median_of(base, 'cpu'):.2f}x"
+                  if base and server != "uvicorn" and median_of(base, "cpu") else "")
+        per_request = cpu * LOADS[load].tokens  # ms per 1k tokens x tokens = µs per request
+        lines.append(f"| {load} | {server} | {cpu:.1f} | {per_request:.0f} "
+                     f"| {median_of(rows, 'ttft'):.1f} | {median_of(rows, 'ttft99'):.1f} "
+                     f"| {median_of(rows, 'tps'):.0f} | {sum(r.errors for r in rows)} "
+                     f"| {versus} |")
+    return lines
+
+
+def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
+        seconds: float) -> dict[tuple[str, str], list[Row]]:
+    pinning = plan_pinning()
+    affinity = os.sched_getaffinity(0)
+    pin_self(pinning.load)
+    options = parse_options(_options(loads[0], seconds))
+    log_dir = options.results_dir / f"servers-{time.strftime('%Y%m%dT%H%M%S')}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[tuple[str, str], list[Row]] = {}
+    stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
+                               worker_concurrency=max(load.concurrency for load in loads)))
+    started: list[Service] = []
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
+            ours = (stack.proxy, stack.proxy_port)
+            proxies: dict[str, tuple[Service, int]] = {}
+            for name in servers:
+                if name == "uvicorn":
+                    proxies[name] = ours
+                    continue
+                try:
+                    proxies[name] = _start(stack, name, log_dir)
+                except Exception as exc:  # a server not installed: say so, measure the rest
+                    print(f"{name}: not started ({exc}); see {log_dir}/proxy-{name}.log")
+                    continue
+                started.append(proxies[name][0])
+            bench = Bench(options, stack, runner, print)
+            try:
+                for service, port in proxies.values():
+                    stack.proxy, stack.proxy_port = service, port
+                    bench.options = parse_options([*_options(loads[0], seconds), "--systems",
+                                                   "responses,responses-store"])
+                    bench.warm_up()
+                for index in range(rounds):
+                    for load in loads:
+                        bench.options = parse_options(_options(load, seconds))
+                        for name in rotated(list(proxies), index):
+                            service, port = proxies[name]
+                            stack.proxy, stack.proxy_port = service, port
+                            row, _ = bench.run_one(SYSTEMS[load.system], load.concurrency,
+                                                   load.delay_ms)
+                            results.setdefault((load.name, name), []).append(row)
+                            print(f"round {index + 1} {load.name:<6} {name:<16} "
+                                  f"cpu {row.proxy_cpu_ms_per_1k or 0:7.1f} ms/1k tok  "
+                                  f"ttft p50 {row.ttft_ms['p50'] or 0:8.1f} ms  "
+                                  f"p99 {row.ttft_ms['p99'] or 0:8.1f} ms  "
+                                  f"tok/s {row.tps:8.0f}  errors {row.errors}")
+            finally:
+                stack.proxy, stack.proxy_port = ours
+    finally:
+        for service in started:
+            service.stop()
+        os.sched_setaffinity(0, affinity)
+    return results
+
+
+def rotated(names: list[str], index: int) -> list[str]:
+    """`names` starting at `index` (mod their number): each server takes each place in a
+    block in turn, so a row's position (the first after another load, say) favours none."""
+    start = index % len(names) if names else 0
+    return names[start:] + names[:start]
+
+
+def _names(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [part for part in text.split(",") if part]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown {what} {','.join(unknown) or '(none)'}; "
+                                         f"use {','.join(known)}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.servers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--servers", type=lambda t: _names(t, SERVERS, "server"),
+                        default=list(DEFAULT_SERVERS), help=f"from {','.join(SERVERS)}")
+    parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
+                        default=list(LOADS), help=f"from {','.join(LOADS)}")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="minimum measured window per row (default 5)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rounds < 1 or args.seconds < 0:
+        parser.error("--rounds must be >= 1 and --seconds >= 0")
+    results = run(args.servers, [LOADS[name] for name in args.loads], args.rounds,
+                  args.seconds)
+    print()
+    for line in table(results):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
