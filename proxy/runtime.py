@@ -33,6 +33,7 @@ from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
+from proxy.services.fleet.setups import SETUP_SLOTS, SetupGate
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
@@ -171,7 +172,8 @@ class Runtime:
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
-                                                         settings.tenancy.keys_file))
+                                                         settings.tenancy.keys_file),
+                          SetupGate(SETUP_SLOTS, timeout=settings.flow.queue_timeout))
         ttl = settings.store.response_ttl
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
         # Vector stores: searched by the REST API and by file_search, their files ingested by

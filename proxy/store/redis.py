@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,7 @@ from proxy.store.decoding import (
     transition_of,
 )
 from proxy.store.failures import read_retrying, store_errors
+from proxy.store.headroom import Headroom
 from proxy.store.ledger import LEDGER_HELD
 from proxy.store.packing import (
     MAX_EVENTS_PER_CALL,
@@ -97,6 +99,7 @@ class RedisStore(RedisConversations):
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
         self._held = client.register_script(LEDGER_HELD)
         self._hash_keys = HashKeys()  # the flush's keys of the live streams (packing.py)
+        self._headroom = Headroom(time.monotonic)  # one primary: what our creates saw
 
     @property
     def max_block_ms(self) -> int:
@@ -154,9 +157,12 @@ class RedisStore(RedisConversations):
         with store_errors():
             written, held, *size = await self._waited(self._create, keys_, args)
         if not written:
+            self._headroom.forget(tenant)
             raise storage_exceeded(budget, held + budget - room)
         if self._ledgers is not None:
             self._ledgers.note(tenant, tag, held + size[0])
+        else:
+            self._headroom.note(tenant, held + size[0])
 
     async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
         record = await self.get_response_any(response_id)
@@ -187,9 +193,14 @@ class RedisStore(RedisConversations):
         budget = self._budget.of(tenant)
         if budget <= 0:
             return  # unlimited: no round trip
+        if self._ledgers is None and self._headroom.clear_below(tenant, budget):
+            return  # our own create just saw it well inside (headroom.py: why that is safe)
         # On a cluster: the view of the key's ledgers (ledgerview.py), not 33 reads per check.
-        held = sum((await self._ledgers.held(tenant)).values()) if self._ledgers is not None \
-            else await self.stored_bytes(tenant)
+        if self._ledgers is not None:
+            held = sum((await self._ledgers.held(tenant)).values())
+        else:
+            held = await self.stored_bytes(tenant)
+            self._headroom.note(tenant, held)
         if held >= budget:
             raise storage_exceeded(budget, held)
 
