@@ -33,7 +33,7 @@ from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
-from proxy.services.fleet.setups import SETUP_SLOTS, SetupGate
+from proxy.services.fleet.setups import SetupGate
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
@@ -173,7 +173,9 @@ class Runtime:
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
                                                          settings.tenancy.keys_file),
-                          SetupGate(int(__import__("os").environ.get("XSLOTS", SETUP_SLOTS)), timeout=settings.flow.queue_timeout))
+                          SetupGate(settings.flow.setup_slots,
+                                    timeout=settings.flow.queue_timeout)
+                          if settings.flow.setup_slots else None)
         ttl = settings.store.response_ttl
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
         # Vector stores: searched by the REST API and by file_search, their files ingested by

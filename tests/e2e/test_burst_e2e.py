@@ -25,7 +25,8 @@ READ_TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 def stored_proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
     redis = start_redis()
-    proxy = start_proxy(simulator.url, redis_url=f"redis://127.0.0.1:{redis.port}/0")
+    proxy = start_proxy(simulator.url, "--setup-slots", "8",
+                        redis_url=f"redis://127.0.0.1:{redis.port}/0")
     yield proxy
     proxy.stop()
     redis.stop()

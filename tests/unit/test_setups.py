@@ -27,12 +27,19 @@ def request(gate: SetupGate, name: str, order: list[str],
     return asyncio.create_task(run())
 
 
-async def test_waiters_go_in_arrival_order_and_a_newcomer_does_not_barge() -> None:
-    gate = SetupGate(1, timeout=5)
+async def one_holding(timeout: float = 5
+                      ) -> tuple[SetupGate, asyncio.Event, list[str], asyncio.Task[None]]:
+    """A one-slot gate whose slot "r0" holds until the event is set."""
+    gate = SetupGate(1, timeout=timeout)
     hold = asyncio.Event()
     order: list[str] = []
-    first = request(gate, "r0", order, hold.wait)
+    holder = request(gate, "r0", order, hold.wait)
     await settle()
+    return gate, hold, order, holder
+
+
+async def test_waiters_go_in_arrival_order_and_a_newcomer_does_not_barge() -> None:
+    gate, hold, order, first = await one_holding()
     waiters = [request(gate, f"r{i}", order) for i in range(1, 5)]
     await settle()
     assert order == ["r0"] and gate.waiting == 4
@@ -45,11 +52,7 @@ async def test_waiters_go_in_arrival_order_and_a_newcomer_does_not_barge() -> No
 
 
 async def test_a_wait_is_bounded_and_answered_like_the_admission_queue() -> None:
-    gate = SetupGate(1, timeout=0.05)
-    hold = asyncio.Event()
-    order: list[str] = []
-    holder = request(gate, "r0", order, hold.wait)
-    await settle()
+    gate, hold, order, holder = await one_holding(timeout=0.05)
     with pytest.raises(RateLimited) as refused:
         await request(gate, "r1", order)
     assert refused.value.status == 429 and refused.value.code == "rate_limit_exceeded"
@@ -85,11 +88,7 @@ async def test_the_slot_comes_back_on_errors_and_on_cancellation_holding_or_wait
 
 
 async def test_a_waiter_cancelled_as_it_is_granted_hands_the_slot_on() -> None:
-    gate = SetupGate(1, timeout=5)
-    hold = asyncio.Event()
-    order: list[str] = []
-    holder = request(gate, "r0", order, hold.wait)
-    await settle()
+    gate, hold, order, holder = await one_holding()
     granted_then_gone = request(gate, "r1", order)
     next_one = request(gate, "r2", order)
     await settle()

@@ -39,10 +39,6 @@ from proxy.core.errors import RateLimited
 from proxy.core.requestctx import CURRENT
 
 RETRY_AFTER_S = 1  # as the admission queue's 429
-# Set-ups at once per process: enough that one waiting on Redis or on its replica's headers
-# leaves the core work to do, few enough that the first to arrive finishes first (measured in
-# docs/BENCHMARKS.md, "Issue 29: bursts").
-SETUP_SLOTS = 8
 
 
 class SetupGate:
