@@ -183,6 +183,18 @@ async def test_no_budget_no_round_trip_for_the_check(store: RedisStore,
     assert round_trips.count == 0
 
 
+async def test_a_burst_of_checks_of_one_key_reads_it_once(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    if store.sharded:
+        pytest.skip("one primary's read (a cluster reads its ledger view)")
+    limited = budgeted(store, 10_000)
+    await limited.check_storage(TENANT)  # its script loaded
+    fresh = budgeted(store, 10_000)  # nothing seen yet: as after a quiet second
+    round_trips.reset()
+    await asyncio.gather(*(fresh.check_storage(TENANT) for _ in range(32)))
+    assert round_trips.count == 1
+
+
 async def test_a_key_near_its_budget_is_checked_every_time_and_refused(
         store: RedisStore, round_trips: RoundTrips) -> None:
     if store.sharded:
