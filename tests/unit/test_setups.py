@@ -148,3 +148,16 @@ async def test_a_request_queued_for_a_replica_does_not_hold_a_set_up_slot() -> N
         await settle()
     await asyncio.wait_for(asyncio.gather(*queued), 5)
     assert order.count("admitted m") == 6 and gate.busy == 0
+
+
+async def test_a_waiter_cancelled_after_its_wait_expired_frees_no_slot() -> None:
+    gate, hold, order, holder = await one_holding(timeout=60)
+    late = request(gate, "r1", order)
+    await settle()
+    gate._expire(gate._waiters[0])  # its deadline passes (the timer's call, made at once)...
+    late.cancel()  # ...and its client leaves before the task resumed with the 429
+    await asyncio.gather(late, return_exceptions=True)
+    assert gate.busy == 1 and gate.waiting == 0  # r0 still holds the one slot, nobody else
+    hold.set()
+    await holder
+    assert gate.busy == 0

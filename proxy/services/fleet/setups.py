@@ -23,7 +23,11 @@ Rules:
     set-up slot up first (`Admission.admit(on_queue=...)`): set-ups never wait on the fleet
     while holding the gate, so a burst past a replica's cap cannot starve the gate, and a
     saturated model does not hold up another model's set-ups;
-  - per process, like the admission: each `serve --workers` child has its own.
+  - per process, like the admission: each `serve --workers` child has its own;
+  - off by default (`--setup-slots 0`): measured on a 256-stream burst, the first tenth's first
+    tokens come ~10% sooner, the median does not move and the p99 rises a little (the streams
+    started early relay their tokens on the same core while later set-ups wait), see
+    docs/BENCHMARKS.md "Issue 29: bursts". For deployments that want first come, first served.
 The request finds its slot through its `RequestContext` (core/requestctx.py `end_setup`), so the
 layers in between pass nothing by hand.
 """
@@ -94,7 +98,7 @@ class SetupGate:
         try:
             await future
         except asyncio.CancelledError:  # the client left while queued
-            if future.done() and not future.cancelled():
+            if future.done() and not future.cancelled() and future.exception() is None:
                 self._release()  # granted as we left: hand the slot on
             else:
                 self._leave(future)
