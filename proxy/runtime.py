@@ -33,6 +33,7 @@ from proxy.services.fleet.fleet import Fleet
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
+from proxy.services.fleet.setups import SetupGate
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
@@ -172,7 +173,10 @@ class Runtime:
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
         gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
-                                                         settings.tenancy.keys_file))
+                                                         settings.tenancy.keys_file),
+                          SetupGate(settings.flow.setup_slots,
+                                    timeout=settings.flow.queue_timeout)
+                          if settings.flow.setup_slots else None)
         ttl = settings.store.response_ttl
         # Their writes traced (a span each, tracing on): uploads, vector stores, ingestions.
         traced_writes(tracing, backend.files, {"put": "put_file", "delete": "delete_file"})

@@ -14,6 +14,7 @@ Pure: validating a client's id is here; making a new one (randomness) is the cal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -44,6 +45,9 @@ class RequestContext:
     # client's trace. None: the client sent none (or a malformed one, dropped).
     traceparent: str | None = None
     tracestate: str | None = None
+    # Gives back the request's set-up slot (services/fleet/setups.py) once its upstream call is
+    # open, or before it waits in the admission queue; None: no slot held.
+    end_setup: Callable[[], None] | None = None
 
 
 CURRENT: ContextVar[RequestContext | None] = ContextVar("proxy_request", default=None)
@@ -108,3 +112,11 @@ def note_replica(url: str) -> None:
     context = CURRENT.get()
     if context is not None:
         context.replica = url
+
+
+def end_setup() -> None:
+    """Give back the current request's set-up slot, if it holds one (no-op otherwise)."""
+    context = CURRENT.get()
+    if context is not None and context.end_setup is not None:
+        release, context.end_setup = context.end_setup, None
+        release()

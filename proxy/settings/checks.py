@@ -160,6 +160,14 @@ def replica_count(value: object, flag: str) -> int:
     return int(digits)
 
 
+def setup_slots(value: object, flag: str) -> int:
+    """A whole number of creates set up at once, in arrival order (0: no gate)."""
+    digits = str(value).strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise ConfigError(flag, f"must be a whole number of set-ups (0: no gate), got {value!r}")
+    return int(digits)
+
+
 def mode(choices: tuple[str, ...]) -> Parse:
     """One of `choices`, any case."""
 

@@ -93,11 +93,15 @@ class FlowSettings:
     """Flow control (services/fleet/admission.py): a replica takes at most
     `max_inflight_per_replica` requests at once from this process (None: adaptive, held only
     while the replica reports waiting requests); past that requests wait, at most
-    `max_queued_requests` of them and each at most `queue_timeout` seconds, then 429."""
+    `max_queued_requests` of them and each at most `queue_timeout` seconds, then 429.
+    `setup_slots`: creates set up at once in arrival order (0: no gate)."""
 
     max_inflight_per_replica: int | None = None
     max_queued_requests: int = 1024
     queue_timeout: float = 30.0
+    # Creates set up at once, FIFO, each slot held until admitted (services/fleet/setups.py);
+    # 0: no gate. A set-up waits at most `queue_timeout`.
+    setup_slots: int = 0
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,12 @@ OPTIONS: tuple[Option, ...] = (
            "requests that may wait for a saturated fleet"),
     Option("queue_timeout", "flow.queue_timeout", c.seconds,
            "seconds a request may wait for a saturated fleet"),
+    # Bursts (issue 29): services/fleet/setups.py. Off by default: measured, it moves the
+    # first arrivals' first tokens forward but not the median, and adds to the p99
+    # (docs/BENCHMARKS.md "Issue 29: bursts").
+    Option("setup_slots", "flow.setup_slots", c.setup_slots,
+           "creates set up at once, in arrival order, before their upstream call (0: no "
+           "gate: every arrival's set-up advances together)"),
     Option("routing", "fleet.routing", c.mode(c.ROUTING_MODES),
            "affinity | round_robin | least_loaded"),
     Option("keys_file", "tenancy.keys_file", c.keys_file,

@@ -19,13 +19,17 @@ from proxy.web.state import runtime_of
 
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
-    body = await json_body(request)
-    directives = parse_cache_control(request.headers.get("cache-control"))
-    # `parse_request` refuses a `stream` or `background` that is not a boolean.
-    hold = body.get("background") is True or body.get("stream") is True
-    async with metering(request, hold=hold) as meter:
-        outcome = await unless_disconnected(request, runtime.services.responses.create(
-            tenant(request), body, directives, meter=meter))
+    responses = runtime.services.responses
+    # A burst's set-ups run a few at a time in arrival order, so the first to arrive gets the
+    # first token (services/fleet/setups.py); the slot is given back once it is admitted.
+    async with responses.setting_up():
+        body = await json_body(request)
+        directives = parse_cache_control(request.headers.get("cache-control"))
+        # `parse_request` refuses a `stream` or `background` that is not a boolean.
+        hold = body.get("background") is True or body.get("stream") is True
+        async with metering(request, hold=hold) as meter:
+            outcome = await unless_disconnected(request, responses.create(
+                tenant(request), body, directives, meter=meter))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
                                headers=outcome.headers)

@@ -109,8 +109,9 @@ class _Connection:
         previous = body.get("previous_response_id")
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
-            async with metering(self.websocket, hold=True) as meter:
-                outcome = await self.runtime.services.responses.create(
+            responses = self.runtime.services.responses
+            async with responses.setting_up(), metering(self.websocket, hold=True) as meter:
+                outcome = await responses.create(
                     self.tenant, {**body, "stream": True}, meter=meter, local=self.local)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream

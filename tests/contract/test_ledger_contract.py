@@ -177,9 +177,50 @@ async def test_no_budget_no_round_trip_for_the_check(store: RedisStore,
     await store.check_storage(TENANT)  # the contract fixture's store has no budget
     assert round_trips.count == 0
     await limited.check_storage(TENANT)
-    # On a cluster the key's ledgers are read at most once a second (store/ledgerview.py):
-    # the read just before is still fresh.
-    assert round_trips.count == (0 if store.sharded else 1)
+    # On a cluster the key's ledgers are read at most once a second (store/ledgerview.py);
+    # on one primary a key seen well inside its budget less than a second ago is not read
+    # again (store/headroom.py): the read just before is still fresh either way.
+    assert round_trips.count == 0
+
+
+async def test_a_burst_of_checks_of_one_key_reads_it_once(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    if store.sharded:
+        pytest.skip("one primary's read (a cluster reads its ledger view)")
+    limited = budgeted(store, 10_000)
+    await limited.check_storage(TENANT)  # its script loaded
+    fresh = budgeted(store, 10_000)  # nothing seen yet: as after a quiet second
+    round_trips.reset()
+    await asyncio.gather(*(fresh.check_storage(TENANT) for _ in range(32)))
+    assert round_trips.count == 1
+
+
+async def test_a_key_near_its_budget_is_checked_every_time_and_refused(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    if store.sharded:
+        pytest.skip("one primary's headroom (a cluster reads its ledger view)")
+    an_id = rid(901)
+    size = response_bytes(an_id, [message("msg", "x" * 50)])
+    limited = budgeted(store, size + 1)
+    await limited.check_storage(TENANT)  # nothing held: seen well inside
+    round_trips.reset()
+    await limited.check_storage(TENANT)
+    assert round_trips.count == 0
+    # Our own create leaves the key above 90% of its budget: from now on every check reads.
+    await limited.create_response(record(an_id), [message("msg", "x" * 50)], ttl=TTL,
+                                  event_ttl=EVENT_TTL)
+    round_trips.reset()
+    await limited.check_storage(TENANT)
+    assert round_trips.count == 1
+    # Filled by another instance meanwhile: the next create is refused by its own script.
+    other = budgeted(store, size + 1)
+    await other.create_response(record(rid(902)), [message("msg", "x")], ttl=TTL,
+                                event_ttl=EVENT_TTL)
+    with pytest.raises(QuotaExceeded):
+        await limited.check_storage(TENANT)
+    with pytest.raises(QuotaExceeded):
+        await limited.create_response(record(rid(903)), [message("msg", "x")], ttl=TTL,
+                                      event_ttl=EVENT_TTL)
 
 
 async def test_conversations_count_and_free_their_bytes(store: RedisStore) -> None:

@@ -75,6 +75,8 @@ def test_defaults() -> None:
         ({}, {"PROXY_MAX_INPUT_ITEMS": "0"}, "--max-input-items"),
         ({"max_input_items": "lots"}, {}, "--max-input-items"),
         ({"idle_timeout": "soon"}, {}, "--idle-timeout"),
+        ({"setup_slots": "-1"}, {}, "--setup-slots"),
+        ({}, {"PROXY_SETUP_SLOTS": "eight"}, "--setup-slots"),
     ],
 )
 def test_bad_values_name_their_flag(flags: dict[str, object], env: dict[str, str],
@@ -346,3 +348,9 @@ def test_settings_of_and_replace_take_groups_or_option_names() -> None:
     assert (quick.timeouts.connect, quick.limits.max_body_bytes, quick.cache.ttl) == (1, 512, 60)
     with pytest.raises(TypeError):
         Settings.of(cache_tll=60)
+
+
+def test_setup_slots_default_off_and_set_by_flag_or_environment() -> None:
+    assert build_settings({}, {}).flow.setup_slots == 0  # measured: no gate (issue 29)
+    assert build_settings({"setup_slots": "8"}, {}).flow.setup_slots == 8
+    assert build_settings({}, {"PROXY_SETUP_SLOTS": "16"}).flow.setup_slots == 16

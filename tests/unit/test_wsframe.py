@@ -64,6 +64,7 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     """Each event of a batch is one text frame, its JSON as the service made it (nothing parsed:
     here a terminal event whose JSON does not start with its type); the socket is `CLOSING`
     before the terminal event's frame goes out (a client may answer the moment it reads it)."""
+    import contextlib
     import types
     from collections.abc import AsyncIterator
 
@@ -86,7 +87,9 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
                                     process=types.SimpleNamespace(limits=None),
                                     services=types.SimpleNamespace(
-                                        responses=types.SimpleNamespace(create=create)))
+                                        responses=types.SimpleNamespace(
+                                            create=create,
+                                            setting_up=contextlib.nullcontext)))
     socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
         state=types.SimpleNamespace(runtime=runtime)))
     connection = _Connection(socket, runtime)  # type: ignore[arg-type]

@@ -140,9 +140,10 @@ class Admission:
         return free > self._granted
 
     async def admit(self, model: str, tenant: str, *, priority: bool = False,
-                    bounded: bool = True) -> None:
+                    bounded: bool = True, on_queue: Callable[[], None] | None = None) -> None:
         """Return when `model` has room for one more call (open it right away), or raise
-        `RateLimited`. `bounded=False`: may queue past `max_queued` (background jobs)."""
+        `RateLimited`. `bounded=False`: may queue past `max_queued` (background jobs).
+        `on_queue`: called once before waiting (the request gives its set-up slot up)."""
         queue = self._queues.get(model)
         if not queue and self.room(model):
             return
@@ -151,6 +152,8 @@ class Admission:
                 f"The fleet serving '{model}' is saturated: every replica is at its limit of "
                 f"concurrent requests and {self._queued} requests are already waiting. Retry "
                 f"after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
+        if on_queue is not None:
+            on_queue()
         loop = asyncio.get_running_loop()
         waiter = _Waiter(tenant, priority, loop.create_future())
         queue = self._queues.setdefault(model, FairQueue())

@@ -6,7 +6,8 @@
 Every generation (a create's turn, a background job's, each turn of a tool loop, a
 pass-through chat completion, a compaction's summary) goes through `open`: it waits its turn in
 the process's one `Admission` (services/fleet/admission.py), opens a stream on the chosen replica,
-and hands its slot on when the call closes. Nothing may be awaited between the admission and the
+and hands its slot on when the call closes. A create's set-up slot (setups.py) is given back
+once it is admitted, or before it queues. Nothing may be awaited between the admission and the
 open (admission.py's accounting rule), which is why they live in one method.
 
 `unqueued` is for the fleet's bookkeeping calls (`/tokenize` for `input_tokens`, truncation and
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.core.requestctx import end_setup
 from proxy.services.fleet.admission import Admission
 from proxy.services.fleet.fleet import Call, Fleet
+from proxy.services.fleet.setups import SetupGate
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -32,6 +35,8 @@ CHAT_PATH = "/v1/chat/completions"
 class Gateway:
     fleet: Fleet
     admission: Admission
+    # Creates' set-ups in arrival order, a few at a time (setups.py; None: no gate).
+    setups: SetupGate | None = None
 
     async def open(self, model: str, tenant: str, body: bytes, *, stream: bool,
                    affinity: str | None = None, home: str | None = None,
@@ -40,7 +45,12 @@ class Gateway:
         """An admitted call to `path` on a replica serving `model`. `bounded=False`: may queue
         past the admission's length bound (background jobs and tool loops, whose number is
         bounded elsewhere). Raises what `admit` and `Fleet.open` raise (429, 404, 502...)."""
-        await self.admission.admit(model, tenant, priority=priority, bounded=bounded)
+        # A request waiting for a replica slot gives its set-up slot up first (setups.py).
+        await self.admission.admit(model, tenant, priority=priority, bounded=bounded,
+                                   on_queue=end_setup)
+        # Admitted: the rest waits on the replica (connect, headers), not on this core, and
+        # must not hold the next set-up back (nor may anything be awaited before `open`).
+        end_setup()
         call = await self.fleet.open(model, path, body, stream=stream, affinity=affinity,
                                      home=home)
         return self.admission.watch(call)

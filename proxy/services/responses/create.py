@@ -125,6 +125,12 @@ class ResponsesService:
         self._inputs = inputs or RequestInputs(
             MediaFetcher.from_settings(settings.fetch, settings.limits))
 
+    def setting_up(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around a create's whole set-up, from its body read on: its slot in the process's
+        set-up gate (services/fleet/setups.py), given back once it is admitted to a replica."""
+        gate = self._gateway.setups
+        return gate.held() if gate is not None else contextlib.nullcontext()
+
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
                      local: LocalChains | None = None) -> Outcome:
