@@ -103,8 +103,8 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
     log_dir = options.results_dir / f"servers-{time.strftime('%Y%m%dT%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], list[Row]] = {}
-    stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning,
-                               worker_concurrency=max(load.concurrency for load in loads)))
+    # No background rows: every proxy on its default flags (docs/BENCHMARKS.md).
+    stack = Stack(StackOptions(log_dir=log_dir, pinning=pinning))
     started: list[Service] = []
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:

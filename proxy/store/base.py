@@ -163,10 +163,13 @@ class Store(Protocol):
         """The bytes of the tenant's stored responses and conversations that count against its
         storage budget now (one round trip)."""
 
-    async def check_storage(self, tenant: str) -> None:
+    async def check_storage(self, tenant: str, *, rechecked: bool = False) -> None:
         """Raise QuotaExceeded when the tenant already holds its storage budget: what a
         request that will store checks before any upstream call. No round trip for a tenant
-        without a budget."""
+        without a budget. `rechecked`: the write that follows checks the budget again,
+        atomically (a response's create), so the check may trust what this process saw of the
+        key a moment ago; a write that counts its bytes without refusing (a file, a prompt's
+        or an ingestion's) must not pass it."""
 
     async def load_chain(self, tenant: str, response_id: str) -> Chain | None:
         """Context for a request continuing `response_id` (its `previous_response_id`): for

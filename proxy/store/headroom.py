@@ -1,6 +1,7 @@
 """`Headroom`: what this process's own writes last saw of each key's stored bytes, so that the
-storage pre-check (`check_storage`) can skip its round trip for a key that was just seen well
-inside its budget.
+storage pre-check of a response's create (`check_storage(rechecked=True)`) can skip its round
+trip for a key that was just seen well inside its budget. Only there: a file's, a prompt's or an
+ingestion's write counts its bytes without refusing, so their checks always read.
 
 Why it is safe: the pre-check is advisory. It refuses an over-budget key before any upstream
 work (compaction, the turn); the create script checks the budget again, atomically, and writes

@@ -190,11 +190,11 @@ class RedisStore(RedisConversations):
         with store_errors():
             return int(await self._held(keys=[keys.stored_bytes(tenant)]))
 
-    async def check_storage(self, tenant: str) -> None:
+    async def check_storage(self, tenant: str, *, rechecked: bool = False) -> None:
         budget = self._budget.of(tenant)
         if budget <= 0:
             return  # unlimited: no round trip
-        if self._ledgers is None and self._headroom.clear_below(tenant, budget):
+        if rechecked and self._ledgers is None and self._headroom.clear_below(tenant, budget):
             return  # our own create just saw it well inside (headroom.py: why that is safe)
         # On a cluster: the view of the key's ledgers (ledgerview.py), not 33 reads per check.
         if self._ledgers is not None:

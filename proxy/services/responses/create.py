@@ -168,7 +168,7 @@ class ResponsesService:
             # Before any upstream call (compaction, truncation's count, the turn): a key that
             # holds its storage budget is refused now (429). The store's create checks again,
             # atomically, for two requests racing for the last bytes.
-            await self._store.check_storage(tenant)
+            await self._store.check_storage(tenant, rechecked=True)
         request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
