@@ -32,7 +32,9 @@ TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 def tools_server() -> Iterator[ServerProcess]:
     server = start_mcp_server()
     yield server
-    server.stop()
+    # Its graceful shutdown waits on sessions the tests left open (a call that never answers)
+    # for the whole default 10 s; it is a peer here, not under test.
+    server.stop(timeout=2)
 
 
 @pytest.fixture(scope="module")
