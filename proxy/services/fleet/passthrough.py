@@ -41,7 +41,6 @@ from proxy.services.fleet.media import MediaFetcher
 from proxy.services.metering.meter import (
     Meter,
     tokens_of,
-    usage_in_json,
     usage_object_in_json,
     usage_object_in_sse,
 )
@@ -115,13 +114,15 @@ class Passthrough:
         try:
             with map_transport_errors(call.replica.url):
                 content = await call.response.aread()
-            if call.span is not None and call.response.status_code == 200:
-                note_answer(call.span, usage_object_in_json(content), None)
+            # One parse of the answer for the span (before `aclose` ends it) and the meter.
+            ok = call.response.status_code == 200
+            usage = usage_object_in_json(content) if ok else None
+            if call.span is not None and ok:
+                note_answer(call.span, usage, None)
         finally:
             await call.aclose()
-        answer = Relay(call.response.status_code, headers, body=content)
-        meter.track(lambda: usage_in_json(content) if answer.status == 200 else 0)
-        return answer
+        meter.track(lambda: tokens_of(usage))
+        return Relay(call.response.status_code, headers, body=content)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": self._gateway.fleet.model_list()}

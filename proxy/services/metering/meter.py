@@ -211,11 +211,6 @@ def tokens_of(usage: object) -> int:
     return sum(part for part in parts if isinstance(part, int))
 
 
-def usage_in_json(body: bytes | Any) -> int:
-    """The tokens of a JSON answer: a chat completion (`usage`) or a response object."""
-    return tokens_of(usage_object_in_json(body))
-
-
 def usage_object_in_json(body: bytes | Any) -> dict[str, Any] | None:
     """The `usage` object of a JSON answer (None: none, or not JSON)."""
     try:
