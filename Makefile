@@ -34,7 +34,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check proxy tests reliability
 	$(BIN)/mypy proxy
 
-## bench: the proxy against the direct upstream, side by side (docs/BENCHMARKS.md); then
+## bench: first the bench modules' own tests that run real rows (the `bench_rows` marker, ~90 s:
+## kept out of `make test`); the proxy against the direct upstream, side by side
+## (docs/BENCHMARKS.md); then
 ## 1,024 streams through one replica at 20 and 100 ms a token, default flags (issue 25); then
 ## issue 18's rows (Redis beside the proxy and apart, the burst with issue 29's targets, short
 ## answers, 1 and 2 processes: bench/scenarios.py) and issue 29's `serve --workers 1/2/4`
@@ -49,6 +51,7 @@ lint: $(STAMP)
 ## same proxy under uvicorn's variants and granian, side by side (bench/servers.py, issue 29).
 ## It installs the `bench` extra: py-spy for `--spy` profiles, granian and rloop for servers.py.
 bench: $(BENCH_STAMP) redis-server
+	$(BIN)/python -m pytest -q -m bench_rows tests/bench
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.run --systems direct,responses,responses-store --concurrency 1024 \
 		--delays 20,100 --no-docs

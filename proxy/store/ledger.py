@@ -16,7 +16,8 @@ Redis has no expiry callback, so bytes are counted by when they stop counting:
     lim:{<tenant>}:stored   HASH  <bucket end, unix seconds> -> bytes
 
 A write counts its record's bytes in the bucket holding the record's expiry (now + ttl, rounded
-up to a bucket of a 30th of the TTL: about 31 live fields for any TTL, one a day at 30 days).
+up past it to a bucket of a 30th of the TTL: about 31 live fields for any TTL, one a day at 30
+days).
 The record keeps how many bytes it counted and in which bucket (keys.F_STORED_BYTES,
 F_STORED_UNTIL), so a write that renews its TTL moves exactly those bytes to the new bucket and
 a delete takes them out. Bytes held = the sum of the buckets whose end has not passed; passed
@@ -52,8 +53,11 @@ local function ledger_now()
 end
 
 local function ledger_until(now, ttl)
+  -- `now` is whole seconds (TIME's first half): the true time is up to a second later, so the
+  -- bucket is taken from now + 1 + ttl. From now + ttl, bytes written at x.9 s with a one-second
+  -- TTL stopped counting 0.1 s later while their record lived on for 0.9 s.
   local width = math.max(1, math.ceil(tonumber(ttl) / 30))
-  return math.ceil((now + tonumber(ttl)) / width) * width
+  return math.ceil((now + 1 + tonumber(ttl)) / width) * width
 end
 
 local function ledger_held(ledger, now)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.fleet import main
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 
 def test_bench_fleet_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from bench.floor import SHAPES
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 
 def test_each_shape_relays_every_stream() -> None:

@@ -14,7 +14,7 @@ import pytest
 from bench import appends, cgroups
 from bench.scenarios import Scenarios, Sizes, tables
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 TINY = Sizes(streams=4, tokens=8, delay=5.0, short_streams=2, process_streams=4,
              short_tokens=4, seconds=0.3, waves=1)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")

@@ -22,7 +22,7 @@ from bench.loadgen import RowPlan, RowRun, run_row
 from bench.run import BenchResult, parse_options, run_bench
 from bench.systems import SYSTEMS
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 TOKENS = 16
 

@@ -7,7 +7,7 @@ import pytest
 
 from bench.vectors import main
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
 
 def test_bench_vectors_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:

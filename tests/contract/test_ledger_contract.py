@@ -93,13 +93,16 @@ async def test_deleting_a_response_frees_its_bytes(store: RedisStore) -> None:
 
 
 async def test_bytes_stop_counting_once_their_ttl_has_passed(store: RedisStore) -> None:
-    # A one-second TTL: its bucket is a second wide, so the bytes stop counting within two.
-    await create(store, rid("short"), inputs=[message("msg_1", "x" * 1000)], ttl=1)
+    # A two-second TTL: its bucket is a second wide, so the bytes count for at least two seconds
+    # (read at once, with that margin: a one-second TTL failed once on a loaded CI machine) and
+    # stop counting within three.
+    short_inputs = [message("msg_1", "x" * 1000)]
+    await create(store, rid("short"), inputs=short_inputs, ttl=2)
+    assert await store.stored_bytes(TENANT) == response_bytes(rid("short"), short_inputs)
     await create(store, rid("long"))
     long_bytes = response_bytes(rid("long"), [message(f"in_{rid('long')}",
                                                    f"hello {rid('long')}")])
-    assert await store.stored_bytes(TENANT) > long_bytes
-    await asyncio.sleep(2.1)
+    await asyncio.sleep(3.1)
     assert await store.get_response(TENANT, rid("short")) is None
     assert await store.stored_bytes(TENANT) == long_bytes
     # the passed bucket dropped
