@@ -41,6 +41,7 @@ from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
 from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
+from proxy.store.coalesce import ScriptCoalescer
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.decoding import (
     event_of,
@@ -99,6 +100,8 @@ class RedisStore(RedisConversations):
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
         self._held = client.register_script(LEDGER_HELD)
         self._hash_keys = HashKeys()  # the flush's keys of the live streams (packing.py)
+        # Creates and final writes of one loop turn share a pipeline (coalesce.py).
+        self._coalesced = ScriptCoalescer(client)
         self._headroom = Headroom(time.monotonic)  # one primary: what our creates saw
         self._reading: dict[str, asyncio.Future[int]] = {}  # a key's held bytes being read
 
@@ -123,6 +126,7 @@ class RedisStore(RedisConversations):
             await self._reconnector.reconnect()
 
     async def aclose(self) -> None:
+        await self._coalesced.aclose()
         if self.sharded:
             await self._client.aclose()  # the cluster client closes its nodes' pools
         else:
@@ -300,9 +304,11 @@ class RedisStore(RedisConversations):
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
         `--redis-wait-replicas` asks (store/replication.py)."""
-        if not self.replication.replicas:
+        if self.replication.replicas:
+            return await self.replication.run(self._client, script, keys_, args)
+        if self.sharded:  # each call to its slot's node
             return await script(keys=keys_, args=args)
-        return await self.replication.run(self._client, script, keys_, args)
+        return await self._coalesced(script, keys_, args)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))
