@@ -49,7 +49,8 @@ lint: $(STAMP)
 ## then one Redis primary against a 3-primary cluster (bench/topology.py); then tracing off,
 ## on to a live OTLP collector and on to a dead one, same load (bench/tracing.py); then the
 ## same proxy under uvicorn's variants and granian, side by side (bench/servers.py, issue 29);
-## then a script call sent alone against coalesced with its loop turn's (bench/scriptcalls.py).
+## then a script call sent alone against coalesced with its loop turn's (bench/scriptcalls.py);
+## then a 256-request burst's set-up CPU per request, /healthz to stored streams (bench/burstsetup.py).
 ## It installs the `bench` extra: py-spy for `--spy` profiles, granian and rloop for servers.py.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m pytest -q -m bench_rows tests/bench
@@ -66,6 +67,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.tracing
 	$(BIN)/python -m bench.servers
 	$(BIN)/python -m bench.scriptcalls
+	$(BIN)/python -m bench.burstsetup
 
 ## fuzz: generated requests (hypothesis: Responses bodies, mutated; query strings; headers;
 ## WebSocket frames) on every endpoint of a real stack (uvicorn, redis-server, the simulator)

@@ -67,7 +67,7 @@ async def _measure(redis_pid: int, port: int, calls: int, rounds: int,
                     cell[1] += time.process_time() - own0
                     cell[2] += calls
     finally:
-        await client.aclose()
+        await client.aclose(close_connection_pool=True)
     return {cell: (ticks * 1e6 / CLK_TCK / n, own * 1e6 / n)
             for cell, (ticks, own, n) in totals.items()}
 
