@@ -1,22 +1,23 @@
 """Script calls made in the same loop turn, sent together as one pipeline (one primary only).
 
-Why: redis-py spends about 65-80 µs of Python on a lone command (a connection taken from the
+Why: redis-py spends about 65-75 µs of Python on a lone command (a connection taken from the
 blocking pool under a timeout, the retry wrapper, the reply parsed and the connection given
-back) and 10-19 µs on each command of a pipeline of 16-256 (docs/BENCHMARKS.md, "Issue 29:
-coalesced script calls"). A burst's creates, and the final writes of streams that end together,
-each paid the lone price on the one core that also sets up the next request. Here the calls of
-one loop turn share one pipeline: the first call of a batch schedules its sending
-(`loop.call_soon`, so it goes out once the callbacks already ready have run: no timer, no
-added wait beyond that turn), and every caller awaits its own reply.
+back) and 20-28 µs on each command of a pipeline of 16-256 (`python -m bench.scriptcalls`;
+docs/BENCHMARKS.md, "Issue 29: a burst's set-up, and coalesced script calls"). A burst's
+creates, and the final writes of streams that end together, each paid the lone price on the
+one core that also sets up the next request. Here the calls of one loop turn share one
+pipeline: the first call of a batch schedules its sending (`loop.call_soon`, so it goes out
+once the callbacks already ready have run: no timer, no added wait beyond that turn), and every
+caller awaits its own reply.
 
 What does not change: each call is its own EVALSHA, run by Redis on its own (a pipeline is not
 a transaction: one call's error is that call's alone); a script the server lost (a restart
 emptied its cache) is loaded and its calls sent again, as redis-py's Script does; a pipeline
 that fails as a whole (the connection lost, a timeout) fails each of its calls with that error,
-which the caller maps as before (store/errors.py). A call whose caller was cancelled before its
-batch went out is left out of it (as a lone call cancelled before its send was never sent); once
-sent, it lands or not as a lone call would. A batch of one goes as a lone call (no pipeline
-object for it).
+which the caller maps as before (store/failures.py `store_errors`). A call whose caller was
+cancelled before its batch went out is left out of it (as a lone call cancelled before its send
+was never sent); once sent, it lands or not as a lone call would. A batch of one goes as a lone
+call (no pipeline object for it).
 
 The batch is sent from a task made in the first caller's context (`call_soon` carries it): the
 round trips a request causes are still counted against it (tests/integration/
