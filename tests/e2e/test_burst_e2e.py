@@ -9,6 +9,7 @@ The client opens its connections first, then writes every request in one pass (a
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import time
 from collections.abc import Iterator
@@ -70,12 +71,19 @@ def test_a_burst_completes_and_the_first_to_arrive_start_first(
     body = orjson.dumps({"model": "sim-model", "input": "hi [[sim tokens=4 delay_ms=5]]",
                          "stream": True, "store": store})
     asyncio.run(_burst(stored_proxy.port, body))  # warm: the upstream pool, scripts, imports
-    results = asyncio.run(_burst(stored_proxy.port, body))
+    # The client times every stream itself: a collector pause in this (large) test process would
+    # stamp all 128 first events with the moment it ended (CI once saw 205.8 against 205.5 ms).
+    gc.collect()
+    gc.disable()
+    try:
+        results = asyncio.run(_burst(stored_proxy.port, body))
+    finally:
+        gc.enable()
     assert all(done for _, done in results), [i for i, (_, d) in enumerate(results) if not d]
     firsts = [first for first, _ in results]
     eighth = STREAMS // 8
     head, tail = statistics.median(firsts[:eighth]), statistics.median(firsts[-eighth:])
     # In lockstep the first eighth waited 0.5-1x what the last did; in arrival order it
-    # waits 0.1-0.25x (measured over runs, store on and off).
-    assert head < 0.35 * tail, (f"first-event ms: first {eighth} arrivals {head * 1000:.1f}, "
+    # waits 0.1-0.25x (measured over runs, store on and off; once 0.36 on a busy machine).
+    assert head < 0.45 * tail, (f"first-event ms: first {eighth} arrivals {head * 1000:.1f}, "
                                f"last {eighth} {tail * 1000:.1f}")
