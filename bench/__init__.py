@@ -32,6 +32,9 @@ Modules, one concept each:
     spy       `--spy`: a py-spy sampling profile of the proxy per row, summarised by function
               and by bucket, in µs per token
     appends   `python -m bench.appends`: three ways to write an event-log flush, side by side
+    scriptcalls  `python -m bench.scriptcalls`: a store script call alone against coalesced
+    burstsetup   `python -m bench.burstsetup`: a burst's set-up CPU per request, /healthz to
+              stored streams (issue 29)
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
     wsloop    `python -m bench.wsloop`: a tool-calling agent loop over WebSocket vs HTTP+SSE

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
-from bench.procs import CLK_TCK, Service, free_port, plan_pinning
-from bench.stack import HOST, redis_ok
+from bench.procs import CLK_TCK
+from bench.stack import HOST, redis_beside_proxy
 from proxy.store import keys, scripts
 from proxy.store.base import StoredEvent
 from proxy.store.packing import packed, packed_streams
@@ -110,28 +107,8 @@ async def _measure(redis_pid: int, port: int, streams: int, events: int, flushes
 
 
 def run(streams: int, events: int, flushes: int, rounds: int) -> dict[str, tuple[float, float]]:
-    pinning = plan_pinning()
-    affinity = os.sched_getaffinity(0)
-    workdir = tempfile.mkdtemp(prefix="bench-appends-")
-    port = free_port()
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server is not installed")
-    logs = tempfile.mkdtemp(prefix="bench-appends-logs-")
-    from pathlib import Path
-    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(port), "--save", "",
-                                     "--appendonly", "no", "--dir", workdir],
-                    Path(logs) / "redis.log", pinning.proxy)
-    try:
-        redis.start(lambda: redis_ok(port))
-        if pinning.load is not None:
-            os.sched_setaffinity(0, pinning.load)
-        return asyncio.run(_measure(redis.pid, port, streams, events, flushes, rounds))
-    finally:
-        redis.stop()
-        os.sched_setaffinity(0, affinity)
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(logs, ignore_errors=True)
+    with redis_beside_proxy("bench-appends-") as (pid, port):
+        return asyncio.run(_measure(pid, port, streams, events, flushes, rounds))
 
 
 def table(results: dict[str, tuple[float, float]]) -> list[str]:

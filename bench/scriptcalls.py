@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from bench.procs import CLK_TCK, Service, cpu_ticks, free_port, plan_pinning
-from bench.stack import HOST, redis_ok
+from bench.procs import CLK_TCK, cpu_ticks
+from bench.stack import HOST, redis_beside_proxy
 from proxy.store.coalesce import ScriptCoalescer
 
 SCRIPT = """
@@ -55,8 +52,9 @@ async def _measure(redis_pid: int, port: int, calls: int, rounds: int,
         for _ in range(rounds):
             for concurrency in CONCURRENCY:
                 for way in WAYS:
-                    def call(i: int, way: str = way) -> object:
-                        keys_, args = [f"r:{i}", f"i:{i}"], ["in_progress", blob]
+                    def call(i: int, way: str = way) -> Awaitable[Any]:
+                        keys_: list[Any] = [f"r:{i}", f"i:{i}"]
+                        args: list[Any] = ["in_progress", blob]
                         return script(keys=keys_, args=args) if way == "alone" \
                             else coalescer(script, keys_, args)
                     ticks0, own0 = cpu_ticks(redis_pid), time.process_time()
@@ -73,25 +71,8 @@ async def _measure(redis_pid: int, port: int, calls: int, rounds: int,
 
 
 def run(calls: int, rounds: int, size: int) -> dict[tuple[str, int], tuple[float, float]]:
-    pinning = plan_pinning()
-    affinity = os.sched_getaffinity(0)
-    workdir = tempfile.mkdtemp(prefix="bench-scriptcalls-")
-    port = free_port()
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server is not installed")
-    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(port), "--save", "",
-                                     "--appendonly", "no", "--dir", workdir],
-                    Path(workdir) / "redis.log", pinning.proxy)
-    try:
-        redis.start(lambda: redis_ok(port))
-        if pinning.load is not None:
-            os.sched_setaffinity(0, pinning.load)
-        return asyncio.run(_measure(redis.pid, port, calls, rounds, size))
-    finally:
-        redis.stop()
-        os.sched_setaffinity(0, affinity)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with redis_beside_proxy("bench-scriptcalls-") as (pid, port):
+        return asyncio.run(_measure(pid, port, calls, rounds, size))
 
 
 def table(results: dict[tuple[str, int], tuple[float, float]]) -> list[str]:

@@ -37,6 +37,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -44,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from bench.procs import Pinning, Service, allowed_cpus, free_port
+from bench.procs import Pinning, Service, allowed_cpus, free_port, plan_pinning
 
 HOST = "127.0.0.1"
 CONTROL_TIMEOUT = 5.0
@@ -247,3 +248,29 @@ def redis_and_simulator(prefix: str, services: list[Service]) -> Base | None:
                                 "--port", str(base.sim_port)], logs / "sim.log", env=env)
     services.append(sim.start(lambda: http_ok(base.sim_port, "/health")))
     return base
+
+
+@contextlib.contextmanager
+def redis_beside_proxy(prefix: str) -> Iterator[tuple[int, int]]:
+    """A redis-server of its own (no persistence) pinned to the proxy's core, and this process
+    moved to the load core while it runs (both put back after): the micro-benches that drive
+    the store without a proxy (appends.py, scriptcalls.py). Yields (its pid, its port)."""
+    pinning = plan_pinning()
+    affinity = os.sched_getaffinity(0)
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed")
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    port = free_port()
+    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(port), "--save", "",
+                                     "--appendonly", "no", "--dir", workdir],
+                    Path(workdir) / "redis.log", pinning.proxy)
+    try:
+        redis.start(lambda: redis_ok(port))
+        if pinning.load is not None:
+            os.sched_setaffinity(0, pinning.load)
+        yield redis.pid, port
+    finally:
+        redis.stop()
+        os.sched_setaffinity(0, affinity)
+        shutil.rmtree(workdir, ignore_errors=True)
