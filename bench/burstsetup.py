@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import CLK_TCK, Service, cpu_ticks, free_port, plan_pinning
-from bench.stack import HOST, http_ok, redis_ok
+from bench.stack import HOST, http_ok, redis_beside_proxy
 from bench.systems import SYSTEMS
 
 KINDS = ("direct", "healthz", "passthrough", "responses", "responses-store")
@@ -150,38 +150,30 @@ async def _bursts(kind: str, port: int, pid: int | None, streams: int, bursts: i
 
 def run(streams: int, bursts: int, gap_ms: float, kinds: Sequence[str]) -> list[Result]:
     pinning = plan_pinning()
-    affinity = os.sched_getaffinity(0)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-burstsetup-"))
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise RuntimeError("redis-server is not installed")
+    logs = Path(tempfile.mkdtemp(prefix="bench-burstsetup-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")}
-    redis_port, sim_port, proxy_port = free_port(), free_port(), free_port()
-    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(redis_port), "--save",
-                                     "", "--appendonly", "no", "--dir", str(workdir)],
-                    workdir / "redis.log", pinning.proxy, env)
-    sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
-                                "--port", str(sim_port)], workdir / "simulator.log",
-                  pinning.load, env)
-    proxy = Service("proxy", [sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port",
-                              str(proxy_port), "--upstream", f"http://{HOST}:{sim_port}",
-                              "--redis-url", f"redis://{HOST}:{redis_port}/0"],
-                    workdir / "proxy.log", pinning.proxy, env)
+    sim_port, proxy_port = free_port(), free_port()
     results: list[Result] = []
-    try:
-        redis.start(lambda: redis_ok(redis_port))
-        sim.start(lambda: http_ok(sim_port, "/health"))
-        proxy.start(lambda: http_ok(proxy_port, "/readyz"))
-        if pinning.load is not None:
-            os.sched_setaffinity(0, pinning.load)
-        for kind in kinds:
-            port, pid = (sim_port, None) if kind == "direct" else (proxy_port, proxy.pid)
-            results.append(asyncio.run(_bursts(kind, port, pid, streams, bursts, gap_ms)))
-    finally:
-        for service in (proxy, sim, redis):
-            service.stop()
-        os.sched_setaffinity(0, affinity)
-        shutil.rmtree(workdir, ignore_errors=True)
+    # Redis on the proxy's core (as the target asks), this client on the load core.
+    with redis_beside_proxy("bench-burstsetup-redis-") as (_, redis_port):
+        sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
+                                    "--port", str(sim_port)], logs / "simulator.log",
+                      pinning.load, env)
+        proxy = Service("proxy", [sys.executable, "-m", "proxy", "serve", "--host", HOST,
+                                  "--port", str(proxy_port), "--upstream",
+                                  f"http://{HOST}:{sim_port}", "--redis-url",
+                                  f"redis://{HOST}:{redis_port}/0"],
+                        logs / "proxy.log", pinning.proxy, env)
+        try:
+            sim.start(lambda: http_ok(sim_port, "/health"))
+            proxy.start(lambda: http_ok(proxy_port, "/readyz"))
+            for kind in kinds:
+                port, pid = (sim_port, None) if kind == "direct" else (proxy_port, proxy.pid)
+                results.append(asyncio.run(_bursts(kind, port, pid, streams, bursts, gap_ms)))
+        finally:
+            for service in (proxy, sim):
+                service.stop()
+            shutil.rmtree(logs, ignore_errors=True)
     return results
 
 

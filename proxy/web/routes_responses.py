@@ -20,8 +20,8 @@ from proxy.web.state import runtime_of
 async def create(request: Request) -> Reply:
     runtime = runtime_of(request)
     responses = runtime.services.responses
-    # A burst's set-ups run a few at a time in arrival order, so the first to arrive gets the
-    # first token (services/fleet/setups.py); the slot is given back once it is admitted.
+    # With `--setup-slots N` (off by default) a burst's set-ups run N at a time in arrival
+    # order (services/fleet/setups.py); the slot is given back once it is admitted.
     async with responses.setting_up():
         body = await json_body(request)
         directives = parse_cache_control(request.headers.get("cache-control"))
