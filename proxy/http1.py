@@ -429,6 +429,12 @@ class Response:
                 await conn._wait(loop.time() + read_timeout)
         self.close()
 
+    @property
+    def buffered(self) -> bool:
+        """Body bytes already received and not yet read: the next `aiter_raw` step returns
+        without waiting."""
+        return bool(self._conn._buffer)
+
     async def aread(self) -> bytes:
         if self._content is None:
             self._content = b"".join([chunk async for chunk in self.aiter_raw()])

@@ -247,3 +247,19 @@ def test_an_assistant_message_keeps_its_phase() -> None:
     assert "phase" not in request.input[1]
     refused({"model": "m", "input": [{"role": "assistant", "content": "x", "phase": "late"}]},
             "input[0].phase")
+
+
+def test_evolved_is_replace_with_every_field_copied() -> None:
+    """`ResponsesRequest.evolved` stands in for `dataclasses.replace` on the create path: the
+    same object for any field changed, and an unknown field refused as replace refuses it."""
+    import dataclasses
+
+    request = parse_request({"model": "m", "input": "hi", "temperature": 0.5,
+                             "tools": [{"type": "function", "name": "f",
+                                        "parameters": {"type": "object"}}]}, counter_ids())
+    for changes in ({}, {"cache_salt": "salt"}, {"input": [], "cache_salt": "s", "store": False}):
+        assert request.evolved(**changes) == dataclasses.replace(request, **changes)
+    evolved = request.evolved(cache_salt="salt")
+    assert evolved is not request and evolved.tools is request.tools  # shallow, as replace
+    with pytest.raises(TypeError, match="no_such"):
+        request.evolved(no_such=1)

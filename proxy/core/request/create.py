@@ -18,7 +18,7 @@ core/request/tools.py.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from proxy.core.fields import (
@@ -119,6 +119,20 @@ class ResponsesRequest:
     # every chat request made for this create carries it.
     cache_salt: str | None = None
 
+    def evolved(self, **changes: Any) -> ResponsesRequest:
+        """`dataclasses.replace`, at half its cost (~4.5 µs against ~9 with 39 fields; a create
+        makes two): every field copied as it is, `changes` over them. Nothing is validated
+        in `__init__`, so skipping it changes nothing but the time."""
+        if not _FIELD_NAMES.issuperset(changes):
+            raise TypeError(f"no such field: {sorted(set(changes) - _FIELD_NAMES)}")
+        new = object.__new__(ResponsesRequest)
+        put = object.__setattr__
+        for name in _FIELD_NAMES_IN_ORDER:
+            put(new, name, getattr(self, name))
+        for name, value in changes.items():
+            put(new, name, value)
+        return new
+
     @property
     def logprobs(self) -> bool:
         """The output text's logprobs were asked for (`include`); `top_logprobs` alone returns
@@ -167,6 +181,10 @@ class ResponsesRequest:
             "prompt": self.prompt,
             "completed_at": None,  # always present: null until the response completes
         }
+
+
+_FIELD_NAMES_IN_ORDER = tuple(f.name for f in fields(ResponsesRequest))
+_FIELD_NAMES = frozenset(_FIELD_NAMES_IN_ORDER)
 
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,

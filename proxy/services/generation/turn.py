@@ -28,7 +28,7 @@ import orjson
 from proxy.core.errors import ProxyError, UpstreamTimeout, failure_cause
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.events.chatstream import ChatStreamReader
-from proxy.core.types import Event, EventBatch
+from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
 from proxy.metrics import Metrics
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.fleet.fleet import Call
@@ -88,7 +88,10 @@ class Turn:
                 async for events in batches:
                     encoded = self._encoded(events)
                     if self.recorder is not None:
-                        if self.assembler.done:
+                        # The batch that ends with the terminal event (not merely one made
+                        # after it: the start events of a wholly buffered answer, see _read).
+                        if self.assembler.done and events and \
+                                events[-1]["type"] in TERMINAL_EVENTS:
                             await self._finish(events, encoded)
                         else:
                             self.recorder.add(events, encoded)
@@ -151,18 +154,26 @@ class Turn:
         """The assembler's events in batches: the start events at once (before the upstream's
         first byte), then one batch per upstream read."""
         assembler = self.assembler
-        if not self._started:
-            yield assembler.start()
-        else:
-            yield assembler.resume()
+        opening = assembler.resume() if self._started else assembler.start()
         loop = self._loop
+        call = self.call
+        if loop is None and call is not None and call.response.buffered:
+            # The upstream's first bytes are already here (a loaded process: they arrived while
+            # this stream waited for the core), so its first read returns at once: the start
+            # events go out with that read's events, one write instead of two. An idle process
+            # sends them alone, before the upstream's first byte, as always.
+            lead: list[Event] | None = opening
+        else:
+            lead = None
+            yield opening
         if loop is not None:  # MCP: list, run approved calls, open the first upstream turn
             async for events in loop.start(assembler):
                 yield events
             self.call = loop.call
         while self.call is not None and not assembler.done:
-            async for events in self._read(self.call):
+            async for events in self._read(self.call, lead):
                 yield events
+            lead = None
             if loop is None or assembler.waiting is None or assembler.done:
                 return
             # The model called an MCP tool: run it, then the next upstream turn.
@@ -175,31 +186,44 @@ class Turn:
                 yield assembler.fail(self._stop_reason)
                 return
 
-    async def _read(self, call: Call) -> AsyncGenerator[list[Event], None]:
+    async def _read(self, call: Call, lead: list[Event] | None = None
+                    ) -> AsyncGenerator[list[Event], None]:
         """One upstream turn through the assembler; ends at the terminal event, or where an
-        MCP call waits for the tool loop (the rest of that upstream turn is not read)."""
+        MCP call waits for the tool loop (the rest of that upstream turn is not read). `lead`:
+        events not sent yet (the start ones), given only when the first read cannot wait: put
+        before that read's events, or yielded alone first when that read makes none or ends
+        the turn (a terminal batch waits for the final write; the start events never do)."""
         assembler = self.assembler
         reader = ChatStreamReader(assembler)
         span = call.span  # None unless tracing is on: then one check per read, nothing more
         try:
-            with map_transport_errors(call.replica.url):
-                async for raw in call.response.aiter_raw():
-                    if span is not None:  # the first chunk: its time, once
-                        note_first_chunk(span)
-                        span = None
-                    events = reader.feed(raw)
-                    if events:
-                        yield events
-                    if assembler.done or (assembler.phase is Phase.TOOL
-                                          and not assembler.turn_finished):
-                        break  # (a finished turn whose MCP call waits: read its usage)
-            if not assembler.done and assembler.phase is not Phase.TOOL:
-                yield reader.end()
-        except UpstreamTimeout:
-            yield assembler.fail("upstream stalled: no data within the first-token or idle timeout")
-        except ProxyError as exc:
-            # An interrupted turn's upstream was closed on purpose: say why, not "lost".
-            yield assembler.fail(self._stop_reason or f"upstream connection lost: {exc.message}")
+            try:
+                with map_transport_errors(call.replica.url):
+                    async for raw in call.response.aiter_raw():
+                        if span is not None:  # the first chunk: its time, once
+                            note_first_chunk(span)
+                            span = None
+                        events = reader.feed(raw)
+                        if lead is not None:
+                            for batch in self._led(lead, events):
+                                yield batch
+                            lead = None
+                        elif events:
+                            yield events
+                        if assembler.done or (assembler.phase is Phase.TOOL
+                                              and not assembler.turn_finished):
+                            break  # (a finished turn whose MCP call waits: read its usage)
+                ending = (reader.end() if not assembler.done and assembler.phase is not Phase.TOOL
+                          else [])
+            except UpstreamTimeout:
+                ending = assembler.fail(
+                    "upstream stalled: no data within the first-token or idle timeout")
+            except ProxyError as exc:
+                # An interrupted turn's upstream was closed on purpose: say why, not "lost".
+                ending = assembler.fail(
+                    self._stop_reason or f"upstream connection lost: {exc.message}")
+            for batch in self._led(lead, ending):
+                yield batch
         finally:
             if call.span is not None:
                 note_answer(call.span, assembler.usage, assembler.snapshot().get("id"))
@@ -211,6 +235,16 @@ class Turn:
                                   name="upstream-tail")
             else:  # cut short (or interrupted: its upstream is closed, nothing to read)
                 await self._tasks.shielded(call.aclose(), name="upstream-close")
+
+    def _led(self, lead: list[Event] | None, events: list[Event]) -> list[list[Event]]:
+        """The batches for one read's `events` while `lead` (the start events) is unsent: one
+        batch of both, or the start events alone first when the read ended the turn (its batch
+        waits for the final write, the start events must not) or made no event."""
+        if lead is None:
+            return [events] if events else []
+        if self.assembler.done:
+            return [lead, events] if events else [lead]
+        return [[*lead, *events]]
 
 
 async def _finish_upstream(call: Call, timeout: float) -> None:

@@ -169,10 +169,10 @@ class ResponsesService:
             # holds its storage budget is refused now (429). The store's create checks again,
             # atomically, for two requests racing for the last bytes.
             await self._store.check_storage(tenant, rechecked=True)
-        request = dataclasses.replace(request, cache_salt=self._salts.salt(tenant))
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
-        request, shown, seen, expansion = self._expand(request, found, history)
+        request, shown, seen, expansion = self._expand(request, found, history,
+                                                       cache_salt=self._salts.salt(tenant))
         check_call_ids(history.items, request.input)
         shown = await self._with_media(tenant, shown, history, expansion)
         if request.auto_compact or has_compaction(history.items) or \
@@ -191,16 +191,17 @@ class ResponsesService:
                              affinity=history.affinity)
         return request, history, chat
 
-    def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History
-                ) -> tuple[ResponsesRequest, ResponsesRequest, list[Item], Expansion]:
+    def _expand(self, request: ResponsesRequest, found: dict[str, Item], history: History,
+                **changes: Any) -> tuple[ResponsesRequest, ResponsesRequest, list[Item], Expansion]:
         """(the request to store: references resolved, blobs sealed; the same to translate:
         blobs opened; the history to translate; the budget, which the files' texts spend
-        next), all of it counted (core/request/expansion.py)."""
+        next), all of it counted (core/request/expansion.py). `changes`: other fields set on
+        both copies (the key's cache salt), made in the same two copies."""
         expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
-        return (dataclasses.replace(request, input=stored),
-                dataclasses.replace(request, input=shown), seen, expansion)
+        return (request.evolved(input=stored, **changes),
+                request.evolved(input=shown, **changes), seen, expansion)
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
