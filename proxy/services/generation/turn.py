@@ -157,7 +157,7 @@ class Turn:
         opening = assembler.resume() if self._started else assembler.start()
         loop = self._loop
         call = self.call
-        if loop is None and call is not None and call.response.buffered:
+        if opening and loop is None and call is not None and call.response.buffered:
             # The upstream's first bytes are already here (a loaded process: they arrived while
             # this stream waited for the core), so its first read returns at once: the start
             # events go out with that read's events, one write instead of two. An idle process
