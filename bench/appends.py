@@ -18,7 +18,6 @@ the machine with the proxy.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -26,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
+from bench.options import module_parser
 from bench.procs import CLK_TCK
 from bench.stack import HOST, redis_beside_proxy
 from proxy.store import keys, scripts
@@ -123,8 +123,7 @@ def table(results: dict[str, tuple[float, float]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.appends", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.appends", __doc__)
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--events", type=int, default=1, help="events per stream per flush")
     parser.add_argument("--flushes", type=int, default=200)

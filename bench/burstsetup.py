@@ -21,7 +21,6 @@ of a 256-burst.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.options import module_parser
 from bench.procs import CLK_TCK, Service, cpu_ticks, free_port, plan_pinning
 from bench.stack import HOST, http_ok, redis_beside_proxy
 from bench.systems import SYSTEMS
@@ -190,8 +190,7 @@ def table(results: Sequence[Result], streams: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.burstsetup", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.burstsetup", __doc__)
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--bursts", type=int, default=6, help="per system; the first warms up")
     parser.add_argument("--gap-ms", type=float, default=1500.0,

@@ -22,7 +22,6 @@ shared: figures move by a fraction of a millisecond between runs; compare p50s w
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import shutil
 import statistics
@@ -35,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
 
@@ -120,8 +120,7 @@ def ready(port: int) -> Callable[[], bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cache", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.cache", __doc__)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--max-seconds", type=float, default=30.0)
     options = parser.parse_args(argv)

@@ -12,7 +12,6 @@ printed as a table of medians over the rounds; put it in docs/BENCHMARKS.md by h
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.matrix import Bench
-from bench.options import ROOT, parse_options
+from bench.options import ROOT, module_parser, parse_options
 from bench.procs import Service, free_port, pin_self, plan_pinning
 from bench.run import _loop_factory
 from bench.stack import HOST, Stack, StackOptions, http_ok
@@ -100,8 +99,7 @@ def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.clients", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.clients", __doc__)
     parser.add_argument("--systems", default="passthrough,responses")
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--delay", type=float, default=20.0)

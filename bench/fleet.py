@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_get, http_ok, redis_ok
 
@@ -156,8 +157,7 @@ def measure(row: Row, sims: Sequence[int]) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.fleet", __doc__)
     parser.add_argument("--conversations", type=int, default=64)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=24, help="answer tokens per turn")

@@ -25,7 +25,6 @@ proxy's store-off row); `callback` is what any Python relay on this loop pays pe
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import multiprocessing
@@ -37,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from bench.options import module_parser
 from bench.procs import CLK_TCK, free_port, pin_self
 
 HOST = "127.0.0.1"
@@ -245,8 +245,7 @@ def measure(shape: str, streams: int, delay: float, seconds: float,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.floor", __doc__)
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--delay", type=float, default=20.0, help="ms between a stream's chunks")
     parser.add_argument("--seconds", type=float, default=5.0)

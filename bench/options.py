@@ -69,6 +69,13 @@ class Options:
         return self.docs if self.docs is not None else self.full_matrix
 
 
+def module_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of `python -m <module>` (a bench command): its docstring, as written, for
+    `--help`."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     def parse(text: str) -> list[Any]:
         try:
@@ -79,8 +86,7 @@ def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.run", __doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
     parser.add_argument("--systems", type=_list(str),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (default all)")

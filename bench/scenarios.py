@@ -46,7 +46,6 @@ into docs/BENCHMARKS.md between the `scenarios:begin` / `scenarios:end` markers.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
@@ -62,7 +61,7 @@ from pathlib import Path
 from bench import cgroups, cores, machine, report, spy, targets
 from bench.cores import ProcessShare
 from bench.matrix import Bench, plan_row
-from bench.options import ROOT, Options, parse_options
+from bench.options import ROOT, Options, module_parser, parse_options
 from bench.procs import (
     CLK_TCK,
     Pinning,
@@ -494,8 +493,7 @@ def write_docs(path: Path, lines: Sequence[str], meta: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scenarios", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.scenarios", __doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run, about a minute")
     parser.add_argument("--docs", action="store_true", help="write docs/BENCHMARKS.md")
     parser.add_argument("--only", default=",".join(TABLES),

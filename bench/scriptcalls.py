@@ -14,7 +14,6 @@ Reported per call: this process's CPU (building, sending, reading) and redis-ser
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 
+from bench.options import module_parser
 from bench.procs import CLK_TCK, cpu_ticks
 from bench.stack import HOST, redis_beside_proxy
 from proxy.store.coalesce import ScriptCoalescer
@@ -88,8 +88,7 @@ def table(results: dict[tuple[str, int], tuple[float, float]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scriptcalls", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.scriptcalls", __doc__)
     parser.add_argument("--calls", type=int, default=4096, help="calls per way per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bytes", type=int, default=1000, help="the input's size per call")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.matrix import Bench
-from bench.options import parse_options
+from bench.options import module_parser, parse_options
 from bench.procs import Service, free_port, pin_self, plan_pinning
 from bench.run import _loop_factory
 from bench.serverlaunch import SERVERS
@@ -167,8 +167,7 @@ def _names(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.servers", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.servers", __doc__)
     parser.add_argument("--servers", type=lambda t: _names(t, SERVERS, "server"),
                         default=list(DEFAULT_SERVERS), help=f"from {','.join(SERVERS)}")
     parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),

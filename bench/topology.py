@@ -14,13 +14,13 @@ and sending the commands, reading the replies), and the keys each primary holds 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bench.options import module_parser
 from proxy.core import ids as idp
 from proxy.store.base import StoredEvent, StoredResponse
 from proxy.store.factory import Backend, open_backend
@@ -129,8 +129,7 @@ def table(rows: list[Figures]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.topology", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.topology", __doc__)
     parser.add_argument("--streams", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from bench.loadgen import RowPlan, run_row
+from bench.options import module_parser
 from bench.procs import CLK_TCK, Service, free_port
 from bench.stack import HOST, http_get, http_ok, redis_and_simulator
 from bench.stats import percentile
@@ -92,8 +93,7 @@ def collector_spans(port: int) -> int:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.tracing", __doc__)
     for flag, kind, default, text in OPTIONS:
         parser.add_argument(flag, type=kind, default=default, help=text)
     return parser.parse_args(argv)

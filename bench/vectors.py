@@ -21,7 +21,6 @@ waits at most 120 s. The machine is shared: compare within one run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 import openai
 from redis.asyncio import Redis
 
+from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
 from proxy.core.vectorstores import Chunking, file_record, store_record
@@ -161,8 +161,7 @@ async def search_rows(redis_port: int, count: int, max_seconds: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.vectors", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.vectors", __doc__)
     parser.add_argument("--pages", type=int, default=100)
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--max-seconds", type=float, default=20.0)

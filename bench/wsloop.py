@@ -23,7 +23,6 @@ most `--max-seconds` in all. The machine is shared: compare systems within one r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import http.client
 import shutil
@@ -36,6 +35,7 @@ from typing import Any, Protocol
 import orjson
 from websockets.sync.client import ClientConnection, connect
 
+from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
 
@@ -145,8 +145,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.wsloop", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = module_parser("bench.wsloop", __doc__)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--loops", type=int, default=7)
     parser.add_argument("--max-seconds", type=float, default=120.0)
