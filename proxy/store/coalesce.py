@@ -91,11 +91,11 @@ class ScriptCoalescer:
             only = calls[0]
             _settle(only, await only.script(keys=only.keys, args=only.args))
             return
-        replies = await self._pipelined(calls)
-        lost = [call for call, reply in zip(calls, replies, strict=True)
-                if isinstance(reply, rex.NoScriptError)]
-        for call, reply in zip(calls, replies, strict=True):
-            if not isinstance(reply, rex.NoScriptError):
+        lost: list[_Call] = []
+        for call, reply in zip(calls, await self._pipelined(calls), strict=True):
+            if isinstance(reply, rex.NoScriptError):
+                lost.append(call)
+            else:
                 _settle(call, reply)
         if lost:
             # The server lost its script cache: nothing of these calls ran. Each script is

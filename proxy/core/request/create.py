@@ -127,7 +127,7 @@ class ResponsesRequest:
             raise TypeError(f"no such field: {sorted(set(changes) - _FIELD_NAMES)}")
         new = object.__new__(ResponsesRequest)
         put = object.__setattr__
-        for name in _FIELD_NAMES_IN_ORDER:
+        for name in _FIELD_NAMES:
             put(new, name, getattr(self, name))
         for name, value in changes.items():
             put(new, name, value)
@@ -183,8 +183,7 @@ class ResponsesRequest:
         }
 
 
-_FIELD_NAMES_IN_ORDER = tuple(f.name for f in fields(ResponsesRequest))
-_FIELD_NAMES = frozenset(_FIELD_NAMES_IN_ORDER)
+_FIELD_NAMES = frozenset(f.name for f in fields(ResponsesRequest))
 
 
 def parse_request(body: dict[str, Any], ids: IdFactory, *,
