@@ -9,12 +9,14 @@ What it does, and what it leaves out on purpose:
   the streaming task: the body iterator's cleanup closes the upstream (vLLM stops generating)
   even while no chunk is flowing;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
-  proxies and load balancers do not cut an idle stream;
+  proxies and load balancers do not cut an idle stream (a timer callback checks; a task is
+  made only for a ping that is due);
 - the body is streamed by a task of its own, started here: every chunk then wakes a coroutine
   stack two frames deep instead of the whole ASGI stack (uvicorn, every middleware, the
   router), which would otherwise be resumed frame by frame for each token;
 - a client that stops reading but keeps its socket open makes `send` block (uvicorn waits for
-  its transport to drain): a watchdog task, waking every quarter of `send_timeout`, abandons
+  its transport to drain): a watchdog (a timer callback, `_Timers`), every quarter of
+  `send_timeout`, abandons
   the stream once a write has been pending that long with no write completing, exactly as if
   the client had gone (the body's cleanup aborts the upstream request, its pool slot is freed).
   The connection is then left to uvicorn, which closes it once what it buffered is flushed;
@@ -85,13 +87,9 @@ class EventStream:
                     "headers": self.raw_headers})
         streamer = asyncio.create_task(self._stream(send, scope.get(BODY_SEND) or send),
                                        name="sse-stream")
-        helpers = [asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")]
-        if self.ping > 0:
-            helpers.append(asyncio.create_task(self._pinger(send), name="sse-ping"))
+        watcher = asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")
         send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
-        if send_timeout > 0:
-            helpers.append(asyncio.create_task(self._watchdog(streamer, send_timeout),
-                                               name="sse-watchdog"))
+        timers = _Timers(self, streamer, send, send_timeout)
         try:
             await asyncio.shield(streamer)
         except asyncio.CancelledError:
@@ -105,8 +103,8 @@ class EventStream:
                 streamer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait([streamer], timeout=5.0)
-            for helper in helpers:
-                helper.cancel()
+            watcher.cancel()
+            timers.cancel()
             await _close(self.body)
 
     async def _stream(self, send: Send, body_send: Send) -> None:
@@ -142,37 +140,68 @@ class EventStream:
                 streamer.cancel()
                 return
 
-    async def _pinger(self, send: Send) -> None:
-        seen = -1
-        while True:
-            await asyncio.sleep(self.ping)
-            if self._sent == seen:
-                self._pinging = True
-                await send({"type": "http.response.body", "body": PING, "more_body": True})
-                self._pinging = False
-                self._pings += 1
-            seen = self._sent
+class _Timers:
+    """A stream's pinger and send watchdog, as timer callbacks on the loop rather than a task
+    each: two tasks fewer per stream, made before its first bytes (a burst makes 256 of them
+    at once), for checks that run every few seconds. Only a ping's `send` needs a task, made
+    when one is due (a silent stream), and one at a time.
 
-    async def _watchdog(self, streamer: asyncio.Task[object], timeout: float) -> None:
-        """Cancel `streamer` once a write has been pending for `timeout` seconds with no write
-        (frame or ping) completing meanwhile. Polling a quarter of the timeout keeps the
-        per-chunk path free of timers; the stall is declared between `timeout` and
-        `timeout` + two steps after it began."""
-        loop = asyncio.get_running_loop()
-        step = timeout / 4
-        progress = -1
-        since = loop.time()
-        while True:
-            await asyncio.sleep(step)
-            now = loop.time()
-            moved = self._done + self._pings
-            if moved != progress or not (self._sent != self._done or self._pinging):
-                progress, since = moved, now
-            elif now - since >= timeout + step:
-                self.stalled = True
-                log.warning("client stopped reading for %g s: stream abandoned", timeout)
-                streamer.cancel()
-                return
+    Pinger: every `ping` seconds, a `: ping` comment when no frame began since the last check.
+    Watchdog: every quarter of `send_timeout`, the stream is abandoned (`stalled`, the streamer
+    cancelled: as if the client had gone) once a write has been pending that long with no write
+    (frame or ping) completing meanwhile; the stall is declared between `send_timeout` and
+    `send_timeout` + two steps after it began. Polling keeps the per-chunk path free of timers."""
+
+    def __init__(self, stream: EventStream, streamer: asyncio.Task[None], send: Send,
+                 send_timeout: float) -> None:
+        self._stream = stream
+        self._streamer = streamer
+        self._send = send
+        self._loop = asyncio.get_running_loop()
+        self._handles: list[asyncio.TimerHandle | None] = [None, None]  # pinger, watchdog
+        self._ping_task: asyncio.Task[None] | None = None
+        self._seen = -1  # frames begun at the pinger's last check
+        self._step = send_timeout / 4
+        self._progress = -1  # writes completed at the watchdog's last move
+        self._since = self._loop.time()
+        if stream.ping > 0:
+            self._handles[0] = self._loop.call_later(stream.ping, self._ping_due)
+        if send_timeout > 0:
+            self._handles[1] = self._loop.call_later(self._step, self._watch_due)
+
+    def cancel(self) -> None:
+        for handle in self._handles:
+            if handle is not None:
+                handle.cancel()
+        if self._ping_task is not None:
+            self._ping_task.cancel()
+
+    def _ping_due(self) -> None:
+        stream = self._stream
+        if stream._sent == self._seen and not stream._pinging:
+            stream._pinging = True
+            self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
+        self._seen = stream._sent
+        self._handles[0] = self._loop.call_later(stream.ping, self._ping_due)
+
+    async def _ping(self) -> None:
+        stream = self._stream
+        await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+        stream._pinging = False
+        stream._pings += 1
+
+    def _watch_due(self) -> None:
+        stream = self._stream
+        now = self._loop.time()
+        moved = stream._done + stream._pings
+        if moved != self._progress or not (stream._sent != stream._done or stream._pinging):
+            self._progress, self._since = moved, now
+        elif now - self._since >= self._step * 5:  # the timeout and one step past it
+            stream.stalled = True
+            log.warning("client stopped reading for %g s: stream abandoned", self._step * 4)
+            self._streamer.cancel()
+            return
+        self._handles[1] = self._loop.call_later(self._step, self._watch_due)
 
 
 def _send_timeout(scope: Scope) -> float:

@@ -121,6 +121,61 @@ async def test_after_the_first_bytes_the_body_skips_the_wrapped_send() -> None:
 
 
 
+# -- pings (timer callbacks: no task per stream until one is due) -------------------------------
+async def test_a_silent_stream_gets_pings_and_a_busy_one_none() -> None:
+    from proxy.core.events.sse import PING
+
+    release = asyncio.Event()
+    written: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for i in range(6):  # busy: a frame every 20 ms, under the 100 ms ping interval
+            yield b"data: %d\n\n" % i
+            await asyncio.sleep(0.02)
+        await release.wait()  # then silent
+        yield b"data: end\n\n"
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
+            if written.count(PING) == 2:
+                release.set()
+
+    stream = EventStream(body(), ping=0.1, send_timeout=0)
+    async with asyncio.timeout(10):
+        await stream({"type": "http"}, never_disconnects, send)
+    first_ping = written.index(PING)
+    assert written[:first_ping] == [b"data: %d\n\n" % i for i in range(6)]
+    assert written[first_ping:] == [PING, PING, b"data: end\n\n", b""]
+
+
+async def test_a_blocked_ping_is_not_doubled_and_nothing_outlives_the_stream() -> None:
+    """A ping whose send blocks (the client stopped reading) is the only one pending; the send
+    watchdog then abandons the stream, and no timer or ping task is left behind."""
+    from proxy.core.events.sse import PING
+
+    written: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: 0\n\n"
+        await asyncio.Event().wait()  # silent for ever
+        yield b""
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
+            if message["body"] == PING:
+                await asyncio.Event().wait()  # blocked
+
+    before = asyncio.all_tasks()
+    stream = EventStream(body(), ping=0.02, send_timeout=0.3)
+    async with asyncio.timeout(10):
+        await stream({"type": "http"}, never_disconnects, send)
+    assert stream.stalled and written == [b"data: 0\n\n", PING]
+    await asyncio.sleep(0)  # the cancelled tasks finish
+    assert {t for t in asyncio.all_tasks() - before if not t.done()} == set()
+
+
 # -- nothing is held back to be joined with later items (issue 29 point 3) ---------------------
 def _batch(kind: str) -> list[tuple[str, bytes]]:
     return [(kind, b'{"type":"%s"}' % kind.encode())]
