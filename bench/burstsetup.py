@@ -13,10 +13,11 @@ client the other.
 Systems: `healthz` (`GET /healthz`: uvicorn's parse, the middleware, the access log, a JSON
 answer: the floor of any request here), `passthrough` (a chat stream relayed), `responses`
 (store off) and `responses-store` (store on). Reported per system: proxy CPU per request to the
-first delta (µs; for `healthz` per answer), first-delta time p50 and p99 of the burst (ms), the
-direct simulator's for reference, and `128 x cpu`: the CPU before the median stream's first token
-if set-ups ran strictly one after the other — the least a one-process proxy can give the median
-of a 256-burst.
+first delta (µs; for `healthz` per answer), its redis-server's CPU over the same span (µs per
+request: Redis shares the proxy's core, so its work delays the first tokens too), first-delta
+time p50 and p99 of the burst (ms), the direct simulator's for reference, and `128 x (proxy +
+Redis) CPU`: the CPU before the median stream's first token if set-ups ran strictly one after
+the other — the least a one-process proxy can give the median of a 256-burst.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ CHAT_CONTENT = re.compile(rb'"content":"[^"]')  # a chunk with text (the first h
 @dataclass(frozen=True)
 class Burst:
     cpu_us: float  # proxy CPU per request, first write to the last first delta
+    redis_us: float  # the same for its redis-server (on the proxy's core)
     p50_ms: float
     p99_ms: float
 
@@ -109,8 +111,8 @@ async def _one(kind: str, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter
             return
 
 
-async def _bursts(kind: str, port: int, pid: int | None, streams: int, bursts: int,
-                  gap_ms: float) -> Result:
+async def _bursts(kind: str, port: int, pid: int | None, redis_pid: int, streams: int,
+                  bursts: int, gap_ms: float) -> Result:
     request = HEALTHZ if kind == "healthz" else SYSTEMS[kind].request(HOST, port, 2, gap_ms)
     conns = [await asyncio.open_connection(HOST, port) for _ in range(streams)]
     measured: list[Burst] = []
@@ -119,6 +121,7 @@ async def _bursts(kind: str, port: int, pid: int | None, streams: int, bursts: i
             firsts: list[float] = []
             all_first = asyncio.Event()
             cpu0 = cpu_seconds(pid) if pid is not None else 0.0
+            redis0 = cpu_seconds(redis_pid)
             sent = time.perf_counter()
             tasks = [asyncio.ensure_future(_one(kind, c, request, sent, firsts, streams,
                                                 all_first)) for c in conns]
@@ -132,11 +135,13 @@ async def _bursts(kind: str, port: int, pid: int | None, streams: int, bursts: i
                 if not done or any(t is not waiter and t.exception() for t in done):
                     break
             cpu1 = cpu_seconds(pid) if pid is not None else 0.0
+            redis1 = cpu_seconds(redis_pid)
             waiter.cancel()
             await asyncio.gather(*tasks)
             firsts.sort()
             if n > 0:  # the first burst warms the pools up
                 measured.append(Burst((cpu1 - cpu0) * 1e6 / streams,
+                                      (redis1 - redis0) * 1e6 / streams,
                                       firsts[len(firsts) // 2] * 1000,
                                       firsts[int(len(firsts) * 0.99)] * 1000))
             await asyncio.sleep(0.3)
@@ -155,7 +160,7 @@ def run(streams: int, bursts: int, gap_ms: float, kinds: Sequence[str]) -> list[
     sim_port, proxy_port = free_port(), free_port()
     results: list[Result] = []
     # Redis on the proxy's core (as the target asks), this client on the load core.
-    with redis_beside_proxy("bench-burstsetup-redis-") as (_, redis_port):
+    with redis_beside_proxy("bench-burstsetup-redis-") as (redis_pid, redis_port):
         sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
                                     "--port", str(sim_port)], logs / "simulator.log",
                       pinning.load, env)
@@ -169,7 +174,8 @@ def run(streams: int, bursts: int, gap_ms: float, kinds: Sequence[str]) -> list[
             proxy.start(lambda: http_ok(proxy_port, "/readyz"))
             for kind in kinds:
                 port, pid = (sim_port, None) if kind == "direct" else (proxy_port, proxy.pid)
-                results.append(asyncio.run(_bursts(kind, port, pid, streams, bursts, gap_ms)))
+                results.append(asyncio.run(_bursts(kind, port, pid, redis_pid, streams, bursts,
+                                                   gap_ms)))
         finally:
             for service in (proxy, sim):
                 service.stop()
@@ -179,13 +185,16 @@ def run(streams: int, bursts: int, gap_ms: float, kinds: Sequence[str]) -> list[
 
 def table(results: Sequence[Result], streams: int) -> list[str]:
     half = streams // 2
-    lines = [f"| system | proxy CPU µs / request to first delta | first delta p50 ms | p99 ms "
-             f"| {half} x CPU ms |", "|---|---:|---:|---:|---:|"]
+    lines = [f"| system | proxy CPU µs / request to first delta | Redis CPU µs | first delta "
+             f"p50 ms | p99 ms | {half} x (proxy + Redis) CPU ms |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in results:
-        cpu = r.median("cpu_us")
-        lines.append(f"| {r.kind} | {'-' if r.kind == 'direct' else f'{cpu:.0f}'} "
+        cpu, redis = r.median("cpu_us"), r.median("redis_us")
+        direct = r.kind == "direct"
+        lines.append(f"| {r.kind} | {'-' if direct else f'{cpu:.0f}'} "
+                     f"| {'-' if direct else f'{redis:.0f}'} "
                      f"| {r.median('p50_ms'):.1f} | {r.median('p99_ms'):.1f} "
-                     f"| {'-' if r.kind == 'direct' else f'{half * cpu / 1000:.1f}'} |")
+                     f"| {'-' if direct else f'{half * (cpu + redis) / 1000:.1f}'} |")
     return lines
 
 
