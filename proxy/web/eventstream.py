@@ -16,10 +16,10 @@ What it does, and what it leaves out on purpose:
   router), which would otherwise be resumed frame by frame for each token;
 - a client that stops reading but keeps its socket open makes `send` block (uvicorn waits for
   its transport to drain): a watchdog (a timer callback, `_Timers`), every quarter of
-  `send_timeout`, abandons
-  the stream once a write has been pending that long with no write completing, exactly as if
-  the client had gone (the body's cleanup aborts the upstream request, its pool slot is freed).
-  The connection is then left to uvicorn, which closes it once what it buffered is flushed;
+  `send_timeout`, abandons the stream once a write has been pending that long with no write
+  completing, exactly as if the client had gone (the body's cleanup aborts the upstream
+  request, its pool slot is freed). The connection is then left to uvicorn, which closes it
+  once what it buffered is flushed;
 - once the first body bytes are out, chunks go to the send beneath the middlewares
   (`BODY_SEND`, put in the scope by the access log): past that point every wrapper (access
   log, metrics, Starlette's two exception layers) only hands the message on, ~4 frames and
@@ -186,7 +186,11 @@ class _Timers:
 
     async def _ping(self) -> None:
         stream = self._stream
-        await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+        try:
+            await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+        except Exception:  # a write that fails: nobody reads this stream
+            self._streamer.cancel()
+            return
         stream._pinging = False
         stream._pings += 1
 

@@ -176,6 +176,28 @@ async def test_a_blocked_ping_is_not_doubled_and_nothing_outlives_the_stream() -
     assert {t for t in asyncio.all_tasks() - before if not t.done()} == set()
 
 
+async def test_a_ping_whose_write_fails_ends_the_stream_as_a_departure() -> None:
+    from proxy.core.events.sse import PING
+
+    written: list[bytes] = []
+
+    async def body_then_silence() -> AsyncIterator[bytes]:
+        yield b"data: 0\n\n"
+        await asyncio.Event().wait()
+        yield b""
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            if message["body"] == PING:
+                raise OSError("connection reset")
+            written.append(message["body"])
+
+    stream = EventStream(body_then_silence(), ping=0.02, send_timeout=0)
+    async with asyncio.timeout(10):  # without the cancel the body would wait for ever
+        await stream({"type": "http"}, never_disconnects, send)
+    assert written == [b"data: 0\n\n"] and not stream.stalled
+
+
 # -- nothing is held back to be joined with later items (issue 29 point 3) ---------------------
 def _batch(kind: str) -> list[tuple[str, bytes]]:
     return [(kind, b'{"type":"%s"}' % kind.encode())]
