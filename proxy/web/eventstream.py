@@ -78,8 +78,6 @@ class EventStream:
         self.raw_headers = _HEADERS + extra
         self._sent = 0  # frames begun: the pinger only speaks when this stands still
         self._done = 0  # frames whose `send` returned
-        self._pinging = False  # a ping's `send` is pending
-        self._pings = 0  # pings whose `send` returned
         self.stalled = False  # abandoned because the client stopped reading
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -160,6 +158,7 @@ class _Timers:
         self._loop = asyncio.get_running_loop()
         self._handles: list[asyncio.TimerHandle | None] = [None, None]  # pinger, watchdog
         self._ping_task: asyncio.Task[None] | None = None
+        self._pings = 0  # pings whose `send` returned
         self._seen = -1  # frames begun at the pinger's last check
         self._step = send_timeout / 4
         self._progress = -1  # writes completed at the watchdog's last move
@@ -178,27 +177,29 @@ class _Timers:
 
     def _ping_due(self) -> None:
         stream = self._stream
-        if stream._sent == self._seen and not stream._pinging:
-            stream._pinging = True
+        if stream._sent == self._seen and not self._pinging:
             self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
         self._seen = stream._sent
         self._handles[0] = self._loop.call_later(stream.ping, self._ping_due)
 
+    @property
+    def _pinging(self) -> bool:
+        """A ping's `send` is pending."""
+        return self._ping_task is not None and not self._ping_task.done()
+
     async def _ping(self) -> None:
-        stream = self._stream
         try:
             await self._send({"type": "http.response.body", "body": PING, "more_body": True})
         except Exception:  # a write that fails: nobody reads this stream
             self._streamer.cancel()
             return
-        stream._pinging = False
-        stream._pings += 1
+        self._pings += 1
 
     def _watch_due(self) -> None:
         stream = self._stream
         now = self._loop.time()
-        moved = stream._done + stream._pings
-        if moved != self._progress or not (stream._sent != stream._done or stream._pinging):
+        moved = stream._done + self._pings
+        if moved != self._progress or not (stream._sent != stream._done or self._pinging):
             self._progress, self._since = moved, now
         elif now - self._since >= self._step * 5:  # the timeout and one step past it
             stream.stalled = True
