@@ -55,9 +55,13 @@ NETWORK = f"{PREFIX}-net"
 GRACE = 20  # the instance's --shutdown-grace; the engine's stop timeout is above it
 STOP_TIMEOUT = 40
 # As proxy-deployment.yaml's securityContext: readOnlyRootFilesystem, capabilities drop ALL,
-# allowPrivilegeEscalation false, runAsUser/runAsGroup 10001. It mounts no emptyDir, so no tmpfs.
-AS_K8S = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-          "--user", "10001:10001"]
+# allowPrivilegeEscalation false, runAsUser/runAsGroup 10001; and its one volume, an emptyDir on
+# /tmp (uploads past 1 MiB spool there). podman's `--read-only` alone would add tmpfs mounts of
+# its own (/tmp, /var/tmp, /run) that a pod does not have: off, so only the manifest's is there.
+AS_K8S = ["--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,size=1g",
+          "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", "10001:10001"]
+# Past Starlette's spool size (1 MiB): the upload reaches the disk, i.e. the emptyDir.
+SPOOLED_UPLOAD = 3 * 2**20
 COMPOSE_TOOLS = CACHE / "tools"
 
 
@@ -174,6 +178,7 @@ def single(deploy: Deploy) -> None:
     url = f"http://127.0.0.1:{port}"
     deploy.step("as k8s runs it: started", lambda: _started(deploy, url))
     deploy.step("as k8s runs it: Responses", lambda: _responses(url))
+    deploy.step("as k8s runs it: an upload past the spool size", lambda: _upload(url))
     deploy.step("as k8s runs it: SIGTERM drain", lambda: _drain(deploy, url))
 
 
@@ -210,6 +215,16 @@ def _responses(url: str) -> str:
     assert client.responses.retrieve(answer.id).output_text == answer.output_text
     return (f"create {answer.id[:16]}… completed, stream of {len(events)} events ends "
             "response.completed (SDK-validated), retrieve matches")
+
+
+def _upload(url: str) -> str:
+    client = sdk(url)
+    data = os.urandom(SPOOLED_UPLOAD)
+    made = client.files.create(file=("big.bin", data, "application/octet-stream"),
+                               purpose="user_data")
+    assert made.bytes == len(data), made
+    assert client.files.content(made.id).read() == data
+    return f"{len(data) >> 20} MiB uploaded (spooled to /tmp), read back byte for byte"
 
 
 def _drain(deploy: Deploy, url: str) -> str:

@@ -254,6 +254,35 @@ def test_kubernetes_probes_ports_and_services_match_the_app(
         pdb_selectors)
 
 
+_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes quantity in binary units (`512Mi`, `1Gi`) or plain bytes."""
+    for suffix, factor in _QUANTITY.items():
+        if quantity.endswith(suffix):
+            return int(quantity[:-len(suffix)]) * factor
+    return int(quantity)
+
+
+def test_the_api_pods_can_spool_uploads_beside_a_read_only_root() -> None:
+    """An upload (`POST /v1/files`) past Starlette's spool size goes to a temporary file; with a
+    read-only root file system that needs /tmp mounted writable, room for several uploads of the
+    largest size at once. (Without it every upload over 1 MiB failed on Kubernetes.)"""
+    from starlette.formparsers import MultiPartParser
+
+    config = k8s("ConfigMap", "responses-proxy")["data"]
+    largest = build_settings({}, config).limits.max_file_bytes
+    assert MultiPartParser.spool_max_size < largest  # so uploads do reach the disk
+    spec = k8s("Deployment", "responses-proxy")["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    assert "/tmp" in mounts, "a read-only root without a writable /tmp"
+    volume = next(v for v in spec["volumes"] if v["name"] == mounts["/tmp"])
+    assert _bytes(volume["emptyDir"]["sizeLimit"]) >= 8 * largest
+
+
 def test_every_secret_and_config_value_reaches_the_pods() -> None:
     secret = k8s("Secret", "responses-proxy")["stringData"]
     assert "PROXY_FLEET_SECRET" in secret
