@@ -185,7 +185,8 @@ class Runtime:
             "delete": "delete_vector_store", "add_files": "add_vector_store_files",
             "finish_file": "finish_vector_store_file",
             "delete_file": "delete_vector_store_file"})
-        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes)
+        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
+                      max_in_flight=settings.limits.max_uploads_in_flight)
         # Vector stores: searched by the REST API and by file_search, their files ingested by
         # the worker; vectors from the fleet's --embedding-model.
         searcher = Searcher(backend.vectors,

@@ -158,6 +158,10 @@ class LimitSettings:
     # Issue 27, the Files API: the largest file one upload may carry (exactly this is accepted);
     # the upload's body may exceed it by its multipart framing (web/bodylimits.py).
     max_file_bytes: int = 32 * 1024 * 1024
+    # Uploads one process takes at once: each may spool up to max_file_bytes to a temporary
+    # file while it streams in (web/routes_files.py), so together they bound that disk (the
+    # k8s manifest sizes /tmp from it). One more is a 429 before its body is read.
+    max_uploads_in_flight: int = 8
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
 

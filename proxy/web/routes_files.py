@@ -3,7 +3,9 @@
 The upload is `multipart/form-data` (`file`, `purpose`, `expires_after[anchor|seconds]`), parsed
 by Starlette (python-multipart): the file part is spooled to memory and, past 1 MiB, to a
 temporary file, never more than the body limit lets in (web/bodylimits.py: the largest file plus
-its framing, counted as it arrives), then copied to the store chunk by chunk. On an open proxy
+its framing, counted as it arrives), then copied to the store chunk by chunk. At most
+`--max-uploads-in-flight` uploads are read at once (services/files/files.py `UploadSlots`), so
+the temporary files of one process stay within that many times the largest file. On an open proxy
 (no keys) a form post is what any web page can make a visitor's browser send, so an upload from
 a foreign `Origin` is refused as a WebSocket handshake is (core/origin.py).
 """
@@ -21,7 +23,7 @@ from proxy.core.errors import ProxyError
 from proxy.core.fields import bad
 from proxy.core.origin import origin_allowed, parse_origin
 from proxy.core.request.paging import parse_page
-from proxy.services.files.files import CHUNK_BYTES, Upload
+from proxy.services.files.files import CHUNK_BYTES, Files, Upload
 from proxy.web.auth import OPEN
 from proxy.web.incoming import path_id, tenant
 from proxy.web.limiting import metering
@@ -66,6 +68,12 @@ def _field(value: object, name: str) -> str | None:
 async def create(request: Request) -> Response:
     _check_origin(request)
     files = runtime_of(request).services.files
+    # A slot before the body is read: the uploads in flight bound the spool's disk together.
+    with files.uploads.held():
+        return await _upload(request, files)
+
+
+async def _upload(request: Request, files: Files) -> Response:
     async with request.form(max_files=1, max_fields=MAX_FIELDS,
                             max_part_size=MAX_FIELD_BYTES) as form:
         file = form.get("file")

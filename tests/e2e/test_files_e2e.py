@@ -7,9 +7,10 @@ bare base64) and file_url (allowed and refused), and unreadable files refused na
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -261,3 +262,52 @@ def test_a_background_create_reads_the_file_and_keeps_only_its_reference(
     assert PDF_TEXT in final.output_text
     items = a.responses.input_items.list(queued.id).data
     assert items[0].content[0].file_id == made.id  # type: ignore[union-attr]
+
+
+def test_uploads_past_the_in_flight_limit_are_a_429_before_their_body_is_read(
+        simulator: ServerProcess) -> None:
+    """`--max-uploads-in-flight 1`: while one upload streams in (2 MiB, past the spool size, held
+    half-way), another is refused at once, 429 with Retry-After, and the first still completes;
+    once it has, the next upload is taken. The limit bounds the temporary files (the k8s
+    manifest sizes /tmp from it)."""
+    server = start_proxy(simulator.url, "--max-uploads-in-flight", "1")
+    data = bytes(range(256)) * (2 * 2**20 // 256)
+    head = (b"--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"slow.bin\"\r\n"
+            b"Content-Type: application/octet-stream\r\n\r\n")
+    half = len(data) // 2
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        resume = asyncio.Event()
+        halfway = asyncio.Event()
+
+        async def slow_body() -> AsyncIterator[bytes]:
+            yield head + data[:half]
+            halfway.set()
+            await resume.wait()
+            yield data[half:] + b"\r\n--b--\r\n"
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            first = asyncio.create_task(client.post(
+                "/v1/files", content=slow_body(),
+                headers={"content-type": "multipart/form-data; boundary=b"}))
+            await asyncio.wait_for(halfway.wait(), 10)
+            await asyncio.sleep(0.3)  # the first body's half is with the proxy: its slot held
+            refused = await client.post("/v1/files", files={"file": ("x.bin", b"x" * 64)},
+                                        data={"purpose": "user_data"})
+            resume.set()
+            done = await asyncio.wait_for(first, 30)
+            after = await client.post("/v1/files", files={"file": ("y.bin", b"y" * 64)},
+                                      data={"purpose": "user_data"})
+        return refused, done, after
+
+    try:
+        refused, done, after = asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert done.status_code == 200, done.text
+    assert done.json()["bytes"] == len(data)
+    assert after.status_code == 200, after.text

@@ -24,6 +24,7 @@ import yaml
 from proxy.app import create_app
 from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
 from proxy.store.topology import parse_redis_url
+from proxy.web.bodylimits import MULTIPART_SLACK
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -267,12 +268,14 @@ def _bytes(quantity: str) -> int:
 
 def test_the_api_pods_can_spool_uploads_beside_a_read_only_root() -> None:
     """An upload (`POST /v1/files`) past Starlette's spool size goes to a temporary file; with a
-    read-only root file system that needs /tmp mounted writable, room for several uploads of the
-    largest size at once. (Without it every upload over 1 MiB failed on Kubernetes.)"""
+    read-only root file system that needs /tmp mounted writable, with room for every upload one
+    process reads at once (`--max-uploads-in-flight`) at the largest size. (Without it every
+    upload over 1 MiB failed on Kubernetes.)"""
     from starlette.formparsers import MultiPartParser
 
     config = k8s("ConfigMap", "responses-proxy")["data"]
-    largest = build_settings({}, config).limits.max_file_bytes
+    limits = build_settings({}, config).limits
+    largest = limits.max_file_bytes
     assert MultiPartParser.spool_max_size < largest  # so uploads do reach the disk
     spec = k8s("Deployment", "responses-proxy")["spec"]["template"]["spec"]
     container = spec["containers"][0]
@@ -280,7 +283,9 @@ def test_the_api_pods_can_spool_uploads_beside_a_read_only_root() -> None:
     mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
     assert "/tmp" in mounts, "a read-only root without a writable /tmp"
     volume = next(v for v in spec["volumes"] if v["name"] == mounts["/tmp"])
-    assert _bytes(volume["emptyDir"]["sizeLimit"]) >= 8 * largest
+    # Every upload the process reads at once, at the largest size and its multipart framing.
+    assert _bytes(volume["emptyDir"]["sizeLimit"]) >= limits.max_uploads_in_flight * (
+        largest + MULTIPART_SLACK)
 
 
 def test_every_secret_and_config_value_reaches_the_pods() -> None:

@@ -12,13 +12,14 @@ SDK offers, any content; what can be read as text is decided where a file is rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge
+from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge, RateLimited
 from proxy.core.fields import bad, one_of
 from proxy.core.request.items import document_text
 from proxy.core.request.paging import PageRequest, list_body
@@ -43,6 +44,29 @@ class Upload:
     expires_after: tuple[str | None, str | None] = (None, None)  # (anchor, seconds) as sent
 
 
+class UploadSlots:
+    """At most `limit` uploads in flight in this process (`--max-uploads-in-flight`). Each may
+    hold up to `--max-file-bytes` spooled to a temporary file while it streams in
+    (web/routes_files.py), so their number bounds that disk together (deploy/k8s sizes /tmp from
+    it). One more is refused at once, before its body is read: a 429 with Retry-After, as a full
+    admission queue is; there is no queue to wait in, so nothing is held for it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self.used >= self.limit:
+            raise RateLimited(f"This server is receiving {self.limit} uploads already; "
+                              "please retry shortly.")
+        self.used += 1
+        try:
+            yield
+        finally:
+            self.used -= 1
+
+
 def file_id() -> str:
     # OpenAI's ids are `file-` and an opaque string; ours are random hex (keys.py: no `}`).
     return "file-" + secrets.token_hex(16)
@@ -50,12 +74,13 @@ def file_id() -> str:
 
 class Files:
     def __init__(self, blobs: BlobStore, store: Store, *, ttl: int, max_bytes: int,
-                 clock: Callable[[], float] = time.time, ids: Callable[[], str] = file_id
-                 ) -> None:
+                 max_in_flight: int = 8, clock: Callable[[], float] = time.time,
+                 ids: Callable[[], str] = file_id) -> None:
         self._blobs = blobs
         self._store = store  # for the key's storage budget
         self._ttl = ttl
         self.max_bytes = max_bytes
+        self.uploads = UploadSlots(max_in_flight)  # taken by the route, before the body is read
         self._clock = clock
         self._ids = ids
 
