@@ -132,6 +132,14 @@ class UnsupportedMediaType(ProxyError):
     code = "unsupported_media_type"
 
 
+class RequestTimeout(ProxyError):
+    """The client stopped sending its request body (web/bodylimits.py, `--body-timeout`)."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class RateLimited(ProxyError):
     status = 429
     type = "rate_limit_exceeded"

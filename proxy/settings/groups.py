@@ -162,6 +162,9 @@ class LimitSettings:
     # file while it streams in (web/routes_files.py), so together they bound that disk (the
     # k8s manifest sizes /tmp from it). One more is a 429 before its body is read.
     max_uploads_in_flight: int = 8
+    # Seconds a request body may pause between two reads (nginx's client_body_timeout): past
+    # it the request is a 408 and lets go of what it held (a task, an upload's slot).
+    body_timeout: float = 60.0
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
 

@@ -95,6 +95,8 @@ OPTIONS: tuple[Option, ...] = (
            "largest file accepted by POST /v1/files", shown="32 MiB"),
     _serve("max_uploads_in_flight", "limits.max_uploads_in_flight", c.count,
            "uploads one process takes at once (each may spool --max-file-bytes to /tmp)"),
+    _serve("body_timeout", "limits.body_timeout", c.seconds,
+           "seconds a request body may pause between two reads; past it, 408"),
     # Not more than --max-body-bytes, and lowered to it by default (build.py).
     _serve("max_sealed_bytes", "sealing.max_bytes", c.count,
            "most one sealed blob may inflate to", shown="1 MiB"),

@@ -7,13 +7,20 @@ and the one error path renders the 413).
 A file upload (`POST /v1/files`, issue 27) has its own limit: the largest file (`--max-file-bytes`)
 plus `MULTIPART_SLACK` for the multipart framing and the other fields, bounded the same way as
 it streams in; the route then holds the file itself to exactly `--max-file-bytes`.
+
+A body that pauses longer than `--body-timeout` between two reads is a 408: a client that opens
+a body and stops sending would otherwise hold its task (and an upload its slot, and its spooled
+file) for as long as it keeps the connection. Only reads of the body are timed: once it is
+whole, a stream's wait for the client's disconnect is not.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core.errors import PayloadTooLarge
+from proxy.core.errors import PayloadTooLarge, RequestTimeout
 from proxy.web.errors import error_response
 
 
@@ -27,11 +34,17 @@ UPLOAD_PATH = "/v1/files"
 MULTIPART_SLACK = 64 * 1024
 
 
+def _too_slow(seconds: float) -> RequestTimeout:
+    return RequestTimeout(f"The request body paused for more than {seconds:g} seconds.")
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None,
+                 idle: float = 60.0) -> None:
         self.app = app
         self.limit = limit
         self.upload_limit = limit if upload_limit is None else upload_limit + MULTIPART_SLACK
+        self.idle = idle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,14 +62,23 @@ class BodyLimitMiddleware:
                     await error_response(_too_large(limit))(scope, receive, send)
                     return
         received = 0
+        whole = False
+        idle = self.idle
 
         async def counted() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, whole
+            if whole:  # the body is in: what is left to receive is the client's leaving
+                return await receive()
+            try:
+                async with asyncio.timeout(idle):
+                    message = await receive()
+            except TimeoutError:
+                raise _too_slow(idle) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise _too_large(limit)
+                whole = not message.get("more_body", False)
             return message
 
         await self.app(scope, counted, send)

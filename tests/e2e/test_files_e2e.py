@@ -311,3 +311,47 @@ def test_uploads_past_the_in_flight_limit_are_a_429_before_their_body_is_read(
     assert done.status_code == 200, done.text
     assert done.json()["bytes"] == len(data)
     assert after.status_code == 200, after.text
+
+
+def test_a_body_that_stops_arriving_is_a_408_and_frees_its_upload_slot(
+        simulator: ServerProcess) -> None:
+    """`--body-timeout 1`: an upload whose body stops half-way (the connection left open) is
+    answered 408 after a second, and its slot (`--max-uploads-in-flight 1`) is free again for
+    the next upload. Only the body's reads are timed: a stream that runs longer than the
+    timeout after its body was read is whole."""
+    server = start_proxy(simulator.url, "--max-uploads-in-flight", "1", "--body-timeout", "1")
+    head = (b"--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n"
+            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"stuck.bin\"\r\n"
+            b"Content-Type: application/octet-stream\r\n\r\n")
+
+    async def stalled_upload() -> tuple[bytes, float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /v1/files HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: multipart/form-data; boundary=b\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (len(head) + 2**21) + head + b"z" * 2**20)
+        await writer.drain()
+        started = time.monotonic()
+        # Half the body never comes: the answer must.
+        head_block = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 15)
+        waited = time.monotonic() - started
+        length = int(next(line.split(b":", 1)[1] for line in head_block.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        answer = head_block + await asyncio.wait_for(reader.readexactly(length), 5)
+        writer.close()
+        return answer, waited
+
+    try:
+        answer, waited = asyncio.run(stalled_upload())
+        with sdk(server, "unused") as client:
+            made = client.files.create(file=("next.bin", b"n" * 64), purpose="user_data")
+            events = list(client.responses.create(
+                model=MODEL, input="[[sim tokens=30 delay_ms=80]] slow", stream=True))
+    finally:
+        server.stop()
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 408 Request Timeout", answer[:200]
+    assert b'"code":"request_timeout"' in rest.replace(b" ", b""), rest[-300:]
+    assert b'"type":"invalid_request_error"' in rest.replace(b" ", b""), rest[-300:]
+    assert 0.8 <= waited < 10, waited
+    assert made.bytes == 64  # the stalled upload's slot was given back
+    assert events[-1].type == "response.completed"  # 30 x 80 ms: past the body timeout
