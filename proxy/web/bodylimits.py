@@ -39,8 +39,8 @@ def _too_slow(seconds: float) -> RequestTimeout:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None,
-                 idle: float = 60.0) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None, *,
+                 idle: float) -> None:
         self.app = app
         self.limit = limit
         self.upload_limit = limit if upload_limit is None else upload_limit + MULTIPART_SLACK

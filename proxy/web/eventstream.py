@@ -156,7 +156,8 @@ class _Timers:
         self._streamer = streamer
         self._send = send
         self._loop = asyncio.get_running_loop()
-        self._handles: list[asyncio.TimerHandle | None] = [None, None]  # pinger, watchdog
+        self._ping_at: asyncio.TimerHandle | None = None
+        self._watch_at: asyncio.TimerHandle | None = None
         self._ping_task: asyncio.Task[None] | None = None
         self._pings = 0  # pings whose `send` returned
         self._seen = -1  # frames begun at the pinger's last check
@@ -164,12 +165,12 @@ class _Timers:
         self._progress = -1  # writes completed at the watchdog's last move
         self._since = self._loop.time()
         if stream.ping > 0:
-            self._handles[0] = self._loop.call_later(stream.ping, self._ping_due)
+            self._ping_at = self._loop.call_later(stream.ping, self._ping_due)
         if send_timeout > 0:
-            self._handles[1] = self._loop.call_later(self._step, self._watch_due)
+            self._watch_at = self._loop.call_later(self._step, self._watch_due)
 
     def cancel(self) -> None:
-        for handle in self._handles:
+        for handle in (self._ping_at, self._watch_at):
             if handle is not None:
                 handle.cancel()
         if self._ping_task is not None:
@@ -180,7 +181,7 @@ class _Timers:
         if stream._sent == self._seen and not self._pinging:
             self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
         self._seen = stream._sent
-        self._handles[0] = self._loop.call_later(stream.ping, self._ping_due)
+        self._ping_at = self._loop.call_later(stream.ping, self._ping_due)
 
     @property
     def _pinging(self) -> bool:
@@ -206,7 +207,7 @@ class _Timers:
             log.warning("client stopped reading for %g s: stream abandoned", self._step * 4)
             self._streamer.cancel()
             return
-        self._handles[1] = self._loop.call_later(self._step, self._watch_due)
+        self._watch_at = self._loop.call_later(self._step, self._watch_due)
 
 
 def _send_timeout(scope: Scope) -> float:

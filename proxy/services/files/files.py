@@ -74,7 +74,7 @@ def file_id() -> str:
 
 class Files:
     def __init__(self, blobs: BlobStore, store: Store, *, ttl: int, max_bytes: int,
-                 max_in_flight: int = 8, clock: Callable[[], float] = time.time,
+                 max_in_flight: int, clock: Callable[[], float] = time.time,
                  ids: Callable[[], str] = file_id) -> None:
         self._blobs = blobs
         self._store = store  # for the key's storage budget

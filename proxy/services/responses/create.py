@@ -163,7 +163,7 @@ class ResponsesService:
                                 sealer=self._sealer, mcp_allow=settings.mcp.allow,
                                 run_hosted=self._generations.hosted.tool_types())
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
-            request = dataclasses.replace(request, service_tier="default")
+            request = request.evolved(service_tier="default")
         if create is not None and (request.store or request.conversation):
             # Before any upstream call (compaction, truncation's count, the turn): a key that
             # holds its storage budget is refused now (429). The store's create checks again,
@@ -344,7 +344,7 @@ class ResponsesService:
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
                                              expansion.spend)
-        return dataclasses.replace(request, media=media) if media else request
+        return request.evolved(media=media) if media else request
 
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:
         """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
