@@ -4,8 +4,9 @@ The upload is `multipart/form-data` (`file`, `purpose`, `expires_after[anchor|se
 by Starlette (python-multipart): the file part is spooled to memory and, past 1 MiB, to a
 temporary file, never more than the body limit lets in (web/bodylimits.py: the largest file plus
 its framing, counted as it arrives), then copied to the store chunk by chunk. At most
-`--max-uploads-in-flight` uploads are read at once (services/files/files.py `UploadSlots`), so
-the temporary files of one process stay within that many times the largest file. On an open proxy
+`--max-uploads-in-flight` uploads are read at once, at most half of them for one key
+(services/files/files.py `UploadSlots`), so the temporary files of one process stay within that
+many times the largest file and one tenant cannot take every slot. On an open proxy
 (no keys) a form post is what any web page can make a visitor's browser send, so an upload from
 a foreign `Origin` is refused as a WebSocket handshake is (core/origin.py).
 """
@@ -68,8 +69,9 @@ def _field(value: object, name: str) -> str | None:
 async def create(request: Request) -> Response:
     _check_origin(request)
     files = runtime_of(request).services.files
-    # A slot before the body is read: the uploads in flight bound the spool's disk together.
-    with files.uploads.held():
+    # A slot before the body is read: the uploads in flight bound the spool's disk together,
+    # and one key takes at most half of them.
+    with files.uploads.held(tenant(request)):
         return await _upload(request, files)
 
 

@@ -264,6 +264,50 @@ def test_a_background_create_reads_the_file_and_keeps_only_its_reference(
     assert items[0].content[0].file_id == made.id  # type: ignore[union-attr]
 
 
+SLOW_HEAD = (b"--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n"
+             b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"slow.bin\"\r\n"
+             b"Content-Type: application/octet-stream\r\n\r\n")
+SLOW_DATA = bytes(range(256)) * (2 * 2**20 // 256)  # 2 MiB: past the 1 MiB spool in memory
+
+
+class HeldUpload:
+    """An upload of `SLOW_DATA` whose body stops half-way (its slot held, its spool on disk)
+    until `release()`: `start` returns once the proxy has the first half."""
+
+    def __init__(self, client: httpx.AsyncClient, key: str | None = None) -> None:
+        self._client = client
+        self._headers = {"content-type": "multipart/form-data; boundary=b",
+                         **({"authorization": f"Bearer {key}"} if key else {})}
+        self._resume = asyncio.Event()
+        self._task: asyncio.Task[httpx.Response] | None = None
+
+    async def start(self) -> None:
+        halfway = asyncio.Event()
+        half = len(SLOW_DATA) // 2
+
+        async def body() -> AsyncIterator[bytes]:
+            yield SLOW_HEAD + SLOW_DATA[:half]
+            halfway.set()
+            await self._resume.wait()
+            yield SLOW_DATA[half:] + b"\r\n--b--\r\n"
+
+        self._task = asyncio.create_task(self._client.post("/v1/files", content=body(),
+                                                           headers=self._headers))
+        await asyncio.wait_for(halfway.wait(), 10)
+        await asyncio.sleep(0.3)  # the first half is with the proxy: its slot is held
+
+    async def release(self) -> httpx.Response:
+        assert self._task is not None
+        self._resume.set()
+        return await asyncio.wait_for(self._task, 30)
+
+
+async def _small_upload(client: httpx.AsyncClient, key: str | None = None) -> httpx.Response:
+    return await client.post("/v1/files", files={"file": ("x.bin", b"x" * 64)},
+                             data={"purpose": "user_data"},
+                             headers={"authorization": f"Bearer {key}"} if key else None)
+
+
 def test_uploads_past_the_in_flight_limit_are_a_429_before_their_body_is_read(
         simulator: ServerProcess) -> None:
     """`--max-uploads-in-flight 1`: while one upload streams in (2 MiB, past the spool size, held
@@ -271,34 +315,14 @@ def test_uploads_past_the_in_flight_limit_are_a_429_before_their_body_is_read(
     once it has, the next upload is taken. The limit bounds the temporary files (the k8s
     manifest sizes /tmp from it)."""
     server = start_proxy(simulator.url, "--max-uploads-in-flight", "1")
-    data = bytes(range(256)) * (2 * 2**20 // 256)
-    head = (b"--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n"
-            b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"slow.bin\"\r\n"
-            b"Content-Type: application/octet-stream\r\n\r\n")
-    half = len(data) // 2
 
     async def scenario() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
-        resume = asyncio.Event()
-        halfway = asyncio.Event()
-
-        async def slow_body() -> AsyncIterator[bytes]:
-            yield head + data[:half]
-            halfway.set()
-            await resume.wait()
-            yield data[half:] + b"\r\n--b--\r\n"
-
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-            first = asyncio.create_task(client.post(
-                "/v1/files", content=slow_body(),
-                headers={"content-type": "multipart/form-data; boundary=b"}))
-            await asyncio.wait_for(halfway.wait(), 10)
-            await asyncio.sleep(0.3)  # the first body's half is with the proxy: its slot held
-            refused = await client.post("/v1/files", files={"file": ("x.bin", b"x" * 64)},
-                                        data={"purpose": "user_data"})
-            resume.set()
-            done = await asyncio.wait_for(first, 30)
-            after = await client.post("/v1/files", files={"file": ("y.bin", b"y" * 64)},
-                                      data={"purpose": "user_data"})
+            first = HeldUpload(client)
+            await first.start()
+            refused = await _small_upload(client)
+            done = await first.release()
+            after = await _small_upload(client)
         return refused, done, after
 
     try:
@@ -309,8 +333,42 @@ def test_uploads_past_the_in_flight_limit_are_a_429_before_their_body_is_read(
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert done.status_code == 200, done.text
-    assert done.json()["bytes"] == len(data)
+    assert done.json()["bytes"] == len(SLOW_DATA)
     assert after.status_code == 200, after.text
+
+
+def test_one_key_takes_at_most_half_the_upload_slots(simulator: ServerProcess) -> None:
+    """`--max-uploads-in-flight 2`, two keys: while key A's upload streams in slowly (its one
+    slot of the two, half of them), A's next upload is a 429 naming the per-key share, and key
+    B's upload is taken: a tenant sending its bodies slowly cannot shut the others' uploads
+    out. Once A's first is done, A uploads again."""
+    server = start_proxy(simulator.url, "--max-uploads-in-flight", "2",
+                         "--api-key", KEY_A, "--api-key", KEY_B)
+
+    async def scenario() -> tuple[httpx.Response, ...]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            held = HeldUpload(client, KEY_A)
+            await held.start()
+            refused = await _small_upload(client, KEY_A)
+            other = await _small_upload(client, KEY_B)
+            done = await held.release()
+            again = await _small_upload(client, KEY_A)
+        return refused, other, done, again
+
+    try:
+        refused, other, done, again = asyncio.run(scenario())
+    finally:
+        server.stop()
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_exceeded"
+    assert "This key's uploads in flight on this server are at its share (1 at once)" in \
+        error["message"], error
+    assert other.status_code == 200, other.text
+    assert done.status_code == 200, done.text
+    assert done.json()["bytes"] == len(SLOW_DATA)
+    assert again.status_code == 200, again.text
 
 
 def test_a_body_that_stops_arriving_is_a_408_and_frees_its_upload_slot(

@@ -45,26 +45,41 @@ class Upload:
 
 
 class UploadSlots:
-    """At most `limit` uploads in flight in this process (`--max-uploads-in-flight`). Each may
-    hold up to `--max-file-bytes` spooled to a temporary file while it streams in
-    (web/routes_files.py), so their number bounds that disk together (deploy/k8s sizes /tmp from
-    it). One more is refused at once, before its body is read: a 429 with Retry-After, as a full
+    """At most `limit` uploads in flight in this process (`--max-uploads-in-flight`), and at
+    most half of them (rounded up) for any one key. Each may hold up to `--max-file-bytes`
+    spooled to a temporary file while it streams in (web/routes_files.py), so their number
+    bounds that disk together (deploy/k8s sizes /tmp from it). The per-key share keeps one
+    tenant from taking every slot (a client that sends its bodies slowly holds a slot for as
+    long as it keeps a byte coming within `--body-timeout`): the other keys keep the rest. One
+    more is refused at once, before its body is read: a 429 with Retry-After, as a full
     admission queue is; there is no queue to wait in, so nothing is held for it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.per_key = max(1, (limit + 1) // 2)
         self.used = 0
+        self._by_key: dict[str, int] = {}  # keys with an upload in flight, and how many
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, tenant: str) -> Iterator[None]:
         if self.used >= self.limit:
             raise RateLimited(f"This server is receiving {self.limit} uploads already; "
                               "please retry shortly.")
+        mine = self._by_key.get(tenant, 0)
+        if mine >= self.per_key:
+            raise RateLimited(f"This key's uploads in flight on this server are at its share "
+                              f"({self.per_key} at once); please retry once one is done.")
         self.used += 1
+        self._by_key[tenant] = mine + 1
         try:
             yield
         finally:
             self.used -= 1
+            left = self._by_key[tenant] - 1
+            if left:
+                self._by_key[tenant] = left
+            else:
+                del self._by_key[tenant]
 
 
 def file_id() -> str:
