@@ -187,6 +187,49 @@ async def test_a_full_queue_is_a_429_at_once_but_a_background_job_may_still_wait
     await waiting
 
 
+async def test_a_key_that_fills_the_queue_gives_its_newest_place_to_another_key() -> None:
+    """One key may fill the whole queue, but not shut another key out: a request of a key with
+    no place takes the newest place of the key holding the most (that request gets the 429 at
+    once), and is then served in its round-robin turn. A background job is never let go."""
+    f, admission = saturated(max_queued=4)
+    order: list[str] = []
+    mine = [start(f, admission, f"a{n}", order) for n in range(4)]
+    job = asyncio.create_task(admission.admit("m", "j", bounded=False))
+    await settle()
+    assert admission.queued == 5
+    other = start(f, admission, "b0", order)
+    await settle()
+    with pytest.raises(RateLimited) as info:
+        await asyncio.wait_for(mine[3], 1)  # a3, the newest of the largest holder
+    error = info.value
+    assert error.status == 429 and error.headers["Retry-After"] == "1"
+    assert "this request's place went to another key's" in error.message
+    assert admission.queued == 5 and not job.done()
+    await admitted_in_order(f, admission, 4, order)
+    assert order == ["a0", "b0", "a1", "a2"]
+    free_one(f, admission)
+    await asyncio.wait_for(job, 1)
+    await asyncio.gather(*mine[:3], other)
+    assert admission.queued == 0
+
+
+async def test_in_a_full_queue_places_tend_to_equal_shares_not_past_them() -> None:
+    """A key takes another's place only from one holding at least two more than itself: with
+    a:2 b:1 in a full queue of three, neither a third of a's nor a second of b's gets in."""
+    f, admission = saturated(max_queued=3)
+    order: list[str] = []
+    waiting = [start(f, admission, name, order) for name in ("a0", "a1", "b0")]
+    await settle()
+    for tenant in ("a", "b"):
+        with pytest.raises(RateLimited) as info:
+            await asyncio.wait_for(admission.admit("m", tenant), 0.5)
+        assert "already waiting" in info.value.message
+    assert admission.queued == 3 and not any(t.done() for t in waiting)
+    await admitted_in_order(f, admission, 3, order)
+    assert order == ["a0", "b0", "a1"]
+    await asyncio.gather(*waiting)
+
+
 async def test_one_saturated_model_does_not_hold_up_another() -> None:
     f, admission = saturated()
     f.replicas[1].model_ids = frozenset({"other"})

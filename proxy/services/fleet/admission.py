@@ -18,11 +18,15 @@ Rules:
     entry grants it (`"priority": true`, `grants`); anyone else's ask is an ordinary request,
     or one key could push every other key's requests behind its own. Queues are per model, so a
     saturated model never holds up another one's requests;
-  - bounds: at most `max_queued` foreground requests wait (past that: 429 at once); each waits
-    at most `timeout` seconds (then 429); both 429s carry `Retry-After` and code
-    `rate_limit_exceeded`. A client that leaves while queued (its task is cancelled) leaves the
-    queue in the same step. Background jobs queue past `max_queued` (their number is bounded
-    by the worker's concurrency) but not past `timeout`;
+  - bounds: at most `max_queued` foreground requests wait; each waits at most `timeout` seconds
+    (then 429). A request that finds the queue full takes the place of the newest waiter of the
+    key holding the most places, if that key holds at least two more than its own (that waiter
+    gets the 429), else it gets the 429 at once: one key alone may fill the queue, yet it cannot
+    shut another key out of it (the places tend to equal shares, as the round robin gives equal
+    turns). Every 429 carries `Retry-After` and code `rate_limit_exceeded`. A client that
+    leaves while queued (its task is cancelled) leaves the queue in the same step. Background
+    jobs queue past `max_queued` (their number is bounded by the worker's concurrency) but not
+    past `timeout`, and never lose their place;
   - wake-ups: an admitted call, wrapped by `watch`, hands its slot on when it closes; every
     waiter also re-checks every `RECHECK_S`, for room that appears without a close we see
     (a replica coming back, a call that was not admitted ending);
@@ -94,6 +98,9 @@ class _Waiter:
     tenant: str
     priority: bool
     future: asyncio.Future[None]
+    model: str = ""
+    bounded: bool = True  # counts against `max_queued` (background jobs do not)
+    evicted: bool = False  # its place was given to another key's request (a 429)
 
 
 class Admission:
@@ -107,6 +114,9 @@ class Admission:
         self.timeout = timeout
         self._queues: dict[str, FairQueue[_Waiter]] = {}
         self._queued = 0
+        # Each key's bounded waiters, oldest first, across models: whose place a newcomer
+        # takes when the queue is full.
+        self._places: dict[str, list[_Waiter]] = {}
         self._granted = 0  # woken waiters whose task has not resumed yet
 
     @classmethod
@@ -148,17 +158,22 @@ class Admission:
         if not queue and self.room(model):
             return
         if bounded and self._queued >= self.max_queued:
-            raise RateLimited(
-                f"The fleet serving '{model}' is saturated: every replica is at its limit of "
-                f"concurrent requests and {self._queued} requests are already waiting. Retry "
-                f"after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
+            victim = self._victim(tenant)
+            if victim is None:
+                raise RateLimited(
+                    f"The fleet serving '{model}' is saturated: every replica is at its limit "
+                    f"of concurrent requests and {self._queued} requests are already waiting. "
+                    f"Retry after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
+            self._evict(victim)
         if on_queue is not None:
             on_queue()
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(tenant, priority, loop.create_future())
+        waiter = _Waiter(tenant, priority, loop.create_future(), model, bounded)
         queue = self._queues.setdefault(model, FairQueue())
         queue.push(tenant, waiter, priority=priority)
         self._queued += 1
+        if bounded:
+            self._places.setdefault(tenant, []).append(waiter)
         deadline = loop.time() + self.timeout
         try:
             self._pump(model)
@@ -171,8 +186,15 @@ class Admission:
                         "s.", retry_after=RETRY_AFTER_S)
                 await asyncio.wait((waiter.future,), timeout=min(remaining, RECHECK_S))
                 self._pump(model)
+            if waiter.evicted:
+                raise RateLimited(
+                    f"The fleet serving '{model}' is saturated and its queue is full: this key "
+                    "holds the most places in it, and this request's place went to another "
+                    f"key's. Retry after {RETRY_AFTER_S} s.", retry_after=RETRY_AFTER_S)
         finally:
-            if waiter.future.done():
+            if waiter.evicted:
+                pass  # already out of the queue and its counts (`_evict`)
+            elif waiter.future.done():
                 self._granted -= 1
                 # After our caller's call is counted in-flight (or, if we are leaving, with our
                 # unused slot): the next waiters may go.
@@ -181,7 +203,35 @@ class Admission:
                 waiter.future.cancel()
                 queue.remove(tenant, waiter, priority=priority)
                 self._queued -= 1
+                self._unplace(waiter)
                 self._forget_if_empty(model)
+
+    def _victim(self, tenant: str) -> _Waiter | None:
+        """The waiter whose place a request of `tenant` takes in a full queue: the newest of the
+        key holding the most places, if it holds at least two more than `tenant`."""
+        if not self._places:
+            return None
+        most = max(self._places.values(), key=len)
+        if len(most) < len(self._places.get(tenant, ())) + 2:
+            return None
+        return most[-1]
+
+    def _evict(self, waiter: _Waiter) -> None:
+        queue = self._queues[waiter.model]
+        queue.remove(waiter.tenant, waiter, priority=waiter.priority)
+        self._queued -= 1
+        self._unplace(waiter)
+        self._forget_if_empty(waiter.model)
+        waiter.evicted = True
+        waiter.future.set_result(None)  # wakes it: it raises its 429
+
+    def _unplace(self, waiter: _Waiter) -> None:
+        if not waiter.bounded:
+            return
+        places = self._places[waiter.tenant]
+        places.remove(waiter)
+        if not places:
+            del self._places[waiter.tenant]
 
     def watch(self, call: Call) -> Call:
         """`call` (just opened after `admit`), made to hand its slot on when it closes."""
@@ -199,6 +249,7 @@ class Admission:
             waiter = queue.pop()
             assert waiter is not None
             self._queued -= 1
+            self._unplace(waiter)
             self._granted += 1
             waiter.future.set_result(None)
         self._forget_if_empty(model)
