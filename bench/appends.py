@@ -64,8 +64,8 @@ def _writers(client: Redis, shas: dict[str, str]
             return await pipe.execute()
 
     async def one_call(batch: dict[str, list[StoredEvent]]) -> object:
-        route, blob = packed_streams(batch)
-        return await client.evalsha(shas["one-call"], 1, route, 3600, blob)
+        hashes, blob = packed_streams(batch)
+        return await client.evalsha(shas["one-call"], 1, hashes[0], 3600, blob)
 
     async def xadd(batch: dict[str, list[StoredEvent]]) -> object:
         async with client.pipeline(transaction=False) as pipe:

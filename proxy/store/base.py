@@ -182,6 +182,7 @@ class Store(Protocol):
         self,
         response_id: str,
         *,
+        tenant: str,
         allowed_from: frozenset[str],
         to: str,
         response: ResponseObject | None = None,
@@ -189,10 +190,12 @@ class Store(Protocol):
     ) -> Transition:
         """Atomically: if the stored status is in `allowed_from`, set status `to` (and, when
         given, replace the stored object with `response`) and return changed=True with the new
-        object; otherwise change nothing and return changed=False with the stored object."""
+        object; otherwise change nothing and return changed=False with the stored object.
+        `tenant`: the response's owner (its storage ledger is written, named up front); a
+        response of another owner is an error and is left as it is."""
 
     async def finish_response(
-        self, response: ResponseObject, terminal: StoredEvent | None, *, ttl: int,
+        self, response: ResponseObject, terminal: StoredEvent | None, *, tenant: str, ttl: int,
         event_ttl: int, events: Sequence[StoredEvent] = (),
     ) -> Transition:
         """Atomically store the final object (its status is terminal) and append `events` (the
@@ -202,7 +205,7 @@ class Store(Protocol):
         One exception: a stored `cancelled` whose log is not yet closed accepts a final object
         that is `cancelled` too (the worker that ran it closes its log with the partial output).
         Otherwise nothing changes, the log included: changed=False with the stored object (e.g.
-        a late completion after a cancel)."""
+        a late completion after a cancel). `tenant`: the response's owner, as for `transition`."""
 
     # -- event logs --------------------------------------------------------------------------
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,

@@ -141,8 +141,8 @@ def log_entry_id(seq: int) -> str:
 # holder's tenant is still checked on every read). A deleted or expired response leaves
 # entries that point at nothing: they resolve to nothing and expire with the response's TTL.
 # Only the response's location is kept (a few bytes per item), not a second copy of the item.
-# FINISH_RESPONSE builds these keys in Lua from the record's tenant (scripts.py `_TENANT_KEYS`
-# spells the same format; tests/contract/test_item_index_contract.py checks they agree).
+# CREATE_RESPONSE and FINISH_RESPONSE get these keys declared (scripts.py: a cluster moving the
+# slot checks only declared keys).
 ITEM_IN_OUTPUT: Final = "o"
 ITEM_IN_INPUT: Final = "i"
 
@@ -280,11 +280,10 @@ def limit_streams(tenant: str) -> str:
 
 def stored_bytes(tenant: str, tag: str | None = None) -> str:
     """The storage ledger (ledger.py): bytes of the key's stored responses and conversations,
-    a HASH of {the second they stop counting -> bytes}. Expires with its last bucket. The
-    scripts that renew a response's TTL without knowing its tenant in Python build this key in
-    Lua from the record's tenant (scripts.py `_TENANT_KEYS`). `tag`: the ledger of the key's
-    objects under one shard tag (in their slot, so their scripts count them); a key's total
-    is the untagged ledger (files, prompts, untagged objects) plus one per tag."""
+    a HASH of {the second they stop counting -> bytes}. Expires with its last bucket. Every
+    script that counts a response's bytes gets it declared (scripts.py). `tag`: the ledger of
+    the key's objects under one shard tag (in their slot, so their scripts count them); a
+    key's total is the untagged ledger (files, prompts, untagged objects) plus one per tag."""
     if tag is not None:
         return f"lim:{{{tag}}}:{tenant}:stored"
     return f"lim:{{{tenant}}}:stored"

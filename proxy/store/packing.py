@@ -57,11 +57,11 @@ class HashKeys(dict[str, bytes]):
 
 
 def packed_calls(batches: Mapping[str, Sequence[StoredEvent]],
-                 key_of: Callable[[str], bytes] = hash_key) -> list[tuple[bytes, bytes]]:
-    """The flush as APPEND_EVENTS_MANY calls (a key to route it by, its blob) of at most
-    ~`MAX_EVENTS_PER_CALL` events (a stream's events are never split: they stay in order
-    within one call)."""
-    calls: list[tuple[bytes, bytes]] = []
+                 key_of: Callable[[str], bytes] = hash_key) -> list[tuple[list[bytes], bytes]]:
+    """The flush as APPEND_EVENTS_MANY calls (the response hash keys it writes, its blob) of
+    at most ~`MAX_EVENTS_PER_CALL` events (a stream's events are never split: they stay in
+    order within one call)."""
+    calls: list[tuple[list[bytes], bytes]] = []
     part: dict[str, Sequence[StoredEvent]] = {}
     size = 0
     for rid, events in batches.items():
@@ -76,11 +76,11 @@ def packed_calls(batches: Mapping[str, Sequence[StoredEvent]],
 
 
 def packed_streams(batches: Mapping[str, Sequence[StoredEvent]],
-                   key_of: Callable[[str], bytes] = hash_key) -> tuple[bytes, bytes]:
+                   key_of: Callable[[str], bytes] = hash_key) -> tuple[list[bytes], bytes]:
     """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
     `<response hash key> 0x03 <packed events>`, streams separated by 0x02 (keys are ASCII,
-    JSON escapes both); with the first stream's key, which the call declares."""
+    JSON escapes both); with the streams' hash keys, which a cluster's call declares."""
     hashes = [key_of(rid) for rid in batches]
     blob = b"\x02".join([b"%s\x03%s" % (key, packed(events))
                           for key, events in zip(hashes, batches.values(), strict=True)])
-    return hashes[0], blob
+    return hashes, blob

@@ -270,19 +270,22 @@ class RedisStore(RedisConversations):
             items += orjson.loads(obj).get("output") or []
         return items
 
-    async def transition(self, response_id: str, *, allowed_from: frozenset[str], to: str,
-                         response: ResponseObject | None = None, ttl: int) -> Transition:
+    async def transition(self, response_id: str, *, tenant: str, allowed_from: frozenset[str],
+                         to: str, response: ResponseObject | None = None,
+                         ttl: int) -> Transition:
         check_ttl(ttl)
         replace = response is not None
         args: list[Any] = [to, ttl, _flag(replace),
-                           orjson.dumps(response) if replace else b"", *sorted(allowed_from)]
-        keys_ = _response_keys(response_id)[:2]
+                           orjson.dumps(response) if replace else b"", tenant,
+                           *sorted(allowed_from)]
+        keys_ = [*_response_keys(response_id)[:2],
+                 keys.stored_bytes(tenant, tag_of(response_id))]
         with store_errors():
             reply = await self._transition(keys=keys_, args=args)
         return transition_of(reply)
 
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
-                              ttl: int, event_ttl: int,
+                              tenant: str, ttl: int, event_ttl: int,
                               events: Sequence[StoredEvent] = ()) -> Transition:
         check_ttl(ttl, event_ttl)
         status = response.get("status")
@@ -292,13 +295,17 @@ class RedisStore(RedisConversations):
         if any(a.seq >= b.seq for a, b in itertools.pairwise(logged)):
             raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
+        tag = tag_of(rid)
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
-        # ledger included (their keys are made there, from the record's tenant).
+        # ledger included, all declared (a cluster moving the slot checks only declared keys).
+        keys_ = [*_response_keys(rid), keys.stored_bytes(tenant, tag),
+                 *[keys.item_location(tenant, item_id, tag)
+                   for item_id in item_ids(response.get("output") or ())]]
         args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
                            f"{keys.ITEM_IN_OUTPUT}:{rid}", packed(logged) if logged else b"",
-                           *item_ids(response.get("output") or ())]
+                           tenant]
         with store_errors():
-            reply = await self._waited(self._finish, _response_keys(rid), args)
+            reply = await self._waited(self._finish, keys_, args)
         return transition_of(reply)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
@@ -381,18 +388,24 @@ class RedisStore(RedisConversations):
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
                 await self._append_all(blobs, ttl)
 
-    async def _append_all(self, blobs: list[tuple[bytes, bytes]], ttl: int) -> None:
+    async def _append_all(self, blobs: list[tuple[list[bytes], bytes]], ttl: int) -> None:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
         # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
         # several shard tags, goes as several calls in one pipeline (per node on a cluster).
-        # The declared key only routes a cluster's call (one primary needs none: one argument
-        # fewer to encode per flush).
+        # One primary declares no key (nothing moves there; a key fewer to encode per flush).
         if self.sharded:
+            # A cluster's call declares every key it writes, each stream's hash and log: while
+            # the slot moves, Redis judges where a script may run by its declared keys only,
+            # and an undeclared log still on the old node was made a second time on the new
+            # one (scripts.py). Split keys answer TRYAGAIN; the flush is tried again.
             # redis-py's cluster pipeline refuses scripts: the calls go side by side, each to
             # its tag's node (still one round trip's wait).
-            await asyncio.gather(*(self._client.evalsha(self._append.sha, 1, route, ttl, blob)
-                                   for route, blob in blobs))
+            await asyncio.gather(*(
+                self._client.evalsha(self._append.sha, 2 * len(hashes),
+                                     *[key for h in hashes for key in (h, h + b":log")],
+                                     ttl, blob)
+                for hashes, blob in blobs))
             return
         if len(blobs) == 1:
             await self._client.evalsha(self._append.sha, 0, ttl, blobs[0][1])

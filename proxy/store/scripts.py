@@ -3,13 +3,18 @@
 Conventions every script keeps:
 - It touches the keys of one slot: one response or conversation, and what it writes beside it
   (keys.py: on a cluster all of a shard tag's keys share `{<tag>}`), passed in KEYS; field
-  names are the ones in keys.py. Exceptions to "passed in KEYS", said where they are:
-  APPEND_EVENTS_MANY (the flush) writes the logs of many responses of one tag, named in its
-  argument; FINISH_RESPONSE and TRANSITION build the tenant's ledger and index keys from the
-  record's tenant and the response key's tag (`_TENANT_KEYS`), since their callers need not
-  know the tenant. Redis 7 lets a script use undeclared keys of its declared slot. The
-  conversation scripts live with their adapter (conversations.py), the limits' with theirs
-  (limits.py), the ledger's shared Lua in ledger.py.
+  names are the ones in keys.py. Declared, not built in Lua: while a cluster moves a slot,
+  Redis 7.0 judges where a script may run by its declared keys alone. An undeclared key still
+  on the old node was made a second time on the new one (redirected there by ASK), and
+  `redis-cli --cluster reshard` then stopped at "Target key exists"; one already moved failed
+  the script half-way on the old node ("non local key"), after its first writes (`make chaos`
+  cluster-slots-migrated, tests/contract/test_cluster_slot_move.py). So the final write and
+  the status compare-and-set get the tenant's ledger and index keys from their caller, and a
+  cluster's flush (APPEND_EVENTS_MANY) declares every hash and log it writes, though it reads
+  them from its argument. Left undeclared: the semantic cache's bucket sets (CACHE_ADD_VECTOR,
+  CACHE_CANDIDATES, built from their arguments: cache entries, which a move may duplicate or
+  lose). The conversation scripts live with their adapter (conversations.py), the limits' with
+  theirs (limits.py), the ledger's shared Lua in ledger.py.
 - JSON is never decoded here: objects and items travel as opaque strings (cjson would rewrite
   numbers and turn `[]` into `{}`). Whatever needs to be read or changed apart (status, tenant,
   metadata) lives in its own hash field.
@@ -79,27 +84,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# Keys of a response's tenant, for the scripts that know the tenant only from the record
-# (FINISH_RESPONSE, TRANSITION: their callers may not know it). They spell keys.item_location
-# and keys.stored_bytes; tests/contract/test_item_index_contract.py and test_ledger_contract.py
-# check that they agree. `record_bytes`: what the storage ledger counts for a response.
-# `shard_tag(hash)`: the shard tag of a response hash's key (`rp:{<tag>}<id>`), nil for an
-# untagged one (`rp:{<id>}`); the tenant's keys then sit in the same slot as the response.
-_TENANT_KEYS: Final = """
-local function shard_tag(hash)
-  return string.match(hash, '^rp:{([^}]*)}.')
-end
-
-local function item_key(tag, tenant, id)
-  if tag then return 'ix:{' .. tag .. '}:' .. tenant .. ':' .. id end
-  return 'ix:{' .. tenant .. ':' .. id .. '}'
-end
-
-local function ledger_key(tag, tenant)
-  if tag then return 'lim:{' .. tag .. '}:' .. tenant .. ':stored' end
-  return 'lim:{' .. tenant .. '}:stored'
-end
-
+# `record_bytes`: what the storage ledger counts for a response.
+_RECORD_BYTES: Final = """
 local function record_bytes(hash, input)
   return redis.call('HSTRLEN', hash, 'obj') + redis.call('HSTRLEN', hash, 'parents')
     + redis.call('STRLEN', input)
@@ -131,7 +117,7 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
-CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _TENANT_KEYS + """
+CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _RECORD_BYTES + """
 local sec = ledger_now()
 local held = ledger_held(KEYS[5], sec)
 local budget = tonumber(ARGV[14])
@@ -181,12 +167,11 @@ return added
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
 # parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
 # docs/BENCHMARKS.md, "Event-log appends").
-# KEYS: one key in the slot of every stream of the call (a response hash), only so that a
-#   cluster routes the call to the node holding them: on a Redis Cluster the caller makes one
-#   call per shard tag (core/shardtags.py), all of whose keys share one slot. The keys the
-#   script writes travel in the blob, `rp:...` and `rp:...:log` (keys.py, checked by
-#   tests/integration/test_store_append_many.py); Redis 7 lets a script use undeclared keys of
-#   its declared slot.
+# KEYS: on a Redis Cluster, every key the call writes, each stream's hash and log: the caller
+#   makes one call per shard tag (core/shardtags.py), all of whose keys share one slot, and a
+#   slot being moved is judged by the declared keys alone (see the conventions above). One
+#   primary declares none. Either way the keys the script writes travel in the blob, `rp:...`
+#   and `rp:...:log` (keys.py, checked by tests/integration/test_store_append_many.py).
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
 #   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
 # Returns the number of events added.
@@ -221,19 +206,23 @@ return added
 """
 
 # Compare-and-set on the status.
-# KEYS: hash, input
-# ARGV: to, ttl, replace ('1' | '0'), obj, allowed_from*
+# KEYS: hash, input, ledger (the tenant's, of the response's shard tag)
+# ARGV: to, ttl, replace ('1' | '0'), obj, tenant, allowed_from*
 # Returns nil if the response does not exist, else {changed (1|0), status, obj} as it is after
 # the call. A terminal status is final whatever `allowed_from` says: a reclaimed job or a late
 # writer can never resurrect a cancelled or finished response. The renewed TTL moves the
-# response's bytes to their new bucket in its tenant's ledger (a key built here: see above).
-TRANSITION: Final = _TERMINAL + LEDGER + _TENANT_KEYS + """
+# response's bytes to their new bucket in its tenant's ledger. A record of another tenant than
+# the one named (a caller's bug: the ledger would be the wrong one) is an error, nothing written.
+TRANSITION: Final = _TERMINAL + LEDGER + _RECORD_BYTES + """
 local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local status, tenant = state[1], state[2]
 if not status then return false end
+if tenant and tenant ~= ARGV[5] then
+  return redis.error_reply('ERR the response belongs to another tenant')
+end
 local allowed = false
 if not TERMINAL[status] then
-  for i = 5, #ARGV do
+  for i = 6, #ARGV do
     if ARGV[i] == status then allowed = true break end
   end
 end
@@ -246,8 +235,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 if tenant then
   local sec = ledger_now()
-  ledger_set(ledger_key(shard_tag(KEYS[1]), tenant), KEYS[1], sec,
-             record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[2]))
+  ledger_set(KEYS[3], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[2]))
 end
 return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 """
@@ -255,12 +243,11 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # Store the final object, close the log and append the stream's last events (those not yet
 # flushed, then the terminal one), all or nothing, index the output items (keys.py, "the item
 # index") and count the final bytes in the tenant's storage ledger (never refused: the answer
-# was generated; ledger.py). Those keys are built here from the record's tenant and the
-# response key's shard tag (its slot, as in CREATE_RESPONSE; the callers need not know the
-# tenant).
-# KEYS: hash, input, log
+# was generated; ledger.py). Those keys are the tenant's in the response's slot, declared as in
+# CREATE_RESPONSE; a record of another tenant than the one named is an error, nothing written.
+# KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
-#       output item id*
+#       tenant
 # The events are packed as APPEND_EVENTS_MANY packs them (`append_packed`: one argument, not
 # three per event), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
@@ -271,10 +258,13 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # ran the response then closes its log with the partial output. `closed` makes that once.
 # A late completion after a cancel is refused (and appends nothing). Returns nil or
 # {changed, status, obj}.
-FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _TENANT_KEYS + """
+FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _RECORD_BYTES + """
 local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local status, tenant = state[1], state[2]
 if not status then return false end
+if tenant and tenant ~= ARGV[7] then
+  return redis.error_reply('ERR the response belongs to another tenant')
+end
 local ok = status == 'queued' or status == 'in_progress'
 if not ok and status == 'cancelled' and ARGV[1] == 'cancelled' then
   ok = redis.call('HGET', KEYS[1], 'closed') ~= '1'
@@ -292,11 +282,9 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 if tenant then
   local sec = ledger_now()
-  local tag = shard_tag(KEYS[1])
-  ledger_set(ledger_key(tag, tenant), KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]),
-             ledger_until(sec, ARGV[3]))
-  for i = 7, #ARGV do
-    redis.call('SET', item_key(tag, tenant, ARGV[i]), ARGV[5], 'EX', ARGV[3])
+  ledger_set(KEYS[4], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[3]))
+  for i = 5, #KEYS do
+    redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
   end
 end
 return {1, ARGV[1], ARGV[2]}

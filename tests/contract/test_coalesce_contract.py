@@ -103,7 +103,8 @@ async def test_a_burst_of_creates_and_final_writes_go_out_in_few_batches(
     await asyncio.gather(*(create(store, an_id) for an_id in ids))
     coalescer = store._coalesced
     assert coalescer.calls == 40 and coalescer.batches <= 2, (coalescer.batches,)
-    await asyncio.gather(*(store.finish_response(response(an_id, "completed"), None, ttl=TTL,
+    await asyncio.gather(*(store.finish_response(response(an_id, "completed"), None, tenant=TENANT,
+                                                 ttl=TTL,
                                                  event_ttl=EVENT_TTL) for an_id in ids))
     assert coalescer.calls == 80 and coalescer.batches <= 4, (coalescer.batches,)
     for an_id in ids:

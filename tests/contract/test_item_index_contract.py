@@ -24,8 +24,8 @@ async def stored(store: RedisStore, an_id: str, inputs: list[dict[str, Any]],
                  outputs: list[dict[str, Any]], tenant: str = TENANT) -> None:
     await store.create_response(StoredResponse(response(an_id), tenant), inputs, ttl=TTL,
                                 event_ttl=60)
-    await store.finish_response(response(an_id, "completed", output=outputs), None, ttl=TTL,
-                                event_ttl=60)
+    await store.finish_response(response(an_id, "completed", output=outputs), None,
+                                tenant=tenant, ttl=TTL, event_ttl=60)
 
 
 async def test_input_and_output_items_are_found_by_id(store: RedisStore) -> None:
@@ -126,7 +126,7 @@ async def test_storing_with_items_still_takes_one_round_trip(store: RedisStore,
                                 event_ttl=60)
     await store.finish_response(
         response(rid("1"), "completed", output=[message("msg_d", "a", role="assistant")]),
-        None, ttl=TTL, event_ttl=60)
+        None, tenant=TENANT, ttl=TTL, event_ttl=60)
     assert round_trips.count == 2
 
 
@@ -146,7 +146,7 @@ async def test_a_refused_final_write_indexes_nothing(store: RedisStore) -> None:
     # are not the stored response's, so no index entry may point there.
     late = await store.finish_response(
         response(rid("1"), "completed", output=[message("msg_late", "b", role="assistant")]),
-        None, ttl=TTL, event_ttl=60)
+        None, tenant=TENANT, ttl=TTL, event_ttl=60)
     assert not late.changed
     assert await store.client.exists(keys.item_location(TENANT, "msg_late", tag_of(rid("1")))) == 0
     assert sorted(await store.find_items(TENANT, ["msg_kept", "msg_late"])) == ["msg_kept"]

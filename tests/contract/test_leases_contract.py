@@ -115,8 +115,8 @@ async def test_a_create_with_a_lease_takes_it_in_the_same_round_trip(
     # response's end is stored.
     assert await table.renew(ttl_ms=10_000, held=[rid("plain")]) == []
     await store.finish_response({"id": rid("plain"), "object": "response",
-                                 "status": "completed", "output": []}, None, ttl=60,
-                                event_ttl=60)
+                                 "status": "completed", "output": []}, None, tenant="tenant",
+                                ttl=60, event_ttl=60)
     await table.renew(ttl_ms=10_000, dropped=[rid("plain")])
     assert await table.state(rid("plain")) is LeaseState.ABSENT
 

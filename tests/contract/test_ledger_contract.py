@@ -62,7 +62,8 @@ async def test_a_response_counts_its_object_input_and_ancestors(store: RedisStor
     assert await store.stored_bytes(OTHER) == 0
     # The final write renews the TTL: the bytes move to their new bucket, counted once.
     output = [message("msg_out", "y" * 500, role="assistant")]
-    await store.finish_response(response(rid("1"), "completed", output=output), None, ttl=TTL,
+    await store.finish_response(response(rid("1"), "completed", output=output), None,
+                                tenant=TENANT, ttl=TTL,
                                 event_ttl=EVENT_TTL)
     assert await store.stored_bytes(TENANT) == response_bytes(
         rid("1"), inputs, status="completed", output=output)
@@ -73,7 +74,7 @@ async def test_a_status_change_moves_the_bytes_without_counting_them_twice(
         store: RedisStore) -> None:
     await create(store, rid("1"), "queued")
     before = await store.stored_bytes(TENANT)
-    moved = await store.transition(rid("1"), allowed_from=frozenset({"queued"}),
+    moved = await store.transition(rid("1"), tenant=TENANT, allowed_from=frozenset({"queued"}),
                                    to="cancelled", response=response(rid("1"), "cancelled"),
                                    ttl=TTL)
     assert moved.changed
@@ -113,7 +114,7 @@ async def test_the_ledger_itself_expires_with_its_last_bucket(store: RedisStore)
     await create(store, rid("1"), ttl=1)
     ledger = keys.stored_bytes(TENANT, tag_of(rid("1")))
     assert 0 < await store.client.ttl(ledger) <= 2
-    await store.finish_response(response(rid("1"), "completed"), None, ttl=TTL,
+    await store.finish_response(response(rid("1"), "completed"), None, tenant=TENANT, ttl=TTL,
                                 event_ttl=EVENT_TTL)
     # Renewed to outlive the bytes it now holds (keys built in Lua match keys.py's).
     assert await store.client.ttl(ledger) > TTL - 5
@@ -142,7 +143,8 @@ async def test_a_key_holding_its_budget_stores_nothing_more(store: RedisStore) -
     # Other keys are not affected, and neither is the final write of a running response.
     await limited.create_response(record(rid("3"), tenant=OTHER), [], ttl=TTL,
                                   event_ttl=EVENT_TTL)
-    done = await limited.finish_response(response(rid("1"), "completed"), None, ttl=TTL,
+    done = await limited.finish_response(response(rid("1"), "completed"), None, tenant=TENANT,
+                                         ttl=TTL,
                                          event_ttl=EVENT_TTL)
     assert done.changed
     # A delete frees the bytes: the key may store again.

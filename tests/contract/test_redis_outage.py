@@ -86,7 +86,7 @@ def calls(store: RedisStore) -> dict[str, Callable[[], Awaitable[Any]]]:
         "get": lambda: store.get_response(TENANT, "resp_1"),
         "create": lambda: store.create_response(record("resp_2"), [], ttl=60, event_ttl=60),
         "transition": lambda: store.transition(
-            "resp_1", allowed_from=frozenset({"queued"}), to="in_progress", ttl=60),
+            "resp_1", tenant=TENANT, allowed_from=frozenset({"queued"}), to="in_progress", ttl=60),
         "append": lambda: store.append_events({"resp_1": [event(1)]}, ttl=60),
         "tail": lambda: store.tail({"resp_1": 0}, block_ms=60_000),
         "chain": lambda: store.load_chain(TENANT, "resp_1"),
@@ -165,7 +165,7 @@ async def test_final_writes_on_a_stopped_server_give_up_after_one_timeout_not_si
         started = time.monotonic()
         results = await asyncio.gather(*[
             store_final(store, final(rid), StoredEvent(1, "response.completed", b"{}"),
-                        ttl=60, event_ttl=60, delays=delays) for rid in rids],
+                        tenant=TENANT, ttl=60, event_ttl=60, delays=delays) for rid in rids],
             return_exceptions=True)
         elapsed = time.monotonic() - started
         assert all(isinstance(r, StoreUnavailable) for r in results), results
@@ -175,7 +175,7 @@ async def test_final_writes_on_a_stopped_server_give_up_after_one_timeout_not_si
         servers.current.signal(signal.SIGCONT)
     try:
         # And once the server answers again, the same store writes the end.
-        done = await store_final(store, final(rids[0]), None, ttl=60, event_ttl=60,
+        done = await store_final(store, final(rids[0]), None, tenant=TENANT, ttl=60, event_ttl=60,
                                  delays=delays)
         assert done.changed
     finally:

@@ -86,7 +86,8 @@ async def test_the_store_follows_the_primary_killed_9_to_the_promoted_replica(
             within=10.0)
         assert took < 10.0
         assert await store.get_response(TENANT, "resp_before") is not None
-        result = await store_final(store, final("resp_before"), done(1), ttl=60, event_ttl=60)
+        result = await store_final(store, final("resp_before"), done(1), tenant=TENANT, ttl=60,
+                                   event_ttl=60)
         assert result.changed
         with redis.Redis(port=new) as direct:  # written on the promoted replica
             assert direct.exists(keys.response("resp_after"))
@@ -112,7 +113,8 @@ async def test_final_writes_in_flight_when_the_primary_freezes_end_or_fail_then_
         victim = group.fail_primary(signal.SIGSTOP)
         started = time.monotonic()
         results = await asyncio.gather(*[
-            store_final(store, final(rid), done(1), ttl=60, event_ttl=60) for rid in rids],
+            store_final(store, final(rid), done(1), tenant=TENANT, ttl=60,
+                        event_ttl=60) for rid in rids],
             return_exceptions=True)
         elapsed = time.monotonic() - started
         assert all(not isinstance(r, BaseException) or isinstance(r, StoreUnavailable)
@@ -123,7 +125,7 @@ async def test_final_writes_in_flight_when_the_primary_freezes_end_or_fail_then_
         for rid, result in zip(rids, results, strict=True):
             if isinstance(result, BaseException):
                 await until_written(lambda rid=rid: store_final(
-                    store, final(rid), done(1), ttl=60, event_ttl=60), within=10.0)
+                    store, final(rid), done(1), tenant=TENANT, ttl=60, event_ttl=60), within=10.0)
             got = await store.get_response(TENANT, rid)
             assert got is not None and got.status == "completed", rid
     finally:
@@ -138,7 +140,8 @@ async def test_wait_replicas_holds_the_final_write_until_the_replica_has_it(
     try:
         await store.create_response(record("resp_w"), [], ttl=60, event_ttl=60)
         await store.client.script_flush()  # as on a new primary: loaded again, sent again
-        result = await store.finish_response(final("resp_w"), done(1), ttl=60, event_ttl=60)
+        result = await store.finish_response(final("resp_w"), done(1), tenant=TENANT, ttl=60,
+                                             event_ttl=60)
         assert result.changed and store.replication.shortfalls == 0
         replica = next(s for s in sentinel_group.data
                        if s.port != sentinel_group.master_port())
@@ -154,7 +157,8 @@ async def test_wait_replicas_without_enough_replicas_is_counted_not_an_error(
     try:
         await store.create_response(record("resp_lone"), [], ttl=60, event_ttl=60)
         started = time.monotonic()
-        result = await store.finish_response(final("resp_lone"), done(1), ttl=60, event_ttl=60)
+        result = await store.finish_response(final("resp_lone"), done(1), tenant=TENANT, ttl=60,
+                                             event_ttl=60)
         waited = time.monotonic() - started
         assert result.changed  # written on the primary: the client gets its answer
         assert store.replication.shortfalls == 2  # the create's wait, the final write's

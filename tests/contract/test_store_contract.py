@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from redis.exceptions import ResponseError
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.shardtags import tag_of
@@ -106,7 +107,7 @@ async def test_create_then_get_returns_the_record(store: RedisStore) -> None:
 
 async def test_get_overlays_the_stored_status(store: RedisStore) -> None:
     await create(store, rid("1"), "queued")
-    await store.transition(rid("1"), allowed_from=ACTIVE, to="in_progress", ttl=TTL)
+    await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="in_progress", ttl=TTL)
     got = await store.get_response(TENANT, rid("1"))
     assert got is not None
     assert got.status == "in_progress"
@@ -120,9 +121,11 @@ async def test_unknown_response_is_absent_everywhere(store: RedisStore) -> None:
     assert await store.load_chain(TENANT, rid("x")) is None
     assert await store.delete_response(TENANT, rid("x")) is False
     assert await store.read_events(rid("x")) == []
-    moved = await store.transition(rid("x"), allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    moved = await store.transition(rid("x"), tenant=TENANT, allowed_from=ACTIVE, to="cancelled",
+                                   ttl=TTL)
     assert (moved.changed, moved.response) == (False, None)
-    done = await store.finish_response(response(rid("x"), "completed"), event(5), ttl=TTL,
+    done = await store.finish_response(response(rid("x"), "completed"), event(5), tenant=TENANT,
+                                       ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert (done.changed, done.response) == (False, None)
     assert await store.client.exists(*response_keys(rid("x"))) == 0
@@ -236,7 +239,8 @@ async def test_load_chain_round_trips_do_not_grow_with_depth(
 
 async def test_transition_from_an_allowed_status(store: RedisStore) -> None:
     await create(store, rid("1"), "queued")
-    moved = await store.transition(rid("1"), allowed_from=ACTIVE, to="in_progress", ttl=TTL)
+    moved = await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="in_progress",
+                                   ttl=TTL)
     assert moved.changed
     assert moved.response is not None and moved.response["status"] == "in_progress"
 
@@ -244,7 +248,7 @@ async def test_transition_from_an_allowed_status(store: RedisStore) -> None:
 async def test_transition_refused_changes_nothing(store: RedisStore) -> None:
     await create(store, rid("1"), "queued")
     new = response(rid("1"), "in_progress", output=[message("x", "replaced")])
-    moved = await store.transition(rid("1"), allowed_from=frozenset({"in_progress"}),
+    moved = await store.transition(rid("1"), tenant=TENANT, allowed_from=frozenset({"in_progress"}),
                                    to="completed", response=new, ttl=TTL)
     assert not moved.changed
     assert moved.response == response(rid("1"), "queued")
@@ -255,7 +259,8 @@ async def test_transition_refused_changes_nothing(store: RedisStore) -> None:
 async def test_transition_replaces_the_object_only_when_it_changes(store: RedisStore) -> None:
     await create(store, rid("1"), "queued")
     new = response(rid("1"), "cancelled", output=[message("p", "partial")])
-    moved = await store.transition(rid("1"), allowed_from=ACTIVE, to="cancelled", response=new,
+    moved = await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="cancelled",
+                                   response=new,
                                    ttl=TTL)
     assert moved.changed and moved.response == new
     got = await store.get_response(TENANT, rid("1"))
@@ -269,7 +274,8 @@ async def test_a_terminal_status_is_final(store: RedisStore, final: str) -> None
     anything = frozenset({"queued", "in_progress", "completed", "incomplete", "failed",
                           "cancelled"})
     for to in ("in_progress", "queued", "completed", "failed"):
-        moved = await store.transition(rid("1"), allowed_from=anything, to=to, ttl=TTL)
+        moved = await store.transition(rid("1"), tenant=TENANT, allowed_from=anything, to=to,
+                                       ttl=TTL)
         assert not moved.changed
         assert moved.response is not None and moved.response["status"] == final
 
@@ -281,7 +287,8 @@ async def test_finish_stores_final_object_and_terminal_event_together(
         store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0), event(1)))
     final = response(rid("1"), "completed", output=[message("msg_1", "done", "assistant")])
-    done = await store.finish_response(final, event(2, "response.completed"), ttl=TTL,
+    done = await store.finish_response(final, event(2, "response.completed"), tenant=TENANT,
+                                       ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert done.changed and done.response == final
     got = await store.get_response(TENANT, rid("1"))
@@ -292,7 +299,8 @@ async def test_finish_stores_final_object_and_terminal_event_together(
 
 async def test_finish_without_terminal_event_still_closes(store: RedisStore) -> None:
     await create(store, rid("1"))
-    done = await store.finish_response(response(rid("1"), "completed"), None, ttl=TTL,
+    done = await store.finish_response(response(rid("1"), "completed"), None, tenant=TENANT,
+                                       ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert done.changed
     got = await store.get_response(TENANT, rid("1"))
@@ -303,10 +311,10 @@ async def test_finish_without_terminal_event_still_closes(store: RedisStore) -> 
 async def test_finish_refused_after_a_terminal_status(store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0),))
     first = response(rid("1"), "completed", output=[message("m", "first", "assistant")])
-    await store.finish_response(first, event(1, "response.completed"), ttl=TTL,
+    await store.finish_response(first, event(1, "response.completed"), tenant=TENANT, ttl=TTL,
                                 event_ttl=EVENT_TTL)
     late = response(rid("1"), "failed")
-    done = await store.finish_response(late, event(2, "response.failed"), ttl=TTL,
+    done = await store.finish_response(late, event(2, "response.failed"), tenant=TENANT, ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert not done.changed and done.response == first
     assert [e.type for e in await store.read_events(rid("1"))] == [
@@ -316,27 +324,47 @@ async def test_finish_refused_after_a_terminal_status(store: RedisStore) -> None
 async def test_cancelled_accepts_one_cancelled_final_object(store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0), event(1)))
     # the cancel endpoint flips the status; the log stays open
-    assert (await store.transition(rid("1"), allowed_from=ACTIVE, to="cancelled",
+    assert (await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="cancelled",
                                    ttl=TTL)).changed
     partial = response(rid("1"), "cancelled", output=[message("m", "part", "assistant")])
-    done = await store.finish_response(partial, event(2, "response.cancelled"), ttl=TTL,
+    done = await store.finish_response(partial, event(2, "response.cancelled"), tenant=TENANT,
+                                       ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert done.changed and done.response == partial
     got = await store.get_response(TENANT, rid("1"))
     assert got is not None and got.closed and got.response == partial
     # the second time the log is closed: refused
     again = response(rid("1"), "cancelled", output=[])
-    twice = await store.finish_response(again, event(3, "response.cancelled"), ttl=TTL,
+    twice = await store.finish_response(again, event(3, "response.cancelled"), tenant=TENANT,
+                                        ttl=TTL,
                                         event_ttl=EVENT_TTL)
     assert not twice.changed and twice.response == partial
     assert seqs(await store.read_events(rid("1"))) == [0, 1, 2]
 
 
+async def test_a_final_write_or_transition_naming_another_tenant_changes_nothing(
+        store: RedisStore) -> None:
+    """The caller names the response's owner (its ledger and index keys are declared from it,
+    scripts.py); naming another is a bug that must not count bytes in the wrong ledger: an
+    error, nothing written."""
+    await create(store, rid("1"), events=(event(0),))
+    before = await store.client.hgetall(keys.response(rid("1")))
+    with pytest.raises(ResponseError, match="another tenant"):
+        await store.finish_response(response(rid("1"), "completed"), event(1), tenant=OTHER,
+                                    ttl=TTL, event_ttl=EVENT_TTL)
+    with pytest.raises(ResponseError, match="another tenant"):
+        await store.transition(rid("1"), tenant=OTHER, allowed_from=ACTIVE, to="cancelled",
+                               ttl=TTL)
+    assert await store.client.hgetall(keys.response(rid("1"))) == before
+    assert [e.seq for e in await store.read_events(rid("1"))] == [0]
+    assert await store.stored_bytes(OTHER) == 0
+
+
 async def test_a_late_completion_never_overwrites_a_cancel(store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0),))
-    await store.transition(rid("1"), allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="cancelled", ttl=TTL)
     late = response(rid("1"), "completed", output=[message("m", "late", "assistant")])
-    done = await store.finish_response(late, event(1, "response.completed"), ttl=TTL,
+    done = await store.finish_response(late, event(1, "response.completed"), tenant=TENANT, ttl=TTL,
                                        event_ttl=EVENT_TTL)
     assert not done.changed
     assert done.response is not None and done.response["status"] == "cancelled"
@@ -351,11 +379,12 @@ async def test_finish_carries_the_unflushed_events_before_the_terminal_one(
     await create(store, rid("1"), events=(event(0),))
     await create(store, rid("0"))
     # a first final write loads the script into a fresh server (not what is counted here)
-    await store.finish_response(response(rid("0"), "completed"), None, ttl=TTL,
+    await store.finish_response(response(rid("0"), "completed"), None, tenant=TENANT, ttl=TTL,
                                 event_ttl=EVENT_TTL)
     final = response(rid("1"), "completed", output=[message("msg_1", "done", "assistant")])
     round_trips.reset()
-    done = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+    done = await store.finish_response(final, event(4, "response.completed"), tenant=TENANT,
+                                       ttl=TTL,
                                        event_ttl=EVENT_TTL,
                                        events=(event(1, note="a"), event(2), event(3)))
     assert round_trips.count == 1  # the events, the end and the item index: one script call
@@ -373,7 +402,7 @@ async def test_finish_carries_the_unflushed_events_before_the_terminal_one(
 async def test_finish_with_events_and_no_log_yet_marks_it_logged(store: RedisStore) -> None:
     await create(store, rid("1"))
     done = await store.finish_response(response(rid("1"), "completed"),
-                                       event(2, "response.completed"), ttl=TTL,
+                                       event(2, "response.completed"), tenant=TENANT, ttl=TTL,
                                        event_ttl=EVENT_TTL, events=(event(0), event(1)))
     assert done.changed
     got = await store.get_response(TENANT, rid("1"))
@@ -387,9 +416,11 @@ async def test_a_retried_finish_adds_none_of_its_events_twice(store: RedisStore)
     await create(store, rid("1"), events=(event(0), event(1)))
     final = response(rid("1"), "completed")
     carried = (event(1), event(2), event(3))  # 1 is in the log already: skipped
-    first = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+    first = await store.finish_response(final, event(4, "response.completed"), tenant=TENANT,
+                                        ttl=TTL,
                                         event_ttl=EVENT_TTL, events=carried)
-    again = await store.finish_response(final, event(4, "response.completed"), ttl=TTL,
+    again = await store.finish_response(final, event(4, "response.completed"), tenant=TENANT,
+                                        ttl=TTL,
                                         event_ttl=EVENT_TTL, events=carried)
     assert first.changed and not again.changed and again.response == final
     assert seqs(await store.read_events(rid("1"))) == [0, 1, 2, 3, 4]
@@ -397,9 +428,9 @@ async def test_a_retried_finish_adds_none_of_its_events_twice(store: RedisStore)
 
 async def test_a_refused_finish_appends_none_of_its_events(store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0),))
-    await store.transition(rid("1"), allowed_from=ACTIVE, to="cancelled", ttl=TTL)
+    await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="cancelled", ttl=TTL)
     late = response(rid("1"), "completed")
-    done = await store.finish_response(late, event(3, "response.completed"), ttl=TTL,
+    done = await store.finish_response(late, event(3, "response.completed"), tenant=TENANT, ttl=TTL,
                                        event_ttl=EVENT_TTL, events=(event(1), event(2)))
     assert not done.changed
     assert seqs(await store.read_events(rid("1"))) == [0]
@@ -408,10 +439,11 @@ async def test_a_refused_finish_appends_none_of_its_events(store: RedisStore) ->
 async def test_finish_needs_its_events_in_order(store: RedisStore) -> None:
     await create(store, rid("1"))
     with pytest.raises(ValueError):
-        await store.finish_response(response(rid("1"), "completed"), event(2), ttl=TTL,
+        await store.finish_response(response(rid("1"), "completed"), event(2), tenant=TENANT,
+                                    ttl=TTL,
                                     event_ttl=EVENT_TTL, events=(event(1), event(3)))
     with pytest.raises(ValueError):
-        await store.finish_response(response(rid("1"), "completed"), None, ttl=TTL,
+        await store.finish_response(response(rid("1"), "completed"), None, tenant=TENANT, ttl=TTL,
                                     event_ttl=EVENT_TTL, events=(event(1), event(1)))
     got = await store.get_response(TENANT, rid("1"))
     assert got is not None and got.status == "in_progress"
@@ -420,7 +452,7 @@ async def test_finish_needs_its_events_in_order(store: RedisStore) -> None:
 async def test_finish_needs_a_terminal_status(store: RedisStore) -> None:
     await create(store, rid("1"))
     with pytest.raises(ValueError):
-        await store.finish_response(response(rid("1"), "in_progress"), None, ttl=TTL,
+        await store.finish_response(response(rid("1"), "in_progress"), None, tenant=TENANT, ttl=TTL,
                                     event_ttl=EVENT_TTL)
 
 
@@ -499,7 +531,7 @@ async def test_append_for_an_unknown_response_writes_nothing(store: RedisStore) 
 async def test_nothing_is_appended_after_the_terminal_event(store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0),))
     await store.finish_response(response(rid("1"), "completed"), event(1, "response.completed"),
-                                ttl=TTL, event_ttl=EVENT_TTL)
+                                tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL)
     await store.append_events({rid("1"): [event(2), event(3)]}, ttl=EVENT_TTL)
     assert seqs(await store.read_events(rid("1"))) == [0, 1]
 
@@ -591,7 +623,7 @@ async def test_every_response_write_sets_ttls(store: RedisStore) -> None:
     # the log lives by the event TTL, the record by the response TTL
     assert await ttl_ms(store, keys.response_log(rid("1"))) > 100_000
 
-    await store.transition(rid("1"), allowed_from=ACTIVE, to="in_progress", ttl=5000)
+    await store.transition(rid("1"), tenant=TENANT, allowed_from=ACTIVE, to="in_progress", ttl=5000)
     await assert_expiring(store, keys.response(rid("1")), keys.response_input(rid("1")),
                           above_ms=1_000_000)
 
@@ -601,7 +633,7 @@ async def test_every_response_write_sets_ttls(store: RedisStore) -> None:
 
     await store.client.expire(keys.response_log(rid("1")), 50)
     await store.finish_response(response(rid("1"), "completed"), event(2, "response.completed"),
-                                ttl=9000, event_ttl=EVENT_TTL)
+                                tenant=TENANT, ttl=9000, event_ttl=EVENT_TTL)
     await assert_expiring(store, keys.response(rid("1")), keys.response_input(rid("1")),
                           above_ms=5_000_000)
     await assert_expiring(store, keys.response_log(rid("1")), above_ms=100_000)
@@ -842,7 +874,7 @@ async def test_one_flush_for_many_streams_skips_only_the_closed_one(store: Redis
     await create(store, rid("2"), events=(event(0),))
     await create(store, rid("3"))
     await store.finish_response(response(rid("1"), "completed"), event(1, "response.completed"),
-                                ttl=TTL, event_ttl=EVENT_TTL)
+                                tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL)
     await store.append_events({rid("1"): [event(2)], rid("2"): [event(1), event(2)],
                                rid("3"): [event(0, note="\x02\x03 separators")]},
                               ttl=EVENT_TTL)

@@ -208,7 +208,8 @@ async def test_a_follower_gets_the_end_of_a_response_finished_without_its_termin
                               headers={"authorization": "Bearer sk-test"})
         reading = asyncio.ensure_future(follower)
         await asyncio.sleep(0.1)
-        await store.finish_response(live[-1]["response"], None, ttl=60, event_ttl=60)
+        await store.finish_response(live[-1]["response"], None, tenant=tenant_of("sk-test"),
+                                    ttl=60, event_ttl=60)
         got = sse_events((await reading).content)
     assert got[: len(prefix)] == prefix
     assert [e["sequence_number"] for e in got] == list(range(len(got)))

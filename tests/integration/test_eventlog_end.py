@@ -111,7 +111,7 @@ async def test_an_end_with_no_flush_in_flight_carries_its_events(
     handle = hub.open(rid)
     for seq in range(5):
         handle.add(event(seq))
-    done = await handle.finish(final(rid), event(5, "response.completed"))
+    done = await handle.finish(final(rid), event(5, "response.completed"), tenant="tenant")
     assert done.changed
     assert calls.of(rid) == [("finish", [0, 1, 2, 3, 4, 5])]
     assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2, 3, 4, 5]
@@ -133,7 +133,8 @@ async def test_an_end_waits_for_the_flush_carrying_its_earlier_events(
     await until(lambda: asyncio.sleep(0, result=bool(calls.of(rid))), interval=0.01)
     for seq in range(3, 6):
         handle.add(event(seq))
-    ending = asyncio.create_task(handle.finish(final(rid), event(6, "response.completed")))
+    ending = asyncio.create_task(handle.finish(final(rid), event(6, "response.completed"),
+                                               tenant="tenant"))
     for _ in range(20):  # the end gets every chance to overtake the held flush
         await asyncio.sleep(0.005)
     assert calls.of(rid) == [("append", [0, 1, 2])]
@@ -166,7 +167,8 @@ async def test_an_end_after_a_failed_flush_carries_the_events_it_kept(
     assert not await hub.flush_now()  # kept in `pending`, in order
     calls = Calls(store, monkeypatch)
     handle.add(event(3))
-    assert (await handle.finish(final(rid), event(4, "response.completed"))).changed
+    assert (await handle.finish(final(rid), event(4, "response.completed"),
+                                tenant="tenant")).changed
     assert calls.of(rid) == [("finish", [0, 1, 2, 3, 4])]
     assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2, 3, 4]
     await hub.aclose()
@@ -181,7 +183,8 @@ async def test_a_backlog_too_big_for_one_call_is_flushed_before_the_end(
     count = eventlog.MAX_CARRIED + 10
     for seq in range(count):
         handle.add(event(seq))
-    assert (await handle.finish(final(rid), event(count, "response.completed"))).changed
+    assert (await handle.finish(final(rid), event(count, "response.completed"),
+                                tenant="tenant")).changed
     assert calls.of(rid) == [("append", list(range(count))), ("appended", []),
                              ("finish", [count])]
     assert [e.seq for e in await store.read_events(rid)] == list(range(count + 1))
@@ -206,7 +209,7 @@ async def test_a_retried_end_whose_first_attempt_landed_adds_nothing_twice(
     handle = hub.open(rid)
     for seq in range(4):
         handle.add(event(seq))
-    done = await handle.finish(final(rid), event(4, "response.completed"))
+    done = await handle.finish(final(rid), event(4, "response.completed"), tenant="tenant")
     assert done.changed  # reconciled: our own write
     assert calls.of(rid) == [("finish", [0, 1, 2, 3, 4])] * 2
     assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2, 3, 4]
@@ -218,12 +221,13 @@ async def test_a_refused_end_still_logs_its_events_as_a_flush_would(
     """A late completion after a cancel (the status flipped, the log still open) is refused;
     before ends carried their events, a flush had logged them: so it still does."""
     rid = await open_response(store)
-    assert (await store.transition(rid, allowed_from=ACTIVE, to="cancelled", ttl=60)).changed
+    assert (await store.transition(rid, tenant="tenant", allowed_from=ACTIVE, to="cancelled",
+                                   ttl=60)).changed
     hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
     handle = hub.open(rid)
     for seq in range(3):
         handle.add(event(seq))
-    done = await handle.finish(final(rid), event(3, "response.completed"))
+    done = await handle.finish(final(rid), event(3, "response.completed"), tenant="tenant")
     assert not done.changed
     assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2]
     await hub.aclose()

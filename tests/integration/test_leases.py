@@ -59,7 +59,7 @@ async def half_written(store: RedisStore, *, background: bool = False,
 async def ended(store: RedisStore, response_id: str) -> None:
     """The writer stores the response's end (as its turn does before the lease is dropped)."""
     await store.finish_response({"id": response_id, "object": "response",
-                                 "status": "completed", "output": []}, None, ttl=60,
+                                 "status": "completed", "output": []}, None, tenant=TENANT, ttl=60,
                                 event_ttl=60)
 
 
@@ -210,7 +210,7 @@ async def test_a_replay_waits_on_a_quiet_writer_that_holds_its_lease(store: Redi
         seq = prefix[-1]["sequence_number"] + 1
         end = {"type": "response.completed", "sequence_number": seq, "response": done}
         await store.finish_response(done, StoredEvent(seq, end["type"], orjson.dumps(end)),
-                                    ttl=60, event_ttl=60)
+                                    tenant=TENANT, ttl=60, event_ttl=60)
         events = data_payloads(await asyncio.wait_for(reader, 5))
     assert events[-1]["type"] == "response.completed"
 

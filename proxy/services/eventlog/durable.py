@@ -71,13 +71,14 @@ def reconcile(result: Transition, final: ResponseObject) -> Transition:
 
 
 async def store_final(store: Store, final: ResponseObject, terminal: StoredEvent | None, *,
-                      ttl: int, event_ttl: int, events: Sequence[StoredEvent] = (),
+                      tenant: str, ttl: int, event_ttl: int,
+                      events: Sequence[StoredEvent] = (),
                       delays: Sequence[float] | None = None) -> Transition:
     """The final write, retried and reconciled; `events` (the stream's last unflushed ones)
-    go to the log with it, before `terminal`."""
+    go to the log with it, before `terminal`. `tenant`: the response's owner."""
     async def attempt() -> Transition:
-        result = await store.finish_response(final, terminal, ttl=ttl, event_ttl=event_ttl,
-                                             events=events)
+        result = await store.finish_response(final, terminal, tenant=tenant, ttl=ttl,
+                                             event_ttl=event_ttl, events=events)
         return reconcile(result, final)
 
     return await retried(f"final write of {final.get('id')}", attempt, delays,

@@ -28,7 +28,7 @@ async def close_from_log(store: Store, hub: EventLogHub, record: StoredResponse,
     logged = await whole_log(store, record.id) if record.logged else []
     assembler = Assembler(dict(record.response), ids=ids, clock=clock)
     assembler.restore(orjson.loads(e.data) for e in logged)
-    recorder = Recorder(store, ttl=response_ttl, event_ttl=event_ttl,
+    recorder = Recorder(store, record.tenant, ttl=response_ttl, event_ttl=event_ttl,
                         log=hub.open(record.id) if record.logged else None)
     await record_all(recorder, end(assembler), logged=record.logged)
 

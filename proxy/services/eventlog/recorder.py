@@ -31,6 +31,7 @@ class Recorder:
     without one (a stored JSON request) only the final object is written."""
 
     store: Store
+    tenant: str  # the response's owner: its final write counts its bytes in that key's ledger
     ttl: int
     event_ttl: int
     log: LogHandle | None = None
@@ -58,10 +59,10 @@ class Recorder:
 
     async def _finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
         if self.log is not None:
-            result = await self.log.finish(final, terminal)
+            result = await self.log.finish(final, terminal, tenant=self.tenant)
         elif self.stored:
-            result = await store_final(self.store, final, None, ttl=self.ttl,
-                                       event_ttl=self.event_ttl)
+            result = await store_final(self.store, final, None, tenant=self.tenant,
+                                       ttl=self.ttl, event_ttl=self.event_ttl)
         else:
             result = Transition(True, final)
         self.final = result

@@ -103,9 +103,11 @@ class LogHandle:
             cut += 1
         del recent[:cut]
 
-    async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+    async def finish(self, final: ResponseObject, terminal: StoredEvent | None, *,
+                     tenant: str) -> Transition:
         """Store the final object with the pending events and the terminal event atomically
-        (retried, reconciled); only then is the terminal event handed to local followers."""
+        (retried, reconciled); only then is the terminal event handed to local followers.
+        `tenant`: the response's owner."""
         try:
             carried = await self._take_for_final()
             if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
@@ -116,8 +118,9 @@ class LogHandle:
                     log.error("event log of %s left incomplete: %s", self.response_id,
                               failure_cause(exc))
                 carried = []
-            result = await store_final(self.hub.store, final, terminal, ttl=self.hub.ttl,
-                                       event_ttl=self.hub.event_ttl, events=carried)
+            result = await store_final(self.hub.store, final, terminal, tenant=tenant,
+                                       ttl=self.hub.ttl, event_ttl=self.hub.event_ttl,
+                                       events=carried)
             if result.changed:
                 if carried:
                     self.confirmed(carried[-1].seq)

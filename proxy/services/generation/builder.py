@@ -111,11 +111,11 @@ class Generations:
             model, tenant, orjson.dumps(chat), stream=True, affinity=affinity, home=home,
             priority=priority, bounded=bounded))
 
-    def recorder(self, *, log: str | None = None, conversation: ConversationTurn | None = None,
-                 stored: bool = True) -> Recorder:
+    def recorder(self, tenant: str, *, log: str | None = None,
+                 conversation: ConversationTurn | None = None, stored: bool = True) -> Recorder:
         """`log`: the response id whose event log the turn writes (None: final object only)."""
         events = self.log
-        return Recorder(events.store, ttl=events.ttl, event_ttl=events.event_ttl,
+        return Recorder(events.store, tenant, ttl=events.ttl, event_ttl=events.event_ttl,
                         log=events.open(log) if log is not None else None,
                         conversation=conversation, stored=stored, tracing=self.tracing)
 
@@ -129,7 +129,7 @@ class Generations:
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
         assembler = self.assembler(dict(record.response), seal=spec.seal, seq=FIRST_WORKER_SEQ)
-        recorder = self.recorder(log=record.id,
+        recorder = self.recorder(record.tenant, log=record.id,
                                  conversation=await self._conversation(record, spec))
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound

@@ -86,12 +86,12 @@ class Background:
                                      f"'{record.status}'.", param="response_id")
             cancelled = {**record.response, "status": t.S_CANCELLED}
             moved = await self._store.transition(
-                response_id, allowed_from=frozenset({record.status}), to=t.S_CANCELLED,
-                response=cancelled, ttl=self._lifetimes.response_ttl)
+                response_id, tenant=tenant, allowed_from=frozenset({record.status}),
+                to=t.S_CANCELLED, response=cancelled, ttl=self._lifetimes.response_ttl)
             if not moved.changed:
                 continue  # it moved meanwhile: look again
             if record.status == t.S_QUEUED:
-                await self._close_queued(cancelled)
+                await self._close_queued(tenant, cancelled)
             else:
                 if self._worker is not None:
                     self._worker.cancel_local(response_id)
@@ -100,11 +100,11 @@ class Background:
         raise InvalidRequest("The response changed status while it was being cancelled; "
                              "try again.", param="response_id")
 
-    async def _close_queued(self, cancelled: ResponseObject) -> None:
+    async def _close_queued(self, tenant: str, cancelled: ResponseObject) -> None:
         logged = await whole_log(self._store, cancelled["id"])
         seq = logged[-1].seq + 1 if logged else 0
         event = {"type": t.CANCELLED, "sequence_number": seq, "response": cancelled}
         terminal = StoredEvent(seq, t.CANCELLED, orjson.dumps(event))
-        await self._store.finish_response(cancelled, terminal,
+        await self._store.finish_response(cancelled, terminal, tenant=tenant,
                                           ttl=self._lifetimes.response_ttl,
                                           event_ttl=self._lifetimes.event_ttl)

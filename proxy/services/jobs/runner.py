@@ -224,7 +224,8 @@ class Worker:
             # The compare-and-set first: it answers with the object, so a job that starts
             # costs one round trip here, not two.
             moved = await self._store.transition(
-                job.response_id, allowed_from=frozenset({t.S_QUEUED}), to=t.S_IN_PROGRESS,
+                job.response_id, tenant=spec.tenant, allowed_from=frozenset({t.S_QUEUED}),
+                to=t.S_IN_PROGRESS,
                 ttl=self._settings.store.response_ttl)
             if moved.changed and moved.response is not None:
                 settled = await self._run(job, StoredResponse(moved.response, spec.tenant,

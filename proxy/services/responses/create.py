@@ -441,7 +441,8 @@ class ResponsesService:
         if not request.store and conversation is None:
             return None
         settings = self._settings
-        recorder = self._generations.recorder(conversation=conversation, stored=request.store)
+        recorder = self._generations.recorder(tenant, conversation=conversation,
+                                              stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
