@@ -65,7 +65,7 @@ async def one_round(backend: Backend, streams: int, tokens: int) -> None:
             {"id": f"msg_{rid}", "type": "message", "role": "assistant",
              "content": [{"type": "output_text", "text": "word " * tokens}]}]}
         await store.finish_response(final, StoredEvent(tokens, "response.completed", b"{}"),
-                                    ttl=3600, event_ttl=3600)
+                                    tenant=TENANT, ttl=3600, event_ttl=3600)
     if backend.leases is not None:
         await backend.leases.renew(ttl_ms=30_000, dropped=ids)
 

@@ -57,8 +57,11 @@ class UploadSlots:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.per_key = max(1, (limit + 1) // 2)
-        self.used = 0
         self._by_key: dict[str, int] = {}  # keys with an upload in flight, and how many
+
+    @property
+    def used(self) -> int:
+        return sum(self._by_key.values())
 
     @contextlib.contextmanager
     def held(self, tenant: str) -> Iterator[None]:
@@ -69,12 +72,10 @@ class UploadSlots:
         if mine >= self.per_key:
             raise RateLimited(f"This key's uploads in flight on this server are at its share "
                               f"({self.per_key} at once); please retry once one is done.")
-        self.used += 1
         self._by_key[tenant] = mine + 1
         try:
             yield
         finally:
-            self.used -= 1
             left = self._by_key[tenant] - 1
             if left:
                 self._by_key[tenant] = left
