@@ -47,7 +47,10 @@ Invariants:
   remove entries delivered without their fields, two to create a missing group.
 - Rolling upgrade: entries an older release queued into the stream are delivered first, run and
   finished like any other (they count for no key); an older release's worker only ever reads
-  undelivered stream entries, so it never takes a job queued here before it was delivered.
+  undelivered stream entries, so it never takes a job queued here before it was delivered, and
+  such jobs wait for a worker of this release (upgrade workers no later than the instances
+  that queue). One it reclaims and finishes its own way leaves its id in `run`, which the
+  key's next refusal checks and drops.
 
 Deliberate divergence: fakeredis answers XREADGROUP on a missing stream with "ERR The XGROUP
 subcommand requires the key to exist" where Redis answers NOGROUP; both mean "create the group".
