@@ -430,6 +430,13 @@ local function delivered(reply)
 end
 local first = read(count)
 if type(first) == 'table' and first.err then
+  -- Only a missing stream or group is ours to mend (Redis: NOGROUP; fakeredis: the XGROUP
+  -- message); any other failure is answered as it is.
+  local err = tostring(first.err)  -- lupa hands fakeredis's message over as userdata
+  if not (string.find(err, 'NOGROUP', 1, true)
+          or string.find(err, 'requires the key to exist', 1, true)) then
+    return first
+  end
   redis.call('XGROUP', 'CREATE', KEYS[1], group, '0', 'MKSTREAM')
   first = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS',
                      KEYS[1], '>')
