@@ -5,6 +5,7 @@ Retry-After while another key still queues, and a vector store add queues each f
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -150,3 +151,67 @@ async def test_a_batch_larger_than_a_whole_share_is_a_400_naming_it(
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "files"
     assert await queued(app) == 0
+
+
+# -- fairness through the worker (issue 38 point 5) ------------------------------------------
+
+async def status_of(http: httpx.AsyncClient, key: str, response_id: str) -> str:
+    got = await http.get(f"/v1/responses/{response_id}", headers=auth(key))
+    return str(got.json()["status"])
+
+
+async def until_status(http: httpx.AsyncClient, key: str, response_id: str,
+                       statuses: set[str]) -> None:
+    for _ in range(300):  # at most ~15 s
+        if await status_of(http, key, response_id) in statuses:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{response_id} never reached {statuses}")
+
+
+@pytest.fixture
+async def worked(simulator: ServerProcess) -> AsyncIterator[tuple[Starlette, list[str]]]:
+    """An app whose in-process worker runs one job at a time (W = 1); the second item lists
+    the response ids its takes handed out, in order."""
+    made = create_app(Settings.of(upstreams=(simulator.url,), keys_file=KEYS,
+                                  worker_concurrency=1, max_queued_jobs=100,
+                                  max_queued_jobs_total=1000))
+    async with made.router.lifespan_context(made):
+        queue = made.state.runtime.queue
+        taken: list[str] = []
+        take = queue.take
+
+        async def recorded(*args: Any, **kwargs: Any) -> Any:
+            jobs = await take(*args, **kwargs)
+            taken.extend(job.response_id for job in jobs)
+            return jobs
+
+        queue.take = recorded  # the worker looks it up on every take
+        yield made, taken
+
+
+async def test_a_keys_job_runs_next_after_the_running_one_not_after_another_keys_backlog(
+        worked: tuple[Starlette, list[str]]) -> None:
+    app, taken = worked
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
+                                 timeout=30) as http:
+        async def submit(key: str, text: str) -> str:
+            made = await http.post("/v1/responses", json=background(text), headers=auth(key))
+            assert made.status_code == 200, made.text
+            return str(made.json()["id"])
+
+        # A's first job holds the only slot until it is cancelled: everything below is queued
+        # while it runs, whatever the timing.
+        first = await submit("sk-a", "long [[sim tokens=2000 delay_ms=10]]")
+        await until_status(http, "sk-a", first, {"in_progress"})
+        backlog = [await submit("sk-a", f"a{n}") for n in range(8)]
+        other = await submit("sk-b", "b")
+        assert taken == [first]
+        assert (await http.post(f"/v1/responses/{first}/cancel",
+                                headers=auth("sk-a"))).status_code == 200
+        await until_status(http, "sk-b", other, {"completed"})
+        # W = 1: B's job is taken within 2 x W takes of A's running one (FIFO: after all 8).
+        assert other in taken[1:3], taken
+        await until_status(http, "sk-a", backlog[-1], {"completed"})
+        assert sorted(taken) == sorted([first, *backlog, other])
