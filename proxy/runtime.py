@@ -38,6 +38,7 @@ from proxy.services.generation.builder import Generations
 from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
+from proxy.services.jobs.shares import QueueShare
 from proxy.services.metering.limits import Limiter, limit_table
 from proxy.services.process.drain import Drain
 from proxy.services.process.loops import LoopSupervisor, TaskSet
@@ -194,7 +195,7 @@ class Runtime:
                                      timeout=settings.timeouts.first_byte),
                             cache_bytes=settings.vectors.cache_bytes)
         vector_stores = VectorStores(backend.vectors, files, queue, searcher, settings.vectors,
-                                     ttl=ttl, max_queued=settings.jobs.max_queued)
+                                     ttl=ttl, share=QueueShare.of(settings.jobs))
         ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
                             ttl_of=vector_stores.ttl_left, tracing=tracing)
         generations = Generations(

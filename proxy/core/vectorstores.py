@@ -109,12 +109,10 @@ def parse_file_ids(value: Any, path: str, limit: int) -> list[str]:
     ids = expect_list(value, path)
     if len(ids) > limit:
         raise bad(path, f"Invalid '{path}': too many files ({len(ids)}); at most {limit}.")
-    out: list[str] = []
+    out: dict[str, None] = {}  # each id once, in order (linear, unlike a list's `in`)
     for i, item in enumerate(ids):
-        file_id = expect_str(item, at(path, i))
-        if file_id not in out:
-            out.append(file_id)
-    return out
+        out[expect_str(item, at(path, i))] = None
+    return list(out)
 
 
 def parse_name(body: dict[str, Any]) -> str | None:
@@ -197,17 +195,17 @@ def parse_batch(body: dict[str, Any], max_files: int) -> list[Entry]:
     listed = expect_list(body["files"], "files")
     if not 1 <= len(listed) <= max_files:
         raise bad("files", f"Invalid 'files': expected 1 to {max_files} files.")
-    entries: list[Entry] = []
+    entries: dict[str, Entry] = {}  # a file listed twice is added (and ingested) once: the first
     for i, raw in enumerate(listed):
         where = at("files", i)
         entry = expect_object(raw, where)
         own = entry.get("chunking_strategy")
-        entries.append((expect_str(entry.get("file_id"), at(where, "file_id")),
-                        parse_attributes(entry.get("attributes"), at(where, "attributes"))
-                        or attributes,
-                        chunking if own is None else parse_chunking(
-                            own, at(where, "chunking_strategy"))))
-    return entries
+        file_id = expect_str(entry.get("file_id"), at(where, "file_id"))
+        parsed = (file_id,
+                  parse_attributes(entry.get("attributes"), at(where, "attributes")) or attributes,
+                  chunking if own is None else parse_chunking(own, at(where, "chunking_strategy")))
+        entries.setdefault(file_id, parsed)
+    return list(entries.values())
 
 
 MAX_RESULTS = 50

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.settings.checks import ConfigError, split
-from proxy.settings.groups import Settings
+from proxy.settings.groups import QUEUED_TOTAL_PER_KEY, Settings
 from proxy.settings.options import OPTIONS, Option
 from proxy.store.topology import parse_redis_url
 
@@ -67,12 +67,25 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
         # that cannot see each other's responses, streams or jobs.
         raise ConfigError("--workers", "more than one process needs a shared store: "
                                        "give --redis-url (or use --workers 1)")
+    settings = _queue_bounds(settings, given)
     body = settings.limits.max_body_bytes
     if "max_sealed_bytes" not in given:
         # 1 MiB, or the body limit when that is smaller (a small --max-body-bytes still starts).
         return settings.replace(max_sealed_bytes=min(settings.sealing.max_bytes, body))
     if settings.sealing.max_bytes > body:
         raise ConfigError("--max-sealed-bytes", f"must be at most --max-body-bytes ({body})")
+    return settings
+
+
+def _queue_bounds(settings: Settings, given: set[str]) -> Settings:
+    """The whole job queue's bound follows one key's share unless given; given, it must hold
+    at least one key's share (or that share could never be reached)."""
+    jobs = settings.jobs
+    if "max_queued_jobs_total" not in given:
+        return settings.replace(max_queued_jobs_total=QUEUED_TOTAL_PER_KEY * jobs.max_queued)
+    if jobs.max_queued_total < jobs.max_queued:
+        raise ConfigError("--max-queued-jobs-total",
+                          f"must be at least --max-queued-jobs ({jobs.max_queued})")
     return settings
 
 

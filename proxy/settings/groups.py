@@ -125,14 +125,23 @@ class StoreSettings:
 @dataclass(frozen=True)
 class JobSettings:
     """Background jobs: a worker refreshes its running jobs every `heartbeat_interval` seconds;
-    a job whose worker stopped is taken over within 3 intervals. The queue holds at most
-    `max_queued` (queued + running); past that, 429."""
+    a job whose worker stopped is taken over within 3 intervals. The queue serves client keys in
+    turn; one key holds at most `max_queued` jobs (queued + running, responses and ingestion
+    alike), the whole queue at most `max_queued_total`; past either, 429."""
 
     # Run background jobs in this process (`serve --no-worker`: not).
     run: bool = True
     concurrency: int = 16
     heartbeat_interval: float = 2.0
-    max_queued: int = 10_000
+    max_queued: int = 1_000
+    # Unless given: QUEUED_TOTAL_PER_KEY x `max_queued` (settings/build.py), so raising one
+    # key's share raises the whole queue's with it.
+    max_queued_total: int = 10_000
+
+
+# The whole queue's default bound in keys' shares: ten keys may fill theirs at once, and Redis
+# holds at most that many jobs' specs.
+QUEUED_TOTAL_PER_KEY = 10
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,11 @@ OPTIONS: tuple[Option, ...] = (
            shown="30 days"),
     Option("heartbeat_interval", "jobs.heartbeat_interval", c.seconds,
            "seconds between a worker's job heartbeats"),
-    Option("max_queued_jobs", "jobs.max_queued", c.count, "background jobs queued at most"),
+    Option("max_queued_jobs", "jobs.max_queued", c.count,
+           "background jobs (queued + running, responses and ingestion) one key may have"),
+    Option("max_queued_jobs_total", "jobs.max_queued_total", c.count,
+           "background jobs (queued + running) the whole queue may hold (default: 10 x "
+           "--max-queued-jobs)", shown="10 x --max-queued-jobs"),
     Option("shutdown_grace", "server.shutdown_grace", c.seconds,
            "seconds running jobs get to finish at shutdown"),
     Option("event_ttl", "store.event_ttl", c.count, "seconds event logs live, for replay"),

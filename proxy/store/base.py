@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from proxy.core.types import Item, ResponseObject
 
@@ -280,19 +280,39 @@ class Job:
     spec: bytes
 
 
+# What `JobQueue.enqueue` did: queued the jobs; refused them because the key holds its share of
+# the queue (`limit`); refused them because the whole queue is full (`total`).
+Enqueued = Literal["queued", "key_full", "queue_full"]
+
+
+class Room(NamedTuple):
+    """What is left of one key's share of the job queue, and of the whole queue."""
+
+    key: int
+    queue: int
+
+
 class JobQueue(Protocol):
-    """The background job queue, shared by every instance: a Redis Stream with one consumer
-    group. An entry stays pending (owned by the worker that took it) until `done`; an owner
+    """The background job queue, shared by every instance and fair between client keys: each
+    key's jobs wait in its own sub-queue, and `take` serves the keys in turn (store/jobqueue.py).
+    A taken entry stays pending (owned by the worker that took it) until `done`; an owner
     keeps its entries fresh with `keep_alive`; entries left idle too long (their worker died)
     are taken over with `reclaim`. Cancellation is broadcast on a channel."""
 
-    async def enqueue(self, response_id: str, spec: bytes, *, limit: int) -> bool:
-        """Add a job unless the queue already holds `limit` entries (queued + running):
-        then add nothing and return False. Atomic: concurrent enqueues never pass the bound."""
+    async def enqueue(self, owner: str, jobs: Sequence[tuple[str, bytes]], *, limit: int,
+                      total: int) -> Enqueued:
+        """Queue `jobs` ((response id, spec) pairs) for the key `owner` (its tenant), all or
+        none: none when the key would hold more than `limit` jobs (queued + running), or the
+        whole queue more than `total`. Atomic: concurrent enqueues never pass either bound."""
+
+    async def room(self, owner: str, *, limit: int, total: int) -> Room:
+        """How many jobs `owner` could queue now, by its share and by the whole queue's bound
+        (a hint for a batch: a concurrent enqueue may take the room first; `enqueue` is what
+        decides)."""
 
     async def take(self, consumer: str, count: int, *, block_ms: int) -> list[Job]:
-        """Up to `count` jobs no consumer has taken yet, now owned by `consumer`; waits up to
-        `block_ms` for one when there is none (0: do not wait)."""
+        """Up to `count` jobs no consumer has taken yet, now owned by `consumer`, one per key
+        in turn; waits up to `block_ms` for one when there is none (0: do not wait)."""
 
     async def keep_alive(self, consumer: str, entry_ids: Sequence[str]) -> list[str]:
         """Reset the idle time of those entries that `consumer` still owns (one another
@@ -309,8 +329,8 @@ class JobQueue(Protocol):
         of live jobs)."""
 
     async def requeue(self, job: Job) -> None:
-        """Put a taken, never-started job back as a fresh entry, atomically with removing the
-        old one (a stopping worker hands it back)."""
+        """Put a taken, never-started job back at the front of its key's sub-queue, atomically
+        with removing its entry (a stopping worker hands it back)."""
 
     async def length(self) -> int:
         """Entries in the queue: queued + running."""

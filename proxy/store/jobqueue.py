@@ -1,35 +1,60 @@
-"""`RedisJobQueue`: the background job queue (`JobQueue`, store/base.py) on one Redis Stream.
+"""`RedisJobQueue`: the background job queue (`JobQueue`, store/base.py), fair between client keys.
 
-Layout (keys.py): the stream `jobs:{queue}` read through one consumer group; each entry carries
-`r` (the response id) and `s` (the job's spec, opaque bytes). Cancellations go out on the
-`jobs:cancel` pub/sub channel. The atomic steps are scripts in scripts.py.
+Layout (keys.py "background jobs", every key in the `{queue}` slot):
+- each key (tenant) has a sub-queue of its queued jobs: fields `<tenant> <n>` of one hash, n
+  running from the key's head to its tail (both in the `owners` hash);
+- keys with queued jobs wait in two lists: `new` (keys that had nothing queued until their last
+  enqueue) and `old` (keys served at least once since), each key in exactly one of them;
+- the stream `jobs:{queue}`, read through one consumer group, holds the jobs being run: `take`
+  moves the next key's oldest job into it and delivers it in the same script. An entry carries
+  `r` (the response id), `s` (the job's spec, opaque bytes) and `k` (its key);
+- `run`: each key's running entry ids, so its share counts them.
+Cancellations go out on the `jobs:cancel` pub/sub channel. The atomic steps are scripts in
+scripts.py; each declares every key it touches (a cluster moving the slot checks only those).
 
 Invariants:
-- The stream holds live jobs only: `enqueue` and `requeue` add entries, `done` and `requeue`
-  remove them (XACK + XDEL). So XLEN = queued + running, and `enqueue`'s bound on it (checked
-  and written in one script) keeps the stream bounded: it needs no TTL.
+- Fairness: `take` serves one job per key in turn: first the new keys in arrival order, then
+  the old ones round robin. A key that starts queueing waits for at most the keys that became
+  ready before it (one job each), never for another key's backlog: with W jobs running, its
+  first job starts within about one job length plus one job of each key ahead of it.
+- Bounds, checked and written in one script: one key's queued + running jobs stay within
+  `limit` (`--max-queued-jobs`), the whole queue's within `total` (`--max-queued-jobs-total`).
+  `enqueue` is all or none: a batch either fits or nothing of it is queued. Nothing expires;
+  these bounds keep Redis bounded instead. A key's running count is checked against the stream
+  before it refuses, so an entry removed by anything else (an older release's worker, a lost
+  stream) never shuts a key out.
+- The stream holds running jobs only (and entries an older release queued there, which `take`
+  delivers first, in their order): `done` and `requeue` remove them (XACK + XDEL). `requeue`
+  puts the job back at the front of its key's sub-queue.
 - An entry has one owner at a time: XREADGROUP hands it to one consumer, `reclaim` (XAUTOCLAIM)
   moves it only once it has been idle `min_idle_ms`, and `keep_alive` refreshes only entries
   the caller still owns (checked and claimed in one script): a worker that was presumed dead
-  never takes back an entry another worker reclaimed.
-- The consumer group is made on demand. A group command that finds it missing (first use, or
-  a Redis restart without persistence lost the stream) creates it and runs once more; that is
-  safe for writes too, since Redis refused the command before it did anything. It is created
-  from id 0, not `$`, so entries added before it (an enqueue right after a restart) are
-  delivered rather than skipped for ever. `enqueue` creates it together with the stream, so
-  usually no reader finds it missing.
+  never takes back an entry another worker reclaimed. So crash recovery, heartbeats and the
+  worker's queued -> in_progress compare-and-set work on delivered entries exactly as they did
+  when every job waited in the stream.
+- The consumer group is made on demand. `take` creates it (with the stream, from id 0) in its
+  script when its first read finds it missing, before writing anything; `keep_alive` and
+  `reclaim` create it and run once more (Redis refused the command before it did anything).
 - Every failure of the server becomes `StoreUnavailable` (redis.py's `store_errors`). Reads
-  (XLEN, the status poll) are retried once on a dropped connection, writes never. XREADGROUP
-  and XAUTOCLAIM count as writes: an entry delivered in a reply we never read stays pending
-  under our name and comes back through `reclaim` once idle.
-- `take` never blocks longer than `max_block_ms` (below the socket timeout, see factory.py)
-  and never sends BLOCK 0, which Redis reads as "forever".
+  (the length, the status poll) are retried once on a dropped connection, writes never. A take
+  counts as a write: an entry delivered in a reply we never read stays pending under our name
+  and comes back through `reclaim` once idle.
+- `take` never blocks longer than `max_block_ms` (below the socket timeout, see factory.py):
+  with nothing to take it waits on the wake-up list (BLPOP, bounded) that `enqueue` and
+  `requeue` push to, then takes once more.
 - One round trip per call (one command, script or pipeline); `keep_alive` and `statuses` with
-  nothing to do make none. Rare extras: one to remove entries delivered without their fields,
-  two to create a missing group.
+  nothing to do make none. Rare extras: a take that waits (the wait and one more take), one to
+  remove entries delivered without their fields, two to create a missing group.
+- Rolling upgrade: entries an older release queued into the stream are delivered first, run and
+  finished like any other (they count for no key); an older release's worker only ever reads
+  undelivered stream entries, so it never takes a job queued here before it was delivered, and
+  such jobs wait for a worker of this release (upgrade workers no later than the instances
+  that queue). One it reclaims and finishes its own way leaves its id in `run`, which the
+  key's next refusal checks and drops.
 
 Deliberate divergence: fakeredis answers XREADGROUP on a missing stream with "ERR The XGROUP
 subcommand requires the key to exist" where Redis answers NOGROUP; both mean "create the group".
+Its Lua (lupa) also shapes XREADGROUP's reply differently (scripts.py TAKE_JOBS reads both).
 """
 
 from __future__ import annotations
@@ -41,7 +66,7 @@ from redis import exceptions as rex
 from redis.asyncio import Redis
 
 from proxy.store import keys, scripts
-from proxy.store.base import Job
+from proxy.store.base import Enqueued, Job, Room
 from proxy.store.redis import read_retrying, store_errors
 
 T = TypeVar("T")
@@ -53,6 +78,9 @@ CANCEL_WAIT_SECONDS = 1.0
 # A group command on a stream or group that does not exist (the second: fakeredis, see above).
 _MISSING_GROUP = ("NOGROUP", "The XGROUP subcommand requires the key to exist")
 
+# What the enqueue script answers, as the protocol says it.
+_ENQUEUED: dict[int, Enqueued] = {1: "queued", 0: "key_full", -1: "queue_full"}
+
 _FIELD_RESPONSE = keys.F_JOB_RESPONSE.encode()
 _FIELD_SPEC = keys.F_JOB_SPEC.encode()
 
@@ -63,7 +91,9 @@ class RedisJobQueue:
     def __init__(self, client: Redis, *, max_block_ms: int) -> None:
         self._client = client
         self._max_block_ms = max_block_ms
-        self._enqueue = client.register_script(scripts.ENQUEUE_JOB)
+        self._enqueue = client.register_script(scripts.ENQUEUE_JOBS)
+        self._room = client.register_script(scripts.ROOM_FOR_JOBS)
+        self._take = client.register_script(scripts.TAKE_JOBS)
         self._keep_alive = client.register_script(scripts.KEEP_ALIVE_JOBS)
         self._finish = client.register_script(scripts.FINISH_JOBS)
         self._requeue = client.register_script(scripts.REQUEUE_JOB)
@@ -75,34 +105,62 @@ class RedisJobQueue:
 
     # -- queueing --------------------------------------------------------------------------
 
-    async def enqueue(self, response_id: str, spec: bytes, *, limit: int) -> bool:
-        args: list[Any] = [keys.JOB_GROUP, limit, response_id, spec]
+    async def enqueue(self, owner: str, jobs: Sequence[tuple[str, bytes]], *, limit: int,
+                      total: int) -> Enqueued:
+        if not jobs:
+            return "queued"
+        args: list[Any] = [owner, limit, total]
+        for response_id, spec in jobs:
+            args += [response_id, spec]
         with store_errors():
-            added = await self._enqueue(keys=[keys.JOB_QUEUE], args=args)
-        return bool(added == 1)
+            answer = await self._enqueue(keys=list(keys.JOB_KEYS), args=args)
+        return _ENQUEUED[int(answer)]
+
+    async def room(self, owner: str, *, limit: int, total: int) -> Room:
+        with store_errors():
+            mine, everyone = await self._room(keys=list(keys.JOB_KEYS),
+                                              args=[owner, limit, total])
+        return Room(key=max(0, int(mine)), queue=max(0, int(everyone)))
 
     async def requeue(self, job: Job) -> None:
         # Like `done`, needs no group: XACK answers 0 where there is none.
         args: list[Any] = [keys.JOB_GROUP, job.entry_id, job.response_id, job.spec]
         with store_errors():
-            await self._requeue(keys=[keys.JOB_QUEUE], args=args)
+            await self._requeue(keys=list(keys.JOB_KEYS), args=args)
 
     async def done(self, entry_id: str) -> None:
         await self._remove([entry_id])
 
     async def length(self) -> int:
-        return int(await self._read(lambda: self._client.xlen(keys.JOB_QUEUE)))
+        async def count() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hlen(keys.JOB_WAITING)
+                pipe.xlen(keys.JOB_QUEUE)
+                return await pipe.execute()
+
+        queued, running = await self._read(count)
+        return int(queued) + int(running)
 
     # -- ownership -------------------------------------------------------------------------
 
     async def take(self, consumer: str, count: int, *, block_ms: int) -> list[Job]:
         if count <= 0:
             return []
+        jobs = await self._take_now(consumer, count)
         block = min(block_ms, self._max_block_ms)
-        reply: Any = await self._grouped(lambda: self._client.xreadgroup(
-            keys.JOB_GROUP, consumer, {keys.JOB_QUEUE: ">"}, count=count,
-            block=block if block > 0 else None))
-        entries = [entry for _stream, stream_entries in reply or () for entry in stream_entries]
+        if jobs or block <= 0:
+            return jobs
+        with store_errors():
+            woken = await self._client.blpop([keys.JOB_WAKE], timeout=block / 1000)
+        if woken is None:
+            return []
+        return await self._take_now(consumer, count)
+
+    async def _take_now(self, consumer: str, count: int) -> list[Job]:
+        with store_errors():
+            reply: Any = await self._take(keys=list(keys.JOB_KEYS),
+                                          args=[keys.JOB_GROUP, consumer, count])
+        entries = [(entry_id, _fields(flat)) for entry_id, flat in reply or ()]
         return await self._jobs(entries)
 
     async def keep_alive(self, consumer: str, entry_ids: Sequence[str]) -> list[str]:
@@ -189,7 +247,7 @@ class RedisJobQueue:
         # finished job's entry is simply gone).
         args: list[Any] = [keys.JOB_GROUP, *entry_ids]
         with store_errors():
-            await self._finish(keys=[keys.JOB_QUEUE], args=args)
+            await self._finish(keys=list(keys.JOB_KEYS), args=args)
 
     async def _grouped(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a command that needs the consumer group; if the group is missing, create it and
@@ -214,3 +272,10 @@ class RedisJobQueue:
 
     async def _read(self, op: Callable[[], Awaitable[T]]) -> T:
         return await read_retrying(op)  # the store's read policy (redis.py)
+
+
+def _fields(flat: Sequence[bytes] | None) -> dict[bytes, bytes] | None:
+    """An entry's fields from a script's flat reply (field, value, field, value...)."""
+    if not flat:
+        return None
+    return dict(zip(flat[::2], flat[1::2], strict=True))

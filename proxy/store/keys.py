@@ -47,8 +47,15 @@ Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one
     lim:{tag}:tenant:stored HASH    the same for the key's objects of shard tag `tag`
     leases:{live}           ZSET    leases of untagged foreground responses
     leases:{tag}            ZSET    leases of shard tag `tag`'s foreground responses
-    jobs:{queue}            STREAM  one entry per live background job: r (response id), s (spec);
-                                    consumer group `workers` (one slot on a cluster too)
+    jobs:{queue}            STREAM  one entry per running background job: r (response id),
+                                    s (spec), k (its key); consumer group `workers` (one slot
+                                    on a cluster, with the four keys below)
+    jobs:{queue}:jobs       HASH    `<key> <n>` -> a queued job (response id, byte 0, spec)
+    jobs:{queue}:owners     HASH    `<key>:h` / `<key>:t` -> the key's next job to take / to add
+    jobs:{queue}:new        LIST    keys with queued jobs not served since they had none
+    jobs:{queue}:old        LIST    keys with queued jobs served at least once: a ring
+    jobs:{queue}:run        HASH    key -> the stream ids of its running jobs (" id id ")
+    jobs:{queue}:wake       LIST    wake-up tokens for waiting workers (at most 64)
     jobs:cancel             (pub/sub channel, not a key) ids of cancelled responses
     fleet:secret            STRING  the deployment's random fleet secret (no --fleet-secret)
     fl:{tenant}:<file id>   HASH    obj | n (chunks) | bytes | until: an uploaded file's object
@@ -193,21 +200,46 @@ def conversation_items(conversation_id: str) -> str:
 
 
 # -- background jobs ------------------------------------------------------------------------
-# The one key that never expires: an entry lives exactly as long as its job (added by enqueue,
-# removed by XACK + XDEL when the job is done or handed back), and `enqueue` refuses to add one
-# past its `limit`, so XLEN = queued + running <= limit. A TTL would instead drop every queued
-# and running job at once, and its renewal on every enqueue would keep a busy queue alive anyway.
+# The queue serves client keys (tenants) fairly (store/jobqueue.py). A queued job waits in its
+# key's own sub-queue (a run of numbered fields of one hash); the keys that have queued jobs
+# wait in two lists, the newly ready first; `take` moves the next key's oldest job into the
+# stream and delivers it in one script, so the stream holds running jobs only (plus entries an
+# older release queued into it directly, still delivered first). Every key below shares the
+# `{queue}` hash tag: every job script touches one slot and declares all its keys.
+# None of these keys expires: each entry lives exactly as long as its job (a TTL would drop
+# every queued and running job at once). They are bounded instead: `enqueue` refuses a key past
+# its share (`--max-queued-jobs`) and the whole queue past `--max-queued-jobs-total`, both
+# counted as queued + running, in the script that adds.
 
-# The queue: a stream with its own hash tag (it belongs to no response), so the job scripts
-# touch one slot.
+# The running jobs: a stream read through one consumer group. XREADGROUP hands an entry to one
+# consumer; the group's pending list records who owns it and for how long it has been idle.
 JOB_QUEUE: Final = "jobs:{queue}"
-# The one consumer group every worker reads through: XREADGROUP hands an entry to one consumer,
-# the group's pending list records who owns it and for how long it has been idle.
+# Queued jobs by `<tenant> <n>` (n: the job's place in its key's sub-queue).
+JOB_WAITING: Final = "jobs:{queue}:jobs"
+# `<tenant>:h`: the n of the key's next job to take; `<tenant>:t`: the n its next job gets.
+# Both fields go when the key has nothing queued, so the hash holds only keys that wait.
+JOB_OWNERS: Final = "jobs:{queue}:owners"
+# Keys with queued jobs, each in exactly one of the two lists: `new` (not served since it had
+# nothing queued; served first, in arrival order) and `old` (served round robin).
+JOB_READY_NEW: Final = "jobs:{queue}:new"
+JOB_READY_OLD: Final = "jobs:{queue}:old"
+# tenant -> " <entry id> <entry id> ": the key's running jobs, for its share of the bound.
+JOB_RUNNING: Final = "jobs:{queue}:run"
+# Wake-up tokens: `enqueue` and `requeue` push one, a worker with nothing to take waits on it
+# (BLPOP, bounded). Trimmed to `JOB_WAKE_MAX`: a token nobody waits for only costs one extra
+# take.
+JOB_WAKE: Final = "jobs:{queue}:wake"
+JOB_WAKE_MAX: Final = 64
+# Every key a job script declares, in this order (scripts.py reads them as KEYS[1..7]).
+JOB_KEYS: Final = (JOB_QUEUE, JOB_WAITING, JOB_OWNERS, JOB_READY_NEW, JOB_READY_OLD,
+                   JOB_RUNNING, JOB_WAKE)
 JOB_GROUP: Final = "workers"
 # Entry field names. The job scripts (scripts.py) spell the same names: change both together.
 # One letter each: a queued job's spec is the bulk of the entry; the names are overhead.
 F_JOB_RESPONSE: Final = "r"
 F_JOB_SPEC: Final = "s"
+# The key (tenant) the job counts for; absent on entries an older release queued.
+F_JOB_OWNER: Final = "k"
 # Cancellations, broadcast to every worker (only the one running the job acts on it). Pub/sub
 # stores nothing: a worker that misses a message sees the status change at its next heartbeat.
 JOB_CANCEL_CHANNEL: Final = "jobs:cancel"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from proxy.store.keys import JOB_WAKE_MAX
 from proxy.store.ledger import LEDGER
 
 # Shared Lua pieces, prepended to the scripts that use them.
@@ -300,31 +301,184 @@ return 1
 """
 
 # -- background jobs ------------------------------------------------------------------------
-# KEYS for every job script: the queue stream (keys.JOB_QUEUE, one slot of its own); ARGV[1] is
-# the consumer group. Entry fields are `r` (response id) and `s` (spec), as in keys.py.
+# KEYS for every job script but KEEP_ALIVE_JOBS: keys.JOB_KEYS, in that order (the stream, the
+# queued jobs, the keys' sub-queue bounds, the new and old ready lists, the running ids, the
+# wake-up list), all in the `{queue}` slot and all declared. The layout is store/jobqueue.py's.
+# Stream entry fields are `r` (response id), `s` (spec) and `k` (the tenant it counts for;
+# absent on an entry an older release queued), as in keys.py. A queued job is its response id,
+# byte 0, its spec (no response id holds byte 0).
 # XACK answers 0 when the stream or the group is missing; XPENDING fails with NOGROUP, and a
 # script that needs it calls it before writing anything, so the caller can create the group and
 # run the script again.
 
-# Add a job unless the queue is full: the length check and the add are one step, so concurrent
-# enqueues never pass the bound. Finished entries are deleted, so XLEN = queued + running.
-# The group is created with the stream (from id 0, so this first entry is delivered): a stream
-# lost with a Redis restart comes back with its group and readers never find it missing.
-# ARGV: group, limit, response id, spec   Returns 1 if added, 0 if the queue is full.
-ENQUEUE_JOB: Final = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+_JOBS_COMMON: Final = """
+local ZERO = string.char(0)
+
+local function entry_fields(id)
+  local found = redis.call('XRANGE', KEYS[1], id, id)
+  if #found == 0 then return nil end
+  local flat, fields = found[1][2], {}
+  for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  return fields
 end
-if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
-return 1
+
+local function keep_running(owner, ids)
+  if ids == ' ' then
+    redis.call('HDEL', KEYS[6], owner)
+  else
+    redis.call('HSET', KEYS[6], owner, ids)
+  end
+end
+
+-- How many jobs of `owner` run. `check`: only count the ids still in the stream, and forget
+-- the others (an entry removed by anything but these scripts: an older release's worker
+-- finishing a job it reclaimed, a stream lost with a restart), so a key's share heals.
+local function running(owner, check)
+  local ids = redis.call('HGET', KEYS[6], owner)
+  if not ids then return 0 end
+  local n, kept = 0, ' '
+  for id in string.gmatch(ids, '%S+') do
+    if not check or #redis.call('XRANGE', KEYS[1], id, id) > 0 then
+      n = n + 1
+      kept = kept .. id .. ' '
+    end
+  end
+  if check then keep_running(owner, kept) end
+  return n
+end
+
+local function forget_running(owner, id)
+  local ids = redis.call('HGET', KEYS[6], owner)
+  if not ids then return end
+  local at = string.find(ids, ' ' .. id .. ' ', 1, true)
+  if not at then return end
+  keep_running(owner, string.sub(ids, 1, at) .. string.sub(ids, at + #id + 2))
+end
+
+local function bounds(owner)
+  return tonumber(redis.call('HGET', KEYS[3], owner .. ':h') or '0'),
+         tonumber(redis.call('HGET', KEYS[3], owner .. ':t') or '0')
+end
+
+local function wake()
+  redis.call('RPUSH', KEYS[7], 1)
+  redis.call('LTRIM', KEYS[7], -tonumber(ARGV_WAKE_MAX), -1)
+end
 """
+
+
+def _jobs_script(body: str) -> str:
+    return _JOBS_COMMON.replace("ARGV_WAKE_MAX", str(JOB_WAKE_MAX)) + body
+
+
+# Queue jobs for one key, all or none: refused when the whole queue (queued + running) would
+# pass `total`, or the key's own jobs (queued + running) its `limit`. The key's running ids are
+# checked against the stream before a refusal (never on the fast path), so a count left behind
+# by an entry removed elsewhere cannot shut a key out. A key that had nothing queued joins the
+# end of the new list (served before the keys already served, in arrival order).
+# ARGV: owner, limit, total, then (response id, spec) pairs.
+# Returns 1 queued; 0 the key's share is full; -1 the queue is full.
+ENQUEUE_JOBS: Final = _jobs_script("""
+local owner, limit, total = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = (#ARGV - 3) / 2
+if redis.call('HLEN', KEYS[2]) + redis.call('XLEN', KEYS[1]) + n > total then return -1 end
+local head, tail = bounds(owner)
+if tail - head + running(owner, false) + n > limit
+   and tail - head + running(owner, true) + n > limit then
+  return 0
+end
+if tail == head then redis.call('RPUSH', KEYS[4], owner) end
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], owner .. ' ' .. tail, ARGV[i] .. ZERO .. ARGV[i + 1])
+  tail = tail + 1
+end
+redis.call('HSET', KEYS[3], owner .. ':h', head, owner .. ':t', tail)
+wake()
+return 1
+""")
+
+# What one key may still queue: what is left of its share (its running ids checked against the
+# stream, as ENQUEUE_JOBS does before refusing), and of the whole queue.
+# ARGV: owner, limit, total   Returns {the key's room, the queue's room} (0 or less: none).
+ROOM_FOR_JOBS: Final = _jobs_script("""
+local owner, limit, total = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local head, tail = bounds(owner)
+return {limit - (tail - head) - running(owner, true),
+        total - redis.call('HLEN', KEYS[2]) - redis.call('XLEN', KEYS[1])}
+""")
+
+# Deliver up to `count` jobs to `consumer`: first entries already in the stream that no one was
+# handed (an older release queued them there: FIFO, as it would have), then, one key at a time,
+# the oldest job of the next ready key (the new list first, then the old one round robin): it
+# becomes a stream entry and is delivered by XREADGROUP in this same script, so no other reader
+# can take it between the two, and the stream holds running jobs only. A served key with more
+# queued goes to the end of the old list; one with none leaves both lists.
+# The first read creates a missing stream or group (from id 0: entries added before it are
+# delivered), before anything is written.
+# fakeredis's Lua (lupa) answers XREADGROUP with {stream, entries}, Redis with
+# {{stream, entries}} (false for nothing): `delivered` reads both.
+# ARGV: group, consumer, count   Returns the delivered entries: {id, {field, value...}}...
+TAKE_JOBS: Final = _jobs_script("""
+local group, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local function read(n)
+  return redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', KEYS[1], '>')
+end
+local function delivered(reply)
+  if type(reply) ~= 'table' or #reply == 0 then return {} end
+  if type(reply[1]) == 'table' then return reply[1][2] end
+  return reply[2] or {}
+end
+local first = read(count)
+if type(first) == 'table' and first.err then
+  -- Only a missing stream or group is ours to mend (Redis: NOGROUP; fakeredis: the XGROUP
+  -- message); any other failure is answered as it is.
+  local err = tostring(first.err)  -- lupa hands fakeredis's message over as userdata
+  if not (string.find(err, 'NOGROUP', 1, true)
+          or string.find(err, 'requires the key to exist', 1, true)) then
+    return first
+  end
+  redis.call('XGROUP', 'CREATE', KEYS[1], group, '0', 'MKSTREAM')
+  first = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS',
+                     KEYS[1], '>')
+end
+local got = delivered(first)
+local moved = 0
+while #got + moved < count do
+  local owner = redis.call('LPOP', KEYS[4])
+  if not owner then owner = redis.call('LPOP', KEYS[5]) end
+  if not owner then break end
+  local head, tail = bounds(owner)
+  local field = owner .. ' ' .. head
+  local job = redis.call('HGET', KEYS[2], field)
+  redis.call('HDEL', KEYS[2], field)
+  if head + 1 < tail then
+    redis.call('HSET', KEYS[3], owner .. ':h', head + 1)
+    redis.call('RPUSH', KEYS[5], owner)
+  else
+    redis.call('HDEL', KEYS[3], owner .. ':h', owner .. ':t')
+  end
+  if job then
+    local cut = string.find(job, ZERO, 1, true)
+    local id = redis.call('XADD', KEYS[1], '*', 'r', string.sub(job, 1, cut - 1),
+                          's', string.sub(job, cut + 1), 'k', owner)
+    redis.call('HSET', KEYS[6], owner, (redis.call('HGET', KEYS[6], owner) or ' ') .. id .. ' ')
+    moved = moved + 1
+  end
+end
+if moved > 0 then
+  local more = delivered(redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', moved,
+                                    'STREAMS', KEYS[1], '>'))
+  for _, entry in ipairs(more) do got[#got + 1] = entry end
+end
+return got
+""")
 
 # Reset the idle time of the entries `consumer` still owns. The ownership check and the claim
 # are one step: an entry another worker reclaimed meanwhile (we were presumed dead) stays
 # theirs. XCLAIM with min-idle 0 resets the idle time; JUSTID leaves the delivery count alone
 # (a heartbeat is not a redelivery).
-# ARGV: group, consumer, entry id*   Returns the ids NOT refreshed (no longer ours: lost).
+# KEYS: the stream only.  ARGV: group, consumer, entry id*   Returns the ids NOT refreshed (no
+# longer ours: lost).
 KEEP_ALIVE_JOBS: Final = """
 local lost = {}
 for i = 3, #ARGV do
@@ -338,22 +492,43 @@ end
 return lost
 """
 
-# Remove entries for good: acknowledged (out of the pending list) and deleted (out of XLEN).
+# Remove entries for good: no longer running for their key, acknowledged (out of the pending
+# list) and deleted (out of XLEN).
 # ARGV: group, entry id*   Returns how many entries were deleted.
-FINISH_JOBS: Final = """
+FINISH_JOBS: Final = _jobs_script("""
+for i = 2, #ARGV do
+  local fields = entry_fields(ARGV[i])
+  if fields and fields['k'] then forget_running(fields['k'], ARGV[i]) end
+end
 redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
-"""
+""")
 
-# Hand a taken job back: a fresh entry at the end of the queue (undelivered, so any worker may
-# take it) replaces the old one. Only if the old entry still exists: one that was finished or
-# removed meanwhile is not resurrected. The length is unchanged, so the bound needs no check.
-# ARGV: group, old entry id, response id, spec   Returns the new entry id, or nil.
-REQUEUE_JOB: Final = """
+# Hand a taken job back, only if its entry still exists (one finished or removed meanwhile is
+# not resurrected). It goes back to the front of its key's sub-queue (it had its turn already;
+# a key that had nothing else queued is ready again, first); an older release's entry (no key)
+# goes back into the stream as a fresh, undelivered entry, as that release did. The key's count
+# is unchanged (one running less, one queued more), so the bound needs no check.
+# ARGV: group, old entry id, response id, spec   Returns 1 if handed back, or nil.
+REQUEUE_JOB: Final = _jobs_script("""
+local fields = entry_fields(ARGV[2])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then return false end
-return redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
-"""
+local owner = fields and fields['k']
+if not owner then
+  redis.call('XADD', KEYS[1], '*', 'r', ARGV[3], 's', ARGV[4])
+  wake()
+  return 1
+end
+forget_running(owner, ARGV[2])
+local head, tail = bounds(owner)
+if head == tail then redis.call('LPUSH', KEYS[4], owner) end
+head = head - 1
+redis.call('HSET', KEYS[2], owner .. ' ' .. head, ARGV[3] .. ZERO .. ARGV[4])
+redis.call('HSET', KEYS[3], owner .. ':h', head, owner .. ':t', tail)
+wake()
+return 1
+""")
 
 
 # -- the response cache -------------------------------------------------------------------------

@@ -13,11 +13,10 @@ from typing import Any, TypeVar, cast
 import fakeredis
 import orjson
 import pytest
-from redis import exceptions as rex
 
 from proxy.core.errors import StoreUnavailable
 from proxy.store import keys
-from proxy.store.base import Job, StoredResponse
+from proxy.store.base import Enqueued, Job, StoredResponse
 from proxy.store.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
@@ -25,7 +24,9 @@ from tests.contract.conftest import RoundTrips
 from tests.contract.tagged import rid
 from tests.support.servers import free_port
 
-LIMIT = 100
+LIMIT = 100  # one key's share
+TOTAL = 1000  # the whole queue's bound
+OWNER = "tenant-a"
 SPEC = orjson.dumps({"model": "m1", "chat": {"messages": [{"role": "user", "content": "hi"}]}})
 MIN_IDLE_MS = 400  # generous: a loaded CI machine must not make live entries look idle
 IDLE = 0.5  # seconds: comfortably past MIN_IDLE_MS
@@ -36,9 +37,16 @@ T = TypeVar("T")
 # -- helpers --------------------------------------------------------------------------------
 
 
-async def enqueue(queue: RedisJobQueue, *response_ids: str, limit: int = LIMIT) -> None:
+async def enqueue(queue: RedisJobQueue, *response_ids: str, limit: int = LIMIT,
+                  owner: str = OWNER) -> None:
     for an_id in response_ids:
-        assert await queue.enqueue(an_id, SPEC, limit=limit)
+        assert await add(queue, an_id, limit=limit, owner=owner) == "queued"
+
+
+def add(queue: RedisJobQueue, an_id: str, spec: bytes = SPEC, *, limit: int = LIMIT,
+        total: int = TOTAL, owner: str = OWNER) -> Awaitable[Enqueued]:
+    """One job for one key."""
+    return queue.enqueue(owner, [(an_id, spec)], limit=limit, total=total)
 
 
 async def settle(calls: Iterable[Awaitable[T]]) -> list[T]:
@@ -107,7 +115,7 @@ async def create_response(store: RedisStore, an_id: str, status: str) -> None:
 async def test_a_taken_job_carries_its_spec_byte_for_byte(
         store: RedisStore, queue: RedisJobQueue) -> None:
     spec = SPEC + b"\x00\xff\xfe raw bytes"
-    assert await queue.enqueue(rid("1"), spec, limit=LIMIT)
+    assert await add(queue, rid("1"), spec) == "queued"
     jobs = await queue.take("w1", 10, block_ms=0)
     assert [(job.response_id, job.spec) for job in jobs] == [(rid("1"), spec)]
     assert await owner(store, jobs[0].entry_id) == "w1"
@@ -122,18 +130,18 @@ async def test_jobs_are_taken_in_the_order_they_were_queued(queue: RedisJobQueue
 
 async def test_enqueue_refuses_a_full_queue_and_done_makes_room(queue: RedisJobQueue) -> None:
     await enqueue(queue, rid("1"), rid("2"), limit=2)
-    assert not await queue.enqueue(rid("3"), SPEC, limit=2)
+    assert await add(queue, rid("3"), limit=2) == "key_full"
     job = await take_one(queue, "w1")
     # A running job still counts: the bound is queued + running.
-    assert not await queue.enqueue(rid("3"), SPEC, limit=2)
+    assert await add(queue, rid("3"), limit=2) == "key_full"
     await queue.done(job.entry_id)
-    assert await queue.enqueue(rid("3"), SPEC, limit=2)
+    assert await add(queue, rid("3"), limit=2) == "queued"
     assert await queue.length() == 2
 
 
 async def test_concurrent_enqueues_never_pass_the_limit(queue: RedisJobQueue) -> None:
-    accepted = await settle(queue.enqueue(rid(n), SPEC, limit=20) for n in range(50))
-    assert accepted.count(True) == 20
+    accepted = await settle(add(queue, rid(n), limit=20) for n in range(50))
+    assert accepted.count("queued") == 20
     assert await queue.length() == 20
 
 
@@ -202,6 +210,148 @@ async def test_done_removes_the_entry(store: RedisStore, queue: RedisJobQueue) -
     assert await queue.length() == 1
     assert await pending(store, job.entry_id) is None
     assert [j.response_id for j in await queue.take("w2", 10, block_ms=0)] == [rid("2")]
+
+
+# -- fairness between keys and each key's share (issue 38 points 4 and 5) -----------------
+
+W = 4  # a worker's concurrency in these tests: it takes up to W jobs at once
+
+
+async def test_a_key_that_queues_behind_another_keys_backlog_starts_within_two_takes(
+        queue: RedisJobQueue) -> None:
+    await enqueue(queue, *(rid(f"a{n}") for n in range(50)), owner="key-a")
+    await enqueue(queue, rid("b0"), owner="key-b")
+    taken: list[str] = []
+    for _ in range(2 * W):
+        taken += [job.response_id for job in await queue.take("w1", 1, block_ms=0)]
+        if rid("b0") in taken:
+            break
+    assert rid("b0") in taken[:2]  # FIFO across keys: only after a's 50
+
+
+async def test_a_worker_taking_w_jobs_gets_every_waiting_keys_oldest_first(
+        queue: RedisJobQueue) -> None:
+    await enqueue(queue, *(rid(f"a{n}") for n in range(50)), owner="key-a")
+    await take_one(queue, "w0")  # key-a has been served: it is an old key now
+    await enqueue(queue, rid("b0"), rid("b1"), owner="key-b")
+    await enqueue(queue, rid("c0"), owner="key-c")
+    first = [job.response_id for job in await queue.take("w1", W, block_ms=0)]
+    # New keys first, in arrival order, then round robin over every key with jobs left.
+    assert first == [rid("b0"), rid("c0"), rid("a1"), rid("b1")]
+    rest = [job.response_id for job in await queue.take("w1", 3, block_ms=0)]
+    assert rest == [rid("a2"), rid("a3"), rid("a4")]
+
+
+async def test_keys_are_served_round_robin_and_each_in_its_own_order(
+        queue: RedisJobQueue) -> None:
+    for n in range(3):
+        await enqueue(queue, rid(f"a{n}"), owner="key-a")
+        await enqueue(queue, rid(f"b{n}"), rid(f"b{n}x"), owner="key-b")
+    order = [job.response_id for job in await queue.take("w1", 9, block_ms=0)]
+    assert order == [rid("a0"), rid("b0"), rid("a1"), rid("b0x"), rid("a2"), rid("b1"),
+                     rid("b1x"), rid("b2"), rid("b2x")]
+    assert await queue.take("w1", 9, block_ms=0) == []
+
+
+async def test_a_key_at_its_share_is_refused_and_another_key_is_not(
+        queue: RedisJobQueue) -> None:
+    await enqueue(queue, rid("a0"), rid("a1"), rid("a2"), limit=3, owner="key-a")
+    running = await take_one(queue, "w1")
+    # Running jobs count in the share too: queued + running.
+    assert await add(queue, rid("a3"), limit=3, owner="key-a") == "key_full"
+    assert await add(queue, rid("b0"), limit=3, owner="key-b") == "queued"
+    await queue.done(running.entry_id)
+    assert await add(queue, rid("a3"), limit=3, owner="key-a") == "queued"
+    assert await queue.room("key-a", limit=3, total=TOTAL) == (0, TOTAL - 4)
+    assert await queue.room("key-b", limit=3, total=TOTAL) == (2, TOTAL - 4)
+
+
+async def test_the_whole_queue_has_its_own_bound(queue: RedisJobQueue) -> None:
+    await enqueue(queue, rid("a0"), rid("a1"), owner="key-a")
+    await take_one(queue, "w1")
+    assert await add(queue, rid("b0"), total=3, owner="key-b") == "queued"
+    assert await add(queue, rid("c0"), total=3, owner="key-c") == "queue_full"
+    assert await queue.room("key-c", limit=LIMIT, total=3) == (LIMIT, 0)
+    assert await queue.length() == 3
+
+
+async def test_a_batch_is_queued_whole_or_not_at_all(queue: RedisJobQueue) -> None:
+    batch = [(rid(f"a{n}"), SPEC) for n in range(4)]
+    await enqueue(queue, rid("x"), owner="key-a")
+    assert await queue.enqueue("key-a", batch, limit=4, total=TOTAL) == "key_full"
+    assert await queue.length() == 1
+    assert await queue.enqueue("key-a", batch, limit=5, total=TOTAL) == "queued"
+    taken = [job.response_id for job in await queue.take("w1", 10, block_ms=0)]
+    assert taken == [rid("x"), *(an_id for an_id, _ in batch)]
+
+
+async def test_concurrent_batches_of_keys_never_pass_either_bound(queue: RedisJobQueue) -> None:
+    def batch(key: str, n: int) -> list[tuple[str, bytes]]:
+        return [(rid(f"{key}{n}-{i}"), SPEC) for i in range(3)]
+
+    answers = await settle(queue.enqueue(key, batch(key, n), limit=6, total=15)
+                           for n in range(4) for key in ("a", "b", "c", "d"))
+    assert answers.count("queued") == 5  # 15 / 3
+    assert await queue.length() == 15
+
+
+async def test_a_reclaimed_job_still_counts_for_its_key_until_done(
+        queue: RedisJobQueue) -> None:
+    await enqueue(queue, rid("a0"), limit=1, owner="key-a")
+    dead = await take_one(queue, "w1")
+    await asyncio.sleep(IDLE)
+    [again] = await queue.reclaim("w2", MIN_IDLE_MS, 10)
+    assert (again.entry_id, again.response_id, again.spec) == (dead.entry_id, rid("a0"), SPEC)
+    assert await add(queue, rid("a1"), limit=1, owner="key-a") == "key_full"
+    await queue.done(again.entry_id)
+    assert await add(queue, rid("a1"), limit=1, owner="key-a") == "queued"
+
+
+async def test_a_requeued_job_goes_back_to_the_front_of_its_keys_queue(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, rid("a0"), rid("a1"), limit=2, owner="key-a")
+    job = await take_one(queue, "w1")
+    await enqueue(queue, rid("b0"), owner="key-b")
+    await queue.requeue(job)
+    assert await pending(store, job.entry_id) is None
+    assert await add(queue, rid("a2"), limit=2, owner="key-a") == "key_full"  # still 2
+    order = [j.response_id for j in await queue.take("w2", 10, block_ms=0)]
+    assert order == [rid("b0"), rid("a0"), rid("a1")]
+
+
+async def test_an_entry_queued_by_an_older_release_is_still_delivered_and_finished(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    # The previous release XADDed straight into the stream (fields r and s, no key).
+    await store.client.xadd(keys.JOB_QUEUE, {"r": rid("old"), "s": SPEC})
+    await enqueue(queue, rid("new"))
+    old = await take_one(queue, "w1")
+    assert (old.response_id, old.spec) == (rid("old"), SPEC)
+    await queue.requeue(old)  # handed back into the stream, as that release did
+    assert [j.response_id for j in await queue.take("w2", 5, block_ms=0)] == [rid("old"),
+                                                                               rid("new")]
+    assert await queue.take("w2", 5, block_ms=0) == []
+
+
+async def test_a_key_is_not_shut_out_by_a_running_entry_removed_elsewhere(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    # An older release's worker reclaimed one of our entries and finished it its own way
+    # (XACK + XDEL): the key's running count must not keep the place for ever.
+    await enqueue(queue, rid("a0"), limit=1, owner="key-a")
+    job = await take_one(queue, "w1")
+    await store.client.xack(keys.JOB_QUEUE, keys.JOB_GROUP, job.entry_id)
+    await store.client.xdel(keys.JOB_QUEUE, job.entry_id)
+    assert await add(queue, rid("a1"), limit=1, owner="key-a") == "queued"
+
+
+async def test_the_queue_keeps_no_bookkeeping_once_drained(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    await enqueue(queue, rid("a0"), rid("a1"), owner="key-a")
+    await enqueue(queue, rid("b0"), owner="key-b")
+    for job in await queue.take("w1", 10, block_ms=0):
+        await queue.done(job.entry_id)
+    for key in keys.JOB_KEYS[1:6]:
+        assert not await store.client.exists(key), key
+    assert await queue.length() == 0
 
 
 # -- keep_alive and reclaim -----------------------------------------------------------------
@@ -397,9 +547,13 @@ async def test_the_queue_works_on_after_its_stream_is_lost(
 
 async def test_a_lost_group_is_recreated_from_the_start_of_the_stream(
         store: RedisStore, queue: RedisJobQueue) -> None:
-    await enqueue(queue, rid("1"))
+    # The stream exists (a job ran) and holds an undelivered entry (an older release's).
+    await enqueue(queue, rid("1"), rid("2"))
+    await queue.done((await take_one(queue, "w1")).entry_id)
+    await store.client.xadd(keys.JOB_QUEUE, {"r": rid("old"), "s": SPEC})
     await store.client.xgroup_destroy(keys.JOB_QUEUE, keys.JOB_GROUP)
-    assert (await take_one(queue, "w1")).response_id == rid("1")
+    assert [j.response_id for j in await queue.take("w1", 2, block_ms=0)] == [rid("old"),
+                                                                               rid("2")]
 
 
 async def test_concurrent_takers_all_survive_a_missing_group(queue: RedisJobQueue) -> None:
@@ -407,22 +561,14 @@ async def test_concurrent_takers_all_survive_a_missing_group(queue: RedisJobQueu
     assert results == [[]] * 5
 
 
-async def test_a_group_another_worker_just_created_is_used(
-        store: RedisStore, queue: RedisJobQueue, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Our read found no group, then another worker created it before we could (BUSYGROUP).
-    await enqueue(queue, rid("1"))  # creates the group
-    read = store.client.xreadgroup
-    calls: list[object] = []
-
-    async def missing_at_first(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args)
-        if len(calls) == 1:
-            raise rex.ResponseError("NOGROUP No such key or consumer group")
-        return await read(*args, **kwargs)
-
-    monkeypatch.setattr(store.client, "xreadgroup", missing_at_first)
-    assert (await take_one(queue, "w1")).response_id == rid("1")
-    assert len(calls) == 2
+async def test_a_take_racing_another_workers_group_creation_still_delivers(
+        store: RedisStore, queue: RedisJobQueue) -> None:
+    # Once a race (our read found no group, another worker created it before us: BUSYGROUP);
+    # now the take script finds the group missing and creates it in one atomic step.
+    await enqueue(queue, rid("1"))
+    await settle(queue.take(f"w{n}", 0, block_ms=0) for n in range(3))
+    results = await settle(queue.take(f"w{n}", 1, block_ms=0) for n in range(3))
+    assert sorted(job.response_id for jobs in results for job in jobs) == [rid("1")]
 
 
 # -- round trips ----------------------------------------------------------------------------
@@ -440,7 +586,7 @@ async def test_one_round_trip_per_call(queue: RedisJobQueue, round_trips: RoundT
     await enqueue(queue, rid("2"))
     job = await take_one(queue, "w1")
     calls = [
-        queue.enqueue(rid("3"), SPEC, limit=LIMIT),
+        add(queue, rid("3")),
         queue.take("w1", 10, block_ms=0),
         queue.keep_alive("w1", [job.entry_id]),
         queue.reclaim("w1", 60_000, 10),
@@ -486,7 +632,8 @@ async def test_every_call_on_a_dead_server_raises_store_unavailable(
         dead_queue: RedisJobQueue) -> None:
     job = Job(entry_id="1-1", response_id=rid("1"), spec=SPEC)
     calls = [
-        dead_queue.enqueue(rid("1"), SPEC, limit=LIMIT),
+        add(dead_queue, rid("1")),
+        dead_queue.room(OWNER, limit=LIMIT, total=TOTAL),
         dead_queue.take("w1", 1, block_ms=0),
         dead_queue.keep_alive("w1", ["1-1"]),
         dead_queue.reclaim("w1", MIN_IDLE_MS, 1),

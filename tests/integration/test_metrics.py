@@ -332,7 +332,8 @@ async def test_a_job_handed_back_by_a_stopping_worker_is_counted_requeued(
     try:
         worker = runtime.process.worker
         assert worker is not None
-        assert await runtime.queue.enqueue("resp_handed_back", b"{}", limit=10)
+        assert await runtime.queue.enqueue("t", [("resp_handed_back", b"{}")], limit=10,
+                                          total=10) == "queued"
         [job] = await runtime.queue.take("us", 1, block_ms=0)
         worker._stopping = True  # taken just as the worker stops (never started: no loops)
         await worker._execute(job)

@@ -187,6 +187,18 @@ def test_the_sealed_blob_cap_is_a_setting_below_the_body_limit() -> None:
     assert info.value.flag == "--max-sealed-bytes"
 
 
+def test_the_job_queue_bounds_one_key_and_by_default_ten_keys_shares_in_all() -> None:
+    defaults = build_settings({}, {})
+    assert (defaults.jobs.max_queued, defaults.jobs.max_queued_total) == (1000, 10_000)
+    raised = build_settings({"max_queued_jobs": "50"}, {})
+    assert (raised.jobs.max_queued, raised.jobs.max_queued_total) == (50, 500)
+    both = build_settings({"max_queued_jobs": "50"}, {"PROXY_MAX_QUEUED_JOBS_TOTAL": "60"})
+    assert (both.jobs.max_queued, both.jobs.max_queued_total) == (50, 60)
+    with pytest.raises(ConfigError) as info:
+        build_settings({"max_queued_jobs": "50", "max_queued_jobs_total": "49"}, {})
+    assert info.value.flag == "--max-queued-jobs-total"
+
+
 def describe_lines(settings: Settings) -> list[str]:
     from proxy.settings import describe
 

@@ -2,7 +2,8 @@
 
 Submit (`background: true`): the response is stored `queued` together with the first two
 events of its log (`response.created` and `response.queued`, both status queued), then put on
-the job queue; a full queue answers 429 and leaves nothing behind. A streaming client then
+the job queue under its key (tenant); a key at its share of the queue, or a full queue, answers
+429 with Retry-After (shares.py) and leaves nothing behind. A streaming client then
 reads the log like any replay: the same events, live, from whichever instance it is on.
 
 Cancel (CONTRACT.md): only background responses; queued/in_progress → `cancelled` by one
@@ -21,10 +22,11 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.core import types as t
-from proxy.core.errors import InvalidRequest, ProxyError, RateLimited, response_not_found
+from proxy.core.errors import InvalidRequest, ProxyError, response_not_found
 from proxy.core.types import ResponseObject
 from proxy.services.eventlog.pages import whole_log
 from proxy.services.generation.spec import JobSpec
+from proxy.services.jobs.shares import QueueShare, refused
 from proxy.settings import JobSettings, StoreSettings
 from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
 
@@ -45,7 +47,7 @@ class Background:
     def __init__(self, store: Store, queue: JobQueue, lifetimes: StoreSettings,
                  jobs: JobSettings, *, worker: LocalWorker | None = None) -> None:
         self._store, self._queue, self._lifetimes = store, queue, lifetimes
-        self._max_queued = jobs.max_queued
+        self._share = QueueShare.of(jobs)
         # This process's own worker, if any: told at once (no polling, no broadcast delay).
         # Built before us (it needs nothing of ours), so nothing is attached afterwards.
         self._worker = worker
@@ -56,18 +58,17 @@ class Background:
                                           ttl=self._lifetimes.response_ttl,
                                           event_ttl=self._lifetimes.event_ttl)
         try:
-            queued = await self._queue.enqueue(record.id, spec.to_json(),
-                                               limit=self._max_queued)
+            answer = await self._queue.enqueue(record.tenant, [(record.id, spec.to_json())],
+                                               limit=self._share.per_key,
+                                               total=self._share.total)
         except ProxyError:
             # Not queued: do not leave a response behind that would stay `queued` for ever.
             with contextlib.suppress(ProxyError):
                 await self._store.delete_response(record.tenant, record.id)
             raise
-        if not queued:
+        if answer != "queued":
             await self._store.delete_response(record.tenant, record.id)
-            raise RateLimited(
-                f"The background queue is full ({self._max_queued} jobs); retry later.",
-                retry_after=5)
+            raise refused(answer, self._share, "background response")
         if self._worker is not None:
             self._worker.poke()
 

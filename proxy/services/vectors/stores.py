@@ -4,8 +4,18 @@ A store lives `--response-ttl` seconds from its last activity, or less when it a
 (`expires_after: {anchor: last_active_at, days}`); adding files or updating it renews every key
 it has. A file added to a store (directly, with the store's create, or in a batch) must be the
 key's own (`/v1/files`: another key's id is unknown, 404); it starts `in_progress` and one
-ingestion job per file goes on the background queue (ingest.py). A full queue fails the file
-(`server_error`) rather than leaving it in_progress for ever.
+ingestion job per file goes on the background queue (ingest.py), under the key's share of it
+(services/jobs/shares.py).
+
+Nothing is queued that will not run: a file listed twice is added once (its batch counts it
+once); a file already `in_progress` (its ingestion is queued or running) or `completed` in the
+store with the same attributes and chunking is left as it is (a `failed` one, or one given new
+attributes or chunking, is ingested again). A request whose new files do not fit in
+what is left of the key's share (or of the queue) is refused whole with 429 and Retry-After
+before anything is stored; more new files than a key's whole share is a 400. Should a
+concurrent enqueue of the same key take the room between that check and the enqueue, the
+request's files fail (`server_error`, "add the file again later") rather than stay
+in_progress for ever.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from proxy.core.request.paging import PageRequest, list_body, paginate
 from proxy.core.vectorsearch import result
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import EmbeddingFailed
+from proxy.services.jobs.shares import QueueShare, refused
 from proxy.services.vectors.ingest import job_of
 from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings
@@ -45,7 +56,7 @@ class VectorStores:
     searcher: Searcher
     settings: VectorSettings
     ttl: int  # --response-ttl: no store outlives it
-    max_queued: int  # the job queue's bound (--max-queued-jobs)
+    share: QueueShare  # a key's share of the job queue, and the queue's bound
     clock: Callable[[], float] = time.time
 
     def ttl_left(self, record: dict[str, Any]) -> int:
@@ -66,7 +77,8 @@ class VectorStores:
         record = v.store_record(v.store_id(), now, name, days, metadata, now + ttl)
         await self.stores.create(tenant, record, ttl)
         if file_ids:
-            await self._add(tenant, record, file_ids, None, chunking, None)
+            await self._add(tenant, record, [], [(f, None, chunking) for f in file_ids], None,
+                            "file_ids")
         return await self.retrieve(tenant, record["id"])
 
     async def retrieve(self, tenant: str, vs_id: str) -> dict[str, Any]:
@@ -103,9 +115,10 @@ class VectorStores:
         file_id = expect_str(body.get("file_id"), "file_id")
         attributes = v.parse_attributes(body.get("attributes"))
         chunking = v.parse_chunking(body.get("chunking_strategy"))
-        record, _ = await self._get(tenant, vs_id)
+        record, files = await self._get(tenant, vs_id)
         await self._own_files(tenant, [file_id], "file_id")
-        await self._add(tenant, record, [file_id], attributes, chunking, None)
+        await self._add(tenant, record, files, [(file_id, attributes, chunking)], None,
+                        "file_id")
         return await self.retrieve_file(tenant, vs_id, file_id)
 
     async def retrieve_file(self, tenant: str, vs_id: str, file_id: str) -> dict[str, Any]:
@@ -143,12 +156,13 @@ class VectorStores:
     # -- batches -------------------------------------------------------------------------------
     async def create_batch(self, tenant: str, vs_id: str, body: dict[str, Any]
                            ) -> dict[str, Any]:
-        entries = v.parse_batch(body, self.settings.max_files)
-        record, _ = await self._get(tenant, vs_id)
-        await self._own_files(tenant, [e[0] for e in entries], "file_ids")
+        entries = v.parse_batch(body, self.settings.max_files)  # each file once
+        param = "file_ids" if body.get("files") is None else "files"
+        record, files = await self._get(tenant, vs_id)
+        await self._own_files(tenant, [e[0] for e in entries], param)
         batch: dict[str, Any] = {"id": v.batch_id(), "created_at": int(self.clock()),
                                  "vector_store_id": vs_id, "file_ids": [e[0] for e in entries]}
-        await self._add_entries(tenant, record, entries, batch)
+        await self._add(tenant, record, files, entries, batch, param)
         return await self.retrieve_batch(tenant, vs_id, batch["id"])
 
     async def retrieve_batch(self, tenant: str, vs_id: str, batch_id: str) -> dict[str, Any]:
@@ -200,34 +214,55 @@ class VectorStores:
         if not await self.stores.renew(tenant, record, ttl):
             raise store_missing(record["id"])
 
-    async def _add(self, tenant: str, record: dict[str, Any], file_ids: list[str],
-                   attributes: dict[str, Any] | None, chunking: v.Chunking,
-                   batch: dict[str, Any] | None) -> None:
-        await self._add_entries(tenant, record, [(f, attributes, chunking) for f in file_ids],
-                                batch)
-
-    async def _add_entries(self, tenant: str, record: dict[str, Any],
-                           entries: list[tuple[str, dict[str, Any] | None, v.Chunking]],
-                           batch: dict[str, Any] | None) -> None:
+    async def _add(self, tenant: str, record: dict[str, Any], present: list[dict[str, Any]],
+                   entries: list[v.Entry], batch: dict[str, Any] | None, param: str) -> None:
+        """Add `entries` (each file once) to a store whose files are `present`: the new ones,
+        those that failed, and those given other attributes or chunking start in_progress with
+        their ingestion queued; the others (queued, running or done as asked) stay."""
         vs_id = record["id"]
+        by_id = {f["id"]: f for f in present}
+        fresh = [e for e in entries if not _unchanged(by_id.get(e[0]), e[1], e[2])]
+        if len(fresh) > self.share.per_key:
+            raise bad(param, f"Invalid '{param}': {len(fresh)} new files to ingest; one key may "
+                             f"have at most {self.share.per_key} queued (--max-queued-jobs).")
+        if fresh:
+            room = await self.queue.room(tenant, limit=self.share.per_key,
+                                         total=self.share.total)
+            if room.key < len(fresh) or room.queue < len(fresh):
+                raise refused("key_full" if room.key < len(fresh) else "queue_full",
+                              self.share, "ingestion of these files")
         now = int(self.clock())
         files = [v.file_record(file_id, vs_id, now, attributes, chunking)
-                 for file_id, attributes, chunking in entries]
+                 for file_id, attributes, chunking in fresh]
         await self._touch(tenant, record)
         added = await self.stores.add_files(tenant, vs_id, files, ttl=self.ttl_left(record),
                                              max_files=self.settings.max_files, batch=batch)
         if added == 0:
             raise store_missing(vs_id)
         if added == -1:
-            raise bad("file_ids", f"A vector store holds at most {self.settings.max_files} "
-                                  "files (--vector-store-max-files).")
-        for file in files:
-            entry, spec = job_of(tenant, vs_id, file["id"], current_traceparent())
-            if not await self.queue.enqueue(entry, spec, limit=self.max_queued):
-                failed = {**file, "status": "failed", "last_error": {
-                    "code": v.SERVER_ERROR, "message": "the ingestion queue is full; add the "
-                                                       "file again later"}}
-                await self.stores.finish_file(tenant, failed, None, began=file,
-                                               ttl=self.ttl_left(record),
-                                               max_chunks=self.settings.max_chunks)
+            raise bad(param, f"A vector store holds at most {self.settings.max_files} "
+                             "files (--vector-store-max-files).")
+        if not files:
+            return
+        traceparent = current_traceparent()
+        jobs = [job_of(tenant, vs_id, file["id"], traceparent) for file in files]
+        answer = await self.queue.enqueue(tenant, jobs, limit=self.share.per_key,
+                                          total=self.share.total)
+        if answer == "queued":
+            return
+        for file in files:  # the room measured above was taken meanwhile: fail, never hang
+            failed = {**file, "status": "failed", "last_error": {
+                "code": v.SERVER_ERROR, "message": "the ingestion queue is full; add the "
+                                                   "file again later"}}
+            await self.stores.finish_file(tenant, failed, None, began=file,
+                                          ttl=self.ttl_left(record),
+                                          max_chunks=self.settings.max_chunks)
 
+
+def _unchanged(file: dict[str, Any] | None, attributes: dict[str, Any] | None,
+               chunking: v.Chunking) -> bool:
+    """The file (its entry in the store, if any) is ingested or being ingested as this add
+    asks: a new job would only do the same work again."""
+    return (file is not None and file.get("status") in ("in_progress", "completed")
+            and (file.get("attributes") or {}) == (attributes or {})
+            and file.get("chunking_strategy") == chunking.strategy())
