@@ -68,6 +68,8 @@ def _part_urls(part: Any, where: str) -> Iterator[MediaUrl]:
     if not isinstance(part, dict):
         raise _refused(where, "expected a content part object")
     kind = part.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise _refused(f"{where}.type", "expected a string")
     if any(key in part for key in TENSOR_KEYS):
         raise _refused(where, "embedding and tensor inputs are not accepted by this server")
     has_media = any(key in part for key in MEDIA_KEYS)

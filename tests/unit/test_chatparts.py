@@ -7,6 +7,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.chatparts import media_urls
 from proxy.core.errors import InvalidRequest
@@ -52,7 +54,7 @@ def test_every_spelling_vllm_fetches_is_found_in_every_role(part: dict[str, Any]
 @pytest.mark.parametrize("part", [
     {"type": "file", "file": {"file_data": "eA==", "filename": "a.txt"}},
     {"type": "input_file", "file_url": METADATA}, {"type": "image", "url": METADATA},
-    {"text": "no type"}, {"type": 3}, 42, ["x"],
+    {"text": "no type"}, {"type": 3}, {"type": {"a": 1}}, {"type": ["text"]}, 42, ["x"],
     {"type": "image_embeds", "image_embeds": "AAAA"},
     {"type": "text", "text": "x", "uuid": "u", "prompt_embeds": "AAAA"},
     {"type": "image_url", "image_url": 7}, {"type": "image_url", "image_url": {"url": 7}}])
@@ -72,3 +74,20 @@ def test_text_data_urls_and_inline_audio_pass_untouched() -> None:
         {"type": "image_url", "image_url": {"url": None}, "uuid": "cached"}]},
         {"role": "assistant", "content": None}, {"role": "user", "content": "plain"}]
     assert list(media_urls(messages)) == []
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.sampled_from(["type", "image_url", "url", "uuid",
+                                                        "video_url", "text", "input_audio"]),
+                                       inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": _JSON}), max_size=3))
+def test_any_json_is_classified_or_refused_never_an_error(messages: list[Any]) -> None:
+    try:
+        for ref in media_urls(messages):
+            assert isinstance(ref.url, str) and not ref.url.lower().startswith("data:")
+    except InvalidRequest as refused:
+        assert str(refused.param).startswith("messages[")
