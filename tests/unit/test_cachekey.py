@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.cache.key import (
+    MAX_QUERY_CHARS,
     ROUTE_CHAT,
     ROUTE_RESPONSES,
     Directives,
@@ -188,3 +189,16 @@ def test_guard_of_grows_linearly() -> None:
         return max(best, 1e-6)
 
     assert cost(160_000) / cost(20_000) < 24
+
+
+def test_a_last_message_past_the_query_bound_is_keyed_exact_only_and_never_scanned() -> None:
+    # The guard is linear, but a 16 MiB question would still hold the loop for a second; one
+    # longer than any embedding model reads gets no semantic side, so it is not scanned at all.
+    at_bound = key({"model": "m", "messages": [
+        {"role": "user", "content": "\u201c" * MAX_QUERY_CHARS}]})
+    assert at_bound.namespace is not None and at_bound.guard
+    body = {"model": "m", "messages": [{"role": "user",
+                                        "content": "\u201c" * (MAX_QUERY_CHARS + 1)}]}
+    past = key(body)
+    assert (past.namespace, past.query, past.guard) == (None, "", "")
+    assert past.exact != at_bound.exact

@@ -30,6 +30,10 @@ import orjson
 ROUTE_RESPONSES = "responses"
 ROUTE_CHAT = "chat"
 
+# The longest last user message the semantic side takes (longer: exact only). Past an
+# embedding model's context a question is not embedded whole anyway, and the guard scans it on
+# the event loop: linear, but 16 MiB of it is a second (issue 38); 32 Ki chars is milliseconds.
+MAX_QUERY_CHARS = 32 * 1024
 # Fields that choose the transport, not the answer: one entry serves both.
 _TRANSPORT = ("stream", "stream_options")
 
@@ -56,7 +60,8 @@ def parse_cache_control(value: str | None) -> Directives:
 @dataclass(frozen=True, slots=True)
 class CacheKey:
     exact: str
-    # None when the last user message is not plain text (or there is none): exact only.
+    # None when the last user message is not plain text (or there is none), or is longer than
+    # MAX_QUERY_CHARS: exact only.
     namespace: str | None = None
     query: str = ""  # the last user message's text, what the semantic side embeds
     guard: str = ""
@@ -84,7 +89,7 @@ def cache_key(tenant: str, route: str, material: dict[str, Any]) -> CacheKey:
         return CacheKey(exact)
     assert isinstance(messages, list)
     query = _text_of(messages[index].get("content"))
-    if not query:
+    if not query or len(query) > MAX_QUERY_CHARS:
         return CacheKey(exact)
     blanked = list(messages)
     blanked[index] = {"role": "user", "content": None}
