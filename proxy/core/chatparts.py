@@ -22,7 +22,6 @@ deserialise a tenant's bytes into tensors and which no OpenAI client sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,9 @@ TEXT_KINDS = frozenset(("text", "input_text", "output_text", "refusal", "thinkin
                         "tool_reference"))
 MEDIA_KINDS = frozenset((*MEDIA_KEYS, "input_image", "input_audio"))
 TENSOR_KEYS = ("image_embeds", "audio_embeds", "prompt_embeds", "image_pil")
+_TENSOR_KEYS = frozenset(TENSOR_KEYS)
+_MEDIA_KEY_SET = frozenset(MEDIA_KEYS)
+_SPECIAL_KEYS = _TENSOR_KEYS | _MEDIA_KEY_SET
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,45 +50,51 @@ class MediaUrl:
     where: str
 
 
-def media_urls(messages: Any) -> Iterator[MediaUrl]:
+def media_urls(messages: Any) -> list[MediaUrl]:
     """The media URLs of chat `messages` that are not data: URLs, in order. Raises
     InvalidRequest for a part it cannot classify. A message or list that is not the expected
     shape is left to vLLM to refuse: it holds no part vLLM would fetch."""
+    found: list[MediaUrl] = []
     if not isinstance(messages, list):
-        return
+        return found
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            yield from _part_urls(part, f"messages[{i}].content[{j}]")
+            # A body may hold 600,000 parts, all walked on the event loop: text parts take one
+            # test, and a part's path is spelled only when a URL or a refusal names it.
+            if isinstance(part, dict):
+                kind = part.get("type")
+                if type(kind) is str and kind in TEXT_KINDS and _SPECIAL_KEYS.isdisjoint(part):
+                    continue
+            elif isinstance(part, str):  # vLLM reads a bare string as text
+                continue
+            _classify(part, i, j, found)
+    return found
 
 
-def _part_urls(part: Any, where: str) -> Iterator[MediaUrl]:
-    if isinstance(part, str):  # vLLM reads a bare string as text
-        return
+def _classify(part: Any, i: int, j: int, found: list[MediaUrl]) -> None:
     if not isinstance(part, dict):
-        raise _refused(where, "expected a content part object")
+        raise _refused(_at(i, j), "expected a content part object")
     kind = part.get("type")
     if kind is not None and not isinstance(kind, str):
-        raise _refused(f"{where}.type", "expected a string")
-    if any(key in part for key in TENSOR_KEYS):
-        raise _refused(where, "embedding and tensor inputs are not accepted by this server")
-    has_media = any(key in part for key in MEDIA_KEYS)
-    if not (kind in TEXT_KINDS or kind in MEDIA_KINDS or (kind is None and has_media)):
+        raise _refused(_at(i, j, "type"), "expected a string")
+    if not _TENSOR_KEYS.isdisjoint(part):
+        raise _refused(_at(i, j), "embedding and tensor inputs are not accepted by this server")
+    if not (kind in TEXT_KINDS or kind in MEDIA_KINDS
+            or (kind is None and not _MEDIA_KEY_SET.isdisjoint(part))):
         shown = "missing" if kind is None else repr(kind)[:64]
-        raise _refused(where, f"the part's type is {shown}; expected one of "
-                              f"{', '.join(sorted(TEXT_KINDS | MEDIA_KINDS))}")
+        raise _refused(_at(i, j), f"the part's type is {shown}; expected one of "
+                                  f"{', '.join(sorted(TEXT_KINDS | MEDIA_KINDS))}")
     for key, family in MEDIA_KEYS.items():
         if key in part:
-            found = _url_in(part, key, f"{where}.{key}")
-            if found is not None:
-                holder, slot, url = found
-                if url[:5].lower() != "data:":
-                    yield MediaUrl(holder, slot, url, family, f"{where}.{key}")
+            url = _url_in(part, key, i, j)
+            if url is not None and url[2][:5].lower() != "data:":
+                found.append(MediaUrl(*url, family, _at(i, j, key)))
 
 
-def _url_in(part: dict[str, Any], key: str, where: str
+def _url_in(part: dict[str, Any], key: str, i: int, j: int
             ) -> tuple[dict[str, Any], str, str] | None:
     """(the object holding the URL, its key there, the URL), or None when there is none (vLLM
     then reads the media from its cache by `uuid`, or refuses the part)."""
@@ -99,13 +107,17 @@ def _url_in(part: dict[str, Any], key: str, where: str
         else:
             return part, key, value
     if not isinstance(value, dict):
-        raise _refused(where, "expected a URL string or an object with a `url`")
+        raise _refused(_at(i, j, key), "expected a URL string or an object with a `url`")
     url = value.get("url")
     if url is None:
         return None
     if not isinstance(url, str):
-        raise _refused(f"{where}.url", "expected a string")
+        raise _refused(_at(i, j, f"{key}.url"), "expected a string")
     return value, "url", url
+
+
+def _at(i: int, j: int, key: str = "") -> str:
+    return f"messages[{i}].content[{j}]" + (f".{key}" if key else "")
 
 
 def _refused(where: str, why: str) -> InvalidRequest:
