@@ -1,7 +1,8 @@
 """A connection that does not deliver a request head in time is closed (issue 38 point 12), on
 real uvicorn processes: the proxy itself (`serve --workers 2`, uvicorn's `auto` protocol,
 httptools) and a bare uvicorn on each protocol class proxy/headtimeout.py makes (httptools,
-h11). `--header-timeout` is 1 s here; a new idle connection has uvicorn's keep-alive 5 s.
+h11). `--header-timeout` is 1 s here; a new idle connection has uvicorn's keep-alive (5 s in the
+proxy, 2 s in the bare app).
 
 Bounds, not speeds: a closed connection is seen within `CLOSED_WITHIN` seconds (several times
 the timeouts); before the fix none was closed at all (the test then waits out its bound)."""
@@ -35,7 +36,8 @@ def server(request: pytest.FixtureRequest, simulator: ServerProcess,
         port = free_port()
         started = ServerProcess([sys.executable, "-m", "tests.support.headapp", "--port",
                                  str(port), "--http", request.param, "--header-timeout",
-                                 HEAD_TIMEOUT], port, log_name="headapp").start()
+                                 HEAD_TIMEOUT, "--keep-alive", "2"], port,
+                                log_name="headapp").start()
     try:
         yield started
     finally:
@@ -108,7 +110,7 @@ def test_a_keep_alive_client_keeps_working_across_pauses_longer_than_the_head_ti
     with dial(server) as sock:
         assert exchange(sock).startswith(b"HTTP/1.1 200")
         for _ in range(2):
-            time.sleep(1.5)
+            time.sleep(1.3)
             assert exchange(sock).startswith(b"HTTP/1.1 200")
 
 
@@ -119,7 +121,7 @@ def test_a_slow_body_is_the_body_timeouts_business_not_the_heads(server: ServerP
             b"\r\n\r\n")
     with dial(server) as sock:
         sock.sendall(head + body[:10])
-        time.sleep(2.0)  # twice the head timeout, well within --body-timeout
+        time.sleep(1.5)  # past the head timeout, well within --body-timeout
         assert exchange(sock, b"", body[10:]).startswith(b"HTTP/1.1 200")
 
 
@@ -129,7 +131,7 @@ def test_a_websocket_outlives_the_head_timeout(server: ServerProcess,
         pytest.skip("the bare app has no WebSocket route")
     url = server.url.replace("http://", "ws://") + "/v1/responses"
     with connect(url, open_timeout=10, close_timeout=5) as ws:
-        time.sleep(2.0)
+        time.sleep(1.5)
         ws.send('{"type": "response.create", "model": "sim-model", "input": "hi"}')
         for _ in range(200):
             if '"response.completed"' in str(ws.recv(timeout=20)):

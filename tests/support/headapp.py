@@ -31,9 +31,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--http", default="auto")
     parser.add_argument("--header-timeout", type=float, default=1.0)
+    parser.add_argument("--keep-alive", type=float, default=5.0)
     args = parser.parse_args()
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning",
-                http=protocol_for(args.http, args.header_timeout))
+                http=protocol_for(args.http, args.header_timeout),
+                timeout_keep_alive=args.keep_alive)
 
 
 if __name__ == "__main__":
