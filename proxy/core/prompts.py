@@ -21,6 +21,7 @@ the combination; keeping both loses nothing the caller sent).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +105,9 @@ class Expansion:
 
     @classmethod
     def of(cls, template: str) -> Expansion:
-        occurrences: dict[str, int] = {}
-        placeholders = 0
-        for match in PLACEHOLDER.finditer(template):
-            occurrences[match.group(1)] = occurrences.get(match.group(1), 0) + 1
-            placeholders += len(match.group(0).encode())
-        return cls(len(template.encode()) - placeholders, occurrences)
+        # Two passes in C (a template may hold 52,428 placeholders), no match objects.
+        return cls(len(PLACEHOLDER.sub("", template).encode()),
+                   dict(Counter(PLACEHOLDER.findall(template))))
 
 
 def render(template: str, values: dict[str, str]) -> str:
