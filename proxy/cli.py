@@ -143,6 +143,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
     defaults pick httptools and uvloop, both installed with `uvicorn[standard]`)."""
     import uvicorn
 
+    from proxy.headtimeout import protocol_for
+
     options: dict[str, Any] = dict(
         host=settings.server.host,
         port=settings.server.port,
@@ -160,6 +162,10 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         ws_ping_interval=settings.streams.ping_interval,
     )
     options.update(overrides)
+    # Every request head within --header-timeout, and a new connection idle no longer than a
+    # kept-alive one (proxy/headtimeout.py), whichever protocol is chosen.
+    options["http"] = protocol_for(str(options.get("http", "auto")),
+                                   settings.server.header_timeout)
     return uvicorn.Config(app, **options)
 
 

@@ -23,7 +23,10 @@ Each rule closes a way around an allow-list (an SSRF surface):
 - Addresses: a public one always; any other (loopback, private, link-local such as the cloud
   metadata service 169.254.169.254, unique-local v6, ...) only when the admitting prefix names
   its host as an IP literal or `localhost`: reaching a private address must be the operator's
-  explicit choice, never the result of a client's URL or a DNS answer.
+  explicit choice, never the result of a client's URL or a DNS answer. A v6 address that
+  embeds an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo: `embedded_ipv4`) is judged by
+  that IPv4 address, where the packet ends up: in an IPv6-only cluster with DNS64 any name may
+  answer `64:ff9b::a9fe:a9fe`, which is the metadata service.
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# v6 networks whose last 32 bits are an IPv4 address the packet is delivered to:
+# IPv4-compatible (::/96, deprecated but still routed by some stacks), SIIT's IPv4-translated
+# (::ffff:0:0:0/96) and the well-known NAT64 prefix (RFC 6052).
+_LOW_32_NETS = (ipaddress.IPv6Network("::/96"), ipaddress.IPv6Network("::ffff:0:0:0/96"),
+                ipaddress.IPv6Network("64:ff9b::/96"))
+# The local-use NAT64 prefix (RFC 8215): its operator picks where the IPv4 sits in it (any of
+# RFC 6052's layouts), so no one reading is sure; IANA lists it as not globally reachable,
+# which is how it is judged (Python's table predates it). A prefix naming it admits it.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
 # Percent-encodings that decode to a separator or to the dot of a dot segment (any case).
 _ENCODED_SEPARATORS = ("%2e", "%2f", "%5c")
 
@@ -138,9 +150,34 @@ def address_allowed(address: str, private_ok: bool) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is loopback, whatever v6 says of it
-    return ip.is_global or private_ok
+    if private_ok:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _LOCAL_NAT64:
+            return False
+        embedded = embedded_ipv4(ip)
+        if embedded:
+            # The packet ends at the IPv4 host (a NAT64 gateway, a 6to4 or Teredo relay):
+            # `64:ff9b::a9fe:a9fe` is 169.254.169.254, whatever v6 says of its prefix.
+            return all(v4.is_global for v4 in embedded)
+    return ip.is_global
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses a v6 one stands for (empty: none): IPv4-mapped `::ffff:a.b.c.d`,
+    SIIT's `::ffff:0:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, 6to4
+    `2002:AABB:CCDD::` and Teredo `2001:0:SERVER:...:~CLIENT` (its server and its client)."""
+    value = int(ip)
+    low = ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    if ip.ipv4_mapped is not None:
+        return (ip.ipv4_mapped,)
+    if any(ip in net for net in _LOW_32_NETS):
+        return (low,)
+    if ip.sixtofour is not None:
+        return (ip.sixtofour,)
+    if ip.teredo is not None:
+        return ip.teredo
+    return ()
 
 
 def check(url: str, prefixes: tuple[Prefix, ...], what: str) -> tuple[Target, Prefix]:

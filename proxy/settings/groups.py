@@ -37,6 +37,9 @@ class ServerSettings:
     # Seconds running jobs get to finish when a worker stops, and open streams get to drain
     # after SIGTERM. A process matter (runtime, prefork), not only the jobs'.
     shutdown_grace: float = 30.0
+    # Seconds a connection has to deliver a whole request head from its first byte (nginx's
+    # client_header_timeout); past it the connection is closed (proxy/headtimeout.py).
+    header_timeout: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,8 @@ OPTIONS: tuple[Option, ...] = (
            "uploads one process takes at once (each may spool --max-file-bytes to /tmp)"),
     _serve("body_timeout", "limits.body_timeout", c.seconds,
            "seconds a request body may pause between two reads; past it, 408"),
+    _serve("header_timeout", "server.header_timeout", c.seconds,
+           "seconds a connection has to send a whole request head; past it, closed"),
     # Not more than --max-body-bytes, and lowered to it by default (build.py).
     _serve("max_sealed_bytes", "sealing.max_bytes", c.count,
            "most one sealed blob may inflate to", shown="1 MiB"),

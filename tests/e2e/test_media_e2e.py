@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.conftest import SimControl
 from tests.support.servers import ServerProcess, start_proxy
 from tests.support.webfiles import static_server
 
@@ -66,3 +67,46 @@ def test_the_chat_pass_through_is_held_to_the_same_rule(proxy: ServerProcess) ->
             {"type": "image_url", "image_url": {"url": METADATA}}]}]})
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "messages[0].content[1].image_url"
+
+
+# Issue 38 point 3: every part spelling vLLM's chat parser fetches, in every role. At default
+# flags (no --fetch-allow) each is a 400 naming the part and nothing reaches the replica; with
+# the allow-list, an allowed URL reaches it only inline.
+SPELLINGS = [
+    {"type": "input_image", "image_url": METADATA},
+    {"image_url": METADATA}, {"image_url": {"url": "http://10.0.0.7/x.png"}},
+    {"video_url": METADATA}, {"audio_url": "http://10.0.0.7/a.wav"},
+    {"video_url": {"url": METADATA}, "uuid": "v"},
+    {"type": "text", "text": "x", "uuid": "u", "image_url": METADATA},
+    {"type": "file", "file": {"file_data": "eA==", "filename": "a.txt"}},
+    {"type": "mystery", "url": METADATA},
+]
+
+
+@pytest.mark.parametrize("part", SPELLINGS)
+@pytest.mark.parametrize("role", ["system", "user", "assistant", "tool"])
+def test_no_chat_part_spelling_gets_a_client_url_to_the_replica(
+        proxy: ServerProcess, sim: SimControl, part: dict[str, object], role: str) -> None:
+    message: dict[str, object] = {"role": role, "content": [{"type": "text", "text": "a"}, part]}
+    if role == "tool":
+        message["tool_call_id"] = "call_1"
+    answer = httpx.post(f"{proxy.url}/v1/chat/completions", headers=AUTH, timeout=30, json={
+        "model": "sim-model", "messages": [{"role": "user", "content": "hi"}, message]})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"].startswith("messages[1].content[1]")
+    assert sim.stats()["chat_requests"] == 0
+
+
+def test_an_allowed_url_in_a_vllm_spelling_reaches_the_replica_inline_only(
+        fetching: ServerProcess, sim: SimControl, images: tuple[str, list[str]]) -> None:
+    base, _ = images
+    url = f"{base}/cat.png"
+    answer = httpx.post(f"{fetching.url}/v1/chat/completions", headers=AUTH, timeout=30, json={
+        "model": "sim-model", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is it?"}, {"image_url": url},
+            {"type": "input_image", "image_url": url}]}]})
+    assert answer.status_code == 200, answer.text
+    sent = sim.stats()["last_request"]["messages"][0]["content"]
+    assert sent[1]["image_url"].startswith("data:image/png;base64,")
+    assert sent[2]["image_url"].startswith("data:image/png;base64,")
+    assert "127.0.0.1" not in str(sent)

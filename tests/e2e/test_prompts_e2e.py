@@ -165,3 +165,35 @@ def test_an_image_variable_reaches_the_model_beside_its_name(
     parts = sent[1]["content"]
     assert [p["type"] for p in parts] == ["text", "text", "image_url"]
     assert parts[1]["text"] == "[image: photo]" and parts[2]["image_url"]["url"] == PIXEL
+
+
+def _peak_rss(pid: int) -> int:
+    """The highest peak RSS (VmHWM, bytes) of the proxy's process and its children."""
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            pids += [int(p) for p in children.read().split()]
+    except OSError:
+        pass
+    peaks = []
+    for one in pids:
+        with open(f"/proc/{one}/status") as status:
+            peaks += [int(line.split()[1]) * 1024 for line in status
+                      if line.startswith("VmHWM:")]
+    return max(peaks)
+
+
+def test_a_template_that_expands_past_the_limit_is_refused_on_both_routes_unbuilt(
+        http: httpx.Client, proxy: ServerProcess) -> None:
+    # Issue 38 point 2: 52,428 `{{x}}` with a 2 KiB default render to 107 MB. Both routes that
+    # render answer 400 naming `prompt`, and the proxy's peak RSS does not move by anything
+    # near that (before the fix: +200 MiB per request).
+    made = make(http, {"prompt": "{{x}}" * 52_428, "variables": {"x": "v" * 2048}})
+    assert proxy.proc is not None
+    before = _peak_rss(proxy.proc.pid)
+    for path in ("/v1/responses", "/v1/responses/input_tokens"):
+        answer = http.post(path, headers=A, json={"model": MODEL, "input": "hi",
+                                                  "prompt": {"id": made["id"]}})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == "prompt"
+    assert _peak_rss(proxy.proc.pid) - before < 48 << 20

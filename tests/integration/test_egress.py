@@ -95,7 +95,10 @@ async def test_a_name_is_resolved_once_and_the_request_goes_to_that_address() ->
 
 
 @pytest.mark.parametrize("answer", [["127.0.0.1"], [PUBLIC, "10.0.0.7"], ["169.254.169.254"],
-                                    ["::ffff:127.0.0.1"], []])
+                                    ["::ffff:127.0.0.1"], [],
+                                    # v6 answers embedding a private IPv4 (DNS64, 6to4, ...)
+                                    ["64:ff9b::a9fe:a9fe"], ["2002:a00:1::1"],
+                                    ["::127.0.0.1"], [PUBLIC, "64:ff9b::10.0.0.7"]])
 async def test_a_name_with_any_address_the_operator_did_not_allow_is_refused(
         answer: list[str]) -> None:
     resolve, _ = rebinding(answer)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.cache.key import (
+    MAX_QUERY_CHARS,
     ROUTE_CHAT,
     ROUTE_RESPONSES,
     Directives,
@@ -14,6 +19,7 @@ from proxy.core.cache.key import (
     chat_material,
     guard_of,
     parse_cache_control,
+    quoted_strings,
     responses_material,
 )
 
@@ -125,3 +131,74 @@ def test_guard_differs_for_near_misses(a: str, b: str) -> None:
 ])
 def test_cache_control(header: str | None, expected: Directives) -> None:
     assert parse_cache_control(header) == expected
+
+
+# -- issue 38 point 1: the guard's work is linear in the text ------------------------------------
+
+# The guard's quote pattern before issue 38: the reference its scanner must agree with.
+_OLD_QUOTED = re.compile(
+    '"([^"]*)"'
+    "|\u201c([^\u201d]*)\u201d"
+    "|`([^`]*)`"
+    "|(?<!\\w)'([^']*)'(?!\\w)"
+    "|(?<!\\w)\u2018([^\u2019]*)\u2019(?!\\w)")
+_QUOTE_ALPHABET = "\"'`\u201c\u201d\u2018\u2019 a_1\u00e9\u0661."
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=_QUOTE_ALPHABET, max_size=40))
+def test_quoted_strings_agree_with_the_old_pattern(text: str) -> None:
+    assert quoted_strings(text) == ["".join(g) for g in _OLD_QUOTED.findall(text)]
+
+
+@pytest.mark.parametrize("text", [
+    'say "a" and \u201cb\u201d, `c`, \'d\' but not don\'t, \u2018e\u2019 or it\u2019s',
+    "'x'y 'z' \u2018a\u2019b \u2018c\u2019", "\u201c\u201c\u201d\u201d", "``` ```", "'''"])
+def test_quoted_strings_agree_with_the_old_pattern_on_examples(text: str) -> None:
+    assert quoted_strings(text) == ["".join(g) for g in _OLD_QUOTED.findall(text)]
+
+
+def _worst(unit: str, n: int) -> str:
+    return f"Is {unit * n} about 3 things?"
+
+
+# Openers without closers: each made the old pattern scan to the end of the text again.
+_PATHOLOGICAL = ["\u201c", "\u2018", " \u2018", "`\u201c", "\u201c\u2018", " '\u2019a", "x\"'"]
+
+
+@pytest.mark.parametrize("unit", _PATHOLOGICAL)
+def test_guard_of_pathological_quotes_is_cheap(unit: str) -> None:
+    # 100,000 openers: the old pattern needed hours (30,000 took 18 s); the scanner takes
+    # milliseconds. The bound is CPU time and two orders of magnitude above what it needs.
+    text = _worst(unit, 100_000)
+    started = time.process_time()
+    guard_of(text)
+    assert time.process_time() - started < 2.0
+
+
+def test_guard_of_grows_linearly() -> None:
+    # n and 8n openers: linear work grows ~8x, the old quadratic work 64x. Best of three
+    # (CPU time) on each side so a busy machine does not decide the ratio.
+    def cost(n: int) -> float:
+        text = _worst("\u201c", n)
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            guard_of(text)
+            best = min(best, time.process_time() - started)
+        return max(best, 1e-6)
+
+    assert cost(160_000) / cost(20_000) < 24
+
+
+def test_a_last_message_past_the_query_bound_is_keyed_exact_only_and_never_scanned() -> None:
+    # The guard is linear, but a 16 MiB question would still hold the loop for a second; one
+    # longer than any embedding model reads gets no semantic side, so it is not scanned at all.
+    at_bound = key({"model": "m", "messages": [
+        {"role": "user", "content": "\u201c" * MAX_QUERY_CHARS}]})
+    assert at_bound.namespace is not None and at_bound.guard
+    body = {"model": "m", "messages": [{"role": "user",
+                                        "content": "\u201c" * (MAX_QUERY_CHARS + 1)}]}
+    past = key(body)
+    assert (past.namespace, past.query, past.guard) == (None, "", "")
+    assert past.exact != at_bound.exact

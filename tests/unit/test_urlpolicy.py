@@ -83,3 +83,36 @@ def test_the_normal_form_lowercases_and_encodes_the_host() -> None:
     target = parse_target("HTTPS://Bücher.Example:443/a?b=1#frag")
     assert (target.scheme, target.host, target.port) == ("https", "xn--bcher-kva.example", 443)
     assert target.url == "https://xn--bcher-kva.example:443/a?b=1"
+
+
+# Issue 38 point 11: every v6 spelling that embeds an IPv4 address is judged by that address.
+def _v6_spellings(v4: str) -> list[str]:
+    import ipaddress
+
+    n = int(ipaddress.IPv4Address(v4))
+    hi, lo = f"{n >> 16:x}", f"{n & 0xFFFF:x}"
+    inverted = n ^ 0xFFFFFFFF
+    return [f"::ffff:{v4}", f"::ffff:0:{v4}", f"::{v4}", f"::{hi}:{lo}", f"64:ff9b::{v4}",
+            f"64:ff9b::{hi}:{lo}", f"64:ff9b:1::{v4}", f"64:ff9b:1:{hi}:{lo}::",
+            f"2002:{hi}:{lo}::1", f"2002:{hi}:{lo}:1:2:3:4:5",
+            # Teredo: a public server (65.54.227.120), the client bit-inverted in the tail
+            f"2001:0:4136:e378:8000:63bf:{inverted >> 16:x}:{inverted & 0xFFFF:x}"]
+
+
+@pytest.mark.parametrize("v4", ["169.254.169.254", "127.0.0.1", "10.0.0.1"])
+def test_v6_addresses_embedding_a_private_ipv4_are_refused(v4: str) -> None:
+    for v6 in _v6_spellings(v4):
+        assert not address_allowed(v6, False), v6
+        assert address_allowed(v6, True), v6  # a prefix naming it explicitly still may
+        with pytest.raises(UrlRefused, match="private address"):
+            check(f"https://[{v6}]/x.png", (parse_prefix("https://", host_required=False),),
+                  "--fetch-allow")
+
+
+def test_v6_addresses_embedding_a_public_ipv4_stay_allowed() -> None:
+    for v6 in _v6_spellings("8.8.8.8"):
+        if v6.startswith("64:ff9b:1:"):
+            continue  # the local-use NAT64 prefix is judged not global (urlpolicy says why)
+        assert address_allowed(v6, False), v6
+    assert address_allowed("2606:4700:4700::1111", False)  # plain public v6 unchanged
+    assert not address_allowed("64:ff9b:1::808:808", False)

@@ -30,6 +30,10 @@ import orjson
 ROUTE_RESPONSES = "responses"
 ROUTE_CHAT = "chat"
 
+# The longest last user message the semantic side takes (longer: exact only). Past an
+# embedding model's context a question is not embedded whole anyway, and the guard scans it on
+# the event loop: linear, but 16 MiB of it is a second (issue 38); 32 Ki chars is milliseconds.
+MAX_QUERY_CHARS = 32 * 1024
 # Fields that choose the transport, not the answer: one entry serves both.
 _TRANSPORT = ("stream", "stream_options")
 
@@ -56,7 +60,8 @@ def parse_cache_control(value: str | None) -> Directives:
 @dataclass(frozen=True, slots=True)
 class CacheKey:
     exact: str
-    # None when the last user message is not plain text (or there is none): exact only.
+    # None when the last user message is not plain text (or there is none), or is longer than
+    # MAX_QUERY_CHARS: exact only.
     namespace: str | None = None
     query: str = ""  # the last user message's text, what the semantic side embeds
     guard: str = ""
@@ -84,7 +89,7 @@ def cache_key(tenant: str, route: str, material: dict[str, Any]) -> CacheKey:
         return CacheKey(exact)
     assert isinstance(messages, list)
     query = _text_of(messages[index].get("content"))
-    if not query:
+    if not query or len(query) > MAX_QUERY_CHARS:
         return CacheKey(exact)
     blanked = list(messages)
     blanked[index] = {"role": "user", "content": None}
@@ -150,12 +155,44 @@ _NEGATIONS = frozenset((
     "wouldnt", "shouldnt", "couldnt", "hasnt", "havent", "hadnt", "mustnt", "neednt", "aint",
 ))
 _WORD = re.compile("[a-z]+(?:['\u2019][a-z]+)?")
-_QUOTED = re.compile(
-    '"([^"]*)"'                            # "double"
-    "|\u201c([^\u201d]*)\u201d"             # curly double
-    "|`([^`]*)`"                           # `code`
-    "|(?<!\\w)'([^']*)'(?!\\w)"              # 'single', not an apostrophe inside a word
-    "|(?<!\\w)\u2018([^\u2019]*)\u2019(?!\\w)")  # curly single
+# Quote kinds: opener → (closer, whether it must stand outside a word on both sides, as an
+# apostrophe inside "don't" is no quote). Scanned, not matched by a regex: an alternation of
+# `open([^close]*)close` retries from every opener that has no closer, which is quadratic
+# (30,000 unclosed \u201c froze the event loop for 18 s, issue 38).
+_QUOTES = {'"': ('"', False), "\u201c": ("\u201d", False), "`": ("`", False),
+           "'": ("'", True), "\u2018": ("\u2019", True)}
+
+
+def quoted_strings(text: str) -> list[str]:
+    """The quoted strings of `text`, left to right, non-overlapping: each opener's quote ends
+    at the first closer after it (for the word-bound kinds only when that closer is not
+    followed by a word character; else the opener is no quote). Linear: the position of the
+    next closer of each kind is looked up once and reused until the scan passes it."""
+    out: list[str] = []
+    next_closer: dict[str, int] = {}  # closer → its next position (-1: none left)
+    i, end = 0, len(text)
+    while i < end:
+        char = text[i]
+        kind = _QUOTES.get(char)
+        if kind is None or (kind[1] and i > 0 and _is_word(text[i - 1])):
+            i += 1
+            continue
+        closer, bounded = kind
+        at = next_closer.get(closer, i)
+        if 0 <= at <= i:
+            at = text.find(closer, i + 1)
+            next_closer[closer] = at
+        if at < 0 or (bounded and at + 1 < end and _is_word(text[at + 1])):
+            i += 1
+            continue
+        out.append(text[i + 1:at])
+        i = at + 1
+    return out
+
+
+def _is_word(char: str) -> bool:
+    """`\\w` of Python's `re` on str patterns."""
+    return char.isalnum() or char == "_"
 
 
 def guard_of(text: str) -> str:
@@ -166,5 +203,5 @@ def guard_of(text: str) -> str:
     numbers = [m.group(0).replace(",", "") for m in _NUMBER.finditer(text)]
     numbers += [_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS]
     negations = sum(1 for w in words if w.replace("'", "") in _NEGATIONS or w.endswith("n't"))
-    quoted = ["".join(groups) for groups in _QUOTED.findall(text)]
+    quoted = quoted_strings(text)
     return orjson.dumps([numbers, negations, quoted]).decode()

@@ -1,11 +1,12 @@
 """Media URLs of a request, fetched by the proxy and sent to the fleet inline (issue 23).
 
-vLLM fetches the URL of an `image_url` (and `audio_url`, `video_url`) part itself, from the GPU
-nodes: a client's `http://169.254.169.254/...` would be read from inside the fleet's network
-(SSRF), and a name vetted here could resolve elsewhere there (rebinding) or redirect there. So
-the proxy fetches each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved
-once and the connection made to the vetted address (proxy/egress.py), and hands vLLM a data:
-URL: the fleet never fetches anything a client named.
+vLLM fetches the URL of an `image_url` (`audio_url`, `video_url`, and every other spelling its
+parser reads: core/chatparts.py) part itself, from the GPU nodes: a client's
+`http://169.254.169.254/...` would be read from inside the fleet's network (SSRF), and a name
+vetted here could resolve elsewhere there (rebinding) or redirect there. So the proxy fetches
+each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved once and the
+connection made to the vetted address (proxy/egress.py), and hands vLLM a data: URL: the
+fleet never fetches anything a client named.
 
 Chosen over passing vetted URLs through (which costs nothing here but leaves rebinding and
 redirects to the fleet's own client): the proxy holds each fetched file while the request is
@@ -32,6 +33,7 @@ from urllib.parse import urljoin
 
 import anyio
 
+from proxy.core.chatparts import media_urls
 from proxy.core.errors import InvalidRequest
 from proxy.core.request.items import image_urls
 from proxy.core.types import Item
@@ -43,8 +45,6 @@ if TYPE_CHECKING:
 
 MAX_REDIRECTS = 3
 PARALLEL = 4
-# Chat part type → (the key of its URL object, the content type family it must be).
-CHAT_PARTS = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
 ALLOW = "--fetch-allow"
 # The family of an input_file's URL: any content type (the text extractor tells what it is).
 ANY = "*"
@@ -104,14 +104,15 @@ class MediaFetcher:
 
     async def inline_chat(self, messages: Any) -> bool:
         """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
-        place. Whether anything was replaced. Malformed parts are left to vLLM to refuse."""
-        found = list(_chat_parts(messages))
-        wanted = {url: (family, where) for _, url, family, where in found}
+        place: every spelling vLLM would fetch, in every role (core/chatparts.py). Whether
+        anything was replaced. A part that cannot be classified is a 400 naming it."""
+        found = list(media_urls(messages))
+        wanted = {ref.url: (ref.family, ref.where) for ref in found}
         if not wanted:
             return False
         data = await self._fetch_all(wanted)
-        for holder, url, _, _ in found:
-            holder["url"] = data[url]
+        for ref in found:
+            ref.holder[ref.slot] = data[ref.url]
         return True
 
     async def _fetch_all(self, wanted: dict[str, tuple[str, str]]) -> dict[str, str]:
@@ -191,24 +192,3 @@ class MediaFetcher:
 
 def _encoded(size: int) -> int:
     return (size + 2) // 3 * 4
-
-
-def _chat_parts(messages: Any) -> Iterable[tuple[dict[str, Any], str, str, str]]:
-    """(the object holding the URL, the URL, its family, its path) of each media part of chat
-    messages whose URL is not a data: URL."""
-    if not isinstance(messages, list):
-        return
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if not isinstance(kind, str) or kind not in CHAT_PARTS:
-                continue
-            holder = part.get(kind)
-            if isinstance(holder, str):  # the bare-string form some clients send
-                holder = part[kind] = {"url": holder}
-            url = holder.get("url") if isinstance(holder, dict) else None
-            if isinstance(url, str) and url[:5].lower() != "data:":
-                yield holder, url, CHAT_PARTS[kind], f"messages[{i}].content[{j}].{kind}"

@@ -103,11 +103,8 @@ class RequestInputs:
                        if url is not None else {})
             return await self._text(tenant, part, where, fetched)
 
-        rendered = await self.prompts.render_into(tenant, body, one_file)
         # The rendered instructions are part of what the request expands to: a file's text
-        # in a variable is bounded like one in `input`.
-        if len(str(rendered.get("instructions") or "").encode()) > self.media.max_bytes:
-            raise InvalidRequest(f"Invalid 'prompt': the rendered prompt is larger than "
-                                 f"{self.media.max_bytes} bytes (--max-body-bytes).",
-                                 param="prompt")
-        return rendered
+        # in a variable is bounded like one in `input`, and a template repeating a value is
+        # refused before it is built.
+        return await self.prompts.render_into(tenant, body, one_file,
+                                               max_bytes=self.media.max_bytes)

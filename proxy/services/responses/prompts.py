@@ -20,14 +20,15 @@ from proxy.core.fields import at, bad
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.prompts import (
     MAX_VERSIONS,
+    Expansion,
     image_marker,
     image_message,
     input_items,
     missing,
-    names,
     parse_ref,
     parse_template,
     render,
+    too_large,
 )
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.store.base import Store
@@ -90,11 +91,15 @@ class Prompts:
             raise self._missing(prompt_id)
         return {"id": prompt_id, "object": "prompt.deleted", "deleted": True}
 
-    async def render_into(self, tenant: str, body: dict[str, Any], file_text: FileText
-                          ) -> dict[str, Any]:
+    async def render_into(self, tenant: str, body: dict[str, Any], file_text: FileText, *,
+                          max_bytes: int) -> dict[str, Any]:
         """`body` with its `prompt` rendered into `instructions` (before the create's own),
         or unchanged when it names none. An unknown id or version is a 400 naming it (what a
-        create names that does not exist is the request's fault, as previous_response_id)."""
+        create names that does not exist is the request's fault, as previous_response_id).
+        The instructions may be no larger than `max_bytes`: their size is added up as each
+        value is known (core/prompts.py `Expansion`), and past it the create is a 400 naming
+        the variable that pushed it over (`prompt` for a default), before the next value is
+        read and before any text is built."""
         if body.get("prompt") is None:
             return body
         ref = parse_ref(body["prompt"])
@@ -105,9 +110,15 @@ class Prompts:
                              f"{f' version {ref.version}' if ref.version else ''} not found.")
         template = str(prompt["prompt"])
         defaults = prompt.get("variables") or {}
+        own = body.get("instructions")
+        own = own if isinstance(own, str) and own else ""
+        expansion = Expansion.of(template)
+        size = expansion.fixed + (len(own.encode()) + 2 if own else 0)
+        if size > max_bytes:
+            raise too_large("prompt", max_bytes)
         values: dict[str, str] = {}
         images: dict[str, dict[str, Any]] = {}
-        for name in names(template):
+        for name, count in expansion.occurrences.items():
             given = ref.variables.get(name)
             if isinstance(given, dict) and given.get("type") == "input_image":
                 values[name] = image_marker(name)
@@ -118,9 +129,12 @@ class Prompts:
                 values[name] = str(defaults[name])
             else:
                 raise missing(name)
+            size += count * len(values[name].encode())
+            if size > max_bytes:
+                raise too_large(at("prompt.variables", name) if name in ref.variables
+                                else "prompt", max_bytes)
         text = render(template, values)
-        own = body.get("instructions")
-        if isinstance(own, str) and own:
+        if own:
             text = f"{text}\n\n{own}"
         echoed = {"id": ref.id, "version": str(prompt["version"]),
                   "variables": ref.variables or None}

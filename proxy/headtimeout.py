@@ -1,0 +1,140 @@
+"""uvicorn's HTTP/1.1 protocols with a deadline on each request head (`--header-timeout`) and the
+keep-alive timeout on a new connection (issue 38 point 12).
+
+uvicorn starts its only timer, keep-alive, after a response: a connection that never sends a
+request, or sends half a head and stalls (a byte at a time is enough), holds a descriptor and
+a slot for as long as its peer likes; a few hundred of them starve every key. So:
+- a new connection gets the keep-alive timer at once: silent for `timeout_keep_alive`, closed,
+  as an idle keep-alive connection is;
+- the first byte of every request head (the first request's or a later one's on a kept-alive
+  connection) starts a deadline: the head must be complete `--header-timeout` seconds later, or
+  the connection is closed (nginx's `client_header_timeout`). The deadline is fixed when the
+  head starts, so trickling bytes do not extend it. A complete head ends it: the body then has
+  the app's `--body-timeout`, and a WebSocket upgrade (a complete head) is not timed here.
+
+A slow but honest client sends a head (a few hundred bytes) in one round trip: the default, 10
+s, is thousands of round trips on any network a client of this API uses.
+
+Both protocols uvicorn may pick are covered (its `auto` is httptools, installed with the proxy):
+`protocol_for(name, seconds)` gives the subclass for a uvicorn `http` setting, which `serve`
+passes as `Config(http=...)` in every process (`--workers N` included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+DEFAULT_HEADER_TIMEOUT = 10.0
+
+
+class HeadDeadline:
+    """One connection's deadline for the request head it is reading; `expire` runs past it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float,
+                 expire: Callable[[], None]) -> None:
+        self._loop = loop
+        self._seconds = seconds
+        self._expire = expire
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Start the deadline unless it runs already (a head's later bytes do not move it)."""
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._seconds, self._fire)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._expire()
+
+
+class H11HeadTimeout(H11Protocol):
+    header_timeout: ClassVar[float] = DEFAULT_HEADER_TIMEOUT
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head = HeadDeadline(self.loop, self.header_timeout, self._head_expired)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        _idle_until_first_request(self)
+
+    def data_received(self, data: bytes) -> None:
+        # h11 reads a peer `IDLE` until a whole request head has arrived.
+        if self.conn.their_state is h11.IDLE:
+            self._head.start()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._head.stop()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head.stop()
+        super().connection_lost(exc)
+
+    def _head_expired(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+class HttpToolsHeadTimeout(HttpToolsProtocol):
+    header_timeout: ClassVar[float] = DEFAULT_HEADER_TIMEOUT
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head = HeadDeadline(self.loop, self.header_timeout, self._head_expired)
+        self._in_body = False  # from a head's end to its message's end (llhttp's callbacks)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        _idle_until_first_request(self)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._in_body:  # bytes of a head
+            self._head.start()
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._head.stop()
+        self._in_body = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head.stop()
+        super().connection_lost(exc)
+
+    def _head_expired(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def _idle_until_first_request(protocol: H11Protocol | HttpToolsProtocol) -> None:
+    """The keep-alive timer on a new connection (uvicorn arms it only after a response); the
+    protocol's own `data_received` cancels it at the first byte."""
+    protocol.timeout_keep_alive_task = protocol.loop.call_later(
+        protocol.timeout_keep_alive, protocol.timeout_keep_alive_handler)
+
+
+def protocol_for(http: str, seconds: float) -> type[asyncio.Protocol]:
+    """The protocol class for uvicorn's `http` setting (`auto`, `httptools`, `h11`), with
+    `seconds` as its head deadline."""
+    if http == "h11":
+        base: type[asyncio.Protocol] = H11HeadTimeout
+    elif http in ("auto", "httptools"):  # auto: httptools, which the proxy requires (http1.py)
+        base = HttpToolsHeadTimeout
+    else:
+        raise ValueError(f"no head deadline for uvicorn's http={http!r}")
+    return type(base.__name__, (base,), {"header_timeout": seconds})
