@@ -192,6 +192,33 @@ class Limiter:
             # The lease expires by itself; the tokens are not counted.
             log.warning("could not record the end of a limited request: %s", exc.message)
 
+    # -- work charged outside a request's ticket: embeddings (services/metering/embedding.py)
+    def counts_tokens(self, tenant: str) -> bool:
+        """The key has a `tpm` or a `token_budget`: its tokens are counted."""
+        held = self._table.get(tenant)
+        return held is not None and bool(held.limits.tpm or held.limits.token_budget)
+
+    async def left(self, tenant: str) -> int | None:
+        """Tokens the key may still spend (None: no budget). Raises QuotaExceeded when none
+        are left, and StoreUnavailable when the count cannot be read (a budget fails closed,
+        as at admission)."""
+        held = self._table.get(tenant)
+        budget = held.limits.token_budget if held is not None else None
+        if held is None or not budget:
+            return None
+        left = budget - await self._counters.used(tenant)
+        if left <= 0:
+            raise self._refused(held, "budget", 1)
+        return left
+
+    async def charge(self, tenant: str, tokens: int) -> None:
+        """Count `tokens` in the key's minute (`tpm`) and total (`token_budget`) now."""
+        held = self._table.get(tenant)
+        if held is None or tokens <= 0:
+            return
+        ticket = self._ticket(tenant, held.limits, None)
+        await ticket.end(tokens)
+
     async def run(self) -> None:
         """Renew this instance's leases every third of their life, while it lives."""
         while True:

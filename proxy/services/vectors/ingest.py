@@ -12,7 +12,8 @@ and running a file twice only writes the same chunks again (finish_file replaces
         ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
         ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
            last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
-           (no embedding model, the fleet failed, the store is full)
+           (no embedding model, the fleet failed, the store is full, the key's token budget
+           was spent before the last chunk: its embeddings count in the key's tpm and budget)
 
 A store that is unavailable midway (StoreUnavailable) is raised: the entry stays pending and a
 reclaim retries it. Nothing of the file's text is logged.
@@ -34,6 +35,7 @@ from proxy.core.vectorsearch import unit_rows
 from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
 from proxy.tracing import Tracing
@@ -61,8 +63,11 @@ def is_ingestion(entry_id: str) -> bool:
 class Ingester:
     def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
                  settings: VectorSettings, *, ttl_of: Any,
-                 tracing: Tracing | None = None) -> None:
+                 tracing: Tracing | None = None,
+                 accounts: EmbeddingAccounts | None = None) -> None:
         self._stores = stores
+        # The file's key pays its chunks' embeddings; none is made once its budget is spent.
+        self._accounts = accounts or EmbeddingAccounts()
         self._tracing = tracing  # None: no span per ingestion (proxy/tracing.py)
         self._files = files
         self._embedder = embedder
@@ -134,9 +139,12 @@ class Ingester:
             raise _Failed(SERVER_ERROR, f"the file makes {len(texts)} chunks; a vector store "
                                         f"holds at most {self._settings.max_chunks}")
         try:
-            vectors = unit_rows(await self._embedder.embed(texts))
+            vectors = unit_rows(await self._embedder.embed(
+                texts, self._accounts.account_for(tenant)))
         except EmbeddingFailed as exc:
             raise _Failed(SERVER_ERROR, str(exc)) from None
+        except QuotaExceeded as exc:  # checked before each call: the rest is not embedded
+            raise _Failed(SERVER_ERROR, f"indexing stopped: {exc.message}") from None
         blob = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
         meta = await self._files.retrieve(tenant, file["id"])
         return StoredChunks({"file_id": file["id"], "filename": meta.get("filename") or "",
