@@ -32,7 +32,12 @@ from websockets.sync.client import ClientConnection, connect
 from proxy.core.tenancy import tenant_of
 from proxy.store import keys
 from tests.conftest import SimControl
-from tests.support.servers import ServerProcess, start_proxy, wait_for
+from tests.support.servers import (
+    ServerProcess,
+    start_proxy,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -49,6 +54,8 @@ KEYS = {
         {"key": "sk-meter-other", "name": "other", "rpm": 1000},
         {"key": "sk-meter-ws-a", "name": "ws-a", "rpm": 1000},
         {"key": "sk-meter-ws-b", "name": "ws-b", "rpm": 1000},
+        {"key": "sk-meter-split", "name": "split", "tpm": 10_000_000,
+         "token_budget": 10_000_000},
     ],
 }
 VALVE = "The Zephyr valve opens at 42 bar of pressure. It is serviced every spring by the crew."
@@ -156,6 +163,49 @@ def test_a_key_past_its_budget_gets_no_more_embedding(proxy: ServerProcess, sim:
     assert refused.value.body["code"] == "insufficient_quota"  # type: ignore[index]
     assert sim.stats()["embedding_requests"] == calls
     assert used(store, key) == spent
+
+
+@pytest.fixture(scope="module")
+def split(simulator: ServerProcess, redis_server: ServerProcess,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess,
+                                                                     redis.Redis]]:
+    """An HTTP instance with the keys file and no worker, and an instance running the jobs
+    started without it (README: a worker needs no --keys-file): the jobs carry their key's
+    limits. (A `worker` process takes no --embedding-model: ingestion needs `serve`.)"""
+    db = DB + 1
+    store = redis.Redis(port=redis_server.port, db=db)
+    store.flushdb()
+    path: Path = tmp_path_factory.mktemp("split") / "keys.json"
+    path.write_bytes(orjson.dumps(KEYS))
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    server = start_proxy(simulator.url, "--keys-file", str(path), "--embedding-model", MODEL,
+                         "--no-worker", redis_url=url)
+    worker = start_proxy(simulator.url, "--embedding-model", MODEL,
+                         "--heartbeat-interval", "0.5", redis_url=url)
+    yield server, store
+    worker.stop()
+    server.stop()
+
+
+def test_a_worker_without_the_keys_file_charges_the_jobs_embeddings(
+        split: tuple[ServerProcess, redis.Redis]) -> None:
+    server, store = split
+    key = "sk-meter-split"
+    client = sdk(server, key)
+    vs_id, done = indexed(client, (VALVE + " ") * 40)
+    assert done.status == "completed", done.last_error
+    ingested = used(store, key)
+    assert ingested > 0  # the ingestion's chunks, embedded by the worker
+    made = client.responses.create(model=MODEL, input=QUESTION, background=True, store=True,
+                                   tools=[{"type": "file_search", "vector_store_ids": [vs_id]}])
+    final = wait_status(server, made.id, {"completed", "failed", "incomplete"},
+                        headers={"authorization": f"Bearer {key}"})
+    assert final["status"] == "completed", final
+    call = final["output"][0]
+    assert call["type"] == "file_search_call" and call["status"] == "completed"
+    query_tokens = sum(len(q.split()) for q in call["queries"])  # the simulator's count
+    assert wait_for(lambda: used(store, key) > ingested + query_tokens, 10.0)
+    assert used(store, key) == ingested + final["usage"]["total_tokens"] + query_tokens
 
 
 # -- point 13 (a) ------------------------------------------------------------------------------

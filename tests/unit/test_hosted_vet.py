@@ -11,6 +11,7 @@ import pytest
 from proxy.core.errors import NotFound
 from proxy.core.hosted import FILE_SEARCH, HostedKind
 from proxy.services.generation.hosted import HostedTools, TracedRunner
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.vectors.filesearch import FileSearch
 
 
@@ -20,6 +21,7 @@ class Stores:
 
     held: dict[str, set[str]]
     asked: list[tuple[str, str]] = field(default_factory=list)
+    accounts: EmbeddingAccounts = field(default_factory=EmbeddingAccounts)  # no limits
 
     async def known(self, tenant: str, vs_id: str) -> bool:
         self.asked.append((tenant, vs_id))
@@ -46,7 +48,8 @@ async def test_a_store_the_key_does_not_hold_is_refused_naming_the_tool(traced: 
         await tools.vet("a", TOOLS)
     assert refused.value.param == "tools[1].vector_store_ids"
     assert "vs_theirs" in refused.value.message
-    await tools.vet("b", [{"type": "file_search", "vector_store_ids": ["vs_theirs"]}])
+    assert await tools.vet("b", [{"type": "file_search", "vector_store_ids": ["vs_theirs"]}]
+                           ) == {"file_search": {}}
     assert ("b", "vs_theirs") in stores.asked
 
 
@@ -56,6 +59,6 @@ async def test_kinds_without_a_check_and_requests_without_tools_pass() -> None:
         kind: HostedKind = FILE_SEARCH
 
     tools = HostedTools({FILE_SEARCH.name: Plain()})  # type: ignore[dict-item]
-    await tools.vet("a", TOOLS)
-    await HostedTools().vet("a", TOOLS)
-    await tools.vet("a", None)
+    assert await tools.vet("a", TOOLS) == {}
+    assert await HostedTools().vet("a", TOOLS) == {}
+    assert await tools.vet("a", None) == {}

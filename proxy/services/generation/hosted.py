@@ -46,11 +46,14 @@ class HostedTools:
     def get(self, kind: str) -> HostedRunner | None:
         return self.runners.get(kind)
 
-    async def vet(self, tenant: str, tools: Any) -> None:
+    async def vet(self, tenant: str, tools: Any) -> dict[str, dict[str, Any]]:
         """Before the model runs: each hosted tool of the request (`tools`, already parsed
         and valid) whose runner can check its options against what the key holds (a
         file_search's vector stores) is checked; what it refuses is the request's 404 or 400,
-        naming `tools[i]...`, with no upstream call made and nothing stored."""
+        naming `tools[i]...`, with no upstream call made and nothing stored. Returns what the
+        runners add to their kind's options for the run (by kind name): what the request's
+        process knows and a worker may not (the key's token limits)."""
+        extras: dict[str, dict[str, Any]] = {}
         for i, tool in enumerate(tools if isinstance(tools, list) else ()):
             kind = tool.get("type") if isinstance(tool, dict) else None
             runner = next((r for r in self.runners.values() if kind in r.kind.tool_types),
@@ -59,7 +62,9 @@ class HostedTools:
             if runner is None or vet is None or runner.kind.parse is None:
                 continue
             path = at("tools", i)
-            await vet(tenant, runner.kind.parse(tool, path), path)
+            extras.setdefault(runner.kind.name, {}).update(
+                await vet(tenant, runner.kind.parse(tool, path), path))
+        return extras
 
     def traced(self, tracing: Tracing | None) -> HostedTools:
         """The same runners, each call in a span of its own when tracing is on."""
@@ -69,12 +74,13 @@ class HostedTools:
                             for name, r in self.runners.items()})
 
 
-Vet = Callable[[str, dict[str, Any], str], Awaitable[None]]
+Vet = Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
 
 
 def _vet_of(runner: HostedRunner | None) -> Vet | None:
     """A runner's optional `vet(tenant, options, path)`: raises a ProxyError naming `path`
-    when the request's options for its kind cannot be served for this key."""
+    when the request's options for its kind cannot be served for this key; else returns what
+    it adds to those options for the run."""
     vet: Vet | None = getattr(runner, "vet", None)
     return vet
 
@@ -87,10 +93,9 @@ class TracedRunner:
     runner: HostedRunner
     tracing: Tracing
 
-    async def vet(self, tenant: str, options: dict[str, Any], path: str) -> None:
+    async def vet(self, tenant: str, options: dict[str, Any], path: str) -> dict[str, Any]:
         vet = _vet_of(self.runner)
-        if vet is not None:
-            await vet(tenant, options, path)
+        return await vet(tenant, options, path) if vet is not None else {}
 
     async def run(self, arguments: str, first: int, call: HostedCall = NO_CALL) -> HostedResult:
         with self.tracing.tool_span(self.kind.name, "hosted") as span:

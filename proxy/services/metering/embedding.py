@@ -8,12 +8,15 @@ turns of its generation. Before each call the key's budget is read (one GET); a 
 nothing left gets no call (`QuotaExceeded`). What one call may overrun is bounded by the
 embedder (services/fleet/embeddings.py cuts a call to what is left).
 
-A key without limits costs nothing: no account is made (`account_for` gives None).
+A key without limits costs nothing: no account is made (`account_for` gives None). An
+ingestion's job carries its key's token limits (`job_limit`, as a background response's job
+carries its ticket): a worker started without `--keys-file` charges it all the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.services.fleet.embeddings import EmbeddingAccount
 from proxy.services.metering.limits import Limiter
@@ -23,12 +26,16 @@ from proxy.services.metering.limits import Limiter
 class KeyEmbeddings:
     limiter: Limiter
     tenant: str
+    per_minute: bool
+    in_total: bool
+    budget: int | None
 
     async def left(self) -> int | None:
-        return await self.limiter.left(self.tenant)
+        return await self.limiter.left(self.tenant, self.budget)
 
     async def spent(self, tokens: int) -> None:
-        await self.limiter.charge(self.tenant, tokens)
+        await self.limiter.charge(self.tenant, tokens, per_minute=self.per_minute,
+                                  in_total=self.in_total)
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,22 @@ class EmbeddingAccounts:
 
     limiter: Limiter | None = None
 
-    def account_for(self, tenant: str) -> EmbeddingAccount | None:
-        limiter = self.limiter
-        if limiter is None or not limiter.counts_tokens(tenant):
+    def job_limit(self, tenant: str) -> dict[str, Any] | None:
+        """The key's token limits as a job's spec carries them (None: it has none)."""
+        limits = self.limiter.token_limits(tenant) if self.limiter is not None else None
+        if limits is None:
             return None
-        return KeyEmbeddings(limiter, tenant)
+        return {"minute": bool(limits.tpm), "total": bool(limits.token_budget),
+                "budget": limits.token_budget}
+
+    def account_for(self, tenant: str, job_limit: dict[str, Any] | None = None
+                    ) -> EmbeddingAccount | None:
+        """`job_limit`: the limits a job carried (`job_limit`), else this process's own."""
+        limiter = self.limiter
+        held = job_limit if job_limit is not None else self.job_limit(tenant)
+        if limiter is None or not held:
+            return None
+        budget = held.get("budget")
+        return KeyEmbeddings(limiter, tenant, per_minute=bool(held.get("minute")),
+                             in_total=bool(held.get("total")),
+                             budget=budget if isinstance(budget, int) and budget > 0 else None)

@@ -35,12 +35,16 @@ class FileSearch:
     def __init__(self, searcher: Searcher) -> None:
         self._searcher = searcher
 
-    async def vet(self, tenant: str, options: dict[str, Any], path: str) -> None:
-        """Every store the tool names is one of this key's (one HGET each: at most 16)."""
+    async def vet(self, tenant: str, options: dict[str, Any], path: str) -> dict[str, Any]:
+        """Every store the tool names is one of this key's (one HGET each: at most 16). The
+        key's token limits join the run's options: a background response's worker, maybe
+        started without `--keys-file`, charges its queries' embeddings with them."""
         for vs_id in options.get("vector_store_ids") or ():
             if not await self._searcher.known(tenant, str(vs_id)):
                 raise NotFound(f"No vector store found with id '{vs_id}'.",
                                param=at(path, "vector_store_ids"))
+        limit = self._searcher.accounts.job_limit(tenant)
+        return {"limit": limit} if limit else {}
 
     async def run(self, arguments: str, first: int, call: HostedCall | None = None
                   ) -> HostedResult:
@@ -58,7 +62,7 @@ class FileSearch:
                 call.tenant, stores, query,
                 limit=int(options.get("max_num_results") or DEFAULT_FILE_RESULTS),
                 threshold=float(ranking.get("score_threshold") or 0.0),
-                filters=options.get("filters"))
+                filters=options.get("filters"), job_limit=_limit_of(options))
         except UnknownStore as exc:
             return search_failed(query, f"no vector store {exc.vs_id!r}", include=include)
         except (EmbeddingFailed, ProxyError) as exc:
@@ -67,3 +71,8 @@ class FileSearch:
         log.info("file search: %d passages in %.0f ms", len(hits),
                  (time.monotonic() - started) * 1000)
         return searched(query, hits, first, include=include)
+
+
+def _limit_of(options: dict[str, Any]) -> dict[str, Any] | None:
+    limit = options.get("limit")
+    return limit if isinstance(limit, dict) else None

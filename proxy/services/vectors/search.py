@@ -45,14 +45,16 @@ class Searcher:
         self._held = 0
 
     async def search(self, tenant: str, vs_ids: list[str], query: str, *, limit: int,
-                     threshold: float = 0.0, filters: dict[str, Any] | None = None
-                     ) -> list[Hit]:
+                     threshold: float = 0.0, filters: dict[str, Any] | None = None,
+                     job_limit: dict[str, Any] | None = None) -> list[Hit]:
         """Raises UnknownStore (no such store for this key), EmbeddingFailed, or QuotaExceeded
-        (the key's token budget is spent: no embedding is made)."""
+        (the key's token budget is spent: no embedding is made). `job_limit`: the key's token
+        limits as a job carried them (services/metering/embedding.py), else this process's."""
         corpora = [await self.corpus(tenant, vs_id) for vs_id in vs_ids]
         if not any(c.texts for c in corpora):
             return []
-        vector = (await self.embedder.embed([query], self.accounts.account_for(tenant)))[0]
+        account = self.accounts.account_for(tenant, job_limit)
+        vector = (await self.embedder.embed([query], account))[0]
         results = []
         for corpus in corpora:
             if len(corpus.texts) > THREAD_ROWS:

@@ -222,7 +222,9 @@ class VectorStores:
             raise bad("file_ids", f"A vector store holds at most {self.settings.max_files} "
                                   "files (--vector-store-max-files).")
         for file in files:
-            entry, spec = job_of(tenant, vs_id, file["id"], current_traceparent())
+            # The key's token limits ride in the job: a worker without --keys-file charges it.
+            entry, spec = job_of(tenant, vs_id, file["id"], current_traceparent(),
+                                 limit=self.searcher.accounts.job_limit(tenant))
             if not await self.queue.enqueue(entry, spec, limit=self.max_queued):
                 failed = {**file, "status": "failed", "last_error": {
                     "code": v.SERVER_ERROR, "message": "the ingestion queue is full; add the "
