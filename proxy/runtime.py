@@ -173,7 +173,14 @@ class Runtime:
             backend.leases, events, ttl=settings.store.lease_ttl, owner=worker_name(),
             interrupt=draining.interrupt)
         stored = StoredResponses(store, events.followers, settings.streams, leases=leases)
-        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
+        # Always built (no I/O until used): jobs of limited keys may come from other instances.
+        limits = Limiter(backend.limits,
+                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
+                         refused=metrics.rate_limited)
+        # Every embedding (vector stores, the semantic cache) is charged to its key.
+        accounts = EmbeddingAccounts(limits)
+        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store,
+                               accounts=accounts)
                  if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
@@ -192,13 +199,8 @@ class Runtime:
             "delete_file": "delete_vector_store_file"})
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
                       max_in_flight=settings.limits.max_uploads_in_flight)
-        # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(backend.limits,
-                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
-                         refused=metrics.rate_limited)
         # Vector stores: searched by the REST API and by file_search, their files ingested by
         # the worker; vectors from the fleet's --embedding-model, charged to their key.
-        accounts = EmbeddingAccounts(limits)
         searcher = Searcher(backend.vectors,
                             Embedder(fleet, settings.cache.embedding_model,
                                      timeout=settings.timeouts.first_byte),

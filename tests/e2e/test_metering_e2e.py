@@ -56,6 +56,7 @@ KEYS = {
         {"key": "sk-meter-ws-b", "name": "ws-b", "rpm": 1000},
         {"key": "sk-meter-split", "name": "split", "tpm": 10_000_000,
          "token_budget": 10_000_000},
+        {"key": "sk-meter-cache", "name": "cache", "token_budget": 10_000_000},
     ],
 }
 VALVE = "The Zephyr valve opens at 42 bar of pressure. It is serviced every spring by the crew."
@@ -206,6 +207,31 @@ def test_a_worker_without_the_keys_file_charges_the_jobs_embeddings(
     query_tokens = sum(len(q.split()) for q in call["queries"])  # the simulator's count
     assert wait_for(lambda: used(store, key) > ingested + query_tokens, 10.0)
     assert used(store, key) == ingested + final["usage"]["total_tokens"] + query_tokens
+
+
+def test_the_semantic_caches_embedding_counts_in_the_budget(
+        simulator: ServerProcess, redis_server: ServerProcess, sim: SimControl,
+        tmp_path: Path) -> None:
+    db = DB + 2
+    store = redis.Redis(port=redis_server.port, db=db)
+    store.flushdb()
+    path = tmp_path / "keys.json"
+    path.write_bytes(orjson.dumps(KEYS))
+    server = start_proxy(simulator.url, "--keys-file", str(path), "--embedding-model", MODEL,
+                         "--cache", "semantic",
+                         redis_url=f"redis://127.0.0.1:{redis_server.port}/{db}")
+    try:
+        key = "sk-meter-cache"
+        sim.reset()
+        answer = sdk(server, key).responses.create(model=MODEL, input=QUESTION)
+        assert sim.stats()["embedding_requests"] == 1  # the lookup embedded the question
+        assert answer.usage is not None
+        # Its tokens (one per word in the simulator) count with the answer's.
+        expected = answer.usage.total_tokens + len(QUESTION.split())
+        assert wait_for(lambda: used(store, key) >= expected, 10.0)
+        assert used(store, key) == expected
+    finally:
+        server.stop()
 
 
 # -- point 13 (a) ------------------------------------------------------------------------------
