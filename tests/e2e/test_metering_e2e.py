@@ -91,8 +91,11 @@ def used(store: redis.Redis, key: str) -> int:
     return int(store.get(keys.limit_used(tenant_of(key))) or 0)
 
 
-def minute_tokens(store: redis.Redis, key: str) -> int:
-    return int(store.hget(keys.limit_minute(tenant_of(key)), keys.F_LIMIT_TOKENS) or 0)
+def minute(store: redis.Redis, key: str) -> tuple[int, int]:
+    """The key's current window (minute number) and the tokens counted in it."""
+    window, tokens = store.hmget(keys.limit_minute(tenant_of(key)),
+                                 [keys.F_LIMIT_WINDOW, keys.F_LIMIT_TOKENS])
+    return int(window or -1), int(tokens or 0)
 
 
 def same_minute(seconds_needed: float = 10.0) -> None:
@@ -129,18 +132,22 @@ def test_embedded_tokens_count_in_tpm_and_the_budget(proxy: ServerProcess, sim: 
                                                      store: redis.Redis) -> None:
     key = "sk-meter-count"
     client = sdk(proxy, key)
-    same_minute()
-    before, minute_before = used(store, key), minute_tokens(store, key)
+    before = used(store, key)
     vs_id, done = indexed(client, (VALVE + " ") * 40)
     assert done.status == "completed", done.last_error
     ingested = used(store, key) - before
     assert ingested > 0  # the simulator reports `usage`: its prompt_tokens were charged
+    assert minute(store, key)[1] > 0  # ... in the minute too
     sim.reset()
+    window, tokens = minute(store, key)
     client.vector_stores.search(vs_id, query=QUESTION)
     assert sim.stats()["embedding_requests"] == 1
-    # The query's tokens as the simulator counts them (one per word) are charged, at once.
-    assert used(store, key) - before == ingested + len(QUESTION.split())
-    assert minute_tokens(store, key) - minute_before == ingested + len(QUESTION.split())
+    # The query's tokens as the simulator counts them (one per word) are charged, at once, in
+    # the total and in the minute (a new minute holds this search alone).
+    query = len(QUESTION.split())
+    assert used(store, key) - before == ingested + query
+    now_window, now_tokens = minute(store, key)
+    assert now_tokens == (tokens + query if now_window == window else query)
 
 
 def test_a_key_past_its_budget_gets_no_more_embedding(proxy: ServerProcess, sim: SimControl,
