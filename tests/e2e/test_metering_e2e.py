@@ -179,7 +179,8 @@ def split(simulator: ServerProcess, redis_server: ServerProcess,
                                                                      redis.Redis]]:
     """An HTTP instance with the keys file and no worker, and an instance running the jobs
     started without it (README: a worker needs no --keys-file): the jobs carry their key's
-    limits. (A `worker` process takes no --embedding-model: ingestion needs `serve`.)"""
+    limits. (A second `serve`: the `worker` command takes `--embedding-model` only from
+    its environment, PROXY_EMBEDDING_MODEL.)"""
     db = DB + 1
     store = redis.Redis(port=redis_server.port, db=db)
     store.flushdb()
