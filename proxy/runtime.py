@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
@@ -39,6 +40,7 @@ from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
 from proxy.services.jobs.shares import QueueShare
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.metering.limits import Limiter, limit_table
 from proxy.services.process.drain import Drain
 from proxy.services.process.loops import LoopSupervisor, TaskSet
@@ -53,6 +55,7 @@ from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
+from proxy.settings.groups import StreamSettings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.tracing import Tracing, traced_writes
@@ -103,6 +106,8 @@ class Process:
     # is known; services/process/sealing.py).
     read_secret: Callable[[], Awaitable[None]] | None = None
     loops: list[asyncio.Task[None]] = field(default_factory=list)
+    # WebSocket connections open per key in this process (`--ws-max-connections-per-key`).
+    sockets: KeySlots = field(default_factory=lambda: KeySlots(StreamSettings.ws_max_per_key))
 
 
 @dataclass
@@ -169,7 +174,14 @@ class Runtime:
             backend.leases, events, ttl=settings.store.lease_ttl, owner=worker_name(),
             interrupt=draining.interrupt)
         stored = StoredResponses(store, events.followers, settings.streams, leases=leases)
-        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store)
+        # Always built (no I/O until used): jobs of limited keys may come from other instances.
+        limits = Limiter(backend.limits,
+                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
+                         refused=metrics.rate_limited)
+        # Every embedding (vector stores, the semantic cache) is charged to its key.
+        accounts = EmbeddingAccounts(limits)
+        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store,
+                               accounts=accounts)
                  if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
@@ -189,15 +201,16 @@ class Runtime:
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
                       max_in_flight=settings.limits.max_uploads_in_flight)
         # Vector stores: searched by the REST API and by file_search, their files ingested by
-        # the worker; vectors from the fleet's --embedding-model.
+        # the worker; vectors from the fleet's --embedding-model, charged to their key.
         searcher = Searcher(backend.vectors,
                             Embedder(fleet, settings.cache.embedding_model,
                                      timeout=settings.timeouts.first_byte),
-                            cache_bytes=settings.vectors.cache_bytes)
+                            cache_bytes=settings.vectors.cache_bytes, accounts=accounts)
         vector_stores = VectorStores(backend.vectors, files, queue, searcher, settings.vectors,
                                      ttl=ttl, share=QueueShare.of(settings.jobs))
         ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
-                            ttl_of=vector_stores.ttl_left, tracing=tracing)
+                            ttl_of=vector_stores.ttl_left, tracing=tracing,
+                            accounts=accounts)
         generations = Generations(
             gateway, McpClient(connect_timeout=settings.timeouts.connect,
                                call_timeout=settings.mcp.timeout, tracing=tracing),
@@ -209,10 +222,6 @@ class Runtime:
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
         prompts = Prompts(backend.prompts, store, ttl=ttl)
         runner = None
-        # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(backend.limits,
-                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
-                         refused=metrics.rate_limited)
         if settings.jobs.run if worker is None else worker:
             runner = Worker(queue, generations, settings, shared=backend.shared,
                             supervisor=supervisor, limits=limits, ingest=ingester.run)
@@ -235,6 +244,7 @@ class Runtime:
             process=Process(
                 http=client, tasks=tasks, supervisor=supervisor, draining=draining,
                 worker=runner, limits=limits, leases=leases,
+                sockets=KeySlots(settings.streams.ws_max_per_key),
                 read_secret=None if sealer.ready else functools.partial(
                     keep_reading, sealer, backend.secret)),
         )

@@ -158,6 +158,9 @@ class StreamSettings:
     # Seconds a WebSocket connection lives before it is closed with the error
     # `websocket_connection_limit_reached`.
     ws_max_age: float = 3600.0
+    # WebSocket connections one key may hold open at once in one process; one more handshake
+    # is refused with a 429 (issue 38 point 13).
+    ws_max_per_key: int = 16
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
 

@@ -120,6 +120,9 @@ OPTIONS: tuple[Option, ...] = (
            "seconds a stream may wait on a client that stopped reading"),
     _serve("ws_max_age", "streams.ws_max_age", c.seconds,
            "seconds a WebSocket connection lasts before it is closed"),
+    _serve("ws_max_connections_per_key", "streams.ws_max_per_key", c.count,
+           "WebSocket connections one key holds open at once in one process; past it the "
+           "handshake is a 429"),
     # -- serve and worker ------------------------------------------------------------------
     Option("upstreams", "fleet.upstreams", c.upstreams, "vLLM server root URL (repeatable)",
            flag="--upstream", env=("PROXY_UPSTREAMS",), repeat=True),

@@ -110,6 +110,7 @@ return 1
 
 class LimitStore:
     def __init__(self, client: Redis) -> None:
+        self._client = client
         self._admit = client.register_script(LIMIT_ADMIT)
         self._finish = client.register_script(LIMIT_FINISH)
         self._renew = client.register_script(LIMIT_RENEW)
@@ -132,6 +133,12 @@ class LimitStore:
             await self._finish(keys=_keys(tenant),
                                args=[max(0, tokens), lease or "", "1" if per_minute else "0",
                                      "1" if in_total else "0"])
+
+    async def used(self, tenant: str) -> int:
+        """The key's tokens counted in total (its `token_budget`'s spent part)."""
+        with store_errors():
+            held = await self._client.get(keys.limit_used(tenant))
+        return int(held or 0)
 
     async def renew(self, tenant: str, leases: Sequence[str], *, lease_ms: int,
                     adopt: bool = False) -> None:

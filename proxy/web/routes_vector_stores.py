@@ -1,6 +1,6 @@
 """`/v1/vector_stores` routes (the SDK's `client.vector_stores`, `.files`, `.file_batches`,
-`.search`), each one service call (services/vectors/stores.py). The ones that store count in
-the key's `rpm` (web/limiting.py)."""
+`.search`), each one service call (services/vectors/stores.py). The ones that store or make
+the fleet work (a search embeds its query) count in the key's `rpm` (web/limiting.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from starlette.routing import Route
 from proxy.core.request.paging import parse_page
 from proxy.services.vectors.stores import VectorStores
 from proxy.web.incoming import json_body, path_id, tenant
-from proxy.web.limiting import metered_write
+from proxy.web.limiting import metered_write, metering
 from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of
 
@@ -50,8 +50,12 @@ async def delete(request: Request) -> Response:
 
 
 async def search(request: Request) -> Response:
+    """Counted in `rpm` (its query is embedded by the fleet); the embedding's tokens are
+    charged to the key by the searcher (services/metering/embedding.py)."""
     body = await json_body(request)
-    return json_response(await _stores(request).search(tenant(request), _vs(request), body))
+    async with metering(request):
+        return json_response(await _stores(request).search(tenant(request), _vs(request),
+                                                           body))
 
 
 async def create_file(request: Request) -> Response:

@@ -13,8 +13,10 @@ bounded memory of the last responses so `store: false` chains continue
 reading loses the connection, as a stalled SSE client does), frames up to `--max-body-bytes`
 bytes (a larger one gets a 413 error frame, up to uvicorn's `ws_max_size` past which the
 transport closes the socket with 1009: see proxy/cli.py), and a life of `--ws-max-age`
-seconds. Pings are uvicorn's (`ws_ping_interval`). A client that leaves cancels its response,
-which closes the upstream request as for an HTTP client.
+seconds. One key holds at most `--ws-max-connections-per-key` sockets open in one process
+(core/keyslots.py); one more handshake is refused with a 429. Pings are uvicorn's
+(`ws_ping_interval`). A client that leaves cancels its response, which closes the upstream
+request as for an HTTP client.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from proxy.core.errors import (
     InvalidRequest,
     PayloadTooLarge,
     ProxyError,
+    RateLimited,
     StoreUnavailable,
     failure_cause,
 )
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.responses.localchains import LocalChains
 from proxy.web.auth import PUBLIC_TENANT
+from proxy.web.errors import error_response
 from proxy.web.limiting import metering
 from proxy.web.state import runtime_of
 
@@ -189,6 +193,33 @@ class _Connection:
 
 async def responses_socket(websocket: WebSocket) -> None:
     runtime = runtime_of(websocket)
+    tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
+    # A place among the key's sockets in this process for the connection's whole life, freed
+    # however it ends (the `with`): a key cannot hold every descriptor for `--ws-max-age`.
+    with runtime.process.sockets.taken(tenant) as free:
+        if not free:
+            await _refuse(websocket, RateLimited(
+                f"This key has {runtime.process.sockets.per_key} WebSocket connections open "
+                "on this server (--ws-max-connections-per-key); close one, or retry later.",
+                retry_after=1))
+            return
+        await _serve(websocket, runtime)
+
+
+async def _refuse(websocket: WebSocket, error: ProxyError) -> None:
+    """Refused at the handshake with the error as an HTTP response (the WebSocket Denial
+    Response extension, which uvicorn offers); a server without it gets the error frame on an
+    accepted socket, closed at once (1008, policy)."""
+    log.info("websocket handshake refused: %s", error.code)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(error))
+        return
+    await websocket.accept()
+    await websocket.send_text(error_frame(error).decode())
+    await websocket.close(code=1008)
+
+
+async def _serve(websocket: WebSocket, runtime: Runtime) -> None:
     await websocket.accept()
     connection = _Connection(websocket, runtime)
     loop = asyncio.get_running_loop()

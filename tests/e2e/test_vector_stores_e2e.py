@@ -166,16 +166,14 @@ def test_another_keys_stores_and_files_are_unknown(pair: tuple[ServerProcess, Se
     with pytest.raises(openai.NotFoundError) as caught:  # A's file, into B's store
         b.vector_stores.files.create(vector_store_id=own.id, file_id=built["pdf"])
     assert caught.value.body["param"] == "file_id"  # type: ignore[index]
-    # file_search over A's store for B: the call fails, nothing of A's is shown or cited.
-    answer = b.responses.create(model=MODEL, input=QUESTION, tools=[
-        {"type": "file_search", "vector_store_ids": [built["store"]]}],
-        include=["file_search_call.results"])
-    call = answer.output[0]
-    assert call.type == "file_search_call" and call.status == "failed"
-    assert not call.results
-    assert "42 bar" not in answer.output_text
-    assert not [a for m in answer.output if m.type == "message" for p in m.content
-                if p.type == "output_text" for a in p.annotations]
+    # file_search over A's store for B: a 404 naming the tool's field, before the model runs
+    # (issue 38 point 13; tests/e2e/test_metering_e2e.py has every transport).
+    with pytest.raises(openai.NotFoundError) as caught:
+        b.responses.create(model=MODEL, input=QUESTION, tools=[
+            {"type": "file_search", "vector_store_ids": [built["store"]]}],
+            include=["file_search_call.results"])
+    assert caught.value.body["param"] == "tools[0].vector_store_ids"  # type: ignore[index]
+    assert "42 bar" not in str(caught.value.body)
     assert a.vector_stores.retrieve(built["store"]).file_counts.completed == 2
 
 

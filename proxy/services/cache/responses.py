@@ -43,7 +43,7 @@ from proxy.core.cache.key import (
     responses_material,
 )
 from proxy.core.cache.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
-from proxy.core.errors import StoreUnavailable, failure_cause
+from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.create import ResponsesRequest
@@ -51,6 +51,7 @@ from proxy.core.types import EventBatch, Item, ResponseObject
 from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.services.fleet.fleet import Fleet
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
 from proxy.store.base import Store, StoredResponse
@@ -93,8 +94,10 @@ OFF = Lookup()
 class ResponseCache:
     def __init__(self, store: RedisCache, fleet: Fleet, settings: Settings, metrics: Metrics,
                  tasks: TaskSet, objects: Store, *, clock: Callable[[], float] = time.time,
-                 ids: IdFactory = new_id) -> None:
+                 ids: IdFactory = new_id, accounts: EmbeddingAccounts | None = None) -> None:
         self._store = store
+        # The key a query's embedding is charged to (its tpm and token_budget, issue 38).
+        self._accounts = accounts or EmbeddingAccounts()
         self._objects = objects  # where a stored hit goes, like any stored response
         self._ids = ids
         self._fleet = fleet
@@ -178,7 +181,7 @@ class ResponseCache:
             return
         if not self._semantic or key.namespace is None:
             return
-        found.vector = await self.embed(key.query)
+        found.vector = await self.embed(key.query, tenant)
         if found.vector is None:
             return
         exact = await self._nearest(tenant, key, found.vector)
@@ -223,11 +226,16 @@ class ResponseCache:
             planes = self._planes[vector.size] = Hyperplanes(vector.size)
         return planes
 
-    async def embed(self, text: str) -> Vector | None:
+    async def embed(self, text: str, tenant: str | None = None) -> Vector | None:
         """The text's unit vector from the fleet, or None: an error, a refusal or a call slower
-        than `--cache-embedding-timeout` is a miss, never a failed request."""
+        than `--cache-embedding-timeout` is a miss, never a failed request. Charged to
+        `tenant`'s tokens; a key whose budget is spent (or whose count cannot be read) gets no
+        embedding: a miss too (its request was admitted, its next one is refused)."""
         try:
-            rows = await self._embedder.embed([text])
+            rows = await self._embedder.embed(
+                [text], self._accounts.account_for(tenant) if tenant is not None else None)
+        except ProxyError:
+            return None
         except EmbeddingFailed:
             if self._embedder.model is not None:
                 self._metrics.cache_embedding_error()
@@ -257,7 +265,8 @@ class ResponseCache:
         assert key is not None
         vector: VectorWrite | None = None
         if self._semantic and key.namespace is not None:
-            embedded = found.vector if found.vector is not None else await self.embed(key.query)
+            embedded = (found.vector if found.vector is not None
+                        else await self.embed(key.query, tenant))
             if embedded is not None:
                 vector = VectorWrite(key.namespace, self._hyperplanes(embedded).bucket(embedded),
                                      key.guard, to_bytes(embedded))

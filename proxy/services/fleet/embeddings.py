@@ -6,12 +6,18 @@ Batched: at most `BATCH` texts per call, calls one after another (a big file doe
 every slot of a replica at once). Each call is bounded by `timeout` seconds; any failure (no
 model configured, a refusal, a body that is not vLLM's, a timeout) is `EmbeddingFailed`, whose
 message says what (never the texts).
+
+Metered (issue 38 point 10): an `EmbeddingAccount` (the key's, services/metering/embedding.py)
+is asked before each call what is left of the key's budget (it raises when nothing is), and is
+told each call's tokens after it: the fleet's `usage`, or the texts' bytes / 4 when the answer
+has none. A call is cut to the texts whose estimate fits what is left (at least one text), so
+one embedding run overruns a budget by at most one call's estimate error or one text.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -25,8 +31,29 @@ BATCH = 64
 MAX_TEXT_CHARS = 32_000
 
 
+# A text's tokens estimated from its bytes when the fleet reports no usage (as for a cut
+# stream: services/metering/meter.py BYTES_PER_TOKEN).
+BYTES_PER_TOKEN = 4
+
+
 class EmbeddingFailed(Exception):
     pass
+
+
+class EmbeddingAccount(Protocol):
+    """Whose embedding work this is: asked before each call, told after it."""
+
+    async def left(self) -> int | None:
+        """Tokens the key may still spend (None: no budget). Raises (a ProxyError, e.g.
+        QuotaExceeded) when nothing is left: no call is made then."""
+        ...
+
+    async def spent(self, tokens: int) -> None:
+        ...
+
+
+def estimated(text: str) -> int:
+    return max(1, len(text.encode()) // BYTES_PER_TOKEN)
 
 
 class Embedder:
@@ -38,19 +65,28 @@ class Embedder:
         # Texts are cut to this (None: sent whole; the cache embeds its query as it is).
         self._max_chars = max_chars
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        """(len(texts), dim) float32, in order."""
+    async def embed(self, texts: list[str], account: EmbeddingAccount | None = None
+                    ) -> np.ndarray:
+        """(len(texts), dim) float32, in order. `account`: the key charged, checked before
+        each call (module docstring)."""
         if self.model is None:
             raise EmbeddingFailed("this server has no --embedding-model to index files with")
+        if self._max_chars is not None:
+            texts = [t[:self._max_chars] for t in texts]
         rows: list[np.ndarray] = []
-        for start in range(0, len(texts), BATCH):
-            batch = texts[start:start + BATCH]
-            if self._max_chars is not None:
-                batch = [t[:self._max_chars] for t in batch]
-            rows.append(await self._call(batch))
+        start = 0
+        while start < len(texts):
+            left = await account.left() if account is not None else None
+            batch = _fitting(texts[start:start + BATCH], left)
+            matrix, used = await self._call(batch)
+            if account is not None:
+                await account.spent(used if used is not None else
+                                    sum(estimated(t) for t in batch))
+            rows.append(matrix)
+            start += len(batch)
         return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
-    async def _call(self, texts: list[str]) -> np.ndarray:
+    async def _call(self, texts: list[str]) -> tuple[np.ndarray, int | None]:
         assert self.model is not None
         body = orjson.dumps({"model": self.model, "input": texts})
         try:
@@ -68,13 +104,32 @@ class Embedder:
         return _parse(raw, len(texts))
 
 
-def _parse(raw: bytes, count: int) -> np.ndarray:
+def _fitting(texts: list[str], left: int | None) -> list[str]:
+    """The first texts whose estimated tokens fit in `left` (at least one: the caller's
+    account has refused already when nothing is left)."""
+    if left is None:
+        return texts
+    total = 0
+    for n, text in enumerate(texts):
+        total += estimated(text)
+        if total > left:
+            return texts[:max(1, n)]
+    return texts
+
+
+def _parse(raw: bytes, count: int) -> tuple[np.ndarray, int | None]:
+    """The vectors, and the tokens the answer's `usage` reports (None: none reported)."""
     try:
-        data: Any = orjson.loads(raw)["data"]
+        body: Any = orjson.loads(raw)
+        data = body["data"]
         ordered = sorted(data, key=lambda d: int(d["index"]))
         matrix = np.array([d["embedding"] for d in ordered], dtype=np.float32)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise EmbeddingFailed("the embedding model's answer is not vLLM's shape") from None
     if matrix.ndim != 2 or len(matrix) != count or matrix.shape[1] == 0:
         raise EmbeddingFailed("the embedding model's answer has the wrong number of vectors")
-    return matrix
+    usage = body.get("usage") if isinstance(body, dict) else None
+    used = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(used, int) and isinstance(usage, dict):
+        used = usage.get("total_tokens")
+    return matrix, used if isinstance(used, int) and used >= 0 else None

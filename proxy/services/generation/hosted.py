@@ -10,10 +10,11 @@ plus a runner here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from proxy.core.fields import at
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
 from proxy.tracing import Tracing
 
@@ -45,12 +46,43 @@ class HostedTools:
     def get(self, kind: str) -> HostedRunner | None:
         return self.runners.get(kind)
 
+    async def vet(self, tenant: str, tools: Any) -> dict[str, dict[str, Any]]:
+        """Before the model runs: each hosted tool of the request (`tools`, already parsed
+        and valid) whose runner can check its options against what the key holds (a
+        file_search's vector stores) is checked; what it refuses is the request's 404 or 400,
+        naming `tools[i]...`, with no upstream call made and nothing stored. Returns what the
+        runners add to their kind's options for the run (by kind name): what the request's
+        process knows and a worker may not (the key's token limits)."""
+        extras: dict[str, dict[str, Any]] = {}
+        for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            runner = next((r for r in self.runners.values() if kind in r.kind.tool_types),
+                          None)
+            vet = _vet_of(runner)
+            if runner is None or vet is None or runner.kind.parse is None:
+                continue
+            path = at("tools", i)
+            extras.setdefault(runner.kind.name, {}).update(
+                await vet(tenant, runner.kind.parse(tool, path), path))
+        return extras
+
     def traced(self, tracing: Tracing | None) -> HostedTools:
         """The same runners, each call in a span of its own when tracing is on."""
         if tracing is None:
             return self
         return HostedTools({name: TracedRunner(r.kind, r, tracing)
                             for name, r in self.runners.items()})
+
+
+Vet = Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+
+
+def _vet_of(runner: HostedRunner | None) -> Vet | None:
+    """A runner's optional `vet(tenant, options, path)`: raises a ProxyError naming `path`
+    when the request's options for its kind cannot be served for this key; else returns what
+    it adds to those options for the run."""
+    vet: Vet | None = getattr(runner, "vet", None)
+    return vet
 
 
 @dataclass  # not frozen: HostedRunner's `kind` is a plain attribute
@@ -60,6 +92,10 @@ class TracedRunner:
     kind: HostedKind
     runner: HostedRunner
     tracing: Tracing
+
+    async def vet(self, tenant: str, options: dict[str, Any], path: str) -> dict[str, Any]:
+        vet = _vet_of(self.runner)
+        return await vet(tenant, options, path) if vet is not None else {}
 
     async def run(self, arguments: str, first: int, call: HostedCall = NO_CALL) -> HostedResult:
         with self.tracing.tool_span(self.kind.name, "hosted") as span:

@@ -192,6 +192,34 @@ class Limiter:
             # The lease expires by itself; the tokens are not counted.
             log.warning("could not record the end of a limited request: %s", exc.message)
 
+    # -- work charged outside a request's ticket: embeddings (services/metering/embedding.py)
+    def token_limits(self, tenant: str) -> Limits | None:
+        """The key's limits when it has a `tpm` or a `token_budget` (its tokens are counted)."""
+        held = self._table.get(tenant)
+        if held is None or not (held.limits.tpm or held.limits.token_budget):
+            return None
+        return held.limits
+
+    async def left(self, tenant: str, budget: int | None) -> int | None:
+        """Tokens the key may still spend of `budget` (None: no budget). Raises QuotaExceeded
+        when none are left, and StoreUnavailable when the count cannot be read (a budget fails
+        closed, as at admission)."""
+        if not budget:
+            return None
+        left = budget - await self._counters.used(tenant)
+        if left <= 0:
+            held = self._table.get(tenant) or KeyLimits("of a queued job",
+                                                        Limits(token_budget=budget))
+            raise self._refused(held, "budget", 1)
+        return left
+
+    async def charge(self, tenant: str, tokens: int, *, per_minute: bool,
+                     in_total: bool) -> None:
+        """Count `tokens` now in the key's minute (`tpm`) and/or total (`token_budget`)."""
+        if tokens > 0:
+            await Ticket(self, tenant, None, per_minute=per_minute, in_total=in_total
+                         ).end(tokens)
+
     async def run(self) -> None:
         """Renew this instance's leases every third of their life, while it lives."""
         while True:

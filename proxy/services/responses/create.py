@@ -164,6 +164,14 @@ class ResponsesService:
                                 run_hosted=self._generations.hosted.tool_types())
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
+        if create is not None:
+            # Hosted tools naming what the key does not hold (another key's vector store) are
+            # refused now, before any upstream call or store write (issue 38 point 13).
+            extras = await self._generations.hosted.vet(tenant, body.get("tools"))
+            if extras:
+                request = request.evolved(hosted_options={
+                    kind: {**options, **extras.get(kind, {})}
+                    for kind, options in request.hosted_options.items()})
         if create is not None and (request.store or request.conversation):
             # Before any upstream call (compaction, truncation's count, the turn): a key that
             # holds its storage budget is refused now (429). The store's create checks again,

@@ -3,7 +3,8 @@ any instance's worker runs it, a single `make run` process too.
 
 The queue's entries are the responses' (`r`: an id, `s`: a spec); an ingestion is a second job
 kind on the same stream: its `r` starts with `INGEST_PREFIX` and its spec is
-`{"kind": "vector_store_file", "tenant", "vector_store_id", "file_id"}`. The worker
+`{"kind": "vector_store_file", "tenant", "vector_store_id", "file_id"}`, with the key's token
+limits (`limit`) when it has any. The worker
 (services/jobs/runner.py) hands such entries here instead of to a generation. The same
 heartbeats and reclaims apply: a worker that dies mid-file leaves the entry to be reclaimed,
 and running a file twice only writes the same chunks again (finish_file replaces them).
@@ -12,7 +13,8 @@ and running a file twice only writes the same chunks again (finish_file replaces
         ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
         ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
            last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
-           (no embedding model, the fleet failed, the store is full)
+           (no embedding model, the fleet failed, the store is full, the key's token budget
+           was spent before the last chunk: its embeddings count in the key's tpm and budget)
 
 A store that is unavailable midway (StoreUnavailable) is raised: the entry stays pending and a
 reclaim retries it. Nothing of the file's text is logged.
@@ -33,7 +35,8 @@ from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
 from proxy.core.vectorsearch import unit_rows
 from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
-from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
+from proxy.services.fleet.embeddings import Embedder, EmbeddingAccount, EmbeddingFailed
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
 from proxy.tracing import Tracing
@@ -44,13 +47,17 @@ INGEST_PREFIX = "vsjob_"
 KIND = "vector_store_file"
 
 
-def job_of(tenant: str, vs_id: str, file_id: str,
-           traceparent: str | None = None) -> tuple[str, bytes]:
+def job_of(tenant: str, vs_id: str, file_id: str, traceparent: str | None = None, *,
+           limit: dict[str, Any] | None = None) -> tuple[str, bytes]:
     """(the queue entry's id field, its spec) for one file's ingestion. `traceparent`: the
-    adding request's span (tracing on), the ingestion's parent across the queue."""
-    spec = {"kind": KIND, "tenant": tenant, "vector_store_id": vs_id, "file_id": file_id}
+    adding request's span (tracing on), the ingestion's parent across the queue. `limit`: the
+    key's token limits (services/metering/embedding.py `job_limit`), for the worker's charge."""
+    spec: dict[str, Any] = {"kind": KIND, "tenant": tenant, "vector_store_id": vs_id,
+                            "file_id": file_id}
     if traceparent:
         spec["traceparent"] = traceparent
+    if limit:
+        spec["limit"] = limit
     return f"{INGEST_PREFIX}{vs_id}_{file_id}", orjson.dumps(spec)
 
 
@@ -61,8 +68,11 @@ def is_ingestion(entry_id: str) -> bool:
 class Ingester:
     def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
                  settings: VectorSettings, *, ttl_of: Any,
-                 tracing: Tracing | None = None) -> None:
+                 tracing: Tracing | None = None,
+                 accounts: EmbeddingAccounts | None = None) -> None:
         self._stores = stores
+        # The file's key pays its chunks' embeddings; none is made once its budget is spent.
+        self._accounts = accounts or EmbeddingAccounts()
         self._tracing = tracing  # None: no span per ingestion (proxy/tracing.py)
         self._files = files
         self._embedder = embedder
@@ -77,17 +87,20 @@ class Ingester:
                                       str(data["file_id"]))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return  # not a spec we can read: dropped (its file stays visibly in_progress)
+        limit = data.get("limit")
+        account = self._accounts.account_for(tenant, limit if isinstance(limit, dict) else None)
         if self._tracing is None:
-            return await self._ingest(tenant, vs_id, file_id)
+            return await self._ingest(tenant, vs_id, file_id, account)
         parent = data.get("traceparent")
         # A child of the request that added the file, across the queue (as a background
         # job's); its embedding call and its writes are this span's children.
         with self._tracing.consumer_span(
                 f"ingest {KIND}", parent if isinstance(parent, str) else None,
                 {"proxy.vector_store.id": vs_id, "proxy.file.id": file_id}):
-            return await self._ingest(tenant, vs_id, file_id)
+            return await self._ingest(tenant, vs_id, file_id, account)
 
-    async def _ingest(self, tenant: str, vs_id: str, file_id: str) -> None:
+    async def _ingest(self, tenant: str, vs_id: str, file_id: str,
+                      account: EmbeddingAccount | None) -> None:
         file = await self._stores.get_file(tenant, vs_id, file_id)
         got = await self._stores.get(tenant, vs_id)
         if file is None or got is None or file.get("status") != "in_progress":
@@ -95,7 +108,7 @@ class Ingester:
         ttl = self._ttl_of(got[0])
         started = time.monotonic()
         try:
-            chunks = await self._chunks(tenant, file)
+            chunks = await self._chunks(tenant, file, account)
         except _Failed as exc:
             await self._fail(tenant, file, exc.code, exc.message, ttl)
             log.info("vector store file failed (%s) in %.0f ms", exc.code,
@@ -114,7 +127,8 @@ class Ingester:
         log.info("vector store file: %d chunks in %.0f ms", len(chunks.texts),
                  (time.monotonic() - started) * 1000)
 
-    async def _chunks(self, tenant: str, file: dict[str, Any]) -> StoredChunks:
+    async def _chunks(self, tenant: str, file: dict[str, Any],
+                      account: EmbeddingAccount | None) -> StoredChunks:
         try:
             text = await self._files.text_of(tenant, file["id"], "file")
         except InvalidRequest as exc:
@@ -134,9 +148,11 @@ class Ingester:
             raise _Failed(SERVER_ERROR, f"the file makes {len(texts)} chunks; a vector store "
                                         f"holds at most {self._settings.max_chunks}")
         try:
-            vectors = unit_rows(await self._embedder.embed(texts))
+            vectors = unit_rows(await self._embedder.embed(texts, account))
         except EmbeddingFailed as exc:
             raise _Failed(SERVER_ERROR, str(exc)) from None
+        except QuotaExceeded as exc:  # checked before each call: the rest is not embedded
+            raise _Failed(SERVER_ERROR, f"indexing stopped: {exc.message}") from None
         blob = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
         meta = await self._files.retrieve(tenant, file["id"])
         return StoredChunks({"file_id": file["id"], "filename": meta.get("filename") or "",

@@ -20,6 +20,7 @@ import numpy as np
 
 from proxy.core.vectorsearch import Corpus, FileMeta, Hit, merged, search
 from proxy.services.fleet.embeddings import Embedder
+from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.store.vectors import RedisVectorStores
 
 # Rows past which the product runs in a thread.
@@ -34,21 +35,26 @@ class UnknownStore(Exception):
 
 class Searcher:
     def __init__(self, stores: RedisVectorStores, embedder: Embedder, *,
-                 cache_bytes: int) -> None:
+                 cache_bytes: int, accounts: EmbeddingAccounts | None = None) -> None:
         self._stores = stores
         self.embedder = embedder
+        # The key a query's embedding is charged to (its tpm and token_budget).
+        self.accounts = accounts or EmbeddingAccounts()
         self._cache_bytes = cache_bytes
         self._cache: OrderedDict[tuple[str, str], tuple[int, Corpus]] = OrderedDict()
         self._held = 0
 
     async def search(self, tenant: str, vs_ids: list[str], query: str, *, limit: int,
-                     threshold: float = 0.0, filters: dict[str, Any] | None = None
-                     ) -> list[Hit]:
-        """Raises UnknownStore (no such store for this key) or EmbeddingFailed."""
+                     threshold: float = 0.0, filters: dict[str, Any] | None = None,
+                     job_limit: dict[str, Any] | None = None) -> list[Hit]:
+        """Raises UnknownStore (no such store for this key), EmbeddingFailed, or QuotaExceeded
+        (the key's token budget is spent: no embedding is made). `job_limit`: the key's token
+        limits as a job carried them (services/metering/embedding.py), else this process's."""
         corpora = [await self.corpus(tenant, vs_id) for vs_id in vs_ids]
         if not any(c.texts for c in corpora):
             return []
-        vector = (await self.embedder.embed([query]))[0]
+        account = self.accounts.account_for(tenant, job_limit)
+        vector = (await self.embedder.embed([query], account))[0]
         results = []
         for corpus in corpora:
             if len(corpus.texts) > THREAD_ROWS:
@@ -58,6 +64,10 @@ class Searcher:
                 hits = search(corpus, vector, limit=limit, threshold=threshold, filters=filters)
             results.append(hits)
         return merged(results, limit)
+
+    async def known(self, tenant: str, vs_id: str) -> bool:
+        """The key holds this store (another key's is as unknown as none)."""
+        return await self._stores.version(tenant, vs_id) is not None
 
     async def corpus(self, tenant: str, vs_id: str) -> Corpus:
         version = await self._stores.version(tenant, vs_id)

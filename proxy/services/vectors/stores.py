@@ -245,7 +245,9 @@ class VectorStores:
         if not files:
             return
         traceparent = current_traceparent()
-        jobs = [job_of(tenant, vs_id, file["id"], traceparent) for file in files]
+        # The key's token limits ride in the job: a worker without --keys-file charges it.
+        limit = self.searcher.accounts.job_limit(tenant)
+        jobs = [job_of(tenant, vs_id, file["id"], traceparent, limit=limit) for file in files]
         answer = await self.queue.enqueue(tenant, jobs, limit=self.share.per_key,
                                           total=self.share.total)
         if answer == "queued":
