@@ -108,3 +108,22 @@ def test_a_call_cut_before_its_arguments_has_a_done_and_no_delta() -> None:
     assert done["arguments"] == "" and done["name"] == "get_weather"
     final = events[-1]["response"]
     assert final["status"] == "incomplete" and final["output"][-1]["arguments"] == ""
+
+
+def test_a_call_to_a_tool_never_offered_is_kept_as_what_the_model_did() -> None:
+    # vLLM passes such a call through (OpenAI never returns one). Kept as a function_call item
+    # under the model's name (docs/SIMULATOR.md "Calls to tools never offered"): the client
+    # sees what the model did and can answer it with an error output; dropping it would leave
+    # a turn that ended in `tool_calls` with no call, failing it would lose the answer.
+    offered = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    raw = (REAL_032 / "tools_required.sse").read_bytes().replace(b'"get_weather"',
+                                                                 b'"delete_everything"')
+    events = assemble(raw, echo={"tools": offered})
+    check_stream(events)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed"
+    [call] = final["output"]
+    assert (call["type"], call["name"], call["status"]) == (
+        "function_call", "delete_everything", "completed")
+    assert call["arguments"] == '{"city": "Paris"}'
+    assert call["call_id"].startswith("chatcmpl-tool-")
