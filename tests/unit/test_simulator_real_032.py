@@ -173,3 +173,23 @@ def test_every_captured_chat_request_is_replayed_or_skipped_for_a_reason() -> No
     replayed = set(captures())
     assert len(replayed) >= 50 and SKIPPED.isdisjoint(replayed)
     assert set(STEER) <= replayed
+
+
+def test_token_ids_are_filled_only_when_the_request_asks() -> None:
+    # vLLM's `return_token_ids`: the captures never set it (every id field there is null)
+    config = SimConfig(models=(MODEL,), vllm_version="0.32")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi there"}],
+            "stream": True, "return_token_ids": True, "max_tokens": 3}
+
+    async def post(payload: dict[str, Any]) -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(config))
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as http:
+            return await http.post("/v1/chat/completions", json=payload)
+
+    chunks = data_payloads(asyncio.run(post(body)).content)
+    first, tokens = chunks[0], chunks[1:-1]
+    assert isinstance(first["prompt_token_ids"], list) and first["prompt_text"] is None
+    assert [len(c["choices"][0]["token_ids"]) for c in tokens] == [1, 1, 1]
+    whole = asyncio.run(post({**body, "stream": False})).json()
+    assert len(whole["choices"][0]["token_ids"]) == whole["usage"]["completion_tokens"] == 3
+    assert len(whole["prompt_token_ids"]) == whole["usage"]["prompt_tokens"]
