@@ -84,7 +84,8 @@ class Persona:
 # The newest real vLLM the simulator was checked against (tests/fixtures/vllm/real-0.32/).
 NEWEST: Version = (0, 32)
 GENERIC = Persona(call_style="hermes", since_032=True, null_content_calls=True)
-# The generic model as it was before 0.32's shapes (a test of those names it: --vllm-version).
+# The generic model as it was before 0.32's shapes: `SimConfig.legacy_shapes`, or any
+# --vllm-version before 0.32 (with that version's effects).
 LEGACY = Persona()
 
 
@@ -114,7 +115,7 @@ def resolve(name: str | None, version: Version | None, *, prompt_details: bool,
         return replace(generic, prompt_details=True) if prompt_details else generic
     v = version or DEFAULT_VERSION
     base = _FAMILIES[name] if name is not None else replace(LEGACY, reasoner=reasoner)
-    if v >= (0, 32):
+    if v >= NEWEST:
         base = replace(base, since_032=True, null_content_calls=base.call_style == "sim",
                        call_style="hermes" if base.call_style == "sim" else base.call_style)
     field = ("reasoning_content" if v <= (0, 11) else "both" if v <= (0, 15) else "reasoning")

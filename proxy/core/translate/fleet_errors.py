@@ -84,11 +84,14 @@ def for_responses(error: ProxyError) -> ProxyError:
     return mapped
 
 
-def failure_code(error: ProxyError) -> str:
+def failure_code(error: ProxyError) -> str | None:
     """The `response.failed` code of a job whose fleet refused it: the context's (the SDK's
-    codes do not list it but clients key on it), else `server_error`, said explicitly so that
-    a message naming `max_model_len` is not taken for an overflow."""
-    return CONTEXT_LENGTH_EXCEEDED if error.code == CONTEXT_LENGTH_EXCEEDED else "server_error"
+    codes do not list it but clients key on it); for any other 400 `server_error`, said
+    explicitly so that a message naming `max_model_len` is not taken for an overflow; None for
+    other failures (the assembler reads the message, as before)."""
+    if error.code == CONTEXT_LENGTH_EXCEEDED:
+        return CONTEXT_LENGTH_EXCEEDED
+    return "server_error" if isinstance(error, InvalidRequest) else None
 
 
 @contextlib.contextmanager
