@@ -229,6 +229,7 @@ def _simulate(args: argparse.Namespace) -> None:
         persona=args.persona,
         vllm_version=args.vllm_version,
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        legacy_shapes=False,
         **({"models": tuple(args.model)} if args.model else {}),
     )
     log.info("vLLM simulator on http://%s:%d", args.host, port)

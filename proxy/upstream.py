@@ -81,6 +81,11 @@ __all__ = [
 
 log = logging.getLogger("proxy.upstream")
 
+# The `param` of an upstream 400 that says the prompt is too long (None: an older vLLM named
+# none). vLLM 0.32 also says `max_model_len` when `max_tokens` alone is above it: that one is
+# the output's bound, not the context (core/translate/fleet_errors.py).
+_PROMPT_PARAMS = (None, "input_tokens", "messages", "prompt", "input")
+
 # Upper bound on an error body we read from an upstream, so a broken replica cannot make us
 # buffer without limit.
 _MAX_ERROR_BODY = 64 * 1024
@@ -131,7 +136,8 @@ def error_from_upstream(status: int, body: bytes, url: str) -> ProxyError:
     message = _without_address(message, url)
     if status == 400 and "--enable-auto-tool-choice" in message:
         return AutoToolChoiceUnavailable()
-    if (status == 400 or status == 413) and is_context_overflow(message):
+    if (status == 400 or status == 413) and is_context_overflow(message) \
+            and param in _PROMPT_PARAMS:
         return InvalidRequest(message, param=param or "input", code=CONTEXT_LENGTH_EXCEEDED)
     if status == 400 or status == 422:
         return InvalidRequest(message, param=param)

@@ -263,7 +263,8 @@ class Simulator:
             self.stats.chat(None, headers)
             raise
         self.stats.chat(body, headers)
-        top_logprobs = logprobs.requested(body)  # a schema check: before the others, as vLLM
+        # a schema check: before the others, as vLLM
+        top_logprobs = logprobs.requested(body, since_032=self._since_032(body))
         req = parse_chat(body, self.config)
         self.stats.prompt(req.text)
         fail = req.directives.fail
@@ -291,6 +292,11 @@ class Simulator:
             self.running[req.model] -= 1
             if engine_id is not None and not duplicate:
                 self.in_flight.discard(engine_id)
+
+    def _since_032(self, body: Any) -> bool:
+        model = body.get("model") if isinstance(body, dict) else None
+        return self.config.persona_for(model if isinstance(model, str)
+                                       else self.config.models[0]).since_032
 
     @staticmethod
     def engine_id(req: ChatRequest, header: str | None) -> str | None:

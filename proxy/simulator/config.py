@@ -41,6 +41,9 @@ class SimConfig:
     # every answer. Off, a persona or versioned model sends none; the generic model only with
     # the `cached=N` directive (as it always did).
     prompt_tokens_details: bool = False
+    # The generic model (no persona, no version) as it was before it took vLLM 0.32's shapes
+    # (personas.LEGACY): for the tests of those older shapes; no CLI flag.
+    legacy_shapes: bool = False
     # The CLI passes `models` as `**{...}`, which mypy checks against every field not passed
     # explicitly: pass any new field explicitly there. Fixed knobs live next to their use
     # (embeddings.DEFAULT_DIM, script.REASONER_TOKENS, app.STALL_TIMEOUT_S,
@@ -65,7 +68,7 @@ class SimConfig:
         version = personas.parse_version(self.vllm_version) if self.vllm_version else None
         return personas.resolve(personas.persona_of(model, self.persona), version,
                                 prompt_details=self.prompt_tokens_details,
-                                reasoner=is_reasoner(model))
+                                reasoner=is_reasoner(model), legacy=self.legacy_shapes)
 
 
 def is_reasoner(model: str) -> bool:

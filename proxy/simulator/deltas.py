@@ -66,6 +66,17 @@ def role_delta(plan: Plan) -> dict[str, Any]:
 
 def finish_delta(plan: Plan) -> dict[str, Any]:
     """The delta of a finish reason on its own chunk."""
+    if plan.persona.since_032:
+        # llama3_json ends a whole call with an empty fragment, the finish riding on it
+        last = plan.pieces[-1] if plan.pieces else None
+        if (plan.persona.finish_on_args and last is not None and last.kind == "args"
+                and last.index != plan.withheld_call and plan.finish_reason != "abort"):
+            return _with_calls(plan, {}, [_fragment(plan, Piece("args", "",
+                                                                index=last.index))])
+        if plan.persona.finish_on_args and plan.tool_mode == "auto" and last is not None \
+                and last.kind == "content":
+            return {"content": ""}  # llama3_json's text path writes one on the stop token
+        return {}
     if plan.tail_args:  # vLLM 0.10 sends the closing of a cut call with the finish
         index = max(p.index for p in plan.pieces if p.kind in ("call", "args"))
         return _with_calls(plan, {}, [_fragment(plan, Piece("args", plan.tail_args,
@@ -80,6 +91,8 @@ def rides_on(plan: Plan, step: Step) -> bool:
     last = step[-1][1]
     if plan.tail_args:
         return False
+    if persona.since_032:  # a stop token streams nothing: only a length cut rides
+        return plan.finish_reason == "length" and last.kind in ("content", "reasoning")
     if persona.finish_on_args and last.kind == "args":
         return True
     return not persona.finish_alone and last.kind in ("content", "reasoning")
@@ -96,6 +109,9 @@ def _with_calls(plan: Plan, delta: dict[str, Any],
     if plan.persona.null_reasoning_content and "reasoning_content" not in delta:
         delta["reasoning_content"] = None  # vLLM 0.12-0.15 sets it on every delta
     if calls:
+        if plan.persona.null_content_calls and plan.tool_mode in ("named", "required") \
+                and "content" not in delta:
+            delta = {"content": None, **delta}  # vLLM 0.32's forced calls
         delta["tool_calls"] = calls
     return delta
 

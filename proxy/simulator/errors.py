@@ -57,5 +57,13 @@ def bad_request(message: str, param: str | None = None) -> SimError:
     return SimError(400, message, param=param)
 
 
-def model_not_found(model: str) -> SimError:
-    return SimError(404, f"The model `{model}` does not exist.", param="model")
+def model_not_found(model: str, served: tuple[str, ...] | None = None) -> SimError:
+    """`served`: vLLM 0.32 lists the names it serves."""
+    aliases = f" Valid aliases: {', '.join(served)}." if served else ""
+    return SimError(404, f"The model `{model}` does not exist.{aliases}", param="model")
+
+
+def trailer(param: str, value: object = None) -> str:
+    """What vLLM 0.32 appends to a message naming the refused field (and its value)."""
+    shown = "" if value is None else f", value={value}"
+    return f" (parameter={param}{shown})"

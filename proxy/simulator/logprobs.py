@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.simulator.errors import bad_request, invalid
+from proxy.simulator.errors import bad_request, invalid, trailer
 from proxy.simulator.script import Piece, Plan
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -27,8 +27,9 @@ _ALTERNATIVES = (" the", " a", ",", ".", " and", " of", " to", " is", " in", " i
                  " that", " I", " you", " for", " on", " with", " as", " this", " be", " at")
 
 
-def requested(body: Any) -> int | None:
-    """How many alternatives per token (0-20) when `logprobs: true`; None when not asked."""
+def requested(body: Any, *, since_032: bool = False) -> int | None:
+    """How many alternatives per token (0-20) when `logprobs: true`; None when not asked.
+    `since_032`: vLLM 0.32 names the bound's field `logprobs`, with its trailer."""
     if not isinstance(body, dict):
         return None
     flag, top = body.get("logprobs"), body.get("top_logprobs")
@@ -45,8 +46,11 @@ def requested(body: Any) -> int | None:
         return None
     top = top or 0
     if top == -1 or top > MAX_LOGPROBS:
-        raise bad_request(f"Requested sample logprobs of {top}, which is greater than max "
-                          f"allowed: {MAX_LOGPROBS}", param="top_logprobs")
+        message = f"Requested sample logprobs of {top}, which is greater than max allowed: " \
+                  f"{MAX_LOGPROBS}"
+        if since_032:
+            raise bad_request(message + trailer("logprobs", top), param="logprobs")
+        raise bad_request(message, param="top_logprobs")
     return top
 
 

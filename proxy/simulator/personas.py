@@ -16,8 +16,21 @@ deepseek-r1: `deepseek_r1` reasoning; llama3: `llama3_json`). The shapes are tho
   - `completion_tokens_details.reasoning_tokens` only from 0.16, with a reasoning parser;
   - `prompt_tokens_details` only with `--enable-prompt-tokens-details`.
 
-`GENERIC` (no persona, no version) is the simulator as it always was: every rule above that
-would change an existing test's answer is off there.
+  - 0.32 (captured from a real vLLM 0.32.0, tests/fixtures/vllm/real-0.32/; `since_032`):
+    the first chunk carries `prompt_token_ids`/`prompt_text` and every later choice
+    `token_ids` (null unless the request sets `return_token_ids`); the finish of a stop comes
+    alone with `delta: {}` (a length cut rides on its last token); call heads have no
+    `arguments` key and ids are `chatcmpl-tool-` + 16 hex; a forced (named/required) call's
+    deltas start with `content: null` (not llama3_json's); llama3_json ends its calls with an
+    empty fragment carrying the finish; a call cut by max_tokens streams only its name; the
+    usage chunk (or, without one, the last chunk) carries `system_fingerprint`; errors name
+    vLLM's field in `param` and end `(parameter=X, value=Y)`; a prompt + max_tokens past the
+    context is accepted (the answer stops at the context), max_tokens alone past it is not.
+
+`GENERIC` (no persona, no version) is the simulator as it always was, except that it sends 0.32's
+shapes and makes 0.32's checks (`NEWEST`): what the fleet sends today is what `make test`
+exercises. Every other rule above that would change an existing test's answer is off there; a
+test of an older shape names its version (`--vllm-version 0.31` gives the shapes before 0.32).
 """
 
 from __future__ import annotations
@@ -60,13 +73,20 @@ class Persona:
     unique_request_ids: bool = False  # an X-Request-Id in flight fails the second request
     reasoning_details: bool | None = None  # usage's completion_tokens_details; None: as ever
     prompt_details: bool | None = None  # usage's prompt_tokens_details; None: as ever
+    since_032: bool = False  # vLLM 0.32's chunk shapes and request checks (module docstring)
+    null_content_calls: bool = False  # 0.32, not llama3_json: forced calls' `content: null`
 
     @property
     def versioned(self) -> bool:
         return self.version is not None
 
 
-GENERIC = Persona()
+# The newest real vLLM the simulator was checked against (tests/fixtures/vllm/real-0.32/).
+NEWEST: Version = (0, 32)
+GENERIC = Persona(call_style="hermes", since_032=True, null_content_calls=True)
+# The generic model as it was before 0.32's shapes: `SimConfig.legacy_shapes`, or any
+# --vllm-version before 0.32 (with that version's effects).
+LEGACY = Persona()
 
 
 def parse_version(text: str) -> Version:
@@ -86,13 +106,18 @@ def persona_of(model: str, configured: str | None) -> str | None:
 
 
 def resolve(name: str | None, version: Version | None, *, prompt_details: bool,
-            reasoner: bool) -> Persona:
+            reasoner: bool, legacy: bool = False) -> Persona:
     """The behaviour of one served model. `reasoner`: the generic rule (a name with
-    "reason") for a model without a persona."""
+    "reason") for a model without a persona. `legacy`: the generic model's shapes before
+    0.32 (`SimConfig.legacy_shapes`)."""
     if name is None and version is None:
-        return replace(GENERIC, prompt_details=True) if prompt_details else GENERIC
+        generic = LEGACY if legacy else GENERIC
+        return replace(generic, prompt_details=True) if prompt_details else generic
     v = version or DEFAULT_VERSION
-    base = _FAMILIES[name] if name is not None else replace(GENERIC, reasoner=reasoner)
+    base = _FAMILIES[name] if name is not None else replace(LEGACY, reasoner=reasoner)
+    if v >= NEWEST:
+        base = replace(base, since_032=True, null_content_calls=base.call_style == "sim",
+                       call_style="hermes" if base.call_style == "sim" else base.call_style)
     field = ("reasoning_content" if v <= (0, 11) else "both" if v <= (0, 15) else "reasoning")
     efforts = THREE_EFFORTS if v <= (0, 10) or name == "gpt-oss" else None
     return replace(

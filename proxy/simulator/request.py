@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from proxy.simulator import directives, tokens
 from proxy.simulator.config import SimConfig
-from proxy.simulator.errors import bad_request, invalid, model_not_found
+from proxy.simulator.errors import bad_request, invalid, model_not_found, trailer
 from proxy.simulator.personas import GENERIC, Persona
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -55,6 +55,7 @@ class ChatRequest:
     prompt_tokens: int = 0
     cache_salt: str | None = None  # partitions the prefix cache (prefixcache.py)
     persona: Persona = GENERIC  # what the served model sends (personas.py)
+    return_token_ids: bool = False  # vLLM's extension: token ids on the chunks (0.32 shapes)
 
     @property
     def hints(self) -> dict[str, str]:
@@ -71,12 +72,13 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
     if stream_options and not stream:
         raise invalid("Stream options can only be defined when `stream=True`.")
     tools = _tools(body.get("tools"))
-    mode, name = _tool_choice(body, tools)
+    named = config.persona_for(_optional(body, "model", str) or config.models[0])
+    mode, name = _tool_choice(body, tools, named.since_032)
     if body.get("tool_choice") == "auto" and not config.auto_tool_choice:
         raise invalid('"auto" tool choice requires --enable-auto-tool-choice and '
                       "--tool-call-parser to be set")
     fmt, schema = _response_format(body.get("response_format"))
-    model = _model(body, config)
+    model = _model(body, config, named.since_032)
     persona = config.persona_for(model)
     effort = _effort(body.get("reasoning_effort"), persona)
     _check_history(messages, persona)
@@ -87,7 +89,10 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
     except directives.DirectiveError as exc:
         raise bad_request(str(exc), param="messages") from None
     prompt = tokens.prompt_tokens(messages, body.get("tools"))
-    _check_context(prompt, max_tokens, config.max_model_len)
+    if persona.since_032:
+        _check_context_032(prompt, max_tokens, config.max_model_len)
+    else:
+        _check_context(prompt, max_tokens, config.max_model_len)
     options = stream_options or {}
     return ChatRequest(
         model=model, messages=messages, stream=stream,
@@ -101,6 +106,7 @@ def parse_chat(body: Any, config: SimConfig) -> ChatRequest:
         include_reasoning=_optional(body, "include_reasoning", bool) is not False,
         text=directives.strip(raw_text), directives=found, prompt_tokens=prompt,
         cache_salt=_cache_salt(body), persona=persona,
+        return_token_ids=_optional(body, "return_token_ids", bool) is True,
     )
 
 
@@ -146,12 +152,12 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     return value
 
 
-def _model(body: dict[str, Any], config: SimConfig) -> str:
+def _model(body: dict[str, Any], config: SimConfig, since_032: bool = False) -> str:
     model = _optional(body, "model", str)
     if model is None:
         return config.models[0]
     if model not in config.models:
-        raise model_not_found(model)
+        raise model_not_found(model, config.models if since_032 else None)
     return str(model)
 
 
@@ -177,6 +183,24 @@ def _check_context(prompt: int, max_tokens: int | None, limit: int) -> None:
         )
 
 
+def _check_context_032(prompt: int, max_tokens: int | None, limit: int) -> None:
+    """vLLM 0.32: max_tokens alone past the context, or a prompt that leaves no room, is a 400
+    naming the field; a prompt + max_tokens past it is accepted (the answer stops at the
+    context: script.py's budget). vLLM counts the prompt only up to the context + 1."""
+    if max_tokens is not None and max_tokens > limit:
+        raise bad_request(
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. Please "
+            f"request fewer output tokens.{trailer('max_tokens', max_tokens)}",
+            param="max_tokens")
+    if prompt >= limit:
+        seen = min(prompt, limit + 1)
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens. However, your prompt "
+            f"contains at least {seen} input tokens, which exceeds this limit even without any "
+            f"output tokens. Please reduce the length of the input prompt."
+            f"{trailer('input_tokens', seen)}", param="input_tokens")
+
+
 def _tools(value: Any) -> tuple[Tool, ...]:
     if value is None:
         return ()
@@ -196,7 +220,8 @@ def _tools(value: Any) -> tuple[Tool, ...]:
     return tuple(out)
 
 
-def _tool_choice(body: dict[str, Any], tools: tuple[Tool, ...]) -> tuple[ToolMode, str | None]:
+def _tool_choice(body: dict[str, Any], tools: tuple[Tool, ...],
+                 since_032: bool = False) -> tuple[ToolMode, str | None]:
     choice = body.get("tool_choice")
     if choice is None:
         return ("auto" if tools else "none"), None
@@ -212,8 +237,11 @@ def _tool_choice(body: dict[str, Any], tools: tuple[Tool, ...]) -> tuple[ToolMod
         raise invalid("`tool_choice` should be none, auto, required or a named function",
                       param="tool_choice")
     if name not in {tool.name for tool in tools}:
-        raise invalid("The tool specified in `tool_choice` does not match any of the "
-                      "specified `tools`", param="tool_choice")
+        message = "The tool specified in `tool_choice` does not match any of the specified " \
+                  "`tools`"
+        if since_032:  # checked while serving there, no longer by the schema
+            raise bad_request(message + trailer("tool_choice"), param="tool_choice")
+        raise invalid(message, param="tool_choice")
     return "named", name
 
 

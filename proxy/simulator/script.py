@@ -72,6 +72,10 @@ class Plan:
     persona: Persona = GENERIC
     # vLLM 0.10's closing of a call cut by max_tokens: sent after the cut, not a token.
     tail_args: str = ""
+    # vLLM 0.32: the call cut by max_tokens whose argument tokens are generated (and counted)
+    # but never streamed, its parser waiting for JSON that never closes; None: none.
+    withheld_call: int | None = None
+    return_token_ids: bool = False  # the request's `return_token_ids` (0.32 shapes)
 
     @property
     def completion_tokens(self) -> int:
@@ -88,8 +92,9 @@ class Plan:
         return next(p.call_id for p in self.pieces if p.kind == "call" and p.index == index)
 
 
-def tool_call_id(request_id: str, index: int) -> str:
-    digest = hashlib.blake2b(f"{request_id}/{index}".encode(), digest_size=16).hexdigest()
+def tool_call_id(request_id: str, index: int, *, size: int = 16) -> str:
+    """`chatcmpl-tool-` + 2*size hex (vLLM 0.32: 16 hex, size 8; before: 32)."""
+    digest = hashlib.blake2b(f"{request_id}/{index}".encode(), digest_size=size).hexdigest()
     return f"chatcmpl-tool-{digest}"
 
 
@@ -114,6 +119,7 @@ def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int,
     budget = max(0, min(req.max_tokens or config.max_model_len,
                         config.max_model_len - req.prompt_tokens))
     tail = ""
+    withheld: int | None = None
     if len(pieces) > budget:
         pieces, finish = pieces[:budget], "length"
         if req.tool_mode != "named" and any(p.kind == "call" for p in pieces):
@@ -121,6 +127,8 @@ def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int,
             finish = persona.cut_call_finish
             if persona.complete_cut_json and pieces[-1].kind in ("call", "args"):
                 tail = close_json(_sent_args(pieces, pieces[-1].index))
+        if persona.since_032 and pieces and pieces[-1].kind in ("call", "args"):
+            withheld = pieces[-1].index
     ending: Ending = "done"
     fail = req.directives.fail
     if fail is not None and fail.kind != "http":
@@ -137,7 +145,8 @@ def plan(req: ChatRequest, config: SimConfig, *, request_id: str, created: int,
         reasoning_details=(is_reasoner(req.model) or bool(reasoning))
         if persona.reasoning_details is None else persona.reasoning_details,
         prompt_tokens=req.prompt_tokens, cached_tokens=_cached(d.cached, persona, prefix_hits),
-        persona=persona, tail_args=tail,
+        persona=persona, tail_args=tail, withheld_call=withheld,
+        return_token_ids=req.return_token_ids,
     )
 
 
@@ -218,7 +227,7 @@ def _call_pieces(calls: list[Call], request_id: str, persona: Persona) -> list[P
         if index and persona.separators:
             pieces.append(Piece("content", "\n"))  # between two <tool_call> blocks
         call_id = (mistral_call_id(request_id, index) if persona.call_style == "mistral"
-                   else tool_call_id(request_id, index))
+                   else tool_call_id(request_id, index, size=8 if persona.since_032 else 16))
         pieces.append(Piece("call", index=index, name=call.name, call_id=call_id))
         pieces.extend(Piece("args", t, index=index) for t in tokens.split(call.arguments))
     return pieces

@@ -41,23 +41,50 @@ def usage(prompt: int, completion: int, *, reasoning: int | None = None,
     return out
 
 
-def chunk(plan: Plan, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+def chunk(plan: Plan, delta: dict[str, Any], finish: str | None = None,
+          tokens_of: list[str] | None = None) -> dict[str, Any]:
+    """`tokens_of`: the tokens this chunk streams (vLLM 0.32 gives every chunk after the
+    first their `token_ids`); None: the first chunk, which has none."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
                               "finish_reason": finish}
     if finish is not None:
         # harmony reports the token that ended the turn; the other parsers null
         choice["stop_reason"] = (HARMONY_STOP.get(finish)
                                  if plan.persona.call_style == "harmony" else None)
+    if plan.persona.since_032 and tokens_of is not None:
+        choice["token_ids"] = ([token_id(t) for t in tokens_of] if plan.return_token_ids
+                               else None)
     return {"id": plan.request_id, "object": OBJECT_CHUNK, "created": plan.created,
             "model": plan.model, "choices": [choice]}
 
 
+def token_id(token: str) -> int:
+    """A stand-in vocabulary id for a simulated token: a pure function of its text."""
+    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=4).digest()) % 151_000
+
+
+def fingerprint(plan: Plan) -> str:
+    """vLLM 0.32's `system_fingerprint`: its version and a per-deployment hash."""
+    digest = hashlib.blake2b(plan.model.encode(), digest_size=4).hexdigest()
+    return f"vllm-0.32.0-{digest}"
+
+
+def _first(plan: Plan) -> dict[str, Any]:
+    frame = chunk(plan, deltas.role_delta(plan))
+    if plan.persona.since_032:  # vLLM 0.32: the prompt's ids, when `return_token_ids`
+        frame["prompt_token_ids"] = ([token_id(str(i)) for i in range(plan.prompt_tokens)]
+                                     if plan.return_token_ids else None)
+        frame["prompt_text"] = None
+    return frame
+
+
 def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[Frame]:
     """Every frame of the stream in order, each with its pacing slot (deltas.py shapes them)."""
-    frames: list[Frame] = [(0, _with_usage(chunk(plan, deltas.role_delta(plan)),
-                                           plan, 0, continuous))]
+    frames: list[Frame] = [(0, _with_usage(_first(plan), plan, 0, continuous))]
+    withheld = plan.withheld_call
     sent = [(i, p) for i, p in enumerate(plan.pieces)
-            if p.kind != "reasoning" or plan.show_reasoning]
+            if (p.kind != "reasoning" or plan.show_reasoning)
+            and not (p.kind == "args" and p.index == withheld)]
     grouped = deltas.steps(plan, sent)
     rides = (plan.finish_reason is not None and bool(grouped)
              and grouped[-1][-1][0] == len(plan.pieces) - 1 and plan.finish_reason != "abort"
@@ -65,7 +92,7 @@ def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[
     for n, step in enumerate(grouped):
         finish = plan.finish_reason if rides and n == len(grouped) - 1 else None
         index = step[-1][0]
-        frame = chunk(plan, deltas.step_delta(plan, step), finish)
+        frame = chunk(plan, deltas.step_delta(plan, step), finish, [p.text for _, p in step])
         frames.append((index, _with_usage(frame, plan, index + 1, continuous)))
     last = max(len(plan.pieces) - 1, 0)
     if plan.ending == "error":
@@ -74,12 +101,17 @@ def stream_frames(plan: Plan, *, include_usage: bool, continuous: bool) -> list[
     if plan.ending != "done":
         return frames
     if plan.finish_reason is not None and not rides:
-        end = chunk(plan, deltas.finish_delta(plan), plan.finish_reason)
+        end = chunk(plan, deltas.finish_delta(plan), plan.finish_reason, [])
         frames.append((last, _with_usage(end, plan, len(plan.pieces), continuous)))
     if include_usage:
-        frames.append((last, {"id": plan.request_id, "object": OBJECT_CHUNK,
-                              "created": plan.created, "model": plan.model, "choices": [],
-                              "usage": plan_usage(plan, len(plan.pieces))}))
+        tail: dict[str, Any] = {"id": plan.request_id, "object": OBJECT_CHUNK,
+                                "created": plan.created, "model": plan.model, "choices": [],
+                                "usage": plan_usage(plan, len(plan.pieces))}
+        if plan.persona.since_032:
+            tail["system_fingerprint"] = fingerprint(plan)
+        frames.append((last, tail))
+    elif plan.persona.since_032 and isinstance(frames[-1][1], dict):
+        frames[-1][1]["system_fingerprint"] = fingerprint(plan)  # on the last chunk instead
     frames.append((last, "[DONE]"))
     return frames
 
@@ -119,11 +151,34 @@ def completion(plan: Plan) -> dict[str, Any]:
         finish = "length"  # a cut call no parser extracted: vLLM reports the engine's reason
     choice = {"index": 0, "message": message, "logprobs": None,
               "finish_reason": finish, "stop_reason": None}
+    if plan.persona.since_032:
+        return _completion_032(plan, message, choice)
     return {"id": plan.request_id, "object": "chat.completion", "created": plan.created,
             "model": plan.model, "choices": [choice], "service_tier": None,
             "system_fingerprint": None,
             "usage": plan_usage(plan, len(plan.pieces), full=True),
             "prompt_logprobs": None, "kv_transfer_params": None}
+
+
+def _completion_032(plan: Plan, message: dict[str, Any],
+                    choice: dict[str, Any]) -> dict[str, Any]:
+    """vLLM 0.32's `chat.completion`: `tool_calls` only when there are calls, `token_ids` and
+    `routed_experts` on the choice, and the extension fields at the top."""
+    if not message["tool_calls"]:
+        del message["tool_calls"]
+    choice["token_ids"] = ([token_id(p.text) for p in plan.pieces] if plan.return_token_ids
+                           else None)
+    choice["routed_experts"] = None
+    usage = plan_usage(plan, len(plan.pieces), full=True)
+    usage.setdefault("completion_tokens_details", None)
+    return {"id": plan.request_id, "object": "chat.completion", "created": plan.created,
+            "model": plan.model, "choices": [choice], "service_tier": None,
+            "system_fingerprint": fingerprint(plan), "usage": usage,
+            "prompt_logprobs": None,
+            "prompt_token_ids": ([token_id(str(i)) for i in range(plan.prompt_tokens)]
+                                 if plan.return_token_ids else None),
+            "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,
+            "metrics": None}
 
 
 def models_list(names: tuple[str, ...], *, created: int, max_model_len: int) -> dict[str, Any]:

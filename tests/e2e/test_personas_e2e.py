@@ -308,3 +308,27 @@ def test_gpt_oss_v012_mixed_deltas_reasoning_once_and_in_order() -> None:
     text = "".join(part["text"] for part in final["output"][0].get("content") or ())
     assert text == "Let me think about"  # once, though both keys carry it
     assert final["output"][1]["content"][0]["text"] == "You said: hi"
+
+
+# -- vLLM 0.32 (tests/fixtures/vllm/real-0.32/): llama3_json's closing fragment, a cut call -------
+def test_llama3_v032_whole_and_cut_calls_through_the_sdk() -> None:
+    ask = "please call get_weather city=Paris"
+    with replica("--vllm-version", "0.32", "--model", LLAMA) as (sim, sdk):
+        wire = raw_chunks(sim.url, {"model": LLAMA, "tools": [chat_tool(WEATHER)],
+                                    "messages": [{"role": "user", "content": ask}]})
+        whole = streamed(sdk, model=LLAMA, input=ask, tools=[WEATHER])
+        cut = streamed(sdk, model=LLAMA, input=ask, tools=[WEATHER], max_output_tokens=1)
+    # on the wire: a head without arguments, 16-hex id, the finish on an empty fragment
+    head = wire[1]["choices"][0]["delta"]["tool_calls"][0]
+    assert list(head["function"]) == ["name"] and len(head["id"]) == len("chatcmpl-tool-") + 16
+    end = wire[-1]["choices"][0]
+    assert end["finish_reason"] == "tool_calls"
+    assert end["delta"] == {"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}
+    call = whole[-1]["response"]["output"][0]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+    # cut after its head: no argument delta at all, the done carries "" (as OpenAI)
+    kinds = [e["type"] for e in cut]
+    assert "response.function_call_arguments.delta" not in kinds
+    assert "response.function_call_arguments.done" in kinds
+    final = cut[-1]["response"]
+    assert final["status"] == "incomplete" and final["output"][0]["arguments"] == ""

@@ -157,7 +157,10 @@ def test_errors_before_the_stream_are_http_errors(client: openai.OpenAI) -> None
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as too_long:
         client.responses.create(model="sim-model", input="x", max_output_tokens=10**7)
-    assert "maximum context length" in str(too_long.value)
+    # the field the client sent, not vLLM's max_tokens, and the cause's code
+    assert "max_output_tokens=10000000 cannot be greater" in str(too_long.value)
+    assert too_long.value.param == "max_output_tokens"
+    assert too_long.value.code == "integer_above_max_value"
     with pytest.raises(openai.BadRequestError) as builtin:  # hosted tools are dropped, but
         client.responses.create(model="sim-model", input="x",  # forcing one is refused
                                 tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})

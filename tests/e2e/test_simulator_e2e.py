@@ -198,12 +198,17 @@ def test_http_failures_use_vllms_error_body(sim: SimControl, status: int) -> Non
 def test_request_errors(sim: SimControl) -> None:
     unknown = httpx.post(sim.url + "/v1/chat/completions", timeout=5,
                          json={"model": "nope", "messages": user("x")})
+    # vLLM 0.32's words (the generic model's default shapes): the served names listed, the
+    # refused field named in `param` and in the message's trailer
     assert unknown.status_code == 404 and unknown.json() == {"error": {
-        "message": "The model `nope` does not exist.", "type": "NotFoundError",
-        "param": "model", "code": 404}}
+        "message": "The model `nope` does not exist. Valid aliases: sim-model, sim-reasoner.",
+        "type": "NotFoundError", "param": "model", "code": 404}}
     too_long = chat_post(sim, "x", max_tokens=10**6)
     assert too_long.status_code == 400
-    assert too_long.json()["error"]["message"].startswith("This model's maximum context length")
+    assert too_long.json()["error"] == {
+        "message": "max_tokens=1000000 cannot be greater than max_model_len=32768. Please "
+                   "request fewer output tokens. (parameter=max_tokens, value=1000000)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}
     for raw in (b"{", b"[]", b'{"model": "sim-model"}'):
         response = httpx.post(sim.url + "/v1/chat/completions", content=raw, timeout=5)
         assert response.status_code == 400 and response.json()["error"]["code"] == 400
@@ -312,5 +317,10 @@ def test_flags_set_models_reasoning_field_and_context(flagged: ServerProcess) ->
     assert whole["reasoning"] == whole["reasoning_content"] != None  # noqa: E711
     assert httpx.post(flagged.url + "/v1/chat/completions", timeout=10,
                       json={"model": "sim-model", "messages": user("x")}).status_code == 404
+    # vLLM 0.32 takes a prompt + max_tokens past the context (the answer stops at it), not
+    # max_tokens alone past it
+    fits = httpx.post(flagged.url + "/v1/chat/completions", timeout=10,
+                      json={**body, "stream": False, "max_tokens": 499}).json()
+    assert fits["usage"]["total_tokens"] <= 500
     assert httpx.post(flagged.url + "/v1/chat/completions", timeout=10,
-                      json={**body, "max_tokens": 499}).status_code == 400
+                      json={**body, "max_tokens": 501}).status_code == 400

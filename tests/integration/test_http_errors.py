@@ -166,9 +166,32 @@ async def test_upstream_4xx_keeps_its_status_and_message(client: httpx.AsyncClie
 async def test_context_too_long_is_400_with_the_upstream_message(
     client: httpx.AsyncClient,
 ) -> None:
+    # pass-through: vLLM 0.32's own words and names (they are the chat client's), but a
+    # max_tokens above the context is not called a context overflow
     response = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**7})
-    error = assert_openai_error(response, 400)
+    error = assert_openai_error(response, 400, param="max_tokens")
+    assert "cannot be greater than max_model_len" in str(error["message"])
+    assert error["code"] is None
+    long = {**CHAT, "messages": [{"role": "user", "content": "word " * 40_000}]}
+    error = assert_openai_error(await client.post("/v1/chat/completions", json=long), 400,
+                                code="context_length_exceeded", param="input_tokens")
     assert "maximum context length" in str(error["message"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_fleet_400s_name_the_field_the_responses_client_sent(
+        client: httpx.AsyncClient, stream: bool) -> None:
+    # vLLM 0.32 says max_tokens / input_tokens with a (parameter=X, value=Y) trailer; the
+    # Responses client sent max_output_tokens / input (core/translate/fleet_errors.py)
+    big = {**CREATE, "max_output_tokens": 10**7, "stream": stream}
+    error = assert_openai_error(await client.post("/v1/responses", json=big), 400,
+                                code="integer_above_max_value", param="max_output_tokens")
+    assert str(error["message"]).startswith("max_output_tokens=10000000 cannot be greater")
+    assert "parameter=" not in str(error["message"])
+    long = {**CREATE, "input": "word " * 40_000, "stream": stream}
+    error = assert_openai_error(await client.post("/v1/responses", json=long), 400,
+                                code="context_length_exceeded", param="input")
+    assert "parameter=" not in str(error["message"])
 
 
 async def test_upstream_5xx_is_502(client: httpx.AsyncClient) -> None:

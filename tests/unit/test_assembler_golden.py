@@ -81,3 +81,49 @@ def test_failures_close_open_items_and_fail(name: str, lost: bool) -> None:
     assert response["error"]["code"] == "server_error"
     assert response["output"][0]["status"] == "incomplete"
     assert response["output"][0]["content"][0]["text"] in ("Partial answer", "Half a")
+
+
+# -- a real vLLM 0.32's streams (tests/fixtures/vllm/real-0.32/) -----------------------------
+REAL_032 = GOLDEN.parent.parent / "fixtures" / "vllm" / "real-0.32"
+REAL_STREAMS = sorted(p.relative_to(REAL_032).as_posix() for p in REAL_032.rglob("*.sse")
+                      if not p.name.startswith("bad_"))
+
+
+@pytest.mark.parametrize("name", REAL_STREAMS)
+def test_a_real_vllm_032_stream_gives_a_conformant_answer(name: str) -> None:
+    events = assemble((REAL_032 / name).read_bytes())
+    check_stream(events)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    # a call cut before any arguments (llama3_json's tools_auto_cut) sends no empty delta;
+    # its done carries the empty arguments, as OpenAI's do
+    assert not [e for e in events if e["type"] == "response.function_call_arguments.delta"
+                and e["delta"] == ""]
+
+
+def test_a_call_cut_before_its_arguments_has_a_done_and_no_delta() -> None:
+    events = assemble((REAL_032 / "llama3_json" / "tools_auto_cut.sse").read_bytes())
+    kinds = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" not in kinds
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert done["arguments"] == "" and done["name"] == "get_weather"
+    final = events[-1]["response"]
+    assert final["status"] == "incomplete" and final["output"][-1]["arguments"] == ""
+
+
+def test_a_call_to_a_tool_never_offered_is_kept_as_what_the_model_did() -> None:
+    # vLLM passes such a call through (OpenAI never returns one). Kept as a function_call item
+    # under the model's name (docs/SIMULATOR.md "Calls to tools never offered"): the client
+    # sees what the model did and can answer it with an error output; dropping it would leave
+    # a turn that ended in `tool_calls` with no call, failing it would lose the answer.
+    offered = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    raw = (REAL_032 / "tools_required.sse").read_bytes().replace(b'"get_weather"',
+                                                                 b'"delete_everything"')
+    events = assemble(raw, echo={"tools": offered})
+    check_stream(events)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed"
+    [call] = final["output"]
+    assert (call["type"], call["name"], call["status"]) == (
+        "function_call", "delete_everything", "completed")
+    assert call["arguments"] == '{"city": "Paris"}'
+    assert call["call_id"].startswith("chatcmpl-tool-")

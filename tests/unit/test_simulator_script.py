@@ -24,7 +24,9 @@ from tests.support.sse import data_payloads
 
 GOLDEN = Path(__file__).parent / "golden"
 SHAPES = json.loads((GOLDEN / "vllm_shapes.json").read_text())
-CONFIG = SimConfig()
+# The generic model's shapes before vLLM 0.32 (what vllm_shapes.json and the golden streams
+# record); 0.32's are tests/unit/test_simulator_real_032.py's.
+CONFIG = SimConfig(legacy_shapes=True)
 WEATHER = {"type": "function", "function": {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -202,7 +204,7 @@ def test_unknown_model_is_vllms_404() -> None:
 
 
 def test_context_length_is_a_400_with_vllms_numbers() -> None:
-    small = SimConfig(max_model_len=100)
+    small = SimConfig(max_model_len=100, legacy_shapes=True)
     prompt = request(config=small).prompt_tokens
     error = rejected(body(max_tokens=95), small)
     assert error.status == 400 and not shape_errors(error.body(), SHAPES["error_context_length"])
@@ -406,7 +408,7 @@ def test_max_tokens_truncates_with_length_and_counts_reasoning() -> None:
     reasoner = make_plan("a b c", max_completion_tokens=5, model="sim-reasoner")
     assert [p.kind for p in reasoner.pieces] == ["reasoning"] * 5
     assert reasoner.finish_reason == "length" and reasoner.reasoning_tokens == 5
-    tight = SimConfig(max_model_len=request("a b c d").prompt_tokens + 2)
+    tight = SimConfig(max_model_len=request("a b c d").prompt_tokens + 2, legacy_shapes=True)
     assert make_plan("a b c d", tight).completion_tokens == 2
 
 
@@ -519,7 +521,7 @@ def sim_shapes() -> dict[str, Any]:
     tool = stream(make_plan("get_weather", tools=[WEATHER]))
     field = {f: stream(make_plan(f"hi [[sim reasoning=1 reasoning_field={f}]]"))[1]
              for f in ("reasoning", "reasoning_content", "both")}
-    legacy = SimConfig(reasoning_field="reasoning_content")
+    legacy = SimConfig(reasoning_field="reasoning_content", legacy_shapes=True)
     return {
         "first_chunk": text[0], "content_delta": text[1], "finish_chunk_text": text[3],
         "usage_chunk": text[4], "usage_chunk_reasoning": reasoner[-2],

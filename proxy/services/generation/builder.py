@@ -30,6 +30,7 @@ from proxy.core.events.assembler import Assembler
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.items import seal_reasoning
 from proxy.core.seal import Sealer
+from proxy.core.translate.fleet_errors import failure_code, in_responses_words
 from proxy.core.types import ResponseObject
 from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
@@ -107,9 +108,11 @@ class Generations:
             return Opened(loop=ToolLoop(plan, self.mcp, self.gateway, chat, tenant,
                                         affinity=affinity, home=home, priority=priority,
                                         hosted=self.hosted))
-        return Opened(call=await self.gateway.open(
-            model, tenant, orjson.dumps(chat), stream=True, affinity=affinity, home=home,
-            priority=priority, bounded=bounded))
+        with in_responses_words():  # the fleet's chat names, as the client's Responses ones
+            call = await self.gateway.open(
+                model, tenant, orjson.dumps(chat), stream=True, affinity=affinity, home=home,
+                priority=priority, bounded=bounded)
+        return Opened(call=call)
 
     def recorder(self, tenant: str, *, log: str | None = None,
                  conversation: ConversationTurn | None = None, stored: bool = True) -> Recorder:
@@ -138,7 +141,8 @@ class Generations:
                                      affinity=spec.affinity, home=spec.home,
                                      priority=spec.priority, bounded=False)
         except ProxyError as exc:
-            await record_all(recorder, assembler.resume() + assembler.fail(exc.message))
+            await record_all(recorder, assembler.resume()
+                             + assembler.fail(exc.message, failure_code(exc)))
             return None
         return self.turn(opened, assembler, recorder, started=True)
 

@@ -46,6 +46,7 @@ from proxy.core.events.assembler import Assembler
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
 from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate.chat import to_messages
+from proxy.core.translate.fleet_errors import failure_code, for_responses
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
 from proxy.mcpclient import McpClient, McpFailure
 from proxy.services.fleet.fleet import Call
@@ -265,7 +266,8 @@ class ToolLoop:
                                            affinity=self.affinity, home=self.home,
                                            priority=self.priority, bounded=False)
         except ProxyError as exc:
-            yield assembler.fail(exc.message)
+            refused = for_responses(exc)
+            yield assembler.fail(refused.message, failure_code(refused))
             return
         self.call = call
         self.home = call.replica.url  # the next turns go where the prefix cache is

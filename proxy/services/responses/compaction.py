@@ -42,6 +42,7 @@ from proxy.core.request.create import ResponsesRequest
 from proxy.core.seal import Sealer
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
+from proxy.core.translate.fleet_errors import in_responses_words
 from proxy.core.types import Item
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.responses.tokenize import measure
@@ -131,8 +132,9 @@ class Compactor:
         """(the summary the model wrote of `chat`'s conversation, the turn's Responses usage)."""
         model = chat["model"]
         body = summary_request(chat, self._gateway.fleet.max_model_len(model))
-        call = await self._gateway.open(model, tenant, orjson.dumps(body), stream=False,
-                                        affinity=affinity, home=home)
+        with in_responses_words():  # the fleet's chat names, as the client's Responses ones
+            call = await self._gateway.open(model, tenant, orjson.dumps(body), stream=False,
+                                            affinity=affinity, home=home)
         content = await call.read_all()
         try:
             answer = orjson.loads(content)

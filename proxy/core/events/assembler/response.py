@@ -105,14 +105,16 @@ class ResponseState(Machine):
             out["completed_at"] = self._completed_at
         return out
 
-    def fail(self, message: str, code: str = "server_error") -> list[Event]:
+    def fail(self, message: str, code: str | None = None) -> list[Event]:
+        """`code` None: `server_error`, or the context's when the message says so (an
+        upstream's words); a caller that knows the cause says it."""
         if self.phase is Phase.DONE:
             return []
         events: list[Event] = []
         self._close(events, t.S_INCOMPLETE)
         self._interrupt(events)
-        if code == "server_error" and is_context_overflow(message):
-            code = CONTEXT_LENGTH_EXCEEDED  # what Codex keys its context handling on
+        if code is None:  # what Codex keys its context handling on
+            code = CONTEXT_LENGTH_EXCEEDED if is_context_overflow(message) else "server_error"
         self._error = {"code": code, "message": message}
         return self._terminal(t.FAILED, events)
 
