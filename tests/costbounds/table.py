@@ -65,6 +65,9 @@ ROWS: tuple[Row, ...] = (
         "(`--cache exact`)", "last user message (the cache key's near-miss guard)",
         "50,000 `“` (150 KB)", f"CPU ≤ {KEYING_CPU:g} s, stall ≤ {STALL_TARGET * 1000:g} ms",
         "38.1", True),
+    Row("test_cache_key_of_a_quote_flood_with_the_semantic_cache", "POST /v1/chat/completions "
+        "(`--cache semantic`)", "last user message (guard and embedding)", "50,000 `“`",
+        f"CPU ≤ {KEYING_CPU:g} s, stall ≤ {STALL_TARGET * 1000:g} ms", "38.1", False),
     Row("test_a_template_bomb_is_refused_before_it_is_rendered", "POST /v1/responses "
         "`prompt`", "stored template x default value",
         "52,428 `{{x}}` (256 KiB, the template limit) x a 4 KiB value: 205 MiB rendered, "
@@ -161,3 +164,20 @@ def row(case: str) -> Row:
         if candidate.case == case:
             return candidate
     raise KeyError(case)
+
+
+BEGIN = "<!-- cost-bounds table: generated from tests/costbounds/table.py -->\n"
+END = "<!-- end of the cost-bounds table -->"
+
+
+def with_table(text: str) -> str:
+    """`text` (a doc holding the markers) with the table between them replaced by this one."""
+    head, rest = text.split(BEGIN, 1)
+    return head + BEGIN + markdown() + END + rest.split(END, 1)[1]
+
+
+if __name__ == "__main__":  # python -m tests.costbounds.table: rewrites the doc's copy
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "COST-BOUNDS-DRAFT.md"
+    doc.write_text(with_table(doc.read_text()))
