@@ -77,7 +77,7 @@ class Stack:
     simulator: ServerProcess
     redis: ServerProcess
     keys_path: Path
-    db: int = 5
+    db: int = 13  # a database no other test module uses: flush() empties it
     proxy: ServerProcess | None = None
     flags: tuple[str, ...] = PROXY_FLAGS
 

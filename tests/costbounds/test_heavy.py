@@ -44,7 +44,7 @@ def semantic(simulator: ServerProcess, redis_server: ServerProcess,
     flags = list(PROXY_FLAGS)
     flags[flags.index("--cache") + 1] = "semantic"
     made = Stack(simulator, redis_server, tmp_path_factory.mktemp("semantic") / "keys.json",
-                 db=6, flags=tuple(flags))
+                 db=14, flags=tuple(flags))
     made.flush()
     made.start()
     yield made
