@@ -162,6 +162,21 @@ def test_a_batch_repeating_one_file_leaves_the_queue_to_others(fresh: Stack) -> 
         fresh.restart()  # what the batches queued must not reach the next case
 
 
+def test_a_batch_of_distinct_files_leaves_the_queue_to_others(fresh: Stack) -> None:
+    key = "sk-cost-batch"
+    try:
+        file_ids = [fresh.upload(key, f"part{i}.txt", text_file(64 * 1024))
+                    for i in range(MAX_QUEUED_JOBS + 8)]
+        store_id = vector_store(fresh, key, [])
+        fresh.post(f"/v1/vector_stores/{store_id}/file_batches", key, {"file_ids": file_ids})
+        other = background(fresh, "sk-cost-b", "mine [[sim tokens=2]]")
+        assert other.status_code == 200, (
+            f"another key could not enqueue after one batch of {len(file_ids)} files: "
+            f"{other.text}")
+    finally:
+        fresh.restart()
+
+
 def test_one_keys_background_creates_leave_the_queue_to_others(fresh: Stack) -> None:
     try:
         accepted, refused = fill_queue_as(fresh, "sk-cost-jobs", MAX_QUEUED_JOBS + 2)
