@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,11 +160,10 @@ class Measurement:
     cpu: float = 0.0  # seconds of CPU (process + reaped children)
     stall: float = 0.0  # seconds: the longest /healthz poll during the case
     polls: int = 0
-    notes: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
         return (f"rss +{self.rss_growth / MiB:.1f} MiB, cpu {self.cpu:.2f} s, "
-                f"stall {self.stall * 1000:.0f} ms over {self.polls} polls {self.notes}")
+                f"stall {self.stall * 1000:.0f} ms over {self.polls} polls")
 
 
 def _status_kib(pid: int, field_name: str) -> int:

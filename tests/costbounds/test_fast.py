@@ -180,6 +180,7 @@ def test_a_batch_of_distinct_files_leaves_the_queue_to_others(fresh: Stack) -> N
 def test_one_keys_background_creates_leave_the_queue_to_others(fresh: Stack) -> None:
     try:
         accepted, refused = fill_queue_as(fresh, "sk-cost-jobs", MAX_QUEUED_JOBS + 2)
+        print(f"\n[cost] one key took {len(accepted)} of the queue's {MAX_QUEUED_JOBS} places")
         assert refused is not None, f"{len(accepted)} background creates, none refused"
         refusal(refused, 429)
         assert 1 <= int(refused.headers["retry-after"]) <= 60
