@@ -55,7 +55,7 @@ def _mib(n: float) -> str:
 
 ROWS: tuple[Row, ...] = (
     Row("test_a_plain_create_is_the_baseline", "POST /v1/responses", "a small input",
-        "one 2-word create", f"RSS +{_mib(ONE_REQUEST_RSS)}, stall {STALL_TARGET * 1000:g} ms",
+        "one 2-word create", f"RSS ≤ {_mib(ONE_REQUEST_RSS)}, stall ≤ {STALL_TARGET * 1000:g} ms",
         "-", True),
     Row("test_cache_key_of_a_quote_flood_on_the_chat_route", "POST /v1/chat/completions "
         "(`--cache exact`)", "last user message (the cache key's near-miss guard)",
