@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench compat fuzz chaos soak image deploy-test deploy-packages redis-server nginx clean
+.PHONY: run test lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,14 @@ bench: $(BENCH_STAMP) redis-server
 FUZZ_SECONDS ?= 300
 fuzz: $(STAMP) redis-server
 	FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/python -m tests.fuzz
+
+## abuse: the cost-bounds suite (issue 38): per route and per input that expands, the worst
+## request within the limits against a real stack, the proxy's peak RSS, CPU, event-loop stall,
+## queue share and metered tokens held to the bounds of tests/costbounds/table.py
+## (docs/COST-BOUNDS-DRAFT.md). Its fast rows also run in `make test`; the heavy ones (large
+## files, runaway PDFs, queue fairness, idle connections) only here. A few minutes.
+abuse: $(STAMP) redis-server
+	$(BIN)/python -m pytest -q -m 'costbounds or abuse_heavy' tests/costbounds
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
 ## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).

@@ -247,6 +247,7 @@ class Simulator:
         result = embeddings.response(body, self.config.models,
                                      request_id=f"embd-{uuid.uuid4().hex}",
                                      created=int(time.time()))
+        self.stats.embedding_tokens += int(result["usage"]["prompt_tokens"])
         await send_json(send, 200, result)
 
     async def tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:

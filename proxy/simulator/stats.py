@@ -32,6 +32,9 @@ class Stats:
         self.by_path: dict[str, int] = {}
         self.chat_requests = 0
         self.embedding_requests = 0
+        # Tokens the embeddings route reported in its usage: what the fleet embedded, for the
+        # checks that every embedded token is charged to a key (tests/costbounds).
+        self.embedding_tokens = 0
         self.streams_started = 0
         self.streams_completed = 0
         self.streams_aborted = 0
@@ -93,6 +96,7 @@ class Stats:
         return {
             "requests": self.requests, "by_path": dict(self.by_path),
             "chat_requests": self.chat_requests, "embedding_requests": self.embedding_requests,
+            "embedding_tokens": self.embedding_tokens,
             "streams_started": self.streams_started,
             "streams_completed": self.streams_completed,
             "streams_aborted": self.streams_aborted, "streams_cut": self.streams_cut,
