@@ -167,6 +167,10 @@ class LimitSettings:
     body_timeout: float = 60.0
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
+    # Issue 38: PDF and HTML files are read in child processes (services/files/extraction.py),
+    # at most this many per proxy process, each document in at most this many CPU seconds.
+    extract_processes: int = 2
+    extract_cpu_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

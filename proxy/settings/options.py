@@ -192,6 +192,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("vector_cache_bytes", "vectors.cache_bytes", c.count,
            "memory a process keeps vector stores' vectors in between searches",
            shown="512 MiB"),
+    # Issue 38: what reading files may cost a process.
+    Option("extract_processes", "limits.extract_processes", c.count,
+           "child processes one proxy process reads PDF and HTML files in, at most"),
+    Option("extract_cpu_seconds", "limits.extract_cpu_seconds", c.seconds,
+           "CPU seconds reading one PDF or HTML file may take; past it, invalid_file"),
     Option("fetch_allow", "fetch.allow", c.fetch_allow,
            "URL prefix of images/media the proxy may fetch for the fleet and send inline "
            "(repeatable; default https:// to public addresses; `none`: data: URLs only)",

@@ -115,8 +115,9 @@ class Ingester:
                  (time.monotonic() - started) * 1000)
 
     async def _chunks(self, tenant: str, file: dict[str, Any]) -> StoredChunks:
+        limit = self._files.max_bytes  # no file's text is read past the largest file's size
         try:
-            text = await self._files.text_of(tenant, file["id"], "file")
+            text = await self._files.text_of(tenant, file["id"], "file", limit=limit)
         except InvalidRequest as exc:
             message = exc.message.removeprefix("Invalid 'file': ").rstrip(".")
             raise _Failed(exc.code or INVALID_FILE, message) from None
