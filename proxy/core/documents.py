@@ -75,12 +75,14 @@ def is_pdf(data: Data, filename: str | None = None, media_type: str | None = Non
 
 
 def runs_long(data: Data, filename: str | None = None, media_type: str | None = None) -> bool:
-    """Whether reading `data` is interpreted work whose cost its size does not bound well (a
-    PDF; HTML, whose pure-Python parser has had quadratic inputs): a server reads such a file
-    in a child process (services/files/extraction.py)."""
+    """Whether reading `data` is work whose cost its size does not bound well: a PDF (a
+    program), HTML (a pure-Python parser that has had quadratic inputs), JSON (checked by
+    parsing it: `[{},{},...]` parses to 24x its size). A server reads such a file in a child
+    process whose CPU and memory are bounded (services/files/extraction.py)."""
+    name = (filename or "").lower()
     kind = (media_type or "").split(";")[0].strip().lower()
-    return (is_pdf(data, filename, media_type) or (filename or "").lower().endswith(_HTML_SUFFIXES)
-            or kind in ("text/html", "application/xhtml+xml"))
+    return (is_pdf(data, filename, media_type) or name.endswith((*_HTML_SUFFIXES, ".json"))
+            or kind in ("text/html", "application/xhtml+xml", "application/json"))
 
 
 def extract_text(data: Data, filename: str | None = None, media_type: str | None = None,

@@ -107,3 +107,22 @@ async def test_the_loop_runs_on_while_a_child_reads(extractor: Extractor) -> Non
     # not have turned at all) and this process did not do the reading.
     assert ticks > 10
     assert own_cpu() - cpu < 1.0
+
+
+async def test_a_json_file_is_checked_in_a_child_whose_memory_is_bounded() -> None:
+    small = Extractor(processes=1, memory=256 * 1024 * 1024)
+    try:
+        assert await small.text(b'{"a": [1, 2]}', "d.json", None) == '{"a": [1, 2]}'
+        with pytest.raises(Unreadable) as info:
+            await small.text(b'{"a": ', "cut.json", None)
+        assert info.value.code == INVALID
+        # 12 MB of `[],` parse to ~16x that: past the child's 256 MiB, refused there (it
+        # would have grown the proxy's own process by ~200 MB, on its loop for inline data).
+        hungry = b"[" + b"[]," * 4_000_000 + b"[]]"
+        cpu = own_cpu()
+        with pytest.raises(Unreadable) as info:
+            await small.text(hungry, None, "application/json")
+        assert info.value.code == INVALID and "memory" in info.value.message
+        assert own_cpu() - cpu < 1.0
+    finally:
+        await small.aclose()

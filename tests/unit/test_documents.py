@@ -90,8 +90,9 @@ def test_a_pdfs_reading_stops_once_its_text_passes_what_the_caller_takes() -> No
         "first page\n\nsecond page"
 
 
-def test_pdf_and_html_are_the_kinds_read_out_of_process() -> None:
+def test_pdf_html_and_json_are_the_kinds_read_out_of_process() -> None:
     assert runs_long(pdf_with_text("x"), "a.txt")
     assert runs_long(b"<p>x</p>", "a.HTML") and runs_long(b"x", None, "text/html; charset=x")
+    assert runs_long(b"{}", "a.json") and runs_long(b"{}", None, "application/json")
     assert not runs_long(b"plain", "a.txt", "text/plain")
-    assert not runs_long(b"{}", "a.json")
+    assert not runs_long(b"# md", "a.md", None)

@@ -250,9 +250,9 @@ def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
                                  "characters.")
     filename = opt_str(part, "filename", path, max_len=512)
     if key == "file_data":
-        # Refuse now what could not be read: base64 always; the text of any kind but PDF and
-        # HTML, whose extraction is costly and runs in a child process when the request is
-        # served (services/files/extraction.py), where an unreadable one is refused naming
+        # Refuse now what could not be read: base64 always; the text of any kind but PDF,
+        # HTML and JSON, whose reading is costly and runs in a child process when the request
+        # is served (services/files/extraction.py), where an unreadable one is refused naming
         # this part.
         raw = file_bytes(value, path)
         if not runs_long(raw, filename, _media_type(value)):

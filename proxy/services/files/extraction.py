@@ -1,9 +1,10 @@
 """Where a document's text is read (core/documents.py), so that no document takes the event loop,
 the default thread pool or unbounded CPU.
 
-Plain text and JSON are read in a thread: decoding is linear and runs in C, bounded by the
-file's size. A PDF (and HTML) is interpreted by pure Python whose cost its size does not bound
-(a 3 KB PDF cost a minute of CPU), and Python cannot stop a thread: such a document is read in a
+Plain text is read in a thread: decoding is linear and runs in C, bounded by the file's size.
+A PDF is interpreted by pure Python whose cost its size does not bound (a 3 KB PDF cost a minute
+of CPU), HTML by a pure-Python parser, JSON is checked by parsing it (its tree can take 24x its
+text), and Python can neither stop a thread nor bound its memory: such a document is read in a
 child process (services/files/extractchild.py), at most `processes` at once per proxy process,
 under `PdfLimits` and `cpu_seconds` of CPU (the kernel ends a child past them). A child past its
 CPU, past a wall-clock backstop, or whose caller went away (a cancelled request) is killed and
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -62,12 +64,16 @@ class Extractor:
             except BaseException as exc:
                 await self._kill(child)
                 if isinstance(exc, (TimeoutError, _ChildEnded)):
-                    raise Unreadable(INVALID, f"the file takes more than {self.cpu_seconds:g} "
-                                              "s of CPU to read, more than this server gives "
-                                              "one document") from None
+                    raise Unreadable(INVALID, self._overrun(child)) from None
                 raise
             self._idle.append(child)
             return text
+
+    def _overrun(self, child: asyncio.subprocess.Process) -> str:
+        if child.returncode == -signal.SIGXCPU or child.returncode == -signal.SIGKILL:
+            return (f"the file takes more than {self.cpu_seconds:g} s of CPU to read, more "
+                    "than this server gives one document")
+        return "the file cannot be read within what this server gives one document"
 
     async def aclose(self) -> None:
         while self._idle:
