@@ -142,3 +142,18 @@ async def test_an_inline_pdfs_text_past_the_budget_is_refused_naming_the_part(
                                                            Expansion(LIMIT, SEALER))
     assert info.value.param == "input[0].content[1]"
     assert "--max-body-bytes" in info.value.message
+
+
+async def test_a_record_whose_size_is_wrong_is_still_read_whole_and_bounded(
+        extractor: Extractor) -> None:
+    files = Files(Blobs(b"", "x"), Budget(), ttl=3600, max_bytes=1 << 20,  # type: ignore[arg-type]
+                  max_in_flight=1, extractor=extractor)
+    for recorded, data in ((10, b"longer than recorded"), (40, b"shorter")):
+        blobs = Blobs(data, "x.txt")
+        blobs.meta["bytes"] = recorded
+        files._blobs = blobs
+        assert await files.text_of("t", "file-1", "input", limit=50) == data.decode()
+    blobs.data = b"x" * 60
+    with pytest.raises(InvalidRequest) as info:
+        await files.text_of("t", "file-1", "input", limit=50)
+    assert "60 bytes" in info.value.message

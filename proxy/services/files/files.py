@@ -178,16 +178,29 @@ class Files:
         size = int(file.get("bytes") or 0)
         if size > limit:
             raise self._too_large(where, size, limit)
-        data = bytearray()
-        async for chunk in self._blobs.read(tenant, file_id):
-            data += chunk
-            if len(data) > limit:  # a record whose size is wrong: still never past the limit
-                raise self._too_large(where, len(data), limit)
+        data = await self._read(tenant, file_id, size, where, limit)
         try:
             return await self.extractor.text(data, str(file.get("filename") or ""), None,
                                              chars=limit)
         except Unreadable as exc:
             raise unreadable(exc, where) from None
+
+    async def _read(self, tenant: str, file_id: str, size: int, where: str,
+                    limit: int) -> bytearray:
+        """The file's bytes in one buffer of its recorded size, filled in place (a growing
+        buffer is copied as it grows: twice the file at once)."""
+        data = bytearray(size)
+        filled = 0
+        async for chunk in self._blobs.read(tenant, file_id):
+            end = filled + len(chunk)
+            if end > size:  # a record whose size is wrong: still never past the limit
+                if end > limit:
+                    raise self._too_large(where, end, limit)
+                data += bytes(end - len(data))
+            data[filled:end] = chunk
+            filled = end
+        del data[filled:]
+        return data
 
     @staticmethod
     def _too_large(where: str, size: int, limit: int) -> InvalidRequest:

@@ -95,7 +95,7 @@ class RequestInputs:
         out: dict[str, str] = {}
         for key, (part, where) in wanted.items():
             text = await self._text(tenant, part, where, fetched, budget.left)
-            budget.spend(len(text.encode()), where)
+            budget.spend(_utf8_size(text), where)
             out[key] = text
         return out
 
@@ -138,7 +138,7 @@ class RequestInputs:
                                                     limit=budget.left)
                        if url is not None else {})
             text = await self._text(tenant, part, where, fetched, budget.left)
-            budget.spend(len(text.encode()), where)
+            budget.spend(_utf8_size(text), where)
             return text
 
         rendered = await self.prompts.render_into(tenant, body, one_file)
@@ -149,3 +149,8 @@ class RequestInputs:
                                  f"{self.media.max_bytes} bytes (--max-body-bytes).",
                                  param="prompt")
         return rendered
+
+
+def _utf8_size(text: str) -> int:
+    # An ASCII text's size is its length: no copy of a file's text just to measure it.
+    return len(text) if text.isascii() else len(text.encode())
