@@ -126,3 +126,23 @@ async def test_a_json_file_is_checked_in_a_child_whose_memory_is_bounded() -> No
         assert own_cpu() - cpu < 1.0
     finally:
         await small.aclose()
+
+
+async def test_one_key_reads_in_at_most_half_the_children_the_others_keep_the_rest() -> None:
+    shared = Extractor(processes=2, cpu_seconds=1, limits=UNBOUNDED)
+    try:
+        hostile = [asyncio.create_task(shared.text(HOSTILE, None, None, owner="a"))
+                   for _ in range(3)]
+        for _ in range(200):  # until the key's first document is being read (bounded: 10 s)
+            if shared.running("a"):
+                break
+            await asyncio.sleep(0.05)
+        # Its other two wait behind its own; the second child is another key's at once.
+        assert shared.running("a") == 1 and shared.per_key == 1
+        assert await shared.text(pdf_with_text("mine"), None, None, owner="b") == "mine"
+        assert shared.running("a") == 1 and not all(t.done() for t in hostile)
+        for outcome in await asyncio.gather(*hostile, return_exceptions=True):
+            assert isinstance(outcome, Unreadable)
+        assert shared.running("a") == 0 and shared.killed == 3
+    finally:
+        await shared.aclose()

@@ -5,8 +5,10 @@ Plain text is read in a thread: decoding is linear and runs in C, bounded by the
 A PDF is interpreted by pure Python whose cost its size does not bound (a 3 KB PDF cost a minute
 of CPU), HTML by a pure-Python parser, JSON is checked by parsing it (its tree can take 24x its
 text), and Python can neither stop a thread nor bound its memory: such a document is read in a
-child process (services/files/extractchild.py), at most `processes` at once per proxy process,
-under `PdfLimits` and `cpu_seconds` of CPU (the kernel ends a child past them). A child past its
+child process (services/files/extractchild.py), at most `processes` at once per proxy process
+and half of them (rounded up) for one key's documents (a key sending costly files waits behind
+its own; the other keys keep the rest), under `PdfLimits` and `cpu_seconds` of CPU (the kernel
+ends a child past them). A child past its
 CPU, past a wall-clock backstop, or whose caller went away (a cancelled request) is killed and
 reaped, and a new one started when next needed: the work is abandoned, not left running.
 Children that answered stay for the next document (starting one costs ~0.2 s of CPU).
@@ -21,7 +23,7 @@ import contextlib
 import os
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
@@ -44,30 +46,55 @@ class Extractor:
         self.limits = limits or PdfLimits()
         self._memory = memory
         self._gate = asyncio.Semaphore(processes)
+        # One key's documents take at most half the children (rounded up): a key sending
+        # costly files waits behind its own, the other keys keep the rest.
+        self.per_key = max(1, (processes + 1) // 2)
+        self._shares: dict[str, _Share] = {}
         self._idle: list[asyncio.subprocess.Process] = []
         self.killed = 0  # children ended for overrunning or for a cancelled caller
 
     async def text(self, data: Data, filename: str | None, media_type: str | None, *,
-                   chars: int | None = None) -> str:
+                   chars: int | None = None, owner: str = "") -> str:
         """The text of `data`, or `Unreadable`. `chars`: the caller takes no more (a PDF's
-        reading stops soon after; a longer text comes back and the caller refuses it)."""
+        reading stops soon after; a longer text comes back and the caller refuses it).
+        `owner`: the key whose document it is (its share of the children)."""
         if not runs_long(data, filename, media_type):
             return await asyncio.to_thread(extract_text, data, filename, media_type)
-        async with self._gate:
-            child = self._idle.pop() if self._idle else await self._start()
-            try:
-                async with asyncio.timeout(self.cpu_seconds + SLACK):
-                    text = await self._ask(child, data, filename, media_type, chars)
-            except Unreadable:
-                self._idle.append(child)  # it answered: ready for the next document
-                raise
-            except BaseException as exc:
-                await self._kill(child)
-                if isinstance(exc, (TimeoutError, _ChildEnded)):
-                    raise Unreadable(INVALID, self._overrun(child)) from None
-                raise
-            self._idle.append(child)
-            return text
+        share = self._shares.setdefault(owner, _Share(asyncio.Semaphore(self.per_key)))
+        share.users += 1
+        try:
+            async with share.gate, self._gate:
+                share.reading += 1
+                try:
+                    return await self._read(data, filename, media_type, chars)
+                finally:
+                    share.reading -= 1
+        finally:
+            share.users -= 1
+            if not share.users:
+                del self._shares[owner]
+
+    def running(self, owner: str) -> int:
+        """Documents of `owner` being read now (tests, metrics)."""
+        share = self._shares.get(owner)
+        return 0 if share is None else share.reading
+
+    async def _read(self, data: Data, filename: str | None, media_type: str | None,
+                    chars: int | None) -> str:
+        child = self._idle.pop() if self._idle else await self._start()
+        try:
+            async with asyncio.timeout(self.cpu_seconds + SLACK):
+                text = await self._ask(child, data, filename, media_type, chars)
+        except Unreadable:
+            self._idle.append(child)  # it answered: ready for the next document
+            raise
+        except BaseException as exc:
+            await self._kill(child)
+            if isinstance(exc, (TimeoutError, _ChildEnded)):
+                raise Unreadable(INVALID, self._overrun(child)) from None
+            raise
+        self._idle.append(child)
+        return text
 
     def _overrun(self, child: asyncio.subprocess.Process) -> str:
         if child.returncode == -signal.SIGXCPU or child.returncode == -signal.SIGKILL:
@@ -112,6 +139,16 @@ class Extractor:
         await asyncio.shield(child.wait())
         if counted:
             self.killed += 1
+
+
+@dataclass
+class _Share:
+    """One key's documents: at most `per_key` read at once (`gate`); `users` waiting or
+    reading (the entry goes with the last), `reading` now."""
+
+    gate: asyncio.Semaphore
+    users: int = 0
+    reading: int = 0
 
 
 class _ChildEnded(Exception):

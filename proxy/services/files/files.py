@@ -181,7 +181,7 @@ class Files:
         data = await self._read(tenant, file_id, size, where, limit)
         try:
             return await self.extractor.text(data, str(file.get("filename") or ""), None,
-                                             chars=limit)
+                                             chars=limit, owner=tenant)
         except Unreadable as exc:
             raise unreadable(exc, where) from None
 

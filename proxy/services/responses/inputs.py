@@ -117,7 +117,7 @@ class RequestInputs:
             raw, media_type = await asyncio.to_thread(
                 inline_file, str(part.get("file_data", "")), where)
         try:
-            return await self.extractor.text(raw, name, media_type, chars=left)
+            return await self.extractor.text(raw, name, media_type, chars=left, owner=tenant)
         except Unreadable as exc:
             raise unreadable(exc, where) from None
 
