@@ -27,6 +27,7 @@ from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import Leases
+from proxy.services.files.extraction import Extractor
 from proxy.services.files.files import Files
 from proxy.services.fleet.admission import Admission
 from proxy.services.fleet.embeddings import Embedder
@@ -198,8 +199,11 @@ class Runtime:
             "delete": "delete_vector_store", "add_files": "add_vector_store_files",
             "finish_file": "finish_vector_store_file",
             "delete_file": "delete_vector_store_file"})
+        # One set of extraction children per process, for input_file parts and ingestions.
+        extractor = Extractor(processes=settings.limits.extract_processes,
+                              cpu_seconds=settings.limits.extract_cpu_seconds)
         files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
-                      max_in_flight=settings.limits.max_uploads_in_flight)
+                      max_in_flight=settings.limits.max_uploads_in_flight, extractor=extractor)
         # Vector stores: searched by the REST API and by file_search, their files ingested by
         # the worker; vectors from the fleet's --embedding-model, charged to their key.
         searcher = Searcher(backend.vectors,
@@ -233,7 +237,8 @@ class Runtime:
             services=Services(
                 responses=ResponsesService(generations, settings, background, stored,
                                            cache=cache, drain=draining, leases=leases,
-                                           inputs=RequestInputs(media, files, prompts)),
+                                           inputs=RequestInputs(media, files, prompts,
+                                                                extractor)),
                 stored=stored, conversations=Conversations(store, settings.store, sealer,
                                                            ids=backend.ids),
                 passthrough=passthrough, background=background, files=files, prompts=prompts,
@@ -286,6 +291,7 @@ class Runtime:
         await self.events.aclose()
         await self.store.aclose()
         await self.process.http.aclose()
+        await self.services.files.extractor.aclose()  # its children, idle by now
 
 
 def _hosted_tools(settings: Settings, searcher: Searcher) -> HostedTools:

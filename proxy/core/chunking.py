@@ -6,9 +6,19 @@ Tokens are counted locally, not by the fleet's `/tokenize`: a word is ceil(len/4
 least one (BPE tokenizers average about four characters of English per token). It never splits
 a word and needs no round trip per file; a chunk may run a little over or under the model's own
 count, which only moves where a chunk ends (docs/BENCHMARKS.md "Vector stores" has the figures).
+
+`iter_chunks` reads the text word by word and holds one chunk's words at a time (ingestion
+embeds a batch as it comes): a whole file's words as a list cost ~10x its text.
 """
 
 from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterator
+
+# What str.split() splits on: the same Unicode whitespace.
+_WORD = re.compile(r"\S+")
 
 DEFAULT_MAX_TOKENS = 800
 DEFAULT_OVERLAP = 400
@@ -24,24 +34,38 @@ def chunk_text(text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
                overlap: int = DEFAULT_OVERLAP) -> list[str]:
     """The chunks, in order; none for a text with no words. Each chunk after the first starts
     where its predecessor's last `overlap` tokens start."""
-    words = text.split()
-    if not words:
-        return []
-    costs = [word_tokens(w) for w in words]
-    chunks: list[str] = []
-    start = 0
-    while start < len(words):
-        end, used = start, 0
-        while end < len(words) and (used + costs[end] <= max_tokens or end == start):
-            used += costs[end]
-            end += 1
-        chunks.append(" ".join(words[start:end]))
-        if end == len(words):
+    return list(iter_chunks(text, max_tokens, overlap))
+
+
+def iter_chunks(text: str, max_tokens: int = DEFAULT_MAX_TOKENS,
+                overlap: int = DEFAULT_OVERLAP) -> Iterator[str]:
+    """`chunk_text`'s chunks one at a time, holding only the current chunk's words."""
+    words = (match.group() for match in _WORD.finditer(text))
+    window: deque[tuple[str, int]] = deque()  # the current chunk's words and their costs
+    used = 0
+    word = next(words, None)
+    while word is not None:
+        cost = word_tokens(word)
+        if window and used + cost > max_tokens:
+            yield " ".join(w for w, _ in window)
+            used = _keep_overlap(window, overlap)
+            continue
+        window.append((word, cost))
+        used += cost
+        word = next(words, None)
+    if window:
+        yield " ".join(w for w, _ in window)
+
+
+def _keep_overlap(window: deque[tuple[str, int]], overlap: int) -> int:
+    """Drop the chunk's words but its last `overlap` tokens (always at least one word, so
+    chunks move forward); the tokens kept."""
+    keep, kept = 0, 0
+    for _, cost in reversed(window):
+        if keep == len(window) - 1 or kept + cost > overlap:
             break
-        # Back up from the end over `overlap` tokens, always moving forward at least a word.
-        back, kept = end, 0
-        while back > start + 1 and kept + costs[back - 1] <= overlap:
-            back -= 1
-            kept += costs[back]
-        start = back
-    return chunks
+        keep += 1
+        kept += cost
+    for _ in range(len(window) - keep):
+        window.popleft()
+    return kept

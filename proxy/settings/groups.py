@@ -182,6 +182,10 @@ class LimitSettings:
     body_timeout: float = 60.0
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
+    # Issue 38: PDF, HTML and JSON files are read in child processes (files/extraction.py),
+    # at most this many per proxy process, each document in at most this many CPU seconds.
+    extract_processes: int = 2
+    extract_cpu_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,10 @@ class VectorSettings:
     max_files: int = 1000
     max_chunks: int = 100_000
     cache_bytes: int = 512 * 1024 * 1024
+    # Issue 38: what all of a process's ingestions may hold at once (services/vectors/memory.py:
+    # each reserves 8x its file). 256 MiB: one 32 MiB file (--max-file-bytes) at a time beside
+    # the vector cache and the requests in a 1 GiB pod; smaller files run several at once.
+    ingest_memory_budget: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("vector_cache_bytes", "vectors.cache_bytes", c.count,
            "memory a process keeps vector stores' vectors in between searches",
            shown="512 MiB"),
+    # Issue 38: what reading files may cost a process.
+    Option("ingest_memory_budget", "vectors.ingest_memory_budget", c.count,
+           "memory all of a process's ingestions may hold at once (each reserves 8x its file)",
+           shown="256 MiB"),
+    Option("extract_processes", "limits.extract_processes", c.count,
+           "child processes one proxy process reads PDF, HTML and JSON files in, at most"),
+    Option("extract_cpu_seconds", "limits.extract_cpu_seconds", c.seconds,
+           "CPU seconds reading one PDF, HTML or JSON file may take; past it, invalid_file"),
     Option("fetch_allow", "fetch.allow", c.fetch_allow,
            "URL prefix of images/media the proxy may fetch for the fleet and send inline "
            "(repeatable; default https:// to public addresses; `none`: data: URLs only)",

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.documents import pdf_with_text
+from tests.support.documents import pdf_sharing_one_stream, pdf_with_text
 from tests.support.servers import ServerProcess, start_proxy
 from tests.support.webfiles import static_server
 
@@ -199,6 +199,16 @@ def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
                             purpose="user_data")
     error = refused(a, {"type": "input_file", "file_id": stored.id})
     assert (error["param"], error["code"]) == ("input[0].content[1]", "unsupported_file")
+
+
+def test_a_pdf_past_the_per_document_bounds_is_a_400_invalid_file(a: openai.OpenAI) -> None:
+    # Issue 38 point 8: the 3.3 KB PDF that cost 58 s of CPU, read in an extraction child and
+    # stopped at 250,000 operators; the proxy answers meanwhile.
+    stored = a.files.create(file=("h.pdf", pdf_sharing_one_stream(200_000, 5),
+                                  "application/pdf"), purpose="user_data")
+    error = refused(a, {"type": "input_file", "file_id": stored.id})
+    assert (error["param"], error["code"]) == ("input[0].content[1]", "invalid_file")
+    assert "operators" in error["message"]
 
 
 @pytest.fixture(scope="module")

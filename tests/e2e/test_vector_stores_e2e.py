@@ -18,7 +18,7 @@ from openai.types.vector_stores import VectorStoreFile
 
 from tests.support import servers
 from tests.support.conformance import check_stream
-from tests.support.documents import pdf_with_text
+from tests.support.documents import pdf_sharing_one_stream, pdf_with_text
 from tests.support.servers import ServerProcess, start_proxy
 
 pytestmark = pytest.mark.e2e
@@ -148,6 +148,22 @@ def test_bad_files_fail_with_the_sdks_codes(pair: tuple[ServerProcess, ServerPro
         codes[file.filename] = done.last_error.code
     assert codes == {"x.png": "unsupported_file", "broken.pdf": "invalid_file"}
     assert client.vector_stores.retrieve(store.id).file_counts.failed == 2
+
+
+def test_a_pdf_past_the_per_document_bounds_fails_as_invalid_file(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    # Issue 38 point 8: 3.3 KB, five pages sharing one stream of 200,000 operators (58 s of
+    # the worker's CPU before); stopped at 250,000 operators in an extraction child.
+    client = sdk(pair[0])
+    store = client.vector_stores.create(name="hostile")
+    hostile = client.files.create(file=("h.pdf", pdf_sharing_one_stream(200_000, 5),
+                                        "application/pdf"), purpose="assistants")
+    done = client.vector_stores.files.create_and_poll(file_id=hostile.id,
+                                                      vector_store_id=store.id,
+                                                      poll_interval_ms=100)
+    assert done.status == "failed" and done.last_error is not None
+    assert done.last_error.code == "invalid_file"
+    assert "operators" in done.last_error.message
 
 
 def test_another_keys_stores_and_files_are_unknown(pair: tuple[ServerProcess, ServerProcess],

@@ -3,6 +3,8 @@ written by hand (the xref offsets computed), so no PDF writer is needed to make 
 
 from __future__ import annotations
 
+import zlib
+
 
 def pdf_with_text(text: str) -> bytes:
     """A one-page PDF whose text layer is `text` (ASCII, no parentheses or backslashes)."""
@@ -24,6 +26,11 @@ def pdf_with_pages(pages: list[list[str]]) -> bytes:
                        b"%d 0 R /Resources << /Font << /F1 %d 0 R >> >> >>"
                        % (len(objects), font))
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return _pdf(objects)
+
+
+def _pdf(objects: list[bytes]) -> bytes:
+    """The file of these objects (numbered from 1, the first the catalog), xref computed."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -36,3 +43,22 @@ def pdf_with_pages(pages: list[list[str]]) -> bytes:
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1, xref)
     return bytes(out)
+
+
+def pdf_sharing_one_stream(operators: int, pages: int, shown: str = "a") -> bytes:
+    """A small PDF that costs much to read (issue 38 point 8): one compressed content stream of
+    `operators` text operators (`(a) Tj`, or `shown` instead of `a`), which each of its `pages`
+    pages names, so a reader interprets it `pages` times. 200,000 operators and five pages
+    make ~3.3 KB."""
+    op = b"(%s) Tj " % shown.encode()
+    stream = zlib.compress(b"BT /F1 12 Tf " + op * operators + b"ET", 9)
+    font = 4 + pages
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+                   b" ".join(b"%d 0 R" % (3 + i) for i in range(pages)), pages)]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (3 + pages, font)] * pages
+    objects.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream
+                   + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return _pdf(objects)

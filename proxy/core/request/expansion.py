@@ -47,6 +47,12 @@ class Expansion:
         self.used = 0
         self._sealer = sealer
 
+    @property
+    def left(self) -> int:
+        """What the request may still expand by: a file larger than this is refused before it
+        is read (services/responses/inputs.py)."""
+        return max(0, self.limit - self.used)
+
     def spend(self, size: int, param: str) -> None:
         self.used += size
         if self.used > self.limit:

@@ -40,7 +40,7 @@ from typing import Any
 from proxy.core import compaction
 from proxy.core import ids as idp
 from proxy.core.documents import INVALID as INVALID_FILE
-from proxy.core.documents import Unreadable, extract_text, is_pdf
+from proxy.core.documents import Unreadable, extract_text, runs_long
 from proxy.core.errors import InvalidRequest
 from proxy.core.fields import (
     at,
@@ -251,10 +251,11 @@ def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
     filename = opt_str(part, "filename", path, max_len=512)
     if key == "file_data":
         # Refuse now what could not be read: base64 always; the text of any kind but PDF,
-        # whose extraction is costly and runs in a worker thread when the request is served
-        # (services/responses/inputs.py), where an unreadable one is refused naming this part.
+        # HTML and JSON, whose reading is costly and runs in a child process when the request
+        # is served (services/files/extraction.py), where an unreadable one is refused naming
+        # this part.
         raw = file_bytes(value, path)
-        if not is_pdf(raw, filename, _media_type(value)):
+        if not runs_long(raw, filename, _media_type(value)):
             document_text(raw, path, filename, _media_type(value))
     out: dict[str, Any] = {"type": "input_file", key: value}
     if filename is not None:
@@ -266,6 +267,11 @@ def file_text(data: str, path: str, filename: str | None = None) -> str:
     """The text of an inline file: a base64 `data:` URL (its media type is a hint) or bare
     base64 of a PDF, text, Markdown, HTML or JSON file (core/documents.py)."""
     return document_text(file_bytes(data, path), path, filename, _media_type(data))
+
+
+def inline_file(data: str, path: str) -> tuple[bytes, str | None]:
+    """The bytes of inline `file_data` and the media type its data: URL names, if any."""
+    return file_bytes(data, path), _media_type(data)
 
 
 def _media_type(data: str) -> str | None:
@@ -289,8 +295,12 @@ def document_text(raw: bytes, path: str, filename: str | None, media_type: str |
     try:
         return extract_text(raw, filename, media_type)
     except Unreadable as exc:
-        raise InvalidRequest(f"Invalid '{path}': {exc.message}.", param=path,
-                             code=exc.code) from None
+        raise unreadable(exc, path) from None
+
+
+def unreadable(exc: Unreadable, path: str) -> InvalidRequest:
+    """The 400 for a document at `path` that gives no text, with the SDK's code."""
+    return InvalidRequest(f"Invalid '{path}': {exc.message}.", param=path, code=exc.code)
 
 
 def file_key(part: dict[str, Any]) -> str:

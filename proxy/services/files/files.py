@@ -11,7 +11,6 @@ SDK offers, any content; what can be read as text is decided where a file is rea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import time
@@ -19,10 +18,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.documents import Unreadable
 from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge, RateLimited
 from proxy.core.fields import bad, one_of
-from proxy.core.request.items import document_text
+from proxy.core.request.items import unreadable
 from proxy.core.request.paging import PageRequest, list_body
+from proxy.services.files.extraction import Extractor
 from proxy.store.base import Store
 from proxy.store.files import CHUNK_BYTES, BlobStore
 
@@ -91,7 +92,7 @@ def file_id() -> str:
 class Files:
     def __init__(self, blobs: BlobStore, store: Store, *, ttl: int, max_bytes: int,
                  max_in_flight: int, clock: Callable[[], float] = time.time,
-                 ids: Callable[[], str] = file_id) -> None:
+                 ids: Callable[[], str] = file_id, extractor: Extractor | None = None) -> None:
         self._blobs = blobs
         self._store = store  # for the key's storage budget
         self._ttl = ttl
@@ -99,6 +100,8 @@ class Files:
         self.uploads = UploadSlots(max_in_flight)  # taken by the route, before the body is read
         self._clock = clock
         self._ids = ids
+        # Reads documents off the loop and out of the default threads (PDFs in a child).
+        self.extractor = extractor or Extractor()
 
     @staticmethod
     def missing(file_id: str, param: str = "file_id") -> NotFound:
@@ -161,19 +164,51 @@ class Files:
         data, more = await self._blobs.list(tenant, page, purpose)
         return list_body(data, more)
 
-    async def text_of(self, tenant: str, file_id: str, where: str) -> str:
+    async def text_of(self, tenant: str, file_id: str, where: str, *, limit: int) -> str:
         """The text of the key's file, for an input_file part at `where`: another key's file
-        is an unknown id (400 naming the part), an unreadable one a 400 with the SDK's code."""
+        is an unknown id (400 naming the part), an unreadable one a 400 with the SDK's code.
+        `limit`: the bytes the caller may still take (what is left of a request's expansion
+        budget). A file larger is refused from its size alone, before a byte of it is read
+        (no kind's text is longer than its file, but a PDF's: its reading stops past `limit`
+        and the caller refuses the longer text)."""
         file = await self._blobs.get(tenant, file_id)
         if file is None:
             raise InvalidRequest(f"Invalid '{where}.file_id': no file with id {file_id!r} "
                                  "exists.", param=f"{where}.file_id")
-        data = bytearray()
+        size = int(file.get("bytes") or 0)
+        if size > limit:
+            raise self._too_large(where, size, limit)
+        data = await self._read(tenant, file_id, size, where, limit)
+        try:
+            return await self.extractor.text(data, str(file.get("filename") or ""), None,
+                                             chars=limit, owner=tenant)
+        except Unreadable as exc:
+            raise unreadable(exc, where) from None
+
+    async def _read(self, tenant: str, file_id: str, size: int, where: str,
+                    limit: int) -> bytearray:
+        """The file's bytes in one buffer of its recorded size, filled in place (a growing
+        buffer is copied as it grows: twice the file at once)."""
+        data = bytearray(size)
+        filled = 0
         async for chunk in self._blobs.read(tenant, file_id):
-            data += chunk
-        # CPU-bound for a PDF: off the event loop (services/responses/inputs.py says why).
-        return await asyncio.to_thread(document_text, bytes(data), where,
-                                       str(file.get("filename") or ""), None)
+            end = filled + len(chunk)
+            if end > size:  # a record whose size is wrong: still never past the limit
+                if end > limit:
+                    raise self._too_large(where, end, limit)
+                data += bytes(end - len(data))
+            data[filled:end] = chunk
+            filled = end
+        del data[filled:]
+        return data
+
+    @staticmethod
+    def _too_large(where: str, size: int, limit: int) -> InvalidRequest:
+        # Named as the same refusal after reading is (the part, services/responses/inputs.py):
+        # whether the size or the text told, the request expands too far.
+        return InvalidRequest(f"Invalid '{where}': the file is {size} bytes, more than the "
+                              f"{limit} bytes this request may still expand to "
+                              "(--max-body-bytes).", param=where)
 
 
 __all__ = ["CHUNK_BYTES", "Files", "Upload"]

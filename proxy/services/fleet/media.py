@@ -92,10 +92,13 @@ class MediaFetcher:
             wanted[url] = ("image", where or "input")
         return await self._fetch_all(wanted)
 
-    async def fetch_files(self, wanted: dict[str, str]) -> dict[str, tuple[str, bytes]]:
+    async def fetch_files(self, wanted: dict[str, str], *, limit: int | None = None
+                          ) -> dict[str, tuple[str, bytes]]:
         """URL → (its content type, its bytes) for input_file URLs (`wanted`: URL → the part's
-        path), under the same rules and the same request budget as images."""
-        data = await self._fetch_all({url: (ANY, where) for url, where in wanted.items()})
+        path), under the same rules and the same request budget as images, or `limit` when
+        less (what is left of the request's expansion budget)."""
+        data = await self._fetch_all({url: (ANY, where) for url, where in wanted.items()},
+                                     limit)
         out = {}
         for url, value in data.items():
             head, _, payload = value.partition(",")
@@ -115,10 +118,11 @@ class MediaFetcher:
             ref.holder[ref.slot] = data[ref.url]
         return True
 
-    async def _fetch_all(self, wanted: dict[str, tuple[str, str]]) -> dict[str, str]:
+    async def _fetch_all(self, wanted: dict[str, tuple[str, str]],
+                         limit: int | None = None) -> dict[str, str]:
         if not wanted:
             return {}
-        budget = _Budget(self._max_bytes)
+        budget = _Budget(self._max_bytes if limit is None else min(limit, self._max_bytes))
         gate = asyncio.Semaphore(PARALLEL)
         out: dict[str, str] = {}
 

@@ -351,7 +351,7 @@ class ResponsesService:
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
-                                             expansion.spend)
+                                             expansion)
         return request.evolved(media=media) if media else request
 
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:

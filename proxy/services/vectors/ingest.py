@@ -18,6 +18,15 @@ and running a file twice only writes the same chunks again (finish_file replaces
 
 A store that is unavailable midway (StoreUnavailable) is raised: the entry stays pending and a
 reclaim retries it. Nothing of the file's text is logged.
+
+Memory (issue 38): one ingestion holds its text, its chunks (about twice the text: neighbours
+share `overlap` tokens) and their packed float32 vectors, and briefly the stored form of the
+chunks (store/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds the
+file's words as a list (core/chunking.py cuts one chunk at a time), every vector at once or
+twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
+A PDF, HTML or JSON file is read in a child process (services/files/extraction.py). The
+ingestions of a process together wait for a share of `--ingest-memory-budget`
+(services/vectors/memory.py) before reading a byte.
 """
 
 from __future__ import annotations
@@ -35,8 +44,9 @@ from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
 from proxy.core.vectorsearch import unit_rows
 from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
-from proxy.services.fleet.embeddings import Embedder, EmbeddingAccount, EmbeddingFailed
+from proxy.services.fleet.embeddings import BATCH, Embedder, EmbeddingAccount, EmbeddingFailed
 from proxy.services.metering.embedding import EmbeddingAccounts
+from proxy.services.vectors.memory import MemoryBudget
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
 from proxy.tracing import Tracing
@@ -69,7 +79,8 @@ class Ingester:
     def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
                  settings: VectorSettings, *, ttl_of: Any,
                  tracing: Tracing | None = None,
-                 accounts: EmbeddingAccounts | None = None) -> None:
+                 accounts: EmbeddingAccounts | None = None,
+                 memory: MemoryBudget | None = None) -> None:
         self._stores = stores
         # The file's key pays its chunks' embeddings; none is made once its budget is spent.
         self._accounts = accounts or EmbeddingAccounts()
@@ -77,6 +88,7 @@ class Ingester:
         self._files = files
         self._embedder = embedder
         self._settings = settings
+        self.memory = memory or MemoryBudget(settings.ingest_memory_budget)
         # The store's remaining lifetime in seconds (services/vectors/stores.py `ttl_left`).
         self._ttl_of = ttl_of
 
@@ -106,6 +118,15 @@ class Ingester:
         if file is None or got is None or file.get("status") != "in_progress":
             return  # deleted meanwhile, or already done (a reclaim of a finished job)
         ttl = self._ttl_of(got[0])
+        try:
+            size = int((await self._files.retrieve(tenant, file["id"])).get("bytes") or 0)
+        except NotFound:
+            size = 0  # _chunks says why it fails
+        async with self.memory.held(size):
+            await self._ingest_held(tenant, file, ttl, account)
+
+    async def _ingest_held(self, tenant: str, file: dict[str, Any], ttl: int,
+                           account: EmbeddingAccount | None) -> None:
         started = time.monotonic()
         try:
             chunks = await self._chunks(tenant, file, account)
@@ -129,8 +150,9 @@ class Ingester:
 
     async def _chunks(self, tenant: str, file: dict[str, Any],
                       account: EmbeddingAccount | None) -> StoredChunks:
+        limit = self._files.max_bytes  # no file's text is read past the largest file's size
         try:
-            text = await self._files.text_of(tenant, file["id"], "file")
+            text = await self._files.text_of(tenant, file["id"], "file", limit=limit)
         except InvalidRequest as exc:
             message = exc.message.removeprefix("Invalid 'file': ").rstrip(".")
             raise _Failed(exc.code or INVALID_FILE, message) from None
@@ -140,24 +162,37 @@ class Ingester:
             await self._files.check_storage(tenant)
         except QuotaExceeded as exc:
             raise _Failed(SERVER_ERROR, exc.message) from None
+        if len(text) > limit:
+            raise _Failed(INVALID_FILE, f"the file's text is longer than {limit} bytes "
+                                        "(--max-file-bytes)")
         strategy = chunking_of(file)
-        texts = await asyncio.to_thread(chunk_text, text, strategy.max_tokens, strategy.overlap)
+        # The chunks are what is stored: held to the end anyway. Cut one at a time (never the
+        # file's words as a list), and all before any is embedded, so that a file of more
+        # chunks than a store holds fails before the fleet works for it.
+        texts = await asyncio.to_thread(chunk_text, text, strategy.max_tokens,
+                                        strategy.overlap)
+        del text
         if not texts:
             raise _Failed(INVALID_FILE, "the file has no text to index")
         if len(texts) > self._settings.max_chunks:
             raise _Failed(SERVER_ERROR, f"the file makes {len(texts)} chunks; a vector store "
                                         f"holds at most {self._settings.max_chunks}")
-        try:
-            vectors = unit_rows(await self._embedder.embed(texts, account))
-        except EmbeddingFailed as exc:
-            raise _Failed(SERVER_ERROR, str(exc)) from None
-        except QuotaExceeded as exc:  # checked before each call: the rest is not embedded
-            raise _Failed(SERVER_ERROR, f"indexing stopped: {exc.message}") from None
-        blob = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+        blob = bytearray()  # the vectors, packed a batch at a time: float32 rows
+        dim = 0
+        for start in range(0, len(texts), BATCH):
+            try:
+                vectors = unit_rows(await self._embedder.embed(texts[start:start + BATCH],
+                                                               account))
+            except EmbeddingFailed as exc:
+                raise _Failed(SERVER_ERROR, str(exc)) from None
+            except QuotaExceeded as exc:  # checked before each call: the rest is not embedded
+                raise _Failed(SERVER_ERROR, f"indexing stopped: {exc.message}") from None
+            dim = int(vectors.shape[1])
+            blob += np.ascontiguousarray(vectors, dtype="<f4").tobytes()
         meta = await self._files.retrieve(tenant, file["id"])
         return StoredChunks({"file_id": file["id"], "filename": meta.get("filename") or "",
                              "attributes": file.get("attributes") or {}},
-                            blob, int(vectors.shape[1]), texts)
+                            bytes(blob), dim, texts)
 
     async def _fail(self, tenant: str, file: dict[str, Any], code: str, message: str,
                     ttl: int) -> None:
