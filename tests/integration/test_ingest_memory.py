@@ -47,10 +47,10 @@ class HeldEmbedder(ingestion.Embedder):
         self.release = asyncio.Event()
         self.entered = 0
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: list[str], account: object = None) -> np.ndarray:
         self.entered += 1
         await self.release.wait()
-        return await super().embed(texts)
+        return await super().embed(texts, account)
 
 
 async def test_ingestions_past_the_budget_wait_for_their_share() -> None:

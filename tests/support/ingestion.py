@@ -84,7 +84,7 @@ class Embedder:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: list[str], account: object = None) -> np.ndarray:
         self.calls += 1
         return np.ones((len(texts), DIM), np.float32)
 
