@@ -1,4 +1,4 @@
-"""The cost-bounds table in code (table.py) and in docs/COST-BOUNDS-DRAFT.md agree, and every
+"""The cost-bounds table in code (table.py) and in docs/SECURITY.md agree, and every
 row names a test that exists: a new route joins both, or this fails. No servers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.costbounds import table
 pytestmark = pytest.mark.costbounds
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "COST-BOUNDS-DRAFT.md"
+DOC = ROOT / "docs" / "SECURITY.md"
 
 
 def _tests_in(module: str) -> set[str]:
