@@ -172,7 +172,7 @@ return added
 #   makes one call per shard tag (core/shardtags.py), all of whose keys share one slot, and a
 #   slot being moved is judged by the declared keys alone (see the conventions above). One
 #   primary declares none. Either way the keys the script writes travel in the blob, `rp:...`
-#   and `rp:...:log` (keys.py, checked by tests/integration/test_store_append_many.py).
+#   and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
 #   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
 # Returns the number of events added.

@@ -43,7 +43,8 @@ POLL_SECONDS = 0.25
 class StoredResponses:
     def __init__(self, store: Store, followers: Followers, streams: StreamSettings, *,
                  leases: Leases | None = None) -> None:
-        # A foreground response whose writer's lease expired is closed when read (lease.py).
+        # A foreground response whose writer's lease expired is closed when read
+        # (services/eventlog/ownership.py).
         self.leases = leases
         self._store = store
         self._followers = followers
