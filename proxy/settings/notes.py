@@ -285,7 +285,8 @@ NOTES: dict[str, str] = {
     ),
     "setup_slots": (
         'creates set up at once per process, in arrival order, until each is admitted to a '
-        "replica (0: no gate; measured not to lower a burst's median TTFT, docs/BENCHMARKS.md "
+        "replica (0: no gate; measured not to lower a burst's median TTFT, "
+        'benchmarks-history.md '
         '"Issue 29: bursts"); a wait past `--queue-timeout` is the admission queue\'s 429'
     ),
     "routing": (
