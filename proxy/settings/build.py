@@ -3,7 +3,7 @@
 Flags win over environment variables, which win over the defaults (groups.py). Each option is
 validated by its row's check (options.py); what one option means for another is checked after,
 in `_reconcile`. A bad value raises `ConfigError` naming the flag, so the CLI can exit with one
-line instead of a traceback (CONTRACT.md "Bad configuration").
+line instead of a traceback (docs/contract.md "Bad configuration").
 """
 
 from __future__ import annotations
