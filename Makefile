@@ -80,7 +80,7 @@ fuzz: $(STAMP) redis-server
 ## abuse: the cost-bounds suite (issue 38): per route and per input that expands, the worst
 ## request within the limits against a real stack, the proxy's peak RSS, CPU, event-loop stall,
 ## queue share and metered tokens held to the bounds of tests/costbounds/table.py
-## (docs/COST-BOUNDS-DRAFT.md). Its fast rows also run in `make test`; the heavy ones (large
+## (docs/SECURITY.md, "Cost bounds"). Its fast rows also run in `make test`; the heavy ones (large
 ## files, runaway PDFs, queue fairness, idle connections) only here. A few minutes.
 abuse: $(STAMP) redis-server
 	$(BIN)/python -m pytest -q -m 'costbounds or abuse_heavy' tests/costbounds
@@ -115,7 +115,7 @@ image:
 ## capabilities, uid 10001: /healthz, a response, a stream, SIGTERM drain), then the compose
 ## stack (--profile cpu) through nginx with podman-compose: a stored stream, its replay from the
 ## other instance, a background job. Without a registry it builds a Debian base (mmdebstrap)
-## and Redis/nginx images on it. Not in `make test`; a few minutes (README "Deploy").
+## and Redis/nginx images on it. Not in `make test`; a few minutes (docs/operations.md, "Deploy").
 deploy-test: $(STAMP) deploy-packages
 	$(BIN)/python -m reliability.deploytest
 

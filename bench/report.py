@@ -1,6 +1,6 @@
 """The results, written three ways: table lines as rows finish, docs/BENCHMARKS.md, raw JSON.
 
-docs/BENCHMARKS.md keeps a hand-written part (profiling notes, owned by people) above the
+docs/BENCHMARKS.md keeps a hand-written part (method and findings, owned by people) above the
 generated part, which sits between `BEGIN` and `END` markers and is replaced whole on every
 run that writes the docs; anything outside the markers is never touched. A file without the
 markers gets them appended at its end.

@@ -24,7 +24,7 @@ from proxy.settings import (
     describe,
     require_upstreams,
 )
-from proxy.settings.build import field_default
+from proxy.settings.build import shown_default
 from proxy.settings.options import OPTIONS, Option
 
 log = logging.getLogger("proxy")
@@ -48,17 +48,8 @@ def _add_options(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _help(opt: Option) -> str:
-    shown = opt.shown if opt.shown is not None else _shown(field_default(opt))
+    shown = shown_default(opt)
     return f"{opt.help} (default {shown})" if shown else str(opt.help)
-
-
-def _shown(default: object) -> str:
-    """A default as people write it (`5`, not `5.0`); none for lists, switches and None."""
-    if isinstance(default, bool) or not isinstance(default, (int, float, str)):
-        return ""
-    if isinstance(default, float) and default.is_integer():
-        return str(int(default))
-    return str(default)
 
 
 def _parser() -> argparse.ArgumentParser:

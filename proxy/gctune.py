@@ -1,6 +1,6 @@
 """The garbage collector of a serving process: fewer, cheaper collections.
 
-Why (docs/BENCHMARKS.md, "Issue 18": the garbage collector): reference counting frees almost
+Why (docs/benchmarks-history.md, "Issue 18": the garbage collector): reference counting frees almost
 everything the per-token path allocates at once, but futures, generator frames and per-request
 objects survive long enough to count towards CPython's collection thresholds. With the defaults
 (700 / 10 / 10) a proxy streaming 256 answers ran ~500 young-generation collections a minute,

@@ -1,4 +1,5 @@
-"""uvicorn's `Server` with a drain in front of its shutdown (SIGTERM, CONTRACT.md "Operations").
+"""uvicorn's `Server` with a drain in front of its shutdown (SIGTERM, docs/contract.md
+"Operations").
 
 uvicorn on its own answers SIGTERM by closing the listening socket at once, then waits up to
 `timeout_graceful_shutdown` for the open connections and cancels what is left. That keeps open

@@ -73,7 +73,7 @@ class Deploy:
         # names, labels and `healthcheck run`); `make image` alone takes either.
         if not shutil.which("podman"):
             raise SystemExit("make deploy-test runs podman and podman-compose: apt-get install "
-                             "podman runc (README \"Deploy\"); `make image` also takes docker")
+                             "podman runc (docs/operations.md); `make image` also takes docker")
         self.engine = "podman"
         self.env = engine_env(self.engine)
         self.steps: list[tuple[str, float, str]] = []

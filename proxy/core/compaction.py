@@ -1,4 +1,4 @@
-"""Compaction: a long context replaced by a summary the fleet's model wrote (CONTRACT.md
+"""Compaction: a long context replaced by a summary the fleet's model wrote (docs/contract.md
 "Compaction"), as pure functions; the I/O (the summarisation turn, `/tokenize`) is in
 services/responses/compaction.py.
 

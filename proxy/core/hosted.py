@@ -1,4 +1,4 @@
-"""Hosted tools the proxy runs itself (CONTRACT.md "Files, vector stores, hosted tools"): the
+"""Hosted tools the proxy runs itself (docs/contract.md "Files, vector stores, hosted tools"): the
 pure parts every such tool shares. No I/O.
 
 A hosted tool (`web_search` today; `file_search` is meant to be the next) is offered to the model

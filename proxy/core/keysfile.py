@@ -1,5 +1,5 @@
-"""The `--keys-file` document (CONTRACT.md "Operations"), parsed and validated. Pure: the caller
-reads the file and decodes JSON or YAML; this module checks the decoded data.
+"""The `--keys-file` document (docs/contract.md "Operations"), parsed and validated. Pure: the
+caller reads the file and decodes JSON or YAML; this module checks the decoded data.
 
     {"defaults": {...limits}, "keys": [{"key": "sk-...", "name": "team-a", ...limits}]}
 

@@ -1,4 +1,4 @@
-"""MCP tools run by the proxy (CONTRACT.md "MCP tools"): the pure parts. No I/O.
+"""MCP tools run by the proxy (docs/contract.md "MCP tools"): the pure parts. No I/O.
 
     tool {"type": "mcp", server_label, server_url, headers?, authorization?, allowed_tools?,
           require_approval?}

@@ -32,7 +32,7 @@ IN_PROGRESS: Final = "response.in_progress"
 COMPLETED: Final = "response.completed"
 INCOMPLETE: Final = "response.incomplete"
 FAILED: Final = "response.failed"
-# Not in the SDK's union (it has no cancel event); it tolerates unknown types and CONTRACT.md
+# Not in the SDK's union (it has no cancel event); it tolerates unknown types and docs/contract.md
 # names this one, carrying `response.status == "cancelled"`.
 CANCELLED: Final = "response.cancelled"
 TERMINAL_EVENTS: Final = frozenset({COMPLETED, INCOMPLETE, FAILED, CANCELLED})

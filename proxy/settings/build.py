@@ -3,7 +3,7 @@
 Flags win over environment variables, which win over the defaults (groups.py). Each option is
 validated by its row's check (options.py); what one option means for another is checked after,
 in `_reconcile`. A bad value raises `ConfigError` naming the flag, so the CLI can exit with one
-line instead of a traceback (CONTRACT.md "Bad configuration").
+line instead of a traceback (docs/contract.md "Bad configuration").
 """
 
 from __future__ import annotations
@@ -138,3 +138,16 @@ def describe(settings: Settings) -> Sequence[str]:
 def field_default(opt: Option) -> Any:
     """The default an option's field has (what `--help` shows)."""
     return getattr(getattr(Settings(), opt.group), opt.field)
+
+
+def shown_default(opt: Option) -> str:
+    """The default as people write it (`5`, not `5.0`; the option's own `shown` when it has
+    one); "" for lists, switches and None. `--help` and docs/configuration.md both print it."""
+    if opt.shown is not None:
+        return opt.shown
+    default = field_default(opt)
+    if isinstance(default, bool) or not isinstance(default, (int, float, str)):
+        return ""
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return str(default)

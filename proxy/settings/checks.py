@@ -1,5 +1,6 @@
 """Validators: one raw value (a flag's string, or an environment variable's) in, one typed value
-out, or a `ConfigError` naming the flag (CONTRACT.md "Bad configuration": one line, no traceback).
+out, or a `ConfigError` naming the flag (docs/contract.md "Bad configuration": one line, no
+traceback).
 
 Each takes the value and the flag it came from (`Parse` below), so the option table can say
 which validator a setting uses without a lambda per row. Values that depend on another setting

@@ -224,7 +224,7 @@ OPTIONS: tuple[Option, ...] = (
            "seconds a request may wait for a saturated fleet"),
     # Bursts (issue 29): services/fleet/setups.py. Off by default: measured, it moves the
     # first arrivals' first tokens forward but not the median, and adds to the p99
-    # (docs/BENCHMARKS.md "Issue 29: bursts").
+    # (docs/benchmarks-history.md "Issue 29: bursts").
     Option("setup_slots", "flow.setup_slots", c.setup_slots,
            "creates set up at once, in arrival order, before their upstream call (0: no "
            "gate: every arrival's set-up advances together)"),

@@ -220,7 +220,8 @@ class Simulator:
         await send_json(send, 200, None)
 
     async def version(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # vLLM's own version string when one is simulated (the proxy reads it: version.py)
+        # vLLM's own version string when one is simulated (the proxy reads it:
+        # core/translate/effort.py)
         await send_json(send, 200, {"version": self.config.vllm_version or "0.0.0+simulator"})
 
     async def list_models(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,7 +3,8 @@
 A persona is the model family plus the parsers a real deployment runs it with (qwen3: `hermes`
 tool parser and `qwen3` reasoning parser; mistral: `mistral`; gpt-oss: the harmony path;
 deepseek-r1: `deepseek_r1` reasoning; llama3: `llama3_json`). The shapes are those of
-../shared/vllm/*.sse (reconstructed from vLLM's source); the version ranges are that README's:
+tests/unit/golden/vllm/*.sse (reconstructed from vLLM's source); the version ranges are those of
+docs/protocol.md, section 8:
 
   - reasoning delta key: `reasoning_content` up to 0.11; both keys 0.12-0.15, every delta then
     carrying `reasoning_content` (null where empty); `reasoning` only from 0.16;

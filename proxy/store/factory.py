@@ -71,7 +71,7 @@ EMBEDDED_MAX_CONNECTIONS = 4096
 # Connections of the reconnect probe (store/reconnect.py): many streams failing at once probe
 # together; past these they wait for one (as long as a probe may take).
 PROBE_CONNECTIONS = 16
-# Oldest Redis we support (DESIGN.md): the embedded server refuses what 7.0 would refuse.
+# Oldest Redis we support (docs/design.md): the embedded server refuses what 7.0 would refuse.
 EMBEDDED_VERSION = (7, 0)
 
 

@@ -1,7 +1,7 @@
 """Every Redis key the store writes, in one place. Lifetimes are settings (`--response-ttl`,
 `--event-ttl`, settings/) that the services pass to every write; none is defaulted here.
 
-Invariants (DESIGN.md, "Redis"):
+Invariants (docs/design.md, "Redis"):
 - Every script touches one slot, so the same layout serves one primary, Sentinel and a Redis
   Cluster. How, for the scripts of the hot path that write keys of several objects (the
   event-log flush, scripts.APPEND_EVENTS_MANY, one call for every live stream; the create and

@@ -167,12 +167,12 @@ return added
 # Why one call and not one per stream: at 256 streams with tokens 20 ms apart every flush
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
 # parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
-# docs/BENCHMARKS.md, "Event-log appends").
+# docs/benchmarks-history.md, "Event-log appends").
 # KEYS: on a Redis Cluster, every key the call writes, each stream's hash and log: the caller
 #   makes one call per shard tag (core/shardtags.py), all of whose keys share one slot, and a
 #   slot being moved is judged by the declared keys alone (see the conventions above). One
 #   primary declares none. Either way the keys the script writes travel in the blob, `rp:...`
-#   and `rp:...:log` (keys.py, checked by tests/integration/test_store_append_many.py).
+#   and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
 #   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
 # Returns the number of events added.

@@ -2,7 +2,7 @@
 settings check refuses a bad URL at start and `open_store` (factory.py) builds its client from
 the same reading.
 
-Forms (../shared/CONTRACT.md "Redis topologies"):
+Forms (docs/contract.md "Redis topologies"):
 - `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, `rediss://...` (TLS), `unix:///path.sock`:
   one primary; redis-py reads the URL itself (`kind == "single"`, `url` kept as given);
 - `redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]`: the primary that the

@@ -1,4 +1,4 @@
-"""`/v1/conversations` routes (PROTOCOL.md §4.7), each one service call. The ones that store
+"""`/v1/conversations` routes (docs/protocol.md §4.7), each one service call. The ones that store
 (create, update, add items) count in the key's `rpm` (web/limiting.py)."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ async def test_a_key_holding_its_budget_stores_nothing_more(store: RedisStore) -
 async def test_two_instances_cannot_both_take_the_last_bytes(store: RedisStore) -> None:
     # Ids of one shard tag on a cluster (`same_tag`): there the check and the count are one
     # script per tag, so creates racing under *different* tags may each take the last bytes
-    # (README: each may overshoot by one request, as the write that crosses the budget does).
+    # (docs/operations.md: may overshoot by one request, as the write that crosses the budget does).
     size = response_bytes(rid("0"), [message("msg", "x" * 50)])
     instances = [budgeted(store, size) for _ in range(2)]
 

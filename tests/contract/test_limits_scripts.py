@@ -67,7 +67,7 @@ async def test_tpm_and_budget_count_usage_at_the_end(store: RedisStore) -> None:
     second = await lim.admit(T, hold=False)  # in flight together: both admitted
     assert first is not None and second is not None
     await first.end(70)
-    await second.end(70)  # the overshoot the README describes
+    await second.end(70)  # the overshoot docs/operations.md describes
     await first.end(70)  # ending twice counts once
     assert int(await store.client.get(keys.limit_used(T))) == 140
     with pytest.raises(RateLimited) as refused:

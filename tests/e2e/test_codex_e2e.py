@@ -1,4 +1,4 @@
-"""A Codex-shaped client against the real proxy (PROTOCOL-2026.md §2.2): the body Codex CLI
+"""A Codex-shaped client against the real proxy (docs/protocol-2026.md §2.2): the body Codex CLI
 sends with a custom provider (`client_metadata`, `prompt_cache_key`, encrypted reasoning,
 `reasoning.summary`, `store: false`, two developer messages, function, custom and namespace
 tools, `web_search`), accepted unmodified; every event strictly valid; a namespaced and a custom

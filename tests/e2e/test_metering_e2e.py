@@ -178,7 +178,7 @@ def split(simulator: ServerProcess, redis_server: ServerProcess,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess,
                                                                      redis.Redis]]:
     """An HTTP instance with the keys file and no worker, and an instance running the jobs
-    started without it (README: a worker needs no --keys-file): the jobs carry their key's
+    started without it (docs/operations.md: worker needs no --keys-file): the jobs carry their key's
     limits. (A second `serve`: the `worker` command takes `--embedding-model` only from
     its environment, PROXY_EMBEDDING_MODEL.)"""
     db = DB + 1

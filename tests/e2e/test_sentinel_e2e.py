@@ -2,7 +2,7 @@
 primary + replica + 3 sentinels: tests/support/sentinel.py): the same state contract as on one
 primary. A stored stream on A replayed from B, a chain and a conversation across the two, a
 background job run by the worker and a cancel, cache hits and a per-key limit shared by both.
-The failover under load is `test_sentinel_failover_e2e.py`."""
+The failover under load is a `make chaos` row (reliability/failover.py)."""
 
 from __future__ import annotations
 

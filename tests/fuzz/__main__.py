@@ -2,7 +2,7 @@
 
 A redis-server, the simulator and a `responses-proxy serve` process (uvicorn; two API keys,
 the exact cache on, a 1 MiB body limit so oversized bodies and frames are cheap to make), each
-on a free loopback port. Every HTTP endpoint of CONTRACT.md gets an equal share of
+on a free loopback port. Every HTTP endpoint of docs/contract.md gets an equal share of
 `FUZZ_SECONDS` (default 300), the WebSocket frames one more share; then `/healthz` and
 `/readyz` must answer 200. Prints the cases run per endpoint as the Markdown table of
 docs/RELIABILITY.md's "Fuzzing" section. Exits non-zero on the first failing case, printed.

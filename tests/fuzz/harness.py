@@ -158,7 +158,7 @@ def send(client: httpx.Client, case: s.Case) -> httpx.Response:
 
 
 def http_targets(known: s.Known, key: str) -> dict[str, st.SearchStrategy[s.Case]]:
-    """One strategy of cases per endpoint of CONTRACT.md."""
+    """One strategy of cases per endpoint of docs/contract.md."""
     h = s.headers(key)
     resp = s.ids(known.responses)
     conv = s.ids(known.conversations)

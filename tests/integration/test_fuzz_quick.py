@@ -1,5 +1,5 @@
 """The quick fuzz profile of `make test` (issue 17 point 1): a few hundred generated cases
-over every HTTP endpoint of CONTRACT.md against the app in-process (its store a real
+over every HTTP endpoint of docs/contract.md against the app in-process (its store a real
 redis-server, its fleet the simulator over real HTTP). No 5xx, every 4xx in OpenAI's error
 shape, no write to Redis by a rejected request, `/healthz` and `/readyz` fine afterwards.
 `make fuzz` runs the same targets for minutes against a real uvicorn server

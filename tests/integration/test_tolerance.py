@@ -1,4 +1,4 @@
-"""Request tolerance through the app (CONTRACT.md "Request tolerance"): unknown fields ignored
+"""Request tolerance through the app (docs/contract.md "Request tolerance"): unknown fields ignored
 and named, hosted tools dropped and named, in headers that reach JSON and SSE clients alike;
 `--params strict` / `--hosted-tools reject` keep the 400s. The simulator is the upstream, and
 its record of the last chat request shows what the fleet was sent."""

@@ -1,7 +1,8 @@
 """Stream conformance checks shared by unit, integration and e2e tests.
 
-- `check_invariants`: PROTOCOL.md §3.5 (sequence numbers, nesting, text equality, final output).
-- `check_vllm_rules`: vLLM's own `validate_streaming_event_stack` rules (PROTOCOL.md §5:
+- `check_invariants`: docs/protocol.md §3.5 (sequence numbers, nesting, text equality, final
+  output).
+- `check_vllm_rules`: vLLM's own `validate_streaming_event_stack` rules (docs/protocol.md §5:
   pairing, ordering, field consistency), with `response.incomplete`, `.failed` and `.cancelled`
   accepted as terminals and background streams' `response.queued` allowed second.
 - `validate_with_sdk`: every event through the official `openai` SDK's pydantic types, strictly.
@@ -49,7 +50,7 @@ _EVENT = TypeAdapter(ResponseStreamEvent)
 
 # Error codes OpenAI sends on `response.failed` that the SDK's `ResponseError.code` Literal
 # does not list (the SDK's own parsing keeps them; only strict validation refuses them). Codex
-# keys its context handling on this one (CONTRACT.md "Request tolerance").
+# keys its context handling on this one (docs/contract.md "Request tolerance").
 _CODES_BEYOND_THE_LITERAL = {"context_length_exceeded"}
 
 

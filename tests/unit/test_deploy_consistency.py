@@ -2,8 +2,8 @@
 so every name, port, path and limit the deploy files rely on is compared with what the app
 reads, serves and defaults to.
 
-- every `PROXY_*` name in deploy/ is read by `build_settings` and listed in the README's
-  configuration table;
+- every `PROXY_*` name in deploy/ is read by `build_settings` and listed in the configuration
+  reference (docs/configuration.md);
 - ports, probe and health-check paths in compose, Kubernetes and nginx are the app's;
 - grace periods exceed `PROXY_SHUTDOWN_GRACE`; body limits equal `PROXY_MAX_BODY_BYTES`;
 - every metric in the Grafana dashboard is one of the agreed families, with their labels.
@@ -119,10 +119,9 @@ def env_names_in_deploy() -> set[str]:
     return names
 
 
-def readme_configuration_names() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
+def documented_configuration_names() -> set[str]:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("|")]
     return set(re.findall(r"\bPROXY_[A-Z][A-Z0-9_]*", "\n".join(rows)))
 
 
@@ -132,7 +131,7 @@ def test_every_env_name_in_deploy_is_read_by_the_settings_and_documented() -> No
     env = RecordingEnv()
     build_settings({}, env)
     assert used - env.asked == set(), "names in deploy/ that build_settings never reads"
-    assert used - readme_configuration_names() == set(), "missing from README's table"
+    assert used - documented_configuration_names() == set(), "missing from docs/configuration.md"
 
 
 def test_a_misspelt_env_name_would_be_caught() -> None:

@@ -1,4 +1,4 @@
-"""The Response object as CONTRACT.md says (Open Responses): `completed_at` present in every
+"""The Response object as docs/contract.md says (Open Responses): `completed_at` present in every
 snapshot (null until completed), effective sampling values as numbers, live and replayed."""
 
 from __future__ import annotations

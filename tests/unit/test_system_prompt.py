@@ -1,5 +1,5 @@
 """All instructions, system and developer text → ONE leading system message, in order
-(CONTRACT.md "Request tolerance"; chat templates such as Qwen's refuse any other placement)."""
+(docs/contract.md "Request tolerance"; chat templates such as Qwen's refuse any other placement)."""
 
 from __future__ import annotations
 

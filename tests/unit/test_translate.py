@@ -1,4 +1,4 @@
-"""Responses request (+ history) → one vLLM chat-completions request (PROTOCOL.md §6.1)."""
+"""Responses request (+ history) → one vLLM chat-completions request (docs/protocol.md §6.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replays of real vLLM streams (tests/unit/golden/vllm/, copied from the fleet's README'd set):
+"""Replays of real vLLM streams (tests/unit/golden/vllm/, described in docs/protocol.md, section 8):
 the Responses items, their order and statuses, the terminal event and usage each one gives.
 
 Each replay also passes the SDK's types and the stream invariants (`check_stream`).

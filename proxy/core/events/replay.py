@@ -1,9 +1,9 @@
 """A complete, valid event sequence rebuilt from a final Response object.
 
 Used when a stored response has no event log to replay (it was not streamed, or its log has
-expired) and for cache hits: the same canonical order the assembler produces (PROTOCOL.md §3.4),
-one delta per content part carrying its whole text. Deterministic, so every replay of one object
-is identical, sequence numbers included.
+expired) and for cache hits: the same canonical order the assembler produces
+(docs/protocol.md §3.4), one delta per content part carrying its whole text. Deterministic, so
+every replay of one object is identical, sequence numbers included.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def events_from_response(response: ResponseObject) -> list[Event]:
 
     start = {**response, "output": [], "usage": None, "error": None,
              "incomplete_details": None, "status": t.S_IN_PROGRESS}
-    start["completed_at"] = None  # always present, null until completed (CONTRACT.md)
+    start["completed_at"] = None  # always present, null until completed (docs/contract.md)
     if response.get("background"):
         queued = {**start, "status": t.S_QUEUED}
         add({"type": t.CREATED, "response": queued})

@@ -1,6 +1,6 @@
 """`POST /v1/responses` bodies: every field checked, the result one frozen `ResponsesRequest`.
 
-Three kinds of field (CONTRACT.md lists what we serve):
+Three kinds of field (docs/contract.md lists what we serve):
 - served: read, range-checked, used and echoed in the Response object;
   (`reasoning.summary` adds summary parts, core/events/summaries.py; `truncation: "auto"` drops the
   oldest messages to fit, core/translate/truncation.py)
@@ -145,7 +145,7 @@ class ResponsesRequest:
         return fmt
 
     def echo(self) -> dict[str, Any]:
-        """The request's part of every Response object (PROTOCOL.md §1.1: every field present,
+        """The request's part of every Response object (docs/protocol.md §1.1: every field present,
         null where there is no value)."""
         return {
             "instructions": self.instructions,

@@ -1,4 +1,4 @@
-"""What one request expands to, bounded by `--max-body-bytes` (CONTRACT.md "Multi-tenant
+"""What one request expands to, bounded by `--max-body-bytes` (docs/contract.md "Multi-tenant
 safety"): an expanded request may hold no more than the client could have sent inline.
 
 A request names more than it carries: an `item_reference` stands for a stored item however

@@ -1,7 +1,7 @@
 """Input items: what a client may send as `input` (or add to a conversation), checked and put in
 the one stored form every later step reads (translation, `input_items`, conversation items).
 
-Stored forms (PROTOCOL.md §2.2), every item with an `id` (the client's, when it sent one):
+Stored forms (docs/protocol.md §2.2), every item with an `id` (the client's, when it sent one):
     message      {id, type:"message", role, status:"completed", content:[parts]}
                  user/system/developer parts: input_text | input_image | input_file;
                  assistant parts: output_text (annotations []) | refusal

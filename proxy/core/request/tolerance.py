@@ -1,4 +1,4 @@
-"""Request tolerance: how strict a create is with what real clients send (CONTRACT.md,
+"""Request tolerance: how strict a create is with what real clients send (docs/contract.md,
 "Request tolerance"). Pure.
 
 Clients such as Codex send fields we have no use for and hosted tools we cannot run, and offer

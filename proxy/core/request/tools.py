@@ -28,7 +28,7 @@ from proxy.core.hosted import echo_tool, kind_of_type
 from proxy.core.mcp import McpServer, parse_mcp_tool
 from proxy.core.toolnames import ToolNames
 
-# Tools OpenAI runs on its side; a chat fleet cannot (PROTOCOL-2026.md §2.6).
+# Tools OpenAI runs on its side; a chat fleet cannot (docs/protocol-2026.md §2.6).
 HOSTED_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11",
     "web_search_2025_08_26", "file_search", "code_interpreter", "image_generation",

@@ -1,6 +1,6 @@
 """A Responses request (plus the history it continues) as one vLLM chat-completions request.
 
-Mapping (PROTOCOL.md §6.1):
+Mapping (docs/protocol.md §6.1):
     instructions                    → the first `system` message (never inherited from history)
     all system/developer text       → merged into that ONE leading system message, in order
                                       (core/translate/system_prompt.py: templates refuse a later

@@ -10,7 +10,7 @@ blank line; the other messages keep their order.
 A developer message in the middle of a history therefore moves to the front, behind the text
 that came before it: the model still reads every instruction, in the order they were given, but
 no longer sees where in the dialogue one was added. That is the only placement every template
-accepts (CONTRACT.md, "Request tolerance").
+accepts (docs/contract.md, "Request tolerance").
 
 Pure; runs once per request on the message list (not per token).
 """

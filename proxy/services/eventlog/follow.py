@@ -20,7 +20,7 @@ being written here first catches up from the writer's memory (`recent`), in the 
 joins: events made while it read the store can then not fall between the two.
 
 Memory is bounded per reader. The catch-up from the store is read and yielded page by page
-(`logread.py`). A follower's inbox holds at most `MAX_BACKLOG` events: a reader slower than the
+(`pages.py`). A follower's inbox holds at most `MAX_BACKLOG` events: a reader slower than the
 log is dropped from the fan-out (the hub no longer holds its position back, nothing more is
 queued for it), drains what it has, then catches up from the store in pages and joins again.
 """
@@ -107,7 +107,7 @@ class Followers:
                  recent: Callable[[str], list[StoredEvent]] = lambda _rid: [],
                  supervisor: LoopSupervisor | None = None) -> None:
         self._store = store
-        self.recent = recent  # the events this process is writing for a log (eventlog.py)
+        self.recent = recent  # the events this process is writing for a log (writer.py)
         self._block_ms = block_ms
         self._retry_delay = retry_delay
         self._followers: dict[str, set[_Follower]] = {}

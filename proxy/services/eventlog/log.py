@@ -1,9 +1,9 @@
 """`EventLog`: a response's event log as one thing, whoever writes, reads or ends it.
 
-    open(id) ─▶ LogHandle     the batching writer (eventlog.py `EventLogHub`)
+    open(id) ─▶ LogHandle     the batching writer (writer.py `EventLogHub`)
     follow(id, after)         stored then live, one blocking reader per process (follow.py)
-    pages(id, after)/whole    stored events in bounded pages (logread.py)
-    end(record, how)          end a response no live turn will finish, from its log (closing.py)
+    pages(id, after)/whole    stored events in bounded pages (pages.py)
+    end(record, how)          end a response no live turn will finish, from its log (ending.py)
 
 The writer and the followers need each other: the writer hands each event it makes to this
 process's followers at once (`publish_local`), and a follower joining a log being written here

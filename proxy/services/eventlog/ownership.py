@@ -1,6 +1,6 @@
 """Foreground ownership: a stored foreground response whose instance dies ends `failed`.
 
-A background job has the job queue to notice its worker's death (jobs.py); a foreground
+A background job has the job queue to notice its worker's death (store/jobqueue.py); a foreground
 response has only the instance serving it. So that instance holds a lease on each of its
 stored foreground responses while it generates them (store/leases.py: one sorted set of
 deadlines on the Redis clock):

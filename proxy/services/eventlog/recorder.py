@@ -1,7 +1,7 @@
 """The stored side of a turn: its events to the response's event log as they are made, its
 end (the terminal event with the final object, retried and reconciled: durable.py) before the
 caller sees it, then the conversation's new items. Owned by the event log's room: ending a
-response that lost its writer (closing.py) records through the same `Recorder`."""
+response that lost its writer (ending.py) records through the same `Recorder`."""
 
 from __future__ import annotations
 

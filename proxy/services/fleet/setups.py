@@ -5,9 +5,9 @@ Why: one event loop serves every request of the process. 256 requests arriving t
 advance one step per loop turn (parse, a store read, the upstream connect...), so every
 request's set-up is interleaved with every other's and all of them reach the upstream at about
 the same time: each first token waits for nearly the whole burst's set-up (~0.35 ms of CPU per
-request, docs/BENCHMARKS.md "Bursts"). With a few set-ups at a time the first to arrive is the
-first to reach its replica, and the first token of the k-th request waits for about k set-ups,
-not all of them; the total work is the same.
+request, docs/benchmarks-history.md "Issue 29: bursts"). With a few set-ups at a time the
+first to arrive is the first to reach its replica, and the first token of the k-th request
+waits for about k set-ups, not all of them; the total work is the same.
 
 Rules:
   - FIFO: a request waits behind every request that asked before it (no barging: a freed slot
@@ -27,7 +27,8 @@ Rules:
   - off by default (`--setup-slots 0`): measured on a 256-stream burst, the first tenth's first
     tokens come ~10% sooner, the median does not move and the p99 rises a little (the streams
     started early relay their tokens on the same core while later set-ups wait), see
-    docs/BENCHMARKS.md "Issue 29: bursts". For deployments that want first come, first served.
+    docs/benchmarks-history.md "Issue 29: bursts". For deployments that want first come, first
+    served.
 The request finds its slot through its `RequestContext` (core/requestctx.py `end_setup`), so the
 layers in between pass nothing by hand.
 """

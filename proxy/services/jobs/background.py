@@ -6,7 +6,7 @@ the job queue under its key (tenant); a key at its share of the queue, or a full
 429 with Retry-After (shares.py) and leaves nothing behind. A streaming client then
 reads the log like any replay: the same events, live, from whichever instance it is on.
 
-Cancel (CONTRACT.md): only background responses; queued/in_progress → `cancelled` by one
+Cancel (docs/contract.md): only background responses; queued/in_progress → `cancelled` by one
 compare-and-set, final from then on (a late completion never overwrites it):
 - from `queued`: no worker holds it (a worker must win `queued → in_progress` first), so this
   instance closes its log with the terminal `response.cancelled` event itself;

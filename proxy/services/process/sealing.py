@@ -11,7 +11,7 @@ There is no public default: a secret anyone can read lets anyone seal blobs we a
 forged compaction item would become system text).
 
 A store unreachable at start does not stop the process (`store: false` traffic goes on while
-Redis is down, README "Operations"): the sealer starts without a secret, every request that
+Redis is down, docs/operations.md): the sealer starts without a secret, every request that
 needs one (a blob to check, `include: ["reasoning.encrypted_content"]`, a compaction) is a 503
 `store_unavailable`, and `keep_reading` reads it as soon as the store answers.
 """

@@ -1,4 +1,4 @@
-"""The Conversations API (PROTOCOL.md §4.7): a conversation is a stored, ordered list of items
+"""The Conversations API (docs/protocol.md §4.7): a conversation is a stored, ordered list of items
 that `conversation=` on a response reads as history and extends with the turn's input and
 output. Items added here are checked exactly like a response's `input`."""
 

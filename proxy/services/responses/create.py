@@ -99,7 +99,7 @@ class History:
 class ResponsesService:
     """`generations`: the process's one builder (its gateway, sealer, MCP client, store);
     `background`/`stored`: submitting a job and replaying it; `leases`: the stored foreground
-    responses' leases (lease.py; None: embedded store); `drain`: where foreground turns
+    responses' leases (store/leases.py; None: embedded store); `drain`: where foreground turns
     register while they run (a SIGTERM's grace can end them)."""
 
     def __init__(self, generations: Generations, settings: Settings, background: Background,
@@ -455,7 +455,7 @@ class ResponsesService:
             snapshot = assembler.snapshot()
             record = StoredResponse(snapshot, tenant, parents=history.parents,
                                     logged=request.stream, replica=replica)
-            # The writer's lease is taken in the same round trip as the create (lease.py): a
+            # The writer's lease is taken in the same round trip as the create (store/leases.py): a
             # stored stream waits on one Redis call before its first event, not two.
             leases = self._leases
             with store_write(self._generations.tracing, "create_response"):

@@ -7,7 +7,7 @@ Replay (`GET /v1/responses/{id}?stream=true[&starting_after=N]`), from any insta
 - a response without a log (stored from a JSON request), or whose log has expired, replays a
   valid sequence rebuilt from its final object (`core/events/replay.py`) once it has finished.
 Without `starting_after` the whole log from `response.created` is sent: the SDK's
-`responses.stream(response_id=…, starting_after=k)` filters on its side (PROTOCOL.md §3.3.7).
+`responses.stream(response_id=…, starting_after=k)` filters on its side (docs/protocol.md §3.3.7).
 
 A follower that sees nothing for `follow_idle` seconds re-reads the response: a queued or
 background response goes on waiting (the job queue guarantees it ends); a foreground response
@@ -43,7 +43,8 @@ POLL_SECONDS = 0.25
 class StoredResponses:
     def __init__(self, store: Store, followers: Followers, streams: StreamSettings, *,
                  leases: Leases | None = None) -> None:
-        # A foreground response whose writer's lease expired is closed when read (lease.py).
+        # A foreground response whose writer's lease expired is closed when read
+        # (services/eventlog/ownership.py).
         self.leases = leases
         self._store = store
         self._followers = followers

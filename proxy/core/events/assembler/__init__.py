@@ -16,7 +16,7 @@ is summed). A call closing ends the upstream turn (the rest is not read, but for
 so items still never interleave. fail()/cancel() close a waiting item too (`mcp_call.failed`,
 status incomplete).
 
-Invariants (PROTOCOL.md §3.5; tests/unit/test_assembler_properties.py checks them):
+Invariants (docs/protocol.md §3.5; tests/unit/test_assembler_properties.py checks them):
 - `sequence_number` is assigned when an event is made: 0, 1, 2, … with no gaps, never patched.
 - `output_index` is dense from 0 and follows the order of `output_item.added`; items never
   interleave (parallel tool calls become sequential items).
@@ -27,7 +27,7 @@ Invariants (PROTOCOL.md §3.5; tests/unit/test_assembler_properties.py checks th
 
 No I/O, no clock, no randomness inside: ids come from `ids`, time from `clock`.
 Deliberate divergences from vLLM's own Responses server: `response.incomplete` (not `completed`
-with status incomplete) on truncation, and `response.failed` on errors (PROTOCOL.md §5).
+with status incomplete) on truncation, and `response.failed` on errors (docs/protocol.md §5).
 """
 
 from proxy.core.events.assembler.assembler import Assembler

@@ -3,7 +3,7 @@
 An explicit state machine (machine.py) with one open item at a time; each item kind makes its
 own events (text.py, calls.py, mcpitems.py); the response's own state, how items open and close
 and how the response ends are response.py. This module reads the chunks (the hot path,
-DESIGN.md: a few dict lookups, then the open item's `delta`; only opening and closing an item
+docs/design.md: a few dict lookups, then the open item's `delta`; only opening and closing an item
 takes the slower way) and takes the tool loop's MCP steps.
 """
 

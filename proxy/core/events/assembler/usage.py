@@ -6,7 +6,7 @@ from typing import Any
 
 
 def map_usage(usage: dict[str, Any] | None, *, reasoned: int = 0) -> dict[str, Any] | None:
-    """Chat usage → Responses usage, every key the SDKs require present (PROTOCOL.md §1.1).
+    """Chat usage → Responses usage, every key the SDKs require present (docs/protocol.md §1.1).
 
     What vLLM reports is passed on as it came: `cached_tokens` exists only on a replica started
     with `--enable-prompt-tokens-details` (0 otherwise: the SDKs require the key), and
