@@ -75,7 +75,7 @@ def settings(simulator: ServerProcess) -> Settings:
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+async def asgi_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The proxy app in-process (lifespan running) behind an httpx client. Buffers whole
     bodies: timing, pings and disconnects belong in e2e tests."""
     app = create_app(settings)

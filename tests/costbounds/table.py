@@ -28,8 +28,10 @@ INGESTED_FILE_BYTES = 8 * MiB
 INGESTION_RSS = 3 * INGESTED_FILE_BYTES + 8 * MiB
 DOCUMENT_CPU = 5.0  # seconds of CPU one document's extraction may cost before it is abandoned
 KEYING_CPU = 0.5  # seconds of CPU one request keyed for the cache may cost (linear work: ms)
-HEAD_BOUND = 15.0  # seconds: --header-timeout (10 s default) or the idle keep-alive (5 s), plus slack
-WS_PER_KEY_LIMIT = 16  # WebSocket connections one key may hold (--ws-max-connections-per-key default)
+# seconds: --header-timeout (10 s default) or the idle keep-alive (5 s), plus slack
+HEAD_BOUND = 15.0
+# WebSocket connections one key may hold (the --ws-max-connections-per-key default)
+WS_PER_KEY_LIMIT = 16
 FAIR_START_JOBS = 3 * WORKER_CONCURRENCY  # the contract's 2 x W, plus the W running
 
 
