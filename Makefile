@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx clean
+.PHONY: run test test-quick lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,10 +29,18 @@ run: $(STAMP)
 test: $(STAMP) redis-server nginx
 	$(BIN)/python -m pytest -q
 
-## lint: ruff and mypy (strict) on proxy/.
+## test-quick: the inner loop, unit and integration tests on the embedded store (no
+## redis-server, no nginx: tests marked `redis` are left out); about a minute and a half.
+QUICK_MARKERS := not redis and not failover and not bench_rows and not abuse_heavy
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m '$(QUICK_MARKERS)' tests/unit tests/integration
+
+## lint: ruff, mypy (strict) on proxy/ and bench/, and the import layers
+## (tests/unit/test_layers.py: which room of proxy/ may import which).
 lint: $(STAMP)
-	$(BIN)/ruff check proxy tests reliability
-	$(BIN)/mypy proxy
+	$(BIN)/ruff check proxy tests reliability bench
+	$(BIN)/mypy proxy bench
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layers.py
 
 ## bench: first the bench modules' own tests that run real rows (the `bench_rows` marker, ~90 s:
 ## kept out of `make test`); the proxy against the direct upstream, side by side

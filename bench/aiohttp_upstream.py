@@ -75,7 +75,16 @@ class AiohttpResponse:
         assert self._content is not None
         return self._content
 
+    @property
+    def buffered(self) -> bool:
+        # aiohttp has no public count of unread bytes: the start events always go out alone
+        # (our client sends them with the first read's when it is already here).
+        return False
+
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
         if self._resp.content.at_eof():
             self._resp.release()
         else:
@@ -93,13 +102,27 @@ class AiohttpUpstream:
                                              sock_read=timeouts.idle)
         self._call = aiohttp.ClientTimeout(total=timeouts.first_byte, connect=timeouts.connect)
         self._connect = timeouts.connect
+        self._own_auth: dict[str, str] = {}
+
+    def use_key(self, base: str, api_key: str) -> None:
+        """A fleet file's per-replica key (proxy/upstream.py `Upstream.use_key`)."""
+        self._own_auth[base] = f"Bearer {api_key}"
 
     @staticmethod
-    def make_pool(max_connections: int = 2048, max_idle_per_origin: int = 512) -> Session:
-        return Session(max_connections, 0)
+    def make_pool(max_connections: int = 2048, max_idle_per_origin: int = 512, *,
+                  max_per_origin: int | None = None, ca_bundle: str | None = None,
+                  https_proxy: str | None = None, no_proxy: str = "") -> Session:
+        # The bench's upstreams are plain http on loopback: TLS and proxies are not compared.
+        return Session(max_connections, max_per_origin or 0)
 
-    async def post(self, base: str, path: str, body: bytes, *, stream: bool) -> AiohttpResponse:
-        return await self._send("POST", base, path, body, self._stream if stream else self._call)
+    async def post(self, base: str, path: str, body: bytes, *, stream: bool,
+                   traceparent: str | None = None, tracestate: str | None = None
+                   ) -> AiohttpResponse:
+        extra = {"traceparent": traceparent} if traceparent is not None else {}
+        if traceparent is not None and tracestate:
+            extra["tracestate"] = tracestate
+        return await self._send("POST", base, path, body, self._stream if stream else self._call,
+                                extra)
 
     async def get(self, base: str, path: str, *, timeout: float | None = None
                   ) -> AiohttpResponse:
@@ -118,10 +141,16 @@ class AiohttpUpstream:
             raise UpstreamError(f"upstream {base} sent invalid JSON for {path}") from exc
 
     async def _send(self, method: str, base: str, path: str, body: bytes | None,
-                    timeout: aiohttp.ClientTimeout) -> AiohttpResponse:
+                    timeout: aiohttp.ClientTimeout, extra: dict[str, str] | None = None
+                    ) -> AiohttpResponse:
+        headers = self._headers
+        if extra or base in self._own_auth:
+            headers = {**headers, **(extra or {})}
+            if base in self._own_auth:
+                headers["authorization"] = self._own_auth[base]
         try:
             resp = await self._pool.get().request(method, base + path, data=body,
-                                                  headers=self._headers, timeout=timeout)
+                                                  headers=headers, timeout=timeout)
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnreachable(f"upstream {base} is unreachable") from exc
         except TimeoutError as exc:
@@ -139,10 +168,11 @@ class AiohttpUpstream:
 
 
 def main(argv: Sequence[str]) -> int:
-    from proxy import cli
-    from proxy.services import runtime
+    from proxy import cli, runtime
 
-    runtime.Upstream = AiohttpUpstream  # type: ignore[misc,assignment]  # this process only
+    # `Runtime.build` makes its pool and client through the name `Upstream` in proxy/runtime.py;
+    # rebinding it there swaps the client for this process only.
+    vars(runtime)["Upstream"] = AiohttpUpstream
     cli.main(list(argv))
     return 0
 

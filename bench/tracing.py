@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import shutil
 import statistics
 import sys
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--upstream", f"http://{HOST}:{base.sim_port}", "--no-worker",
                 "--redis-url", f"redis://{HOST}:{base.redis_port}/0", *endpoints[mode]],
                 logs / f"proxy-{mode}.log", env=env)
-            services.append(proxy.start(lambda port=port: http_ok(port, "/readyz")))
+            services.append(proxy.start(functools.partial(http_ok, port, "/readyz")))
             proxies[mode] = (port, proxy)
         print(f"bench.tracing: {options.streams} stored streams x {options.tokens} tokens at "
               f"{options.delay_ms:g} ms, {options.rounds} rounds of off/live/dead; shared "

@@ -1,3 +1,23 @@
-"""responses-proxy: an OpenAI Responses API server in front of a vLLM fleet."""
+"""responses-proxy: an OpenAI Responses API server in front of a vLLM fleet.
+
+The rooms, bottom to top (each may import only the rooms below it; tests/unit/test_layers.py
+holds the table and checks every import, including those in functions and TYPE_CHECKING):
+
+    core/        what the proxy means, without I/O                   -> nothing of the proxy
+    settings/    the frozen settings, from flags and environment     -> core
+    store/       the memory and Redis stores                         -> core
+    root modules adapters: http1, upstream, upstream_pool, dial, egress, mcpclient, websearch;
+                 telemetry: metrics, tracing, logs                   -> core, settings
+    services/    what the proxy does                                 -> core, settings, store,
+                                                                        adapters, telemetry
+    web/         routes and middleware                               -> services, core,
+                                                                        settings, telemetry
+    runtime.py, app.py  the composition root                         -> everything above
+    cli.py, __main__.py, server.py, prefork.py, worker.py, gctune.py, headtimeout.py
+                 entry points and the process around the app         -> everything
+    simulator/   a vLLM stand-in for tests and benchmarks            -> nothing of the proxy
+
+This module holds only the version, which every room may read.
+"""
 
 __version__ = "0.1.0"

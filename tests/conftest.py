@@ -15,6 +15,16 @@ from tests.support.cluster import RedisClusterGroup
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess, start_redis, start_simulator
 
+# Fixtures that start redis-server: a test using one is marked `redis` (`make test-quick`
+# leaves it out, so the inner loop needs neither redis-server nor nginx).
+REDIS_FIXTURES = frozenset({"redis_server", "redis_cluster", "sentinel_group"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
+
 
 @pytest.fixture(scope="session")
 def simulator() -> Iterator[ServerProcess]:
@@ -75,7 +85,7 @@ def settings(simulator: ServerProcess) -> Settings:
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+async def asgi_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The proxy app in-process (lifespan running) behind an httpx client. Buffers whole
     bodies: timing, pings and disconnects belong in e2e tests."""
     app = create_app(settings)

@@ -4,6 +4,10 @@
     groups.py   the frozen groups (server, fleet, cache, jobs, ...) and `Settings`
     checks.py   the validators and `ConfigError`
     build.py    flags + environment -> `Settings`, and what one option means for another
+
+May import: `proxy.core`, the standard library and third-party libraries (the fleet file's
+reader, `proxy/fleetfile.py`, counts as part of this room). `--redis-url` is still read with
+`proxy.store.topology`'s parser: a listed exception in tests/unit/test_layers.py.
 """
 
 from proxy.settings.build import (

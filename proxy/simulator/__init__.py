@@ -16,6 +16,10 @@ Layout (a pure core with the I/O at the edge):
     embeddings  vectors and the embeddings response
     stats       counters behind /sim/stats
     app         the ASGI app: routes, pacing, disconnects
+
+May import: nothing of the proxy (the standard library and third-party libraries only). It
+stands in for vLLM: sharing the proxy's code would let one bug hide on both sides of the wire
+(checked by tests/unit/test_layers.py).
 """
 
 from proxy.simulator.app import create_app

@@ -18,7 +18,7 @@ def proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-def client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
+def openai_client(proxy: ServerProcess) -> Iterator[openai.OpenAI]:
     """The official SDK against the module's proxy, no retries (a failure shows at once)."""
     with openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
         yield sdk

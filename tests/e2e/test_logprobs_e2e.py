@@ -97,8 +97,8 @@ def tokens_of(logprobs: list[dict[str, Any]]) -> str:
     return "".join(e["token"] for e in logprobs)
 
 
-def test_streamed_deltas_and_done_carry_logprobs(client: openai.OpenAI) -> None:
-    events = streamed(client, model="sim-reasoner", input="stream me please",
+def test_streamed_deltas_and_done_carry_logprobs(openai_client: openai.OpenAI) -> None:
+    events = streamed(openai_client, model="sim-reasoner", input="stream me please",
                       include=INCLUDE, top_logprobs=2, reasoning={"effort": "low"})
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
     assert deltas and all(tokens_of(e["logprobs"]) == e["delta"] for e in deltas)
@@ -113,50 +113,51 @@ def test_streamed_deltas_and_done_carry_logprobs(client: openai.OpenAI) -> None:
     assert part["logprobs"][0]["bytes"] == list(part["logprobs"][0]["token"].encode())
 
 
-def test_non_stream_retrieve_and_replay_keep_the_logprobs(client: openai.OpenAI) -> None:
-    created = client.responses.create(model="sim-model", input="keep my logprobs",
+def test_non_stream_retrieve_and_replay_keep_the_logprobs(openai_client: openai.OpenAI) -> None:
+    created = openai_client.responses.create(model="sim-model", input="keep my logprobs",
                                       include=INCLUDE, top_logprobs=1)
     Response.model_validate(created.to_dict(), strict=True)
     part = created.output[0].content[0]  # type: ignore[union-attr]
     assert part.logprobs and "".join(e.token for e in part.logprobs) == created.output_text
     assert all(len(e.top_logprobs) == 1 for e in part.logprobs)
-    kept = client.responses.retrieve(created.id)
+    kept = openai_client.responses.retrieve(created.id)
     assert kept.to_dict()["output"] == created.to_dict()["output"]
-    replay = [e.to_dict() for e in client.responses.retrieve(created.id, stream=True)]
+    replay = [e.to_dict() for e in openai_client.responses.retrieve(created.id, stream=True)]
     check_stream(replay)
     done = next(e for e in replay if e["type"] == "response.output_text.done")
     assert tokens_of(done["logprobs"]) == created.output_text
-    tail = [e.to_dict() for e in client.responses.retrieve(created.id, stream=True,
+    tail = [e.to_dict() for e in openai_client.responses.retrieve(created.id, stream=True,
                                                             starting_after=2)]
     assert tail == replay[3:]
 
 
-def test_top_logprobs_alone_is_echoed_with_no_logprobs(client: openai.OpenAI) -> None:
-    created = client.responses.create(model="sim-model", input="no include", top_logprobs=4,
+def test_top_logprobs_alone_is_echoed_with_no_logprobs(openai_client: openai.OpenAI) -> None:
+    created = openai_client.responses.create(model="sim-model", input="no include", top_logprobs=4,
                                       store=False)
     assert created.top_logprobs == 4
     assert created.output[0].content[0].logprobs == []  # type: ignore[union-attr]
 
 
-def test_a_background_job_keeps_the_logprobs(client: openai.OpenAI) -> None:
-    queued = client.responses.create(model="sim-model", input="in the background",
+def test_a_background_job_keeps_the_logprobs(openai_client: openai.OpenAI) -> None:
+    queued = openai_client.responses.create(model="sim-model", input="in the background",
                                      include=INCLUDE, background=True)
     deadline = time.monotonic() + 20
-    final = client.responses.retrieve(queued.id)
+    final = openai_client.responses.retrieve(queued.id)
     while final.status in ("queued", "in_progress") and time.monotonic() < deadline:
         time.sleep(0.05)
-        final = client.responses.retrieve(queued.id)
+        final = openai_client.responses.retrieve(queued.id)
     assert final.status == "completed"
     part = final.output[0].content[0]  # type: ignore[union-attr]
     assert part.logprobs and "".join(e.token for e in part.logprobs) == final.output_text
 
 
-def test_bad_top_logprobs_is_a_400_naming_it(client: openai.OpenAI) -> None:
-    edge = client.responses.create(model="sim-model", input="x", include=INCLUDE,
+def test_bad_top_logprobs_is_a_400_naming_it(openai_client: openai.OpenAI) -> None:
+    edge = openai_client.responses.create(model="sim-model", input="x", include=INCLUDE,
                                    top_logprobs=20, store=False)
     assert len(edge.output[0].content[0].logprobs[0].top_logprobs) == 20  # type: ignore
     with pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(model="sim-model", input="x", include=INCLUDE, top_logprobs=21)
+        openai_client.responses.create(model="sim-model", input="x", include=INCLUDE,
+                                       top_logprobs=21)
     assert info.value.param == "top_logprobs"
 
 

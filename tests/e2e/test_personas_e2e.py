@@ -126,7 +126,7 @@ def test_qwen3_parallel_calls_are_reasoning_and_two_calls_and_one_assistant_mess
 
 
 def test_call_cut_by_max_tokens_is_incomplete_though_vllm_says_tool_calls(
-        simulator: ServerProcess, client: openai.OpenAI) -> None:
+        simulator: ServerProcess, openai_client: openai.OpenAI) -> None:
     prompt = "run shell [[sim reasoning=0]]"
     chunks = raw_chunks(simulator.url, {"model": QWEN, "tools": [chat_tool(SHELL)], "max_tokens": 4,
                                    "messages": [{"role": "user", "content": prompt}]})
@@ -136,7 +136,7 @@ def test_call_cut_by_max_tokens_is_incomplete_though_vllm_says_tool_calls(
                         for tc in d.get("tool_calls", ()))
     assert json.loads(arguments) == {"command": "rm -rf"}  # and it completed the cut JSON
 
-    events = streamed(client, model=QWEN, input=prompt, tools=[SHELL], max_output_tokens=4)
+    events = streamed(openai_client, model=QWEN, input=prompt, tools=[SHELL], max_output_tokens=4)
     final = events[-1]["response"]
     assert final["status"] == "incomplete"
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -146,7 +146,7 @@ def test_call_cut_by_max_tokens_is_incomplete_though_vllm_says_tool_calls(
 
 # -- mistral ---------------------------------------------------------------------------------
 def test_mistral_nine_character_ids_and_null_id_fragments(
-        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl) -> None:
+        simulator: ServerProcess, openai_client: openai.OpenAI, sim: SimControl) -> None:
     prompt = "weather twice [[sim tools=2]] city=Paris"
     wire = deltas(raw_chunks(simulator.url, {"model": MISTRAL, "tools": [chat_tool(WEATHER)],
                                         "messages": [{"role": "user", "content": prompt}]}))
@@ -154,13 +154,13 @@ def test_mistral_nine_character_ids_and_null_id_fragments(
     assert any(tc["id"] is None for tc in fragments)
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", tc["id"]) for tc in fragments if tc["id"])
 
-    events = streamed(client, model=MISTRAL, input=prompt, tools=[WEATHER])
+    events = streamed(openai_client, model=MISTRAL, input=prompt, tools=[WEATHER])
     final = events[-1]["response"]
     calls = [item for item in final["output"] if item["type"] == "function_call"]
     assert len(calls) == 2 and len({c["call_id"] for c in calls}) == 2
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", c["call_id"]) for c in calls)
     assert all(json.loads(c["arguments"]) == {"city": "Paris"} for c in calls)
-    follow = client.responses.create(
+    follow = openai_client.responses.create(
         model=MISTRAL, previous_response_id=final["id"], tools=[WEATHER],
         input=[{"type": "function_call_output", "call_id": c["call_id"], "output": "rain"}
                for c in calls])
@@ -172,7 +172,7 @@ def test_mistral_nine_character_ids_and_null_id_fragments(
 
 # -- gpt-oss (harmony) on 0.10 -----------------------------------------------------------------
 def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
-        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl) -> None:
+        simulator: ServerProcess, openai_client: openai.OpenAI, sim: SimControl) -> None:
     history = [{"role": "user", "content": "weather?"},
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "call_1", "type": "function",
@@ -183,7 +183,7 @@ def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
     assert refused.status_code == 400
     assert "Error in preprocessing prompt inputs" in refused.json()["error"]["message"]
 
-    answer = client.responses.create(model=GPT_OSS, tools=[WEATHER], input=[
+    answer = openai_client.responses.create(model=GPT_OSS, tools=[WEATHER], input=[
         {"role": "user", "content": "weather?"},
         {"type": "function_call", "call_id": "call_1", "name": "get_weather",
          "arguments": '{"city": "Oslo"}'},
@@ -196,14 +196,14 @@ def test_gpt_oss_v010_takes_a_call_only_assistant_message_from_the_proxy(
 
 
 @pytest.mark.parametrize(("effort", "sent"), [("minimal", "low"), ("xhigh", "high")])
-def test_gpt_oss_takes_codex_efforts_mapped(simulator: ServerProcess, client: openai.OpenAI,
+def test_gpt_oss_takes_codex_efforts_mapped(simulator: ServerProcess, openai_client: openai.OpenAI,
                                             sim: SimControl, effort: str, sent: str) -> None:
     refused = httpx.post(simulator.url + "/v1/chat/completions", timeout=30, json={
         "model": GPT_OSS, "reasoning_effort": effort,
         "messages": [{"role": "user", "content": "hi"}]})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
 
-    events = streamed(client, model=GPT_OSS, input="think about it",
+    events = streamed(openai_client, model=GPT_OSS, input="think about it",
                       reasoning={"effort": effort})
     assert events[-1]["type"] == "response.completed"
     assert sim.stats()["last_request"]["reasoning_effort"] == sent
@@ -212,7 +212,7 @@ def test_gpt_oss_takes_codex_efforts_mapped(simulator: ServerProcess, client: op
 @pytest.mark.parametrize(("effort", "sent"), [("minimal", "low"), ("xhigh", "high"),
                                              ("none", "low"), ("medium", "medium")])
 def test_a_v010_replica_gets_efforts_it_validates_for_every_model(
-        simulator: ServerProcess, client: openai.OpenAI, sim: SimControl, effort: str,
+        simulator: ServerProcess, openai_client: openai.OpenAI, sim: SimControl, effort: str,
         sent: str) -> None:
     # vLLM 0.10 validates reasoning_effort against low/medium/high for any model, Qwen3 too:
     # the proxy reads the replica's /version when it comes up and maps to what it takes.
@@ -222,7 +222,8 @@ def test_a_v010_replica_gets_efforts_it_validates_for_every_model(
         "messages": [{"role": "user", "content": "hi"}]})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
 
-    events = streamed(client, model=QWEN, input="think about it", reasoning={"effort": effort})
+    events = streamed(openai_client, model=QWEN, input="think about it",
+                      reasoning={"effort": effort})
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["reasoning"]["effort"] == effort  # the echo: what was asked
     assert sim.stats()["last_request"]["reasoning_effort"] == sent
@@ -269,8 +270,8 @@ def test_one_client_request_id_on_concurrent_requests(
 
 # -- the tool-choosing heuristic ---------------------------------------------------------------
 @pytest.mark.parametrize("model", [LLAMA, QWEN])
-def test_weather_prompt_calls_get_weather(client: openai.OpenAI, model: str) -> None:
-    events = streamed(client, model=model, input="What's the weather like in San Francisco?",
+def test_weather_prompt_calls_get_weather(openai_client: openai.OpenAI, model: str) -> None:
+    events = streamed(openai_client, model=model, input="What's the weather like in San Francisco?",
                       tools=[WEATHER])
     final = events[-1]["response"]
     calls = [item for item in final["output"] if item["type"] == "function_call"]

@@ -24,10 +24,10 @@ pytestmark = pytest.mark.e2e
 
 
 # -- reasoning summaries ------------------------------------------------------------------------
-def test_summary_streams_through_the_sdk_stream_helper(client: openai.OpenAI) -> None:
+def test_summary_streams_through_the_sdk_stream_helper(openai_client: openai.OpenAI) -> None:
     summary: list[str] = []
     raw: list[str] = []
-    with client.responses.stream(model="sim-reasoner", input="why is the sky blue",
+    with openai_client.responses.stream(model="sim-reasoner", input="why is the sky blue",
                                  reasoning={"effort": "low", "summary": "auto"}) as stream:
         for event in stream:
             if event.type == "response.reasoning_summary_text.delta":
@@ -37,7 +37,7 @@ def test_summary_streams_through_the_sdk_stream_helper(client: openai.OpenAI) ->
         final = stream.get_final_response()
     # the text once (CONTRACT): as the summary, not also as reasoning_text (llama-index showed
     # both); the summary says what the same request without one shows as its reasoning text
-    plain = client.responses.create(model="sim-reasoner", input="why is the sky blue",
+    plain = openai_client.responses.create(model="sim-reasoner", input="why is the sky blue",
                                      reasoning={"effort": "low"}, store=False)
     text = plain.output[0].content[0].text  # type: ignore[union-attr,index]
     assert summary and "".join(summary) == text and raw == []
@@ -45,15 +45,15 @@ def test_summary_streams_through_the_sdk_stream_helper(client: openai.OpenAI) ->
     assert reasoning.type == "reasoning" and not reasoning.content
     assert [(s.type, s.text) for s in reasoning.summary] == [("summary_text", text)]
     # a stored response replays its summary events too, from its log, identically
-    replayed = [e.to_dict() for e in client.responses.retrieve(final.id, stream=True)]
+    replayed = [e.to_dict() for e in openai_client.responses.retrieve(final.id, stream=True)]
     check_stream(replayed)
     assert [e["type"] for e in replayed].count("response.reasoning_summary_text.delta") == \
         len(summary)
 
 
-def test_summary_in_a_non_streamed_and_a_raw_streamed_response(client: openai.OpenAI,
+def test_summary_in_a_non_streamed_and_a_raw_streamed_response(openai_client: openai.OpenAI,
                                                                proxy: ServerProcess) -> None:
-    response = client.responses.create(model="sim-reasoner", input="think", store=False,
+    response = openai_client.responses.create(model="sim-reasoner", input="think", store=False,
                                        reasoning={"summary": "detailed"})
     reasoning = response.output[0]
     assert reasoning.type == "reasoning" and not reasoning.content
@@ -65,12 +65,12 @@ def test_summary_in_a_non_streamed_and_a_raw_streamed_response(client: openai.Op
     check_stream(events)
     assert "response.reasoning_summary_part.added" in [e["type"] for e in events]
     # no summary asked: none sent
-    plain = streamed(client, model="sim-reasoner", input="think", store=False)
+    plain = streamed(openai_client, model="sim-reasoner", input="think", store=False)
     assert not any("summary" in e["type"] for e in plain)
     # a stored non-streamed response has no log: its replay is rebuilt from the final object
-    kept = client.responses.create(model="sim-reasoner", input="think",
+    kept = openai_client.responses.create(model="sim-reasoner", input="think",
                                    reasoning={"summary": "auto"})
-    rebuilt = [e.to_dict() for e in client.responses.retrieve(kept.id, stream=True)]
+    rebuilt = [e.to_dict() for e in openai_client.responses.retrieve(kept.id, stream=True)]
     check_stream(rebuilt)
     texts = [e["text"] for e in rebuilt if e["type"] == "response.reasoning_summary_text.done"]
     assert texts == [kept.output[0].summary[0].text]  # type: ignore[union-attr]
@@ -149,40 +149,40 @@ def test_unknown_and_other_keys_references_are_400s_naming_the_item(
     assert again.json()["output"][0]["content"][0]["text"] == "You said: hello"
 
 
-def test_vercel_loop_through_the_sdk(client: openai.OpenAI) -> None:
-    first = client.responses.create(model="sim-model", input="first question")
+def test_vercel_loop_through_the_sdk(openai_client: openai.OpenAI) -> None:
+    first = openai_client.responses.create(model="sim-model", input="first question")
     answer_id = first.output[0].id
-    second = client.responses.create(model="sim-model", input=[
+    second = openai_client.responses.create(model="sim-model", input=[
         {"role": "user", "content": "first question"},
         {"type": "item_reference", "id": answer_id},
         {"role": "user", "content": "second question"},
     ])
     assert second.output_text == "You said: second question"
-    listed = client.responses.input_items.list(second.id, order="asc")
+    listed = openai_client.responses.input_items.list(second.id, order="asc")
     assert [item.id for item in listed.data][1] == answer_id
     with pytest.raises(openai.BadRequestError) as caught:
-        client.responses.create(model="sim-model", input=[
+        openai_client.responses.create(model="sim-model", input=[
             {"type": "item_reference", "id": "rs_nowhere"}])
     assert caught.value.body["param"] == "input[0].id"  # type: ignore[index]
 
 
 # -- input_tokens and truncation: the simulator's context is 32768 tokens -----------------------
-def test_input_tokens_count_what_a_create_sends(client: openai.OpenAI) -> None:
+def test_input_tokens_count_what_a_create_sends(openai_client: openai.OpenAI) -> None:
     body: dict[str, Any] = {
         "model": "sim-model", "instructions": "be brief",
         "input": [{"role": "developer", "content": "no jokes"},
                   {"role": "user", "content": "please call get_weather city=Rome"}],
         "tools": [WEATHER], "tool_choice": "none"}
-    counted = client.responses.input_tokens.count(**body)
+    counted = openai_client.responses.input_tokens.count(**body)
     assert counted.object == "response.input_tokens"
-    created = client.responses.create(store=False, **body)
+    created = openai_client.responses.create(store=False, **body)
     assert created.usage is not None
     assert counted.input_tokens == created.usage.input_tokens > 0
     # history through previous_response_id counts too
-    stored = client.responses.create(model="sim-model", input="remember this")
+    stored = openai_client.responses.create(model="sim-model", input="remember this")
     follow = {"model": "sim-model", "input": "and now?", "previous_response_id": stored.id}
-    assert client.responses.input_tokens.count(**follow).input_tokens == \
-        client.responses.create(**follow).usage.input_tokens  # type: ignore[union-attr]
+    assert openai_client.responses.input_tokens.count(**follow).input_tokens == \
+        openai_client.responses.create(**follow).usage.input_tokens  # type: ignore[union-attr]
 
 
 def test_input_tokens_bad_bodies_are_400s(proxy: ServerProcess) -> None:
@@ -208,12 +208,12 @@ def long_history() -> list[dict[str, Any]]:
 
 
 def test_truncation_auto_drops_the_oldest_items_until_it_fits(
-        client: openai.OpenAI, sim: SimControl) -> None:
+        openai_client: openai.OpenAI, sim: SimControl) -> None:
     history = long_history()
-    too_long = client.responses.input_tokens.count(model="sim-model", input=history,
+    too_long = openai_client.responses.input_tokens.count(model="sim-model", input=history,
                                                    tools=[WEATHER])
     assert too_long.input_tokens > 32768
-    events = streamed(client, model="sim-model", input=history, tools=[WEATHER],
+    events = streamed(openai_client, model="sim-model", input=history, tools=[WEATHER],
                       instructions="stay on topic", truncation="auto", max_output_tokens=50)
     final = events[-1]["response"]
     assert final["status"] == "completed" and final["truncation"] == "auto"
@@ -226,43 +226,43 @@ def test_truncation_auto_drops_the_oldest_items_until_it_fits(
     calls = {c["id"] for m in sent for c in m.get("tool_calls") or ()}
     assert calls == {m["tool_call_id"] for m in sent if m["role"] == "tool"}
     # the count endpoint counts the truncated prompt when asked to truncate
-    fitted = client.responses.input_tokens.count(model="sim-model", input=history,
+    fitted = openai_client.responses.input_tokens.count(model="sim-model", input=history,
                                                  tools=[WEATHER], instructions="stay on topic",
                                                  truncation="auto",
                                                  extra_body={"max_output_tokens": 50})
     assert fitted.input_tokens == final["usage"]["input_tokens"]
 
 
-def test_truncation_disabled_is_openais_400(client: openai.OpenAI) -> None:
+def test_truncation_disabled_is_openais_400(openai_client: openai.OpenAI) -> None:
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(model="sim-model", input=long_history(), stream=stream)
+            openai_client.responses.create(model="sim-model", input=long_history(), stream=stream)
         error = caught.value.body
         assert isinstance(error, dict)
         assert error["code"] == "context_length_exceeded" and error["param"] == "input"
 
 
 def test_a_background_response_too_long_fails_with_the_context_code(
-        client: openai.OpenAI) -> None:
-    job = client.responses.create(model="sim-model", input=long_history(), background=True)
+        openai_client: openai.OpenAI) -> None:
+    job = openai_client.responses.create(model="sim-model", input=long_history(), background=True)
     final = job
     for _ in range(300):  # at most ~30 s on a loaded machine
-        final = client.responses.retrieve(job.id)
+        final = openai_client.responses.retrieve(job.id)
         if final.status not in ("queued", "in_progress"):
             break
         time.sleep(0.1)
     assert final.status == "failed"
     assert final.error is not None and final.error.code == "context_length_exceeded"
-    check_stream([e.to_dict() for e in client.responses.retrieve(job.id, stream=True)])
+    check_stream([e.to_dict() for e in openai_client.responses.retrieve(job.id, stream=True)])
 
 
 # -- one leading system message ---------------------------------------------------------------
 def test_codex_shaped_request_reaches_the_model_with_one_leading_system(
-        client: openai.OpenAI, sim: SimControl) -> None:
-    previous = client.responses.create(model="sim-model", instructions="old rules",
+        openai_client: openai.OpenAI, sim: SimControl) -> None:
+    previous = openai_client.responses.create(model="sim-model", instructions="old rules",
                                        input=[{"role": "developer", "content": "dev one"},
                                               {"role": "user", "content": "first"}])
-    answer = client.responses.create(
+    answer = openai_client.responses.create(
         model="sim-model", instructions="You are a coding agent.",
         previous_response_id=previous.id,
         input=[{"type": "message", "role": "developer",

@@ -29,8 +29,8 @@ WEATHER = {
 
 
 
-def test_non_stream_create(client: openai.OpenAI) -> None:
-    response = client.responses.create(model="sim-model", input="hello there",
+def test_non_stream_create(openai_client: openai.OpenAI) -> None:
+    response = openai_client.responses.create(model="sim-model", input="hello there",
                                        instructions="be kind", store=False)
     assert response.status == "completed"
     assert response.output_text == "You said: hello there"
@@ -39,16 +39,16 @@ def test_non_stream_create(client: openai.OpenAI) -> None:
     openai.types.responses.Response.model_validate(response.to_dict(), strict=True)
 
 
-def test_stream_iteration(client: openai.OpenAI) -> None:
-    events = streamed(client, model="sim-model", input="stream me please", store=False)
+def test_stream_iteration(openai_client: openai.OpenAI) -> None:
+    events = streamed(openai_client, model="sim-model", input="stream me please", store=False)
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     assert "".join(deltas) == "You said: stream me please"
     assert len(deltas) == 5  # one delta per upstream token
     assert events[-1]["type"] == "response.completed"
 
 
-def test_stream_helper_final_response(client: openai.OpenAI) -> None:
-    with client.responses.stream(model="sim-model", input="helper [[sim tokens=9]]",
+def test_stream_helper_final_response(openai_client: openai.OpenAI) -> None:
+    with openai_client.responses.stream(model="sim-model", input="helper [[sim tokens=9]]",
                                  store=False) as stream:
         types = [event.type for event in stream]
         final = stream.get_final_response()
@@ -56,8 +56,8 @@ def test_stream_helper_final_response(client: openai.OpenAI) -> None:
     assert final.status == "completed" and len(final.output_text.split()) == 9
 
 
-def test_reasoning_model(client: openai.OpenAI) -> None:
-    events = streamed(client, model="sim-reasoner", input="why is the sky blue",
+def test_reasoning_model(openai_client: openai.OpenAI) -> None:
+    events = streamed(openai_client, model="sim-reasoner", input="why is the sky blue",
                       reasoning={"effort": "low"}, store=False)
     final = events[-1]["response"]
     assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
@@ -67,15 +67,16 @@ def test_reasoning_model(client: openai.OpenAI) -> None:
     assert final["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
 
 
-def test_function_call_and_the_follow_up_turn(client: openai.OpenAI, sim: SimControl) -> None:
-    events = streamed(client, model="sim-model", input="please call get_weather for Paris",
+def test_function_call_and_the_follow_up_turn(openai_client: openai.OpenAI,
+                                              sim: SimControl) -> None:
+    events = streamed(openai_client, model="sim-model", input="please call get_weather for Paris",
                       tools=[WEATHER], store=False)
     final = events[-1]["response"]
     calls = [item for item in final["output"] if item["type"] == "function_call"]
     assert len(calls) == 1 and calls[0]["name"] == "get_weather"
     assert json.loads(calls[0]["arguments"]).keys() == {"city"}
     assert final["status"] == "completed"
-    follow_up = client.responses.create(
+    follow_up = openai_client.responses.create(
         model="sim-model", tools=[WEATHER], store=False,
         input=[{"role": "user", "content": "please call get_weather for Paris"},
                *calls,
@@ -91,8 +92,8 @@ def test_function_call_and_the_follow_up_turn(client: openai.OpenAI, sim: SimCon
                        "name": "get_weather", "content": "sunny, 21C"}
 
 
-def test_two_parallel_calls_are_sequential_items(client: openai.OpenAI) -> None:
-    events = streamed(client, model="sim-model", input="call get_weather [[sim tools=2]]",
+def test_two_parallel_calls_are_sequential_items(openai_client: openai.OpenAI) -> None:
+    events = streamed(openai_client, model="sim-model", input="call get_weather [[sim tools=2]]",
                       tools=[WEATHER], store=False)
     final = events[-1]["response"]
     assert [item["type"] for item in final["output"]] == ["function_call", "function_call"]
@@ -105,31 +106,31 @@ class Person(BaseModel):
     age: int
 
 
-def test_parse_with_a_pydantic_text_format(client: openai.OpenAI, sim: SimControl) -> None:
-    parsed = client.responses.parse(model="sim-model", input="invent a person",
+def test_parse_with_a_pydantic_text_format(openai_client: openai.OpenAI, sim: SimControl) -> None:
+    parsed = openai_client.responses.parse(model="sim-model", input="invent a person",
                                     text_format=Person, store=False)
     assert isinstance(parsed.output_parsed, Person)
     fmt = sim.stats()["last_request"]["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "Person"
 
 
-def test_max_output_tokens_gives_incomplete(client: openai.OpenAI) -> None:
-    events = streamed(client, model="sim-model", input="a long answer [[sim tokens=50]]",
+def test_max_output_tokens_gives_incomplete(openai_client: openai.OpenAI) -> None:
+    events = streamed(openai_client, model="sim-model", input="a long answer [[sim tokens=50]]",
                       max_output_tokens=5, store=False)
     assert events[-1]["type"] == "response.incomplete"
     final = events[-1]["response"]
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert final["usage"]["output_tokens"] == 5
-    response = client.responses.create(model="sim-model", input="long [[sim tokens=50]]",
+    response = openai_client.responses.create(model="sim-model", input="long [[sim tokens=50]]",
                                        max_output_tokens=5, store=False)
     assert response.status == "incomplete"
 
 
 @pytest.mark.parametrize("failure", ["error:3", "cut:3"])
-def test_mid_stream_upstream_failure_gives_response_failed(client: openai.OpenAI,
+def test_mid_stream_upstream_failure_gives_response_failed(openai_client: openai.OpenAI,
                                                            failure: str) -> None:
-    events = streamed(client, model="sim-model", input=f"doomed [[sim tokens=10 fail={failure}]]",
-                      store=False)
+    events = streamed(openai_client, model="sim-model",
+                      input=f"doomed [[sim tokens=10 fail={failure}]]", store=False)
     assert events[-1]["type"] == "response.failed"
     final = events[-1]["response"]
     assert final["error"]["code"] == "server_error" and final["error"]["message"]
@@ -151,17 +152,17 @@ def test_stream_starts_before_the_first_token(proxy: ServerProcess) -> None:
     assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
 
 
-def test_errors_before_the_stream_are_http_errors(client: openai.OpenAI) -> None:
+def test_errors_before_the_stream_are_http_errors(openai_client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
-        client.responses.create(model="no-such-model", input="x", stream=True)
+        openai_client.responses.create(model="no-such-model", input="x", stream=True)
     assert missing.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as too_long:
-        client.responses.create(model="sim-model", input="x", max_output_tokens=10**7)
+        openai_client.responses.create(model="sim-model", input="x", max_output_tokens=10**7)
     # the field the client sent, not vLLM's max_tokens, and the cause's code
     assert "max_output_tokens=10000000 cannot be greater" in str(too_long.value)
     assert too_long.value.param == "max_output_tokens"
     assert too_long.value.code == "integer_above_max_value"
     with pytest.raises(openai.BadRequestError) as builtin:  # hosted tools are dropped, but
-        client.responses.create(model="sim-model", input="x",  # forcing one is refused
+        openai_client.responses.create(model="sim-model", input="x",  # forcing one is refused
                                 tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
     assert builtin.value.param == "tool_choice.type"

@@ -48,40 +48,40 @@ async def proxy_for(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
             yield http
 
 
-async def test_unknown_route_is_404(client: httpx.AsyncClient) -> None:
-    assert_openai_error(await client.get("/v1/nothing-here"), 404)
-    assert_openai_error(await client.get("/elsewhere"), 404)
-    await still_serving(client)
+async def test_unknown_route_is_404(asgi_client: httpx.AsyncClient) -> None:
+    assert_openai_error(await asgi_client.get("/v1/nothing-here"), 404)
+    assert_openai_error(await asgi_client.get("/elsewhere"), 404)
+    await still_serving(asgi_client)
 
 
-async def test_wrong_method_is_405(client: httpx.AsyncClient) -> None:
-    response = await client.get("/v1/chat/completions")
+async def test_wrong_method_is_405(asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.get("/v1/chat/completions")
     assert_openai_error(response, 405)
     assert "POST" in response.headers["allow"]
-    await still_serving(client)
+    await still_serving(asgi_client)
 
 
 @pytest.mark.parametrize("body", [b"{", b"not json", b"", b'{"model": "sim-model",}'])
-async def test_malformed_json_is_400(client: httpx.AsyncClient, body: bytes) -> None:
-    response = await client.post("/v1/chat/completions", content=body,
+async def test_malformed_json_is_400(asgi_client: httpx.AsyncClient, body: bytes) -> None:
+    response = await asgi_client.post("/v1/chat/completions", content=body,
                                  headers={"content-type": "application/json"})
     assert_openai_error(response, 400)
-    await still_serving(client)
+    await still_serving(asgi_client)
 
 
 @pytest.mark.parametrize(("body", "param"), [(b"[1, 2]", None), (b'{"messages": []}', "model"),
                                               (b'{"model": 7}', "model")])
-async def test_wrong_shape_is_400_naming_the_field(client: httpx.AsyncClient, body: bytes,
+async def test_wrong_shape_is_400_naming_the_field(asgi_client: httpx.AsyncClient, body: bytes,
                                                    param: str | None) -> None:
-    response = await client.post("/v1/chat/completions", content=body,
+    response = await asgi_client.post("/v1/chat/completions", content=body,
                                  headers={"content-type": "application/json"})
     assert_openai_error(response, 400, param=param)
 
 
-async def test_unknown_model_is_404_model_not_found(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/chat/completions", json={**CHAT, "model": "no-such"})
+async def test_unknown_model_is_404_model_not_found(asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.post("/v1/chat/completions", json={**CHAT, "model": "no-such"})
     assert_openai_error(response, 404, code="model_not_found", param="model")
-    await still_serving(client)
+    await still_serving(asgi_client)
 
 
 async def test_body_over_the_limit_is_413(simulator: object, settings: Settings) -> None:
@@ -154,50 +154,50 @@ async def test_upstream_timeout_is_504(settings: Settings) -> None:
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
-async def test_upstream_4xx_keeps_its_status_and_message(client: httpx.AsyncClient,
+async def test_upstream_4xx_keeps_its_status_and_message(asgi_client: httpx.AsyncClient,
                                                          status: int) -> None:
     bad = {**CHAT, "messages": [{"role": "user", "content": f"[[sim fail=http:{status}]]"}]}
-    error = assert_openai_error(await client.post("/v1/chat/completions", json=bad),
+    error = assert_openai_error(await asgi_client.post("/v1/chat/completions", json=bad),
                                 400 if status == 422 else status)
     assert error["type"] == "invalid_request_error"
-    await still_serving(client)
+    await still_serving(asgi_client)
 
 
 async def test_context_too_long_is_400_with_the_upstream_message(
-    client: httpx.AsyncClient,
+    asgi_client: httpx.AsyncClient,
 ) -> None:
     # pass-through: vLLM 0.32's own words and names (they are the chat client's), but a
     # max_tokens above the context is not called a context overflow
-    response = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**7})
+    response = await asgi_client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**7})
     error = assert_openai_error(response, 400, param="max_tokens")
     assert "cannot be greater than max_model_len" in str(error["message"])
     assert error["code"] is None
     long = {**CHAT, "messages": [{"role": "user", "content": "word " * 40_000}]}
-    error = assert_openai_error(await client.post("/v1/chat/completions", json=long), 400,
+    error = assert_openai_error(await asgi_client.post("/v1/chat/completions", json=long), 400,
                                 code="context_length_exceeded", param="input_tokens")
     assert "maximum context length" in str(error["message"])
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_fleet_400s_name_the_field_the_responses_client_sent(
-        client: httpx.AsyncClient, stream: bool) -> None:
+        asgi_client: httpx.AsyncClient, stream: bool) -> None:
     # vLLM 0.32 says max_tokens / input_tokens with a (parameter=X, value=Y) trailer; the
     # Responses client sent max_output_tokens / input (core/translate/fleet_errors.py)
     big = {**CREATE, "max_output_tokens": 10**7, "stream": stream}
-    error = assert_openai_error(await client.post("/v1/responses", json=big), 400,
+    error = assert_openai_error(await asgi_client.post("/v1/responses", json=big), 400,
                                 code="integer_above_max_value", param="max_output_tokens")
     assert str(error["message"]).startswith("max_output_tokens=10000000 cannot be greater")
     assert "parameter=" not in str(error["message"])
     long = {**CREATE, "input": "word " * 40_000, "stream": stream}
-    error = assert_openai_error(await client.post("/v1/responses", json=long), 400,
+    error = assert_openai_error(await asgi_client.post("/v1/responses", json=long), 400,
                                 code="context_length_exceeded", param="input")
     assert "parameter=" not in str(error["message"])
 
 
-async def test_upstream_5xx_is_502(client: httpx.AsyncClient) -> None:
+async def test_upstream_5xx_is_502(asgi_client: httpx.AsyncClient) -> None:
     bad = {**CHAT, "messages": [{"role": "user", "content": "[[sim fail=http:500]]"}]}
-    assert_openai_error(await client.post("/v1/chat/completions", json=bad), 502)
-    await still_serving(client)
+    assert_openai_error(await asgi_client.post("/v1/chat/completions", json=bad), 502)
+    await still_serving(asgi_client)
 
 
 CREATE = {"model": "sim-model", "input": "hi"}
@@ -210,25 +210,25 @@ JSON_ROUTES = [("/v1/responses", CREATE), ("/v1/responses/input_tokens", CREATE)
                                   "multipart/form-data; boundary=x", None])
 @pytest.mark.parametrize(("path", "body"), JSON_ROUTES, ids=[p for p, _ in JSON_ROUTES])
 async def test_with_auth_off_a_body_not_declared_json_is_415(
-        client: httpx.AsyncClient, sim: SimControl, path: str, body: dict[str, object],
+        asgi_client: httpx.AsyncClient, sim: SimControl, path: str, body: dict[str, object],
         kind: str | None) -> None:
     """What a page on another site can make a browser send without a CORS preflight (or, with
     no type, a Blob body) is refused before anything runs."""
     headers = {} if kind is None else {"content-type": kind}
-    response = await client.post(path, content=json.dumps(body), headers=headers)
+    response = await asgi_client.post(path, content=json.dumps(body), headers=headers)
     error = assert_openai_error(response, 415, code="unsupported_media_type")
     assert "application/json" in str(error["message"])
     assert sim.stats()["chat_requests"] == 0
-    await still_serving(client)
+    await still_serving(asgi_client)
 
 
 async def test_with_auth_off_json_types_and_bodiless_posts_are_served(
-        client: httpx.AsyncClient) -> None:
+        asgi_client: httpx.AsyncClient) -> None:
     for kind in ("application/json; charset=utf-8", "application/vnd.api+json"):
-        response = await client.post("/v1/responses", content=json.dumps(CREATE),
+        response = await asgi_client.post("/v1/responses", content=json.dumps(CREATE),
                                      headers={"content-type": kind})
         assert response.status_code == 200, response.text
-    cancel = await client.post("/v1/responses/resp_0123/cancel")  # no body, no type
+    cancel = await asgi_client.post("/v1/responses/resp_0123/cancel")  # no body, no type
     assert_openai_error(cancel, 404)
 
 
@@ -244,12 +244,12 @@ async def test_with_auth_on_the_type_is_not_required(simulator: object,
 
 @pytest.mark.parametrize("kind", ["function_call_output", "custom_tool_call_output"])
 async def test_an_output_for_a_call_nobody_made_is_400_naming_its_call_id(
-        client: httpx.AsyncClient, sim: SimControl, kind: str) -> None:
+        asgi_client: httpx.AsyncClient, sim: SimControl, kind: str) -> None:
     """OpenAI's answer; sent upstream it would be a tool message no call asked for."""
-    first = await client.post("/v1/responses", json={**CREATE, "store": True})
+    first = await asgi_client.post("/v1/responses", json={**CREATE, "store": True})
     assert first.status_code == 200
     before = sim.stats()["chat_requests"]
-    answer = await client.post("/v1/responses", json={
+    answer = await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "previous_response_id": first.json()["id"],
         "input": [{"type": "message", "role": "user", "content": "and"},
                   {"type": kind, "call_id": "call_nowhere", "output": "x"}]})

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.settings import Settings
 from tests.integration.test_http_errors import assert_openai_error, proxy_for
@@ -98,6 +99,7 @@ async def test_blobs_sealed_with_the_old_public_default_are_refused(
                                 code="invalid_encrypted_content")
 
 
+@pytest.mark.redis
 async def test_instances_on_one_redis_without_a_fleet_secret_share_a_random_one(
         settings: Settings) -> None:
     from proxy.store import keys
@@ -123,6 +125,7 @@ async def test_instances_on_one_redis_without_a_fleet_secret_share_a_random_one(
         redis.stop()
 
 
+@pytest.mark.redis
 async def test_a_store_down_at_start_delays_sealing_but_not_stateless_traffic(
         settings: Settings) -> None:
     port = free_port()

@@ -33,24 +33,24 @@ def body(**fields: Any) -> dict[str, Any]:
     return {"model": "sim-model", "input": "hello", "store": False, **fields}
 
 
-async def test_unknown_fields_are_ignored_and_named_on_json(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/responses", json=body(colour="red", shade=1))
+async def test_unknown_fields_are_ignored_and_named_on_json(asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.post("/v1/responses", json=body(colour="red", shade=1))
     assert response.status_code == 200, response.text
     assert response.headers["x-proxy-ignored-params"] == "colour,shade"
     assert "x-proxy-dropped-tools" not in response.headers
     assert response.json()["output"][0]["content"][0]["text"] == "You said: hello"
 
 
-async def test_a_clean_request_gets_no_tolerance_headers(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/responses", json=body())
+async def test_a_clean_request_gets_no_tolerance_headers(asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.post("/v1/responses", json=body())
     assert response.status_code == 200, response.text
     assert "x-proxy-ignored-params" not in response.headers
     assert "x-proxy-dropped-tools" not in response.headers
 
 
-async def test_hosted_tools_are_dropped_and_named_on_sse(client: httpx.AsyncClient,
+async def test_hosted_tools_are_dropped_and_named_on_sse(asgi_client: httpx.AsyncClient,
                                                          sim: SimControl) -> None:
-    response = await client.post("/v1/responses", json=body(
+    response = await asgi_client.post("/v1/responses", json=body(
         stream=True, colour="red",
         tools=[{"type": "web_search", "external_web_access": False}, LOOKUP,
                {"type": "image_generation"}]))
@@ -77,15 +77,15 @@ async def test_reject_mode_refuses_hosted_tools(strict: httpx.AsyncClient) -> No
     assert_openai_error(response, 400, param="tools[1].type")
 
 
-async def test_forcing_a_dropped_tool_is_400(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/responses", json=body(
+async def test_forcing_a_dropped_tool_is_400(asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.post("/v1/responses", json=body(
         tools=[{"type": "web_search"}], tool_choice={"type": "web_search"}))
     assert_openai_error(response, 400, param="tool_choice.type")
 
 
-async def test_penalties_reach_the_fleet_and_are_echoed(client: httpx.AsyncClient,
+async def test_penalties_reach_the_fleet_and_are_echoed(asgi_client: httpx.AsyncClient,
                                                         sim: SimControl) -> None:
-    response = await client.post("/v1/responses", json=body(presence_penalty=0.5,
+    response = await asgi_client.post("/v1/responses", json=body(presence_penalty=0.5,
                                                              frequency_penalty=-1))
     assert response.status_code == 200, response.text
     sent = sim.stats()["last_request"]
@@ -94,47 +94,47 @@ async def test_penalties_reach_the_fleet_and_are_echoed(client: httpx.AsyncClien
     assert echo["presence_penalty"] == 0.5 and echo["frequency_penalty"] == -1
     assert echo["temperature"] == 1.0 and echo["top_p"] == 1.0 and echo["top_logprobs"] == 0
     assert isinstance(echo["completed_at"], int)
-    bad = await client.post("/v1/responses", json=body(presence_penalty=3))
+    bad = await asgi_client.post("/v1/responses", json=body(presence_penalty=3))
     assert_openai_error(bad, 400, param="presence_penalty")
 
 
 async def test_an_assistant_phase_is_kept_in_the_stored_input_items(
-        client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/responses", json={
+        asgi_client: httpx.AsyncClient) -> None:
+    response = await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "input": [
             {"role": "user", "content": "start"},
             {"role": "assistant", "content": "working on it", "phase": "commentary"},
             {"role": "user", "content": "go on"}]})
     assert response.status_code == 200, response.text
-    items = await client.get(f"/v1/responses/{response.json()['id']}/input_items",
+    items = await asgi_client.get(f"/v1/responses/{response.json()['id']}/input_items",
                              params={"order": "asc"})
     assert [i.get("phase") for i in items.json()["data"]] == [None, "commentary", None]
 
 
 async def test_a_json_schema_format_echo_carries_a_null_description(
-        client: httpx.AsyncClient) -> None:
+        asgi_client: httpx.AsyncClient) -> None:
     fmt = {"type": "json_schema", "name": "answer", "strict": True,
            "schema": {"type": "object", "properties": {"a": {"type": "string"}},
                       "required": ["a"], "additionalProperties": False}}
-    response = await client.post("/v1/responses", json=body(text={"format": fmt}))
+    response = await asgi_client.post("/v1/responses", json=body(text={"format": fmt}))
     assert response.status_code == 200, response.text
     echoed = response.json()["text"]["format"]
     assert "description" in echoed and echoed["description"] is None
 
 
 async def test_a_background_job_restores_namespaced_and_custom_calls(
-        client: httpx.AsyncClient) -> None:
+        asgi_client: httpx.AsyncClient) -> None:
     """The worker rebuilds the name map from the stored response's tools alone."""
     tools = [{"type": "custom", "name": "apply_patch"},
              {"type": "namespace", "name": "crm", "description": "CRM", "tools": [LOOKUP]}]
-    created = await client.post("/v1/responses", json={
+    created = await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "background": True, "tools": tools,
         "input": "use crm__lookup and apply_patch [[sim tools=2]]"})
     assert created.status_code == 200, created.text
     response_id = created.json()["id"]
     final: dict[str, Any] = {}
     for _ in range(100):  # bounded: 10 s at most
-        final = (await client.get(f"/v1/responses/{response_id}")).json()
+        final = (await asgi_client.get(f"/v1/responses/{response_id}")).json()
         if final["status"] not in ("queued", "in_progress"):
             break
         await asyncio.sleep(0.1)
@@ -142,20 +142,20 @@ async def test_a_background_job_restores_namespaced_and_custom_calls(
     calls = [(i["type"], i["name"], i.get("namespace")) for i in final["output"]]
     assert calls == [("custom_tool_call", "apply_patch", None),
                      ("function_call", "lookup", "crm")]
-    replay = await client.get(f"/v1/responses/{response_id}", params={"stream": "true"})
+    replay = await asgi_client.get(f"/v1/responses/{response_id}", params={"stream": "true"})
     check_stream(data_payloads(replay.content))
 
 
-async def test_a_chained_follow_up_sends_the_calls_flat(client: httpx.AsyncClient,
+async def test_a_chained_follow_up_sends_the_calls_flat(asgi_client: httpx.AsyncClient,
                                                        sim: SimControl) -> None:
     tools = [{"type": "custom", "name": "apply_patch"},
              {"type": "namespace", "name": "crm", "description": "CRM", "tools": [LOOKUP]}]
-    first = await client.post("/v1/responses", json={
+    first = await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "tools": tools,
         "input": "use crm__lookup and apply_patch [[sim tools=2]]"})
     assert first.status_code == 200, first.text
     patch, lookup = first.json()["output"]
-    second = await client.post("/v1/responses", json={
+    second = await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "tools": tools, "previous_response_id": first.json()["id"],
         "input": [{"type": "custom_tool_call_output", "call_id": patch["call_id"],
                    "output": "patched"},

@@ -75,7 +75,7 @@ class RedisClusterGroup:
         """The nodes that are primaries now, as the first node that answers sees them."""
         for node in self.nodes:
             with contextlib.suppress(redis.RedisError), _client(node.port) as client:
-                ports = {int(info["port"]) for info in _shards(client) if info["role"] == "master"
+                ports = {_int(info["port"]) for info in _shards(client) if info["role"] == "master"
                          and info.get("health") == "online"}
                 return [n for n in self.nodes if n.port in ports]
         return []
@@ -113,14 +113,14 @@ class RedisClusterGroup:
     def primaries_seen_by(client: redis.Redis) -> set[int]:
         """The ports a node sees as online primaries owning slots."""
         found = set()
-        for shard in client.execute_command("CLUSTER SHARDS"):
-            shard = _pairs(shard)
+        for raw in _cluster_shards(client):
+            shard = _pairs(raw)
             if not shard["slots"]:
                 continue
-            for one in shard["nodes"]:
-                one = _pairs(one)
+            for node in _items(shard["nodes"]):
+                one = _pairs(node)
                 if one["role"] == "master" and one["health"] == "online":
-                    found.add(int(one["port"]))
+                    found.add(_int(one["port"]))
         return found
 
     def wait_failed_over(self, dead: ServerProcess, within: float = 30.0) -> None:
@@ -169,12 +169,26 @@ class RedisClusterGroup:
 def _shards(client: redis.Redis) -> list[dict[str, object]]:
     """Every node of CLUSTER SHARDS as {port, role, health} (7.0 has CLUSTER SHARDS)."""
     found: list[dict[str, object]] = []
-    for shard in client.execute_command("CLUSTER SHARDS"):
-        shard = _pairs(shard)
-        for node in shard["nodes"]:
-            node = _pairs(node)
+    for raw in _cluster_shards(client):
+        for item in _items(_pairs(raw)["nodes"]):
+            node = _pairs(item)
             found.append({"port": node["port"], "role": node["role"], "health": node["health"]})
     return found
+
+
+def _cluster_shards(client: redis.Redis) -> list[object]:
+    # redis-py leaves execute_command untyped: the reply is a list (RESP2) of shards.
+    return _items(client.execute_command("CLUSTER SHARDS"))  # type: ignore[no-untyped-call]
+
+
+def _items(value: object) -> list[object]:
+    assert isinstance(value, list)
+    return value
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int | str)
+    return int(value)
 
 
 def _pairs(value: object) -> dict[str, object]:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -62,7 +62,7 @@ class ServerProcess:
         self.ready_path = ready_path
         self.ready_text = ready_text  # a process without a port: ready once it logs this
         self._env = {**os.environ, **(env or {})}
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the server
+        self._log: IO[bytes] = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the server's life
             prefix=f"{log_name}-", suffix=".log", delete=False
         )
         self.proc: subprocess.Popen[bytes] | None = None

@@ -16,7 +16,7 @@ from proxy.simulator.errors import SimError
 from proxy.simulator.request import Tool, parse_chat
 from tests.support.sse import data_payloads
 
-VLLM = Path(__file__).parent / "golden" / "vllm"
+VLLM = Path(__file__).parents[1] / "unit" / "golden" / "vllm"
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

@@ -470,16 +470,16 @@ def exposed_samples(text: str) -> set[str]:
 
 
 async def test_dashboard_metrics_agree_with_a_running_apps_metrics(
-        client: httpx.AsyncClient) -> None:
+        asgi_client: httpx.AsyncClient) -> None:
     """Every agreed family is declared by the app's /metrics, and after a little traffic the
     samples the dashboard queries carry the names it uses."""
-    assert (await client.post("/v1/responses", json={
+    assert (await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "input": "hi"})).status_code == 200
-    assert (await client.post("/v1/responses", json={
+    assert (await asgi_client.post("/v1/responses", json={
         "model": "sim-model", "input": "hi", "stream": True})).status_code == 200
-    assert (await client.post("/v1/chat/completions", json={
+    assert (await asgi_client.post("/v1/chat/completions", json={
         "model": "sim-model", "messages": [{"role": "user", "content": "hi"}]})).status_code == 200
-    text = (await client.get("/metrics")).text
+    text = (await asgi_client.get("/metrics")).text
     samples = exposed_samples(text)
     declared = set(re.findall(r"^# TYPE (proxy_[a-z_]+) ", text, re.M))
     assert set(METRIC_FAMILIES) <= declared, set(METRIC_FAMILIES) - declared

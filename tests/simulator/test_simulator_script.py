@@ -22,10 +22,10 @@ from proxy.simulator.errors import SimError
 from proxy.simulator.request import ChatRequest, parse_chat
 from tests.support.sse import data_payloads
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "unit" / "golden"
 SHAPES = json.loads((GOLDEN / "vllm_shapes.json").read_text())
 # The generic model's shapes before vLLM 0.32 (what vllm_shapes.json and the golden streams
-# record); 0.32's are tests/unit/test_simulator_real_032.py's.
+# record); 0.32's are tests/simulator/test_simulator_real_032.py's.
 CONFIG = SimConfig(legacy_shapes=True)
 WEATHER = {"type": "function", "function": {
     "name": "get_weather",
