@@ -286,7 +286,8 @@ async def test_a_chat_stream_the_client_left_is_not_kept(app_client: Client) -> 
     assert runtime.services.chat is not None
     body = b'{"model": "sim-model", "stream": true, "messages": [{"role": "user", ' \
            b'"content": "leave [[sim tokens=50 delay_ms=5]]"}]}'
-    relay = await runtime.services.chat.chat_completions(body, "public", USE_CACHE)
+    relay = await runtime.services.chat.chat_completions(orjson.loads(body), "public",
+                                                         USE_CACHE, size=len(body))
     assert relay.stream is not None
     async for _ in relay.stream:
         break
