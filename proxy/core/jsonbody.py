@@ -44,7 +44,7 @@ def parse_object(body: bytes) -> dict[str, Any]:
 _SCAN_BYTES = 64 * 1024
 _ESCAPES = (b"\\\\", b"\\\"")  # an escaped backslash, an escaped quote
 _STRUCTURE = bytes.maketrans(b"[{]}", b"(())")
-_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}",:')
 
 
 def _shallow(body: bytes, limit: int = MAX_DEPTH) -> bool:
@@ -52,22 +52,22 @@ def _shallow(body: bytes, limit: int = MAX_DEPTH) -> bool:
     a few linear C-speed passes over its bytes; False also when it cannot tell cheaply (a
     body of more strings than a quarter of its bytes, some holding brackets), and the walk
     decides. Escapes go first (backslash pairs, then escaped quotes: a run of backslashes
-    only ever occurs inside a string), then everything but quotes and brackets; what is left
-    of a string is `"` and its brackets, `"` again. Then each pass that removes every `()`
-    takes exactly one level off the deepest container."""
+    only ever occurs inside a string), then strings and everything but brackets. Then each
+    pass that removes every `()` takes exactly one level off the deepest container."""
     if b"\\" in body:
         for escape in _ESCAPES:
             body = body.replace(escape, b"")
-    marks = body.translate(_STRUCTURE, _NOT_STRUCTURE)
-    # With no bracket in any string every string is `""` here, and one left-to-right pass
-    # takes each away whole (a quote it leaves means a string held a bracket).
-    rest = marks.replace(b'""', b"")
-    if b'"' in rest:
-        # Then the odd pieces between quotes are the strings' brackets, dropped. A piece is a
-        # pointer (empty and one-byte pieces are shared): past this many, the walk decides.
+    # Commas and colons kept for a moment: they stand between any two strings, so `""` here is
+    # exactly a string without brackets, taken away whole; what quotes are left belong to
+    # strings holding brackets (code, `[[...]]`), in pairs, their brackets between them.
+    marks = body.translate(_STRUCTURE, _NOT_STRUCTURE).replace(b'""', b"").translate(None, b",:")
+    if b'"' in marks:
+        # A piece is a pointer (empty and one-byte pieces are shared): past this many the walk
+        # decides, cheaper then.
         if marks.count(b'"') > len(body) // 4 + 1024:
             return False
-        rest = b"".join(marks.split(b'"')[::2])
+        marks = b"".join(marks.split(b'"')[::2])
+    rest = marks
     for _ in range(limit):
         if not rest:
             return True
