@@ -8,6 +8,8 @@ chat clients, the openai SDK's parser included, skip; the `data:` lines stay chu
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -16,6 +18,7 @@ from proxy.core.cache.key import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.jsonbody import parse_object
 from proxy.services.fleet.passthrough import chat_stream
+from proxy.services.process import offload
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import require_json, tenant
 from proxy.web.limiting import limits_on, metering
@@ -27,23 +30,31 @@ async def chat_completions(request: Request) -> Reply:
     runtime = runtime_of(request)
     require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
-    async with metering(request, hold=limits_on(request) and streams(body)) as meter:
+    # Parsed once, here (off the loop when large), and handed down: the services used to parse
+    # it again each, three parses of up to 16 MiB on the loop (issue 38, cost bounds).
+    parsed = await _parsed(body)
+    hold = limits_on(request) and isinstance(parsed, dict) and bool(chat_stream(parsed))
+    async with metering(request, hold=hold) as meter:
+        if isinstance(parsed, ProxyError):
+            raise parsed  # within the meter, where the services refused it before
         if runtime.services.chat is not None:
             call = runtime.services.chat.chat_completions(
-                body, tenant(request), parse_cache_control(request.headers.get("cache-control")),
-                meter=meter)
+                parsed, tenant(request),
+                parse_cache_control(request.headers.get("cache-control")), meter=meter,
+                size=len(body))
         else:
-            call = runtime.services.passthrough.chat_completions(body, tenant(request), meter=meter)
+            call = runtime.services.passthrough.chat_completions(
+                parsed, tenant(request), meter=meter, size=len(body))
         relay = await unless_disconnected(request, call)
     return relay_response(relay, ping=runtime.settings.streams.ping_interval)
 
 
-def streams(body: bytes) -> bool:
-    """The request asks for a stream (a bad body is refused by the service, right after)."""
+async def _parsed(body: bytes) -> dict[str, Any] | ProxyError:
+    """The body's object, or the 400 the route raises once it is metered."""
     try:
-        return bool(chat_stream(parse_object(body)))
-    except ProxyError:
-        return False
+        return await offload.run(len(body), parse_object, body)
+    except ProxyError as exc:
+        return exc
 
 
 async def models(request: Request) -> Response:

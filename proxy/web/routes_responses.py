@@ -27,9 +27,10 @@ async def create(request: Request) -> Reply:
         directives = parse_cache_control(request.headers.get("cache-control"))
         # `parse_request` refuses a `stream` or `background` that is not a boolean.
         hold = body.get("background") is True or body.get("stream") is True
+        size = len(await request.body())  # read already: what the service may offload by
         async with metering(request, hold=hold) as meter:
             outcome = await unless_disconnected(request, responses.create(
-                tenant(request), body, directives, meter=meter))
+                tenant(request), body, directives, meter=meter, size=size))
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
                                headers=outcome.headers)
@@ -40,8 +41,10 @@ async def count_input_tokens(request: Request) -> Response:
     """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
     runtime = runtime_of(request)
     body = await json_body(request)
+    size = len(await request.body())
     async with metering(request):
-        counted = await runtime.services.responses.count_input_tokens(tenant(request), body)
+        counted = await runtime.services.responses.count_input_tokens(tenant(request), body,
+                                                                      size=size)
     return json_response(counted)
 
 

@@ -41,6 +41,7 @@ from proxy.core.errors import (
     failure_cause,
 )
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
+from proxy.services.process import offload
 from proxy.services.responses.localchains import LocalChains
 from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.errors import error_response
@@ -102,21 +103,23 @@ class _Connection:
                         failure_cause(error))
         await self.send(error_frame(error))
 
-    async def _respond(self, body: dict[str, Any]) -> None:
+    async def _respond(self, body: dict[str, Any], size: int = 0) -> None:
         """The response task: running until its last frame, closing until it returns."""
         try:
-            await self.run(body)
+            await self.run(body, size)
         finally:
             self.state = SocketState.IDLE
 
-    async def run(self, body: dict[str, Any]) -> None:
+    async def run(self, body: dict[str, Any], size: int = 0) -> None:
+        """`size`: the frame's length, by which the create's parse and walks leave the loop."""
         previous = body.get("previous_response_id")
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
             responses = self.runtime.services.responses
             async with responses.setting_up(), metering(self.websocket, hold=True) as meter:
                 outcome = await responses.create(
-                    self.tenant, {**body, "stream": True}, meter=meter, local=self.local)
+                    self.tenant, {**body, "stream": True}, meter=meter, local=self.local,
+                    size=size)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream
             terminal = t.TERMINAL_EVENTS
@@ -167,7 +170,7 @@ class _Connection:
                                             code="frame_too_large"))
             return
         try:
-            kind, body = parse_frame(raw)
+            kind, body = await offload.run(len(raw), parse_frame, raw)  # large: off the loop
         except ProxyError as error:
             await self.fail(error)
             return
@@ -181,7 +184,8 @@ class _Connection:
                 "`response.create` after its terminal event.", code="response_in_progress"))
             return
         self.state = SocketState.RUNNING
-        self.current = asyncio.create_task(self._respond(body), name="websocket-response")
+        self.current = asyncio.create_task(self._respond(body, len(raw)),
+                                           name="websocket-response")
 
     async def close_current(self) -> None:
         if self.current is not None and not self.current.done():

@@ -3,9 +3,10 @@ once. The tests read their limits from here and docs/SECURITY.md is rendered fro
 (tests/costbounds/test_table.py checks that the two agree, so a new route joins both).
 
 Bounds are stated for the suite's settings (tests/costbounds/harness.py): `--max-body-bytes`
-1 MiB (B below), `--max-file-bytes` 32 MiB (the default), `--max-queued-jobs` 32,
-`--worker-concurrency` 2 (W). Each is chosen so that the bug the row guards against misses it
-by ten times or more on this machine, while load alone does not reach it:
+1 MiB (B below; the rows of bodies at the default limit run a second proxy at 16 MiB),
+`--max-file-bytes` 32 MiB (the default), `--max-queued-jobs` 32, `--worker-concurrency` 2 (W).
+Each is chosen so that the bug the row guards against misses it by ten times or more on this
+machine, while load alone does not reach it:
   - RSS: 4 x B + 16 MiB for one request. An idle create measures +0.1-0.3 MiB; 16 MiB is room
     for the allocator, GC timing and a Redis reply.
   - Event-loop stall: the target is 100 ms; the assertion is 1 s, because a loaded 2-core CI
@@ -23,6 +24,9 @@ from tests.costbounds.harness import MAX_BODY_BYTES, WORKER_CONCURRENCY, MiB
 STALL_TARGET = 0.100  # seconds: the contract's figure
 STALL_LIMIT = 1.0  # seconds: what the tests assert (see above)
 RSS_CONSTANT = 16 * MiB
+# The default --max-body-bytes (proxy/settings/groups.py): the bodies rows send to a second
+# proxy at the default limits, where the parse and walks of one body are the cost.
+DEFAULT_BODY_BYTES = 16 * MiB
 ONE_REQUEST_RSS = 4 * MAX_BODY_BYTES + RSS_CONSTANT
 CONCURRENT_FILE_READS = 8
 INGESTED_FILE_BYTES = 8 * MiB
@@ -74,6 +78,16 @@ ROWS: tuple[Row, ...] = (
     Row("test_cache_key_of_a_quote_flood_with_the_semantic_cache", "POST /v1/chat/completions "
         "(`--cache semantic`)", "last user message (guard and embedding)", "50,000 `“`",
         f"CPU ≤ {KEYING_CPU:g} s, stall ≤ {STALL_TARGET * 1000:g} ms", "38.1", False),
+    Row("test_a_chat_body_at_the_default_limit", "POST /v1/chat/completions (`--cache exact`, "
+        "and off)", "the body: parse, part scan, cache key, upstream copy",
+        f"{_mib(DEFAULT_BODY_BYTES)} (the default `--max-body-bytes`) of one user message of "
+        "`“`, JSON and stream", f"stall ≤ {STALL_TARGET * 1000:g} ms", "38 (cost bounds)",
+        False),
+    Row("test_a_responses_body_at_the_default_limit", "POST /v1/responses (`--cache exact`, "
+        "and off)", "the body: parse, items, translation, media scan, cache key",
+        f"{_mib(DEFAULT_BODY_BYTES)}: one text of `“` (JSON); 2,048 items (the default "
+        "`--max-input-items`) of ~500,000 one-letter text parts in all (stream)",
+        f"stall ≤ {STALL_TARGET * 1000:g} ms", "38 (cost bounds)", False),
     Row("test_a_template_bomb_is_refused_before_it_is_rendered", "POST /v1/responses "
         "`prompt`", "stored template x (default or given) value",
         "52,428 `{{x}}` (256 KiB, the template limit) x a 4 KiB value, stored as the default "

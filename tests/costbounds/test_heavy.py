@@ -9,9 +9,10 @@ import base64
 import select
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 from tests.costbounds import table
@@ -25,7 +26,7 @@ from tests.costbounds.cases import (
     vector_store,
     wait_status,
 )
-from tests.costbounds.harness import MAX_FILE_BYTES, PROXY_FLAGS, Stack, probe
+from tests.costbounds.harness import MAX_FILE_BYTES, PROXY_FLAGS, MiB, Stack, auth, probe
 from tests.costbounds.inputs import runaway_pdf, text_file
 from tests.support.servers import ServerProcess
 
@@ -167,3 +168,91 @@ def test_connections_without_a_request_head_are_closed(fresh: Stack) -> None:
     assert set(closed_after) == {"silent", "half"}, (
         f"still open after {table.HEAD_BOUND + 5:g} s: {closed_after}")
     assert max(closed_after.values()) <= table.HEAD_BOUND + 1, closed_after
+
+
+# -- bodies at the default --max-body-bytes: parsed, scanned and keyed off the event loop ------
+DEFAULT_BODY_BYTES = table.DEFAULT_BODY_BYTES  # 16 times what the suite's own proxy takes
+
+
+def _default_limits(flags: tuple[str, ...], cache: str) -> tuple[str, ...]:
+    """The suite's flags with the default --max-body-bytes and `--cache` set to `cache`."""
+    out = list(flags)
+    at = out.index("--max-body-bytes")
+    del out[at:at + 2]
+    out[out.index("--cache") + 1] = cache
+    return tuple(out)
+
+
+@pytest.fixture(scope="module", params=["exact", "off"])
+def big_bodies(request: pytest.FixtureRequest, simulator: ServerProcess,
+               redis_server: ServerProcess,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A proxy at the default body limit, with the exact cache and without."""
+    made = Stack(simulator, redis_server, tmp_path_factory.mktemp("big") / "keys.json",
+                 db=12, flags=_default_limits(PROXY_FLAGS, request.param))
+    made.flush()
+    made.start()
+    yield made
+    made.stop()
+
+
+def _post_bytes(stack: Stack, path: str, body: bytes) -> httpx.Response:
+    headers = {**auth("sk-cost-a"), "content-type": "application/json"}
+    return httpx.post(stack.url + path, content=body, headers=headers, timeout=180)
+
+
+def _filled(head: bytes, unit: bytes, tail: bytes, size: int) -> bytes:
+    """`head`, `unit` repeated as often as fits in `size` bytes with `tail`, `tail`."""
+    return head + unit * ((size - len(head) - len(tail)) // len(unit)) + tail
+
+
+# The simulator echoes the prompt (one token, here): two tokens of answer keep the case about
+# the request, as a replica's `max_tokens` would.
+SHORT = b"[[sim tokens=2]] "
+
+
+def _quote_flood_chat(stream: bool) -> bytes:
+    head = b'{"model":"%s","stream":%s,"messages":[{"role":"user","content":"%s' % (
+        MODEL.encode(), b"true" if stream else b"false", SHORT)
+    return _filled(head, "\u201c".encode(), b'"}]}', DEFAULT_BODY_BYTES - 1024)
+
+
+def _one_huge_text(stream: bool) -> bytes:
+    head = b'{"model":"%s","stream":%s,"input":"%s' % (
+        MODEL.encode(), b"true" if stream else b"false", SHORT)
+    return _filled(head, "\u201c".encode(), b'"}', DEFAULT_BODY_BYTES - 1024)
+
+
+def _many_small_items(stream: bool) -> bytes:
+    """--max-input-items (2048) messages, each of as many one-letter text parts as fit."""
+    items = 2048
+    head = b'{"model":"%s","stream":%s,"input":[' % (MODEL.encode(),
+                                                     b"true" if stream else b"false")
+    last = b'{"type":"input_text","text":"%s"}]}' % SHORT
+    per_item = (DEFAULT_BODY_BYTES - 1024 - len(head)) // items - 1  # the comma
+    message = _filled(b'{"role":"user","content":[', b'{"type":"input_text","text":"a"},',
+                      last, per_item)
+    return head + b",".join([message] * items) + b"]}"
+
+
+def _no_stall(stack: Stack, path: str, body: bytes, case: str) -> None:
+    assert len(body) <= DEFAULT_BODY_BYTES
+    with probe(stack) as measured:
+        answer = _post_bytes(stack, path, body)
+    print(f"[cost] {case} ({len(body) / MiB:.1f} MiB): {answer.status_code} {measured.line()}")
+    assert answer.status_code == 200, answer.text[:500]
+    assert measured.stall <= table.STALL_LIMIT, measured.line()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_chat_body_at_the_default_limit(big_bodies: Stack, stream: bool) -> None:
+    _no_stall(big_bodies, "/v1/chat/completions", _quote_flood_chat(stream),
+              f"chat {'stream' if stream else 'json'}")
+
+
+@pytest.mark.parametrize("build", [_one_huge_text, _many_small_items],
+                         ids=["one_huge_text_json", "many_small_items_stream"])
+def test_a_responses_body_at_the_default_limit(big_bodies: Stack,
+                                               build: Callable[[bool], bytes]) -> None:
+    stream = build is _many_small_items
+    _no_stall(big_bodies, "/v1/responses", build(stream), build.__name__)

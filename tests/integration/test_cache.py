@@ -4,6 +4,7 @@ routes, one entry for JSON and SSE clients, what is never kept, Cache-Control, e
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -286,7 +287,8 @@ async def test_a_chat_stream_the_client_left_is_not_kept(app_client: Client) -> 
     assert runtime.services.chat is not None
     body = b'{"model": "sim-model", "stream": true, "messages": [{"role": "user", ' \
            b'"content": "leave [[sim tokens=50 delay_ms=5]]"}]}'
-    relay = await runtime.services.chat.chat_completions(body, "public", USE_CACHE)
+    relay = await runtime.services.chat.chat_completions(orjson.loads(body), "public",
+                                                         USE_CACHE, size=len(body))
     assert relay.stream is not None
     async for _ in relay.stream:
         break
@@ -425,3 +427,30 @@ async def test_bad_chat_bodies_are_openai_errors_with_the_cache_on(
     assert reply.status_code == 400
     error = reply.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param
+
+
+# -- a large body (issue 38, cost bounds): parsed once, and off the event loop ------------------
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+async def test_a_large_body_is_parsed_once_and_off_the_loop(
+        app_client: Client, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """The chat route parsed its body three times on the loop (the stream check, the cache,
+    the pass-through); each route now parses once, in a worker thread when over 1 MiB."""
+    http, _ = app_client
+    text = "[[sim tokens=2]] " + "\u201c" * (600 * 1024)  # 1.8 MB of body
+    body = ({"model": "sim-model", "messages": [{"role": "user", "content": text}]}
+            if path.endswith("completions") else {"model": "sim-model", "input": text})
+    raw = orjson.dumps(body)
+    loop_thread = threading.get_ident()
+    parsed_in: list[int] = []
+    loads = orjson.loads
+
+    def counting(data: Any) -> Any:
+        if len(data) == len(raw):
+            parsed_in.append(threading.get_ident())
+        return loads(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)
+    reply = await http.post(path, content=raw, headers={"content-type": "application/json"})
+    assert reply.status_code == 200, reply.text
+    assert len(parsed_in) == 1, f"the body was parsed {len(parsed_in)} times"
+    assert parsed_in[0] != loop_thread, "the body was parsed on the event loop"

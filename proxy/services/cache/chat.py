@@ -12,7 +12,8 @@ when the key counts tokens is folded into the kept completion, so a later hit kn
 size); a hit is charged the cached completion's usage, or, kept without one, the frames it
 sends: what reached the client counts whether or not a replica generated it.
 
-The request body still goes upstream byte for byte: the cache parses its own copy.
+The route parses the body once (web/routes_passthrough.py); the cache keys that object
+before the pass-through inlines its media into it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import orjson
 from proxy.core.cache.completion import chunks, fold
 from proxy.core.cache.key import ROUTE_CHAT, Directives, chat_material
 from proxy.core.events.sse import DataDecoder
-from proxy.core.jsonbody import parse_object
 from proxy.services.cache.responses import HEADER, HIT, Lookup, ResponseCache
 from proxy.services.fleet.passthrough import Passthrough, Relay, chat_stream
 from proxy.services.metering.meter import Meter, estimate, tokens_of
@@ -46,22 +46,27 @@ class CachedChat:
         self._max_raw = max_entry_bytes * RAW_PER_ENTRY_BYTE
         self._clock = clock
 
-    async def chat_completions(self, body: bytes, tenant: str, directives: Directives, *,
-                               meter: Meter | None = None) -> Relay:
+    async def chat_completions(self, request: dict[str, Any], tenant: str,
+                               directives: Directives, *, meter: Meter | None = None,
+                               size: int = 0) -> Relay:
+        """`request`: the client's body, parsed once by the route; `size`: its bytes (a large
+        body is keyed off the loop; a hit without a usage is estimated from them)."""
         meter = meter or Meter()
         cache = self._cache
         if cache is None or not cache.enabled:
-            return await self._passthrough.chat_completions(body, tenant, meter=meter)
-        request = parse_object(body)
+            return await self._passthrough.chat_completions(request, tenant, meter=meter,
+                                                            size=size)
         eligible = isinstance(request.get("model"), str) and not request.get("logprobs")
         stream = bool(chat_stream(request))
         wants_usage = stream and _include_usage(request)
+        # Keyed before the pass-through changes `request` in place (media inlined).
         found = await cache.lookup(tenant, ROUTE_CHAT, chat_material(request), directives,
                                    eligible=eligible,
-                                   usable=_has_usage if wants_usage else None)
+                                   usable=_has_usage if wants_usage else None, size=size)
         if found.hit:
-            return self._hit(found, stream, wants_usage, meter, len(body))
-        relay = await self._passthrough.chat_completions(body, tenant, meter=meter)
+            return self._hit(found, stream, wants_usage, meter, size)
+        relay = await self._passthrough.chat_completions(request, tenant, meter=meter,
+                                                        size=size)
         relay.headers.update(found.headers())
         if found.key is None or not found.directives.write:
             return relay

@@ -52,6 +52,7 @@ from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.metering.embedding import EmbeddingAccounts
+from proxy.services.process import offload
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
 from proxy.store.base import Store, StoredResponse
@@ -116,7 +117,8 @@ class ResponseCache:
 
     # -- /v1/responses -----------------------------------------------------------------------
     async def lookup_response(self, tenant: str, request: ResponsesRequest,
-                              chat: dict[str, Any], directives: Directives) -> Lookup:
+                              chat: dict[str, Any], directives: Directives, *,
+                              size: int = 0) -> Lookup:
         """Keyed on the upstream chat request (the expanded history included) and the fields
         that shape the Response beyond it. Background requests bypass the cache, and so do
         those asking for logprobs: they measure one sampling, as the chat pass-through cache
@@ -126,7 +128,8 @@ class ResponseCache:
         material = responses_material(chat, include=request.include,
                                       reasoning=request.reasoning, text=request.text)
         return await self.lookup(tenant, ROUTE_RESPONSES, material, directives,
-                                 eligible=not (request.background or request.logprobs))
+                                 eligible=not (request.background or request.logprobs),
+                                 size=size)
 
     async def serve_response(self, tenant: str, request: ResponsesRequest,
                              parents: tuple[str, ...], base: ResponseObject,
@@ -154,15 +157,18 @@ class ResponseCache:
     # -- lookup ------------------------------------------------------------------------------
     async def lookup(self, tenant: str, route: str, material: dict[str, Any],
                      directives: Directives, *, eligible: bool = True,
-                     usable: Callable[[dict[str, Any]], bool] | None = None) -> Lookup:
+                     usable: Callable[[dict[str, Any]], bool] | None = None,
+                     size: int = 0) -> Lookup:
         """`eligible` False (a background request, a shape we cannot replay): bypass, and the
         answer is not kept either. `usable`: an entry it refuses is a miss (e.g. a stream
-        that wants usage, from an entry kept without it)."""
+        that wants usage, from an entry kept without it). `size`: the request body's bytes;
+        a large one is keyed (its canonical dump and hash) off the loop."""
         if not self.enabled:
             return OFF
         if not eligible:
             return self._count(Lookup(BYPASS, route, directives=directives))
-        found = Lookup(MISS, route, cache_key(tenant, route, material), directives)
+        key = await offload.run(size, cache_key, tenant, route, material)
+        found = Lookup(MISS, route, key, directives)
         if not directives.lookup:
             found.state = BYPASS
             return self._count(found)

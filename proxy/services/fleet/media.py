@@ -38,6 +38,7 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.request.items import image_urls
 from proxy.core.types import Item
 from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
+from proxy.services.process import offload
 from proxy.settings import FetchSettings, LimitSettings
 
 if TYPE_CHECKING:
@@ -82,14 +83,11 @@ class MediaFetcher:
         return cls(fetch.allow, timeout=fetch.timeout, max_bytes=limits.max_body_bytes)
 
     async def for_items(self, new: Iterable[Item], history: Iterable[Item],
-                        history_param: str) -> dict[str, str]:
+                        history_param: str, *, size: int = 0) -> dict[str, str]:
         """URL → data: URL for the images of a Responses request: its new input (a failure
-        names the part) and its history (named `history_param`: the chain or conversation)."""
-        wanted: dict[str, tuple[str, str]] = {}
-        for url, _ in image_urls(history, None):
-            wanted[url] = ("image", history_param)
-        for url, where in image_urls(new):
-            wanted[url] = ("image", where or "input")
+        names the part) and its history (named `history_param`: the chain or conversation).
+        `size`: the body's bytes; a large body's parts are walked off the loop."""
+        wanted = await offload.run(size, _images_wanted, new, history, history_param)
         return await self._fetch_all(wanted)
 
     async def fetch_files(self, wanted: dict[str, str], *, limit: int | None = None
@@ -105,11 +103,12 @@ class MediaFetcher:
             out[url] = (head[5:].split(";")[0], base64.b64decode(payload))
         return out
 
-    async def inline_chat(self, messages: Any) -> bool:
+    async def inline_chat(self, messages: Any, *, size: int = 0) -> bool:
         """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
         place: every spelling vLLM would fetch, in every role (core/chatparts.py). Whether
-        anything was replaced. A part that cannot be classified is a 400 naming it."""
-        found = list(media_urls(messages))
+        anything was replaced. A part that cannot be classified is a 400 naming it. `size`:
+        the body's bytes; a large body's parts are walked off the loop."""
+        found = await offload.run(size, media_urls, messages)
         wanted = {ref.url: (ref.family, ref.where) for ref in found}
         if not wanted:
             return False
@@ -192,6 +191,16 @@ class MediaFetcher:
         except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
             raise _FetchFailed(f"the server is unreachable ({exc.__class__.__name__})"
                                ) from None
+
+
+def _images_wanted(new: Iterable[Item], history: Iterable[Item],
+                   history_param: str) -> dict[str, tuple[str, str]]:
+    wanted: dict[str, tuple[str, str]] = {}
+    for url, _ in image_urls(history, None):
+        wanted[url] = ("image", history_param)
+    for url, where in image_urls(new):
+        wanted[url] = ("image", where or "input")
+    return wanted
 
 
 def _encoded(size: int) -> int:

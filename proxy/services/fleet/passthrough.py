@@ -4,10 +4,10 @@ The request body goes upstream as the client sent it, but for what the proxy own
 is the key's (core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
 prefix cache with another's; media URLs are fetched here and sent inline (services/fleet/media.py:
 the fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
-We parse it once (to route on `model`); the answer comes back chunk for chunk as it arrives. If
-the upstream breaks off mid-stream, the client
-gets the same in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since
-the HTTP status is already on the wire.
+The route parses it once and hands the object here (we route on `model`); the answer comes back
+chunk for chunk as it arrives. If the upstream breaks off mid-stream, the client gets the same
+in-band error frame vLLM itself sends (`data: {"error": ...}` then `[DONE]`), since the HTTP
+status is already on the wire.
 
 `stream` is read as vLLM reads it (a lax boolean: `"true"`, `1`, ...) and, when it was not a
 JSON boolean, sent upstream as one: the proxy and the replica must agree on whether the answer
@@ -33,7 +33,6 @@ import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.fields import lax_bool
-from proxy.core.jsonbody import parse_object
 from proxy.core.tenancy import CacheSalts
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
@@ -68,17 +67,19 @@ class Passthrough:
         self._media = media  # None: bodies go as they are (tests of the relay alone)
         self._salts = salts or CacheSalts()
 
-    async def chat_completions(self, body: bytes, tenant: str = "", *,
-                               meter: Meter | None = None) -> Relay:
-        """`meter`: the request's per-key account; when it counts tokens, a stream that did
-        not ask for its usage chunk gets one from the upstream, taken out before the client."""
+    async def chat_completions(self, request: dict[str, Any], tenant: str = "", *,
+                               meter: Meter | None = None, size: int = 0) -> Relay:
+        """`request`: the client's body, parsed (web/routes_passthrough.py; changed in place
+        here: media inlined). `size`: its bytes, which choose whether its scan runs off the
+        loop (services/process/offload.py). `meter`: the request's per-key account; when it
+        counts tokens, a stream that did not ask for its usage chunk gets one from the
+        upstream, taken out before the client."""
         meter = meter or Meter()
-        request = parse_object(body)
         model = request.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("`model` is required and must be a string.", param="model")
         if self._media is not None:
-            await self._media.inline_chat(request.get("messages"))
+            await self._media.inline_chat(request.get("messages"), size=size)
         stream = bool(chat_stream(request))
         rewrite = stream is not request.get("stream", False)
         request = self._salts.salted(tenant, request)

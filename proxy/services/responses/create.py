@@ -63,6 +63,7 @@ from proxy.services.generation.toolloop import LoopPlan
 from proxy.services.generation.turn import Turn
 from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
+from proxy.services.process import offload
 from proxy.services.process.drain import SHUTTING_DOWN, Drain
 from proxy.services.responses.compaction import Compactor
 from proxy.services.responses.inputs import RequestInputs
@@ -133,20 +134,23 @@ class ResponsesService:
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
-                     local: LocalChains | None = None) -> Outcome:
+                     local: LocalChains | None = None, size: int = 0) -> Outcome:
         """`meter`: the request's per-key account (services/metering/meter.py), told what it
         spends. `local`: a WebSocket connection's memory (services/responses/localchains.py): a
         `previous_response_id` found there needs no store read, and a streamed response that
-        ends whole is remembered there."""
+        ends whole is remembered there. `size`: the body's bytes; a large body is parsed,
+        translated and keyed off the event loop (services/process/offload.py)."""
         meter = meter or Meter()
-        request, history, chat = await self._prepare(tenant, body, local, create=meter)
-        outcome = await self._create(tenant, request, history, chat, directives, meter, local)
+        request, history, chat = await self._prepare(tenant, body, local, create=meter,
+                                                      size=size)
+        outcome = await self._create(tenant, request, history, chat, directives, meter, local,
+                                     size=size)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
                        local: LocalChains | None = None, *, create: Meter | None = None,
-                       ) -> tuple[ResponsesRequest, History, dict[str, Any]]:
+                       size: int = 0) -> tuple[ResponsesRequest, History, dict[str, Any]]:
         """Parse, resolve item references, expand history, translate and (truncation auto) fit:
         everything up to the chat request a create sends, shared with `count_input_tokens`.
         `create`: the create's meter (None: `input_tokens`, which only counts). A create checks
@@ -157,11 +161,14 @@ class ResponsesService:
         one)."""
         settings = self._settings
         body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
-        request = parse_request(body, self._ids, max_input_items=settings.limits.max_input_items,
-                                tolerance=Tolerance.of(settings.tolerance.params,
-                                                       settings.tolerance.hosted_tools),
-                                sealer=self._sealer, mcp_allow=settings.mcp.allow,
-                                run_hosted=self._generations.hosted.tool_types())
+        # The walks of a large body (parse, expansion, translation) run off the loop: each is
+        # linear, but 16 MiB of small items is most of a second of Python (issue 38).
+        request = await offload.run(
+            size, parse_request, body, self._ids,
+            max_input_items=settings.limits.max_input_items,
+            tolerance=Tolerance.of(settings.tolerance.params, settings.tolerance.hosted_tools),
+            sealer=self._sealer, mcp_allow=settings.mcp.allow,
+            run_hosted=self._generations.hosted.tool_types())
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
         if create is not None:
@@ -179,10 +186,10 @@ class ResponsesService:
             await self._store.check_storage(tenant, rechecked=True)
         found = await find_references(self._store, tenant, request)
         history = await self._history(tenant, request, local)
-        request, shown, seen, expansion = self._expand(request, found, history,
-                                                       cache_salt=self._salts.salt(tenant))
+        request, shown, seen, expansion = await offload.run(
+            size, self._expand, request, found, history, cache_salt=self._salts.salt(tenant))
         check_call_ids(history.items, request.input)
-        shown = await self._with_media(tenant, shown, history, expansion)
+        shown = await self._with_media(tenant, shown, history, expansion, size)
         if request.auto_compact or has_compaction(history.items) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
@@ -192,7 +199,7 @@ class ResponsesService:
                 create.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = fit_effort(to_chat_request(shown, seen),
+            chat = fit_effort(await offload.run(size, to_chat_request, shown, seen),
                               self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
             chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
@@ -213,13 +220,13 @@ class ResponsesService:
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
-                      local: LocalChains | None = None) -> Outcome:
+                      local: LocalChains | None = None, *, size: int = 0) -> Outcome:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
         if history.compaction is not None:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
-        cached = (await self._lookup(tenant, request, chat, directives)
+        cached = (await self._lookup(tenant, request, chat, directives, size)
                   if history.compaction is None else OFF)
         if cached.hit:
             return await self._cached(tenant, request, history, assembler, cached, meter)
@@ -268,10 +275,10 @@ class ResponsesService:
     # -- the response cache (services/cache/responses.py does the work)
     # -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
-                      directives: Directives) -> Lookup:
+                      directives: Directives, size: int) -> Lookup:
         if self._cache is None or request.mcp or request.hosted:
             return OFF  # tools run by us (MCP, web search): never served from a cache
-        return await self._cache.lookup_response(tenant, request, chat, directives)
+        return await self._cache.lookup_response(tenant, request, chat, directives, size=size)
 
     async def _cached(self, tenant: str, request: ResponsesRequest, history: History,
                       assembler: Assembler, cached: Lookup, meter: Meter) -> Outcome:
@@ -308,10 +315,11 @@ class ResponsesService:
             else:
                 yield
 
-    async def count_input_tokens(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def count_input_tokens(self, tenant: str, body: dict[str, Any], *,
+                                 size: int = 0) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt tokens of exactly what a create with
         this body would send (history, references and truncation included)."""
-        _, history, chat = await self._prepare(tenant, body)
+        _, history, chat = await self._prepare(tenant, body, size=size)
         seen = await measure(self._gateway, chat, affinity=history.affinity)
         return {"object": "response.input_tokens", "input_tokens": seen.count}
 
@@ -344,14 +352,14 @@ class ResponsesService:
             "usage": done.usage or map_usage({"prompt_tokens": 0}),
         }, headers=tolerance_headers(parsed.ignored, ()))
     async def _with_media(self, tenant: str, request: ResponsesRequest, history: History,
-                          expansion: Expansion) -> ResponsesRequest:
+                          expansion: Expansion, size: int = 0) -> ResponsesRequest:
         """The request with its image URLs fetched (services/fleet/media.py) and its files'
         text read (services/responses/inputs.py): translation then sends the fleet their data,
         never a URL to fetch."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
-                                             expansion)
+                                             expansion, size=size)
         return request.evolved(media=media) if media else request
 
     def _mcp_plan(self, request: ResponsesRequest, history: History) -> LoopPlan | None:

@@ -37,6 +37,7 @@ from proxy.core.request.items import (
 from proxy.core.types import Item
 from proxy.services.files.extraction import Extractor
 from proxy.services.fleet.media import MediaFetcher
+from proxy.services.process import offload
 
 if TYPE_CHECKING:
     from proxy.services.files.files import Files
@@ -74,19 +75,17 @@ class RequestInputs:
     extractor: Extractor = field(default_factory=Extractor)
 
     async def for_items(self, tenant: str, new: Sequence[Item], history: Sequence[Item],
-                        history_param: str, budget: Budget) -> dict[str, str]:
-        """The request's `media` map: image URL → data: URL, `file_key` → the file's text."""
-        media = await self.media.for_items(new, history, history_param)
-        media.update(await self._file_texts(tenant, new, history, history_param, budget))
+                        history_param: str, budget: Budget, *, size: int = 0
+                        ) -> dict[str, str]:
+        """The request's `media` map: image URL → data: URL, `file_key` → the file's text.
+        `size`: the body's bytes; a large body's parts are walked off the loop."""
+        media = await self.media.for_items(new, history, history_param, size=size)
+        wanted = await offload.run(size, _files_wanted, new, history, history_param)
+        media.update(await self._file_texts(tenant, wanted, budget))
         return media
 
-    async def _file_texts(self, tenant: str, new: Sequence[Item], history: Sequence[Item],
-                          history_param: str, budget: Budget) -> dict[str, str]:
-        wanted: dict[str, tuple[dict[str, Any], str]] = {}
-        for part, _ in file_parts(history, None):
-            wanted[file_key(part)] = (part, history_param)
-        for part, where in file_parts(new):
-            wanted[file_key(part)] = (part, where or "input")
+    async def _file_texts(self, tenant: str, wanted: dict[str, tuple[dict[str, Any], str]],
+                          budget: Budget) -> dict[str, str]:
         if not wanted:
             return {}
         urls = {str(part["file_url"]): f"{where}.file_url" for part, where in wanted.values()
@@ -151,3 +150,14 @@ class RequestInputs:
 def _utf8_size(text: str) -> int:
     # An ASCII text's size is its length: no copy of a file's text just to measure it.
     return len(text) if text.isascii() else len(text.encode())
+
+
+def _files_wanted(new: Sequence[Item], history: Sequence[Item], history_param: str
+                  ) -> dict[str, tuple[dict[str, Any], str]]:
+    """`file_key` → (the input_file part, the path a 400 names), new input last."""
+    wanted: dict[str, tuple[dict[str, Any], str]] = {}
+    for part, _ in file_parts(history, None):
+        wanted[file_key(part)] = (part, history_param)
+    for part, where in file_parts(new):
+        wanted[file_key(part)] = (part, where or "input")
+    return wanted
