@@ -21,7 +21,6 @@ from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
-from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
@@ -37,7 +36,6 @@ from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
 from proxy.services.fleet.setups import SetupGate
 from proxy.services.generation.builder import Generations
-from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
 from proxy.services.jobs.shares import QueueShare
@@ -51,7 +49,10 @@ from proxy.services.responses.create import ResponsesService
 from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
-from proxy.services.vectors.filesearch import FileSearch
+from proxy.services.tools.filesearch import FileSearch
+from proxy.services.tools.hosted import HostedTools
+from proxy.services.tools.mcpclient import McpClient
+from proxy.services.tools.websearch import WebSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
@@ -61,7 +62,6 @@ from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.tracing import Tracing, traced_writes
 from proxy.upstream import ConnectionPool, Upstream
-from proxy.websearch import WebSearch
 
 log = logging.getLogger("proxy")
 

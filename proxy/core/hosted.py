@@ -12,7 +12,7 @@ item (`web_search_call`, ...) with its own events instead of a function call:
     <kind>.completed, output_item.done {status completed|failed}   (its result)
 
 Each tool is a `HostedKind` (what its item and events are called, the function the model sees,
-how its item is made) in `KINDS`; its runner (the I/O) lives in services/generation/hosted.py.
+how its item is made) in `KINDS`; its runner (the I/O) lives in services/tools/hosted.py.
 What it found is numbered [1]..[n] for the model, and the answer's citations of those numbers
 (core/citations.py) become annotations on the answer's text. A tool that fails still ends with
 its `completed` event (the SDK has no `failed` event for these items): its item says `failed`.
@@ -20,7 +20,7 @@ its `completed` event (the SDK has no `failed` event for these items): its item 
 Adding one (file_search was the second): a `HostedKind` here (item type `file_search_call`,
 prefix `fs`, its `response.file_search_call.*` events, an `item` builder with `queries`), a
 runner in
-services/generation/hosted.py returning a HostedResult whose `fields` hold what the item shows
+services/tools/hosted.py returning a HostedResult whose `fields` hold what the item shows
 (`results` only with the include: the runner's caller decides) and whose `sources` carry
 `file_citation` annotations (`placement="index"`); `HostedTools.of(...)` in runtime.py. The
 loop, the assembler, restore, replay and the request parsing need nothing more.

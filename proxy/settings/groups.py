@@ -242,10 +242,10 @@ class McpSettings:
 
 @dataclass(frozen=True)
 class WebSearchSettings:
-    """The web_search tool run by the proxy (proxy/websearch.py, core/hosted.py): `url` a
-    SearXNG-compatible JSON endpoint (`GET url?q=...&format=json`; None: web_search stays a
-    hosted tool dropped or refused, `--hosted-tools`), each search bounded by `timeout` seconds,
-    the first `max_results` results given to the model."""
+    """The web_search tool run by the proxy (proxy/services/tools/websearch.py,
+    core/hosted.py): `url` a SearXNG-compatible JSON endpoint (`GET url?q=...&format=json`;
+    None: web_search stays a hosted tool dropped or refused, `--hosted-tools`), each search
+    bounded by `timeout` seconds, the first `max_results` results given to the model."""
 
     url: str | None = None
     timeout: float = 10.0
