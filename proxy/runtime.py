@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.hosted import CODE_INTERPRETER
 from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
@@ -52,6 +53,7 @@ from proxy.services.responses.stored import StoredResponses
 from proxy.services.tools.filesearch import FileSearch
 from proxy.services.tools.hosted import HostedTools
 from proxy.services.tools.mcpclient import McpClient
+from proxy.services.tools.mcphosted import McpHostedTool
 from proxy.services.tools.websearch import WebSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
@@ -215,12 +217,14 @@ class Runtime:
         ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
                             ttl_of=vector_stores.ttl_left, tracing=tracing,
                             accounts=accounts)
+        mcp_client = McpClient(connect_timeout=settings.timeouts.connect,
+                               call_timeout=settings.mcp.timeout, tracing=tracing)
         generations = Generations(
-            gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp.timeout, tracing=tracing),
+            gateway, mcp_client,
             sealer, events,
             tasks, metrics, ids=backend.ids,
-            hosted=_hosted_tools(settings, searcher).traced(tracing), tracing=tracing)
+            hosted=_hosted_tools(settings, searcher, mcp_client).traced(tracing),
+            tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
@@ -294,13 +298,18 @@ class Runtime:
         await self.services.files.extractor.aclose()  # its children, idle by now
 
 
-def _hosted_tools(settings: Settings, searcher: Searcher) -> HostedTools:
+def _hosted_tools(settings: Settings, searcher: Searcher, mcp_client: McpClient) -> HostedTools:
     """The hosted tools this process runs: web search with `--web-search`, file search with
-    `--embedding-model` (without them, they stay hosted tools the proxy drops or refuses,
-    `--hosted-tools`)."""
-    search = settings.web_search
+    `--embedding-model`, code_interpreter with `--code-interpreter-mcp` (without them, they stay
+    hosted tools the proxy drops or refuses, `--hosted-tools`)."""
+    search, mcp = settings.web_search, settings.mcp
     return HostedTools.of(WebSearch(search.url, timeout=search.timeout,
                                     max_results=search.max_results)
                           if search.url is not None else None,
                           FileSearch(searcher)
-                          if settings.cache.embedding_model is not None else None)
+                          if settings.cache.embedding_model is not None else None,
+                          McpHostedTool.configured(
+                              CODE_INTERPRETER, mcp.code_interpreter_url,
+                              mcp.code_interpreter_tool, allow=mcp.allow, client=mcp_client,
+                              flag="--code-interpreter-mcp")
+                          if mcp.code_interpreter_url is not None else None)

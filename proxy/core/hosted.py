@@ -212,8 +212,9 @@ def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
                     status if status in _STATUSES else "completed", "{}")
     for key in kind.input_fields:
         value = item.get(key)
-        if value is not None:  # (file_search's queries and results are lists)
-            out[key] = value if isinstance(value, list) else expect_object(value, at(path, key))
+        if value is not None:  # (file_search's queries and results are lists, code a string)
+            out[key] = (value if isinstance(value, list | str)
+                        else expect_object(value, at(path, key)))
     return out
 
 
@@ -293,8 +294,60 @@ FILE_SEARCH = _search_kind(
     "What to look for in the files.", _file_search_item, input_fields=("queries", "results"),
     parse=_file_search_options, include="file_search_call.results")
 
+# code_interpreter, served by an operator's MCP server (`--code-interpreter-mcp`): the proxy
+# keeps no containers, so every call's `container_id` is this one name for that server.
+MCP_CONTAINER = "cntr_mcp"
+_CODE = {"type": "object", "properties": {"code": {
+    "type": "string", "description": "The Python code to run."}}, "required": ["code"]}
+
+
+def _code_item(item_id: str, status: str, arguments: str) -> Item:
+    code = arguments_of(arguments).get("code")
+    return {"id": item_id, "type": "code_interpreter_call", "status": status,
+            "code": code if isinstance(code, str) else None, "container_id": MCP_CONTAINER,
+            "outputs": None}
+
+
+def _code_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    """The tool as echoed: its `container`, an id or `{"type": "auto", ...}` (required, as
+    OpenAI has it; the proxy runs every call on the one configured server whatever it says)."""
+    where = at(path, "container")
+    container = tool.get("container")
+    if isinstance(container, str) and container:
+        return {"type": "code_interpreter", "container": container}
+    if container is None:
+        raise bad(where, f"Missing required parameter: '{where}'.")
+    node = expect_object(container, where)
+    if node.get("type") != "auto":
+        raise bad(at(where, "type"), f"Invalid '{at(where, 'type')}': expected 'auto'.")
+    files = node.get("file_ids")
+    echo: dict[str, Any] = {"type": "auto"}
+    if isinstance(files, list) and all(isinstance(f, str) for f in files):
+        echo["file_ids"] = files
+    return {"type": "code_interpreter", "container": echo}
+
+
+def _code_answer(text: str, failed: bool, options: dict[str, Any]) -> HostedResult:
+    """What the server's tool printed: the model reads it; the item's `outputs` show it as
+    logs only with `include: ["code_interpreter_call.outputs"]` (else null, as OpenAI does)."""
+    shown = [{"type": "logs", "logs": text}] if options.get("include_results") else None
+    said = f"The code failed: {text}" if failed else text
+    return HostedResult({"outputs": shown}, said, failed=failed)
+
+
+CODE_INTERPRETER = HostedKind(
+    name="code_interpreter", tool_types=frozenset({"code_interpreter"}),
+    item_type="code_interpreter_call", id_prefix="ci",
+    events=_events("code_interpreter_call", "interpreting"),
+    description="Run Python code and return what it prints. Use it for arithmetic, data "
+                "work and anything best computed; print the values you need.",
+    parameters=_CODE, item=_code_item, input_fields=("code", "container_id", "outputs"),
+    parse=_code_options, streamed="code", include="code_interpreter_call.outputs",
+    answer=_code_answer)
+
 # Every hosted kind the proxy can run, by name.
-KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH}
+KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH,
+                                   CODE_INTERPRETER.name: CODE_INTERPRETER}
 ITEM_TYPES = frozenset(k.item_type for k in KINDS.values())
 # The `include` values the kinds honour.
 INCLUDES = tuple(k.include for k in KINDS.values() if k.include is not None)

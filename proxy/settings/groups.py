@@ -238,6 +238,11 @@ class McpSettings:
     allow: tuple[str, ...] = ()
     max_calls: int = 16
     timeout: float = 60.0
+    # code_interpreter served by the operator's MCP server at this URL (admitted by `allow`),
+    # its calls run as that server's tool of this name; None: code_interpreter stays a hosted
+    # tool dropped or refused (`--hosted-tools`).
+    code_interpreter_url: str | None = None
+    code_interpreter_tool: str = "run_code"
 
 
 @dataclass(frozen=True)
