@@ -5,6 +5,7 @@ client, every streamed event validated against the SDK's types (check_stream).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,9 @@ import httpx
 import openai
 import pytest
 from openai.types.responses import Response
+from websockets.sync.client import connect
 
+from tests.support import servers
 from tests.support.clients import SDK
 from tests.support.conformance import check_stream
 from tests.support.servers import ServerProcess, start_mcp_server, start_proxy
@@ -137,6 +140,31 @@ def test_stored_and_replayed(code_proxy: ServerProcess) -> None:
                {"role": "user", "content": "thanks"}]
     follow = client.responses.create(model="sim-model", input=history, store=False)
     assert follow.status == "completed" and follow.output_text == "You said: thanks"
+
+
+def test_background_runs_the_code_with_the_workers_server(code_proxy: ServerProcess) -> None:
+    """The job's spec names the kind and the include, never the server: the worker runs the
+    call with its own `--code-interpreter-mcp`."""
+    made = sdk(code_proxy).responses.create(model="sim-model", input=run("print(9//2)"),
+                                            tools=[TOOL], include=[OUTPUTS], background=True)
+    body = servers.wait_status(code_proxy, made.id, {"completed", "failed"}, 30, headers=AUTH)
+    check_call(Response.model_validate(body), "print(9//2)", [{"type": "logs", "logs": "4\n"}])
+    events = [e.to_dict() for e in sdk(code_proxy).responses.retrieve(made.id, stream=True)]
+    check_stream(events)
+    assert "response.code_interpreter_call.interpreting" in [e["type"] for e in events]
+
+
+def test_websocket_mode(code_proxy: ServerProcess) -> None:
+    url = code_proxy.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers=AUTH, open_timeout=10, close_timeout=5) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "sim-model",
+                            "input": run("print(3*3)"), "tools": [TOOL]}))
+        events: list[dict[str, Any]] = []
+        while len(events) < 200 and (not events or events[-1]["type"] not in (
+                "response.completed", "response.failed", "error")):
+            events.append(json.loads(ws.recv(timeout=20)))
+    check_stream(events)
+    check_call(Response.model_validate(events[-1]["response"]), "print(3*3)", None)
 
 
 def test_without_the_flag_it_stays_a_hosted_tool(simulator: ServerProcess) -> None:
