@@ -91,7 +91,8 @@ class HostedKind:
     description: str
     parameters: dict[str, Any]
     item: Callable[[str, str, str], Item] = field(repr=False)
-    input_fields: tuple[str, ...] = ()  # object fields an input item of this kind keeps
+    input_fields: tuple[str, ...] = ()  # object (or list) fields an input item of this kind keeps
+    input_texts: tuple[str, ...] = ()  # and its string fields
     # The request tool's options, checked (a 400 naming the field) and as the Response echoes
     # the tool; None: the kind has none beyond `echo_tool`'s.
     parse: Callable[[dict[str, Any], str], dict[str, Any]] | None = field(default=None,
@@ -212,9 +213,11 @@ def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
                     status if status in _STATUSES else "completed", "{}")
     for key in kind.input_fields:
         value = item.get(key)
-        if value is not None:  # (file_search's queries and results are lists, code a string)
-            out[key] = (value if isinstance(value, list | str)
-                        else expect_object(value, at(path, key)))
+        if value is not None:  # (file_search's queries and results are lists)
+            out[key] = value if isinstance(value, list) else expect_object(value, at(path, key))
+    for key in kind.input_texts:
+        if item.get(key) is not None:
+            out[key] = opt_str(item, key, path)
     return out
 
 
@@ -341,7 +344,8 @@ CODE_INTERPRETER = HostedKind(
     events=_events("code_interpreter_call", "interpreting"),
     description="Run Python code and return what it prints. Use it for arithmetic, data "
                 "work and anything best computed; print the values you need.",
-    parameters=_CODE, item=_code_item, input_fields=("code", "container_id", "outputs"),
+    parameters=_CODE, item=_code_item, input_fields=("outputs",),
+    input_texts=("code", "container_id"),
     parse=_code_options, streamed="code", include="code_interpreter_call.outputs",
     answer=_code_answer)
 
