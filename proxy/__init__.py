@@ -6,7 +6,7 @@ holds the table and checks every import, including those in functions and TYPE_C
     core/        what the proxy means, without I/O                   -> nothing of the proxy
     settings/    the frozen settings, from flags and environment     -> core
     store/       the memory and Redis stores                         -> core
-    root modules adapters: http1, upstream, upstream_pool, dial, egress, mcpclient, websearch;
+    root modules adapters: http1, upstream, upstream_pool, dial, egress;
                  telemetry: metrics, tracing, logs                   -> core, settings
     services/    what the proxy does                                 -> core, settings, store,
                                                                         adapters, telemetry

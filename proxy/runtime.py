@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.hosted import CODE_INTERPRETER
 from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
-from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
@@ -37,7 +37,6 @@ from proxy.services.fleet.media import MediaFetcher
 from proxy.services.fleet.passthrough import Passthrough
 from proxy.services.fleet.setups import SetupGate
 from proxy.services.generation.builder import Generations
-from proxy.services.generation.hosted import HostedTools
 from proxy.services.jobs.background import Background
 from proxy.services.jobs.runner import Worker, worker_name
 from proxy.services.jobs.shares import QueueShare
@@ -51,7 +50,11 @@ from proxy.services.responses.create import ResponsesService
 from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.prompts import Prompts
 from proxy.services.responses.stored import StoredResponses
-from proxy.services.vectors.filesearch import FileSearch
+from proxy.services.tools.filesearch import FileSearch
+from proxy.services.tools.hosted import HostedTools
+from proxy.services.tools.mcpclient import McpClient
+from proxy.services.tools.mcphosted import McpHostedTool
+from proxy.services.tools.websearch import WebSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
@@ -61,7 +64,6 @@ from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.tracing import Tracing, traced_writes
 from proxy.upstream import ConnectionPool, Upstream
-from proxy.websearch import WebSearch
 
 log = logging.getLogger("proxy")
 
@@ -215,12 +217,14 @@ class Runtime:
         ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
                             ttl_of=vector_stores.ttl_left, tracing=tracing,
                             accounts=accounts)
+        mcp_client = McpClient(connect_timeout=settings.timeouts.connect,
+                               call_timeout=settings.mcp.timeout, tracing=tracing)
         generations = Generations(
-            gateway, McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp.timeout, tracing=tracing),
+            gateway, mcp_client,
             sealer, events,
             tasks, metrics, ids=backend.ids,
-            hosted=_hosted_tools(settings, searcher).traced(tracing), tracing=tracing)
+            hosted=_hosted_tools(settings, searcher, mcp_client).traced(tracing),
+            tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
         passthrough = Passthrough(gateway, media=media,
                                   salts=CacheSalts.of(settings.tenancy.keys_file))
@@ -294,13 +298,18 @@ class Runtime:
         await self.services.files.extractor.aclose()  # its children, idle by now
 
 
-def _hosted_tools(settings: Settings, searcher: Searcher) -> HostedTools:
+def _hosted_tools(settings: Settings, searcher: Searcher, mcp_client: McpClient) -> HostedTools:
     """The hosted tools this process runs: web search with `--web-search`, file search with
-    `--embedding-model` (without them, they stay hosted tools the proxy drops or refuses,
-    `--hosted-tools`)."""
-    search = settings.web_search
+    `--embedding-model`, code_interpreter with `--code-interpreter-mcp` (without them, they stay
+    hosted tools the proxy drops or refuses, `--hosted-tools`)."""
+    search, mcp = settings.web_search, settings.mcp
     return HostedTools.of(WebSearch(search.url, timeout=search.timeout,
                                     max_results=search.max_results)
                           if search.url is not None else None,
                           FileSearch(searcher)
-                          if settings.cache.embedding_model is not None else None)
+                          if settings.cache.embedding_model is not None else None,
+                          McpHostedTool.configured(
+                              CODE_INTERPRETER, mcp.code_interpreter_url,
+                              mcp.code_interpreter_tool, allow=mcp.allow, client=mcp_client,
+                              flag="--code-interpreter-mcp")
+                          if mcp.code_interpreter_url is not None else None)

@@ -1,29 +1,30 @@
 """Hosted tools the proxy runs itself (docs/contract.md "Files, vector stores, hosted tools"): the
 pure parts every such tool shares. No I/O.
 
-A hosted tool (`web_search` today; `file_search` is meant to be the next) is offered to the model
-as one function of the proxy's own, named so it cannot clash with the client's tools or the MCP
-ones (`function_name`). When the model calls it, the tool loop (services/generation/toolloop.py)
-runs it between two upstream turns, as it runs MCP calls, and the response shows the tool's own
-item (`web_search_call`, ...) with its own events instead of a function call:
+A hosted tool (`web_search`, `file_search`, `code_interpreter`) is offered to the model as one
+function of the proxy's own, named so it cannot clash with the client's tools or the MCP ones
+(`function_name`). When the model calls it, the tool loop (services/generation/toolloop.py) runs
+it between two upstream turns, as it runs MCP calls, and the response shows the tool's own item
+(`web_search_call`, ...) with its own events instead of a function call:
 
     output_item.added {status in_progress}, <kind>.in_progress     (the call's arguments whole)
-    <kind>.searching                                               (the tool runs)
+    <kind>_<field>.delta, <kind>_<field>.done                      (`streamed`: code_interpreter's
+                                                                    code, whole, in one delta)
+    <kind>.searching | interpreting                                (the tool runs)
     <kind>.completed, output_item.done {status completed|failed}   (its result)
 
-Each tool is a `HostedKind` (what its item and events are called, the function the model sees,
-how its item is made) in `KINDS`; its runner (the I/O) lives in services/generation/hosted.py.
-What it found is numbered [1]..[n] for the model, and the answer's citations of those numbers
+Each tool is a `HostedKind` in `KINDS`, its whole description: its item and events, the function
+the model sees, the request tool's options (`parse`: checked, echoed), the `include` value that
+shows more of its item, and, for a kind an operator's MCP server serves, how that server's
+answer becomes the item (`answer`). Its runner (the I/O) lives in services/tools/. What it found
+is numbered [1]..[n] for the model, and the answer's citations of those numbers
 (core/citations.py) become annotations on the answer's text. A tool that fails still ends with
 its `completed` event (the SDK has no `failed` event for these items): its item says `failed`.
 
-Adding one (file_search was the second): a `HostedKind` here (item type `file_search_call`,
-prefix `fs`, its `response.file_search_call.*` events, an `item` builder with `queries`), a
-runner in
-services/generation/hosted.py returning a HostedResult whose `fields` hold what the item shows
-(`results` only with the include: the runner's caller decides) and whose `sources` carry
-`file_citation` annotations (`placement="index"`); `HostedTools.of(...)` in runtime.py. The
-loop, the assembler, restore, replay and the request parsing need nothing more.
+Adding one: a `HostedKind` here and its runner (services/tools/: its own module, or
+services/tools/mcphosted.py for a kind an MCP server serves) built in runtime.py from its
+settings. The loop, the assembler, restore, replay, the request parsing and `include` need
+nothing more.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class HostedCall:
 class HostedKind:
     """One hosted tool. `tool_types`: the request's tool types it serves; `item`: the item as
     (id, status, the call's arguments as JSON text) make it before it ran; `events`: its
-    in_progress, searching and completed event types."""
+    in_progress, running (searching, interpreting) and completed event types."""
 
     name: str  # the function's preferred name upstream
     tool_types: frozenset[str]
@@ -90,11 +91,27 @@ class HostedKind:
     description: str
     parameters: dict[str, Any]
     item: Callable[[str, str, str], Item] = field(repr=False)
-    input_fields: tuple[str, ...] = ()  # object fields an input item of this kind keeps
+    input_fields: tuple[str, ...] = ()  # object (or list) fields an input item of this kind keeps
+    input_texts: tuple[str, ...] = ()  # and its string fields
     # The request tool's options, checked (a 400 naming the field) and as the Response echoes
     # the tool; None: the kind has none beyond `echo_tool`'s.
     parse: Callable[[dict[str, Any], str], dict[str, Any]] | None = field(default=None,
                                                                          repr=False)
+    # The item's text field streamed as `response.<item_type>_<field>.delta|done` events once
+    # the call's arguments are whole (code_interpreter's `code`); None: none.
+    streamed: str | None = None
+    # The request's `include` value that shows more of the item (file_search_call.results): the
+    # run's options carry `include_results` saying whether the request asked for it.
+    include: str | None = None
+    # For a kind an operator's MCP server serves (services/tools/mcphosted.py): the server's
+    # answer (its text, whether the tool failed, the run's options) as the result.
+    answer: Callable[[str, bool, dict[str, Any]], HostedResult] | None = field(default=None,
+                                                                              repr=False)
+
+    @property
+    def event_types(self) -> frozenset[str]:
+        """Every event type about this kind's item but the item's own added/done."""
+        return frozenset(self.events) | frozenset(t for t, _ in streamed_events(self, {}))
 
     def chat_function(self, name: str) -> dict[str, Any]:
         return {"type": "function", "function": {"name": name, "description": self.description,
@@ -149,6 +166,18 @@ def kind_of_item(item_type: Any) -> HostedKind | None:
     return next((k for k in KINDS.values() if k.item_type == item_type), None)
 
 
+def streamed_events(kind: HostedKind, item: Item) -> list[tuple[str, dict[str, Any]]]:
+    """The events (type, fields) that stream the kind's `streamed` field of `item` once its
+    arguments are whole: one delta with the whole text (the arguments stream silently: a
+    field inside JSON text is not known until it is whole), then its done."""
+    if kind.streamed is None:
+        return []
+    text = item.get(kind.streamed)
+    text = text if isinstance(text, str) else ""
+    stem = f"response.{kind.item_type}_{kind.streamed}"
+    return [(f"{stem}.delta", {"delta": text}), (f"{stem}.done", {kind.streamed: text})]
+
+
 def final_item(kind: HostedKind, item_id: str, arguments: str,
                result: HostedResult | None, status: str) -> Item:
     item = kind.item(item_id, status, arguments)
@@ -186,12 +215,15 @@ def parse_hosted_item(item: dict[str, Any], ids: IdFactory, path: str) -> Item:
         value = item.get(key)
         if value is not None:  # (file_search's queries and results are lists)
             out[key] = value if isinstance(value, list) else expect_object(value, at(path, key))
+    for key in kind.input_texts:
+        if item.get(key) is not None:
+            out[key] = opt_str(item, key, path)
     return out
 
 
 # -- the kinds --------------------------------------------------------------------------------
-def _events(item_type: str) -> tuple[str, str, str]:
-    return (f"response.{item_type}.in_progress", f"response.{item_type}.searching",
+def _events(item_type: str, running: str = "searching") -> tuple[str, str, str]:
+    return (f"response.{item_type}.in_progress", f"response.{item_type}.{running}",
             f"response.{item_type}.completed")
 
 
@@ -263,11 +295,74 @@ def _file_search_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
 FILE_SEARCH = _search_kind(
     "file_search", {"file_search"}, "fs", "the user's files", "passage",
     "What to look for in the files.", _file_search_item, input_fields=("queries", "results"),
-    parse=_file_search_options)
+    parse=_file_search_options, include="file_search_call.results")
+
+# code_interpreter, served by an operator's MCP server (`--code-interpreter-mcp`): the proxy
+# keeps no containers, so every call's `container_id` is this one name for that server.
+MCP_CONTAINER = "cntr_mcp"
+_CODE = {"type": "object", "properties": {"code": {
+    "type": "string", "description": "The Python code to run."}}, "required": ["code"]}
+
+
+def _code_item(item_id: str, status: str, arguments: str) -> Item:
+    code = arguments_of(arguments).get("code")
+    return {"id": item_id, "type": "code_interpreter_call", "status": status,
+            "code": code if isinstance(code, str) else None, "container_id": MCP_CONTAINER,
+            "outputs": None}
+
+
+def _code_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    """The tool as echoed: its `container`, an id or `{"type": "auto", ...}` (required, as
+    OpenAI has it; the proxy runs every call on the one configured server whatever it says)."""
+    where = at(path, "container")
+    container = tool.get("container")
+    if isinstance(container, str) and container:
+        return {"type": "code_interpreter", "container": container}
+    if container is None:
+        raise bad(where, f"Missing required parameter: '{where}'.")
+    node = expect_object(container, where)
+    if node.get("type") != "auto":
+        raise bad(at(where, "type"), f"Invalid '{at(where, 'type')}': expected 'auto'.")
+    files = node.get("file_ids")
+    echo: dict[str, Any] = {"type": "auto"}
+    if isinstance(files, list) and all(isinstance(f, str) for f in files):
+        echo["file_ids"] = files
+    return {"type": "code_interpreter", "container": echo}
+
+
+def _code_answer(text: str, failed: bool, options: dict[str, Any]) -> HostedResult:
+    """What the server's tool printed: the model reads it; the item's `outputs` show it as
+    logs only with `include: ["code_interpreter_call.outputs"]` (else null, as OpenAI does)."""
+    shown = [{"type": "logs", "logs": text}] if options.get("include_results") else None
+    said = f"The code failed: {text}" if failed else text
+    return HostedResult({"outputs": shown}, said, failed=failed)
+
+
+CODE_INTERPRETER = HostedKind(
+    name="code_interpreter", tool_types=frozenset({"code_interpreter"}),
+    item_type="code_interpreter_call", id_prefix="ci",
+    events=_events("code_interpreter_call", "interpreting"),
+    description="Run Python code and return what it prints. Use it for arithmetic, data "
+                "work and anything best computed; print the values you need.",
+    parameters=_CODE, item=_code_item, input_fields=("outputs",),
+    input_texts=("code", "container_id"),
+    parse=_code_options, streamed="code", include="code_interpreter_call.outputs",
+    answer=_code_answer)
 
 # Every hosted kind the proxy can run, by name.
-KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH}
+KINDS: Mapping[str, HostedKind] = {WEB_SEARCH.name: WEB_SEARCH, FILE_SEARCH.name: FILE_SEARCH,
+                                   CODE_INTERPRETER.name: CODE_INTERPRETER}
 ITEM_TYPES = frozenset(k.item_type for k in KINDS.values())
+# The `include` values the kinds honour.
+INCLUDES = tuple(k.include for k in KINDS.values() if k.include is not None)
+
+
+def includes(kinds: Iterable[str], include: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per hosted kind of the response that has an `include` value, the run's option saying
+    whether the request asked for it (`include_results`)."""
+    asked = set(include)
+    return {name: {"include_results": KINDS[name].include in asked} for name in kinds
+            if KINDS[name].include is not None}
 
 
 def echo_tool(tool: dict[str, Any]) -> dict[str, Any]:

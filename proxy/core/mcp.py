@@ -11,9 +11,9 @@
   `http://tools.corp` does not admit `http://tools.corp.evil.com`, and a bare host prefix
   (`http://tools.corp`, `http://127.0.0.1:`) admits that host on any port. With no prefix
   configured every MCP tool is a 400 saying how to enable it. The name is resolved once by the
-  client adapter (proxy/mcpclient.py, through proxy/egress.py) and the connection goes to the
-  address vetted: a private, loopback or link-local one only when the admitting prefix names
-  that host as an IP literal or `localhost`.
+  client adapter (proxy/services/tools/mcpclient.py, through proxy/egress.py) and the
+  connection goes to the address vetted: a private, loopback or link-local one only when the
+  admitting prefix names that host as an IP literal or `localhost`.
 - Tool `headers` go to the MCP server; `Host` and the hop-by-hop headers are refused (they
   would re-aim or re-frame the request our HTTP client makes).
 - Names upstream: an MCP tool is offered to the model as a function of its own name when no

@@ -238,14 +238,19 @@ class McpSettings:
     allow: tuple[str, ...] = ()
     max_calls: int = 16
     timeout: float = 60.0
+    # code_interpreter served by the operator's MCP server at this URL (admitted by `allow`),
+    # its calls run as that server's tool of this name; None: code_interpreter stays a hosted
+    # tool dropped or refused (`--hosted-tools`).
+    code_interpreter_url: str | None = None
+    code_interpreter_tool: str = "run_code"
 
 
 @dataclass(frozen=True)
 class WebSearchSettings:
-    """The web_search tool run by the proxy (proxy/websearch.py, core/hosted.py): `url` a
-    SearXNG-compatible JSON endpoint (`GET url?q=...&format=json`; None: web_search stays a
-    hosted tool dropped or refused, `--hosted-tools`), each search bounded by `timeout` seconds,
-    the first `max_results` results given to the model."""
+    """The web_search tool run by the proxy (proxy/services/tools/websearch.py,
+    core/hosted.py): `url` a SearXNG-compatible JSON endpoint (`GET url?q=...&format=json`;
+    None: web_search stays a hosted tool dropped or refused, `--hosted-tools`), each search
+    bounded by `timeout` seconds, the first `max_results` results given to the model."""
 
     url: str | None = None
     timeout: float = 10.0

@@ -183,6 +183,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_mcp_calls", "mcp.max_calls", c.count, "MCP tool calls one response may make"),
     Option("mcp_timeout", "mcp.timeout", c.seconds,
            "seconds one MCP list or call may take, connect included"),
+    Option("code_interpreter_mcp", "mcp.code_interpreter_url", c.web_search_url,
+           "MCP server (streamable HTTP) whose tool runs the code_interpreter tool's code; it "
+           "must be admitted by --mcp-allow (default none: code_interpreter stays a hosted "
+           "tool, dropped or refused per --hosted-tools)"),
+    Option("code_interpreter_tool", "mcp.code_interpreter_tool", c.text,
+           "name of the --code-interpreter-mcp server's tool that runs code; it takes "
+           "{\"code\": \"...\"} and returns what the code printed"),
     # The web_search tool, run by the proxy against the operator's own search endpoint.
     Option("web_search_url", "web_search.url", c.web_search_url,
            "SearXNG-compatible JSON search endpoint (GET URL?q=...&format=json) the proxy runs "

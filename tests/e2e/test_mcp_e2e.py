@@ -458,7 +458,7 @@ async def test_a_name_that_rebinds_to_loopback_never_reaches_it(
     """DNS rebinding: `rebind.test` answers a public address first and 127.0.0.1 after. The
     check and the connection must see the same answer: one resolution, the vetted address."""
     from proxy.core.mcp import McpServer
-    from proxy.mcpclient import McpClient, McpFailure
+    from proxy.services.tools.mcpclient import McpClient, McpFailure
 
     real = socket.getaddrinfo
     asked: list[str] = []
@@ -481,7 +481,7 @@ async def test_a_name_that_rebinds_to_loopback_never_reaches_it(
 async def test_an_injected_resolver_decides_where_the_client_connects(
         tools_server: ServerProcess) -> None:
     from proxy.core.mcp import McpServer
-    from proxy.mcpclient import McpClient, McpFailure
+    from proxy.services.tools.mcpclient import McpClient, McpFailure
 
     asked: list[str] = []
 

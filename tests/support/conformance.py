@@ -37,11 +37,14 @@ PAIRS = {
     "response.mcp_list_tools.failed": "response.mcp_list_tools.in_progress",
     # hosted tools run by the proxy (web search): in_progress opens, completed closes
     "response.web_search_call.completed": "response.web_search_call.in_progress",
+    "response.file_search_call.completed": "response.file_search_call.in_progress",
+    "response.code_interpreter_call.completed": "response.code_interpreter_call.in_progress",
+    "response.code_interpreter_call_code.done": "response.code_interpreter_call_code.delta",
 }
 ARGS_DONE = "response.function_call_arguments.done"
 DELTAS = {"response.output_text.delta", "response.reasoning_text.delta",
           "response.function_call_arguments.delta", "response.custom_tool_call_input.delta",
-          "response.mcp_call_arguments.delta"}
+          "response.mcp_call_arguments.delta", "response.code_interpreter_call_code.delta"}
 STARTS = {start for start in PAIRS.values() if start not in DELTAS}
 LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TERMINALS}
 
@@ -115,7 +118,8 @@ def check_invariants(events: list[dict[str, Any]], *, first_seq: int = 0) -> Non
             if kind in DELTAS:
                 texts.setdefault(key, []).append(event["delta"])
             else:
-                full = event.get("text", event.get("arguments", event.get("input")))
+                full = event.get("text", event.get("arguments", event.get("input",
+                                                                          event.get("code"))))
                 assert full == "".join(texts.get(key, [])), "done text != joined deltas"
     assert open_item is None and open_part is None, "stream ended with an open item or part"
     assert final["output"] == done_items, "final output differs from the items done"

@@ -3,7 +3,9 @@
     python -m tests.support.mcp_server --port N [--token SECRET]
 
 Tools: `add(a, b)`, `echo(text)`, `fail(reason)` (always an error result), `slow(seconds)`
-(sleeps, for cancelling mid-call; bounded to 60 s) and `peek()` (read-only). With `--token`,
+(sleeps, for cancelling mid-call; bounded to 60 s), `peek()` (read-only) and `run_code(code)`
+(the code interpreter's stand-in: each line `print(<arithmetic>)` prints its value, anything
+else is an error; deterministic, nothing is executed). With `--token`,
 every request needs `Authorization: Bearer SECRET` (401 otherwise): the authenticated variant.
 Binds 127.0.0.1 only.
 """
@@ -11,7 +13,9 @@ Binds 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
+import operator
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -43,7 +47,32 @@ def build() -> MCPServer:
     def peek() -> str:
         return "nothing to see"
 
+    @server.tool(description="Run Python code; returns what it printed.")
+    def run_code(code: str) -> str:
+        return "".join(f"{_printed(line)}\n" for line in code.splitlines() if line.strip())
+
     return server
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _printed(line: str) -> int:
+    """`print(<integer arithmetic>)`'s value; anything else raises (the tool's error)."""
+    node = ast.parse(line.strip(), mode="eval").body
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "print" and len(node.args) == 1):
+        raise ValueError(f"only print(<arithmetic>) runs here: {line.strip()!r}")
+    return _value(node.args[0])
+
+
+def _value(node: ast.expr) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return int(_OPS[type(node.op)](_value(node.left), _value(node.right)))
+    raise ValueError("only integer +, -, *, // and % are understood")
 
 
 class BearerOnly:

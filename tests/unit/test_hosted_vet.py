@@ -10,9 +10,9 @@ import pytest
 
 from proxy.core.errors import NotFound
 from proxy.core.hosted import FILE_SEARCH, HostedKind
-from proxy.services.generation.hosted import HostedTools, TracedRunner
 from proxy.services.metering.embedding import EmbeddingAccounts
-from proxy.services.vectors.filesearch import FileSearch
+from proxy.services.tools.filesearch import FileSearch
+from proxy.services.tools.hosted import HostedTools, TracedRunner
 
 
 @dataclass

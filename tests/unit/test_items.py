@@ -72,7 +72,10 @@ def test_unsupported_parts_name_their_path() -> None:
 def test_unknown_item_types_are_refused_by_name() -> None:
     message = refused([{"type": "item_reference", "id": "msg_1"}], "input[0].type")
     assert "item_reference" in message
-    refused([{"type": "code_interpreter_call", "id": "ci"}], "input[0].type")
+    refused([{"type": "image_generation_call", "id": "ig"}], "input[0].type")
+    # Every hosted kind's item is named among the supported ones (core/hosted.py KINDS).
+    for kind in ("web_search_call", "file_search_call", "code_interpreter_call"):
+        assert repr(kind) in message
     refused([{"content": "no role, no type"}], "input[0].type")
     refused(["just a string"], "input[0]")
 
@@ -144,3 +147,14 @@ def test_a_web_search_call_is_taken_back_as_history() -> None:
     assert item == {"id": "ws_1", "type": "web_search_call", "status": "completed",
                     "action": {"type": "search", "query": "q"}}
     refused([{"type": "web_search_call", "action": "search"}], "input[0].action")
+
+
+def test_a_code_interpreter_call_is_taken_back_as_history() -> None:
+    """Its `code` and `container_id` are strings, its `outputs` a list: kept as sent."""
+    sent = {"type": "code_interpreter_call", "id": "ci_1", "status": "completed",
+            "code": "print(1)", "container_id": "cntr_mcp",
+            "outputs": [{"type": "logs", "logs": "1\n"}]}
+    (item,) = parse_input([sent], counter_ids(), max_items=10)
+    assert item == sent
+    refused([{**sent, "code": ["print(1)"]}], "input[0].code")
+    refused([{**sent, "outputs": "1"}], "input[0].outputs")

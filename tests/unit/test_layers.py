@@ -35,8 +35,6 @@ ROOMS: dict[str, str] = {
     "proxy.upstream_pool": "adapters",
     "proxy.dial": "adapters",
     "proxy.egress": "adapters",
-    "proxy.mcpclient": "adapters",
-    "proxy.websearch": "adapters",
     # Telemetry: adapters every serving layer reports through.
     "proxy.metrics": "telemetry",
     "proxy.tracing": "telemetry",

@@ -15,7 +15,7 @@ from proxy.core.compaction import COMPACTION
 from proxy.core.compaction import item_events as compaction_events
 from proxy.core.events.assembler.logprobs import event_logprobs
 from proxy.core.events.summaries import summary_events
-from proxy.core.hosted import kind_of_item
+from proxy.core.hosted import kind_of_item, streamed_events
 from proxy.core.types import Event, Item, ResponseObject
 
 
@@ -86,6 +86,8 @@ def _item_events(item: Item, index: int) -> list[dict[str, Any]]:
         return [{"type": t.ITEM_ADDED, "output_index": index,
                  "item": {**item, "status": t.S_IN_PROGRESS}},
                 {"type": started, **where},
+                *({"type": streamed, **where, **fields}
+                  for streamed, fields in streamed_events(hosted, item)),
                 *([{"type": running, **where}] if ran else []),
                 {"type": ended, **where},
                 {"type": t.ITEM_DONE, "output_index": index, "item": item}]

@@ -34,6 +34,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
+from proxy.core.hosted import INCLUDES
 from proxy.core.ids import IdFactory
 from proxy.core.mcp import McpServer
 from proxy.core.request.items import parse_input
@@ -48,10 +49,10 @@ _FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # include values we honour: encrypted reasoning (sealed text), image URLs (we keep them) and the
 # output text's logprobs (vLLM's, asked for upstream only when included).
 LOGPROBS = "message.output_text.logprobs"
-# file_search_call.results: the file_search_call item shows what the search found.
-FILE_SEARCH_RESULTS = "file_search_call.results"
+# The hosted kinds' own values (core/hosted.py `HostedKind.include`: file_search_call.results ...)
+# show more of their items.
 INCLUDABLE = ("reasoning.encrypted_content", "message.input_image.image_url", LOGPROBS,
-              FILE_SEARCH_RESULTS)
+              *INCLUDES)
 
 _SERVED = frozenset({
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",

@@ -136,7 +136,8 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
                      "types are 'message', 'function_call', 'function_call_output', "
                      "'custom_tool_call', 'custom_tool_call_output', 'reasoning', "
-                     "'compaction', 'compaction_trigger', 'web_search_call' and the 'mcp_*' items "
+                     "'compaction', 'compaction_trigger', the 'mcp_*' items and the hosted "
+                     f"tools' {', '.join(repr(t) for t in sorted(HOSTED_ITEM_TYPES))} "
                      "('item_reference' too in a create's input).")
 
 

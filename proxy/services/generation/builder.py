@@ -32,18 +32,18 @@ from proxy.core.request.items import seal_reasoning
 from proxy.core.seal import Sealer
 from proxy.core.translate.fleet_errors import failure_code, in_responses_words
 from proxy.core.types import ResponseObject
-from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
 from proxy.services.eventlog.ending import record_all
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
-from proxy.services.generation.hosted import HostedTools
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 from proxy.services.generation.turn import Turn
 from proxy.services.process.loops import TaskSet
+from proxy.services.tools.hosted import HostedTools
+from proxy.services.tools.mcpclient import McpClient
 from proxy.store.base import Store, StoredResponse
 from proxy.tracing import Tracing
 
@@ -88,7 +88,7 @@ class Generations:
     metrics: Metrics
     clock: Callable[[], float] = field(default=time.time)
     ids: IdFactory = field(default=new_id)
-    # The hosted tools this process runs (services/generation/hosted.py: web search).
+    # The hosted tools this process runs (services/tools/hosted.py: web search).
     hosted: HostedTools = field(default_factory=HostedTools)
     tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
 

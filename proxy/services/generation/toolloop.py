@@ -12,7 +12,7 @@ proxy runs (MCP tools, hosted tools such as web_search) run between.
             holds: the item shows what OpenAI's shows, not what the model read), or end the
             response
 
-Hosted tools (core/hosted.py) run through their runners (services/generation/hosted.py); a
+Hosted tools (core/hosted.py) run through their runners (services/tools/hosted.py); a
 kind this process has no runner for (a worker started without `--web-search`) fails its call,
 and the model answers without it.
 
@@ -24,7 +24,8 @@ upstream call it opened until `Turn` takes it (`call`), and closes it in `aclose
 Bounds: at most `max_calls` MCP and hosted calls per response (the request's `max_tool_calls`,
 never more than `--max-mcp-calls`); once spent, the tools are no longer offered and the model
 answers.
-Every MCP operation is bounded in time by the client (proxy/mcpclient.py). Cancelling the task
+Every MCP operation is bounded in time by the client (proxy/services/tools/mcpclient.py).
+Cancelling the task
 (a client gone, a background cancel) interrupts an MCP call in flight: it is an await here.
 Tool outputs and arguments are never logged.
 """
@@ -48,10 +49,10 @@ from proxy.core.mcp import Approved, McpServer
 from proxy.core.translate.chat import to_messages
 from proxy.core.translate.fleet_errors import failure_code, for_responses
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
-from proxy.mcpclient import McpClient, McpFailure
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
-from proxy.services.generation.hosted import HostedTools
+from proxy.services.tools.hosted import HostedTools
+from proxy.services.tools.mcpclient import McpClient, McpFailure
 
 log = logging.getLogger("proxy.mcp")
 

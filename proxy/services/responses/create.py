@@ -42,9 +42,9 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.events.assembler import Assembler, map_usage
-from proxy.core.hosted import hosted_by_choice
+from proxy.core.hosted import hosted_by_choice, includes
 from proxy.core.request.callids import check_call_ids
-from proxy.core.request.create import FILE_SEARCH_RESULTS, ResponsesRequest, parse_request
+from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
@@ -373,8 +373,8 @@ class ResponsesService:
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
         hosted, forced = hosted_by_choice(request.tool_choice, request.hosted)
         options = {k: dict(o) for k, o in request.hosted_options.items()}
-        if "file_search" in options:  # its item shows its results only when asked
-            options["file_search"]["include_results"] = FILE_SEARCH_RESULTS in request.include
+        for kind, asked in includes(request.hosted, request.include).items():
+            options[kind] = {**options.get(kind, {}), **asked}  # what the item shows
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
                         min(request.max_tool_calls or ceiling, ceiling), offered,

@@ -3,8 +3,9 @@ loop (services/generation/toolloop.py) runs it.
 
 The model's function call streams upstream, but the client sees the tool's own item, which has
 no arguments to stream: the fragments are kept silently, and once they are whole (`close`) the
-item is added (`in_progress`) and waits in Phase.TOOL, like an MCP call. The loop then says it
-runs (`searching`) and ends it with the result (`finish`: completed event, the final item). A
+item is added (`in_progress`, then a `streamed` field's delta and done: code_interpreter's code)
+and waits in Phase.TOOL, like an MCP call. The loop then says it runs (`searching`,
+`interpreting`) and ends it with the result (`finish`: completed event, the final item). A
 response that ends while it waits (failed, cancelled) ends it `incomplete`; a call cut before
 its arguments were whole is added and done `incomplete` at once, never run. Every
 `in_progress` event has its `completed` one (the SDK knows no `failed` event for these items):
@@ -16,7 +17,7 @@ from __future__ import annotations
 from proxy.core import types as t
 from proxy.core.events.assembler.calls import CallItem
 from proxy.core.events.assembler.item import Numbering
-from proxy.core.hosted import HostedKind, HostedResult, final_item
+from proxy.core.hosted import HostedKind, HostedResult, final_item, streamed_events
 from proxy.core.types import Event, Item
 
 
@@ -54,6 +55,8 @@ class HostedCallItem(CallItem):
         if not self.started:
             self.started = True
             events.append(self.event(self.hosted.events[0]))
+            for kind, fields in streamed_events(self.hosted, self.item(t.S_IN_PROGRESS)):
+                events.append(self.event(kind, **fields))
 
     def waiting(self) -> Item:
         return {"type": self.hosted.item_type, "id": self.item_id, "kind": self.hosted.name,

@@ -64,8 +64,9 @@ def restore(events: Iterable[Event], seq: Numbering,
             _reopen_mcp(state, event, seq)
         elif kind == t.ITEM_ADDED and kind_of_item(event["item"].get("type")) is not None:
             state.waiting = _reopen_hosted(event["item"], event["output_index"], seq)
-        elif isinstance(state.waiting, HostedCallItem) and kind in state.waiting.hosted.events:
-            state.waiting.started = True  # (its events are in_progress, searching, completed)
+        elif (isinstance(state.waiting, HostedCallItem)
+              and kind in state.waiting.hosted.event_types):
+            state.waiting.started = True  # (in_progress, streamed, running, completed)
             state.waiting.ended = kind == state.waiting.hosted.events[2]
         elif kind == mcp.ARGS_DONE and isinstance(state.waiting, McpCallItem):
             state.waiting.parts = [event["arguments"]]

@@ -29,7 +29,7 @@ from proxy.core.websearch import parse_results, query_of, search_failed, searche
 if TYPE_CHECKING:
     from proxy.egress import Resolve
 
-log = logging.getLogger("proxy.websearch")
+log = logging.getLogger("proxy.services.tools.websearch")
 ALLOW = "--web-search"
 
 
@@ -38,7 +38,7 @@ class _Failed(Exception):
 
 
 class WebSearch:
-    """The hosted runner of `web_search` (services/generation/hosted.py `HostedRunner`)."""
+    """The hosted runner of `web_search` (services/tools/hosted.py `HostedRunner`)."""
 
     kind: HostedKind = WEB_SEARCH
 

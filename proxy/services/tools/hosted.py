@@ -4,8 +4,8 @@ process's own settings: a background job's worker runs a search with its own `--
 never with a URL a request or a spec carried.
 
 A runner never raises: whatever goes wrong is a `failed` HostedResult, which the model is told
-of and answers without. A new hosted tool is a kind in core/hosted.py `KINDS`
-plus a runner here.
+of and answers without. A new hosted tool is a kind in core/hosted.py `KINDS` plus a runner in
+this room (mcphosted.py's for a kind an operator's MCP server serves), built in runtime.py.
 """
 
 from __future__ import annotations

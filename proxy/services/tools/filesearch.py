@@ -1,4 +1,4 @@
-"""The file_search hosted runner (services/generation/hosted.py `HostedRunner`): the model's
+"""The file_search hosted runner (services/tools/hosted.py `HostedRunner`): the model's
 query searched in the request's vector stores (`HostedCall.options`, from the request's tool),
 those of the response's own key only. A store the key does not hold (another key's, or none)
 is refused before the model runs (`vet`: a 404 naming `tools[i].vector_store_ids`, issue 38
