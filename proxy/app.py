@@ -17,10 +17,12 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
 from proxy.runtime import Runtime
+from proxy.services.admin.keyring import keyring_of
 from proxy.services.process.drain import Drain
-from proxy.settings import Settings, accepted_keys
+from proxy.settings import Settings
 from proxy.tracing import Tracing
 from proxy.web import (
+    routes_admin,
     routes_conversations,
     routes_files,
     routes_health,
@@ -47,13 +49,19 @@ def create_app(settings: Settings) -> Starlette:
     draining = Drain()
     # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).
     tracing = Tracing.open(settings.server.otlp_endpoint)
+    # Made here too: auth reads the keys, and the runtime keeps the managed ones current.
+    keys = keyring_of(settings.tenancy)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await Runtime.open(settings, metrics=metrics, draining=draining,
-                                     tracing=tracing)
+                                     tracing=tracing, keys=keys)
         attach(app, runtime)
-        await runtime.start()
+        try:
+            await runtime.start()
+        except BaseException:  # e.g. a key both managed and in the keys file: close, then say
+            await runtime.aclose()
+            raise
         try:
             yield
         finally:
@@ -64,7 +72,8 @@ def create_app(settings: Settings) -> Starlette:
     return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes, *routes_files.routes,
-                *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes],
+                *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes,
+                *routes_admin.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.
@@ -77,8 +86,7 @@ def create_app(settings: Settings) -> Starlette:
             Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes,
                        upload_limit=settings.limits.max_file_bytes,
                        idle=settings.limits.body_timeout),
-            Middleware(AuthMiddleware, keys=accepted_keys(settings),
-                       allow_origins=settings.tenancy.allow_origins),
+            Middleware(AuthMiddleware, ring=keys, allow_origins=settings.tenancy.allow_origins),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

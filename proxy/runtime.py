@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from proxy.core.errors import ProxyError
 from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
-from proxy.core.storagebudget import storage_budget
+from proxy.core.storagebudget import StorageBudget
 from proxy.core.tenancy import CacheSalts
 from proxy.mcpclient import McpClient
 from proxy.metrics import Metrics
+from proxy.services.admin.keyring import KeyRing, KeyTables, budgets_view, keyring_of
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
@@ -56,6 +57,7 @@ from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
 from proxy.settings.groups import StreamSettings
+from proxy.store.apikeys import ManagedKeyStore
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.tracing import Tracing, traced_writes
@@ -108,6 +110,8 @@ class Process:
     loops: list[asyncio.Task[None]] = field(default_factory=list)
     # WebSocket connections open per key in this process (`--ws-max-connections-per-key`).
     sockets: KeySlots = field(default_factory=lambda: KeySlots(StreamSettings.ws_max_per_key))
+    # Every accepted client key and its limits, the managed ones kept current from the store.
+    keys: KeyRing = field(default_factory=KeyRing)
 
 
 @dataclass
@@ -127,22 +131,24 @@ class Runtime:
     @classmethod
     async def open(cls, settings: Settings, *, worker: bool | None = None,
                    metrics: Metrics | None = None, draining: Drain | None = None,
-                   tracing: Tracing | None = None) -> Runtime:
+                   tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
-        piece of start-up I/O the services need before they exist: services/process/sealing.py)."""
-        tenancy = settings.tenancy
-        backend = open_backend(settings.store.redis_url, budget=storage_budget(
-            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key),
-            wait_replicas=settings.store.wait_replicas)
+        piece of start-up I/O the services need before they exist: services/process/sealing.py).
+        `keys`: the app's (web/auth.py reads it too); made from the settings when None."""
+        keys = keys or keyring_of(settings.tenancy)
+        # The store reads each key's budget at each write it checks: the live view.
+        budget = StorageBudget(keys.tables.stored_default, budgets_view(keys))
+        backend = open_backend(settings.store.redis_url, budget=budget,
+                               wait_replicas=settings.store.wait_replicas)
         sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
-                         draining=draining, tracing=tracing)
+                         draining=draining, tracing=tracing, keys=keys)
 
     @classmethod
     def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None,
-              tracing: Tracing | None = None) -> Runtime:
+              tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
@@ -185,8 +191,8 @@ class Runtime:
                  if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
-        gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
-                                                         settings.tenancy.keys_file),
+        admission = Admission.from_settings(fleet, settings.flow, settings.tenancy.keys_file)
+        gateway = Gateway(fleet, admission,
                           SetupGate(settings.flow.setup_slots,
                                     timeout=settings.flow.queue_timeout)
                           if settings.flow.setup_slots else None)
@@ -218,8 +224,10 @@ class Runtime:
             tasks, metrics, ids=backend.ids,
             hosted=_hosted_tools(settings, searcher).traced(tracing), tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
-        passthrough = Passthrough(gateway, media=media,
-                                  salts=CacheSalts.of(settings.tenancy.keys_file))
+        salts = CacheSalts.of(settings.tenancy.keys_file)
+        passthrough = Passthrough(gateway, media=media, salts=salts)
+        keys = _keys_wired(keys or keyring_of(settings.tenancy), backend, limits, admission,
+                           salts)
         prompts = Prompts(backend.prompts, store, ttl=ttl)
         runner = None
         if settings.jobs.run if worker is None else worker:
@@ -233,7 +241,8 @@ class Runtime:
             services=Services(
                 responses=ResponsesService(generations, settings, background, stored,
                                            cache=cache, drain=draining, leases=leases,
-                                           inputs=RequestInputs(media, files, prompts)),
+                                           inputs=RequestInputs(media, files, prompts),
+                                           salts=salts),
                 stored=stored, conversations=Conversations(store, settings.store, sealer,
                                                            ids=backend.ids),
                 passthrough=passthrough, background=background, files=files, prompts=prompts,
@@ -244,12 +253,13 @@ class Runtime:
             process=Process(
                 http=client, tasks=tasks, supervisor=supervisor, draining=draining,
                 worker=runner, limits=limits, leases=leases,
-                sockets=KeySlots(settings.streams.ws_max_per_key),
+                sockets=KeySlots(settings.streams.ws_max_per_key), keys=keys,
                 read_secret=None if sealer.ready else functools.partial(
                     keep_reading, sealer, backend.secret)),
         )
 
     async def start(self) -> None:
+        await self.process.keys.load()  # a key both managed and in the keys file: no start
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
@@ -258,7 +268,9 @@ class Runtime:
         loops = [("fleet-discovery", self.fleet.run), ("fleet-secret", process.read_secret),
                  ("leases", process.leases.run if process.leases is not None else None),
                  # Renews the stream leases of this process's streams and background jobs.
-                 ("limit-leases", process.limits.run if process.limits is not None else None)]
+                 ("limit-leases", process.limits.run if process.limits is not None else None),
+                 # Keys created, changed or revoked on any instance (services/admin/keyring.py).
+                 ("keys", process.keys.run if process.keys.store is not None else None)]
         for name, loop in loops:
             if loop is not None:
                 process.loops.append(process.supervisor.start(name, loop))
@@ -286,6 +298,20 @@ class Runtime:
         await self.events.aclose()
         await self.store.aclose()
         await self.process.http.aclose()
+
+
+def _keys_wired(keys: KeyRing, backend: Backend, limits: Limiter, admission: Admission,
+                salts: CacheSalts) -> KeyRing:
+    """`keys` bound to the store's managed keys, its tables feeding every reader."""
+    keys.bind(ManagedKeyStore(backend.store.client))
+
+    def changed(tables: KeyTables) -> None:
+        limits.set_table(tables.limits)
+        admission.set_priority(tables.priority)
+        salts.set_groups(tables.salt_groups)
+
+    keys.on_change(changed)
+    return keys
 
 
 def _hosted_tools(settings: Settings, searcher: Searcher) -> HostedTools:
