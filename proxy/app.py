@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
+from proxy.metricsdir import multiprocess_dir
 from proxy.runtime import Runtime
 from proxy.services.admin.keyring import keyring_of
 from proxy.services.process.drain import Drain
@@ -44,7 +45,8 @@ from proxy.web.tracing import TraceMiddleware
 
 def create_app(settings: Settings) -> Starlette:
     # Made here, not in the lifespan: the request-counting middleware needs it at build time.
-    metrics = Metrics()
+    # Under `serve --workers N`: the instance's sample files (proxy/metricsdir.py).
+    metrics = Metrics(multiprocess=multiprocess_dir())
     # Made here too: the drain middleware refuses requests once the runtime starts draining.
     draining = Drain()
     # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).

@@ -74,8 +74,10 @@ class ProcessSupervisor:
     """Forks `count` children running `serve(sock, parent_pid)`; forwards stop signals."""
 
     def __init__(self, count: int, sockets: list[socket.socket],
-                 serve: Callable[[socket.socket, int], int], *, stop_timeout: float) -> None:
+                 serve: Callable[[socket.socket, int], int], *, stop_timeout: float,
+                 exited: Callable[[int], None] | None = None) -> None:
         self.count = count
+        self.exited = exited  # told each child's pid once it is reaped (metricsdir.py)
         self.sockets = sockets
         self.serve = serve
         self.stop_timeout = stop_timeout
@@ -118,6 +120,8 @@ class ProcessSupervisor:
             if pid == 0:
                 break
             slot = self.children.pop(pid, None)
+            if self.exited is not None:
+                self.exited(pid)
             if slot is not None:
                 ended.append((pid, slot, os.waitstatus_to_exitcode(status)))
         return ended

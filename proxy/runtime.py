@@ -270,7 +270,10 @@ class Runtime:
                  # Renews the stream leases of this process's streams and background jobs.
                  ("limit-leases", process.limits.run if process.limits is not None else None),
                  # Keys created, changed or revoked on any instance (services/admin/keyring.py).
-                 ("keys", process.keys.run if process.keys.store is not None else None)]
+                 ("keys", process.keys.run if process.keys.store is not None else None),
+                 # `serve --workers N`: this process's gauges into the instance's files.
+                 ("metrics-publish", self.metrics.publish_loop
+                  if self.metrics.multiprocess is not None else None)]
         for name, loop in loops:
             if loop is not None:
                 process.loops.append(process.supervisor.start(name, loop))
