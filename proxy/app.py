@@ -24,6 +24,7 @@ from proxy.settings import Settings
 from proxy.tracing import Tracing
 from proxy.web import (
     routes_admin,
+    routes_console,
     routes_conversations,
     routes_files,
     routes_health,
@@ -75,7 +76,7 @@ def create_app(settings: Settings) -> Starlette:
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes, *routes_files.routes,
                 *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes,
-                *routes_admin.routes],
+                *routes_admin.routes, *routes_console.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.

@@ -218,6 +218,13 @@ class Limiter:
             raise self._refused(held, "budget", 1)
         return left
 
+    def streams_held(self) -> dict[str, int]:
+        """Stream leases this process holds, by tenant (keys with `max_streams` only)."""
+        held: dict[str, int] = {}
+        for ticket in self._held.values():
+            held[ticket.tenant] = held.get(ticket.tenant, 0) + 1
+        return held
+
     async def used(self, tenant: str) -> int:
         """Tokens the key spent in total (counted while it has a `token_budget`)."""
         return await self._counters.used(tenant)
