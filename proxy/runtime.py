@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -55,7 +56,7 @@ from proxy.services.vectors.filesearch import FileSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
-from proxy.settings import Settings
+from proxy.settings import Settings, load_keys_file
 from proxy.settings.groups import StreamSettings
 from proxy.store.apikeys import ManagedKeyStore
 from proxy.store.base import JobQueue, Store
@@ -260,6 +261,7 @@ class Runtime:
 
     async def start(self) -> None:
         await self.process.keys.load()  # a key both managed and in the keys file: no start
+        self._on_sighup(lambda: self.process.keys.reload_file(load_keys_file))
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
@@ -280,6 +282,19 @@ class Runtime:
         if process.worker is not None:
             process.worker.start()
 
+    def _on_sighup(self, reload: Callable[[], object] | None) -> None:
+        """SIGHUP reads the keys file again (`--keys-file`; prefork.py forwards it to every
+        process). Only where a loop may own signals (the main thread) and a file was given."""
+        keys_file = self.settings.tenancy.keys_file
+        if keys_file is None or keys_file.source is None:
+            return
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop = asyncio.get_running_loop()
+            if reload is None:
+                loop.remove_signal_handler(signal.SIGHUP)
+            else:
+                loop.add_signal_handler(signal.SIGHUP, reload)
+
     async def drain(self) -> None:
         """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
         worker_stop = (self.process.worker.stop(self.settings.server.shutdown_grace)
@@ -287,6 +302,7 @@ class Runtime:
         await self.process.draining.run(self.settings.server.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
+        self._on_sighup(None)
         if self.process.worker is not None:
             await self.process.worker.stop(self.settings.server.shutdown_grace)
         for loop in self.process.loops:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import orjson
@@ -355,7 +356,7 @@ def load_keys_file(path: str) -> KeysFile:
         raise ConfigError("--keys-file", f"{path} is not valid "
                                          f"{'YAML' if yaml_file else 'JSON'}: {detail}") from None
     try:
-        return parse_keys_file(data)
+        return replace(parse_keys_file(data), source=path)
     except KeysFileError as exc:
         raise ConfigError("--keys-file", str(exc)) from None
 

@@ -69,12 +69,17 @@ class AuthMiddleware:
                  allow_origins: Sequence[str] = (), ring: KeyRing | None = None) -> None:
         self.app = app
         self._ring = ring or KeyRing(keys)
-        self._static = [k.encode() for k in (ring.static_keys if ring is not None else keys)]
-        self._keys = self._ring.required  # a key is required
         self._origins = frozenset(o for o in map(parse_origin, allow_origins) if o is not None)
 
     def _accepts(self, token: str) -> bool:
-        return key_accepted(self._static, token) or self._ring.accepts_managed(token)
+        # The ring's lists: a keys file reloaded on SIGHUP applies to the next request.
+        return key_accepted(self._ring.static_encoded, token) or \
+            self._ring.accepts_managed(token)
+
+    @property
+    def _keys(self) -> bool:
+        """A key is required."""
+        return self._ring.required
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/v1/"):

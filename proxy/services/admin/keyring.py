@@ -83,9 +83,7 @@ class KeyRing:
                  stored_default: int = DEFAULT_MAX_STORED_BYTES,
                  interval: float = REFRESH_SECONDS,
                  clock: Callable[[], float] = time.time) -> None:
-        self.static_keys = tuple(static_keys)
-        self._static = [k.encode() for k in static_keys]
-        self._static_digests = frozenset(secret_digest(k) for k in static_keys)
+        self._set_static(tuple(static_keys))
         self._admin = admin_key.encode() if admin_key else None
         self._keys_file = keys_file
         self._api_keys = tuple(api_keys)
@@ -98,6 +96,12 @@ class KeyRing:
         self.managed: tuple[ManagedKey, ...] = ()
         self.tables = tables(keys_file, self._api_keys, (), stored_default)
         self._listeners: list[Callable[[KeyTables], None]] = []
+
+    def _set_static(self, keys: tuple[str, ...]) -> None:
+        self.static_keys = keys
+        self.static_encoded = [k.encode() for k in keys]
+        self._static = self.static_encoded
+        self._static_digests = frozenset(secret_digest(k) for k in keys)
 
     # -- who may call (web/auth.py, web/routes_admin.py) ------------------------------------
     @property
@@ -160,6 +164,36 @@ class KeyRing:
         self._apply(version, managed)
         return True
 
+    def reload_file(self, read: Callable[[str], KeysFile]) -> bool:
+        """SIGHUP: the keys file read again (`read`: settings/checks.py `load_keys_file`). A
+        file that cannot be used (unreadable, invalid, a key also managed) leaves the keys
+        as they were, said in the log. True when the new file is in force."""
+        source = self._keys_file.source if self._keys_file is not None else None
+        if source is None:
+            return False
+        try:
+            fresh = read(source)
+        except ValueError as exc:  # ConfigError: names the field to fix
+            log.error("keys file not reloaded, the previous keys stay in force: %s", exc)
+            return False
+        static = self._api_keys + tuple(entry.key for entry in fresh.keys)
+        digests = {secret_digest(k) for k in static}
+        clash = [k for k in self.managed if k.digest in digests]
+        if clash:
+            log.error("keys file not reloaded: managed key %s (%r) is also in it", clash[0].id,
+                      clash[0].name)
+            return False
+        self._keys_file = fresh
+        self._set_static(static)
+        self._publish(self.managed)
+        log.info("keys file reloaded: %d key(s)", len(fresh.keys))
+        return True
+
+    def _publish(self, managed: Sequence[ManagedKey]) -> None:
+        self.tables = tables(self._keys_file, self._api_keys, managed, self._stored_default)
+        for listener in self._listeners:
+            listener(self.tables)
+
     def _apply(self, version: int, managed: Sequence[ManagedKey]) -> None:
         clash = [k for k in managed if k.digest in self._static_digests]
         if clash:
@@ -168,9 +202,7 @@ class KeyRing:
         self._version = version
         self._by_digest = {k.digest: k for k in managed}
         self.managed = tuple(managed)
-        self.tables = tables(self._keys_file, self._api_keys, managed, self._stored_default)
-        for listener in self._listeners:
-            listener(self.tables)
+        self._publish(managed)
 
     async def run(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         """Poll every `interval` seconds (`sleep` injectable: tests count the waits)."""
