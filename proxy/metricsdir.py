@@ -28,14 +28,18 @@ ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def multiprocess_dir() -> str | None:
-    """The directory of this process's instance when it runs multiprocess mode."""
+    """The directory of this process's instance when it runs multiprocess mode: set up by
+    the supervisor and switched on in this process (a variable inherited by a single-process
+    `serve` alone would otherwise send every sample to files nobody writes)."""
     path = os.environ.get(ENV)
-    return path if path and os.path.isdir(path) else None
+    enabled = bool(getattr(values.ValueClass, "_multiprocess", False))
+    return path if enabled and path and os.path.isdir(path) else None
 
 
 def enable_in_child() -> None:
     """In a forked child, before its app: samples go to this process's files from now on."""
-    if multiprocess_dir() is not None:
+    path = os.environ.get(ENV)
+    if path and os.path.isdir(path):
         values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
 
 
