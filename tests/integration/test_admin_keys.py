@@ -5,7 +5,6 @@ client keys and unauthenticated calls, and the admin key never serves the API.""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -227,5 +226,12 @@ async def test_a_key_both_managed_and_in_the_keys_file_refuses_the_start(
     with pytest.raises(KeyConflict, match="key_clash"):
         async with app_for(settings(simulator, url)):
             pass
-    with contextlib.suppress(Exception):
-        pass
+
+
+async def test_with_an_admin_key_the_api_is_never_open(simulator: ServerProcess,
+                                                       url: str) -> None:
+    async with app_for(Settings.of(upstreams=(simulator.url,), redis_url=url,
+                                   admin_key=ADMIN)) as (http, _):
+        assert (await http.get("/v1/models")).status_code == 401
+        made = (await http.post("/admin/keys", json={"name": "first"}, headers=admin())).json()
+        assert await accepted(http, made["key"])
