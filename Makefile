@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test test-quick lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx clean
+.PHONY: run test test-quick lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx chromium console-test clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -169,6 +169,27 @@ nginx:
 	    exit 1; \
 	  fi; }
 	@command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx
+
+# chromium: the console's browser test (tests/console) drives Debian's chromium, headless,
+# through chromedriver. `make test` runs that test when they are there (it skips, saying so,
+# when not); `make console-test` installs them first.
+chromium:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium and chromium-driver (apt-get)"; \
+	    (apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)) ; \
+	  else \
+	    echo "chromium is missing: install it (Debian: sudo apt-get install chromium chromium-driver)"; \
+	    exit 1; \
+	  fi; }
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1
+
+## console-test: the console (/console) in headless chromium: pages, a key made through the
+## admin API, a response inspected with its replayed stream, a job cancelled from the page;
+## screenshots in tests/artifacts/ (~10 s).
+console-test: $(STAMP) chromium
+	$(BIN)/python -m pytest -q -m console tests/console
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

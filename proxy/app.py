@@ -16,11 +16,15 @@ from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
+from proxy.metricsdir import multiprocess_dir
 from proxy.runtime import Runtime
+from proxy.services.admin.keyring import keyring_of
 from proxy.services.process.drain import Drain
-from proxy.settings import Settings, accepted_keys
+from proxy.settings import Settings
 from proxy.tracing import Tracing
 from proxy.web import (
+    routes_admin,
+    routes_console,
     routes_conversations,
     routes_files,
     routes_health,
@@ -42,18 +46,25 @@ from proxy.web.tracing import TraceMiddleware
 
 def create_app(settings: Settings) -> Starlette:
     # Made here, not in the lifespan: the request-counting middleware needs it at build time.
-    metrics = Metrics()
+    # Under `serve --workers N`: the instance's sample files (proxy/metricsdir.py).
+    metrics = Metrics(multiprocess=multiprocess_dir())
     # Made here too: the drain middleware refuses requests once the runtime starts draining.
     draining = Drain()
     # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).
     tracing = Tracing.open(settings.server.otlp_endpoint)
+    # Made here too: auth reads the keys, and the runtime keeps the managed ones current.
+    keys = keyring_of(settings.tenancy)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await Runtime.open(settings, metrics=metrics, draining=draining,
-                                     tracing=tracing)
+                                     tracing=tracing, keys=keys)
         attach(app, runtime)
-        await runtime.start()
+        try:
+            await runtime.start()
+        except BaseException:  # e.g. a key both managed and in the keys file: close, then say
+            await runtime.aclose()
+            raise
         try:
             yield
         finally:
@@ -64,7 +75,8 @@ def create_app(settings: Settings) -> Starlette:
     return _ProxyApp(
         routes=[*routes_health.routes, *routes_passthrough.routes, *routes_responses.routes,
                 *routes_conversations.routes, *routes_files.routes,
-                *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes],
+                *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes,
+                *routes_admin.routes, *routes_console.routes],
         middleware=[
             # Outermost of ours: the request id is set before anything logs, and echoed on
             # every answer, errors from auth and the body limit included.
@@ -77,8 +89,7 @@ def create_app(settings: Settings) -> Starlette:
             Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes,
                        upload_limit=settings.limits.max_file_bytes,
                        idle=settings.limits.body_timeout),
-            Middleware(AuthMiddleware, keys=accepted_keys(settings),
-                       allow_origins=settings.tenancy.allow_origins),
+            Middleware(AuthMiddleware, ring=keys, allow_origins=settings.tenancy.allow_origins),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

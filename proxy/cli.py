@@ -116,15 +116,23 @@ def _serve(settings: Settings) -> None:
     log.info("serving with %d processes on %s:%d", settings.server.workers, settings.server.host,
              settings.server.port)
 
+    from proxy.metricsdir import MetricsDir, enable_in_child
+
     def child(sock: socket.socket, parent: int) -> int:
+        enable_in_child()  # one /metrics for the instance: samples in shared files
         _serve_one(settings, sock, parent)
         return 0
 
+    metrics_dir = MetricsDir.create()
     # A child's drain takes up to `--shutdown-grace`, then uvicorn's own 5 s: the supervisor
     # waits that long, and a little more, before it kills what is left.
     supervisor = ProcessSupervisor(settings.server.workers, sockets, child,
-                            stop_timeout=settings.server.shutdown_grace + 10)
-    code = supervisor.run()
+                            stop_timeout=settings.server.shutdown_grace + 10,
+                            exited=metrics_dir.child_exited)
+    try:
+        code = supervisor.run()
+    finally:
+        metrics_dir.remove()
     if code:
         raise SystemExit(code)
 

@@ -17,6 +17,14 @@ Rules that keep this off the hot path and bounded:
   the configuration (never their URLs: `/metrics` is unauthenticated, and a replica's address
   is the operator's), the enumerations below. Never an id, a key, a model name from a client.
 
+Under `serve --workers N` (`multiprocess=True`, proxy/metricsdir.py) the samples live in
+per-process files and every scrape merges them: counters and histograms sum over every process
+the instance ran (a dead one's included, so they never go backwards), `proxy_open_streams`,
+`proxy_upstream_in_flight` and `proxy_event_loop_tasks` sum over the live processes, and
+`proxy_processes` counts them. The states read at scrape time from this process alone (replica
+health, the shared queue's depth) are the same in every process. In-flight and task counts are
+published to the files by each process every `PUBLISH_SECONDS` (and at each scrape).
+
 Counters also expose prometheus_client's `*_created` samples; turning them off is a process-wide
 switch of the library, which a per-app registry must not flip.
 """
@@ -30,6 +38,7 @@ from typing import Literal, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.core.errors import ProxyError
 
@@ -37,6 +46,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 # The queue depth is one XLEN at scrape time; a Redis that does not answer within this leaves
 # the depth out of that scrape instead of holding the scrape (Prometheus times out at 10 s).
 QUEUE_READ_SECONDS = 0.5
+# Multiprocess mode: how often each process writes its in-flight and task counts to its file.
+PUBLISH_SECONDS = 1.0
 
 # Buckets, in seconds, fitted to what each measures.
 # Time to first byte of a stream: a cached or prefix-hit answer in milliseconds, a queued
@@ -74,8 +85,16 @@ class ReplicaView(Protocol):
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """`multiprocess`: the directory of the instance's sample files (proxy/metricsdir.py)."""
+
+    def __init__(self, multiprocess: str | None = None) -> None:
+        # Multiprocess: the families are made in a registry never exposed (their samples go
+        # to files), and the exposed one merges every process's files.
+        self.multiprocess = multiprocess
         self.registry = registry = CollectorRegistry()
+        if multiprocess is not None:
+            MultiProcessCollector(self.registry, path=multiprocess)  # type: ignore[no-untyped-call]
+            registry = CollectorRegistry()
         # -- HTTP, per request (web/accounting.py) --------------------------------------------
         self._requests = Counter(
             "proxy_requests", "HTTP requests answered, by route template, method and status.",
@@ -90,7 +109,11 @@ class Metrics:
             ("route",), buckets=TTFT_BUCKETS, registry=registry)
         self._open_streams = Gauge(
             "proxy_open_streams", "SSE streams open right now, by route template.",
-            ("route",), registry=registry)
+            ("route",), registry=registry, multiprocess_mode="livesum")
+        self._processes = Gauge(
+            "proxy_processes", "Serving processes of this instance (`serve --workers`).",
+            registry=registry, multiprocess_mode="livesum")
+        self._processes.set(1)
         self._overhead = Histogram(
             "proxy_overhead_seconds",
             "Request start to the generation request written to a replica (parse, history, "
@@ -141,8 +164,21 @@ class Metrics:
         for reason in LIMIT_REASONS:
             self._rate_limited.labels(reason)
         # -- states, read at scrape time ------------------------------------------------------
-        self._states = _States()
-        registry.register(self._states)
+        self._states = _States(per_process=multiprocess is None)
+        self.registry.register(self._states)
+        if multiprocess is not None:
+            self._in_flight = Gauge(
+                "proxy_upstream_in_flight", "Requests this instance has open on each replica.",
+                ("replica",), registry=registry, multiprocess_mode="livesum")
+            self._tasks = Gauge(
+                "proxy_event_loop_tasks",
+                "asyncio tasks alive in this instance's event loops when published.",
+                registry=registry, multiprocess_mode="livesum")
+            self._shortfalls = Counter(
+                "proxy_redis_wait_shortfalls", "Response creates and final writes that fewer "
+                "replicas acknowledged within the WAIT timeout than --redis-wait-replicas asks.",
+                registry=registry)
+            self._shortfalls_seen = 0
 
     # -- wiring (runtime.py) ---------------------------------------------------------
     def watch_replicas(self, replicas: Callable[[], Iterable[ReplicaView]]) -> None:
@@ -215,7 +251,26 @@ class Metrics:
         once, synchronously, so two concurrent scrapes cannot mix their depths."""
         self._states.depth = await self._states.read_depth()
         self._states.tasks = len(asyncio.all_tasks())
+        self.publish()
         return generate_latest(self.registry)
+
+    def publish(self) -> None:
+        """Multiprocess: this process's in-flight and task counts, and its new WAIT
+        shortfalls, into its file (a dict walk; nothing on the request path)."""
+        if self.multiprocess is None:
+            return
+        for replica in self._states.replicas():
+            self._in_flight.labels(replica.name).set(replica.in_flight)
+        self._tasks.set(len(asyncio.all_tasks()))
+        seen = self._states.wait_shortfalls()
+        if seen > self._shortfalls_seen:
+            self._shortfalls.inc(seen - self._shortfalls_seen)
+            self._shortfalls_seen = seen
+
+    async def publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PUBLISH_SECONDS)
+            self.publish()
 
     def value(self, name: str, **labels: str) -> float:
         """One sample's current value (0 when absent), e.g. for tests and diagnostics. Reads
@@ -228,7 +283,9 @@ class _States:
     """A custom collector: replica health and in-flight, and the job queue's depth, as they are
     when scraped. Nothing here is updated by the request path."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_process: bool = True) -> None:
+        # False (multiprocess): in-flight, tasks and shortfalls come from the files instead.
+        self.per_process = per_process
         self.replicas: Callable[[], Iterable[ReplicaView]] = _no_replicas
         self.queue_depth: Callable[[], Awaitable[int]] | None = None
         self.depth: int | None = None  # read by `Metrics.render` just before a collection
@@ -257,6 +314,9 @@ class _States:
             queued.add_metric([], float(self.depth))
         if self.tasks is not None:
             tasks.add_metric([], float(self.tasks))
+        if not self.per_process:
+            yield from (up, queued)
+            return
         yield from (up, in_flight, queued, tasks)
         shortfalls = CounterMetricFamily(
             "proxy_redis_wait_shortfalls",

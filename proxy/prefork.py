@@ -74,13 +74,16 @@ class ProcessSupervisor:
     """Forks `count` children running `serve(sock, parent_pid)`; forwards stop signals."""
 
     def __init__(self, count: int, sockets: list[socket.socket],
-                 serve: Callable[[socket.socket, int], int], *, stop_timeout: float) -> None:
+                 serve: Callable[[socket.socket, int], int], *, stop_timeout: float,
+                 exited: Callable[[int], None] | None = None) -> None:
         self.count = count
+        self.exited = exited  # told each child's pid once it is reaped (metricsdir.py)
         self.sockets = sockets
         self.serve = serve
         self.stop_timeout = stop_timeout
         self.children: dict[int, int] = {}  # pid -> slot (index of its socket)
         self.signals: list[int] = []  # stop signals received, handled by the main loop
+        self.hangups = 0  # SIGHUPs received and not forwarded yet (keys-file reloads)
         self.restarts: list[float] = []
         self.failed = False
 
@@ -93,6 +96,9 @@ class ProcessSupervisor:
             try:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)
+                # Ignored until the child's runtime takes it (a keys-file reload, runtime.py):
+                # by default a SIGHUP would end the process.
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
                 os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the supervisor only
                 for index, sock in enumerate(self.sockets):
                     if index != slot and sock is not self.sockets[slot]:
@@ -118,6 +124,8 @@ class ProcessSupervisor:
             if pid == 0:
                 break
             slot = self.children.pop(pid, None)
+            if self.exited is not None:
+                self.exited(pid)
             if slot is not None:
                 ended.append((pid, slot, os.waitstatus_to_exitcode(status)))
         return ended
@@ -131,9 +139,13 @@ class ProcessSupervisor:
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self.signals.append(sig)  # only a list append in a handler; the loop does the rest
 
+    def _on_hangup(self, sig: int, frame: FrameType | None) -> None:
+        self.hangups += 1
+
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self._on_signal)
                     for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             for slot in range(self.count):
                 self.spawn(slot)
@@ -149,6 +161,9 @@ class ProcessSupervisor:
         while not self.signals and not self.failed:
             for pid, slot, code in self._reap():
                 self._replace(pid, slot, code)
+            if self.hangups:  # each child reads the keys file again
+                self.hangups = 0
+                self._forward(signal.SIGHUP)
             time.sleep(POLL)
 
     def _replace(self, pid: int, slot: int, code: int) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -20,9 +21,10 @@ from proxy.core.errors import ProxyError
 from proxy.core.hosted import CODE_INTERPRETER
 from proxy.core.keyslots import KeySlots
 from proxy.core.seal import Sealer
-from proxy.core.storagebudget import storage_budget
+from proxy.core.storagebudget import StorageBudget
 from proxy.core.tenancy import CacheSalts
 from proxy.metrics import Metrics
+from proxy.services.admin.keyring import KeyRing, KeyTables, budgets_view, keyring_of
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
@@ -58,8 +60,9 @@ from proxy.services.tools.websearch import WebSearch
 from proxy.services.vectors.ingest import Ingester
 from proxy.services.vectors.search import Searcher
 from proxy.services.vectors.stores import VectorStores
-from proxy.settings import Settings
+from proxy.settings import Settings, load_keys_file
 from proxy.settings.groups import StreamSettings
+from proxy.store.apikeys import ManagedKeyStore
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
 from proxy.tracing import Tracing, traced_writes
@@ -111,6 +114,8 @@ class Process:
     loops: list[asyncio.Task[None]] = field(default_factory=list)
     # WebSocket connections open per key in this process (`--ws-max-connections-per-key`).
     sockets: KeySlots = field(default_factory=lambda: KeySlots(StreamSettings.ws_max_per_key))
+    # Every accepted client key and its limits, the managed ones kept current from the store.
+    keys: KeyRing = field(default_factory=KeyRing)
 
 
 @dataclass
@@ -130,22 +135,24 @@ class Runtime:
     @classmethod
     async def open(cls, settings: Settings, *, worker: bool | None = None,
                    metrics: Metrics | None = None, draining: Drain | None = None,
-                   tracing: Tracing | None = None) -> Runtime:
+                   tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
-        piece of start-up I/O the services need before they exist: services/process/sealing.py)."""
-        tenancy = settings.tenancy
-        backend = open_backend(settings.store.redis_url, budget=storage_budget(
-            tenancy.keys_file, tenancy.api_keys, tenancy.max_stored_bytes_per_key),
-            wait_replicas=settings.store.wait_replicas)
+        piece of start-up I/O the services need before they exist: services/process/sealing.py).
+        `keys`: the app's (web/auth.py reads it too); made from the settings when None."""
+        keys = keys or keyring_of(settings.tenancy)
+        # The store reads each key's budget at each write it checks: the live view.
+        budget = StorageBudget(keys.tables.stored_default, budgets_view(keys))
+        backend = open_backend(settings.store.redis_url, budget=budget,
+                               wait_replicas=settings.store.wait_replicas)
         sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
-                         draining=draining, tracing=tracing)
+                         draining=draining, tracing=tracing, keys=keys)
 
     @classmethod
     def build(cls, settings: Settings, backend: Backend, sealer: Sealer, *,
               http: ConnectionPool | None = None, worker: bool | None = None,
               metrics: Metrics | None = None, draining: Drain | None = None,
-              tracing: Tracing | None = None) -> Runtime:
+              tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/factory.py), used only through them."""
@@ -188,8 +195,8 @@ class Runtime:
                  if settings.cache.mode != "off" else None)
         # One admission per process: requests, chat and background jobs share the caps. One
         # gateway, sealer and MCP client behind every generation, create path and worker alike.
-        gateway = Gateway(fleet, Admission.from_settings(fleet, settings.flow,
-                                                         settings.tenancy.keys_file),
+        admission = Admission.from_settings(fleet, settings.flow, settings.tenancy.keys_file)
+        gateway = Gateway(fleet, admission,
                           SetupGate(settings.flow.setup_slots,
                                     timeout=settings.flow.queue_timeout)
                           if settings.flow.setup_slots else None)
@@ -226,8 +233,10 @@ class Runtime:
             hosted=_hosted_tools(settings, searcher, mcp_client).traced(tracing),
             tracing=tracing)
         media = MediaFetcher.from_settings(settings.fetch, settings.limits)
-        passthrough = Passthrough(gateway, media=media,
-                                  salts=CacheSalts.of(settings.tenancy.keys_file))
+        salts = CacheSalts.of(settings.tenancy.keys_file)
+        passthrough = Passthrough(gateway, media=media, salts=salts)
+        keys = _keys_wired(keys or keyring_of(settings.tenancy), backend, limits, admission,
+                           salts)
         prompts = Prompts(backend.prompts, store, ttl=ttl)
         runner = None
         if settings.jobs.run if worker is None else worker:
@@ -242,7 +251,8 @@ class Runtime:
                 responses=ResponsesService(generations, settings, background, stored,
                                            cache=cache, drain=draining, leases=leases,
                                            inputs=RequestInputs(media, files, prompts,
-                                                                extractor)),
+                                                                extractor),
+                                           salts=salts),
                 stored=stored, conversations=Conversations(store, settings.store, sealer,
                                                            ids=backend.ids),
                 passthrough=passthrough, background=background, files=files, prompts=prompts,
@@ -253,12 +263,14 @@ class Runtime:
             process=Process(
                 http=client, tasks=tasks, supervisor=supervisor, draining=draining,
                 worker=runner, limits=limits, leases=leases,
-                sockets=KeySlots(settings.streams.ws_max_per_key),
+                sockets=KeySlots(settings.streams.ws_max_per_key), keys=keys,
                 read_secret=None if sealer.ready else functools.partial(
                     keep_reading, sealer, backend.secret)),
         )
 
     async def start(self) -> None:
+        await self.process.keys.load()  # a key both managed and in the keys file: no start
+        self._on_sighup(lambda: self.process.keys.reload_file(load_keys_file))
         await self.fleet.refresh()
         for replica in self.fleet.replicas:
             if not replica.healthy:
@@ -267,12 +279,30 @@ class Runtime:
         loops = [("fleet-discovery", self.fleet.run), ("fleet-secret", process.read_secret),
                  ("leases", process.leases.run if process.leases is not None else None),
                  # Renews the stream leases of this process's streams and background jobs.
-                 ("limit-leases", process.limits.run if process.limits is not None else None)]
+                 ("limit-leases", process.limits.run if process.limits is not None else None),
+                 # Keys created, changed or revoked on any instance (services/admin/keyring.py).
+                 ("keys", process.keys.run if process.keys.store is not None else None),
+                 # `serve --workers N`: this process's gauges into the instance's files.
+                 ("metrics-publish", self.metrics.publish_loop
+                  if self.metrics.multiprocess is not None else None)]
         for name, loop in loops:
             if loop is not None:
                 process.loops.append(process.supervisor.start(name, loop))
         if process.worker is not None:
             process.worker.start()
+
+    def _on_sighup(self, reload: Callable[[], object] | None) -> None:
+        """SIGHUP reads the keys file again (`--keys-file`; prefork.py forwards it to every
+        process). Only where a loop may own signals (the main thread) and a file was given."""
+        keys_file = self.settings.tenancy.keys_file
+        if keys_file is None or keys_file.source is None:
+            return
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop = asyncio.get_running_loop()
+            if reload is None:
+                loop.remove_signal_handler(signal.SIGHUP)
+            else:
+                loop.add_signal_handler(signal.SIGHUP, reload)
 
     async def drain(self) -> None:
         """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
@@ -281,6 +311,7 @@ class Runtime:
         await self.process.draining.run(self.settings.server.shutdown_grace, worker_stop)
 
     async def aclose(self) -> None:
+        self._on_sighup(None)
         if self.process.worker is not None:
             await self.process.worker.stop(self.settings.server.shutdown_grace)
         for loop in self.process.loops:
@@ -296,6 +327,20 @@ class Runtime:
         await self.store.aclose()
         await self.process.http.aclose()
         await self.services.files.extractor.aclose()  # its children, idle by now
+
+
+def _keys_wired(keys: KeyRing, backend: Backend, limits: Limiter, admission: Admission,
+                salts: CacheSalts) -> KeyRing:
+    """`keys` bound to the store's managed keys, its tables feeding every reader."""
+    keys.bind(ManagedKeyStore(backend.store.client))
+
+    def changed(tables: KeyTables) -> None:
+        limits.set_table(tables.limits)
+        admission.set_priority(tables.priority)
+        salts.set_groups(tables.salt_groups)
+
+    keys.on_change(changed)
+    return keys
 
 
 def _hosted_tools(settings: Settings, searcher: Searcher, mcp_client: McpClient) -> HostedTools:

@@ -95,6 +95,15 @@ class Unauthorized(ProxyError):
     code = "invalid_api_key"
 
 
+class Forbidden(ProxyError):
+    """A key that is valid, for another surface: the admin key on the API, a client key on
+    the admin API."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
 class NotFound(ProxyError):
     status = 404
     type = "invalid_request_error"

@@ -78,6 +78,7 @@ class KeyEntry:
 class KeysFile:
     defaults: Limits = Limits()
     keys: tuple[KeyEntry, ...] = ()
+    source: str | None = None  # the file it was read from: read again on SIGHUP
 
 
 def parse_keys_file(data: object) -> KeysFile:

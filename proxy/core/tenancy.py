@@ -62,6 +62,10 @@ class CacheSalts:
         return cls({tenant_of(e.key): e.cache_group for e in keys_file.keys
                     if e.cache_group is not None})
 
+    def set_groups(self, groups: Mapping[str, str]) -> None:
+        """The keys changed (services/admin/keyring.py)."""
+        self._groups = dict(groups)
+
     def salt(self, tenant: str) -> str:
         group = self._groups.get(tenant)
         return _digest("group", group) if group is not None else _digest("tenant", tenant)

@@ -62,6 +62,11 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
         raise ConfigError("--embedding-model", "`--cache semantic` needs the name of a model "
                                                "the fleet serves on /v1/embeddings")
     _check_store(settings)
+    admin = settings.tenancy.admin_key
+    if admin is not None and admin in settings.tenancy.accepted_keys():
+        # One key for both would let every holder of the client key run the admin API.
+        raise ConfigError("--admin-key", "must not be one of the client keys (--api-key, "
+                                         "--keys-file)")
     if server.workers > 1 and not settings.store.redis_url:
         # The embedded store lives in one process's memory: N processes would be N proxies
         # that cannot see each other's responses, streams or jobs.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import orjson
@@ -226,12 +227,26 @@ def similarity(value: object, flag: str) -> float:
     return number
 
 
+# The admin key creates and revokes client keys: at least 128 bits as hex.
+MIN_ADMIN_KEY = 32
+
+
 def api_keys(values: object, flag: str) -> tuple[str, ...]:
     keys = tuple(str(key) for key in _items(values))
     if any(not key or any(c.isspace() for c in key) for key in keys):
         raise ConfigError(flag, "keys must be non-empty and contain no whitespace")
     refuse_placeholders("--api-key / PROXY_API_KEYS", keys)
     return keys
+
+
+def admin_key(value: object, flag: str) -> str:
+    """The operator's admin key: long enough not to be guessed (the admin API creates keys)."""
+    key = str(value).strip()
+    if len(key) < MIN_ADMIN_KEY or any(c.isspace() for c in key):
+        raise ConfigError(flag, f"must be at least {MIN_ADMIN_KEY} characters without "
+                                "whitespace (e.g. `openssl rand -hex 32`)")
+    refuse_placeholders(flag, [key])
+    return key
 
 
 def refuse_placeholders(setting: str, values: Sequence[str]) -> None:
@@ -342,7 +357,7 @@ def load_keys_file(path: str) -> KeysFile:
         raise ConfigError("--keys-file", f"{path} is not valid "
                                          f"{'YAML' if yaml_file else 'JSON'}: {detail}") from None
     try:
-        return parse_keys_file(data)
+        return replace(parse_keys_file(data), source=path)
     except KeysFileError as exc:
         raise ConfigError("--keys-file", str(exc)) from None
 

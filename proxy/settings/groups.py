@@ -222,11 +222,17 @@ class TenancySettings:
     # With auth off, WebSocket handshakes from these browser origins (`https://app.example`)
     # are accepted besides the proxy's own; any other `Origin` is refused (core/origin.py).
     allow_origins: tuple[str, ...] = ()
+    # `--admin-key`: the admin API and the console (web/routes_admin.py); None: both off.
+    admin_key: str | None = None
 
     def accepted_keys(self) -> tuple[str, ...]:
         """Every client key: `--api-key`s and the keys file's (auth is on when there is one)."""
         listed = self.keys_file.keys if self.keys_file else ()
         return self.api_keys + tuple(entry.key for entry in listed)
+
+    def __repr__(self) -> str:  # settings are logged: never a key
+        return (f"TenancySettings(api_keys=<{len(self.api_keys)}>, keys_file={self.keys_file!r}, "
+                f"admin_key={'<set>' if self.admin_key else None})")
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,10 @@ OPTIONS: tuple[Option, ...] = (
     _serve("port", "server.port", c.check_port, "port"),
     _serve("api_keys", "tenancy.api_keys", c.api_keys, "accepted client key (repeatable)",
            flag="--api-key", env=("PROXY_API_KEYS",), repeat=True),
+    # Issue 42: the admin API and the console (web/routes_admin.py); off without it.
+    _serve("admin_key", "tenancy.admin_key", c.admin_key,
+           "the operator's key for /admin/ (keys managed live) and /console; never a client "
+           "key; unset: both are off (404)", shown=""),
     _serve("allow_origins", "tenancy.allow_origins", c.origins,
            "with auth off, a browser origin (scheme://host[:port]) whose WebSocket handshakes "
            "are accepted besides the proxy's own (repeatable; env PROXY_ALLOW_ORIGIN, "

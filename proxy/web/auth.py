@@ -20,9 +20,10 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.core.errors import Unauthorized
+from proxy.core.errors import Forbidden, Unauthorized
 from proxy.core.origin import origin_allowed, parse_origin
 from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
+from proxy.services.admin.keyring import KeyRing
 from proxy.web.errors import error_response
 
 __all__ = ["OPEN", "PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
@@ -61,20 +62,39 @@ def key_accepted(keys: Sequence[bytes], token: str) -> bool:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, keys: Sequence[str],
-                 allow_origins: Sequence[str] = ()) -> None:
+    """`ring`: the keys managed live too (services/admin/keyring.py); with it, a key is
+    required when any is configured or the admin key is set, and the admin key is refused."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str] = (),
+                 allow_origins: Sequence[str] = (), ring: KeyRing | None = None) -> None:
         self.app = app
-        self._keys = [k.encode() for k in keys]
+        self._ring = ring or KeyRing(keys)
         self._origins = frozenset(o for o in map(parse_origin, allow_origins) if o is not None)
 
     def _accepts(self, token: str) -> bool:
-        return key_accepted(self._keys, token)
+        # The ring's lists: a keys file reloaded on SIGHUP applies to the next request.
+        return key_accepted(self._ring.static_encoded, token) or \
+            self._ring.accepts_managed(token)
+
+    @property
+    def _keys(self) -> bool:
+        """A key is required."""
+        return self._ring.required
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         token = bearer(scope)
+        if token is not None and self._ring.is_admin(token):
+            # The operator's key runs the admin API only: a leaked client config holding it
+            # would otherwise serve (and bill) as an unlimited tenant.
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await error_response(Forbidden("The admin key cannot call the API; use a client "
+                                           "key."))(scope, receive, send)
+            return
         if self._keys and scope["type"] == "websocket":
             if token is None or not self._accepts(token):
                 # Refused at the handshake, before accept: uvicorn answers it with HTTP 403.

@@ -32,6 +32,7 @@ OUTSIDE_DOCS = {"docs/protocol.md", "docs/protocol-2026.md", "docs/style.md"}
 ROOMS = {"core", "services", "store", "web", "settings", "simulator"}
 EXCEPTIONS = {
     "bench/results/": "written by the benchmarks at run time (ignored by git)",
+    "tests/artifacts/": "the console test's screenshots, written at run time (ignored by git)",
     "deploy/.env": "the operator writes it; compose reads it",
     "protocol.py": "vLLM's own module, named where the simulator copies its shapes",
     "serving_chat.py": "vLLM's own module, named where the simulator copies its shapes",

@@ -129,6 +129,11 @@ class Admission:
                    max_queued=flow.max_queued_requests, timeout=flow.queue_timeout,
                    priority=granted)
 
+    def set_priority(self, tenants: frozenset[str]) -> None:
+        """The keys changed (services/admin/keyring.py); waiters already queued keep their
+        place."""
+        self._priority = tenants
+
     def grants(self, tenant: str) -> bool:
         """The key may ask for `service_tier: "priority"` (no keys file: no key may)."""
         return tenant in self._priority

@@ -85,6 +85,7 @@ class Replica:
     # False once it refused `tool_choice: "auto"` (started without --enable-auto-tool-choice):
     # such requests go to the others first. None: not known.
     auto_tools: bool | None = None
+    version: str | None = None  # its `/version` when it last came up (the console shows it)
 
     def serves(self, model: str) -> bool:
         return model in self.model_ids
@@ -186,7 +187,8 @@ class Fleet:
                 log.info("replica %s is up, serving %d model(s)", replica.url, len(models))
                 self._level_picks(replica)
                 # read when it (re)starts: an upgrade comes back as a down-then-up replica
-                replica.version_efforts = version_efforts(await self._version(replica))
+                replica.version = await self._version(replica)
+                replica.version_efforts = version_efforts(replica.version)
             replica.healthy, replica.known, replica.error = True, True, None
             replica.models = models
             replica.model_ids = frozenset(str(m.get("id")) for m in models)

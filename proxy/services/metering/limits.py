@@ -119,6 +119,11 @@ class Limiter:
     def active(self) -> bool:
         return bool(self._table)
 
+    def set_table(self, table: Mapping[str, KeyLimits]) -> None:
+        """The keys changed (services/admin/keyring.py): later admissions use these limits;
+        tickets already out keep the ones they were admitted with."""
+        self._table = dict(table)
+
     async def admit(self, tenant: str, *, hold: bool) -> Ticket | None:
         """None when the key has no limits. `hold`: the request keeps a stream slot (a stream
         or a background job) until its ticket ends."""
@@ -212,6 +217,21 @@ class Limiter:
                                                         Limits(token_budget=budget))
             raise self._refused(held, "budget", 1)
         return left
+
+    def streams_held(self) -> dict[str, int]:
+        """Stream leases this process holds, by tenant (keys with `max_streams` only)."""
+        held: dict[str, int] = {}
+        for ticket in self._held.values():
+            held[ticket.tenant] = held.get(ticket.tenant, 0) + 1
+        return held
+
+    async def used(self, tenant: str) -> int:
+        """Tokens the key spent in total (counted while it has a `token_budget`)."""
+        return await self._counters.used(tenant)
+
+    def limits_of(self, tenant: str) -> Limits | None:
+        held = self._table.get(tenant)
+        return held.limits if held is not None else None
 
     async def charge(self, tenant: str, tokens: int, *, per_minute: bool,
                      in_total: bool) -> None:

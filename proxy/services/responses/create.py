@@ -106,7 +106,7 @@ class ResponsesService:
     def __init__(self, generations: Generations, settings: Settings, background: Background,
                  stored: StoredResponses, *, cache: ResponseCache | None = None,
                  drain: Drain | None = None, leases: Leases | None = None,
-                 inputs: RequestInputs | None = None) -> None:
+                 inputs: RequestInputs | None = None, salts: CacheSalts | None = None) -> None:
         self._generations = generations
         self._gateway = generations.gateway
         self._store = generations.store
@@ -119,7 +119,8 @@ class ResponsesService:
         self._clock = generations.clock
         self._ids = generations.ids
         self._sealer = generations.sealer
-        self._salts = CacheSalts.of(settings.tenancy.keys_file)  # each key's prefix-cache partition
+        # Each key's prefix-cache partition (runtime.py shares one, kept current with the keys).
+        self._salts = salts or CacheSalts.of(settings.tenancy.keys_file)
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
         # The process's one fetcher (runtime.py gives the pass-through the same one), the
         # key's files and prompt templates.
