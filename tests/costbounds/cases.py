@@ -73,12 +73,16 @@ def background(stack: Stack, key: str, text: str) -> httpx.Response:
                                               "store": True})
 
 
-def fill_queue_as(stack: Stack, key: str, tries: int) -> tuple[list[str], httpx.Response | None]:
+SLOW_JOB = "slow job [[sim tokens=20 delay_ms=100]]"  # 2 s a job
+
+
+def fill_queue_as(stack: Stack, key: str, tries: int,
+                  prompt: str = SLOW_JOB) -> tuple[list[str], httpx.Response | None]:
     """Slow background creates of `key` until one is refused (at most `tries`): the ids
     accepted and the refusal."""
     accepted: list[str] = []
     for _ in range(tries):
-        answer = background(stack, key, "slow job [[sim tokens=20 delay_ms=100]]")
+        answer = background(stack, key, prompt)
         if answer.status_code != 200:
             return accepted, answer
         accepted.append(answer.json()["id"])

@@ -179,7 +179,11 @@ def test_a_batch_of_distinct_files_leaves_the_queue_to_others(fresh: Stack) -> N
 
 def test_one_keys_background_creates_leave_the_queue_to_others(fresh: Stack) -> None:
     try:
-        accepted, refused = fill_queue_as(fresh, "sk-cost-jobs", MAX_QUEUED_JOBS + 2)
+        # Jobs of a minute each: none ends while the share fills, however slow the machine
+        # (2 s jobs ended during a loaded fill, and the share never filled). The stack is
+        # restarted after the case.
+        accepted, refused = fill_queue_as(fresh, "sk-cost-jobs", MAX_QUEUED_JOBS + 2,
+                                          "long job [[sim tokens=600 delay_ms=100]]")
         print(f"\n[cost] one key took {len(accepted)} of the queue's {MAX_QUEUED_JOBS} places")
         assert refused is not None, f"{len(accepted)} background creates, none refused"
         refusal(refused, 429)
