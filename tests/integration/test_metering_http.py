@@ -173,8 +173,9 @@ async def _queue_behind_one_request(http: httpx.AsyncClient, burst: list[tuple[s
         assert response.json()["service_tier"] == expected
         done.append(name)
 
-    # Long enough for the whole burst to be queued before it ends.
-    blocker = asyncio.create_task(one("blocker", "sk-x", "default", 25))
+    # Long enough for the whole burst to be queued before it ends (2 s against the burst's
+    # ~0.15 s: a 0.5 s blocker ended before a loaded machine had queued the burst).
+    blocker = asyncio.create_task(one("blocker", "sk-x", "default", 100))
     await asyncio.sleep(0.05)
     tasks = []
     for n, (key, tier) in enumerate(burst):
