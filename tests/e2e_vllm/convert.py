@@ -10,6 +10,8 @@ run leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,10 +21,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 # vLLM's llama3_json parser looks this token up in the tokenizer's vocabulary when it is built
 # and refuses to start without it (Llama 3's "begin a tool call" marker); Qwen's vocabulary has
-# no such token. Added as a special token in a tokenizer of its own (`--tokenizer`), it takes an
-# id below the embedding table's size (151,936 rows for ~151,665 tokens), the model never emits
-# it, and the parser then reads Qwen's JSON calls. The hermes run keeps the model's tokenizer.
+# no such token. The GGUF's vocabulary is padded to the embedding table's 151,936 rows with
+# unused `[PADnnnnnn]` entries, so one of them is renamed to it in a tokenizer of its own
+# (`--tokenizer`): the id stays inside the table (a token added at the end would not), the
+# model never emits it, and the parser then reads Qwen's JSON calls. The hermes run keeps the
+# model's tokenizer.
 LLAMA3_BOT_TOKEN = "<|python_tag|>"
+PAD_ENTRY = re.compile(r"\[PAD\d+\]")
 
 
 def main(gguf: Path, model_dir: Path, tokenizer_dir: Path) -> None:
@@ -36,10 +41,28 @@ def main(gguf: Path, model_dir: Path, tokenizer_dir: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     _save(model_dir, lambda out: (model.save_pretrained(out), tokenizer.save_pretrained(out)))
-    tokenizer.add_special_tokens({"additional_special_tokens": [LLAMA3_BOT_TOKEN]})
-    if tokenizer.convert_tokens_to_ids(LLAMA3_BOT_TOKEN) >= model.config.vocab_size:
-        raise SystemExit(f"{LLAMA3_BOT_TOKEN} got an id past the embedding table")
-    _save(tokenizer_dir, tokenizer.save_pretrained)
+    _save(tokenizer_dir, lambda out: _llama3_tokenizer(model_dir, out))
+
+
+def _llama3_tokenizer(model_dir: Path, out: Path) -> None:
+    """The model's tokenizer files with one unused padding entry renamed LLAMA3_BOT_TOKEN (a
+    special token at the same id)."""
+    out.mkdir()
+    for name in ("tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (model_dir / name).exists():
+            shutil.copy(model_dir / name, out / name)
+    spec = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    pad = min((token for token in vocab if PAD_ENTRY.fullmatch(token)), key=vocab.__getitem__)
+    token_id = vocab.pop(pad)
+    vocab[LLAMA3_BOT_TOKEN] = token_id
+    spec["added_tokens"].append({"id": token_id, "content": LLAMA3_BOT_TOKEN,
+                                 "single_word": False, "lstrip": False, "rstrip": False,
+                                 "normalized": False, "special": True})
+    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False))
+    check = AutoTokenizer.from_pretrained(str(out))
+    if check.convert_tokens_to_ids(LLAMA3_BOT_TOKEN) != token_id:
+        raise SystemExit(f"{LLAMA3_BOT_TOKEN} is not token {token_id} in {out}")
 
 
 def _save(target: Path, write: object) -> None:
