@@ -64,6 +64,9 @@ def stopped(server: ServerProcess, timeout: float = STOP_TIMEOUT) -> None:
 def _on_sigterm(signum: int, frame: object) -> None:
     # CI's `timeout` signals the whole process group; our servers are in groups of their own
     # (start_new_session), so they are stopped here and pytest's teardown runs as on Ctrl-C.
+    # Once: a second TERM (timeout signals its child and then the group) must not cut that
+    # teardown short; atexit's stop_all is the last resort.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
