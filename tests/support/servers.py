@@ -75,12 +75,17 @@ class ServerProcess:
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.args} exited {self.proc.returncode}:\n{self.output()}")
-            if self._ready():
-                return self
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.args} exited {self.proc.returncode}:\n"
+                                       f"{self.output()}")
+                if self._ready():
+                    return self
+                time.sleep(0.05)
+        except BaseException:  # Ctrl-C or SIGTERM while waiting: nobody else holds it yet
+            self.stop()
+            raise
         self.stop()
         raise RuntimeError(f"{self.args} not ready after {timeout}s:\n{self.output()}")
 

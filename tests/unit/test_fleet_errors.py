@@ -3,6 +3,7 @@ them (core/translate/fleet_errors.py), and as a chat-completions client does (un
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,39 @@ def test_a_job_refused_for_max_output_tokens_fails_as_server_error_not_context()
     assert failed["code"] == "server_error"
     overflow = for_responses(fleet_error("bad_prompt_too_long"))
     assert failure_code(overflow) == "context_length_exceeded"
+
+
+# vLLM 0.32 checks `top_logprobs` against --max-logprobs only once a streamed answer has begun:
+# a 200 whose only frame is the 400's body (captured by `make e2e-vllm`, max-logprobs 5).
+STREAMED = Path(__file__).parent.parent / "fixtures" / "vllm" / "e2e-0.32"
+
+
+def first_frame(name: str) -> dict[str, object]:
+    text = (STREAMED / f"{name}.sse").read_text()
+    frame: dict[str, object] = json.loads(text.split("\n\n")[0].removeprefix("data: "))
+    return frame
+
+
+def test_a_400_sent_as_the_streams_first_frame_is_the_same_refusal() -> None:
+    assert (STREAMED / "bad_top_logprobs_stream.headers").read_text().startswith(
+        "HTTP/1.1 200")
+    assembler = Assembler(base_response(), ids=counter_ids(), clock=lambda: CREATED_AT)
+    assembler.start()
+    events = assembler.feed(first_frame("bad_top_logprobs_stream"))
+    refusal = assembler.refusal
+    assert refusal is not None and refusal.status == 400
+    assert refusal.param == "top_logprobs" and refusal.code == "integer_above_max_value"
+    assert refusal.message == "Requested sample logprobs of 8, which is greater than max " \
+                              "allowed: 5"
+    failed = events[-1]
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["error"] == {"code": "server_error", "message": refusal.message}
+
+
+def test_an_error_frame_after_output_is_a_failure_not_a_refusal() -> None:
+    assembler = Assembler(base_response(), ids=counter_ids(), clock=lambda: CREATED_AT)
+    assembler.start()
+    assembler.feed({"choices": [{"index": 0, "delta": {"content": "Hi"}}]})
+    events = assembler.feed(first_frame("bad_top_logprobs_stream"))
+    assert assembler.refusal is None
+    assert events[-1]["response"]["error"]["message"].startswith("upstream error: ")

@@ -19,6 +19,10 @@ bound (`max_output_tokens` past `max_model_len`, `top_logprobs` past 20) is
 
 Only /v1/responses (and its compaction and jobs) maps: on /v1/chat/completions the names are
 the client's own and pass through. Pure.
+
+vLLM 0.32 checks some fields only once a streamed answer has begun (`top_logprobs` past
+`--max-logprobs`): it answers 200 and the stream's only frame is the 400's body
+(`make e2e-vllm` showed it). `stream_refusal` reads such a frame as the same refusal.
 """
 
 from __future__ import annotations
@@ -81,6 +85,19 @@ def for_responses(error: ProxyError) -> ProxyError:
         code = None  # the message named the context but the field was not the prompt
     mapped = InvalidRequest(message, param=param, code=code, status=error.status)
     mapped.headers = error.headers
+    return mapped
+
+
+def stream_refusal(error: object) -> InvalidRequest | None:
+    """An error frame that is a 400 refusal (vLLM's body: `code` 400), mapped as
+    `for_responses` maps an HTTP 400; None for any other error frame (a failure mid-answer)."""
+    if not isinstance(error, dict) or error.get("code") != 400:
+        return None
+    message, param = error.get("message"), error.get("param")
+    refusal = InvalidRequest(str(message or "the fleet refused the request"),
+                             param=param if isinstance(param, str) and param else None)
+    mapped = for_responses(refusal)
+    assert isinstance(mapped, InvalidRequest)
     return mapped
 
 

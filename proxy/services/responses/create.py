@@ -263,13 +263,7 @@ class ResponsesService:
                 pass
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
-            if final["error"]["message"] == SHUTTING_DOWN:
-                raise ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
-            if opened.loop is not None and opened.loop.listing_failed:
-                # as OpenAI: 424, the tool's fault
-                raise ProxyError(final["error"]["message"], status=424, param="tools",
-                                 code=mcp.SERVER_ERROR)
-            raise UpstreamError(final["error"]["message"])
+            raise _failure(final, assembler, opened)
         ended()
         return Outcome(body=final, headers=cached.headers())
 
@@ -501,3 +495,15 @@ def _remembering(local: LocalChains, assembler: Assembler, request: ResponsesReq
     return lambda: local.remember(
         assembler.snapshot(), history.items, history.parents, request.input, opened.home)
 
+
+def _failure(final: dict[str, Any], assembler: Assembler, opened: Opened) -> ProxyError:
+    """What a failed non-streamed turn answers with."""
+    if assembler.refusal is not None:
+        return assembler.refusal  # the fleet's 400, sent as the stream's first frame: a 400
+    if final["error"]["message"] == SHUTTING_DOWN:
+        return ShuttingDown()  # the drain's grace ran out: retry elsewhere (503)
+    if opened.loop is not None and opened.loop.listing_failed:
+        # as OpenAI: 424, the tool's fault
+        return ProxyError(final["error"]["message"], status=424, param="tools",
+                          code=mcp.SERVER_ERROR)
+    return UpstreamError(final["error"]["message"])

@@ -15,6 +15,7 @@ from typing import Any
 from proxy.core import ids as idp
 from proxy.core import mcp
 from proxy.core import types as t
+from proxy.core.errors import InvalidRequest
 from proxy.core.events.assembler.calls import (
     CallItem,
     CustomToolCallItem,
@@ -37,6 +38,7 @@ from proxy.core.events.summaries import wants_summaries
 from proxy.core.hosted import HostedKind, HostedResult, Source
 from proxy.core.ids import IdFactory
 from proxy.core.toolnames import ToolNames
+from proxy.core.translate.fleet_errors import failure_code, stream_refusal
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 
 # Bound once: an enum member's lookup (`Phase.DONE`) costs ~60 ns on 3.11, the per-chunk
@@ -82,6 +84,9 @@ class Assembler(ResponseState):
         # they found so far, which the answer's text may cite.
         self._hosted: dict[str, HostedKind] = {}
         self._sources: list[Source] = []
+        # The fleet's 400 when it came as the stream's first frame (vLLM 0.32 checks some
+        # fields only then): the create path answers it as the 400 it is.
+        self.refusal: InvalidRequest | None = None
 
     # -- upstream chunks (the hot path) --------------------------------------------------------
     def feed(self, chunk: Chunk) -> list[Event]:
@@ -231,6 +236,10 @@ class Assembler(ResponseState):
                        namespace=target.namespace, call_index=index)
 
     def _upstream_error(self, error: Any) -> list[Event]:
+        refusal = stream_refusal(error) if not self.output and not self.deltas else None
+        if refusal is not None:  # the request refused, as an HTTP 400 would (fleet_errors.py)
+            self.refusal = refusal
+            return self.fail(refusal.message, failure_code(refusal))
         message = error.get("message") if isinstance(error, dict) else str(error)
         return self.fail(f"upstream error: {message or 'unknown error'}")
 
