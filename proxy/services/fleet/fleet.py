@@ -54,7 +54,7 @@ REDISCOVER_MIN_INTERVAL = 2.0
 # The generation call: where a request's time inside the proxy ends (`proxy_overhead_seconds`).
 # Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
 # the proxy's work, since the client waits for them before generation starts.
-GENERATION_PATH = "/v1/chat/completions"
+CHAT_PATH = "/v1/chat/completions"
 # How `tool_choice: "auto"` reads in the bodies we send (orjson: no spaces).
 AUTO_CHOICE = b'"tool_choice":"auto"'
 
@@ -305,7 +305,7 @@ class Fleet:
                     raise last_error from None
                 raise
             replica.in_flight += 1
-            if path == GENERATION_PATH:
+            if path == CHAT_PATH:
                 note_upstream_sent(time.perf_counter())
             try:
                 if self.tracing is None:
@@ -345,7 +345,7 @@ class Fleet:
         """The POST inside a span of its own, whose `traceparent` goes with it (the replica
         joins the trace). A failed attempt ends its span; an answered one's lives in its
         `Call`, which ends it."""
-        operation = "chat" if path == GENERATION_PATH else path.rsplit("/", 1)[-1]
+        operation = "chat" if path == CHAT_PATH else path.rsplit("/", 1)[-1]
         span = tracing.upstream_span(replica.name, replica.url, model, operation)
         try:
             response = await self.upstream.post(replica.url, path, body, stream=stream,

@@ -25,10 +25,8 @@ from dataclasses import dataclass
 
 from proxy.core.requestctx import end_setup
 from proxy.services.fleet.admission import Admission
-from proxy.services.fleet.fleet import Call, Fleet
+from proxy.services.fleet.fleet import CHAT_PATH, Call, Fleet
 from proxy.services.fleet.setups import SetupGate
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
