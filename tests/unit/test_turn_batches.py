@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
-from proxy.services.generation.turn import Turn
+from proxy.services.generation.turn import Generation
 from proxy.services.process.loops import TaskSet
 from tests.support.assembly import CREATED_AT, base_response
 
@@ -59,7 +59,7 @@ def kinds(batch: list[tuple[str, bytes]]) -> list[str]:
 
 async def batches_of(upstream: Upstream) -> list[list[str]]:
     assembler = Assembler(base_response(), ids=counter_ids(), clock=lambda: CREATED_AT)
-    turn = Turn(Call(upstream), assembler, TaskSet())  # type: ignore[arg-type]
+    turn = Generation(Call(upstream), assembler, TaskSet())  # type: ignore[arg-type]
     out: list[list[str]] = []
     async for batch in turn.run():
         out.append(kinds(batch))

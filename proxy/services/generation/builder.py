@@ -5,7 +5,7 @@ background worker alike.
     open(...)  ─────────▶  Opened: the upstream call (admitted, services/fleet/gateway.py), or the
                            MCP tool loop that opens each upstream turn itself
     recorder(...)          the stored side: event log, final write, conversation append
-    turn(opened, ...)      services/generation/turn.py's Turn over the three
+    generation(opened, ...)  services/generation/turn.py's Generation over the three
 
 The create path (services/responses/create.py) stores the new response between `open` and
 `recorder` (the upstream must have accepted the request first); a job (services/jobs/runner.py)
@@ -42,7 +42,7 @@ from proxy.services.fleet.gateway import Gateway
 from proxy.services.generation.hosted import HostedTools
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
-from proxy.services.generation.turn import Turn
+from proxy.services.generation.turn import Generation
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import Store, StoredResponse
 from proxy.tracing import Tracing
@@ -122,12 +122,12 @@ class Generations:
                         log=events.open(log) if log is not None else None,
                         conversation=conversation, stored=stored, tracing=self.tracing)
 
-    def turn(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
-             encode: bool = True, started: bool = False) -> Turn:
-        return Turn(opened.call, assembler, self.tasks, recorder=recorder, encode=encode,
+    def generation(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
+             encode: bool = True, started: bool = False) -> Generation:
+        return Generation(opened.call, assembler, self.tasks, recorder=recorder, encode=encode,
                     started=started, metrics=self.metrics, loop=opened.loop)
 
-    async def job(self, record: StoredResponse, spec: JobSpec) -> Turn | None:
+    async def job(self, record: StoredResponse, spec: JobSpec) -> Generation | None:
         """A background job's turn, its response already stored `in_progress` with its first
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
@@ -144,7 +144,7 @@ class Generations:
             await record_all(recorder, assembler.resume()
                              + assembler.fail(exc.message, failure_code(exc)))
             return None
-        return self.turn(opened, assembler, recorder, started=True)
+        return self.generation(opened, assembler, recorder, started=True)
 
     async def _conversation(self, record: StoredResponse,
                             spec: JobSpec) -> ConversationTurn | None:

@@ -3,7 +3,7 @@
     upstream bytes ─▶ ChatStreamReader (decode + assemble) ─▶ events
         ─▶ encoded once (orjson) ─▶ Recorder (event log, batched; final write) ─▶ the caller
 
-The same `Turn` serves a foreground stream (its batches go to the client's transport as they
+The same `Generation` serves a foreground stream (its batches go to the client's transport as they
 are: SSE frames them, the WebSocket sends each JSON), a foreground JSON request (the caller
 only wants the final object) and a background job (the log is the only listener). Invariants:
 - exactly one terminal event, always: the upstream's end, a cut or stalled upstream
@@ -47,7 +47,7 @@ _MAX_TAIL = 4096
 _TAIL_SECONDS = 2.0
 
 
-class Turn:
+class Generation:
     def __init__(self, call: Call | None, assembler: Assembler, tasks: TaskSet, *,
                  recorder: Recorder | None = None, encode: bool = True,
                  started: bool = False, metrics: Metrics | None = None,

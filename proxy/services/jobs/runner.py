@@ -41,7 +41,7 @@ from proxy.core.tracecontext import accept_traceparent
 from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.spec import JobSpec
-from proxy.services.generation.turn import Turn
+from proxy.services.generation.turn import Generation
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor
@@ -64,7 +64,7 @@ _OUTCOMES: dict[str, JobOutcome] = {t.S_COMPLETED: "completed", t.S_FAILED: "fai
 class _Running:
     job: Job
     task: asyncio.Task[None]
-    turn: Turn | None = None
+    turn: Generation | None = None
     # No longer ours to finish: reclaimed by another worker (we were presumed dead), or handed
     # back to the queue. The entry is then not acknowledged by us.
     released: bool = False

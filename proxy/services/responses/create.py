@@ -60,7 +60,7 @@ from proxy.services.fleet.media import MediaFetcher
 from proxy.services.generation.builder import EndHooks, Generations, Opened
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan
-from proxy.services.generation.turn import Turn
+from proxy.services.generation.turn import Generation
 from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
 from proxy.services.process.drain import SHUTTING_DOWN, Drain
@@ -241,7 +241,7 @@ class ResponsesService:
             if call is not None:
                 await self._generations.tasks.shielded(call.aclose())
             raise
-        turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
+        turn = self._generations.generation(opened, assembler, recorder, encode=request.stream)
         meter.track(turn_spent(assembler, chat))
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         ended = self._keeper(tenant, cached, assembler)
@@ -294,11 +294,11 @@ class ResponsesService:
         return hooks
 
     @contextlib.asynccontextmanager
-    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+    async def _owned(self, response_id: str, turn: Generation, *, leased: bool
                      ) -> AsyncIterator[None]:
         """While a foreground turn runs: registered for the drain, and leased when stored.
         The lease itself was taken by the create (`_recorder`): here it is only held."""
-        with self._drain.turn(response_id, turn):
+        with self._drain.generation(response_id, turn):
             if leased and self._leases is not None:
                 recorder = turn.recorder
                 async with self._leases.held(
@@ -469,7 +469,7 @@ class ResponsesService:
         return recorder
 
 
-async def _streamed(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+async def _streamed(turn: Generation, owned: contextlib.AbstractAsyncContextManager[None],
                     ended: Callable[[], None] | None = None) -> EventBatches:
     # The events of one upstream read leave together (one write on SSE). `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
