@@ -180,14 +180,14 @@ RULES: tuple[Rule, ...] = (
                  "proxy/services/responses/stored.py",
                  "proxy/services/jobs/")),
     # orjson is native: a `dumps` shows as the own time of the Python line calling it.
-    Rule(ENCODE, ("proxy/services/generation/turn.py",), ("Generation._encoded",)),
+    Rule(ENCODE, ("proxy/services/generation/run.py",), ("Generation._encoded",)),
     Rule(ENCODE, ("proxy/core/events/sse.py",), ("frames",)),
     Rule(PARSE, ("proxy/core/events/chatstream.py", "proxy/core/events/sse.py",
                  "proxy/core/events/assembler/", "proxy/core/translate/chat.py",
                  "proxy/core/cache/completion.py")),
     Rule(GLUE, ("proxy/web/eventstream.py",), ("EventStream._stream",)),
     Rule(GLUE, ("proxy/services/responses/create.py",), ("_streamed",)),
-    Rule(GLUE, ("proxy/services/generation/turn.py",), ("Generation.run", "Generation._events",
+    Rule(GLUE, ("proxy/services/generation/run.py",), ("Generation.run", "Generation._events",
                                                         "Generation._read")),
     Rule(GLUE, ("proxy/services/fleet/passthrough.py",), ("_relay",)),
     # The request's own path (not `proxy/services/process/loops.py`: background tasks stay

@@ -96,7 +96,7 @@ class Metrics:
             "Request start to the generation request written to a replica (parse, history, "
             "translate, replica choice), by route template.",
             ("route",), buckets=OVERHEAD_BUCKETS, registry=registry)
-        # -- Responses and tokens (services/generation/turn.py)
+        # -- Responses and tokens (services/generation/run.py)
         # ------------------------------------------
         self._responses = Counter(
             "proxy_responses", "Responses finished, by terminal status.", ("status",),

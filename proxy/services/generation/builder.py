@@ -5,7 +5,7 @@ background worker alike.
     open(...)  ─────────▶  Opened: the upstream call (admitted, services/fleet/gateway.py), or the
                            MCP tool loop that opens each upstream turn itself
     recorder(...)          the stored side: event log, final write, conversation append
-    generation(opened, ...)  services/generation/turn.py's Generation over the three
+    generation(opened, ...)  services/generation/run.py's Generation over the three
 
 The create path (services/responses/create.py) stores the new response between `open` and
 `recorder` (the upstream must have accepted the request first); a job (services/jobs/runner.py)
@@ -40,9 +40,9 @@ from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.generation.hosted import HostedTools
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
-from proxy.services.generation.turn import Generation
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import Store, StoredResponse
 from proxy.tracing import Tracing

@@ -40,8 +40,8 @@ from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.tracecontext import accept_traceparent
 from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
-from proxy.services.generation.turn import Generation
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor

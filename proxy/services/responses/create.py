@@ -11,7 +11,7 @@ Order of work for one request (what can fail where):
    model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
    plain HTTP errors here, because vLLM validates before it answers;
 4. store the new response (`in_progress`, with its input items) when `store` is true;
-5. from then on everything is an event (`services/generation/turn.py`): `response.created` and
+5. from then on everything is an event (`services/generation/run.py`): `response.created` and
    `response.in_progress` go out at once, chunks become events as they arrive, and a cut,
    stalled or erroring upstream becomes `response.failed` with the open items closed.
 The non-streaming path runs the very same turn and returns the final object.
@@ -58,9 +58,9 @@ from proxy.services.eventlog.ownership import Leases
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.generation.builder import EndHooks, Generations, Opened
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan
-from proxy.services.generation.turn import Generation
 from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
 from proxy.services.process.drain import SHUTTING_DOWN, Drain

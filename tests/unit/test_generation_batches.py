@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
-from proxy.services.generation.turn import Generation
+from proxy.services.generation.run import Generation
 from proxy.services.process.loops import TaskSet
 from tests.support.assembly import CREATED_AT, base_response
 
