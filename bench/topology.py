@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bench.options import module_parser
 from proxy.core import ids as idp
-from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.factory import Backend, open_backend
 from tests.support.cluster import RedisClusterGroup, _client
 from tests.support.servers import ServerProcess, start_redis
@@ -53,7 +53,7 @@ async def one_round(backend: Backend, streams: int, tokens: int) -> None:
     store = backend.store
     ids = [backend.ids(idp.RESPONSE) for _ in range(streams)]
     for rid in ids:
-        await store.create_response(StoredResponse(
+        await store.create_response(ResponseRecord(
             {"id": rid, "object": "response", "status": "in_progress", "output": []}, TENANT),
             [{"id": f"in_{rid}", "type": "message", "role": "user", "content": "q"}],
             ttl=3600, event_ttl=3600, lease_ms=30_000)

@@ -57,7 +57,7 @@ class StoredEvent(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredResponse:
+class ResponseRecord:
     """A response as stored. `response["status"]` always equals the stored status (a backend
     keeps the status apart for its compare-and-set and overlays it on read)."""
 
@@ -126,7 +126,7 @@ class Store(Protocol):
     # -- responses ---------------------------------------------------------------------------
     async def create_response(
         self,
-        record: StoredResponse,
+        record: ResponseRecord,
         input_items: Sequence[Item],
         *,
         events: Sequence[StoredEvent] = (),
@@ -142,9 +142,9 @@ class Store(Protocol):
         writing
         nothing, when the tenant already holds its storage budget."""
 
-    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+    async def get_response(self, tenant: str, response_id: str) -> ResponseRecord | None: ...
 
-    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+    async def get_response_any(self, response_id: str) -> ResponseRecord | None:
         """The same without the tenant check: for workers, which act for whoever queued."""
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:

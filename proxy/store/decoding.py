@@ -11,7 +11,7 @@ import orjson
 
 from proxy.core.types import Item, ResponseObject
 from proxy.store import keys
-from proxy.store.base import StoredEvent, StoredResponse, Transition
+from proxy.store.base import ResponseRecord, StoredEvent, Transition
 
 
 def held_items(holders: Sequence[str], replies: Iterator[Any], tenant: str) -> list[Item]:
@@ -43,13 +43,13 @@ def items_of(raw: bytes | None) -> list[Item]:
     return orjson.loads(raw) if raw else []
 
 
-def record_of(values: Sequence[Any]) -> StoredResponse | None:
+def record_of(values: Sequence[Any]) -> ResponseRecord | None:
     status, tenant, obj, parents, logged, closed = values
     if status is None or tenant is None or obj is None:
         return None
     response: ResponseObject = orjson.loads(obj)
     response["status"] = status.decode()
-    return StoredResponse(
+    return ResponseRecord(
         response=response, tenant=tenant.decode(),
         parents=tuple(orjson.loads(parents)) if parents else (),
         logged=logged == b"1", closed=closed == b"1",

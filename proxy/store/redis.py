@@ -40,7 +40,7 @@ from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
-from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
+from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
 from proxy.store.coalesce import ScriptCoalescer
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.decoding import (
@@ -136,7 +136,7 @@ class RedisStore(RedisConversations):
 
     # -- responses ---------------------------------------------------------------------------
 
-    async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
+    async def create_response(self, record: ResponseRecord, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
                               event_ttl: int, lease_ms: int | None = None) -> None:
         check_ttl(ttl, event_ttl)
@@ -169,11 +169,11 @@ class RedisStore(RedisConversations):
         else:
             self._headroom.note(tenant, held + size[0])
 
-    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
+    async def get_response(self, tenant: str, response_id: str) -> ResponseRecord | None:
         record = await self.get_response_any(response_id)
         return record if record is not None and record.tenant == tenant else None
 
-    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+    async def get_response_any(self, response_id: str) -> ResponseRecord | None:
         values = await self._read(
             lambda: self._client.hmget(keys.response(response_id), _RESPONSE_FIELDS))
         return record_of(values)

@@ -15,7 +15,7 @@ import pytest
 from proxy.core import ids as idp
 from proxy.core.errors import StoreUnavailable
 from proxy.core.shardtags import tag_of
-from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.factory import Backend, open_backend
 from proxy.store.shards import REGROUP_SECONDS, ShardedIds, cluster_owners
 from tests.support.cluster import RedisClusterGroup
@@ -32,8 +32,8 @@ def cluster() -> Iterator[RedisClusterGroup]:
     group.stop()
 
 
-def record(rid: str) -> StoredResponse:
-    return StoredResponse({"id": rid, "object": "response", "status": "in_progress"}, TENANT)
+def record(rid: str) -> ResponseRecord:
+    return ResponseRecord({"id": rid, "object": "response", "status": "in_progress"}, TENANT)
 
 
 def event(seq: int) -> StoredEvent:

@@ -54,7 +54,7 @@ from proxy.services.fleet.fleet import Fleet
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
-from proxy.store.base import Store, StoredResponse
+from proxy.store.base import ResponseRecord, Store
 from proxy.store.cache import RedisCache, VectorWrite
 
 log = logging.getLogger("proxy.cache")
@@ -138,7 +138,7 @@ class ResponseCache:
         final = revive(found.body, base, now=self._clock(), ids=self._ids)
         settings = self._settings
         if request.store:
-            record = StoredResponse(final, tenant, parents=parents, closed=True)
+            record = ResponseRecord(final, tenant, parents=parents, closed=True)
             await self._objects.create_response(record, request.input,
                                                 ttl=settings.store.response_ttl,
                                                 event_ttl=settings.store.event_ttl)

@@ -17,10 +17,10 @@ from proxy.core.types import Event
 from proxy.services.eventlog.pages import whole_log
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.eventlog.writer import EventLogHub
-from proxy.store.base import Store, StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, Store, StoredEvent
 
 
-async def close_from_log(store: Store, hub: EventLogHub, record: StoredResponse,
+async def close_from_log(store: Store, hub: EventLogHub, record: ResponseRecord,
                          end: Callable[[Assembler], list[Event]], *, ids: IdFactory,
                          clock: Callable[[], float], response_ttl: int, event_ttl: int) -> None:
     """`end` (e.g. `lambda a: a.fail(reason)`) applied to the response restored from its log;

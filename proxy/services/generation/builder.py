@@ -44,7 +44,7 @@ from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 from proxy.services.process.loops import TaskSet
-from proxy.store.base import Store, StoredResponse
+from proxy.store.base import ResponseRecord, Store
 from proxy.tracing import Tracing
 
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).
@@ -127,7 +127,7 @@ class Generations:
         return Generation(opened.call, assembler, self.tasks, recorder=recorder, encode=encode,
                     started=started, metrics=self.metrics, loop=opened.loop)
 
-    async def job(self, record: StoredResponse, spec: JobSpec) -> Generation | None:
+    async def job(self, record: ResponseRecord, spec: JobSpec) -> Generation | None:
         """A background job's turn, its response already stored `in_progress` with its first
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
@@ -137,7 +137,7 @@ class Generations:
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound
             # (at most --worker-concurrency jobs wait) but not past its deadline.
-            opened = await self.open(record.tenant, spec.model, spec.chat, plan=spec.mcp,
+            opened = await self.open(record.tenant, spec.model, spec.chat, plan=spec.tool_plan,
                                      affinity=spec.affinity, home=spec.home,
                                      priority=spec.priority, bounded=False)
         except ProxyError as exc:
@@ -146,7 +146,7 @@ class Generations:
             return None
         return self.generation(opened, assembler, recorder, started=True)
 
-    async def _conversation(self, record: StoredResponse,
+    async def _conversation(self, record: ResponseRecord,
                             spec: JobSpec) -> ConversationTurn | None:
         if not spec.conversation:
             return None

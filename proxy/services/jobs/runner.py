@@ -42,12 +42,13 @@ from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
+from proxy.services.jobs.kinds import kind_of
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor
-from proxy.services.vectors.ingest import is_ingestion
+from proxy.services.vectors.ingest import KIND as INGESTION
 from proxy.settings import Settings
-from proxy.store.base import Job, JobQueue, StoredResponse
+from proxy.store.base import Job, JobQueue, ResponseRecord
 
 log = logging.getLogger("proxy.worker")
 
@@ -186,7 +187,7 @@ class Worker:
     def _launch(self, job: Job) -> None:
         if job.response_id in self._running:
             return  # already ours (a reclaim raced a take)
-        run = (self._execute_ingestion(job) if is_ingestion(job.response_id)
+        run = (self._execute_ingestion(job) if kind_of(job.spec) == INGESTION
                else self._execute(job))
         task = asyncio.create_task(run, name=f"job-{job.response_id}")
         self._running[job.response_id] = _Running(job, task)
@@ -228,7 +229,7 @@ class Worker:
                 to=t.S_IN_PROGRESS,
                 ttl=self._settings.store.response_ttl)
             if moved.changed and moved.response is not None:
-                settled = await self._run(job, StoredResponse(moved.response, spec.tenant,
+                settled = await self._run(job, ResponseRecord(moved.response, spec.tenant,
                                                               logged=True), spec)
                 return
             record = await self._store.get_response_any(job.response_id)
@@ -328,7 +329,7 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
+    async def _run(self, job: Job, record: ResponseRecord, spec: JobSpec) -> bool:
         """Run the job's generation (services/generation/builder.py) to its end, made known first
         so a
         cancel or a shutdown reaches it; True once its end is stored. Traced: in a span, child
@@ -339,7 +340,7 @@ class Worker:
         with tracing.job_span(spec.model, spec.traceparent, record.id):
             return await self._run_turn(job, record, spec)
 
-    async def _run_turn(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
+    async def _run_turn(self, job: Job, record: ResponseRecord, spec: JobSpec) -> bool:
         turn = await self._generations.job(record, spec)
         if turn is None:  # no upstream: ended failed, its end stored
             self._ended_without_turn(t.S_FAILED)
@@ -364,7 +365,7 @@ class Worker:
             return False
         return True
 
-    async def _close_abandoned(self, record: StoredResponse, reason: str = LOST) -> None:
+    async def _close_abandoned(self, record: ResponseRecord, reason: str = LOST) -> None:
         """A job found in a state no live worker will finish: in_progress (its worker died)
         or cancelled with an open log. Complete the log from where it stopped."""
         if record.status == t.S_IN_PROGRESS:

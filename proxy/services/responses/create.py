@@ -71,7 +71,7 @@ from proxy.services.responses.references import find_references
 from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
-from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
+from proxy.store.base import MAX_CHAIN_DEPTH, ResponseRecord, StoredEvent
 from proxy.tracing import current_traceparent, store_write
 
 
@@ -382,7 +382,7 @@ class ResponsesService:
                                            home=history.home)
         events = assembler.start(background=True)
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
-        record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
+        record = ResponseRecord(assembler.snapshot(), tenant, parents=history.parents,
                                 logged=True, replica=replica.url)
         spec = JobSpec(tenant, request.model, chat, affinity=history.affinity,
                        home=replica.url, service_tier=request.service_tier,
@@ -392,7 +392,7 @@ class ResponsesService:
                        request_id=current_request_id(),
                        # The worker runs the tool loop. The MCP headers ride in the job's spec
                        # (the worker needs them), never in the stored Response object.
-                       mcp=plan,
+                       tool_plan=plan,
                        # The worker renews and frees the lease, counts the usage.
                        limit=meter.job_limit(),
                        # The job's span joins this request's trace; tracing off, its
@@ -453,7 +453,7 @@ class ResponsesService:
                                               stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
-            record = StoredResponse(snapshot, tenant, parents=history.parents,
+            record = ResponseRecord(snapshot, tenant, parents=history.parents,
                                     logged=request.stream, replica=replica)
             # The writer's lease is taken in the same round trip as the create (store/leases.py): a
             # stored stream waits on one Redis call before its first event, not two.

@@ -2,7 +2,7 @@
 any instance's worker runs it, a single `make run` process too.
 
 The queue's entries are the responses' (`r`: an id, `s`: a spec); an ingestion is a second job
-kind on the same stream: its `r` starts with `INGEST_PREFIX` and its spec is
+kind on the same stream (services/jobs/kinds.py): its spec is
 `{"kind": "vector_store_file", "tenant", "vector_store_id", "file_id"}`, with the key's token
 limits (`limit`) when it has any. The worker
 (services/jobs/runner.py) hands such entries here instead of to a generation. The same
@@ -53,6 +53,7 @@ from proxy.tracing import Tracing
 
 log = logging.getLogger("proxy.vectors")
 
+# The entry id of a file's ingestion: one per file while queued (the kind is the spec's).
 INGEST_PREFIX = "vsjob_"
 KIND = "vector_store_file"
 
@@ -69,10 +70,6 @@ def job_of(tenant: str, vs_id: str, file_id: str, traceparent: str | None = None
     if limit:
         spec["limit"] = limit
     return f"{INGEST_PREFIX}{vs_id}_{file_id}", orjson.dumps(spec)
-
-
-def is_ingestion(entry_id: str) -> bool:
-    return entry_id.startswith(INGEST_PREFIX)
 
 
 class Ingester:
