@@ -29,7 +29,7 @@ async def close_from_log(store: Store, hub: EventLogHub, record: ResponseRecord,
     assembler = Assembler(dict(record.response), ids=ids, clock=clock)
     assembler.restore(orjson.loads(e.data) for e in logged)
     recorder = Recorder(store, record.tenant, ttl=response_ttl, event_ttl=event_ttl,
-                        log=hub.open(record.id) if record.logged else None)
+                        log_handle=hub.open(record.id) if record.logged else None)
     await record_all(recorder, end(assembler), logged=record.logged)
 
 

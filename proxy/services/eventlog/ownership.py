@@ -48,12 +48,12 @@ SWEEP_LIMIT = 100
 
 
 class Leases:
-    def __init__(self, table: LeaseTable, log: EventLog, *, ttl: float, owner: str,
+    def __init__(self, table: LeaseTable, event_log: EventLog, *, ttl: float, owner: str,
                  interrupt: Callable[[str, str], object] = lambda _rid, _reason: None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self._table = table
-        self._store = log.store
-        self._log = log
+        self._store = event_log.store
+        self._event_log = event_log
         self._ttl_ms = int(ttl * 1000)
         self._ttl = ttl
         self._owner = owner
@@ -163,4 +163,4 @@ class Leases:
     async def _close(self, record: ResponseRecord) -> None:
         """Complete the response from where its log stopped, as a dead worker's job is
         (services/jobs/runner.py): the terminal event and the final object stored together."""
-        await self._log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)
+        await self._event_log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)

@@ -83,7 +83,7 @@ class Generations:
     gateway: Gateway
     mcp: McpClient
     sealer: Sealer
-    log: EventLog  # where a generation's record goes (its store and TTLs with it)
+    event_log: EventLog  # where a generation's record goes (its store and TTLs with it)
     tasks: TaskSet
     metrics: Metrics
     clock: Callable[[], float] = field(default=time.time)
@@ -94,7 +94,7 @@ class Generations:
 
     @property
     def store(self) -> Store:
-        return self.log.store
+        return self.event_log.store
 
     def assembler(self, base: ResponseObject, *, seal: bool, seq: int = 0) -> Assembler:
         return Assembler(base, ids=self.ids, clock=self.clock, seq=seq,
@@ -114,12 +114,12 @@ class Generations:
                 priority=priority, bounded=bounded)
         return Opened(call=call)
 
-    def recorder(self, tenant: str, *, log: str | None = None,
+    def recorder(self, tenant: str, *, log_for: str | None = None,
                  conversation: ConversationTurn | None = None, stored: bool = True) -> Recorder:
-        """`log`: the response id whose event log the turn writes (None: final object only)."""
-        events = self.log
+        """`log_for`: the response id whose event log the turn writes (None: final object only)."""
+        events = self.event_log
         return Recorder(events.store, tenant, ttl=events.ttl, event_ttl=events.event_ttl,
-                        log=events.open(log) if log is not None else None,
+                        log_handle=events.open(log_for) if log_for is not None else None,
                         conversation=conversation, stored=stored, tracing=self.tracing)
 
     def generation(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
@@ -132,7 +132,7 @@ class Generations:
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
         assembler = self.assembler(dict(record.response), seal=spec.seal, seq=FIRST_WORKER_SEQ)
-        recorder = self.recorder(record.tenant, log=record.id,
+        recorder = self.recorder(record.tenant, log_for=record.id,
                                  conversation=await self._conversation(record, spec))
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound

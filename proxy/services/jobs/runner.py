@@ -378,7 +378,7 @@ class Worker:
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         g = self._generations
-        await g.log.end(record,
+        await g.event_log.end(record,
                         (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
                         ids=g.ids, clock=g.clock)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,

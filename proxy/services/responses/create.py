@@ -465,7 +465,7 @@ class ResponsesService:
                                                   lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.
-                recorder.log = self._generations.log.open(snapshot["id"])
+                recorder.log_handle = self._generations.event_log.open(snapshot["id"])
         return recorder
 
 
