@@ -146,7 +146,7 @@ class Rule:
 
 SEND = "uvicorn send / transport write"
 LOOP = "event loop (uvloop, native)"
-READ = "upstream read (proxy/http1.py)"
+READ = "upstream read (proxy/upstream/http1.py)"
 PARSE = "parse + assemble"
 ENCODE = "encode + frame"
 STORE = "event log / store"
@@ -175,7 +175,7 @@ RULES: tuple[Rule, ...] = (
     Rule(SEND, ("starlette/middleware/errors.py", "starlette/_exception_handler.py",
                 "proxy/web/access.py", "proxy/web/accounting.py"),
          ("_send", "sender", "tagged", "counted")),
-    Rule(READ, ("proxy/http1.py",)),
+    Rule(READ, ("proxy/upstream/http1.py",)),
     Rule(STORE, ("proxy/services/eventlog/", "proxy/store/", "redis/", "hiredis",
                  "proxy/services/responses/stored.py",
                  "proxy/services/jobs/")),
@@ -196,7 +196,7 @@ RULES: tuple[Rule, ...] = (
                  "proxy/services/responses/", "proxy/services/fleet/",
                  "proxy/services/generation/", "proxy/services/cache/",
                  "proxy/services/metering/", "proxy/runtime.py", "proxy/core/",
-                 "proxy/upstream", "proxy/metrics.py", "logging/")),
+                 "proxy/upstream/client", "proxy/telemetry/metrics.py", "logging/")),
     ENTRY,
 )
 BUCKETS = (SEND, LOOP, READ, PARSE, ENCODE, STORE, GLUE, SETUP, OTHER)

@@ -15,11 +15,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
-from proxy.metrics import Metrics
 from proxy.runtime import Runtime
 from proxy.services.process.drain import Drain
 from proxy.settings import Settings, accepted_keys
-from proxy.tracing import Tracing
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import Tracing
 from proxy.web import (
     routes_conversations,
     routes_files,
@@ -45,7 +45,7 @@ def create_app(settings: Settings) -> Starlette:
     metrics = Metrics()
     # Made here too: the drain middleware refuses requests once the runtime starts draining.
     draining = Drain()
-    # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).
+    # None when tracing is off: then no middleware and no span anywhere (telemetry/tracing.py).
     tracing = Tracing.open(settings.server.otlp_endpoint)
 
     @contextlib.asynccontextmanager

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.gctune import tune_for_serving
-from proxy.logs import configure_logging
+from proxy.process.gctune import tune_for_serving
 from proxy.settings import (
     ConfigError,
     Settings,
@@ -26,6 +25,7 @@ from proxy.settings import (
 )
 from proxy.settings.build import shown_default
 from proxy.settings.options import OPTIONS, Option
+from proxy.telemetry.logs import configure_logging
 
 log = logging.getLogger("proxy")
 
@@ -105,7 +105,7 @@ def _serve(settings: Settings) -> None:
     if settings.server.workers == 1:
         _serve_one(settings)
         return
-    from proxy.prefork import ProcessSupervisor, listening_sockets
+    from proxy.process.prefork import ProcessSupervisor, listening_sockets
 
     try:
         sockets = listening_sockets(settings.server.host, settings.server.port,
@@ -134,7 +134,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
     defaults pick httptools and uvloop, both installed with `uvicorn[standard]`)."""
     import uvicorn
 
-    from proxy.headtimeout import protocol_for
+    from proxy.process.headtimeout import protocol_for
 
     options: dict[str, Any] = dict(
         host=settings.server.host,
@@ -154,7 +154,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
     )
     options.update(overrides)
     # Every request head within --header-timeout, and a new connection idle no longer than a
-    # kept-alive one (proxy/headtimeout.py), whichever protocol is chosen.
+    # kept-alive one (proxy/process/headtimeout.py), whichever protocol is chosen.
     options["http"] = protocol_for(str(options.get("http", "auto")),
                                    settings.server.header_timeout)
     return uvicorn.Config(app, **options)
@@ -163,7 +163,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
 def _serve_one(settings: Settings, sock: socket.socket | None = None,
                parent: int | None = None) -> None:
     from proxy.app import create_app
-    from proxy.server import DrainingServer
+    from proxy.process.server import DrainingServer
     from proxy.web.state import app_runtime
 
     app = create_app(settings)
@@ -174,7 +174,7 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
 
 
 def _worker(settings: Settings) -> None:
-    from proxy.worker import run_worker
+    from proxy.process.worker import run_worker
 
     tune_for_serving()
     run_worker(settings)

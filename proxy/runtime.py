@@ -22,7 +22,6 @@ from proxy.core.seal import Sealer
 from proxy.core.storagebudget import storage_budget
 from proxy.core.tenancy import CacheSalts
 from proxy.mcpclient import McpClient
-from proxy.metrics import Metrics
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
@@ -59,8 +58,9 @@ from proxy.settings import Settings
 from proxy.settings.groups import StreamSettings
 from proxy.store.base import JobQueue, Store
 from proxy.store.factory import Backend, open_backend
-from proxy.tracing import Tracing, traced_writes
-from proxy.upstream import ConnectionPool, Upstream
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import Tracing, traced_writes
+from proxy.upstream.client import ConnectionPool, Upstream
 from proxy.websearch import WebSearch
 
 log = logging.getLogger("proxy")
@@ -271,7 +271,7 @@ class Runtime:
             process.worker.start()
 
     async def drain(self) -> None:
-        """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
+        """SIGTERM (process/server.py): drain within `--shutdown-grace`, then the server closes."""
         worker_stop = (self.process.worker.stop(self.settings.server.shutdown_grace)
                        if self.process.worker is not None else None)
         await self.process.draining.run(self.settings.server.shutdown_grace, worker_stop)

@@ -11,7 +11,7 @@
   `http://tools.corp` does not admit `http://tools.corp.evil.com`, and a bare host prefix
   (`http://tools.corp`, `http://127.0.0.1:`) admits that host on any port. With no prefix
   configured every MCP tool is a 400 saying how to enable it. The name is resolved once by the
-  client adapter (proxy/mcpclient.py, through proxy/egress.py) and the connection goes to the
+  client adapter (proxy/mcpclient.py, through upstream/egress.py) and the connection goes to the
   address vetted: a private, loopback or link-local one only when the admitting prefix names
   that host as an IP literal or `localhost`.
 - Tool `headers` go to the MCP server; `Host` and the hop-by-hop headers are refused (they

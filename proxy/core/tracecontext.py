@@ -3,7 +3,7 @@
 With tracing off the proxy is a non-participating intermediary: W3C Trace Context asks it to
 pass the context on unchanged, so a replica (vLLM continues an incoming `traceparent`) still
 joins the client's trace. Unchanged, but never unchecked: a header value goes into the bytes
-of our upstream request (upstream.py), so one that is not of the W3C shape is dropped, never
+of our upstream request (client.py), so one that is not of the W3C shape is dropped, never
 forwarded verbatim (a header injection). Per request, not per chunk; no regex: set lookups.
 
 Pure: no I/O.

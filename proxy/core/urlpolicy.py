@@ -1,6 +1,6 @@
 """URLs the proxy connects to on a client's word (MCP servers, images, files): which ones an
 operator's prefixes admit, decided on one normal form. Pure: resolving a name and connecting to
-the vetted address is proxy/egress.py.
+the vetted address is proxy/upstream/egress.py.
 
     "https://Tools.corp:443/mcp/x?q" ─ parse_target ─▶ Target(https, tools.corp, 443, (mcp, x))
     "https://tools.corp/mcp"         ─ parse_prefix ─▶ Prefix(https, tools.corp, any port, (mcp,))

@@ -21,7 +21,7 @@ import yaml
 from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
 from proxy.core.origin import parse_origin
 from proxy.core.urlpolicy import UrlRefused, parse_prefix, parse_target
-from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
+from proxy.settings.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 from proxy.store.topology import BadRedisUrl, parse_redis_url
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.

@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.core.keysfile import KeysFile
 from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
-from proxy.fleetfile import ReplicaSpec
+from proxy.settings.fleetfile import ReplicaSpec
 
 # `--fetch-allow` not given: https URLs, of public addresses only (core/urlpolicy.py).
 FETCH_ALLOW_DEFAULT = ("https://",)
@@ -32,13 +32,13 @@ class ServerSettings:
     log_level: str = "info"
     # `text` for people, `json` (one object per line) for log pipelines.
     log_format: str = "text"
-    # OTLP/HTTP collector (base URL) for traces; None: no tracing at all (proxy/tracing.py).
+    # OTLP/HTTP collector (base URL) for traces; None: no tracing at all (telemetry/tracing.py).
     otlp_endpoint: str | None = None
     # Seconds running jobs get to finish when a worker stops, and open streams get to drain
     # after SIGTERM. A process matter (runtime, prefork), not only the jobs'.
     shutdown_grace: float = 30.0
     # Seconds a connection has to deliver a whole request head from its first byte (nginx's
-    # client_header_timeout); past it the connection is closed (proxy/headtimeout.py).
+    # client_header_timeout); past it the connection is closed (proxy/process/headtimeout.py).
     header_timeout: float = 10.0
 
 
@@ -60,7 +60,7 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class UpstreamSettings:
-    """The HTTP client to the fleet (upstream.py)."""
+    """The HTTP client to the fleet (client.py)."""
 
     api_key: str | None = None
     # At most this many connections to one replica (the pool holds twice that, at least

@@ -169,7 +169,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("event_ttl", "store.event_ttl", c.count, "seconds event logs live, for replay"),
     Option("log_level", "server.log_level", c.log_level, "debug, info, warning, error"),
     Option("log_format", "server.log_format", c.log_format, "text | json"),
-    # Tracing (proxy/tracing.py): off unless an endpoint is given; the standard OTLP variable
+    # Tracing (telemetry/tracing.py): off unless an endpoint is given; the standard OTLP variable
     # is honoured after ours, as every OpenTelemetry SDK reads it.
     Option("otlp_endpoint", "server.otlp_endpoint", c.otlp_endpoint,
            "OTLP/HTTP collector URL for traces (base URL; /v1/traces is added; default off)",

@@ -21,7 +21,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.requestctx import CURRENT
-from proxy.metrics import Metrics
+from proxy.telemetry.metrics import Metrics
 from proxy.web.access import CLIENT_CLOSED, failed_status
 
 

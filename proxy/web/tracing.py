@@ -15,7 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.tracing import PROPAGATOR, Tracing
+from proxy.telemetry.tracing import PROPAGATOR, Tracing
 from proxy.web.access import failed_status, key_id, route_template
 
 _WANTED = (b"traceparent", b"tracestate")

@@ -69,9 +69,9 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
     (f"{STREAM};{SEND}", spy.SEND),
     (SEND, spy.SEND),  # a torn stack still has its leaf's frames
     (f"{STREAM};Generation._read (proxy/services/generation/run.py:236);"
-     "Response.aiter_raw (proxy/http1.py:504)",
+     "Response.aiter_raw (proxy/upstream/http1.py:504)",
      spy.READ),
-    (f"{ROOT};Connection.data_received (proxy/http1.py:375)", spy.READ),
+    (f"{ROOT};Connection.data_received (proxy/upstream/http1.py:375)", spy.READ),
     (f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:30)", spy.STORE),
     (f"{ROOT};LoopSupervisor._keep (proxy/services/process/loops.py:93);"
      "EventLogHub._run (proxy/services/eventlog/writer.py:164);_packed (proxy/store/redis.py:512)",

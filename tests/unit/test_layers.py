@@ -24,34 +24,22 @@ ROOMS: dict[str, str] = {
     "proxy.core": "core",
     "proxy.store": "store",
     "proxy.settings": "settings",
-    # The fleet file is configuration: parsed while the settings are built.
-    "proxy.fleetfile": "settings",
     "proxy.services": "services",
     "proxy.web": "web",
     "proxy.simulator": "simulator",
     # Adapters: I/O to the outside (replicas, MCP servers, the search endpoint, clients' URLs).
-    "proxy.http1": "adapters",
     "proxy.upstream": "adapters",
-    "proxy.upstream_pool": "adapters",
-    "proxy.dial": "adapters",
-    "proxy.egress": "adapters",
     "proxy.mcpclient": "adapters",
     "proxy.websearch": "adapters",
     # Telemetry: adapters every serving layer reports through.
-    "proxy.metrics": "telemetry",
-    "proxy.tracing": "telemetry",
-    "proxy.logs": "telemetry",
+    "proxy.telemetry": "telemetry",
     # The composition root: builds the services and the app from the settings.
     "proxy.runtime": "composition",
     "proxy.app": "composition",
     # Entry points and the process around the app (uvicorn's protocols, the collector's tuning).
     "proxy.cli": "entry",
     "proxy.__main__": "entry",
-    "proxy.server": "entry",
-    "proxy.prefork": "entry",
-    "proxy.worker": "entry",
-    "proxy.gctune": "entry",
-    "proxy.headtimeout": "entry",
+    "proxy.process": "entry",
 }
 
 _BELOW_COMPOSITION = {"package", "core", "settings", "store", "adapters", "telemetry",

@@ -48,7 +48,6 @@ from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.types import EventBatch, Item, ResponseObject
-from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.metering.embedding import EmbeddingAccounts
@@ -56,6 +55,7 @@ from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
 from proxy.store.base import ResponseRecord, Store
 from proxy.store.cache import RedisCache, VectorWrite
+from proxy.telemetry.metrics import CacheResult, Metrics
 
 log = logging.getLogger("proxy.cache")
 

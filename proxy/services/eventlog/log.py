@@ -30,7 +30,7 @@ from proxy.services.eventlog.pages import log_pages, whole_log
 from proxy.services.eventlog.writer import EventLogHub, LogHandle
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import ResponseRecord, Store, StoredEvent
-from proxy.tracing import Tracing
+from proxy.telemetry.tracing import Tracing
 
 
 class EventLog:

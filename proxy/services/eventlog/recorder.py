@@ -13,7 +13,7 @@ from proxy.core.types import Event, EventBatch, Item, ResponseObject
 from proxy.services.eventlog.durable import append_conversation, store_final
 from proxy.services.eventlog.writer import LogHandle
 from proxy.store.base import Store, StoredEvent, Transition
-from proxy.tracing import Tracing
+from proxy.telemetry.tracing import Tracing
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Recorder:
     log_handle: LogHandle | None = None
     conversation: ConversationTurn | None = None
     stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
-    tracing: Tracing | None = None  # None: no span for the writes (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: no span for the writes (proxy/telemetry/tracing.py)
     final: Transition | None = field(default=None, init=False)
 
     def add(self, events: list[Event], encoded: EventBatch) -> None:

@@ -10,7 +10,7 @@ recorded replica of a chain (`home`), else the affinity key's rendezvous order, 
 load; else the least loaded, ties rotating. When nothing is known to be healthy we still try a
 replica: the failure then tells the client what is wrong (502), instead of a guess.
 
-Replicas come from `--upstream` URLs or a fleet file (proxy/fleetfile.py: weight, per-replica
+Replicas come from `--upstream` URLs or a fleet file (settings/fleetfile.py: weight, per-replica
 API key, max concurrency, a fixed model list). The per-replica key goes to the upstream client
 only; it is never logged nor shown in `status()`.
 """
@@ -36,9 +36,9 @@ from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
 from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
-from proxy.fleetfile import ReplicaSpec
-from proxy.tracing import Tracing, end_span, traceparent, tracestate
-from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
+from proxy.settings.fleetfile import ReplicaSpec
+from proxy.telemetry.tracing import Tracing, end_span, traceparent, tracestate
+from proxy.upstream.client import Response, Upstream, map_transport_errors, transport_detail
 
 log = logging.getLogger("proxy.fleet")
 
@@ -140,7 +140,7 @@ class Fleet:
     specs: Sequence[ReplicaSpec] = ()
     load_factor: float = DEFAULT_LOAD_FACTOR
     routing: str = "affinity"  # or a baseline of core/fleet/routing.py (`--routing`, benchmarks)
-    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: tracing off (proxy/telemetry/tracing.py)
     replicas: list[Replica] = field(init=False)
     _turn: int = field(init=False, default=0)
     _last_rediscovery: float = field(init=False, default=-1e9)

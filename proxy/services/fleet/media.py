@@ -5,7 +5,7 @@ parser reads: core/chatparts.py) part itself, from the GPU nodes: a client's
 `http://169.254.169.254/...` would be read from inside the fleet's network (SSRF), and a name
 vetted here could resolve elsewhere there (rebinding) or redirect there. So the proxy fetches
 each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved once and the
-connection made to the vetted address (proxy/egress.py), and hands vLLM a data: URL: the
+connection made to the vetted address (proxy/upstream/egress.py), and hands vLLM a data: URL: the
 fleet never fetches anything a client named.
 
 Chosen over passing vetted URLs through (which costs nothing here but leaves rebinding and
@@ -41,7 +41,7 @@ from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.settings import FetchSettings, LimitSettings
 
 if TYPE_CHECKING:
-    from proxy.egress import Resolve
+    from proxy.upstream.egress import Resolve
 
 MAX_REDIRECTS = 3
 PARALLEL = 4
@@ -144,7 +144,7 @@ class MediaFetcher:
 
     async def _fetch(self, url: str, family: str, budget: _Budget) -> str:
         """One URL as a data: URL. Raises _FetchFailed or UrlRefused."""
-        from proxy.egress import EgressRefused
+        from proxy.upstream.egress import EgressRefused
 
         try:
             with anyio.fail_after(self._timeout):
@@ -165,7 +165,7 @@ class MediaFetcher:
         """The data: URL's bytes, or the URL a redirect points to."""
         import httpx2
 
-        from proxy.egress import pin, pinned_client, system_resolve
+        from proxy.upstream.egress import pin, pinned_client, system_resolve
 
         target, prefix = check(url, self._prefixes, ALLOW)
         pinned = await pin(target, prefix.private_ok, timeout=self._timeout, allow=ALLOW,

@@ -44,8 +44,8 @@ from proxy.services.metering.meter import (
     usage_object_in_json,
     usage_object_in_sse,
 )
-from proxy.tracing import note_answer
-from proxy.upstream import end_to_end_headers, map_transport_errors
+from proxy.telemetry.tracing import note_answer
+from proxy.upstream.client import end_to_end_headers, map_transport_errors
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Passthrough:
         rewrite = stream is not request.get("stream", False)
         request = self._salts.salted(tenant, request)
         # The usage chunk is asked for (and taken out again) when the meter counts tokens, or
-        # when tracing is on: the call's span carries them (proxy/tracing.py).
+        # when tracing is on: the call's span carries them (proxy/telemetry/tracing.py).
         strip = (meter.counts or self._gateway.fleet.tracing is not None) and stream \
             and not _asks_usage(request)
         if strip:

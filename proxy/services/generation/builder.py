@@ -33,7 +33,6 @@ from proxy.core.seal import Sealer
 from proxy.core.translate.fleet_errors import failure_code, in_responses_words
 from proxy.core.types import ResponseObject
 from proxy.mcpclient import McpClient
-from proxy.metrics import Metrics
 from proxy.services.eventlog.ending import record_all
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
@@ -45,7 +44,8 @@ from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import ResponseRecord, Store
-from proxy.tracing import Tracing
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import Tracing
 
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).
 FIRST_WORKER_SEQ = 2
@@ -90,7 +90,7 @@ class Generations:
     ids: IdFactory = field(default=new_id)
     # The hosted tools this process runs (services/generation/hosted.py: web search).
     hosted: HostedTools = field(default_factory=HostedTools)
-    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: tracing off (proxy/telemetry/tracing.py)
 
     @property
     def store(self) -> Store:

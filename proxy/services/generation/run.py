@@ -29,13 +29,13 @@ from proxy.core.errors import ProxyError, UpstreamTimeout, failure_cause
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.events.chatstream import ChatStreamReader
 from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
-from proxy.metrics import Metrics
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import StoredEvent
-from proxy.tracing import note_answer, note_first_chunk
-from proxy.upstream import map_transport_errors
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import note_answer, note_first_chunk
+from proxy.upstream.client import map_transport_errors
 
 if TYPE_CHECKING:
     from proxy.services.generation.toolloop import ToolLoop

@@ -38,7 +38,6 @@ from proxy.core.events.assembler import Assembler
 from proxy.core.ids import new_id
 from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.core.tracecontext import accept_traceparent
-from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
@@ -49,6 +48,7 @@ from proxy.services.process.loops import LoopSupervisor
 from proxy.services.vectors.ingest import KIND as INGESTION
 from proxy.settings import Settings
 from proxy.store.base import Job, JobQueue, ResponseRecord
+from proxy.telemetry.metrics import JobOutcome
 
 log = logging.getLogger("proxy.worker")
 
@@ -333,7 +333,7 @@ class Worker:
         """Run the job's generation (services/generation/builder.py) to its end, made known first
         so a
         cancel or a shutdown reaches it; True once its end is stored. Traced: in a span, child
-        of the creating request's (proxy/tracing.py)."""
+        of the creating request's (proxy/telemetry/tracing.py)."""
         tracing = self._generations.tracing
         if tracing is None:
             return await self._run_turn(job, record, spec)

@@ -45,8 +45,8 @@ from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnava
 from proxy.core.ids import new_id
 from proxy.core.keysfile import KeysFile, Limits
 from proxy.core.tenancy import tenant_of
-from proxy.metrics import LIMIT_REASONS, LimitReason
 from proxy.store.limits import LimitStore
+from proxy.telemetry.metrics import LIMIT_REASONS, LimitReason
 
 log = logging.getLogger("proxy.limits")
 

@@ -46,7 +46,7 @@ from proxy.core.translate.fleet_errors import in_responses_words
 from proxy.core.types import Item
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.responses.tokenize import measure
-from proxy.upstream import bad_answer
+from proxy.upstream.client import bad_answer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

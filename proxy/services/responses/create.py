@@ -72,7 +72,7 @@ from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
 from proxy.store.base import MAX_CHAIN_DEPTH, ResponseRecord, StoredEvent
-from proxy.tracing import current_traceparent, store_write
+from proxy.telemetry.tracing import current_traceparent, store_write
 
 
 @dataclass

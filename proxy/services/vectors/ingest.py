@@ -49,7 +49,7 @@ from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.vectors.memory import MemoryBudget
 from proxy.settings.groups import VectorSettings
 from proxy.store.vectors import RedisVectorStores, StoredChunks
-from proxy.tracing import Tracing
+from proxy.telemetry.tracing import Tracing
 
 log = logging.getLogger("proxy.vectors")
 
@@ -81,7 +81,7 @@ class Ingester:
         self._stores = stores
         # The file's key pays its chunks' embeddings; none is made once its budget is spent.
         self._accounts = accounts or EmbeddingAccounts()
-        self._tracing = tracing  # None: no span per ingestion (proxy/tracing.py)
+        self._tracing = tracing  # None: no span per ingestion (proxy/telemetry/tracing.py)
         self._files = files
         self._embedder = embedder
         self._settings = settings

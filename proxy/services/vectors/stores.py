@@ -41,7 +41,7 @@ from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings
 from proxy.store.base import JobQueue
 from proxy.store.vectors import RedisVectorStores
-from proxy.tracing import current_traceparent
+from proxy.telemetry.tracing import current_traceparent
 
 
 def store_missing(vs_id: str, param: str = "vector_store_id") -> NotFound:

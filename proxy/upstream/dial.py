@@ -1,7 +1,7 @@
 """Dialing a replica: a TCP connection (TLS when the origin is https), directly or through an
 HTTP proxy's `CONNECT` tunnel, bounded by one timeout; the connection speaks HTTP/1.1
 (http1.py `Connection`) once this returns. Failures are http1's `ConnectError` /
-`ConnectTimeout`, naming the address for the log (upstream.py keeps it out of client messages).
+`ConnectTimeout`, naming the address for the log (client.py keeps it out of client messages).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from proxy.http1 import MAX_HEAD_BYTES, ConnectError, Connection, ConnectTimeout, Origin
+from proxy.upstream.http1 import MAX_HEAD_BYTES, ConnectError, Connection, ConnectTimeout, Origin
 
 
 @dataclass(frozen=True, slots=True)

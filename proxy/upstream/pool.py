@@ -42,8 +42,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy.dial import Proxy, connect
-from proxy.http1 import (
+from proxy.upstream.dial import Proxy, connect
+from proxy.upstream.http1 import (
     Connection,
     ExchangeTimeouts,
     Origin,

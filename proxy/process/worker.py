@@ -13,7 +13,7 @@ import signal
 
 from proxy.runtime import Runtime
 from proxy.settings import Settings
-from proxy.tracing import Tracing
+from proxy.telemetry.tracing import Tracing
 
 log = logging.getLogger("proxy.worker")
 
@@ -23,7 +23,7 @@ def run_worker(settings: Settings) -> None:
 
 
 async def _main(settings: Settings) -> None:
-    tracing = Tracing.open(settings.server.otlp_endpoint)  # None: off (proxy/tracing.py)
+    tracing = Tracing.open(settings.server.otlp_endpoint)  # None: off (proxy/telemetry/tracing.py)
     runtime = await Runtime.open(settings, worker=True, tracing=tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

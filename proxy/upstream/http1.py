@@ -1,6 +1,6 @@
 """One HTTP/1.1 connection to an upstream: an asyncio `Protocol` whose responses are parsed by
-`httptools` (llhttp, in C), one exchange at a time. The pool (`upstream_pool.py`) hands
-connections out and takes them back; `upstream.py` maps the errors below to the proxy's own.
+`httptools` (llhttp, in C), one exchange at a time. The pool (`pool.py`) hands
+connections out and takes them back; `client.py` maps the errors below to the proxy's own.
 
 Invariants:
 - One exchange in flight per connection. When it ends, the connection goes back to the pool only

@@ -1,5 +1,5 @@
 """The HTTP adapter to vLLM replicas: one shared `ConnectionPool` of our own HTTP/1.1 client
-(`http1.py`: asyncio + httptools; `upstream_pool.py`: keep-alive pool), errors mapped where they
+(`http1.py`: asyncio + httptools; `pool.py`: keep-alive pool), errors mapped where they
 happen (the httpx `map_httpcore_exceptions` idea):
 
     http1.ConnectError, ConnectTimeout        -> UpstreamUnreachable (502, safe to retry elsewhere)
@@ -52,8 +52,9 @@ from proxy.core.errors import (
 )
 from proxy.core.requestctx import client_trace_lines, upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
-from proxy.dial import Proxy
-from proxy.http1 import (
+from proxy.settings import Timeouts
+from proxy.upstream.dial import Proxy
+from proxy.upstream.http1 import (
     ConnectError,
     ConnectTimeout,
     ExchangeTimeouts,
@@ -64,8 +65,7 @@ from proxy.http1 import (
     Response,
     TransportError,
 )
-from proxy.settings import Timeouts
-from proxy.upstream_pool import ConnectionPool
+from proxy.upstream.pool import ConnectionPool
 
 __all__ = [
     "ConnectionPool",
