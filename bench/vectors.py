@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
-from proxy.core.vectorstores import Chunking, file_record, store_record
+from proxy.core.vectors.stores import Chunking, file_record, store_record
 from proxy.services.vectors.search import Searcher
 from proxy.store.vectors import RedisVectorStores, StoredChunks
 from tests.support.documents import pdf_with_pages

@@ -31,7 +31,7 @@ import anyio
 
 from proxy.core import mcp as core
 from proxy.core.mcp import McpServer
-from proxy.core.urlpolicy import UrlRefused, parse_target
+from proxy.core.policy.urlpolicy import UrlRefused, parse_target
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
-from proxy.core.keyslots import KeySlots
+from proxy.core.policy.keyslots import KeySlots
+from proxy.core.policy.storagebudget import storage_budget
+from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.seal import Sealer
-from proxy.core.storagebudget import storage_budget
-from proxy.core.tenancy import CacheSalts
 from proxy.mcpclient import McpClient
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache

@@ -23,7 +23,7 @@ import anyio
 import orjson
 
 from proxy.core.hosted import WEB_SEARCH, HostedCall, HostedKind, HostedResult
-from proxy.core.urlpolicy import parse_target
+from proxy.core.policy.urlpolicy import parse_target
 from proxy.core.websearch import parse_results, query_of, search_failed, searched
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ item (`web_search_call`, ...) with its own events instead of a function call:
 Each tool is a `HostedKind` (what its item and events are called, the function the model sees,
 how its item is made) in `KINDS`; its runner (the I/O) lives in services/generation/hosted.py.
 What it found is numbered [1]..[n] for the model, and the answer's citations of those numbers
-(core/citations.py) become annotations on the answer's text. A tool that fails still ends with
+(core/tools/citations.py) become annotations on the answer's text. A tool that fails still ends with
 its `completed` event (the SDK has no `failed` event for these items): its item says `failed`.
 
 Adding one (file_search was the second): a `HostedKind` here (item type `file_search_call`,
@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from proxy.core.fields import at, bad, expect_object, opt_str
 from proxy.core.ids import IdFactory
+from proxy.core.request.fields import at, bad, expect_object, opt_str
 from proxy.core.types import Item
 
 _STATUSES = ("in_progress", "searching", "completed", "failed", "incomplete")
@@ -240,8 +240,8 @@ DEFAULT_FILE_RESULTS = 10
 
 
 def _file_search_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
-    from proxy.core.fields import expect_list, expect_str, opt_int, opt_number
-    from proxy.core.vectorfilters import parse_filters
+    from proxy.core.request.fields import expect_list, expect_str, opt_int, opt_number
+    from proxy.core.vectors.filters import parse_filters
 
     where = at(path, "vector_store_ids")
     ids = expect_list(tool.get("vector_store_ids"), where)

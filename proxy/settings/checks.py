@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import orjson
 import yaml
 
-from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
-from proxy.core.origin import parse_origin
-from proxy.core.urlpolicy import UrlRefused, parse_prefix, parse_target
+from proxy.core.policy.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.policy.origin import parse_origin
+from proxy.core.policy.urlpolicy import UrlRefused, parse_prefix, parse_target
 from proxy.settings.fleetfile import FleetFileError, ReplicaSpec, load_fleet
 from proxy.store.topology import BadRedisUrl, parse_redis_url
 
@@ -265,8 +265,8 @@ def mcp_allow(values: object, flag: str) -> tuple[str, ...]:
 
 
 def web_search_url(value: object, flag: str) -> str:
-    """An http(s) URL in normal form (core/urlpolicy.py), without a fragment: the endpoint the
-    query is appended to."""
+    """An http(s) URL in normal form (core/policy/urlpolicy.py), without a fragment: the endpoint
+    the query is appended to."""
     text = str(value).strip()
     try:
         target = parse_target(text)

@@ -12,11 +12,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.keysfile import KeysFile
-from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
+from proxy.core.policy.keysfile import KeysFile
+from proxy.core.policy.storagebudget import DEFAULT_MAX_STORED_BYTES
 from proxy.settings.fleetfile import ReplicaSpec
 
-# `--fetch-allow` not given: https URLs, of public addresses only (core/urlpolicy.py).
+# `--fetch-allow` not given: https URLs, of public addresses only (core/policy/urlpolicy.py).
 FETCH_ALLOW_DEFAULT = ("https://",)
 
 
@@ -217,10 +217,10 @@ class TenancySettings:
     keys_file: KeysFile | None = None
     # Bytes one key may keep in the shared store when its keys-file entry (or the file's
     # defaults) sets no `max_stored_bytes`; the anonymous tenant of a proxy without keys too.
-    # 0: no limit. core/storagebudget.py says why 1 GiB.
+    # 0: no limit. core/policy/storagebudget.py says why 1 GiB.
     max_stored_bytes_per_key: int = DEFAULT_MAX_STORED_BYTES
     # With auth off, WebSocket handshakes from these browser origins (`https://app.example`)
-    # are accepted besides the proxy's own; any other `Origin` is refused (core/origin.py).
+    # are accepted besides the proxy's own; any other `Origin` is refused (core/policy/origin.py).
     allow_origins: tuple[str, ...] = ()
 
     def accepted_keys(self) -> tuple[str, ...]:
@@ -272,7 +272,7 @@ class VectorSettings:
 class FetchSettings:
     """URLs the proxy fetches for the fleet (services/fleet/media.py): an image (or audio, video)
     URL in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
-    prefixes admits it (core/urlpolicy.py; the default: any https URL of a public address);
+    prefixes admits it (core/policy/urlpolicy.py; the default: any https URL of a public address);
     `()` fetches nothing (data: URLs only). Each fetch is bounded by `timeout` seconds, and a
     request's fetched bytes by `limits.max_body_bytes`."""
 

@@ -233,7 +233,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keys_file", "tenancy.keys_file", c.keys_file,
            "JSON or YAML file of client keys with rpm, tpm, max_streams and token_budget "
            "limits"),
-    # Multi-tenant storage bound (issue 23): core/storagebudget.py.
+    # Multi-tenant storage bound (issue 23): core/policy/storagebudget.py.
     Option("max_stored_bytes_per_key", "tenancy.max_stored_bytes_per_key", c.byte_count,
            "bytes of stored responses and conversations one key may hold, for keys whose "
            "keys-file entry sets no max_stored_bytes; 0 = no limit", shown="1 GiB"),

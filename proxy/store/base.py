@@ -23,8 +23,9 @@ Rules every backend keeps:
   are counted as they are written and stop counting when they expire or are deleted
   (store/ledger.py); a write that creates (a response, a conversation, items added through the
   API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
-  budget (core/storagebudget.py), the check and the count in one atomic step. Writes that end a
-  turn already running (its final object, its conversation append) count but are never refused.
+  budget (core/policy/storagebudget.py), the check and the count in one atomic step. Writes that
+  end a turn already running (its final object, its conversation append) count but are never
+  refused.
 - Failures of the backing service raise `StoreUnavailable` (503), never a raw client exception.
 
 Values cross this interface as plain JSON-able dicts; events as their encoded JSON bytes (the

@@ -21,8 +21,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from proxy.core.errors import InvalidRequest
+from proxy.core.policy.storagebudget import StorageBudget, storage_exceeded
 from proxy.core.shardtags import TAGS, tag_of
-from proxy.core.storagebudget import StorageBudget, storage_exceeded
 from proxy.core.types import Item
 from proxy.store import keys
 from proxy.store.base import MAX_CONVERSATION_ITEMS, ItemPage
@@ -187,7 +187,7 @@ return 1
 
 class RedisConversations:
     """Conversations on `client`, bytes counted in each owner's ledger and bounded by
-    `budget` (core/storagebudget.py)."""
+    `budget` (core/policy/storagebudget.py)."""
 
     def __init__(self, client: Redis, budget: StorageBudget, *, sharded: bool = False) -> None:
         self._client = client

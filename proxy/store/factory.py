@@ -39,7 +39,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from proxy.core.ids import IdFactory, new_id
-from proxy.core.storagebudget import UNLIMITED, StorageBudget
+from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget
 from proxy.store.cache import RedisCache
 from proxy.store.files import RedisBlobStore
 from proxy.store.fleetsecret import SecretRead, shared_secret

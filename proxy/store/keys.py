@@ -157,7 +157,7 @@ ITEM_IN_INPUT: Final = "i"
 def item_location(tenant: str, item_id: str, tag: str | None = None) -> str:
     """`tag`: the shard tag of the response holding the item (its index entry sits in that
     response's slot, written by the same script); None for an untagged response."""
-    # The tenant (a digest, core/tenancy.py: no ':' in it) comes first, so no item id can
+    # The tenant (a digest, core/policy/tenancy.py: no ':' in it) comes first, so no item id can
     # make one tenant's key equal to another's.
     if tag is not None:
         return f"ix:{{{tag}}}:{tenant}:{item_id}"

@@ -1,6 +1,6 @@
 """The storage ledger: how many bytes each client key holds in the store, so a per-key budget
-(`max_stored_bytes`, core/storagebudget.py) can bound what one key keeps in the Redis every key
-shares (docs/contract.md, "Multi-tenant safety").
+(`max_stored_bytes`, core/policy/storagebudget.py) can bound what one key keeps in the Redis every
+key shares (docs/contract.md, "Multi-tenant safety").
 
 What counts: the response object, its input items and its ancestor list (the bulk a request
 sends and the store keeps for `--response-ttl`), a conversation's object, metadata and items,

@@ -36,8 +36,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
+from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.shardtags import TAGS, tag_of
-from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys, scripts
 from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition

@@ -1,5 +1,5 @@
 """The process's one logging set-up: `text` (human) or `json` (one object per line, for log
-pipelines), and the current request's id on every line (core/requestctx.py).
+pipelines), and the current request's id on every line (core/context/requestctx.py).
 
 The id is added by a filter on the handler, so it covers every logger (ours, uvicorn's,
 redis-py's) and is read when the line is written, in the request's own context. Log lines carry
@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import orjson
 
-from proxy.core.requestctx import current_request_id
+from proxy.core.context.requestctx import current_request_id
 
 LOG_FORMATS = ("text", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"

@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 
 from proxy import __version__
+from proxy.core.context.requestctx import client_trace_lines, upstream_request_id
 from proxy.core.errors import (
     AutoToolChoiceUnavailable,
     InvalidRequest,
@@ -50,7 +51,6 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import client_trace_lines, upstream_request_id
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
 from proxy.settings import Timeouts
 from proxy.upstream.dial import Proxy
@@ -231,7 +231,7 @@ class Upstream:
         """Send `body`; return the open response (2xx only). The caller must `aclose()` it.
         `traceparent` (and `tracestate`): the W3C headers naming the call's span (tracing
         on), so that the replica's own spans (vLLM continues it) join the request's trace;
-        tracing off, the client's own (core/requestctx.py), passed on unchanged."""
+        tracing off, the client's own (core/context/requestctx.py), passed on unchanged."""
         target = self._target(base)
         head = target.head
         request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
@@ -241,7 +241,7 @@ class Upstream:
             head += b"traceparent: " + traceparent.encode("latin-1") + b"\r\n"
             if tracestate:
                 head += b"tracestate: " + tracestate.encode("latin-1") + b"\r\n"
-        else:  # tracing off: the client's own trace context, passed on (core/tracecontext.py)
+        else:  # tracing off: the client's own (core/context/tracecontext.py), passed on
             head += client_trace_lines()
         request = b"POST %s HTTP/1.1\r\n%scontent-type: application/json\r\n" \
                   b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,

@@ -1,5 +1,6 @@
 """Connections to URLs a client named (MCP servers, images): the name resolved once, every
-address vetted (core/urlpolicy.py `address_allowed`), the connection made to the vetted address.
+address vetted (core/policy/urlpolicy.py `address_allowed`), the connection made to the vetted
+address.
 
 Why pin: checking a name's addresses and then letting an HTTP client connect by name resolves
 it twice, and a name that answers a public address first and 127.0.0.1 next (DNS rebinding,
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import anyio
 import httpx2
 
-from proxy.core.urlpolicy import Target, address_allowed
+from proxy.core.policy.urlpolicy import Target, address_allowed
 
 Resolve = Callable[[str, int], Awaitable[list[str]]]
 

@@ -1,7 +1,7 @@
 """The request id and the access log, as one pure ASGI middleware (the outermost of ours).
 
 For every HTTP request:
-- the request id is the client's `x-request-id` when it is safe (core/requestctx.py), else a
+- the request id is the client's `x-request-id` when it is safe (core/context/requestctx.py), else a
   new `req_<32 hex>`; it is put in the request's context (so the upstream call and every log line
   of the request carry it) and echoed on the response, whatever answers it: a route's JSON, an
   SSE stream, an error from auth or the body limit. A stale `x-request-id` an upstream sent back
@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core.requestctx import CURRENT, RequestContext, accept_request_id
-from proxy.core.tracecontext import accept_trace_context
+from proxy.core.context.requestctx import CURRENT, RequestContext, accept_request_id
+from proxy.core.context.tracecontext import accept_trace_context
 from proxy.web.auth import header
 
 _HEADER = b"x-request-id"
@@ -52,7 +52,7 @@ def failed_status(exc: BaseException | None) -> int:
 
 
 def _trace_context(scope: Scope) -> tuple[str | None, str | None]:
-    """The client's W3C trace context, checked (core/tracecontext.py): passed on upstream
+    """The client's W3C trace context, checked (core/context/tracecontext.py): passed on upstream
     when tracing is off. One pass over the headers; nothing kept when there is none."""
     parents: list[str] = []
     states: list[str] = []

@@ -20,7 +20,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.core.requestctx import CURRENT
+from proxy.core.context.requestctx import CURRENT
 from proxy.telemetry.metrics import Metrics
 from proxy.web.access import CLIENT_CLOSED, failed_status
 

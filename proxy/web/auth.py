@@ -7,7 +7,7 @@ missing or unknown key is a 401; the comparison runs over every configured key i
 Without keys the proxy is open, and a client that sends a key anyway is still scoped by it.
 WebSocket handshakes on `/v1/` are checked the same way; a refused one is closed before accept.
 
-An open proxy is also guarded against browsers (core/origin.py): a WebSocket handshake from a
+An open proxy is also guarded against browsers (core/policy/origin.py): a WebSocket handshake from a
 foreign `Origin` is refused (403), and the request is marked `open` in its state, so a handler
 that reads a JSON body refuses one not declared JSON (web/incoming.py `json_body`).
 """
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.core.errors import Unauthorized
-from proxy.core.origin import origin_allowed, parse_origin
-from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
+from proxy.core.policy.origin import origin_allowed, parse_origin
+from proxy.core.policy.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.web.errors import error_response
 
 __all__ = ["OPEN", "PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]

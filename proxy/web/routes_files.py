@@ -8,7 +8,7 @@ its framing, counted as it arrives), then copied to the store chunk by chunk. At
 (services/files/files.py `UploadSlots`), so the temporary files of one process stay within that
 many times the largest file and one tenant cannot take every slot. On an open proxy
 (no keys) a form post is what any web page can make a visitor's browser send, so an upload from
-a foreign `Origin` is refused as a WebSocket handshake is (core/origin.py).
+a foreign `Origin` is refused as a WebSocket handshake is (core/policy/origin.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.core.errors import ProxyError
-from proxy.core.fields import bad
-from proxy.core.origin import origin_allowed, parse_origin
+from proxy.core.policy.origin import origin_allowed, parse_origin
+from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.services.files.files import CHUNK_BYTES, Files, Upload
 from proxy.web.auth import OPEN

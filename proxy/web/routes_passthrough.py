@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from proxy.core.cache.key import parse_cache_control
 from proxy.core.errors import ProxyError
-from proxy.core.jsonbody import parse_object
+from proxy.core.request.jsonbody import parse_object
 from proxy.services.fleet.passthrough import chat_stream
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import require_json, tenant

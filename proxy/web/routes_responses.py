@@ -7,8 +7,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.cache.key import parse_cache_control
-from proxy.core.fields import bad
 from proxy.core.request.create import INCLUDABLE
+from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import json_body, path_id, tenant

@@ -2,8 +2,8 @@
 
 It continues the client's W3C `traceparent` when there is one, makes the span current for
 everything the request runs (the OpenTelemetry context is a `ContextVar`: the handler, the
-stream task and the upstream client see it, as they see core/requestctx.py's), and ends it when
-the request ends (for a stream: when the stream ends). Attributes: method, route template,
+stream task and the upstream client see it, as they see core/context/requestctx.py's), and ends it
+when the request ends (for a stream: when the stream ends). Attributes: method, route template,
 status, and the key's id (access.py's `key_id`, a digest: never the key). Per request, never per
 token: the wrapped `send` looks at `http.response.start` only.
 """

@@ -14,7 +14,7 @@ reading loses the connection, as a stalled SSE client does), frames up to `--max
 bytes (a larger one gets a 413 error frame, up to uvicorn's `ws_max_size` past which the
 transport closes the socket with 1009: see proxy/cli.py), and a life of `--ws-max-age`
 seconds. One key holds at most `--ws-max-connections-per-key` sockets open in one process
-(core/keyslots.py); one more handshake is refused with a 429. Pings are uvicorn's
+(core/policy/keyslots.py); one more handshake is refused with a 429. Pings are uvicorn's
 (`ws_ping_interval`). A client that leaves cancels its response, which closes the upstream
 request as for an HTTP client.
 """

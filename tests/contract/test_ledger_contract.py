@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from proxy.core.errors import QuotaExceeded
+from proxy.core.policy.storagebudget import StorageBudget
 from proxy.core.shardtags import tag_of
-from proxy.core.storagebudget import StorageBudget
 from proxy.store import keys
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from proxy.core.errors import QuotaExceeded, RateLimited, StoreUnavailable
-from proxy.core.keysfile import Limits
+from proxy.core.policy.keysfile import Limits
 from proxy.services.metering.limits import KeyLimits, Limiter
 from proxy.store import keys
 from proxy.store.factory import open_store

@@ -28,7 +28,7 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from proxy.app import create_app
-from proxy.core.requestctx import CURRENT
+from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
 from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.tenancy import tenant_of
 from proxy.services.eventlog import durable
 from proxy.settings import Settings
 from proxy.store.base import ResponseRecord, StoredEvent

@@ -16,8 +16,8 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
+from proxy.core.policy.urlpolicy import parse_target
 from proxy.core.request.items import parse_input
-from proxy.core.urlpolicy import parse_target
 from proxy.services.fleet.media import MediaFetcher
 from proxy.upstream.egress import EgressRefused, PinnedTransport, pin, pinned_client
 

@@ -24,6 +24,7 @@ import uvloop
 
 from proxy import __version__
 from proxy.app import create_app
+from proxy.core.context.requestctx import CURRENT, RequestContext
 from proxy.core.errors import (
     InvalidRequest,
     UpstreamError,
@@ -31,7 +32,6 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import CURRENT, RequestContext
 from proxy.settings import Settings, Timeouts
 from proxy.upstream.client import (
     ConnectionPool,

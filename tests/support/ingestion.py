@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from proxy.core.vectorstores import file_record, parse_chunking
+from proxy.core.vectors.stores import file_record, parse_chunking
 from proxy.services.files.files import Files
 from proxy.services.vectors.ingest import Ingester, job_of
 from proxy.settings.groups import VectorSettings

@@ -12,7 +12,7 @@ import pytest
 from proxy.core import ids
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.wsframe import parse_frame
-from proxy.core.jsonbody import MAX_DEPTH, check_depth, parse_object
+from proxy.core.request.jsonbody import MAX_DEPTH, check_depth, parse_object
 from proxy.web import auth
 
 

@@ -28,7 +28,7 @@ import orjson
 from proxy.core.cache.completion import chunks, fold
 from proxy.core.cache.key import ROUTE_CHAT, Directives, chat_material
 from proxy.core.events.sse import DataDecoder
-from proxy.core.jsonbody import parse_object
+from proxy.core.request.jsonbody import parse_object
 from proxy.services.cache.responses import HEADER, HIT, Lookup, ResponseCache
 from proxy.services.fleet.passthrough import Passthrough, Relay, chat_stream
 from proxy.services.metering.meter import Meter, estimate, tokens_of

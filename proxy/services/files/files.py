@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.core.documents import Unreadable
 from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge, RateLimited
-from proxy.core.fields import bad, one_of
+from proxy.core.request.fields import bad, one_of
 from proxy.core.request.items import unreadable
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.services.files.extraction import Extractor

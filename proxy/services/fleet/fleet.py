@@ -26,6 +26,7 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
+from proxy.core.context.requestctx import note_replica, note_upstream_sent
 from proxy.core.errors import (
     AutoToolChoiceUnavailable,
     ModelNotFound,
@@ -34,7 +35,6 @@ from proxy.core.errors import (
 )
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
-from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
 from proxy.settings.fleetfile import ReplicaSpec
 from proxy.telemetry.tracing import Tracing, end_span, traceparent, tracestate

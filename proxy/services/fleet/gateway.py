@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.core.requestctx import end_setup
+from proxy.core.context.requestctx import end_setup
 from proxy.services.fleet.admission import Admission
 from proxy.services.fleet.fleet import CHAT_PATH, Call, Fleet
 from proxy.services.fleet.setups import SetupGate

@@ -1,10 +1,10 @@
 """Media URLs of a request, fetched by the proxy and sent to the fleet inline (issue 23).
 
 vLLM fetches the URL of an `image_url` (`audio_url`, `video_url`, and every other spelling its
-parser reads: core/chatparts.py) part itself, from the GPU nodes: a client's
+parser reads: core/translate/chatparts.py) part itself, from the GPU nodes: a client's
 `http://169.254.169.254/...` would be read from inside the fleet's network (SSRF), and a name
 vetted here could resolve elsewhere there (rebinding) or redirect there. So the proxy fetches
-each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved once and the
+each URL, under `--fetch-allow`'s rules (core/policy/urlpolicy.py), the name resolved once and the
 connection made to the vetted address (proxy/upstream/egress.py), and hands vLLM a data: URL: the
 fleet never fetches anything a client named.
 
@@ -33,11 +33,11 @@ from urllib.parse import urljoin
 
 import anyio
 
-from proxy.core.chatparts import media_urls
 from proxy.core.errors import InvalidRequest
+from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.core.request.items import image_urls
+from proxy.core.translate.chatparts import media_urls
 from proxy.core.types import Item
-from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.settings import FetchSettings, LimitSettings
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class MediaFetcher:
 
     async def inline_chat(self, messages: Any) -> bool:
         """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
-        place: every spelling vLLM would fetch, in every role (core/chatparts.py). Whether
+        place: every spelling vLLM would fetch, in every role (core/translate/chatparts.py). Whether
         anything was replaced. A part that cannot be classified is a 400 naming it."""
         found = list(media_urls(messages))
         wanted = {ref.url: (ref.family, ref.where) for ref in found}

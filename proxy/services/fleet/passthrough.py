@@ -1,7 +1,7 @@
 """Chat Completions and the model list, passed through to the fleet.
 
 The request body goes upstream as the client sent it, but for what the proxy owns: `cache_salt`
-is the key's (core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
+is the key's (core/policy/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
 prefix cache with another's; media URLs are fetched here and sent inline (services/fleet/media.py:
 the fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
 We parse it once (to route on `model`); the answer comes back chunk for chunk as it arrives. If
@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
-from proxy.core.fields import lax_bool
-from proxy.core.jsonbody import parse_object
-from proxy.core.tenancy import CacheSalts
+from proxy.core.policy.tenancy import CacheSalts
+from proxy.core.request.fields import lax_bool
+from proxy.core.request.jsonbody import parse_object
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
@@ -154,7 +154,7 @@ async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes, relay: 
 
 
 def chat_stream(request: dict[str, Any]) -> bool | None:
-    """A chat request's `stream`, read as vLLM reads it (core/fields.py `lax_bool`)."""
+    """A chat request's `stream`, read as vLLM reads it (core/request/fields.py `lax_bool`)."""
     return lax_bool(request, "stream")
 
 

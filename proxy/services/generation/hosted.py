@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.core.fields import at
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
+from proxy.core.request.fields import at
 from proxy.telemetry.tracing import Tracing
 
 NO_CALL = HostedCall()

@@ -33,11 +33,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.core import types as t
+from proxy.core.context.requestctx import CURRENT, RequestContext
+from proxy.core.context.tracecontext import accept_traceparent
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import new_id
-from proxy.core.requestctx import CURRENT, RequestContext
-from proxy.core.tracecontext import accept_traceparent
 from proxy.services.generation.builder import Generations
 from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec

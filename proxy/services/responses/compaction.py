@@ -36,9 +36,9 @@ from proxy.core.compaction import (
 )
 from proxy.core.errors import NotFound
 from proxy.core.events.assembler import map_usage
-from proxy.core.fields import bad
 from proxy.core.ids import IdFactory
 from proxy.core.request.create import ResponsesRequest
+from proxy.core.request.fields import bad
 from proxy.core.seal import Sealer
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort

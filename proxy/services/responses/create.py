@@ -33,6 +33,7 @@ from proxy.core import types as t
 from proxy.core.cache.key import USE_CACHE, Directives
 from proxy.core.compaction import OBJECT as COMPACTION_OBJECT
 from proxy.core.compaction import compacted_output, has_compaction, parse_compact_body
+from proxy.core.context.requestctx import client_traceparent, current_request_id
 from proxy.core.errors import (
     InvalidRequest,
     NotFound,
@@ -43,13 +44,12 @@ from proxy.core.errors import (
 )
 from proxy.core.events.assembler import Assembler, map_usage
 from proxy.core.hosted import hosted_by_choice
+from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import FILE_SEARCH_RESULTS, ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
-from proxy.core.requestctx import client_traceparent, current_request_id
-from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject

@@ -9,7 +9,7 @@ limits (`limit`) when it has any. The worker
 heartbeats and reclaims apply: a worker that dies mid-file leaves the entry to be reclaimed,
 and running a file twice only writes the same chunks again (finish_file replaces them).
 
-    the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/chunking.py)
+    the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/vectors/chunking.py)
         ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
         ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
            last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
@@ -22,7 +22,7 @@ reclaim retries it. Nothing of the file's text is logged.
 Memory (issue 38): one ingestion holds its text, its chunks (about twice the text: neighbours
 share `overlap` tokens) and their packed float32 vectors, and briefly the stored form of the
 chunks (store/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds the
-file's words as a list (core/chunking.py cuts one chunk at a time), every vector at once or
+file's words as a list (core/vectors/chunking.py cuts one chunk at a time), every vector at once or
 twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
 A PDF, HTML or JSON file is read in a child process (services/files/extraction.py). The
 ingestions of a process together wait for a share of `--ingest-memory-budget`
@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from proxy.core.chunking import chunk_text
 from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
-from proxy.core.vectorsearch import unit_rows
-from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
+from proxy.core.vectors.chunking import chunk_text
+from proxy.core.vectors.search import unit_rows
+from proxy.core.vectors.stores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import BATCH, Embedder, EmbeddingAccount, EmbeddingFailed
 from proxy.services.metering.embedding import EmbeddingAccounts

@@ -1,5 +1,5 @@
 """Searching vector stores: the query embedded by the fleet, each store's chunks scored by exact
-cosine (core/vectorsearch.py), the hits merged.
+cosine (core/vectors/search.py), the hits merged.
 
 A store's vectors are kept in this process between searches (an LRU of `Corpus`es bounded by
 `cache_bytes` in all), keyed by the store's `ver` (store/vectors.py), which every completed or
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.core.vectorsearch import Corpus, FileMeta, Hit, merged, search
+from proxy.core.vectors.search import Corpus, FileMeta, Hit, merged, search
 from proxy.services.fleet.embeddings import Embedder
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.store.vectors import RedisVectorStores

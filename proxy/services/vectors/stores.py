@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import vectorstores as v
 from proxy.core.errors import NotFound, ProxyError
-from proxy.core.fields import (
+from proxy.core.request.fields import (
     bad,
     expect_str,
 )
 from proxy.core.request.paging import PageRequest, list_body, paginate
-from proxy.core.vectorsearch import result
+from proxy.core.vectors import stores as v
+from proxy.core.vectors.search import result
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import EmbeddingFailed
 from proxy.services.jobs.shares import QueueShare, refused

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from proxy.core.errors import QuotaExceeded
-from proxy.core.keysfile import KeysFile
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.keysfile import KeysFile
+from proxy.core.policy.tenancy import tenant_of
 
 # The flag's default. A stored response keeps its input (up to `--max-body-bytes`, 16 MiB) for
 # `--response-ttl` (30 days): 1 GiB is 64 of the largest requests, or tens of thousands of

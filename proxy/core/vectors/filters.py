@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.fields import at, bad, expect_list, expect_object, one_of, req_str
+from proxy.core.request.fields import at, bad, expect_list, expect_object, one_of, req_str
 
 COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
 COMPOUNDS = ("and", "or")

@@ -3,7 +3,7 @@
 Upstream a chat request knows only functions (core/request/tools.py parses what the client sent):
     function                       → the same function
     custom {name, format}          → a function of one string, `{"input": "..."}`
-                                     (core/custominput.py unwraps the call's input)
+                                     (core/tools/custominput.py unwraps the call's input)
     namespace {name, tools: [...]} → each member as its own function named `<ns>__<name>`
                                      (`_2`, `_3`, … appended while that name is taken); a call
                                      comes back with the member's own `name` plus `namespace`
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.custominput import CUSTOM_ARGUMENT, custom_arguments
+from proxy.core.tools.custominput import CUSTOM_ARGUMENT, custom_arguments
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,

@@ -9,14 +9,14 @@ positive integer, each optional. A key's missing limits come from `defaults`, wh
 to keys given with `--api-key`. `priority: true` (per key, not in `defaults`) lets the key's
 `service_tier: "priority"` go ahead of other keys in the fleet's queue. `cache_group` (a name,
 optional): keys with the same group share one prefix-cache salt, so they reuse each other's
-cached prompts on vLLM (core/tenancy.py); every other key's prompts are cached apart.
+cached prompts on vLLM (core/policy/tenancy.py); every other key's prompts are cached apart.
 Every problem is one `KeysFileError` naming the field (`keys[2].rpm`), so the start-up message
 points at the line to fix. Unknown fields are refused: a typo (`rmp`) would otherwise silently
 leave a key unlimited.
 
 `max_stored_bytes`: bytes the key may keep stored (its responses and conversations), a
 non-negative integer (0: no limit), optional like the others; enforced by the store
-(core/storagebudget.py), not by services/metering/limits.py.
+(core/policy/storagebudget.py), not by services/metering/limits.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 LIMIT_FIELDS = ("rpm", "tpm", "max_streams", "token_budget", "max_stored_bytes")
-# Limits the store enforces (core/storagebudget.py), not services/metering/limits.py; 0 means
+# Limits the store enforces (core/policy/storagebudget.py), not services/metering/limits.py; 0 means
 # unlimited.
 STORE_FIELDS = ("max_stored_bytes",)
 

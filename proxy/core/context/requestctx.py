@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from proxy.core.tracecontext import trace_headers
+from proxy.core.context.tracecontext import trace_headers
 
 HEADER = "x-request-id"
 # Long enough for a UUID, a W3C trace id or a load balancer's own id; short enough to keep log
@@ -40,7 +40,7 @@ class RequestContext:
     # Random, made by whoever makes the context: sets this request's upstream ids apart from
     # another request in flight under the same client id (empty: the id is ours, so unique).
     upstream_tag: str = ""
-    # The client's W3C trace context (core/tracecontext.py, checked), passed on unchanged to
+    # The client's W3C trace context (core/context/tracecontext.py, checked), passed on unchanged to
     # every upstream call that carries no span of ours (tracing off): the replica joins the
     # client's trace. None: the client sent none (or a malformed one, dropped).
     traceparent: str | None = None

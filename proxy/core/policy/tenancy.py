@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.keysfile import KeysFile
+from proxy.core.policy.keysfile import KeysFile
 
 PUBLIC_TENANT = "public"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from proxy.core.vectorfilters import matches
+from proxy.core.vectors.filters import matches
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.chunking import DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP, MAX_TOKENS, MIN_TOKENS
-from proxy.core.fields import (
+from proxy.core.request.fields import (
     at,
     bad,
     check_metadata,
@@ -25,7 +24,8 @@ from proxy.core.fields import (
     opt_number,
     opt_str,
 )
-from proxy.core.vectorfilters import parse_filters
+from proxy.core.vectors.chunking import DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP, MAX_TOKENS, MIN_TOKENS
+from proxy.core.vectors.filters import parse_filters
 
 MAX_NAME = 256
 MAX_DAYS = 365

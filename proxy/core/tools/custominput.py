@@ -1,7 +1,7 @@
 """A custom (freeform) tool's input and its upstream arguments. Pure.
 
-Upstream a custom tool is a function of one string, `{"input": "..."}` (core/toolnames.py). Its
-call's arguments are unwrapped back into the `input` of a `custom_tool_call`: while they stream
+Upstream a custom tool is a function of one string, `{"input": "..."}` (core/tools/toolnames.py).
+Its call's arguments are unwrapped back into the `input` of a `custom_tool_call`: while they stream
 (`InputStream`, for `response.custom_tool_call_input.delta`) and once they are whole
 (`custom_input`). A model that wrote the input bare, or in another object shape, still gets it
 through, whole at the end.
