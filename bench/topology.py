@@ -5,7 +5,7 @@ Load, per round: `--streams` stored foreground streams, each created with its le
 script), `--tokens` flushes of one event per stream (every live stream's events in one flush:
 one call on one primary, one call per shard tag on the cluster), the final write (object,
 output item index, ledger) and the lease dropped. The ids are the ones an instance makes on
-that topology (store/shards.py: shard-tagged on the cluster, two tags per primary).
+that topology (store/connection/shards.py: shard-tagged on the cluster, two tags per primary).
 
 Reported per 1,000 tokens (events): Redis CPU of each primary (utime+stime from /proc; on the
 cluster, replicas apart), the CPU of this process (the proxy's share of the store work: building
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from bench.options import module_parser
 from proxy.core import ids as idp
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import Backend, open_backend
+from proxy.store.connection.factory import Backend, open_backend
 from tests.support.cluster import RedisClusterGroup, _client
 from tests.support.servers import ServerProcess, start_redis
 

@@ -57,7 +57,7 @@ from proxy.services.vectors.stores import VectorStores
 from proxy.settings import Settings
 from proxy.settings.groups import StreamSettings
 from proxy.store.base import JobQueue, Store
-from proxy.store.factory import Backend, open_backend
+from proxy.store.connection.factory import Backend, open_backend
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import Tracing, traced_writes
 from proxy.upstream.client import ConnectionPool, Upstream
@@ -146,7 +146,8 @@ class Runtime:
               tracing: Tracing | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
-        `backend`: the store and its adapters (store/factory.py), used only through them."""
+        `backend`: the store and its adapters (store/connection/factory.py), used only through
+        them."""
         per_replica = settings.upstream.max_connections
         client = http or Upstream.make_pool(
             max_connections=max(POOL_CONNECTIONS, 2 * per_replica), max_per_origin=per_replica,

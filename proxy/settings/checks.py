@@ -22,7 +22,7 @@ from proxy.core.policy.keysfile import KeysFile, KeysFileError, parse_keys_file
 from proxy.core.policy.origin import parse_origin
 from proxy.core.policy.urlpolicy import UrlRefused, parse_prefix, parse_target
 from proxy.settings.fleetfile import FleetFileError, ReplicaSpec, load_fleet
-from proxy.store.topology import BadRedisUrl, parse_redis_url
+from proxy.store.connection.topology import BadRedisUrl, parse_redis_url
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.
 Parse = Callable[[object, str], object]
@@ -95,8 +95,8 @@ def upstreams(values: object, flag: str) -> tuple[str, ...]:
 
 
 def check_redis_url(url: object, flag: str = "--redis-url") -> str:
-    """One of the forms store/topology.py reads (one primary, TLS, Sentinel, Cluster). The
-    message names what is wrong, not the URL: it may carry a password."""
+    """One of the forms store/connection/topology.py reads (one primary, TLS, Sentinel, Cluster).
+    The message names what is wrong, not the URL: it may carry a password."""
     try:
         return parse_redis_url(str(url)).url
     except BadRedisUrl as exc:

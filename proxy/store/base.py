@@ -21,8 +21,8 @@ Rules every backend keeps:
   without bound (conversations cap their items, see `MAX_CONVERSATION_ITEMS`).
 - **Bytes are bounded per tenant.** The bytes of a tenant's stored responses and conversations
   are counted as they are written and stop counting when they expire or are deleted
-  (store/ledger.py); a write that creates (a response, a conversation, items added through the
-  API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
+  (store/budget/ledger.py); a write that creates (a response, a conversation, items added through
+  the API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
   budget (core/policy/storagebudget.py), the check and the count in one atomic step. Writes that
   end a turn already running (its final object, its conversation append) count but are never
   refused.

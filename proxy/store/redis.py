@@ -39,11 +39,17 @@ from redis.commands.core import AsyncScript
 from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
-from proxy.store import keys, scripts
+from proxy.store import keys
 from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
-from proxy.store.coalesce import ScriptCoalescer
+from proxy.store.budget.headroom import Headroom
+from proxy.store.budget.ledger import LEDGER_HELD
+from proxy.store.connection.coalesce import ScriptCoalescer
+from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.connection.reconnect import Reconnector
+from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
-from proxy.store.decoding import (
+from proxy.store.lua import scripts
+from proxy.store.lua.decoding import (
     event_of,
     held_items,
     item_ids,
@@ -51,18 +57,13 @@ from proxy.store.decoding import (
     record_of,
     transition_of,
 )
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.headroom import Headroom
-from proxy.store.ledger import LEDGER_HELD
-from proxy.store.packing import (
+from proxy.store.lua.packing import (
     MAX_EVENTS_PER_CALL,
     HashKeys,
     by_tag,
     packed,
     packed_calls,
 )
-from proxy.store.reconnect import Reconnector
-from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
@@ -310,7 +311,7 @@ class RedisStore(RedisConversations):
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
-        `--redis-wait-replicas` asks (store/replication.py)."""
+        `--redis-wait-replicas` asks (store/connection/replication.py)."""
         if self.replication.replicas:
             return await self.replication.run(self._client, script, keys_, args)
         if self.sharded:  # each call to its slot's node

@@ -29,7 +29,7 @@ from redis.crc import key_slot
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.contract.tagged import STYLE, rid
 from tests.support.cluster import RedisClusterGroup

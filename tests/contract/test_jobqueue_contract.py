@@ -17,7 +17,7 @@ import pytest
 from proxy.core.errors import StoreUnavailable
 from proxy.store import keys
 from proxy.store.base import Enqueued, Job, ResponseRecord
-from proxy.store.factory import job_queue, open_store
+from proxy.store.connection.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips

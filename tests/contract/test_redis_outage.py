@@ -23,7 +23,7 @@ from redis import exceptions as rex
 from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog.durable import store_final
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.support.servers import start_redis
 

@@ -21,8 +21,8 @@ from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog.durable import store_final
 from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
-from proxy.store.replication import WAIT_TIMEOUT_MS
+from proxy.store.connection.factory import open_store
+from proxy.store.connection.replication import WAIT_TIMEOUT_MS
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess
 

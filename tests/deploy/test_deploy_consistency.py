@@ -23,7 +23,7 @@ import yaml
 
 from proxy.app import create_app
 from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
-from proxy.store.topology import parse_redis_url
+from proxy.store.connection.topology import parse_redis_url
 from proxy.web.bodylimits import MULTIPART_SLACK
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from proxy.services.eventlog import writer as eventlog
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.settings import Settings
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.support.inprocess import app_for, until
 from tests.support.servers import ServerProcess

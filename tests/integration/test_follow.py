@@ -14,7 +14,7 @@ from proxy.services.eventlog import pages as logread
 from proxy.services.eventlog.follow import Followers
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 
 

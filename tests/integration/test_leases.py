@@ -17,7 +17,7 @@ from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import LEASE_LOST, LOST, Leases
 from proxy.settings import StreamSettings
 from proxy.store.base import ResponseRecord, StoredEvent
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.leases import LeaseState, LeaseTable
 from proxy.store.redis import RedisStore
 from tests.support.assembly import CREATED_AT, assemble, golden_bytes

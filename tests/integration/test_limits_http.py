@@ -82,7 +82,7 @@ async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
     from proxy.core.policy.keysfile import Limits
     from proxy.services.metering.limits import KeyLimits, Limiter
     from proxy.services.metering.meter import Meter
-    from proxy.store.factory import embedded_client
+    from proxy.store.connection.factory import embedded_client
     from proxy.store.limits import LimitStore
 
     async def never_read() -> AsyncIterator[bytes]:

@@ -1,5 +1,5 @@
 """Per-key storage budgets: the bytes each client key may keep in the store (its stored
-responses and conversations, store/ledger.py counts them). Pure: the store asks `of(tenant)`
+responses and conversations, store/budget/ledger.py counts them). Pure: the store asks `of(tenant)`
 at each write it checks.
 
 Where a key's budget comes from, first found: its `--keys-file` entry's `max_stored_bytes`, the

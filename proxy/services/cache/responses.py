@@ -54,7 +54,7 @@ from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
 from proxy.store.base import ResponseRecord, Store
-from proxy.store.cache import RedisCache, VectorWrite
+from proxy.store.objects.cache import RedisCache, VectorWrite
 from proxy.telemetry.metrics import CacheResult, Metrics
 
 log = logging.getLogger("proxy.cache")

@@ -25,7 +25,7 @@ from proxy.core.request.items import unreadable
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.services.files.extraction import Extractor
 from proxy.store.base import Store
-from proxy.store.files import CHUNK_BYTES, BlobStore
+from proxy.store.objects.files import CHUNK_BYTES, BlobStore
 
 # The purposes the SDK's `files.create` takes (types/file_purpose.py).
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")

@@ -32,7 +32,7 @@ from proxy.core.prompts import (
 from proxy.core.request.fields import at, bad
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.store.base import Store
-from proxy.store.prompts import TOO_MANY, RedisPrompts
+from proxy.store.objects.prompts import TOO_MANY, RedisPrompts
 
 PROMPT = "pmpt"
 # An input_file variable's text: (the part, its path) → text.

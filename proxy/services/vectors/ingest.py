@@ -11,7 +11,7 @@ and running a file twice only writes the same chunks again (finish_file replaces
 
     the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/vectors/chunking.py)
         ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
-        ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
+        ─▶ stored with the file's `completed` (store/objects/vectors.py), or the file `failed` with
            last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
            (no embedding model, the fleet failed, the store is full, the key's token budget
            was spent before the last chunk: its embeddings count in the key's tpm and budget)
@@ -21,9 +21,9 @@ reclaim retries it. Nothing of the file's text is logged.
 
 Memory (issue 38): one ingestion holds its text, its chunks (about twice the text: neighbours
 share `overlap` tokens) and their packed float32 vectors, and briefly the stored form of the
-chunks (store/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds the
-file's words as a list (core/vectors/chunking.py cuts one chunk at a time), every vector at once or
-twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
+chunks (store/objects/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds
+the file's words as a list (core/vectors/chunking.py cuts one chunk at a time), every vector at once
+or twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
 A PDF, HTML or JSON file is read in a child process (services/files/extraction.py). The
 ingestions of a process together wait for a share of `--ingest-memory-budget`
 (services/vectors/memory.py) before reading a byte.
@@ -48,7 +48,7 @@ from proxy.services.fleet.embeddings import BATCH, Embedder, EmbeddingAccount, E
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.vectors.memory import MemoryBudget
 from proxy.settings.groups import VectorSettings
-from proxy.store.vectors import RedisVectorStores, StoredChunks
+from proxy.store.objects.vectors import RedisVectorStores, StoredChunks
 from proxy.telemetry.tracing import Tracing
 
 log = logging.getLogger("proxy.vectors")

@@ -40,7 +40,7 @@ from proxy.services.vectors.ingest import job_of
 from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings
 from proxy.store.base import JobQueue
-from proxy.store.vectors import RedisVectorStores
+from proxy.store.objects.vectors import RedisVectorStores
 from proxy.telemetry.tracing import current_traceparent
 
 

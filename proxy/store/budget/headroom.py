@@ -5,7 +5,7 @@ ingestion's write counts its bytes without refusing, so their checks always read
 
 Why it is safe: the pre-check is advisory. It refuses an over-budget key before any upstream
 work (compaction, the turn); the create script checks the budget again, atomically, and writes
-nothing past it (store/scripts.py CREATE_RESPONSE). Skipping the pre-check can therefore only
+nothing past it (store/lua/scripts.py CREATE_RESPONSE). Skipping the pre-check can therefore only
 let an over-budget request reach its replica before the create refuses it (the same 429, before
 `response.created`), never store past the budget. Why it pays: every stored create paid that
 round trip (and Redis's CPU) before its upstream call, ~1 in 2 of a stored stream's round trips

@@ -14,8 +14,8 @@ What does not change: each call is its own EVALSHA, run by Redis on its own (a p
 a transaction: one call's error is that call's alone); a script the server lost (a restart
 emptied its cache) is loaded and its calls sent again, as redis-py's Script does; a pipeline
 that fails as a whole (the connection lost, a timeout) fails each of its calls with that error,
-which the caller maps as before (store/failures.py `store_errors`). A call whose caller was
-cancelled before its batch went out is left out of it (as a lone call cancelled before its send
+which the caller maps as before (store/connection/failures.py `store_errors`). A call whose caller
+was cancelled before its batch went out is left out of it (as a lone call cancelled before its send
 was never sent); once sent, it lands or not as a lone call would. A batch of one goes as a lone
 call (no pipeline object for it).
 

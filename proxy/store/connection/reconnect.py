@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 
-from proxy.store.failures import store_errors
+from proxy.store.connection.failures import store_errors
 
 # Seconds a probe PING may take. Redis answers one in well under a millisecond unless it is
 # stuck: even a long script or a big flush ahead of it takes tens of milliseconds.

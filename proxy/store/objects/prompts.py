@@ -19,9 +19,9 @@ from redis.asyncio import Redis
 from proxy.core.prompts import MAX_VERSIONS
 from proxy.core.request.paging import PageRequest
 from proxy.store import keys
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.ledger import LEDGER
-from proxy.store.listing import index_page
+from proxy.store.budget.ledger import LEDGER
+from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.objects.listing import index_page
 
 TOO_MANY: Final = -1
 

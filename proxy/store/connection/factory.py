@@ -40,18 +40,18 @@ from redis.backoff import NoBackoff
 
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget
-from proxy.store.cache import RedisCache
-from proxy.store.files import RedisBlobStore
+from proxy.store.connection.reconnect import PROBE_TIMEOUT, Reconnector
+from proxy.store.connection.shards import ShardedIds, cluster_owners
+from proxy.store.connection.topology import RedisTarget, parse_redis_url
 from proxy.store.fleetsecret import SecretRead, shared_secret
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.leases import LeaseTable
 from proxy.store.limits import LimitStore
-from proxy.store.prompts import RedisPrompts
-from proxy.store.reconnect import PROBE_TIMEOUT, Reconnector
+from proxy.store.objects.cache import RedisCache
+from proxy.store.objects.files import RedisBlobStore
+from proxy.store.objects.prompts import RedisPrompts
+from proxy.store.objects.vectors import RedisVectorStores
 from proxy.store.redis import RedisStore
-from proxy.store.shards import ShardedIds, cluster_owners
-from proxy.store.topology import RedisTarget, parse_redis_url
-from proxy.store.vectors import RedisVectorStores
 
 CONNECT_TIMEOUT = 2.0
 SOCKET_TIMEOUT = 5.0
@@ -68,8 +68,8 @@ MAX_CONNECTIONS = 256
 # The embedded store's connections are in-process objects (no socket, no server-side client),
 # so its bound is only there to catch a leak: well past what 1,000 concurrent streams hold.
 EMBEDDED_MAX_CONNECTIONS = 4096
-# Connections of the reconnect probe (store/reconnect.py): many streams failing at once probe
-# together; past these they wait for one (as long as a probe may take).
+# Connections of the reconnect probe (store/connection/reconnect.py): many streams failing at once
+# probe together; past these they wait for one (as long as a probe may take).
 PROBE_CONNECTIONS = 16
 # Oldest Redis we support (docs/design.md): the embedded server refuses what 7.0 would refuse.
 EMBEDDED_VERSION = (7, 0)
@@ -81,11 +81,11 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                max_connections: int = MAX_CONNECTIONS,
                budget: StorageBudget = UNLIMITED, wait_replicas: int = 0,
                probe_timeout: float = PROBE_TIMEOUT) -> RedisStore:
-    """A `RedisStore` on `redis_url` (store/topology.py: one primary, or the primary that
+    """A `RedisStore` on `redis_url` (store/connection/topology.py: one primary, or the primary that
     Sentinel names), or the embedded store when it is None, holding each key to its `budget`
     of stored bytes. Nothing connects here: the first call does (call `ping()` to check at
     start-up). `wait_replicas`: see `RedisStore`; `probe_timeout`: the reconnect probe's
-    (store/reconnect.py)."""
+    (store/connection/reconnect.py)."""
     if redis_url is None:
         return RedisStore(embedded_client(), embedded=True, budget=budget)
     if socket_timeout <= BLOCK_MARGIN:
@@ -153,7 +153,8 @@ def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeou
     (a failover). Same fail-fast settings as one primary: no retries of its own (the store
     retries reads once; the next command after a failure re-reads the slot map), bounded
     waits. `max_connections` is per node. No reconnect probe: the client re-learns the map
-    by itself after a failure (store/reconnect.py's pool reset has no cluster equivalent)."""
+    by itself after a failure (store/connection/reconnect.py's pool reset has no cluster
+    equivalent)."""
     nodes = [ClusterNode(host, port) for host, port in target.hosts]
     client: Any = RedisCluster(
         startup_nodes=nodes, password=target.password, socket_timeout=socket_timeout,
@@ -199,10 +200,11 @@ class Backend:
     # Which instance writes each foreground stored response; None on the embedded store (it
     # dies with its process, so there is no other instance to take over).
     leases: LeaseTable | None
-    files: RedisBlobStore  # uploaded files (`/v1/files`), behind store/files.py's BlobStore
+    files: RedisBlobStore  # uploaded files (`/v1/files`), behind store/objects/files.py's BlobStore
     prompts: RedisPrompts  # prompt templates (`/v1/prompts`)
     vectors: RedisVectorStores  # vector stores (`/v1/vector_stores`)
-    # The ids of new responses and conversations: shard-tagged on a cluster (store/shards.py).
+    # The ids of new responses and conversations: shard-tagged on a cluster
+    # (store/connection/shards.py).
     ids: IdFactory = new_id
 
     @property

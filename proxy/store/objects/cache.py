@@ -19,7 +19,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from proxy.store import keys, scripts
+from proxy.store import keys
+from proxy.store.lua import scripts
 from proxy.store.redis import read_retrying, store_errors
 
 

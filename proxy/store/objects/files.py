@@ -25,9 +25,9 @@ from redis.asyncio import Redis
 
 from proxy.core.request.paging import PageRequest
 from proxy.store import keys
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.ledger import LEDGER
-from proxy.store.listing import index_page
+from proxy.store.budget.ledger import LEDGER
+from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.objects.listing import index_page
 
 # Big enough that a 32 MiB file is 64 round trips, small enough that no single value stalls
 # Redis (or a replica's stream) noticeably.

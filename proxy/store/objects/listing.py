@@ -17,7 +17,7 @@ import orjson
 from redis.asyncio import Redis
 
 from proxy.core.request.paging import PageRequest
-from proxy.store.failures import read_retrying, store_errors
+from proxy.store.connection.failures import read_retrying, store_errors
 
 MAX_ROUNDS = 10
 

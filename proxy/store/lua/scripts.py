@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from proxy.store.budget.ledger import LEDGER
 from proxy.store.keys import JOB_WAKE_MAX
-from proxy.store.ledger import LEDGER
 
 # Shared Lua pieces, prepended to the scripts that use them.
 

@@ -26,9 +26,9 @@ from redis.asyncio import Redis
 
 from proxy.core.request.paging import PageRequest
 from proxy.store import keys
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.ledger import LEDGER
-from proxy.store.listing import index_page
+from proxy.store.budget.ledger import LEDGER
+from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.objects.listing import index_page
 
 # KEYS: record, index. ARGV: obj, ttl, created_at, id.
 _CREATE: Final = """
