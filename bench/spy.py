@@ -173,7 +173,7 @@ RULES: tuple[Rule, ...] = (
     # transport.write is native, so its time is the leaf `RequestResponseCycle.send`'s own.
     Rule(SEND, ("uvicorn/protocols/http/",), ("RequestResponseCycle.send",)),
     Rule(SEND, ("starlette/middleware/errors.py", "starlette/_exception_handler.py",
-                "proxy/web/access.py", "proxy/web/accounting.py"),
+                "proxy/web/middleware/access.py", "proxy/web/middleware/accounting.py"),
          ("_send", "sender", "tagged", "counted")),
     Rule(READ, ("proxy/upstream/http1.py",)),
     Rule(STORE, ("proxy/services/eventlog/", "proxy/store/", "redis/", "hiredis",

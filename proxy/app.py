@@ -20,24 +20,22 @@ from proxy.services.process.drain import Drain
 from proxy.settings import Settings, accepted_keys
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import Tracing
-from proxy.web import (
-    routes_conversations,
-    routes_files,
-    routes_health,
-    routes_passthrough,
-    routes_prompts,
-    routes_responses,
-    routes_vector_stores,
-    websocket,
-)
-from proxy.web.access import BODY_SEND, AccessLog
-from proxy.web.accounting import RequestMetrics
-from proxy.web.auth import AuthMiddleware
-from proxy.web.bodylimits import BodyLimitMiddleware
-from proxy.web.draining import DrainMiddleware
 from proxy.web.errors import EXCEPTION_HANDLERS
+from proxy.web.middleware.access import BODY_SEND, AccessLog
+from proxy.web.middleware.accounting import RequestMetrics
+from proxy.web.middleware.auth import AuthMiddleware
+from proxy.web.middleware.bodylimits import BodyLimitMiddleware
+from proxy.web.middleware.draining import DrainMiddleware
+from proxy.web.middleware.tracing import TraceMiddleware
+from proxy.web.routes import conversations as routes_conversations
+from proxy.web.routes import files as routes_files
+from proxy.web.routes import health as routes_health
+from proxy.web.routes import passthrough as routes_passthrough
+from proxy.web.routes import prompts as routes_prompts
+from proxy.web.routes import responses as routes_responses
+from proxy.web.routes import vector_stores as routes_vector_stores
+from proxy.web.routes import websocket
 from proxy.web.state import attach
-from proxy.web.tracing import TraceMiddleware
 
 
 def create_app(settings: Settings) -> Starlette:

@@ -140,13 +140,13 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         host=settings.server.host,
         port=settings.server.port,
         log_level="warning",
-        access_log=False,  # ours is web/access.py
+        access_log=False,  # ours is web/middleware/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
         # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
         # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
         timeout_graceful_shutdown=5,
         # Larger frames are refused by the transport itself (close 1009); up to this size the
-        # handler answers an over-long frame with an error frame (web/websocket.py).
+        # handler answers an over-long frame with an error frame (web/routes/websocket.py).
         ws_max_size=2 * settings.limits.max_body_bytes,
         # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
         # behind proxies that cut silent connections.

@@ -133,7 +133,8 @@ class UnsupportedMediaType(ProxyError):
 
 
 class RequestTimeout(ProxyError):
-    """The client stopped sending its request body (web/bodylimits.py, `--body-timeout`)."""
+    """The client stopped sending its request body (web/middleware/bodylimits.py,
+    `--body-timeout`)."""
 
     status = 408
     type = "invalid_request_error"

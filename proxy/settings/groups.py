@@ -171,10 +171,10 @@ class LimitSettings:
 
     max_body_bytes: int = 16 * 1024 * 1024
     # Issue 27, the Files API: the largest file one upload may carry (exactly this is accepted);
-    # the upload's body may exceed it by its multipart framing (web/bodylimits.py).
+    # the upload's body may exceed it by its multipart framing (web/middleware/bodylimits.py).
     max_file_bytes: int = 32 * 1024 * 1024
     # Uploads one process takes at once: each may spool up to max_file_bytes to a temporary
-    # file while it streams in (web/routes_files.py), so together they bound that disk (the
+    # file while it streams in (web/routes/files.py), so together they bound that disk (the
     # k8s manifest sizes /tmp from it). One more is a 429 before its body is read.
     max_uploads_in_flight: int = 8
     # Seconds a request body may pause between two reads (nginx's client_body_timeout): past

@@ -280,8 +280,8 @@ def cache_bucket_prefix(tenant: str, namespace: str) -> str:
 
 # -- per-key limits (`--keys-file`, services/metering/limits.py)
 # ------------------------------------- All keys of one client key share the hash tag `{<tenant>}`
-# (the digest web/auth.py makes; the key itself is never stored), so each limit script touches one
-# cluster slot.
+# (the digest web/middleware/auth.py makes; the key itself is never stored), so each limit script
+# touches one cluster slot.
 
 # The current minute's counters: `w` (the minute, from the Redis server's clock, so instances
 # with skewed clocks still share one window), `r` (requests admitted), `t` (tokens used). A

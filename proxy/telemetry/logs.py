@@ -4,7 +4,7 @@ pipelines), and the current request's id on every line (core/context/requestctx.
 The id is added by a filter on the handler, so it covers every logger (ours, uvicorn's,
 redis-py's) and is read when the line is written, in the request's own context. Log lines carry
 no prompt or output text and no keys: no code path logs a body, and the access log
-(web/access.py) logs a key only as a digest.
+(web/middleware/access.py) logs a key only as a digest.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class ReplicaView(Protocol):
 class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
-        # -- HTTP, per request (web/accounting.py) --------------------------------------------
+        # -- HTTP, per request (web/middleware/accounting.py) --------------------------------------
         self._requests = Counter(
             "proxy_requests", "HTTP requests answered, by route template, method and status.",
             ("route", "method", "status"), registry=registry)
@@ -96,21 +96,18 @@ class Metrics:
             "Request start to the generation request written to a replica (parse, history, "
             "translate, replica choice), by route template.",
             ("route",), buckets=OVERHEAD_BUCKETS, registry=registry)
-        # -- Responses and tokens (services/generation/run.py)
-        # ------------------------------------------
+        # -- Responses and tokens (services/generation/run.py) -------------------------------------
         self._responses = Counter(
             "proxy_responses", "Responses finished, by terminal status.", ("status",),
             registry=registry)
         self._tokens = Counter(
             "proxy_tokens", "Tokens of finished generations, by direction (input, output).",
             ("direction",), registry=registry)
-        # -- background jobs (services/jobs/runner.py)
-        # -----------------------------------------------
+        # -- background jobs (services/jobs/runner.py) ---------------------------------------------
         self._jobs = Counter(
             "proxy_jobs", "Background jobs ended by this process's worker, by outcome.",
             ("outcome",), registry=registry)
-        # -- the response cache (services/cache/responses.py)
-        # -------------------------------------------
+        # -- the response cache (services/cache/responses.py) --------------------------------------
         self._cache_requests = Counter(
             "proxy_cache_requests", "Cache lookups by route and result (hit, miss, bypass).",
             ("route", "result"), registry=registry)

@@ -11,7 +11,7 @@ from starlette.requests import HTTPConnection, Request
 from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.policy.origin import is_json
 from proxy.core.request.jsonbody import parse_object
-from proxy.web.auth import OPEN, PUBLIC_TENANT
+from proxy.web.middleware.auth import OPEN, PUBLIC_TENANT
 
 
 def tenant(conn: HTTPConnection) -> str:

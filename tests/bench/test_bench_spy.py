@@ -22,7 +22,8 @@ STREAM = f"{ROOT};EventStream._stream (proxy/web/eventstream.py:108);" \
          "_streamed (proxy/services/responses/create.py:410);" \
          "Generation.run (proxy/services/generation/run.py:140)"
 REQUEST = f"{ROOT};RequestResponseCycle.run_asgi (uvicorn/protocols/http/httptools_impl.py:409);" \
-          "AccessLog.__call__ (proxy/web/access.py:60);create (proxy/web/routes_responses.py:24)"
+          "AccessLog.__call__ (proxy/web/middleware/access.py:60);" \
+          "create (proxy/web/routes/responses.py:24)"
 SEND = "ServerErrorMiddleware.__call__.<locals>._send (starlette/middleware/errors.py:161);" \
        "RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:544)"
 

@@ -19,7 +19,7 @@ import pytest
 from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.telemetry.logs import configure_logging
-from proxy.web.access import AccessLog
+from proxy.web.middleware.access import AccessLog
 from tests.conftest import SimControl
 from tests.support.servers import ServerProcess
 

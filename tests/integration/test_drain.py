@@ -1,5 +1,5 @@
-"""The drain in-process (services/process/drain.py, web/draining.py): what a draining app answers,
-and
+"""The drain in-process (services/process/drain.py, web/middleware/draining.py): what a draining
+app answers, and
 the drain's phases with stand-in turns. The real SIGTERM path is tests/e2e/test_drain_e2e.py."""
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("proxy.web.state", "proxy.runtime"):
         "the web layer's state is the whole `Runtime` (a service locator); issue 39 point 6 "
         "gives web a typed state with only what it reads",
-    ("proxy.web.websocket", "proxy.runtime"):
+    ("proxy.web.routes.websocket", "proxy.runtime"):
         "same locator as above: the WebSocket route takes the `Runtime` from the app state",
 }
 
@@ -174,18 +174,18 @@ def test_a_forbidden_import_is_caught_wherever_it_hides() -> None:
         "if TYPE_CHECKING:\n"
         "    from proxy.store.redis import RedisStore\n"
         "def later():\n"
-        "    import proxy.web.auth\n"
+        "    import proxy.web.middleware.auth\n"
         "    from ..services.jobs import runner\n"
     )
     found = imported_modules(source, "proxy.core.synthetic", is_package=False)
     imports = {"proxy.core.synthetic": found, "proxy.core.ids": set(),
-               "proxy.store.redis": set(), "proxy.web.auth": set(),
+               "proxy.store.redis": set(), "proxy.web.middleware.auth": set(),
                "proxy.services.jobs.runner": set()}
     assert crossings(imports) == [
         ("proxy.core.synthetic", "proxy.services.jobs"),
         ("proxy.core.synthetic", "proxy.services.jobs.runner"),
         ("proxy.core.synthetic", "proxy.store.redis"),
-        ("proxy.core.synthetic", "proxy.web.auth"),
+        ("proxy.core.synthetic", "proxy.web.middleware.auth"),
     ]
 
 

@@ -9,7 +9,7 @@ import pytest
 from proxy.app import create_app
 from proxy.settings import ConfigError, Settings, build_settings
 from proxy.telemetry.tracing import Tracing, traces_url
-from proxy.web.tracing import TraceMiddleware
+from proxy.web.middleware.tracing import TraceMiddleware
 
 
 def test_the_endpoint_comes_from_the_flag_ours_or_the_standard_variable() -> None:

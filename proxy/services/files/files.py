@@ -36,7 +36,7 @@ MAX_EXPIRY = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class Upload:
-    """What the multipart body said (web/routes_files.py)."""
+    """What the multipart body said (web/routes/files.py)."""
 
     filename: str
     purpose: str
@@ -48,7 +48,7 @@ class Upload:
 class UploadSlots:
     """At most `limit` uploads in flight in this process (`--max-uploads-in-flight`), and at
     most half of them (rounded up) for any one key. Each may hold up to `--max-file-bytes`
-    spooled to a temporary file while it streams in (web/routes_files.py), so their number
+    spooled to a temporary file while it streams in (web/routes/files.py), so their number
     bounds that disk together (deploy/k8s sizes /tmp from it). The per-key share keeps one
     tenant from taking every slot (a client that sends its bodies slowly holds a slot for as
     long as it keeps a byte coming within `--body-timeout`): the other keys keep the rest. One

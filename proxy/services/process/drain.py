@@ -2,9 +2,10 @@
 
 Phases (`Drain.run`), each bounded:
 1. draining starts: `/readyz` answers 503 (`draining`) so load balancers stop sending, and new
-   requests are refused with 503 `server_shutting_down` + `Retry-After` (web/draining.py);
-   health and metrics still answer. The listening socket stays open meanwhile: a refused
-   request tells its client to go elsewhere, a closed port would only look like a crash;
+   requests are refused with 503 `server_shutting_down` + `Retry-After`
+   (web/middleware/draining.py); health and metrics still answer. The listening socket stays open
+   meanwhile: a refused request tells its client to go elsewhere, a closed port would only look like
+   a crash;
 2. the in-process worker stops taking jobs and hands back the ones it has not started
    (`Worker.stop`, given the same grace), while the requests in flight (streams, replays,
    JSON calls) run on for up to `grace` seconds;
@@ -52,7 +53,7 @@ class Drain:
     def in_flight(self) -> int:
         return self._in_flight
 
-    # -- requests (web/draining.py) --------------------------------------------------------------
+    # -- requests (web/middleware/draining.py) -----------------------------------------------------
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         self._in_flight += 1
@@ -64,8 +65,7 @@ class Drain:
             if self._in_flight == 0:
                 self._idle.set()
 
-    # -- generations (services/responses/create.py)
-    # -----------------------------------------------------------
+    # -- generations (services/responses/create.py) ------------------------------------------------
     @contextlib.contextmanager
     def generation(self, response_id: str, generation: Interruptible) -> Iterator[None]:
         """Registers a foreground generation while it runs, so the grace's end can stop it."""

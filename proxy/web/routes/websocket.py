@@ -42,9 +42,9 @@ from proxy.core.errors import (
 )
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.responses.localchains import LocalChains
-from proxy.web.auth import PUBLIC_TENANT
 from proxy.web.errors import error_response
 from proxy.web.limiting import metering
+from proxy.web.middleware.auth import PUBLIC_TENANT
 from proxy.web.state import runtime_of
 
 if TYPE_CHECKING:  # the composition root sits above web/: a name for types only

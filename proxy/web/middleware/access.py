@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.context.requestctx import CURRENT, RequestContext, accept_request_id
 from proxy.core.context.tracecontext import accept_trace_context
-from proxy.web.auth import header
+from proxy.web.middleware.auth import header
 
 _HEADER = b"x-request-id"
 _CACHE_HEADER = b"x-proxy-cache"

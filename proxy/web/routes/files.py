@@ -2,8 +2,8 @@
 
 The upload is `multipart/form-data` (`file`, `purpose`, `expires_after[anchor|seconds]`), parsed
 by Starlette (python-multipart): the file part is spooled to memory and, past 1 MiB, to a
-temporary file, never more than the body limit lets in (web/bodylimits.py: the largest file plus
-its framing, counted as it arrives), then copied to the store chunk by chunk. At most
+temporary file, never more than the body limit lets in (web/middleware/bodylimits.py: the largest
+file plus its framing, counted as it arrives), then copied to the store chunk by chunk. At most
 `--max-uploads-in-flight` uploads are read at once, at most half of them for one key
 (services/files/files.py `UploadSlots`), so the temporary files of one process stay within that
 many times the largest file and one tenant cannot take every slot. On an open proxy
@@ -25,9 +25,9 @@ from proxy.core.policy.origin import origin_allowed, parse_origin
 from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.services.files.files import CHUNK_BYTES, Files, Upload
-from proxy.web.auth import OPEN
 from proxy.web.incoming import path_id, tenant
 from proxy.web.limiting import metering
+from proxy.web.middleware.auth import OPEN
 from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of
 

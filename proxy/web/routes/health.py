@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from proxy.core.errors import ProxyError
 from proxy.telemetry.metrics import CONTENT_TYPE
-from proxy.web.auth import bearer, key_accepted
+from proxy.web.middleware.auth import bearer, key_accepted
 from proxy.web.rendering import json_response
 from proxy.web.state import runtime_of
 

@@ -16,7 +16,7 @@ from opentelemetry.trace import Span, SpanKind
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.telemetry.tracing import PROPAGATOR, Tracing
-from proxy.web.access import failed_status, key_id, route_template
+from proxy.web.middleware.access import failed_status, key_id, route_template
 
 _WANTED = (b"traceparent", b"tracestate")
 

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.context.requestctx import CURRENT
 from proxy.telemetry.metrics import Metrics
-from proxy.web.access import CLIENT_CLOSED, failed_status
+from proxy.web.middleware.access import CLIENT_CLOSED, failed_status
 
 
 class RequestMetrics:
