@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-auto-tool-choice", action="store_true",
                      help='answer tool_choice "auto" as vLLM started without '
                           "--enable-auto-tool-choice does (a 400)")
-    # Real vLLM's shapes (simulator/personas.py, docs/SIMULATOR.md "Personas").
+    # Real vLLM's shapes (simulator/answer/personas.py, docs/SIMULATOR.md "Personas").
     sim.add_argument("--persona", help="every model behaves as qwen3 | mistral | gpt-oss | "
                                        "deepseek-r1 | llama3 (default: by its name)")
     sim.add_argument("--vllm-version", help="the vLLM version X.Y whose shapes to send "
@@ -199,7 +199,7 @@ def _simulate(args: argparse.Namespace) -> None:
     if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
         raise ConfigError("--reasoning-field", "use reasoning, reasoning_content or both")
     from proxy.simulator import SimConfig, create_app
-    from proxy.simulator.personas import PERSONAS, parse_version
+    from proxy.simulator.answer.personas import PERSONAS, parse_version
 
     if args.persona is not None and args.persona not in PERSONAS:
         raise ConfigError("--persona", f"use one of {', '.join(PERSONAS)}")

@@ -19,7 +19,7 @@ from proxy.core.vectors.chunking import chunk_text, word_tokens
 from proxy.core.vectors.filters import matches, parse_filters
 from proxy.core.vectors.search import Corpus, FileMeta, Hit, search
 from proxy.core.vectors.stores import parse_chunking
-from proxy.simulator import script, tools
+from proxy.simulator.answer import script, tools
 from proxy.simulator.config import SimConfig
 from proxy.simulator.request import parse_chat
 

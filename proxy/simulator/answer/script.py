@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from proxy.simulator import tokens
+from proxy.simulator.answer.personas import GENERIC, Persona, close_json
+from proxy.simulator.answer.schema import instance
+from proxy.simulator.answer.searching import search_answer
+from proxy.simulator.answer.tools import Call, choose_calls
 from proxy.simulator.config import ReasoningField, SimConfig, is_reasoner
-from proxy.simulator.personas import GENERIC, Persona, close_json
 from proxy.simulator.request import ChatRequest
-from proxy.simulator.schema import instance
-from proxy.simulator.searching import search_answer
-from proxy.simulator.tools import Call, choose_calls
 
 PieceKind = Literal["reasoning", "content", "call", "args"]
 Ending = Literal["done", "error", "stall", "cut"]

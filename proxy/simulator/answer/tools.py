@@ -26,9 +26,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from proxy.simulator.answer.schema import instance
+from proxy.simulator.answer.searching import is_search_tool
 from proxy.simulator.request import ChatRequest, Tool
-from proxy.simulator.schema import instance
-from proxy.simulator.searching import is_search_tool
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.simulator.script import Piece, Plan
+from proxy.simulator.answer.script import Piece, Plan
 
 Step = list[tuple[int, Piece]]  # (token index, piece)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from proxy.simulator.answer.script import Piece, Plan
 from proxy.simulator.errors import bad_request, invalid, trailer
-from proxy.simulator.script import Piece, Plan
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 _ALTERNATIVES = (" the", " a", ",", ".", " and", " of", " to", " is", " in", " it", "\n",
