@@ -1,5 +1,5 @@
 """The candidate for issue 10 point 11: `aiohttp`'s client behind the same facade as
-`proxy.upstream.Upstream` (post / get / get_json, the same error mapping), used only by
+`proxy.upstream.client.Upstream` (post / get / get_json, the same error mapping), used only by
 `bench/clients.py` to measure it against our own client in one run. aiohttp is not a
 dependency of the proxy: `pip install aiohttp` to run the comparison.
 
@@ -18,9 +18,9 @@ import orjson
 
 from proxy import __version__
 from proxy.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from proxy.http1 import Headers
 from proxy.settings import Timeouts
-from proxy.upstream import error_from_upstream
+from proxy.upstream.client import error_from_upstream
+from proxy.upstream.http1 import Headers
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -105,7 +105,7 @@ class AiohttpUpstream:
         self._own_auth: dict[str, str] = {}
 
     def use_key(self, base: str, api_key: str) -> None:
-        """A fleet file's per-replica key (proxy/upstream.py `Upstream.use_key`)."""
+        """A fleet file's per-replica key (proxy/upstream/client.py `Upstream.use_key`)."""
         self._own_auth[base] = f"Bearer {api_key}"
 
     @staticmethod

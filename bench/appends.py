@@ -28,9 +28,10 @@ from redis.asyncio import Redis
 from bench.options import module_parser
 from bench.procs import CLK_TCK
 from bench.stack import HOST, redis_beside_proxy
-from proxy.store import keys, scripts
+from proxy.store import keys
 from proxy.store.base import StoredEvent
-from proxy.store.packing import packed, packed_streams
+from proxy.store.lua import scripts
+from proxy.store.lua.packing import packed, packed_streams
 
 METHODS = ("per-stream", "one-call", "xadd")
 DELTA = (b'{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef",'

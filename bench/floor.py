@@ -12,7 +12,7 @@ these shapes (the measured figure is the relay's CPU per chunk, utime+stime from
 
     callback   upstream `data_received` writes to the client transport: no task, no future
     task       a task per stream: await a future the protocol resolves, then write (the shape
-               of proxy/http1.py's reader under a streaming task)
+               of proxy/upstream/http1.py's reader under a streaming task)
     layers     `task` plus four async generators between the read and the write and an ASGI
                `send(message)` coroutine (the shape of the proxy's stream path)
     translate  `layers` plus what the Responses path does per chunk in pure code: the SSE line

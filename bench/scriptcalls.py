@@ -1,5 +1,5 @@
 """`python -m bench.scriptcalls`: what one script call costs the proxy's Python, sent alone or
-coalesced with the calls of the same loop turn (store/coalesce.py, issue 29).
+coalesced with the calls of the same loop turn (store/connection/coalesce.py, issue 29).
 
 A response's create and its final write are one EVALSHA each. Sent alone, redis-py takes a
 connection from the blocking pool under a timeout, wraps the call in its retry helper and parses
@@ -25,7 +25,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from bench.options import module_parser
 from bench.procs import CLK_TCK, cpu_ticks
 from bench.stack import HOST, redis_beside_proxy
-from proxy.store.coalesce import ScriptCoalescer
+from proxy.store.connection.coalesce import ScriptCoalescer
 
 SCRIPT = """
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'object', ARGV[2])
@@ -40,7 +40,7 @@ CONCURRENCY = (1, 16, 256)
 
 async def _measure(redis_pid: int, port: int, calls: int, rounds: int,
                    size: int) -> dict[tuple[str, int], tuple[float, float]]:
-    # The proxy's own pool kind (store/factory.py): blocking, bounded.
+    # The proxy's own pool kind (store/connection/factory.py): blocking, bounded.
     client = Redis(connection_pool=BlockingConnectionPool(host=HOST, port=port,
                                                           max_connections=64, timeout=5))
     script = client.register_script(SCRIPT)

@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args[0]
     from proxy import cli
     from proxy.app import create_app
-    from proxy.gctune import tune_for_serving
-    from proxy.server import DrainingServer
+    from proxy.process.gctune import tune_for_serving
+    from proxy.process.server import DrainingServer
     from proxy.settings import build_settings, require_upstreams
     from proxy.web.state import app_runtime
 

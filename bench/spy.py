@@ -146,7 +146,7 @@ class Rule:
 
 SEND = "uvicorn send / transport write"
 LOOP = "event loop (uvloop, native)"
-READ = "upstream read (proxy/http1.py)"
+READ = "upstream read (proxy/upstream/http1.py)"
 PARSE = "parse + assemble"
 ENCODE = "encode + frame"
 STORE = "event log / store"
@@ -173,22 +173,22 @@ RULES: tuple[Rule, ...] = (
     # transport.write is native, so its time is the leaf `RequestResponseCycle.send`'s own.
     Rule(SEND, ("uvicorn/protocols/http/",), ("RequestResponseCycle.send",)),
     Rule(SEND, ("starlette/middleware/errors.py", "starlette/_exception_handler.py",
-                "proxy/web/access.py", "proxy/web/accounting.py"),
+                "proxy/web/middleware/access.py", "proxy/web/middleware/accounting.py"),
          ("_send", "sender", "tagged", "counted")),
-    Rule(READ, ("proxy/http1.py",)),
+    Rule(READ, ("proxy/upstream/http1.py",)),
     Rule(STORE, ("proxy/services/eventlog/", "proxy/store/", "redis/", "hiredis",
                  "proxy/services/responses/stored.py",
                  "proxy/services/jobs/")),
     # orjson is native: a `dumps` shows as the own time of the Python line calling it.
-    Rule(ENCODE, ("proxy/services/generation/turn.py",), ("Turn._encoded",)),
+    Rule(ENCODE, ("proxy/services/generation/run.py",), ("Generation._encoded",)),
     Rule(ENCODE, ("proxy/core/events/sse.py",), ("frames",)),
     Rule(PARSE, ("proxy/core/events/chatstream.py", "proxy/core/events/sse.py",
                  "proxy/core/events/assembler/", "proxy/core/translate/chat.py",
                  "proxy/core/cache/completion.py")),
     Rule(GLUE, ("proxy/web/eventstream.py",), ("EventStream._stream",)),
     Rule(GLUE, ("proxy/services/responses/create.py",), ("_streamed",)),
-    Rule(GLUE, ("proxy/services/generation/turn.py",), ("Turn.run", "Turn._events",
-                                                        "Turn._read")),
+    Rule(GLUE, ("proxy/services/generation/run.py",), ("Generation.run", "Generation._events",
+                                                        "Generation._read")),
     Rule(GLUE, ("proxy/services/fleet/passthrough.py",), ("_relay",)),
     # The request's own path (not `proxy/services/process/loops.py`: background tasks stay
     # "other").
@@ -196,7 +196,7 @@ RULES: tuple[Rule, ...] = (
                  "proxy/services/responses/", "proxy/services/fleet/",
                  "proxy/services/generation/", "proxy/services/cache/",
                  "proxy/services/metering/", "proxy/runtime.py", "proxy/core/",
-                 "proxy/upstream", "proxy/metrics.py", "logging/")),
+                 "proxy/upstream/client", "proxy/telemetry/metrics.py", "logging/")),
     ENTRY,
 )
 BUCKETS = (SEND, LOOP, READ, PARSE, ENCODE, STORE, GLUE, SETUP, OTHER)

@@ -5,7 +5,7 @@ Load, per round: `--streams` stored foreground streams, each created with its le
 script), `--tokens` flushes of one event per stream (every live stream's events in one flush:
 one call on one primary, one call per shard tag on the cluster), the final write (object,
 output item index, ledger) and the lease dropped. The ids are the ones an instance makes on
-that topology (store/shards.py: shard-tagged on the cluster, two tags per primary).
+that topology (store/connection/shards.py: shard-tagged on the cluster, two tags per primary).
 
 Reported per 1,000 tokens (events): Redis CPU of each primary (utime+stime from /proc; on the
 cluster, replicas apart), the CPU of this process (the proxy's share of the store work: building
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from bench.options import module_parser
 from proxy.core import ids as idp
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import Backend, open_backend
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import Backend, open_backend
 from tests.support.cluster import RedisClusterGroup, _client
 from tests.support.servers import ServerProcess, start_redis
 
@@ -53,7 +53,7 @@ async def one_round(backend: Backend, streams: int, tokens: int) -> None:
     store = backend.store
     ids = [backend.ids(idp.RESPONSE) for _ in range(streams)]
     for rid in ids:
-        await store.create_response(StoredResponse(
+        await store.create_response(ResponseRecord(
             {"id": rid, "object": "response", "status": "in_progress", "output": []}, TENANT),
             [{"id": f"in_{rid}", "type": "message", "role": "user", "content": "q"}],
             ttl=3600, event_ttl=3600, lease_ms=30_000)

@@ -9,7 +9,8 @@ Rows:
   embedding by the simulator, the write), one file on one worker;
 - search over HTTP: `vector_stores.search` of that store through the proxy (one embedding call
   to the simulator per query, the store's vectors cached in the process): p50/p99;
-- search at 10^4 and 10^5 chunks: vectors written directly into Redis (store/vectors.py, 1000
+- search at 10^4 and 10^5 chunks: vectors written directly into Redis (store/objects/vectors.py,
+1000
   chunks per file, random unit vectors of 256 dimensions), searched in this process by the
   proxy's own `Searcher` with a fixed query vector (no embedding call): a warm search (one HGET
   of the store's version, the matrix product, the top 10) p50/p99, and a cold one (the store
@@ -34,9 +35,9 @@ from redis.asyncio import Redis
 from bench.options import module_parser
 from bench.procs import Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
-from proxy.core.vectorstores import Chunking, file_record, store_record
+from proxy.core.vectors.stores import Chunking, file_record, store_record
 from proxy.services.vectors.search import Searcher
-from proxy.store.vectors import RedisVectorStores, StoredChunks
+from proxy.store.objects.vectors import RedisVectorStores, StoredChunks
 from tests.support.documents import pdf_with_pages
 
 DIM = 256

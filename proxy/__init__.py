@@ -6,14 +6,15 @@ holds the table and checks every import, including those in functions and TYPE_C
     core/        what the proxy means, without I/O                   -> nothing of the proxy
     settings/    the frozen settings, from flags and environment     -> core
     store/       the memory and Redis stores                         -> core
-    root modules adapters: http1, upstream, upstream_pool, dial, egress;
-                 telemetry: metrics, tracing, logs                   -> core, settings
+    telemetry/   metrics, tracing, logs                              -> core, settings
+    upstream/    adapters: the HTTP client, its pool, dialling, egress -> core, settings,
+                                                                        telemetry
     services/    what the proxy does                                 -> core, settings, store,
                                                                         adapters, telemetry
     web/         routes and middleware                               -> services, core,
                                                                         settings, telemetry
     runtime.py, app.py  the composition root                         -> everything above
-    cli.py, __main__.py, server.py, prefork.py, worker.py, gctune.py, headtimeout.py
+    cli.py, __main__.py, process/ (server, prefork, worker, gctune, headtimeout)
                  entry points and the process around the app         -> everything
     simulator/   a vLLM stand-in for tests and benchmarks            -> nothing of the proxy
 

@@ -15,42 +15,40 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
-from proxy.metrics import Metrics
-from proxy.metricsdir import multiprocess_dir
 from proxy.runtime import Runtime
 from proxy.services.admin.keyring import keyring_of
 from proxy.services.process.drain import Drain
 from proxy.settings import Settings
-from proxy.tracing import Tracing
-from proxy.web import (
-    routes_admin,
-    routes_console,
-    routes_conversations,
-    routes_files,
-    routes_health,
-    routes_passthrough,
-    routes_prompts,
-    routes_responses,
-    routes_vector_stores,
-    websocket,
-)
-from proxy.web.access import BODY_SEND, AccessLog
-from proxy.web.accounting import RequestMetrics
-from proxy.web.auth import AuthMiddleware
-from proxy.web.bodylimits import BodyLimitMiddleware
-from proxy.web.draining import DrainMiddleware
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.metricsdir import multiprocess_dir
+from proxy.telemetry.tracing import Tracing
 from proxy.web.errors import EXCEPTION_HANDLERS
+from proxy.web.middleware.access import BODY_SEND, AccessLog
+from proxy.web.middleware.accounting import RequestMetrics
+from proxy.web.middleware.auth import AuthMiddleware
+from proxy.web.middleware.bodylimits import BodyLimitMiddleware
+from proxy.web.middleware.draining import DrainMiddleware
+from proxy.web.middleware.tracing import TraceMiddleware
+from proxy.web.routes import admin as routes_admin
+from proxy.web.routes import console as routes_console
+from proxy.web.routes import conversations as routes_conversations
+from proxy.web.routes import files as routes_files
+from proxy.web.routes import health as routes_health
+from proxy.web.routes import passthrough as routes_passthrough
+from proxy.web.routes import prompts as routes_prompts
+from proxy.web.routes import responses as routes_responses
+from proxy.web.routes import vector_stores as routes_vector_stores
+from proxy.web.routes import websocket
 from proxy.web.state import attach
-from proxy.web.tracing import TraceMiddleware
 
 
 def create_app(settings: Settings) -> Starlette:
     # Made here, not in the lifespan: the request-counting middleware needs it at build time.
-    # Under `serve --workers N`: the instance's sample files (proxy/metricsdir.py).
+    # Under `serve --workers N`: the instance's sample files (proxy/telemetry/metricsdir.py).
     metrics = Metrics(multiprocess=multiprocess_dir())
     # Made here too: the drain middleware refuses requests once the runtime starts draining.
     draining = Drain()
-    # None when tracing is off: then no middleware and no span anywhere (proxy/tracing.py).
+    # None when tracing is off: then no middleware and no span anywhere (telemetry/tracing.py).
     tracing = Tracing.open(settings.server.otlp_endpoint)
     # Made here too: auth reads the keys, and the runtime keeps the managed ones current.
     keys = keyring_of(settings.tenancy)

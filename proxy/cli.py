@@ -14,8 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.gctune import tune_for_serving
-from proxy.logs import configure_logging
+from proxy.process.gctune import tune_for_serving
 from proxy.settings import (
     ConfigError,
     Settings,
@@ -26,6 +25,7 @@ from proxy.settings import (
 )
 from proxy.settings.build import shown_default
 from proxy.settings.options import OPTIONS, Option
+from proxy.telemetry.logs import configure_logging
 
 log = logging.getLogger("proxy")
 
@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--no-auto-tool-choice", action="store_true",
                      help='answer tool_choice "auto" as vLLM started without '
                           "--enable-auto-tool-choice does (a 400)")
-    # Real vLLM's shapes (simulator/personas.py, docs/SIMULATOR.md "Personas").
+    # Real vLLM's shapes (simulator/answer/personas.py, docs/SIMULATOR.md "Personas").
     sim.add_argument("--persona", help="every model behaves as qwen3 | mistral | gpt-oss | "
                                        "deepseek-r1 | llama3 (default: by its name)")
     sim.add_argument("--vllm-version", help="the vLLM version X.Y whose shapes to send "
@@ -106,7 +106,7 @@ def _serve(settings: Settings) -> None:
     if settings.server.workers == 1:
         _serve_one(settings)
         return
-    from proxy.prefork import ProcessSupervisor, listening_sockets
+    from proxy.process.prefork import ProcessSupervisor, listening_sockets
 
     try:
         sockets = listening_sockets(settings.server.host, settings.server.port,
@@ -117,7 +117,7 @@ def _serve(settings: Settings) -> None:
     log.info("serving with %d processes on %s:%d", settings.server.workers, settings.server.host,
              settings.server.port)
 
-    from proxy.metricsdir import MetricsDir, enable_in_child
+    from proxy.telemetry.metricsdir import MetricsDir, enable_in_child
 
     def child(sock: socket.socket, parent: int) -> int:
         enable_in_child()  # one /metrics for the instance: samples in shared files
@@ -143,19 +143,19 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
     defaults pick httptools and uvloop, both installed with `uvicorn[standard]`)."""
     import uvicorn
 
-    from proxy.headtimeout import protocol_for
+    from proxy.process.headtimeout import protocol_for
 
     options: dict[str, Any] = dict(
         host=settings.server.host,
         port=settings.server.port,
         log_level="warning",
-        access_log=False,  # ours is web/access.py
+        access_log=False,  # ours is web/middleware/access.py
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
         # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
         # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
         timeout_graceful_shutdown=5,
         # Larger frames are refused by the transport itself (close 1009); up to this size the
-        # handler answers an over-long frame with an error frame (web/websocket.py).
+        # handler answers an over-long frame with an error frame (web/routes/websocket.py).
         ws_max_size=2 * settings.limits.max_body_bytes,
         # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
         # behind proxies that cut silent connections.
@@ -163,7 +163,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
     )
     options.update(overrides)
     # Every request head within --header-timeout, and a new connection idle no longer than a
-    # kept-alive one (proxy/headtimeout.py), whichever protocol is chosen.
+    # kept-alive one (proxy/process/headtimeout.py), whichever protocol is chosen.
     options["http"] = protocol_for(str(options.get("http", "auto")),
                                    settings.server.header_timeout)
     return uvicorn.Config(app, **options)
@@ -172,7 +172,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
 def _serve_one(settings: Settings, sock: socket.socket | None = None,
                parent: int | None = None) -> None:
     from proxy.app import create_app
-    from proxy.server import DrainingServer
+    from proxy.process.server import DrainingServer
     from proxy.web.state import app_runtime
 
     app = create_app(settings)
@@ -183,7 +183,7 @@ def _serve_one(settings: Settings, sock: socket.socket | None = None,
 
 
 def _worker(settings: Settings) -> None:
-    from proxy.worker import run_worker
+    from proxy.process.worker import run_worker
 
     tune_for_serving()
     run_worker(settings)
@@ -208,7 +208,7 @@ def _simulate(args: argparse.Namespace) -> None:
     if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
         raise ConfigError("--reasoning-field", "use reasoning, reasoning_content or both")
     from proxy.simulator import SimConfig, create_app
-    from proxy.simulator.personas import PERSONAS, parse_version
+    from proxy.simulator.answer.personas import PERSONAS, parse_version
 
     if args.persona is not None and args.persona not in PERSONAS:
         raise ConfigError("--persona", f"use one of {', '.join(PERSONAS)}")

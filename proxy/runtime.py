@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
 from proxy.core.hosted import CODE_INTERPRETER
-from proxy.core.keyslots import KeySlots
+from proxy.core.policy.keyslots import KeySlots
+from proxy.core.policy.storagebudget import StorageBudget
+from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.seal import Sealer
-from proxy.core.storagebudget import StorageBudget
-from proxy.core.tenancy import CacheSalts
-from proxy.metrics import Metrics
 from proxy.services.admin.keyring import KeyRing, KeyTables, budgets_view, keyring_of
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
@@ -64,9 +63,10 @@ from proxy.settings import Settings, load_keys_file
 from proxy.settings.groups import StreamSettings
 from proxy.store.apikeys import ManagedKeyStore
 from proxy.store.base import JobQueue, Store
-from proxy.store.factory import Backend, open_backend
-from proxy.tracing import Tracing, traced_writes
-from proxy.upstream import ConnectionPool, Upstream
+from proxy.store.connection.factory import Backend, open_backend
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import Tracing, traced_writes
+from proxy.upstream.client import ConnectionPool, Upstream
 
 log = logging.getLogger("proxy")
 
@@ -138,7 +138,8 @@ class Runtime:
                    tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`build` with the store opened and the fleet secret read from it first (the one
         piece of start-up I/O the services need before they exist: services/process/sealing.py).
-        `keys`: the app's (web/auth.py reads it too); made from the settings when None."""
+        `keys`: the app's (web/middleware/auth.py reads it too); made from the settings when
+        None."""
         keys = keys or keyring_of(settings.tenancy)
         # The store reads each key's budget at each write it checks: the live view.
         budget = StorageBudget(keys.tables.stored_default, budgets_view(keys))
@@ -155,7 +156,8 @@ class Runtime:
               tracing: Tracing | None = None, keys: KeyRing | None = None) -> Runtime:
         """`worker`: run background jobs in this process (default: `settings.jobs.run`).
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
-        `backend`: the store and its adapters (store/factory.py), used only through them."""
+        `backend`: the store and its adapters (store/connection/factory.py), used only through
+        them."""
         per_replica = settings.upstream.max_connections
         client = http or Upstream.make_pool(
             max_connections=max(POOL_CONNECTIONS, 2 * per_replica), max_per_origin=per_replica,
@@ -305,7 +307,7 @@ class Runtime:
                 loop.add_signal_handler(signal.SIGHUP, reload)
 
     async def drain(self) -> None:
-        """SIGTERM (proxy/server.py): drain within `--shutdown-grace`, then the server closes."""
+        """SIGTERM (process/server.py): drain within `--shutdown-grace`, then the server closes."""
         worker_stop = (self.process.worker.stop(self.settings.server.shutdown_grace)
                        if self.process.worker is not None else None)
         await self.process.draining.run(self.settings.server.shutdown_grace, worker_stop)

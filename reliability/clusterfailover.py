@@ -26,7 +26,7 @@ from tests.support.servers import start_proxy, start_simulator, start_worker
 # Slots moved by the migration row: every slot of one primary (`redis-cli --cluster create`
 # gives each of 3 primaries 5461 or 5462), so every tag the instances draw on it moves, with
 # creates, streams and final writes in flight on them; new responses then rebalance over the
-# two primaries left (store/shards.py).
+# two primaries left (store/connection/shards.py).
 MIGRATED_SLOTS = 5461
 
 

@@ -48,7 +48,7 @@ RSS_GROWTH = 0.10  # at most 10% more resident memory at the end than at mid-run
 PERSISTENT_KEYS = 16  # keys without a TTL: a handful of per-deployment structures
 # What the load's own jitter may add to a per-process count in the last half.
 FD_MARGIN, CONN_MARGIN, TASK_MARGIN = 32, 32, 64
-REDIS_POOL = 64  # proxy/store/factory.py MAX_CONNECTIONS
+REDIS_POOL = 64  # proxy/store/connection/factory.py MAX_CONNECTIONS
 TASKS_IDLE_SLACK = 4
 
 

@@ -35,8 +35,8 @@ from typing import Any
 
 import orjson
 
-from proxy.core.fields import at, bad, expect_object, expect_str, opt_str
 from proxy.core.ids import IdFactory
+from proxy.core.request.fields import at, bad, expect_object, expect_str, opt_str
 from proxy.core.seal import Sealer, SealError, seal_errors
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
@@ -215,7 +215,7 @@ def summary_request(chat: dict[str, Any], max_model_len: int | None = None) -> d
     if chat.get("tools"):
         body["tools"] = chat["tools"]
         body["tool_choice"] = "none"
-    if "cache_salt" in chat:  # the tenant's prefix-cache partition (core/tenancy.py)
+    if "cache_salt" in chat:  # the tenant's prefix-cache partition (core/policy/tenancy.py)
         body["cache_salt"] = chat["cache_salt"]
     return body
 

@@ -8,7 +8,7 @@
     │   └── ModelNotFound               code model_not_found, param model
     ├── MethodNotAllowed            405
     ├── PayloadTooLarge             413
-    ├── UnsupportedMediaType        415 a body not declared JSON (core/origin.py)
+    ├── UnsupportedMediaType        415 a body not declared JSON (core/policy/origin.py)
     ├── RateLimited                 429 rate_limit_exceeded (+ Retry-After)
     │   └── QuotaExceeded               429 insufficient_quota (a key's token budget is spent)
     ├── UpstreamError               502 upstream answered badly or broke off
@@ -142,7 +142,8 @@ class UnsupportedMediaType(ProxyError):
 
 
 class RequestTimeout(ProxyError):
-    """The client stopped sending its request body (web/bodylimits.py, `--body-timeout`)."""
+    """The client stopped sending its request body (web/middleware/bodylimits.py,
+    `--body-timeout`)."""
 
     status = 408
     type = "invalid_request_error"

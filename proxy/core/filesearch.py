@@ -1,6 +1,6 @@
 """file_search (core/hosted.py FILE_SEARCH): a search's hits as the tool's result. Pure.
 
-    hits (core/vectorsearch.py) ─▶ HostedResult: the `file_search_call` item's `queries` (and
+    hits (core/vectors/search.py) ─▶ HostedResult: the `file_search_call` item's `queries` (and
         `results`, only when the request includes `file_search_call.results`), the numbered
         passages the model reads, and a `file_citation` source per passage
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.citations import sentences
 from proxy.core.hosted import HostedResult, Source, arguments_of
-from proxy.core.vectorsearch import Hit
+from proxy.core.tools.citations import sentences
+from proxy.core.vectors.search import Hit
 
 MAX_QUERY_CHARS = 1000
 MAX_PASSAGE_CHARS = 4000

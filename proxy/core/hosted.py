@@ -18,7 +18,7 @@ the model sees, the request tool's options (`parse`: checked, echoed), the `incl
 shows more of its item, and, for a kind an operator's MCP server serves, how that server's
 answer becomes the item (`answer`). Its runner (the I/O) lives in services/tools/. What it found
 is numbered [1]..[n] for the model, and the answer's citations of those numbers
-(core/citations.py) become annotations on the answer's text. A tool that fails still ends with
+(core/tools/citations.py) become annotations on the answer's text. A tool that fails still ends with
 its `completed` event (the SDK has no `failed` event for these items): its item says `failed`.
 
 Adding one: a `HostedKind` here and its runner (services/tools/: its own module, or
@@ -35,8 +35,8 @@ from typing import Any
 
 import orjson
 
-from proxy.core.fields import at, bad, expect_object, opt_str
 from proxy.core.ids import IdFactory
+from proxy.core.request.fields import at, bad, expect_object, opt_str
 from proxy.core.types import Item
 
 _STATUSES = ("in_progress", "searching", "completed", "failed", "incomplete")
@@ -272,8 +272,8 @@ DEFAULT_FILE_RESULTS = 10
 
 
 def _file_search_options(tool: dict[str, Any], path: str) -> dict[str, Any]:
-    from proxy.core.fields import expect_list, expect_str, opt_int, opt_number
-    from proxy.core.vectorfilters import parse_filters
+    from proxy.core.request.fields import expect_list, expect_str, opt_int, opt_number
+    from proxy.core.vectors.filters import parse_filters
 
     where = at(path, "vector_store_ids")
     ids = expect_list(tool.get("vector_store_ids"), where)

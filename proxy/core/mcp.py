@@ -5,13 +5,13 @@
         ─ parse_mcp_tool ─▶ McpServer (what the loop needs, headers included)
                            + its echo (what the Response object shows: never the headers)
 
-- Allow-list (an SSRF surface, core/urlpolicy.py): a `server_url` is taken in normal form (no
+- Allow-list (an SSRF surface, core/policy/urlpolicy.py): a `server_url` is taken in normal form (no
   dot segments, no encoded separators, no user info) and must be admitted by one of
   `--mcp-allow`'s prefixes, compared by scheme, host, port and whole path segments:
   `http://tools.corp` does not admit `http://tools.corp.evil.com`, and a bare host prefix
   (`http://tools.corp`, `http://127.0.0.1:`) admits that host on any port. With no prefix
   configured every MCP tool is a 400 saying how to enable it. The name is resolved once by the
-  client adapter (proxy/services/tools/mcpclient.py, through proxy/egress.py) and the
+  client adapter (proxy/services/tools/mcpclient.py, through upstream/egress.py) and the
   connection goes to the address vetted: a private, loopback or link-local one only when the
   admitting prefix names that host as an IP literal or `localhost`.
 - Tool `headers` go to the MCP server; `Host` and the hop-by-hop headers are refused (they
@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.fields import (
+from proxy.core.ids import IdFactory
+from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
+from proxy.core.request.fields import (
     at,
     bad,
     expect_list,
@@ -40,9 +42,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
-from proxy.core.ids import IdFactory
 from proxy.core.types import Item
-from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
 
 MCP = "mcp"
 LIST_TOOLS = "mcp_list_tools"

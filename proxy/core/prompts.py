@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.fields import at, bad, expect_object, opt_str, req_str
+from proxy.core.request.fields import at, bad, expect_object, opt_str, req_str
 
 # A template's size, as sent: instructions, not documents (files are for those).
 MAX_TEMPLATE_BYTES = 256 * 1024

@@ -1,5 +1,5 @@
 """Shard tags: the Redis Cluster slot of a response or a conversation, chosen when its id is
-made and read back from the id alone (store/keys.py, store/shards.py).
+made and read back from the id alone (store/keys.py, store/connection/shards.py).
 
 A tagged id is `<prefix>_<tag>_<hex>` (`resp_q3_6f1c…`); every key of that object, and the
 keys its scripts write beside it (its item index entries, its lease, its tenant's storage
@@ -11,8 +11,8 @@ where there are no slots to choose) keep today's keys.
 The tags are a fixed set, the same on every instance without any I/O: tag `b` is the first
 base-36 string whose slot (CRC16 mod 16384, as Redis hashes a key) falls in the b-th of
 `BUCKETS` equal ranges of slots. Whoever owns a range owns its tag, so tags exist for every
-primary that owns a whole range (store/shards.py draws, for each primary, among the tags it
-owns now), and readers that must look at every tag (the lease sweep, the storage ledger's sum,
+primary that owns a whole range (store/connection/shards.py draws, for each primary, among the tags
+it owns now), and readers that must look at every tag (the lease sweep, the storage ledger's sum,
 an item index lookup) look at `BUCKETS` keys, not 16384.
 """
 

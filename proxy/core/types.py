@@ -44,7 +44,7 @@ PART_ADDED: Final = "response.content_part.added"
 PART_DONE: Final = "response.content_part.done"
 TEXT_DELTA: Final = "response.output_text.delta"
 TEXT_DONE: Final = "response.output_text.done"
-# A citation on the answer's text (core/citations.py), once the text is whole.
+# A citation on the answer's text (core/tools/citations.py), once the text is whole.
 ANNOTATION_ADDED: Final = "response.output_text.annotation.added"
 REASONING_DELTA: Final = "response.reasoning_text.delta"
 REASONING_DONE: Final = "response.reasoning_text.done"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.citations import sentences
 from proxy.core.hosted import HostedResult, Source, arguments_of
+from proxy.core.tools.citations import sentences
 
 MAX_QUERY_CHARS = 1000
 # What one result may bring (the model reads it, the store keeps its URL and title).

@@ -19,11 +19,11 @@ from urllib.parse import urlsplit
 import orjson
 import yaml
 
-from proxy.core.keysfile import KeysFile, KeysFileError, parse_keys_file
-from proxy.core.origin import parse_origin
-from proxy.core.urlpolicy import UrlRefused, parse_prefix, parse_target
-from proxy.fleetfile import FleetFileError, ReplicaSpec, load_fleet
-from proxy.store.topology import BadRedisUrl, parse_redis_url
+from proxy.core.policy.keysfile import KeysFile, KeysFileError, parse_keys_file
+from proxy.core.policy.origin import parse_origin
+from proxy.core.policy.urlpolicy import UrlRefused, parse_prefix, parse_target
+from proxy.settings.fleetfile import FleetFileError, ReplicaSpec, load_fleet
+from proxy.store.connection.topology import BadRedisUrl, parse_redis_url
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.
 Parse = Callable[[object, str], object]
@@ -96,8 +96,8 @@ def upstreams(values: object, flag: str) -> tuple[str, ...]:
 
 
 def check_redis_url(url: object, flag: str = "--redis-url") -> str:
-    """One of the forms store/topology.py reads (one primary, TLS, Sentinel, Cluster). The
-    message names what is wrong, not the URL: it may carry a password."""
+    """One of the forms store/connection/topology.py reads (one primary, TLS, Sentinel, Cluster).
+    The message names what is wrong, not the URL: it may carry a password."""
     try:
         return parse_redis_url(str(url)).url
     except BadRedisUrl as exc:
@@ -280,8 +280,8 @@ def mcp_allow(values: object, flag: str) -> tuple[str, ...]:
 
 
 def web_search_url(value: object, flag: str) -> str:
-    """An http(s) URL in normal form (core/urlpolicy.py), without a fragment: the endpoint the
-    query is appended to."""
+    """An http(s) URL in normal form (core/policy/urlpolicy.py), without a fragment: the endpoint
+    the query is appended to."""
     text = str(value).strip()
     try:
         target = parse_target(text)

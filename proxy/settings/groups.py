@@ -12,11 +12,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.keysfile import KeysFile
-from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES
-from proxy.fleetfile import ReplicaSpec
+from proxy.core.policy.keysfile import KeysFile
+from proxy.core.policy.storagebudget import DEFAULT_MAX_STORED_BYTES
+from proxy.settings.fleetfile import ReplicaSpec
 
-# `--fetch-allow` not given: https URLs, of public addresses only (core/urlpolicy.py).
+# `--fetch-allow` not given: https URLs, of public addresses only (core/policy/urlpolicy.py).
 FETCH_ALLOW_DEFAULT = ("https://",)
 
 
@@ -32,13 +32,13 @@ class ServerSettings:
     log_level: str = "info"
     # `text` for people, `json` (one object per line) for log pipelines.
     log_format: str = "text"
-    # OTLP/HTTP collector (base URL) for traces; None: no tracing at all (proxy/tracing.py).
+    # OTLP/HTTP collector (base URL) for traces; None: no tracing at all (telemetry/tracing.py).
     otlp_endpoint: str | None = None
     # Seconds running jobs get to finish when a worker stops, and open streams get to drain
     # after SIGTERM. A process matter (runtime, prefork), not only the jobs'.
     shutdown_grace: float = 30.0
     # Seconds a connection has to deliver a whole request head from its first byte (nginx's
-    # client_header_timeout); past it the connection is closed (proxy/headtimeout.py).
+    # client_header_timeout); past it the connection is closed (proxy/process/headtimeout.py).
     header_timeout: float = 10.0
 
 
@@ -60,7 +60,7 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class UpstreamSettings:
-    """The HTTP client to the fleet (upstream.py)."""
+    """The HTTP client to the fleet (client.py)."""
 
     api_key: str | None = None
     # At most this many connections to one replica (the pool holds twice that, at least
@@ -171,10 +171,10 @@ class LimitSettings:
 
     max_body_bytes: int = 16 * 1024 * 1024
     # Issue 27, the Files API: the largest file one upload may carry (exactly this is accepted);
-    # the upload's body may exceed it by its multipart framing (web/bodylimits.py).
+    # the upload's body may exceed it by its multipart framing (web/middleware/bodylimits.py).
     max_file_bytes: int = 32 * 1024 * 1024
     # Uploads one process takes at once: each may spool up to max_file_bytes to a temporary
-    # file while it streams in (web/routes_files.py), so together they bound that disk (the
+    # file while it streams in (web/routes/files.py), so together they bound that disk (the
     # k8s manifest sizes /tmp from it). One more is a 429 before its body is read.
     max_uploads_in_flight: int = 8
     # Seconds a request body may pause between two reads (nginx's client_body_timeout): past
@@ -217,12 +217,12 @@ class TenancySettings:
     keys_file: KeysFile | None = None
     # Bytes one key may keep in the shared store when its keys-file entry (or the file's
     # defaults) sets no `max_stored_bytes`; the anonymous tenant of a proxy without keys too.
-    # 0: no limit. core/storagebudget.py says why 1 GiB.
+    # 0: no limit. core/policy/storagebudget.py says why 1 GiB.
     max_stored_bytes_per_key: int = DEFAULT_MAX_STORED_BYTES
     # With auth off, WebSocket handshakes from these browser origins (`https://app.example`)
-    # are accepted besides the proxy's own; any other `Origin` is refused (core/origin.py).
+    # are accepted besides the proxy's own; any other `Origin` is refused (core/policy/origin.py).
     allow_origins: tuple[str, ...] = ()
-    # `--admin-key`: the admin API and the console (web/routes_admin.py); None: both off.
+    # `--admin-key`: the admin API and the console (web/routes/admin.py); None: both off.
     admin_key: str | None = None
 
     def accepted_keys(self) -> tuple[str, ...]:
@@ -283,7 +283,7 @@ class VectorSettings:
 class FetchSettings:
     """URLs the proxy fetches for the fleet (services/fleet/media.py): an image (or audio, video)
     URL in a request is fetched here and sent to vLLM inline as a data: URL, when one of these
-    prefixes admits it (core/urlpolicy.py; the default: any https URL of a public address);
+    prefixes admits it (core/policy/urlpolicy.py; the default: any https URL of a public address);
     `()` fetches nothing (data: URLs only). Each fetch is bounded by `timeout` seconds, and a
     request's fetched bytes by `limits.max_body_bytes`."""
 

@@ -68,7 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     _serve("port", "server.port", c.check_port, "port"),
     _serve("api_keys", "tenancy.api_keys", c.api_keys, "accepted client key (repeatable)",
            flag="--api-key", env=("PROXY_API_KEYS",), repeat=True),
-    # Issue 42: the admin API and the console (web/routes_admin.py); off without it.
+    # Issue 42: the admin API and the console (web/routes/admin.py); off without it.
     _serve("admin_key", "tenancy.admin_key", c.admin_key,
            "the operator's key for /admin/ (keys managed live) and /console; never a client "
            "key; unset: both are off (404)", shown=""),
@@ -173,7 +173,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("event_ttl", "store.event_ttl", c.count, "seconds event logs live, for replay"),
     Option("log_level", "server.log_level", c.log_level, "debug, info, warning, error"),
     Option("log_format", "server.log_format", c.log_format, "text | json"),
-    # Tracing (proxy/tracing.py): off unless an endpoint is given; the standard OTLP variable
+    # Tracing (telemetry/tracing.py): off unless an endpoint is given; the standard OTLP variable
     # is honoured after ours, as every OpenTelemetry SDK reads it.
     Option("otlp_endpoint", "server.otlp_endpoint", c.otlp_endpoint,
            "OTLP/HTTP collector URL for traces (base URL; /v1/traces is added; default off)",
@@ -244,7 +244,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keys_file", "tenancy.keys_file", c.keys_file,
            "JSON or YAML file of client keys with rpm, tpm, max_streams and token_budget "
            "limits"),
-    # Multi-tenant storage bound (issue 23): core/storagebudget.py.
+    # Multi-tenant storage bound (issue 23): core/policy/storagebudget.py.
     Option("max_stored_bytes_per_key", "tenancy.max_stored_bytes_per_key", c.byte_count,
            "bytes of stored responses and conversations one key may hold, for keys whose "
            "keys-file entry sets no max_stored_bytes; 0 = no limit", shown="1 GiB"),

@@ -6,14 +6,18 @@ test can steer are documented in docs/SIMULATOR.md.
 
 Layout (a pure core with the I/O at the edge):
     config      SimConfig
-    directives  `[[sim key=value]]` parsing
     tokens      the word tokenizer and prompt accounting
     request     body -> ChatRequest (vLLM's validation)
-    schema      JSON schema -> a deterministic instance
-    tools       which tool calls to make
-    script      ChatRequest -> Plan (tokens, finish, failure)
+    answer/     the answer, decided before the first byte (pure):
+      directives  `[[sim key=value]]` parsing
+      personas    what one model family at one vLLM version sends
+      schema      JSON schema -> a deterministic instance
+      tools       which tool calls to make; searching: the search tools' turns
+      script      ChatRequest -> Plan (tokens, finish, failure)
+      deltas, logprobs  planned tokens as stream deltas, their logprobs
     wire        Plan -> vLLM's chunks / completion object; model list
-    embeddings  vectors and the embeddings response
+    embeddings  vectors and the embeddings response; tokenize: `/tokenize`
+    prefixcache the replica's prefix cache
     stats       counters behind /sim/stats
     app         the ASGI app: routes, pacing, disconnects
 

@@ -27,12 +27,13 @@ from typing import Any
 
 import orjson
 
-from proxy.simulator import embeddings, logprobs, wire
+from proxy.simulator import embeddings, wire
+from proxy.simulator.answer import logprobs
+from proxy.simulator.answer.script import Plan, plan
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError, error_body, invalid
 from proxy.simulator.prefixcache import Lookup, PrefixCache, prompt_sequence
 from proxy.simulator.request import ChatRequest, parse_chat
-from proxy.simulator.script import Plan, plan
 from proxy.simulator.stats import Stats, StreamEnd
 from proxy.simulator.tokenize import tokenize
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.simulator import personas
+from proxy.simulator.answer import personas
 
 ReasoningField = Literal["reasoning", "reasoning_content", "both"]
 

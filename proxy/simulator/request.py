@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from proxy.simulator import directives, tokens
+from proxy.simulator import tokens
+from proxy.simulator.answer import directives
+from proxy.simulator.answer.personas import GENERIC, Persona
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import bad_request, invalid, model_not_found, trailer
-from proxy.simulator.personas import GENERIC, Persona
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")

@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proxy.simulator import deltas, tokens
-from proxy.simulator.personas import HARMONY_STOP
-from proxy.simulator.script import Plan
+from proxy.simulator import tokens
+from proxy.simulator.answer import deltas
+from proxy.simulator.answer.personas import HARMONY_STOP
+from proxy.simulator.answer.script import Plan
 
 OBJECT_CHUNK = "chat.completion.chunk"
 # A frame's pacing slot: the token index whose deadline it waits for.

@@ -1,4 +1,4 @@
-"""The managed client keys (core/apikeys.py) in the shared store, and the counter that tells
+"""The managed client keys (core/policy/apikeys.py) in the shared store, and the counter that tells
 every instance they changed.
 
     apikeys:{keys}          HASH    key id -> the key's record (JSON; a digest, never a secret)
@@ -18,8 +18,8 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from proxy.core.apikeys import ManagedKey
 from proxy.core.errors import StoreUnavailable
+from proxy.core.policy.apikeys import ManagedKey
 
 KEYS = b"apikeys:{keys}"
 VERSION = b"apikeys:{keys}:version"

@@ -21,10 +21,11 @@ Rules every backend keeps:
   without bound (conversations cap their items, see `MAX_CONVERSATION_ITEMS`).
 - **Bytes are bounded per tenant.** The bytes of a tenant's stored responses and conversations
   are counted as they are written and stop counting when they expire or are deleted
-  (store/ledger.py); a write that creates (a response, a conversation, items added through the
-  API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
-  budget (core/storagebudget.py), the check and the count in one atomic step. Writes that end a
-  turn already running (its final object, its conversation append) count but are never refused.
+  (store/budget/ledger.py); a write that creates (a response, a conversation, items added through
+  the API) is refused with `QuotaExceeded` (429 `insufficient_quota`) once the tenant holds its
+  budget (core/policy/storagebudget.py), the check and the count in one atomic step. Writes that
+  end a turn already running (its final object, its conversation append) count but are never
+  refused.
 - Failures of the backing service raise `StoreUnavailable` (503), never a raw client exception.
 
 Values cross this interface as plain JSON-able dicts; events as their encoded JSON bytes (the
@@ -57,7 +58,7 @@ class StoredEvent(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class StoredResponse:
+class ResponseRecord:
     """A response as stored. `response["status"]` always equals the stored status (a backend
     keeps the status apart for its compare-and-set and overlays it on read)."""
 
@@ -126,7 +127,7 @@ class Store(Protocol):
     # -- responses ---------------------------------------------------------------------------
     async def create_response(
         self,
-        record: StoredResponse,
+        record: ResponseRecord,
         input_items: Sequence[Item],
         *,
         events: Sequence[StoredEvent] = (),
@@ -142,9 +143,9 @@ class Store(Protocol):
         writing
         nothing, when the tenant already holds its storage budget."""
 
-    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None: ...
+    async def get_response(self, tenant: str, response_id: str) -> ResponseRecord | None: ...
 
-    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+    async def get_response_any(self, response_id: str) -> ResponseRecord | None:
         """The same without the tenant check: for workers, which act for whoever queued."""
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:

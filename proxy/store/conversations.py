@@ -4,7 +4,7 @@ scripts it runs, kept together because nothing else runs them.
 Layout (keys.py): `cv:{<id>}` HASH (tenant, obj, meta, next, and the storage ledger's bytes and
 until), `cv:{<id>}:order` ZSET of item ids by insertion number, `cv:{<id>}:items` HASH of item
 bodies. The three keys share the conversation's hash tag, so each script touches one slot, but
-for the owner's storage ledger (store/ledger.py), which every write that renews the TTL or
+for the owner's storage ledger (store/budget/ledger.py), which every write that renews the TTL or
 changes the size updates in the same script. Conventions as in scripts.py: tenancy checked in
 the script that writes (a foreign tenant changes nothing and learns nothing), no JSON decoded
 in Lua, every key written gets its TTL renewed.
@@ -21,14 +21,14 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from proxy.core.errors import InvalidRequest
+from proxy.core.policy.storagebudget import StorageBudget, storage_exceeded
 from proxy.core.shardtags import TAGS, tag_of
-from proxy.core.storagebudget import StorageBudget, storage_exceeded
 from proxy.core.types import Item
 from proxy.store import keys
 from proxy.store.base import MAX_CONVERSATION_ITEMS, ItemPage
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.ledger import LEDGER
-from proxy.store.ledgerview import ByTag, LedgerView
+from proxy.store.budget.ledger import LEDGER
+from proxy.store.budget.ledgerview import ByTag, LedgerView
+from proxy.store.connection.failures import read_retrying, store_errors
 
 T = TypeVar("T")
 # What the conversation scripts answer besides 1 / 0.
@@ -187,7 +187,7 @@ return 1
 
 class RedisConversations:
     """Conversations on `client`, bytes counted in each owner's ledger and bounded by
-    `budget` (core/storagebudget.py)."""
+    `budget` (core/policy/storagebudget.py)."""
 
     def __init__(self, client: Redis, budget: StorageBudget, *, sharded: bool = False) -> None:
         self._client = client

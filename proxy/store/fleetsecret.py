@@ -10,7 +10,8 @@ from redis.asyncio import Redis
 from proxy.store import keys
 from proxy.store.redis import store_errors
 
-# `shared_secret` bound to a client: what a service is handed (store/factory.py `Backend`).
+# `shared_secret` bound to a client: what a service is handed (store/connection/factory.py
+# `Backend`).
 SecretRead = Callable[[bytes], Awaitable[bytes]]
 
 

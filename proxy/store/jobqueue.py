@@ -65,8 +65,9 @@ from typing import Any, TypeVar
 from redis import exceptions as rex
 from redis.asyncio import Redis
 
-from proxy.store import keys, scripts
+from proxy.store import keys
 from proxy.store.base import Enqueued, Job, Room
+from proxy.store.lua import scripts
 from proxy.store.redis import read_retrying, store_errors
 
 T = TypeVar("T")

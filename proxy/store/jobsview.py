@@ -10,7 +10,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from proxy.store import keys
-from proxy.store.failures import store_errors
+from proxy.store.connection.failures import store_errors
 
 ZERO = b"\0"
 

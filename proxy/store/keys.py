@@ -12,8 +12,8 @@ Invariants (docs/design.md, "Redis"):
   and every key of that object *and* every key those scripts write beside it carries the hash
   tag `{<tag>}`: the item index entries, the lease set and the ledger exist once per tag. So
   the create and the final write stay one call, and a flush is one call per tag this instance
-  holds live streams in (store/shards.py draws two tags per primary: ~2 calls per primary),
-  not one per stream. Any reader derives the slot from the id alone.
+  holds live streams in (store/connection/shards.py draws two tags per primary: ~2 calls per
+  primary), not one per stream. Any reader derives the slot from the id alone.
 - Untagged ids (every id made on one primary or Sentinel, and every id before issue 26) keep
   the keys they always had: hash tag `{<response id>}` / `{<conversation id>}`, the untagged
   ledger, index and lease set, which one server holds together. On a cluster an untagged id
@@ -157,7 +157,7 @@ ITEM_IN_INPUT: Final = "i"
 def item_location(tenant: str, item_id: str, tag: str | None = None) -> str:
     """`tag`: the shard tag of the response holding the item (its index entry sits in that
     response's slot, written by the same script); None for an untagged response."""
-    # The tenant (a digest, core/tenancy.py: no ':' in it) comes first, so no item id can
+    # The tenant (a digest, core/policy/tenancy.py: no ':' in it) comes first, so no item id can
     # make one tenant's key equal to another's.
     if tag is not None:
         return f"ix:{{{tag}}}:{tenant}:{item_id}"
@@ -280,8 +280,8 @@ def cache_bucket_prefix(tenant: str, namespace: str) -> str:
 
 # -- per-key limits (`--keys-file`, services/metering/limits.py)
 # ------------------------------------- All keys of one client key share the hash tag `{<tenant>}`
-# (the digest web/auth.py makes; the key itself is never stored), so each limit script touches one
-# cluster slot.
+# (the digest web/middleware/auth.py makes; the key itself is never stored), so each limit script
+# touches one cluster slot.
 
 # The current minute's counters: `w` (the minute, from the Redis server's clock, so instances
 # with skewed clocks still share one window), `r` (requests admitted), `t` (tokens used). A
@@ -359,14 +359,15 @@ def response_reaper(response_id: str) -> str:
 # them. Bounded: one 32-byte string per deployment.
 FLEET_SECRET: Final = "fleet:secret"
 
-# -- files (`/v1/files`, store/files.py) and prompts (`/v1/prompts`, store/prompts.py)
-# ------------------------------------------------------------------------------------------
-# All of one client key's files and prompts share its hash tag `{<tenant>}` (the tag of its
-# storage ledger too), so every script touches one slot; the cost is that one key's files sit on
-# one cluster node (bounded by its storage budget). A file lives `--response-ttl` (or its
-# `expires_after`, when shorter) and its three keys expire with it; the list ZSETs live as long
-# as their longest-lived member, and ids whose object expired are dropped from them by the next
-# listing that meets them (never found by pattern).
+# -- files (`/v1/files`, store/objects/files.py) and prompts (`/v1/prompts`,
+# store/objects/prompts.py)
+# ------------------------------------------------------------------------------------------ All of
+# one client key's files and prompts share its hash tag `{<tenant>}` (the tag of its storage ledger
+# too), so every script touches one slot; the cost is that one key's files sit on one cluster node
+# (bounded by its storage budget). A file lives `--response-ttl` (or its `expires_after`, when
+# shorter) and its three keys expire with it; the list ZSETs live as long as their longest-lived
+# member, and ids whose object expired are dropped from them by the next listing that meets them
+# (never found by pattern).
 
 
 def file_record(tenant: str, file_id: str) -> str:
@@ -389,7 +390,8 @@ def prompt_index(tenant: str) -> str:
     return f"pm:{{{tenant}}}:list"
 
 
-# -- vector stores (`/v1/vector_stores`, store/vectors.py) ----------------------------------
+# -- vector stores (`/v1/vector_stores`, store/objects/vectors.py)
+# ----------------------------------
 # Under the key's tag `{<tenant>}` too: every script of a store (add files, finish one, delete)
 # touches one slot. Every key of a store lives as long as the store (its `expires_after`, never
 # past `--response-ttl`) and is renewed with it; a file's chunks are bounded per store

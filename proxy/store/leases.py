@@ -17,7 +17,8 @@ from enum import Enum
 from redis.asyncio import Redis
 
 from proxy.core.shardtags import TAGS, tag_of
-from proxy.store import keys, scripts
+from proxy.store import keys
+from proxy.store.lua import scripts
 from proxy.store.redis import read_retrying, store_errors
 
 

@@ -14,7 +14,7 @@ from typing import Final
 
 from redis.asyncio import Redis
 
-from proxy.core.keysfile import Limits
+from proxy.core.policy.keysfile import Limits
 from proxy.store import keys
 from proxy.store.redis import store_errors
 

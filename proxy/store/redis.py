@@ -36,14 +36,20 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
+from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.shardtags import TAGS, tag_of
-from proxy.core.storagebudget import UNLIMITED, StorageBudget, storage_exceeded
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
-from proxy.store import keys, scripts
-from proxy.store.base import Chain, StoredEvent, StoredResponse, Transition
-from proxy.store.coalesce import ScriptCoalescer
+from proxy.store import keys
+from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
+from proxy.store.budget.headroom import Headroom
+from proxy.store.budget.ledger import LEDGER_HELD
+from proxy.store.connection.coalesce import ScriptCoalescer
+from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.connection.reconnect import Reconnector
+from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
-from proxy.store.decoding import (
+from proxy.store.lua import scripts
+from proxy.store.lua.decoding import (
     event_of,
     held_items,
     item_ids,
@@ -51,18 +57,13 @@ from proxy.store.decoding import (
     record_of,
     transition_of,
 )
-from proxy.store.failures import read_retrying, store_errors
-from proxy.store.headroom import Headroom
-from proxy.store.ledger import LEDGER_HELD
-from proxy.store.packing import (
+from proxy.store.lua.packing import (
     MAX_EVENTS_PER_CALL,
     HashKeys,
     by_tag,
     packed,
     packed_calls,
 )
-from proxy.store.reconnect import Reconnector
-from proxy.store.replication import ReplicaWait
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
@@ -136,7 +137,7 @@ class RedisStore(RedisConversations):
 
     # -- responses ---------------------------------------------------------------------------
 
-    async def create_response(self, record: StoredResponse, input_items: Sequence[Item], *,
+    async def create_response(self, record: ResponseRecord, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
                               event_ttl: int, lease_ms: int | None = None) -> None:
         check_ttl(ttl, event_ttl)
@@ -169,11 +170,11 @@ class RedisStore(RedisConversations):
         else:
             self._headroom.note(tenant, held + size[0])
 
-    async def get_response(self, tenant: str, response_id: str) -> StoredResponse | None:
+    async def get_response(self, tenant: str, response_id: str) -> ResponseRecord | None:
         record = await self.get_response_any(response_id)
         return record if record is not None and record.tenant == tenant else None
 
-    async def get_response_any(self, response_id: str) -> StoredResponse | None:
+    async def get_response_any(self, response_id: str) -> ResponseRecord | None:
         values = await self._read(
             lambda: self._client.hmget(keys.response(response_id), _RESPONSE_FIELDS))
         return record_of(values)
@@ -310,7 +311,7 @@ class RedisStore(RedisConversations):
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
-        `--redis-wait-replicas` asks (store/replication.py)."""
+        `--redis-wait-replicas` asks (store/connection/replication.py)."""
         if self.replication.replicas:
             return await self.replication.run(self._client, script, keys_, args)
         if self.sharded:  # each call to its slot's node

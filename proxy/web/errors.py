@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.core.context.requestctx import current_request_id
 from proxy.core.errors import (
     MethodNotAllowed,
     NotFound,
@@ -21,7 +22,6 @@ from proxy.core.errors import (
     StoreUnavailable,
     failure_cause,
 )
-from proxy.core.requestctx import current_request_id
 from proxy.web.state import runtime_of
 
 log = logging.getLogger("proxy.web")

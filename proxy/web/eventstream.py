@@ -44,7 +44,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
-from proxy.web.access import BODY_SEND
+from proxy.web.middleware.access import BODY_SEND
 
 log = logging.getLogger("proxy.web")
 

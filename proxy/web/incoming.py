@@ -9,10 +9,10 @@ from typing import Any
 from starlette.requests import HTTPConnection, Request
 
 from proxy.core.errors import NotFound, UnsupportedMediaType
-from proxy.core.jsonbody import parse_object
-from proxy.core.origin import is_json
+from proxy.core.policy.origin import is_json
+from proxy.core.request.jsonbody import parse_object
 from proxy.services.process import offload
-from proxy.web.auth import OPEN, PUBLIC_TENANT
+from proxy.web.middleware.auth import OPEN, PUBLIC_TENANT
 
 
 def tenant(conn: HTTPConnection) -> str:
@@ -27,7 +27,7 @@ async def json_body(request: Request) -> dict[str, Any]:
 
 
 def require_json(request: Request) -> None:
-    """Auth off: a body not declared JSON is a 415 (core/origin.py: no browser may send one
+    """Auth off: a body not declared JSON is a 415 (core/policy/origin.py: no browser may send one
     cross-origin without a preflight, which the proxy never grants)."""
     if not request.scope.get("state", {}).get(OPEN):
         return

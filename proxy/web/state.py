@@ -3,7 +3,8 @@
 the base of both `Request` and `WebSocket`), and by the CLI's drain (`app_runtime`).
 
 A leaf on purpose: web/errors.py renders what every other web module raises, so the helper it
-uses must not import them back (web/incoming.py imports web/auth.py, which imports errors)."""
+uses must not import them back (web/incoming.py imports web/middleware/auth.py, which imports
+errors)."""
 
 from __future__ import annotations
 

@@ -20,9 +20,10 @@ ROOT = ("_run_module_as_main (<frozen runpy>:198);<module> (proxy/__main__.py:3)
         "Runner.run (asyncio/runners.py:118)")
 STREAM = f"{ROOT};EventStream._stream (proxy/web/eventstream.py:108);" \
          "_streamed (proxy/services/responses/create.py:410);" \
-         "Turn.run (proxy/services/generation/turn.py:140)"
+         "Generation.run (proxy/services/generation/run.py:140)"
 REQUEST = f"{ROOT};RequestResponseCycle.run_asgi (uvicorn/protocols/http/httptools_impl.py:409);" \
-          "AccessLog.__call__ (proxy/web/access.py:60);create (proxy/web/routes_responses.py:24)"
+          "AccessLog.__call__ (proxy/web/middleware/access.py:60);" \
+          "create (proxy/web/routes/responses.py:24)"
 SEND = "ServerErrorMiddleware.__call__.<locals>._send (starlette/middleware/errors.py:161);" \
        "RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:544)"
 
@@ -47,8 +48,8 @@ def test_raw_lines_are_parsed_into_frames_and_counts() -> None:
         ((Frame("f", "h.py", 4),), 5),
         ((Frame("outer.<locals>.inner", "pkg/mod.py", None),), 2),
     ]
-    assert spy.parse_frame("Turn.run (proxy/services/generation/turn.py:140)") == Frame(
-        "Turn.run", "proxy/services/generation/turn.py", 140)
+    assert spy.parse_frame("Generation.run (proxy/services/generation/run.py:140)") == Frame(
+        "Generation.run", "proxy/services/generation/run.py", 140)
 
 
 def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
@@ -68,18 +69,18 @@ def test_rules_match_qualified_names_and_leaf_rules_only_the_leaf() -> None:
     # the send from inside the stream's generators is send, not the generators
     (f"{STREAM};{SEND}", spy.SEND),
     (SEND, spy.SEND),  # a torn stack still has its leaf's frames
-    (f"{STREAM};Turn._read (proxy/services/generation/turn.py:236);"
-     "Response.aiter_raw (proxy/http1.py:504)",
+    (f"{STREAM};Generation._read (proxy/services/generation/run.py:236);"
+     "Response.aiter_raw (proxy/upstream/http1.py:504)",
      spy.READ),
-    (f"{ROOT};Connection.data_received (proxy/http1.py:375)", spy.READ),
+    (f"{ROOT};Connection.data_received (proxy/upstream/http1.py:375)", spy.READ),
     (f"{STREAM};Recorder.add (proxy/services/eventlog/recorder.py:30)", spy.STORE),
     (f"{ROOT};LoopSupervisor._keep (proxy/services/process/loops.py:93);"
      "EventLogHub._run (proxy/services/eventlog/writer.py:164);_packed (proxy/store/redis.py:512)",
      spy.STORE),
     (f"{REQUEST};AbstractConnection.pack_command (redis/asyncio/connection.py:1357)", spy.STORE),
-    (f"{STREAM};Turn._encoded (proxy/services/generation/turn.py:157)", spy.ENCODE),
+    (f"{STREAM};Generation._encoded (proxy/services/generation/run.py:157)", spy.ENCODE),
     (f"{STREAM};frames (proxy/core/events/sse.py:25)", spy.ENCODE),
-    (f"{STREAM};Turn._read (proxy/services/generation/turn.py:237);"
+    (f"{STREAM};Generation._read (proxy/services/generation/run.py:237);"
      "ChatStreamReader.feed (proxy/core/events/chatstream.py:27);"
      "DataDecoder.feed (proxy/core/events/sse.py:44)",
      spy.PARSE),

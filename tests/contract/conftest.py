@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy.store.factory import job_queue, open_store
+from proxy.store.connection.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 from tests.contract.tagged import STYLE

@@ -1,12 +1,12 @@
-"""`RedisCache` (store/cache.py) on every backend of the contract suite (one primary, Sentinel,
-embedded): exact entries, their expiry, semantic namespaces bounded to their newest members and
-read only through the probed buckets, and tenants kept apart."""
+"""`RedisCache` (store/objects/cache.py) on every backend of the contract suite (one primary,
+Sentinel, embedded): exact entries, their expiry, semantic namespaces bounded to their newest
+members and read only through the probed buckets, and tenants kept apart."""
 
 from __future__ import annotations
 
 import time
 
-from proxy.store.cache import RedisCache, VectorWrite
+from proxy.store.objects.cache import RedisCache, VectorWrite
 from proxy.store.redis import RedisStore
 from tests.contract.test_store_contract import every_key
 

@@ -1,7 +1,8 @@
 """The store on a Redis Cluster of its own (tests/support/cluster.py) through a primary's death
 and a resharding: service resumes without a restart, live streams keep their events, and new
-responses follow the new slot map (store/shards.py). `failover` marker: `make chaos` only (a
-cluster of its own each, ~15 s). The figures under load are reliability/clusterfailover.py's."""
+responses follow the new slot map (store/connection/shards.py). `failover` marker: `make chaos`
+only (a cluster of its own each, ~15 s). The figures under load are
+reliability/clusterfailover.py's."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 from proxy.core import ids as idp
 from proxy.core.errors import StoreUnavailable
 from proxy.core.shardtags import tag_of
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import Backend, open_backend
-from proxy.store.shards import REGROUP_SECONDS, ShardedIds, cluster_owners
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import Backend, open_backend
+from proxy.store.connection.shards import REGROUP_SECONDS, ShardedIds, cluster_owners
 from tests.support.cluster import RedisClusterGroup
 
 pytestmark = [pytest.mark.failover, pytest.mark.cluster]
@@ -32,8 +33,8 @@ def cluster() -> Iterator[RedisClusterGroup]:
     group.stop()
 
 
-def record(rid: str) -> StoredResponse:
-    return StoredResponse({"id": rid, "object": "response", "status": "in_progress"}, TENANT)
+def record(rid: str) -> ResponseRecord:
+    return ResponseRecord({"id": rid, "object": "response", "status": "in_progress"}, TENANT)
 
 
 def event(seq: int) -> StoredEvent:

@@ -28,8 +28,8 @@ from redis.crc import key_slot
 
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.contract.tagged import STYLE, rid
 from tests.support.cluster import RedisClusterGroup
@@ -129,7 +129,7 @@ def tidy(group: RedisClusterGroup, slot: int, source: ServerProcess,
 async def test_a_final_write_while_its_slot_moves_lands_whole_with_one_ledger(
         redis_cluster: RedisClusterGroup, store: RedisStore, moved_first: str) -> None:
     an_id = rid("moving")
-    record = StoredResponse({"id": an_id, "object": "response", "status": "in_progress",
+    record = ResponseRecord({"id": an_id, "object": "response", "status": "in_progress",
                              "output": []}, TENANT)
     # Logged: its hash, input and event log all sit on the old node until the move reaches them
     # (a response without a log would meet TRYAGAIN whatever the ledger does).
@@ -174,7 +174,7 @@ async def test_a_flush_while_its_slot_moves_leaves_one_log(
     (ASK), beside the one still to move. Declared, the events wait for the move (TRYAGAIN, the
     flush is tried again) and land in the one log."""
     an_id = rid("flushed")
-    record = StoredResponse({"id": an_id, "object": "response", "status": "in_progress",
+    record = ResponseRecord({"id": an_id, "object": "response", "status": "in_progress",
                              "output": []}, TENANT, logged=True)
     await store.create_response(record, [], events=[StoredEvent(0, "response.created", b"{}")],
                                 ttl=TTL, event_ttl=60)

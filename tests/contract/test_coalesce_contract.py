@@ -1,4 +1,4 @@
-"""Script calls of one loop turn sent as one pipeline (store/coalesce.py), against a real
+"""Script calls of one loop turn sent as one pipeline (store/connection/coalesce.py), against a real
 redis-server, Sentinel's primary and the embedded store: each caller gets its own reply or its
 own error, a script the server lost is loaded and sent again, a caller cancelled before the
 batch went out writes nothing, a failed round trip fails every call of its batch; and the
@@ -12,7 +12,7 @@ import pytest
 from redis import exceptions as rex
 from redis.asyncio import Redis
 
-from proxy.store.coalesce import ScriptCoalescer
+from proxy.store.connection.coalesce import ScriptCoalescer
 from proxy.store.redis import RedisStore
 from tests.contract.tagged import rid
 from tests.contract.test_store_contract import EVENT_TTL, TENANT, TTL, create, response

@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
-from proxy.store.base import StoredResponse
+from proxy.store.base import ResponseRecord
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
 from tests.contract.tagged import rid
@@ -22,7 +22,7 @@ TTL = 3600
 
 async def stored(store: RedisStore, an_id: str, inputs: list[dict[str, Any]],
                  outputs: list[dict[str, Any]], tenant: str = TENANT) -> None:
-    await store.create_response(StoredResponse(response(an_id), tenant), inputs, ttl=TTL,
+    await store.create_response(ResponseRecord(response(an_id), tenant), inputs, ttl=TTL,
                                 event_ttl=60)
     await store.finish_response(response(an_id, "completed", output=outputs), None,
                                 tenant=tenant, ttl=TTL, event_ttl=60)
@@ -121,7 +121,7 @@ async def test_storing_with_items_still_takes_one_round_trip(store: RedisStore,
                                                              round_trips: RoundTrips) -> None:
     await stored(store, rid("0"), [message("msg_a", "q")], [])  # scripts loaded
     round_trips.reset()
-    await store.create_response(StoredResponse(response(rid("1")), TENANT),
+    await store.create_response(ResponseRecord(response(rid("1")), TENANT),
                                 [message("msg_b", "q"), message("msg_c", "q")], ttl=TTL,
                                 event_ttl=60)
     await store.finish_response(
@@ -155,7 +155,7 @@ async def test_a_refused_final_write_indexes_nothing(store: RedisStore) -> None:
 async def test_a_failed_create_indexes_nothing(store: RedisStore) -> None:
     await store.client.set(keys.response(rid("bad")), "not a hash")  # its HSET fails
     with pytest.raises(ResponseError):
-        await store.create_response(StoredResponse(response(rid("bad")), TENANT),
+        await store.create_response(ResponseRecord(response(rid("bad")), TENANT),
                                     [message("msg_orphan", "q")], ttl=TTL, event_ttl=60)
     assert await store.client.exists(keys.item_location(TENANT, "msg_orphan",
                                                   tag_of(rid("bad")))) == 0

@@ -16,8 +16,8 @@ import pytest
 
 from proxy.core.errors import StoreUnavailable
 from proxy.store import keys
-from proxy.store.base import Enqueued, Job, StoredResponse
-from proxy.store.factory import job_queue, open_store
+from proxy.store.base import Enqueued, Job, ResponseRecord
+from proxy.store.connection.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
@@ -104,7 +104,7 @@ async def first_cancel(queue: RedisJobQueue) -> str:
 
 
 async def create_response(store: RedisStore, an_id: str, status: str) -> None:
-    record = StoredResponse(response={"id": an_id, "object": "response", "status": status,
+    record = ResponseRecord(response={"id": an_id, "object": "response", "status": status,
                                       "background": True, "output": []}, tenant="tenant-a")
     await store.create_response(record, [], ttl=3600, event_ttl=600)
 

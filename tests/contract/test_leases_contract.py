@@ -12,7 +12,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from proxy.store import keys
-from proxy.store.base import StoredResponse
+from proxy.store.base import ResponseRecord
 from proxy.store.leases import LeaseState, LeaseTable
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
@@ -54,7 +54,7 @@ async def test_a_dropped_lease_of_a_response_still_in_progress_is_left_to_expire
     acknowledged: its drop of the lease must not leave that response `in_progress` for ever
     with nothing to close it. The lease stays, expires, and a sweep finds it."""
     for an_id, status in ((rid("lost_end"), "in_progress"), (rid("ended"), "completed")):
-        record = StoredResponse(response={"id": an_id, "object": "response", "status": status,
+        record = ResponseRecord(response={"id": an_id, "object": "response", "status": status,
                                           "output": []}, tenant="t")
         await store.create_response(record, [], ttl=60, event_ttl=60, lease_ms=30)
     table = LeaseTable(store.client, sharded=store.sharded)
@@ -91,8 +91,8 @@ async def test_one_claim_wins(store: RedisStore) -> None:
 
 # -- the lease a create takes (Store.create_response(lease_ms=...), scripts.CREATE_RESPONSE) --
 
-def _record(response_id: str) -> StoredResponse:
-    return StoredResponse({"id": response_id, "object": "response", "status": "in_progress",
+def _record(response_id: str) -> ResponseRecord:
+    return ResponseRecord({"id": response_id, "object": "response", "status": "in_progress",
                            "output": []}, "tenant", logged=True)
 
 

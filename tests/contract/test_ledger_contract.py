@@ -1,5 +1,5 @@
-"""The storage ledger and the per-key storage budget (store/ledger.py, store/base.py "Bytes are
-bounded per tenant"), against a real redis-server and the embedded store alike: bytes counted
+"""The storage ledger and the per-key storage budget (store/budget/ledger.py, store/base.py "Bytes
+are bounded per tenant"), against a real redis-server and the embedded store alike: bytes counted
 as they are written, released by a delete or when their TTL passes, a create refused (writing
 nothing) once the key holds its budget, the check and the count atomic across instances."""
 
@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from proxy.core.errors import QuotaExceeded
+from proxy.core.policy.storagebudget import StorageBudget
 from proxy.core.shardtags import tag_of
-from proxy.core.storagebudget import StorageBudget
 from proxy.store import keys
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
@@ -182,9 +182,9 @@ async def test_no_budget_no_round_trip_for_the_check(store: RedisStore,
     await store.check_storage(TENANT)  # the contract fixture's store has no budget
     assert round_trips.count == 0
     await limited.check_storage(TENANT, rechecked=True)
-    # On a cluster the key's ledgers are read at most once a second (store/ledgerview.py);
+    # On a cluster the key's ledgers are read at most once a second (store/budget/ledgerview.py);
     # on one primary a key seen well inside its budget less than a second ago is not read
-    # again before a create (store/headroom.py): the read just before is still fresh.
+    # again before a create (store/budget/headroom.py): the read just before is still fresh.
     assert round_trips.count == 0
 
 

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from proxy.core.errors import QuotaExceeded, RateLimited, StoreUnavailable
-from proxy.core.keysfile import Limits
+from proxy.core.policy.keysfile import Limits
 from proxy.services.metering.limits import KeyLimits, Limiter
 from proxy.store import keys
-from proxy.store.factory import open_store
+from proxy.store.connection.factory import open_store
 from proxy.store.limits import LimitStore
 from proxy.store.redis import RedisStore
 from tests.support.servers import free_port

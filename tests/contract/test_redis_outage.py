@@ -22,8 +22,8 @@ from redis import exceptions as rex
 
 from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog.durable import store_final
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.support.servers import start_redis
 
@@ -70,8 +70,8 @@ async def store(servers: Servers) -> AsyncIterator[RedisStore]:
         await store.aclose()
 
 
-def record(rid: str) -> StoredResponse:
-    return StoredResponse(response={"id": rid, "object": "response", "status": "queued",
+def record(rid: str) -> ResponseRecord:
+    return ResponseRecord(response={"id": rid, "object": "response", "status": "queued",
                                     "output": []}, tenant=TENANT)
 
 

@@ -20,9 +20,9 @@ import redis
 from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog.durable import store_final
 from proxy.store import keys
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
-from proxy.store.replication import WAIT_TIMEOUT_MS
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
+from proxy.store.connection.replication import WAIT_TIMEOUT_MS
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess
 
@@ -39,8 +39,8 @@ def group() -> Iterator[SentinelGroup]:
         group.stop()
 
 
-def record(rid: str) -> StoredResponse:
-    return StoredResponse(response={"id": rid, "object": "response", "status": "in_progress",
+def record(rid: str) -> ResponseRecord:
+    return ResponseRecord(response={"id": rid, "object": "response", "status": "in_progress",
                                     "output": []}, tenant=TENANT)
 
 

@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from proxy.core.errors import InvalidRequest
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
-from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.redis import RedisStore
 from tests.contract.conftest import RoundTrips
 from tests.contract.tagged import cid, rid
@@ -43,8 +43,8 @@ def response(an_id: str, status: str = "in_progress", *, output: list[dict[str, 
 
 def record(an_id: str, status: str = "in_progress", *, tenant: str = TENANT,
            parents: tuple[str, ...] = (), output: list[dict[str, Any]] | None = None,
-           logged: bool = False) -> StoredResponse:
-    return StoredResponse(response=response(an_id, status, output=output), tenant=tenant,
+           logged: bool = False) -> ResponseRecord:
+    return ResponseRecord(response=response(an_id, status, output=output), tenant=tenant,
                           parents=parents, logged=logged)
 
 
@@ -93,7 +93,7 @@ def conversation_keys(cid: str) -> list[str]:
 
 async def test_create_then_get_returns_the_record(store: RedisStore) -> None:
     await store.create_response(
-        StoredResponse(response=response(rid("1"), "queued"), tenant=TENANT,
+        ResponseRecord(response=response(rid("1"), "queued"), tenant=TENANT,
                        parents=(rid("0"),), logged=True),
         [message("in_1", "hi")], ttl=TTL, event_ttl=EVENT_TTL,
     )
@@ -203,7 +203,7 @@ async def test_load_chain_gives_inputs_then_outputs_oldest_first(store: RedisSto
 
 async def test_load_chain_gives_the_replica_that_ran_the_target(store: RedisStore) -> None:
     # Written with the create (same script, no extra round trip), read with the target.
-    await store.create_response(StoredResponse(response(rid("r"), "completed"), TENANT,
+    await store.create_response(ResponseRecord(response(rid("r"), "completed"), TENANT,
                                                replica="http://10.0.0.7:8000"),
                                 [message("in_r", "q")], events=[event(0, "response.created")],
                                 ttl=TTL, event_ttl=EVENT_TTL)

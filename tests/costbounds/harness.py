@@ -129,7 +129,7 @@ class Stack:
         """What the key's `token_budget` counted so far, read from Redis."""
         import redis
 
-        from proxy.core.tenancy import tenant_of
+        from proxy.core.policy.tenancy import tenant_of
         from proxy.store import keys
 
         with redis.Redis(port=self.redis.port, db=self.db) as client:

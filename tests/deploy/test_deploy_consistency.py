@@ -23,8 +23,8 @@ import yaml
 
 from proxy.app import create_app
 from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
-from proxy.store.topology import parse_redis_url
-from proxy.web.bodylimits import MULTIPART_SLACK
+from proxy.store.connection.topology import parse_redis_url
+from proxy.web.middleware.bodylimits import MULTIPART_SLACK
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -217,7 +217,7 @@ def test_grace_periods_exceed_the_shutdown_grace() -> None:
 def app_routes() -> set[tuple[str, str]]:
     app = create_app(Settings.of(upstreams=("http://127.0.0.1:1",)))
     return {(route.path, method) for route in app.routes  # type: ignore[attr-defined]
-            # WebSocket routes (web/websocket.py) have no HTTP methods.
+            # WebSocket routes (web/routes/websocket.py) have no HTTP methods.
             for method in (getattr(route, "methods", None) or ())}
 
 

@@ -2,7 +2,7 @@
 6 nodes: tests/support/cluster.py): the same state contract as on one primary. Stored streams on
 A replayed from B, a chain and a conversation across the two, background jobs on the worker and
 a cancel, cache hits and per-key limits shared by both instances; and the stored responses'
-keys land on every primary (shard tags drawn from the slot map, store/shards.py)."""
+keys land on every primary (shard tags drawn from the slot map, store/connection/shards.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A connection that does not deliver a request head in time is closed (issue 38 point 12), on
 real uvicorn processes: the proxy itself (`serve --workers 2`, uvicorn's `auto` protocol,
-httptools) and a bare uvicorn on each protocol class proxy/headtimeout.py makes (httptools,
+httptools) and a bare uvicorn on each protocol class proxy/process/headtimeout.py makes (httptools,
 h11). `--header-timeout` is 1 s here; a new idle connection has uvicorn's keep-alive (5 s in the
 proxy, 2 s in the bare app).
 

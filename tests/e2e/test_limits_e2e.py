@@ -304,7 +304,7 @@ def charged(redis_server: ServerProcess, key: str) -> int:
     """What the key's `token_budget` has counted so far, read from the shared Redis."""
     import redis
 
-    from proxy.core.tenancy import tenant_of
+    from proxy.core.policy.tenancy import tenant_of
     from proxy.store import keys
 
     with redis.Redis(port=redis_server.port) as client:

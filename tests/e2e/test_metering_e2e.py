@@ -29,7 +29,7 @@ import redis
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.tenancy import tenant_of
 from proxy.store import keys
 from tests.conftest import SimControl
 from tests.support.servers import (

@@ -1,6 +1,6 @@
 """Real vLLM's shapes through the proxy, with the official `openai` SDK: simulators started as
 vLLM personas (`--vllm-version 0.10`, realistic model names: each name picks its persona,
-simulator/personas.py) over real HTTP, a proxy process in front, every streamed event
+simulator/answer/personas.py) over real HTTP, a proxy process in front, every streamed event
 validated against the SDK's types (tests/support/conformance.py).
 
 Each test first shows the persona's shape on the wire (straight from the simulator, or in

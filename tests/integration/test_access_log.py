@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from proxy.app import create_app
-from proxy.logs import configure_logging
 from proxy.settings import Settings
-from proxy.web.access import AccessLog
+from proxy.telemetry.logs import configure_logging
+from proxy.web.middleware.access import AccessLog
 from tests.conftest import SimControl
 from tests.support.servers import ServerProcess
 
@@ -34,7 +34,7 @@ def tagged(upstream_id: str, client_id: str, call: int = 1) -> bool:
 
 
 class LogCapture:
-    """The process's real logging set-up (proxy.logs), writing into a buffer."""
+    """The process's real logging set-up (proxy.telemetry.logs), writing into a buffer."""
 
     def __init__(self, fmt: str) -> None:
         self.buffer = io.StringIO()

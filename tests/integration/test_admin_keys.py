@@ -13,8 +13,8 @@ import orjson
 import pytest
 import redis
 
-from proxy.core.apikeys import ManagedKey, secret_digest
-from proxy.core.keysfile import parse_keys_file
+from proxy.core.policy.apikeys import ManagedKey, secret_digest
+from proxy.core.policy.keysfile import parse_keys_file
 from proxy.services.admin.keyring import KeyConflict
 from proxy.settings import Settings
 from tests.support.inprocess import app_for, until

@@ -1,5 +1,5 @@
-"""Every upstream chat request carries the key's `cache_salt` (core/tenancy.py), read where it
-arrives: the simulator's last chat request. One key: one salt on every path (create, stream,
+"""Every upstream chat request carries the key's `cache_salt` (core/policy/tenancy.py), read where
+it arrives: the simulator's last chat request. One key: one salt on every path (create, stream,
 background job, compaction's summary, chat pass-through, chat through the cache); two keys: two
 salts; a keys-file `cache_group`: one salt for its keys; a client's own salt never makes a
 request land on another key's salt."""
@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.core.keysfile import parse_keys_file
-from proxy.core.tenancy import CacheSalts, tenant_of
+from proxy.core.policy.keysfile import parse_keys_file
+from proxy.core.policy.tenancy import CacheSalts, tenant_of
 from proxy.runtime import Runtime
 from proxy.settings import Settings
 from tests.conftest import SimControl

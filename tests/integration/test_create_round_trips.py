@@ -28,7 +28,7 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from proxy.app import create_app
-from proxy.core.requestctx import CURRENT
+from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
 from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
@@ -135,7 +135,7 @@ ASK = {"model": "sim-model", "input": "hello [[sim tokens=4]]"}
     ({"stream": True, "store": False}, 0, 0),
     ({"stream": False, "store": False}, 0, 0),
     # the create (its budget check and lease inside); the storage pre-check is skipped for a
-    # key this process just saw well inside its budget (store/headroom.py)
+    # key this process just saw well inside its budget (store/budget/headroom.py)
     ({"stream": True, "store": True}, 0, 1),
     # a JSON answer is the final object: the create, then the final write
     ({"stream": False, "store": True}, 0, 2),

@@ -1,5 +1,5 @@
-"""The drain in-process (services/process/drain.py, web/draining.py): what a draining app answers,
-and
+"""The drain in-process (services/process/drain.py, web/middleware/draining.py): what a draining
+app answers, and
 the drain's phases with stand-in turns. The real SIGTERM path is tests/e2e/test_drain_e2e.py."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ async def test_requests_that_end_within_the_grace_are_not_interrupted() -> None:
     turn = FakeTurn()
 
     async def request() -> None:
-        with drain.request(), drain.turn("resp_1", turn):
+        with drain.request(), drain.generation("resp_1", turn):
             await asyncio.sleep(0.05)
 
     task = asyncio.create_task(request())
@@ -83,7 +83,7 @@ async def test_turns_past_the_grace_are_interrupted_and_the_worker_stop_awaited(
         stopped.set()
 
     async def request() -> None:
-        with drain.request(), drain.turn("resp_1", turn):
+        with drain.request(), drain.generation("resp_1", turn):
             await turn.ended.wait()
 
     task = asyncio.create_task(request())
@@ -100,10 +100,10 @@ async def test_a_json_create_past_the_grace_gets_503_shutting_down(
     body = {"model": "sim-model", "input": "slow json [[sim tokens=200 delay_ms=50]]"}
     call = asyncio.create_task(http.post("/v1/responses", json=body))
     for _ in range(200):  # until the turn runs
-        if runtime.process.draining.turns:
+        if runtime.process.draining.generations:
             break
         await asyncio.sleep(0.02)
-    assert runtime.process.draining.turns == 1
+    assert runtime.process.draining.generations == 1
     await asyncio.wait_for(runtime.process.draining.run(grace=0.05), 10)
     answer = await asyncio.wait_for(call, 10)
     assert answer.status_code == 503

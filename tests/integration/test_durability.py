@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.tenancy import tenant_of
 from proxy.services.eventlog import durable
 from proxy.settings import Settings
-from proxy.store.base import StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, StoredEvent
 from tests.support.assembly import assemble, golden_bytes
 from tests.support.inprocess import app_for, until
 
@@ -201,7 +201,7 @@ async def test_a_follower_gets_the_end_of_a_response_finished_without_its_termin
     prefix = live[: len(live) // 2]
     async with app_for(settings.replace(follow_idle=0.3)) as (client, runtime):
         store = runtime.store
-        record = StoredResponse(dict(prefix[1]["response"]), tenant_of("sk-test"), logged=True)
+        record = ResponseRecord(dict(prefix[1]["response"]), tenant_of("sk-test"), logged=True)
         await store.create_response(record, [], ttl=60, event_ttl=60, events=[
             StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in prefix])
         follower = client.get(f"/v1/responses/{record.id}", params={"stream": "true"},

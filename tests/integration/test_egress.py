@@ -1,5 +1,5 @@
 """Outbound connections to URLs a client named (issue 23): the name resolved once and the
-connection made to the vetted address (proxy/egress.py), and media fetched by the proxy and sent
+connection made to the vetted address (upstream/egress.py), and media fetched by the proxy and sent
 inline under `--fetch-allow` (services/fleet/media.py). A small HTTP server on loopback plays the
 remote side; resolvers are injected so a test decides what a name answers, and when."""
 
@@ -16,10 +16,10 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
+from proxy.core.policy.urlpolicy import parse_target
 from proxy.core.request.items import parse_input
-from proxy.core.urlpolicy import parse_target
-from proxy.egress import EgressRefused, PinnedTransport, pin, pinned_client
 from proxy.services.fleet.media import MediaFetcher
+from proxy.upstream.egress import EgressRefused, PinnedTransport, pin, pinned_client
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 PUBLIC = "93.184.216.34"

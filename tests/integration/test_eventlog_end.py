@@ -21,8 +21,8 @@ from proxy.services.eventlog import durable
 from proxy.services.eventlog import writer as eventlog
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.settings import Settings
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.support.inprocess import app_for, until
 from tests.support.servers import ServerProcess
@@ -91,7 +91,7 @@ async def store(redis_server: ServerProcess) -> AsyncIterator[RedisStore]:
 async def open_response(store: RedisStore) -> str:
     """A fresh in-progress response (unique id: the session's server is shared)."""
     rid = f"resp_{uuid.uuid4().hex}"
-    record = StoredResponse({"id": rid, "status": "in_progress"}, "tenant", logged=True)
+    record = ResponseRecord({"id": rid, "status": "in_progress"}, "tenant", logged=True)
     await store.create_response(record, [], ttl=60, event_ttl=60)
     return rid
 

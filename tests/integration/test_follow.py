@@ -13,8 +13,8 @@ from proxy.services.eventlog import follow as follow_module
 from proxy.services.eventlog import pages as logread
 from proxy.services.eventlog.follow import Followers
 from proxy.services.eventlog.writer import EventLogHub
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 
 
@@ -26,7 +26,7 @@ def event(seq: int, kind: str = "response.output_text.delta") -> StoredEvent:
 async def store() -> AsyncIterator[RedisStore]:
     store = open_store(None)
     # the store keeps logs of known responses only
-    record = StoredResponse({"id": "resp_1", "status": "in_progress"}, "tenant", logged=True)
+    record = ResponseRecord({"id": "resp_1", "status": "in_progress"}, "tenant", logged=True)
     await store.create_response(record, [], ttl=60, event_ttl=60)
     yield store
     await store.aclose()
@@ -237,7 +237,7 @@ async def test_streams_ending_together_share_their_flushes(
     ids = [f"resp_g{n}" for n in range(40)]
     live_ids = [f"resp_live{n}" for n in range(10)]
     for rid in ids + live_ids:
-        record = StoredResponse({"id": rid, "status": "in_progress"}, "tenant", logged=True)
+        record = ResponseRecord({"id": rid, "status": "in_progress"}, "tenant", logged=True)
         await store.create_response(record, [], ttl=60, event_ttl=60)
     real = store.append_events
     calls: list[int] = []

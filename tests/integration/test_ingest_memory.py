@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proxy.core.chunking import chunk_text
+from proxy.core.vectors.chunking import chunk_text
 from proxy.services.vectors.ingest import job_of
 from proxy.services.vectors.memory import INGEST_MULTIPLE, MemoryBudget
 from tests.support import ingestion

@@ -14,7 +14,7 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.app import create_app
-from proxy.core.keysfile import parse_keys_file
+from proxy.core.policy.keysfile import parse_keys_file
 from proxy.settings import Settings
 from tests.support.servers import ServerProcess
 

@@ -16,8 +16,8 @@ from proxy.core.ids import counter_ids
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.ownership import LEASE_LOST, LOST, Leases
 from proxy.settings import StreamSettings
-from proxy.store.base import StoredEvent, StoredResponse
-from proxy.store.factory import open_store
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
 from proxy.store.leases import LeaseState, LeaseTable
 from proxy.store.redis import RedisStore
 from tests.support.assembly import CREATED_AT, assemble, golden_bytes
@@ -49,7 +49,7 @@ async def half_written(store: RedisStore, *, background: bool = False,
     prefix = live[: len(live) // 2]
     response = dict(prefix[1]["response"])
     response["background"] = background
-    record = StoredResponse(response, TENANT, logged=True)
+    record = ResponseRecord(response, TENANT, logged=True)
     events = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in prefix]
     await store.create_response(record, [], events=events, ttl=60, event_ttl=60,
                                 lease_ms=lease_ms)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.core.keysfile import parse_keys_file
+from proxy.core.policy.keysfile import parse_keys_file
 from proxy.settings import Settings
 from tests.support.servers import ServerProcess, free_port
 
@@ -79,10 +79,10 @@ async def test_the_embedded_store_enforces_limits(embedded: httpx.AsyncClient) -
 
 
 async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
-    from proxy.core.keysfile import Limits
+    from proxy.core.policy.keysfile import Limits
     from proxy.services.metering.limits import KeyLimits, Limiter
     from proxy.services.metering.meter import Meter
-    from proxy.store.factory import embedded_client
+    from proxy.store.connection.factory import embedded_client
     from proxy.store.limits import LimitStore
 
     async def never_read() -> AsyncIterator[bytes]:

@@ -14,8 +14,8 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.app import create_app
-from proxy.core.keysfile import parse_keys_file
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.keysfile import parse_keys_file
+from proxy.core.policy.tenancy import tenant_of
 from proxy.settings import Settings
 from proxy.store import keys
 from tests.support.servers import ServerProcess

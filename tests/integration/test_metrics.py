@@ -13,10 +13,10 @@ import pytest
 
 from proxy.app import create_app
 from proxy.core.errors import StoreUnavailable
-from proxy.metrics import JOB_OUTCOMES, LIMIT_REASONS, METHODS, Metrics
 from proxy.runtime import Runtime
 from proxy.services.eventlog.pages import whole_log
 from proxy.settings import Settings
+from proxy.telemetry.metrics import JOB_OUTCOMES, LIMIT_REASONS, METHODS, Metrics
 from tests.support.prom import Scrape, parse
 from tests.support.sse import data_payloads
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.core.jsonbody import MAX_DEPTH
 from proxy.core.request.create import MAX_TOOLS
+from proxy.core.request.jsonbody import MAX_DEPTH
 from proxy.services.responses.conversations import MAX_ITEMS_PER_CALL
 from proxy.settings import Settings
 from tests.fuzz.harness import check_error_body

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings
-from proxy.upstream import ConnectionPool
+from proxy.upstream.client import ConnectionPool
 from tests.conftest import SimControl
 from tests.support.inprocess import post_scope
 

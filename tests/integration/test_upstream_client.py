@@ -1,4 +1,4 @@
-"""The upstream HTTP/1.1 client (`proxy/http1.py`, `proxy/upstream_pool.py`) through the
+"""The upstream HTTP/1.1 client (`proxy/upstream/http1.py`, `proxy/upstream/pool.py`) through the
 `Upstream` facade, against tiny asyncio servers scripted per test on 127.0.0.1 (plain, TLS with
 a self-signed certificate, behind a CONNECT proxy), and the proxy's Responses and pass-through
 paths against the simulator. Waits are for states (bounded), not for durations; the few elapsed
@@ -24,6 +24,7 @@ import uvloop
 
 from proxy import __version__
 from proxy.app import create_app
+from proxy.core.context.requestctx import CURRENT, RequestContext
 from proxy.core.errors import (
     InvalidRequest,
     UpstreamError,
@@ -31,16 +32,15 @@ from proxy.core.errors import (
     UpstreamUnavailable,
     UpstreamUnreachable,
 )
-from proxy.core.requestctx import CURRENT, RequestContext
-from proxy.http1 import ConnectError, ReadError
 from proxy.settings import Settings, Timeouts
-from proxy.upstream import (
+from proxy.upstream.client import (
     ConnectionPool,
     Upstream,
     _bypassed,
     error_from_upstream,
     map_transport_errors,
 )
+from proxy.upstream.http1 import ConnectError, ReadError
 from tests.support.servers import free_port
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {

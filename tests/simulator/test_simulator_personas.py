@@ -1,6 +1,6 @@
 """The simulator's personas against real vLLM's streams (tests/unit/golden/vllm/*.sse, copies of
 ../shared/vllm): the same chunks, key for key, token boundaries aside, and the version rules
-of simulator/personas.py."""
+of simulator/answer/personas.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from proxy.simulator import personas, script, tools, wire
+from proxy.simulator import wire
+from proxy.simulator.answer import personas, script, tools
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError
 from proxy.simulator.request import Tool, parse_chat

@@ -16,7 +16,8 @@ import orjson
 import pydantic
 import pytest
 
-from proxy.simulator import directives, embeddings, schema, script, tokens, tools, wire
+from proxy.simulator import embeddings, tokens, wire
+from proxy.simulator.answer import directives, schema, script, tools
 from proxy.simulator.config import SimConfig
 from proxy.simulator.errors import SimError
 from proxy.simulator.request import ChatRequest, parse_chat

@@ -1,4 +1,4 @@
-"""A bare uvicorn (no proxy app) on the protocol proxy/headtimeout.py makes for `--http NAME`,
+"""A bare uvicorn (no proxy app) on the protocol process/headtimeout.py makes for `--http NAME`,
 for tests of the head deadline on each protocol uvicorn may pick: any request is answered 200
 with the size of the body it read, so a test sees whole exchanges on one connection."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from proxy.headtimeout import protocol_for
+from proxy.process.headtimeout import protocol_for
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -2,7 +2,7 @@
 `ingest_text` ingests one text file as the worker would and returns the tracemalloc peak (bytes
 allocated at once above what was held before) and the chunks stored. The fakes keep what the
 real store and embedder would hold at their peak: the store serialises the chunks' texts as
-store/vectors.py does, the embedder returns a float32 batch as embeddings.py does."""
+store/objects/vectors.py does, the embedder returns a float32 batch as embeddings.py does."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from proxy.core.vectorstores import file_record, parse_chunking
+from proxy.core.vectors.stores import file_record, parse_chunking
 from proxy.services.files.files import Files
 from proxy.services.vectors.ingest import Ingester, job_of
 from proxy.settings.groups import VectorSettings
@@ -37,7 +37,7 @@ def text_of(size: int, seed: int = 7) -> bytes:
 
 
 class Blobs:
-    """A BlobStore (store/files.py) of files `file-1`, `file-2`... holding `data` each; how
+    """A BlobStore (store/objects/files.py) of files `file-1`, `file-2`... holding `data` each; how
     many times a file's bytes were read."""
 
     def __init__(self, data: bytes, filename: str, count: int = 1) -> None:
@@ -74,7 +74,8 @@ class Stores:
 
     async def finish_file(self, tenant: str, file: dict[str, Any], chunks: Any, **_: Any
                           ) -> int:
-        stored = orjson.dumps(chunks.texts) if chunks else b""  # as store/vectors.py sends it
+        # As store/objects/vectors.py sends it.
+        stored = orjson.dumps(chunks.texts) if chunks else b""
         self.done = {"status": file["status"], "last_error": file.get("last_error"),
                      "chunks": len(chunks.texts) if chunks else 0, "stored": len(stored)}
         return 1

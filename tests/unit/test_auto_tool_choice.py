@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from proxy.core.errors import AutoToolChoiceUnavailable, InvalidRequest
-from proxy.upstream import error_from_upstream
+from proxy.upstream.client import error_from_upstream
 from tests.unit.test_fleet import StaticProbe, fleet
 
 VLLM_400 = orjson.dumps({"object": "error", "type": "BadRequestError", "code": 400, "message":

@@ -1,5 +1,5 @@
-"""core/chatparts.py: every URL a replica's chat parser would fetch is found (issue 38 point 3),
-and a part the proxy cannot classify is refused naming it."""
+"""core/translate/chatparts.py: every URL a replica's chat parser would fetch is found (issue 38
+point 3), and a part the proxy cannot classify is refused naming it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.chatparts import media_urls
 from proxy.core.errors import InvalidRequest
+from proxy.core.translate.chatparts import media_urls
 
 METADATA = "http://169.254.169.254/latest/meta-data/"
 INTERNAL = "http://10.0.0.7/x"

@@ -1,11 +1,11 @@
-"""core/chunking.py: `iter_chunks` (issue 38 point 6: one chunk's words at a time) cuts exactly
-the chunks the list-based cutter did, on any whitespace, bound and overlap."""
+"""core/vectors/chunking.py: `iter_chunks` (issue 38 point 6: one chunk's words at a time) cuts
+exactly the chunks the list-based cutter did, on any whitespace, bound and overlap."""
 
 from __future__ import annotations
 
 import random
 
-from proxy.core.chunking import chunk_text, iter_chunks, word_tokens
+from proxy.core.vectors.chunking import chunk_text, iter_chunks, word_tokens
 
 
 def reference(text: str, max_tokens: int, overlap: int) -> list[str]:

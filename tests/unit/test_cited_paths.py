@@ -29,7 +29,8 @@ SKIPPED_DIRS = {".git", ".venv", "__pycache__", "node_modules", ".mypy_cache", "
 # Documents about other projects: the paths they name are files of the OpenAI SDK, vLLM, Codex
 # or the codebases the style guide learns from, not ours.
 OUTSIDE_DOCS = {"docs/protocol.md", "docs/protocol-2026.md", "docs/style.md"}
-ROOMS = {"core", "services", "store", "web", "settings", "simulator"}
+ROOMS = {"core", "services", "store", "web", "settings", "simulator", "upstream", "telemetry",
+         "process"}
 EXCEPTIONS = {
     "bench/results/": "written by the benchmarks at run time (ignored by git)",
     "tests/artifacts/": "the console test's screenshots, written at run time (ignored by git)",

@@ -8,8 +8,8 @@ import pytest
 
 from proxy.core.translate import effort
 from proxy.core.translate.effort import fit_effort, model_efforts, nearest
-from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet.fleet import Fleet
+from proxy.settings.fleetfile import ReplicaSpec
 
 
 @pytest.mark.parametrize(("asked", "sent"), [

@@ -1,5 +1,5 @@
 """Embeddings charged to their key (issue 38 point 10: services/fleet/embeddings.py with an
-`EmbeddingAccount`) and the per-key socket count (point 13: core/keyslots.py). A fake fleet
+`EmbeddingAccount`) and the per-key socket count (point 13: core/policy/keyslots.py). A fake fleet
 counts the calls; nothing here waits on time."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from proxy.core.errors import QuotaExceeded
-from proxy.core.keyslots import KeySlots
+from proxy.core.policy.keyslots import KeySlots
 from proxy.services.fleet.embeddings import BATCH, Embedder, estimated
 
 

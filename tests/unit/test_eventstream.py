@@ -96,7 +96,7 @@ async def test_a_body_that_fails_part_way_is_cut_not_ended_as_if_whole() -> None
 async def test_after_the_first_bytes_the_body_skips_the_wrapped_send() -> None:
     """The start and the first body bytes go through the middlewares' `send` (status, headers,
     time to first byte); the rest goes to the send beneath them (`BODY_SEND`), in order."""
-    from proxy.web.access import BODY_SEND
+    from proxy.web.middleware.access import BODY_SEND
 
     frames = [b"", b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n"]
     wire: list[tuple[str, bytes | None]] = []

@@ -6,8 +6,8 @@ import pytest
 
 from proxy.core.errors import ModelNotFound, UpstreamError
 from proxy.core.fleet import replicaload
-from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet.fleet import Fleet
+from proxy.settings.fleetfile import ReplicaSpec
 
 
 class Page:

@@ -12,7 +12,7 @@ from proxy.core.errors import InvalidRequest, NotFound
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.translate.fleet_errors import failure_code, for_responses
-from proxy.upstream import error_from_upstream
+from proxy.upstream.client import error_from_upstream
 from tests.support.assembly import CREATED_AT, base_response
 
 REAL = Path(__file__).parent.parent / "fixtures" / "vllm" / "real-0.32"

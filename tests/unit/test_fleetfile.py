@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.fleetfile import ReplicaSpec
 from proxy.services.fleet.fleet import Fleet
 from proxy.settings import ConfigError, Timeouts, build_settings
-from proxy.upstream import Upstream
+from proxy.settings.fleetfile import ReplicaSpec
+from proxy.upstream.client import Upstream
 
 ENTRIES = [
     {"url": "http://10.0.0.5:8000/v1", "weight": 2, "api_key": "sk-five",
@@ -127,7 +127,7 @@ def test_the_cli_exits_with_one_line_for_a_bad_fleet_file(tmp_path: Path) -> Non
 
 def test_a_replica_key_replaces_the_fleet_key_for_that_replica_only() -> None:
     from proxy.settings import Timeouts
-    from proxy.upstream import Upstream
+    from proxy.upstream.client import Upstream
     upstream = Upstream(Upstream.make_pool(), api_key="sk-fleet", timeouts=Timeouts())
     upstream.use_key("http://a:8000", "sk-a")
     head_a = upstream._target("http://a:8000").head

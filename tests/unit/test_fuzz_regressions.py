@@ -10,8 +10,8 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.jsonbody import parse_object
 from proxy.core.request.create import parse_request
+from proxy.core.request.jsonbody import parse_object
 
 BASE: dict[str, Any] = {"model": "m", "input": "hi"}
 

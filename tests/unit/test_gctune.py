@@ -1,4 +1,4 @@
-"""The serving processes' collector settings (proxy/gctune.py). Run in a child interpreter:
+"""The serving processes' collector settings (proxy/process/gctune.py). Run in a child interpreter:
 freezing is process-wide and the test process keeps the defaults."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from proxy import gctune
+from proxy.process import gctune
 
 _PROBE = """
 import gc
@@ -14,7 +14,7 @@ before = gc.get_threshold()
 garbage = []
 garbage.append(garbage)  # a cycle made during start-up: collected, not frozen
 del garbage
-from proxy.gctune import tune_for_serving
+from proxy.process.gctune import tune_for_serving
 tune_for_serving()
 print(before, gc.get_threshold(), gc.get_freeze_count(), gc.garbage == [])
 """

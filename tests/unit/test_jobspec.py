@@ -27,7 +27,7 @@ def plan() -> LoopPlan:
 
 def test_a_spec_round_trips_with_its_version() -> None:
     spec = JobSpec("t1", "m", CHAT, affinity="a", home="http://r", service_tier="priority",
-                   seal=True, conversation="conv_1", request_id="req_1", mcp=plan(),
+                   seal=True, conversation="conv_1", request_id="req_1", tool_plan=plan(),
                    limit={"lease": None, "minute": True, "total": True})
     raw = spec.to_json()
     assert orjson.loads(raw)["version"] == VERSION
@@ -39,7 +39,7 @@ def test_the_previous_releases_untyped_dict_is_still_read() -> None:
     spec = JobSpec.from_json(orjson.dumps({**PREVIOUS_RELEASE, "mcp": plan().to_spec()}))
     assert spec == JobSpec("t1", "m", CHAT, affinity="conv_1", home="http://replica:8000",
                            service_tier="priority", seal=True, conversation="conv_1",
-                           request_id="req_abc", mcp=plan(),
+                           request_id="req_abc", tool_plan=plan(),
                            limit={"lease": "lease_1", "minute": True, "total": False})
 
 
@@ -48,7 +48,13 @@ def test_a_minimal_previous_spec_reads_with_defaults() -> None:
                                            "affinity": None, "home": None,
                                            "service_tier": "auto", "seal": False,
                                            "conversation": None, "request_id": None}))
-    assert spec.mcp is None and spec.limit is None and not spec.priority
+    assert spec.tool_plan is None and spec.limit is None and not spec.priority
+
+
+def test_the_tool_plan_keeps_its_stored_key_across_the_rename() -> None:
+    # `JobSpec.tool_plan` was `mcp`; a release on either side of the upgrade reads "mcp".
+    data = orjson.loads(JobSpec("t", "m", CHAT, tool_plan=plan()).to_json())
+    assert data["mcp"] == plan().to_spec() and "tool_plan" not in data
 
 
 def test_an_older_release_reads_todays_spec_key_by_key() -> None:

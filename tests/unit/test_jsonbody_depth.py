@@ -1,4 +1,4 @@
-"""A large body's nesting is measured on its bytes (core/jsonbody.py `_shallow`) before the
+"""A large body's nesting is measured on its bytes (core/request/jsonbody.py `_shallow`) before the
 walk, which costs a microsecond of Python per object: the two must agree on every body, and a
 body of many small objects must not be walked (issue 38, cost bounds: 16 MiB of parts was half
 a second of walk on the event loop)."""
@@ -10,9 +10,9 @@ import random
 import orjson
 import pytest
 
-from proxy.core import jsonbody
 from proxy.core.errors import InvalidRequest
-from proxy.core.jsonbody import MAX_DEPTH, _shallow, check_depth, parse_object
+from proxy.core.request import jsonbody
+from proxy.core.request.jsonbody import MAX_DEPTH, _shallow, check_depth, parse_object
 
 
 def _walk_says_shallow(body: bytes) -> bool:

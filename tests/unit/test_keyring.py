@@ -8,9 +8,9 @@ import contextlib
 
 import pytest
 
-from proxy.core.apikeys import ManagedKey, created, secret_digest
-from proxy.core.keysfile import parse_keys_file
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.apikeys import ManagedKey, created, secret_digest
+from proxy.core.policy.keysfile import parse_keys_file
+from proxy.core.policy.tenancy import tenant_of
 from proxy.services.admin.keyring import KeyConflict, KeyRing, tables
 
 FILE = parse_keys_file({"defaults": {"rpm": 50}, "keys": [

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.core.keysfile import KeysFileError, Limits, parse_keys_file
+from proxy.core.policy.keysfile import KeysFileError, Limits, parse_keys_file
 from proxy.settings import ConfigError, accepted_keys, build_settings
 
 DOC = {

@@ -1,12 +1,12 @@
-"""store/ledgerview.py: a key's ledgers on a cluster, read at most once a second, kept current
-by this instance's own writes, and good for a while when a primary fails over."""
+"""store/budget/ledgerview.py: a key's ledgers on a cluster, read at most once a second, kept
+current by this instance's own writes, and good for a while when a primary fails over."""
 
 from __future__ import annotations
 
 import pytest
 
 from proxy.core.errors import StoreUnavailable
-from proxy.store.ledgerview import FRESH_SECONDS, STALE_SECONDS, ByTag, LedgerView
+from proxy.store.budget.ledgerview import FRESH_SECONDS, STALE_SECONDS, ByTag, LedgerView
 
 
 class Ledgers:

@@ -10,9 +10,9 @@ from proxy.core import mcp
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.ids import counter_ids
+from proxy.core.policy.urlpolicy import address_allowed
 from proxy.core.request.create import parse_request
 from proxy.core.translate.chat import to_messages
-from proxy.core.urlpolicy import address_allowed
 from proxy.settings import ConfigError, build_settings
 from tests.support.conformance import check_stream
 

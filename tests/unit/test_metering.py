@@ -1,5 +1,5 @@
 """What a request is charged when vLLM reported no usage (services/metering/meter.py), and `stream`
-read as vLLM reads it (core/fields.py `lax_bool`)."""
+read as vLLM reads it (core/request/fields.py `lax_bool`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.fields import lax_bool
+from proxy.core.request.fields import lax_bool
 from proxy.services.metering.meter import Meter, delivered
 
 

@@ -1,4 +1,4 @@
-"""proxy/metricsdir.py: the supervisor's directory, and when a process reads it."""
+"""proxy/telemetry/metricsdir.py: the supervisor's directory, and when a process reads it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy import metricsdir
+from proxy.telemetry import metricsdir
 
 
 def test_an_inherited_variable_alone_does_not_switch_a_process(

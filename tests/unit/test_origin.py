@@ -1,10 +1,10 @@
-"""core/origin.py: which browser origins an open proxy serves, which bodies count as JSON."""
+"""core/policy/origin.py: which browser origins an open proxy serves, which bodies count as JSON."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.core.origin import is_json, origin_allowed, parse_origin
+from proxy.core.policy.origin import is_json, origin_allowed, parse_origin
 
 ALLOWED = frozenset({("https", "app.example", 443)})
 

@@ -12,8 +12,8 @@ import pytest
 from proxy.core import ids
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.wsframe import parse_frame
-from proxy.core.jsonbody import MAX_DEPTH, check_depth, parse_object
-from proxy.web import auth
+from proxy.core.request.jsonbody import MAX_DEPTH, check_depth, parse_object
+from proxy.web.middleware import auth
 
 
 @pytest.mark.parametrize("token", ["sk-one", "sk-three", "sk-nope", ""])

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from proxy.core.context.requestctx import CURRENT, RequestContext, end_setup
 from proxy.core.errors import RateLimited
-from proxy.core.requestctx import CURRENT, RequestContext, end_setup
 from proxy.services.fleet.setups import SetupGate
 from tests.integration.test_admission import free_one, saturated, settle
 

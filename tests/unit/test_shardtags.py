@@ -1,5 +1,5 @@
 """Shard tags (core/shardtags.py), the keys they give (store/keys.py) and how an instance draws
-them over a cluster's primaries (store/shards.py)."""
+them over a cluster's primaries (store/connection/shards.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from proxy.core import ids as idp
 from proxy.core.errors import StoreUnavailable
 from proxy.core.shardtags import BUCKETS, SLOTS, TAGS, tag_of, tagged_id
 from proxy.store import keys
-from proxy.store.failures import store_errors
-from proxy.store.shards import REGROUP_SECONDS, TAGS_PER_PRIMARY, ShardedIds
+from proxy.store.connection.failures import store_errors
+from proxy.store.connection.shards import REGROUP_SECONDS, TAGS_PER_PRIMARY, ShardedIds
 
 TENANT = "t" * 64
 

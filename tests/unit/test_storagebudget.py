@@ -1,5 +1,5 @@
-"""Where each key's storage budget comes from (core/storagebudget.py): its keys-file entry, the
-file's defaults, then `--max-stored-bytes-per-key` (1 GiB unless given; 0: no limit), which
+"""Where each key's storage budget comes from (core/policy/storagebudget.py): its keys-file entry,
+the file's defaults, then `--max-stored-bytes-per-key` (1 GiB unless given; 0: no limit), which
 also covers `--api-key` keys and the anonymous tenant of a proxy without keys."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.core.keysfile import Limits, parse_keys_file
-from proxy.core.storagebudget import (
+from proxy.core.policy.keysfile import Limits, parse_keys_file
+from proxy.core.policy.storagebudget import (
     DEFAULT_MAX_STORED_BYTES,
     StorageBudget,
     storage_budget,
     storage_exceeded,
 )
-from proxy.core.tenancy import PUBLIC_TENANT, tenant_of
+from proxy.core.policy.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.settings import ConfigError, build_settings
 
 

@@ -8,7 +8,7 @@ from redis import exceptions as rex
 from redis._parsers.base import BaseParser
 
 from proxy.core.errors import StoreUnavailable
-from proxy.store.failures import store_errors
+from proxy.store.connection.failures import store_errors
 
 # The server's own replies, parsed by redis-py's parser as a connection would.
 REFUSED = [

@@ -1,14 +1,14 @@
-"""core/tenancy.py: each tenant's prefix-cache salt. Different keys never share one; the keys of
-one keys-file `cache_group` do; a client's own `cache_salt` partitions within its key and can
-never land on another key's salt."""
+"""core/policy/tenancy.py: each tenant's prefix-cache salt. Different keys never share one; the
+keys of one keys-file `cache_group` do; a client's own `cache_salt` partitions within its key and
+can never land on another key's salt."""
 
 from __future__ import annotations
 
 import pytest
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.keysfile import parse_keys_file
-from proxy.core.tenancy import PUBLIC_TENANT, CacheSalts, tenant_of
+from proxy.core.policy.keysfile import parse_keys_file
+from proxy.core.policy.tenancy import PUBLIC_TENANT, CacheSalts, tenant_of
 
 A, B, C = tenant_of("sk-a"), tenant_of("sk-b"), tenant_of("sk-c")
 

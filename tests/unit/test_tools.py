@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import Response
 
-from proxy.core.custominput import InputStream, custom_input
 from proxy.core.errors import InvalidRequest
 from proxy.core.events.assembler import Assembler
 from proxy.core.events.replay import events_from_response
 from proxy.core.ids import counter_ids
 from proxy.core.request.create import parse_request
-from proxy.core.toolnames import ToolNames, flatten_history
+from proxy.core.tools.custominput import InputStream, custom_input
+from proxy.core.tools.toolnames import ToolNames, flatten_history
 from proxy.core.translate.chat import to_chat_request
 from tests.support.assembly import CREATED_AT, base_response
 from tests.support.conformance import check_stream

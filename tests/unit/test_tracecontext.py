@@ -1,8 +1,8 @@
-"""core/tracecontext.py: a client's W3C trace context, checked before it is passed on."""
+"""core/context/tracecontext.py: a client's W3C trace context, checked before it is passed on."""
 
 from __future__ import annotations
 
-from proxy.core.tracecontext import (
+from proxy.core.context.tracecontext import (
     MAX_TRACESTATE,
     accept_trace_context,
     accept_traceparent,

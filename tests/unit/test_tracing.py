@@ -1,4 +1,4 @@
-"""Tracing's settings and set-up (proxy/tracing.py): where the endpoint comes from, that a bad
+"""Tracing's settings and set-up (telemetry/tracing.py): where the endpoint comes from, that a bad
 one is refused naming the flag, and that with none nothing is built (no provider, no span
 middleware: the request path pays nothing)."""
 
@@ -8,8 +8,8 @@ import pytest
 
 from proxy.app import create_app
 from proxy.settings import ConfigError, Settings, build_settings
-from proxy.tracing import Tracing, traces_url
-from proxy.web.tracing import TraceMiddleware
+from proxy.telemetry.tracing import Tracing, traces_url
+from proxy.web.middleware.tracing import TraceMiddleware
 
 
 def test_the_endpoint_comes_from_the_flag_ours_or_the_standard_variable() -> None:

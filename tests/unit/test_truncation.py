@@ -14,7 +14,7 @@ from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.core.request.create import parse_request
 from proxy.core.translate.truncation import is_context_overflow, shorten, units
-from proxy.upstream import error_from_upstream
+from proxy.upstream.client import error_from_upstream
 from tests.support.assembly import CREATED_AT, base_response
 from tests.support.conformance import check_stream
 

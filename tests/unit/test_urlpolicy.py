@@ -1,10 +1,10 @@
-"""The URL allow-list rules (core/urlpolicy.py) every outbound fetch of the proxy reads."""
+"""The URL allow-list rules (core/policy/urlpolicy.py) every outbound fetch of the proxy reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.core.urlpolicy import (
+from proxy.core.policy.urlpolicy import (
     UrlRefused,
     address_allowed,
     check,

@@ -10,16 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proxy.core.chunking import chunk_text, word_tokens
-from proxy.core.citations import cite
 from proxy.core.errors import InvalidRequest
 from proxy.core.filesearch import searched
 from proxy.core.hosted import FILE_SEARCH
 from proxy.core.request.tools import parse_tools
-from proxy.core.vectorfilters import matches, parse_filters
-from proxy.core.vectorsearch import Corpus, FileMeta, Hit, search
-from proxy.core.vectorstores import parse_chunking
-from proxy.simulator import script, tools
+from proxy.core.tools.citations import cite
+from proxy.core.vectors.chunking import chunk_text, word_tokens
+from proxy.core.vectors.filters import matches, parse_filters
+from proxy.core.vectors.search import Corpus, FileMeta, Hit, search
+from proxy.core.vectors.stores import parse_chunking
+from proxy.simulator.answer import script, tools
 from proxy.simulator.config import SimConfig
 from proxy.simulator.request import parse_chat
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from proxy.core.citations import cite
 from proxy.core.events.assembler import Assembler
 from proxy.core.events.replay import events_from_response
 from proxy.core.hosted import WEB_SEARCH, Source
 from proxy.core.ids import counter_ids
+from proxy.core.tools.citations import cite
 from proxy.core.websearch import WebResult, parse_results, search_failed, searched
 from proxy.settings import ConfigError, build_settings
-from proxy.simulator import script, tools
+from proxy.simulator.answer import script, tools
 from proxy.simulator.config import SimConfig
 from proxy.simulator.request import parse_chat
 from tests.support.assembly import CREATED_AT, base_response

@@ -69,7 +69,7 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     from collections.abc import AsyncIterator
 
     from proxy.services.responses.create import Outcome
-    from proxy.web.websocket import SocketState, _Connection
+    from proxy.web.routes.websocket import SocketState, _Connection
 
     batches = [[("response.created", b'{"type":"response.created","sequence_number":0}')],
                [("response.output_text.delta", b'{"type":"response.output_text.delta"}'),

@@ -103,7 +103,7 @@ def _part_events(part: dict[str, Any], where: dict[str, Any],
     if kind == t.OUTPUT_TEXT:
         empty = {**part, "text": "", "logprobs": [], "annotations": []}
         # The one delta carries every token's logprobs, as the done event does; citations
-        # are added once the text is whole, as live (core/citations.py).
+        # are added once the text is whole, as live (core/tools/citations.py).
         logprobs = event_logprobs(part.get("logprobs") or ())
         return [
             {"type": t.PART_ADDED, **at, "part": empty},

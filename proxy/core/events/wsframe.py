@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import InvalidRequest
-from proxy.core.jsonbody import check_depth
+from proxy.core.request.jsonbody import check_depth
 
 CREATE = "response.create"
 
@@ -44,7 +44,7 @@ def parse_frame(data: str | bytes) -> tuple[str, dict[str, Any]]:
         raise InvalidRequest("The frame is not valid JSON.", code="invalid_json") from None
     if not isinstance(frame, dict):
         raise InvalidRequest("A frame must be a JSON object with a 'type'.", param="type")
-    check_depth(frame)  # the bound of every HTTP body (core/jsonbody.py)
+    check_depth(frame)  # the bound of every HTTP body (core/request/jsonbody.py)
     kind = frame.pop("type", None)
     if not isinstance(kind, str):
         raise InvalidRequest("Missing required parameter: 'type'.", param="type",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.core.compaction import COMPACTION
-from proxy.core.fields import at, bad
+from proxy.core.request.fields import at, bad
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,

@@ -21,7 +21,10 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from proxy.core.fields import (
+from proxy.core.hosted import INCLUDES
+from proxy.core.ids import IdFactory
+from proxy.core.mcp import McpServer
+from proxy.core.request.fields import (
     at,
     bad,
     check_metadata,
@@ -34,9 +37,6 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
-from proxy.core.hosted import INCLUDES
-from proxy.core.ids import IdFactory
-from proxy.core.mcp import McpServer
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance
 from proxy.core.request.tools import parse_tool_choice, parse_tools
@@ -116,8 +116,8 @@ class ResponsesRequest:
     # Image URL → the data: URL the proxy fetched for it (services/fleet/media.py): translation
     # sends vLLM the data, never a URL to fetch; the stored items keep the client's URL.
     media: dict[str, str] = field(default_factory=dict)
-    # The tenant's prefix-cache salt (core/tenancy.py), set by the service, never by the body:
-    # every chat request made for this create carries it.
+    # The tenant's prefix-cache salt (core/policy/tenancy.py), set by the service, never by the
+    # body: every chat request made for this create carries it.
     cache_salt: str | None = None
 
     def evolved(self, **changes: Any) -> ResponsesRequest:

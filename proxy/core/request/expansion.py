@@ -32,7 +32,7 @@ import orjson
 
 from proxy.core import compaction
 from proxy.core.errors import InvalidRequest
-from proxy.core.fields import at
+from proxy.core.request.fields import at
 from proxy.core.request.items import open_reasoning
 from proxy.core.request.references import ITEM_REFERENCE, resolve
 from proxy.core.seal import Sealer

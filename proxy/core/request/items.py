@@ -42,7 +42,12 @@ from proxy.core import ids as idp
 from proxy.core.documents import INVALID as INVALID_FILE
 from proxy.core.documents import Unreadable, extract_text, runs_long
 from proxy.core.errors import InvalidRequest
-from proxy.core.fields import (
+from proxy.core.hosted import ITEM_TYPES as HOSTED_ITEM_TYPES
+from proxy.core.hosted import parse_hosted_item
+from proxy.core.ids import IdFactory
+from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
+from proxy.core.mcp import parse_mcp_item
+from proxy.core.request.fields import (
     at,
     bad,
     expect_list,
@@ -52,11 +57,6 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
-from proxy.core.hosted import ITEM_TYPES as HOSTED_ITEM_TYPES
-from proxy.core.hosted import parse_hosted_item
-from proxy.core.ids import IdFactory
-from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
-from proxy.core.mcp import parse_mcp_item
 from proxy.core.request.references import is_reference, parse_reference
 from proxy.core.seal import Sealer, SealError, seal_errors
 from proxy.core.types import (

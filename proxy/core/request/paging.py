@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.fields import bad, one_of
+from proxy.core.request.fields import bad, one_of
 
 MAX_LIMIT = 100
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.fields import at, bad, opt_str, req_str
+from proxy.core.request.fields import at, bad, opt_str, req_str
 from proxy.core.types import Item
 
 ITEM_REFERENCE = "item_reference"

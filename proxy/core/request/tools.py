@@ -1,7 +1,7 @@
 """Tools a create may offer the model, and `tool_choice`: parsed and checked. Pure.
 
 Kinds: `function`, `custom` (freeform input), `namespace` (a group of functions and custom
-tools); how each reaches the fleet is core/toolnames.py. Hosted tools (web_search, …) run on
+tools); how each reaches the fleet is core/tools/toolnames.py. Hosted tools (web_search, …) run on
 OpenAI's side and a chat fleet cannot run them: left out and named (`--hosted-tools drop`, the
 proxy's `x-proxy-dropped-tools` header) or refused (`reject`), but for those the proxy runs
 itself (`web_search` with `--web-search`, core/hosted.py), which the tool loop offers. A
@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.fields import (
+from proxy.core.hosted import echo_tool, kind_of_type
+from proxy.core.mcp import McpServer, parse_mcp_tool
+from proxy.core.request.fields import (
     at,
     bad,
     expect_list,
@@ -24,9 +26,7 @@ from proxy.core.fields import (
     opt_str,
     req_str,
 )
-from proxy.core.hosted import echo_tool, kind_of_type
-from proxy.core.mcp import McpServer, parse_mcp_tool
-from proxy.core.toolnames import ToolNames
+from proxy.core.tools.toolnames import ToolNames
 
 # Tools OpenAI runs on its side; a chat fleet cannot (docs/protocol-2026.md §2.6).
 HOSTED_TYPES = frozenset({

@@ -34,7 +34,7 @@ from proxy.core.mcp import ITEM_TYPES as MCP_ITEM_TYPES
 from proxy.core.mcp import mcp_messages
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.request.items import file_key, file_text, reasoning_text
-from proxy.core.toolnames import ToolNames, flatten_history, upstream_tools
+from proxy.core.tools.toolnames import ToolNames, flatten_history, upstream_tools
 from proxy.core.translate.system_prompt import lead_with_system
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 

@@ -43,7 +43,7 @@ CHAT_TO_RESPONSES = {
     "input_tokens": "input",  # vLLM 0.32's prompt-length check
     "prompt": "input",
     "messages": "input",
-    "input": "input",  # the proxy's own default for an overflow without a param (upstream.py)
+    "input": "input",  # the proxy's own default for an overflow without a param (client.py)
     "logprobs": "top_logprobs",  # vLLM checks top_logprobs against --max-logprobs as `logprobs`
     "top_logprobs": "top_logprobs",
     "response_format": "text.format",

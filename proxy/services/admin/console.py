@@ -1,4 +1,4 @@
-"""What the console shows (web/routes_console.py), each an admin-key read off the request path:
+"""What the console shows (web/routes/console.py), each an admin-key read off the request path:
 the fleet as this process sees it, the job queue (instance-wide, from the store), and one
 response opened by the operator. Keys are shown by name (the key ring's), never by secret;
 a tenant digest without a known name shows as the digest.

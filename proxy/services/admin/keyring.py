@@ -24,11 +24,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.apikeys import ManagedKey, secret_digest
 from proxy.core.errors import ProxyError
-from proxy.core.keysfile import KeysFile, Limits
-from proxy.core.storagebudget import DEFAULT_MAX_STORED_BYTES, storage_budget
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.apikeys import ManagedKey, secret_digest
+from proxy.core.policy.keysfile import KeysFile, Limits
+from proxy.core.policy.storagebudget import DEFAULT_MAX_STORED_BYTES, storage_budget
+from proxy.core.policy.tenancy import tenant_of
 from proxy.services.metering.limits import KeyLimits, limit_table
 from proxy.settings.groups import TenancySettings
 from proxy.store.apikeys import ManagedKeyStore
@@ -103,7 +103,7 @@ class KeyRing:
         self._static = self.static_encoded
         self._static_digests = frozenset(secret_digest(k) for k in keys)
 
-    # -- who may call (web/auth.py, web/routes_admin.py) ------------------------------------
+    # -- who may call (web/middleware/auth.py, web/routes/admin.py) -----------------------
     @property
     def admin_enabled(self) -> bool:
         return self._admin is not None

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.core.apikeys import ManagedKey, created, edited
 from proxy.core.errors import NotFound, ProxyError
+from proxy.core.policy.apikeys import ManagedKey, created, edited
 from proxy.services.admin.keyring import KeyRing
 from proxy.store.apikeys import ManagedKeyStore
 

@@ -12,7 +12,7 @@ when the key counts tokens is folded into the kept completion, so a later hit kn
 size); a hit is charged the cached completion's usage, or, kept without one, the frames it
 sends: what reached the client counts whether or not a replica generated it.
 
-The route parses the body once (web/routes_passthrough.py); the cache keys that object
+The route parses the body once (web/routes/passthrough.py); the cache keys that object
 before the pass-through inlines its media into it.
 """
 

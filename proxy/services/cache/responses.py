@@ -48,15 +48,15 @@ from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.types import EventBatch, Item, ResponseObject
-from proxy.metrics import CacheResult, Metrics
 from proxy.services.fleet.embeddings import Embedder, EmbeddingFailed
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.process import offload
 from proxy.services.process.loops import TaskSet
 from proxy.settings import Settings
-from proxy.store.base import Store, StoredResponse
-from proxy.store.cache import RedisCache, VectorWrite
+from proxy.store.base import ResponseRecord, Store
+from proxy.store.objects.cache import RedisCache, VectorWrite
+from proxy.telemetry.metrics import CacheResult, Metrics
 
 log = logging.getLogger("proxy.cache")
 
@@ -141,7 +141,7 @@ class ResponseCache:
         final = revive(found.body, base, now=self._clock(), ids=self._ids)
         settings = self._settings
         if request.store:
-            record = StoredResponse(final, tenant, parents=parents, closed=True)
+            record = ResponseRecord(final, tenant, parents=parents, closed=True)
             await self._objects.create_response(record, request.input,
                                                 ttl=settings.store.response_ttl,
                                                 event_ttl=settings.store.event_ttl)

@@ -17,10 +17,10 @@ from proxy.core.types import Event
 from proxy.services.eventlog.pages import whole_log
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.eventlog.writer import EventLogHub
-from proxy.store.base import Store, StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, Store, StoredEvent
 
 
-async def close_from_log(store: Store, hub: EventLogHub, record: StoredResponse,
+async def close_from_log(store: Store, hub: EventLogHub, record: ResponseRecord,
                          end: Callable[[Assembler], list[Event]], *, ids: IdFactory,
                          clock: Callable[[], float], response_ttl: int, event_ttl: int) -> None:
     """`end` (e.g. `lambda a: a.fail(reason)`) applied to the response restored from its log;
@@ -29,7 +29,7 @@ async def close_from_log(store: Store, hub: EventLogHub, record: StoredResponse,
     assembler = Assembler(dict(record.response), ids=ids, clock=clock)
     assembler.restore(orjson.loads(e.data) for e in logged)
     recorder = Recorder(store, record.tenant, ttl=response_ttl, event_ttl=event_ttl,
-                        log=hub.open(record.id) if record.logged else None)
+                        log_handle=hub.open(record.id) if record.logged else None)
     await record_all(recorder, end(assembler), logged=record.logged)
 
 

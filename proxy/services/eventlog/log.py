@@ -29,8 +29,8 @@ from proxy.services.eventlog.follow import Followers
 from proxy.services.eventlog.pages import log_pages, whole_log
 from proxy.services.eventlog.writer import EventLogHub, LogHandle
 from proxy.services.process.loops import LoopSupervisor
-from proxy.store.base import Store, StoredEvent, StoredResponse
-from proxy.tracing import Tracing
+from proxy.store.base import ResponseRecord, Store, StoredEvent
+from proxy.telemetry.tracing import Tracing
 
 
 class EventLog:
@@ -62,7 +62,7 @@ class EventLog:
     async def whole(self, response_id: str) -> list[StoredEvent]:
         return await whole_log(self.store, response_id)
 
-    async def end(self, record: StoredResponse, how: Callable[[Assembler], list[Event]], *,
+    async def end(self, record: ResponseRecord, how: Callable[[Assembler], list[Event]], *,
                   ids: IdFactory, clock: Callable[[], float]) -> None:
         """`how` (e.g. `lambda a: a.fail(reason)`) applied to the response restored from its
         log, its closing events and final object stored together."""

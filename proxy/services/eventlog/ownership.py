@@ -35,7 +35,7 @@ from proxy.core import types as t
 from proxy.core.errors import ProxyError, failure_cause
 from proxy.core.ids import IdFactory, new_id
 from proxy.services.eventlog.log import EventLog
-from proxy.store.base import StoredResponse
+from proxy.store.base import ResponseRecord
 from proxy.store.leases import LeaseState, LeaseTable
 
 log = logging.getLogger("proxy.lease")
@@ -48,12 +48,12 @@ SWEEP_LIMIT = 100
 
 
 class Leases:
-    def __init__(self, table: LeaseTable, log: EventLog, *, ttl: float, owner: str,
+    def __init__(self, table: LeaseTable, event_log: EventLog, *, ttl: float, owner: str,
                  interrupt: Callable[[str, str], object] = lambda _rid, _reason: None,
                  clock: Callable[[], float] = time.time, ids: IdFactory = new_id) -> None:
         self._table = table
-        self._store = log.store
-        self._log = log
+        self._store = event_log.store
+        self._event_log = event_log
         self._ttl_ms = int(ttl * 1000)
         self._ttl = ttl
         self._owner = owner
@@ -123,7 +123,7 @@ class Leases:
                 closed += 1
         return closed
 
-    async def check(self, record: StoredResponse) -> tuple[StoredResponse, LeaseState]:
+    async def check(self, record: ResponseRecord) -> tuple[ResponseRecord, LeaseState]:
         """`record` as it stands and its lease, after closing it if it is an `in_progress`
         foreground response whose writer's lease has expired (a GET, a replay)."""
         if record.status != t.S_IN_PROGRESS or record.background:
@@ -160,7 +160,7 @@ class Leases:
         await self._table.renew(ttl_ms=self._ttl_ms, dropped=[response_id])
         return True
 
-    async def _close(self, record: StoredResponse) -> None:
+    async def _close(self, record: ResponseRecord) -> None:
         """Complete the response from where its log stopped, as a dead worker's job is
         (services/jobs/runner.py): the terminal event and the final object stored together."""
-        await self._log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)
+        await self._event_log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)

@@ -13,7 +13,7 @@ from proxy.core.types import Event, EventBatch, Item, ResponseObject
 from proxy.services.eventlog.durable import append_conversation, store_final
 from proxy.services.eventlog.writer import LogHandle
 from proxy.store.base import Store, StoredEvent, Transition
-from proxy.tracing import Tracing
+from proxy.telemetry.tracing import Tracing
 
 
 @dataclass
@@ -27,21 +27,21 @@ class ConversationTurn:
 
 @dataclass
 class Recorder:
-    """The stored side of a turn. With a `log`, every event goes to the response's event log;
+    """The stored side of a turn. With a `log_handle`, every event goes to the response's event log;
     without one (a stored JSON request) only the final object is written."""
 
     store: Store
     tenant: str  # the response's owner: its final write counts its bytes in that key's ledger
     ttl: int
     event_ttl: int
-    log: LogHandle | None = None
+    log_handle: LogHandle | None = None
     conversation: ConversationTurn | None = None
     stored: bool = True  # False: only a conversation keeps the turn (`store: false`)
-    tracing: Tracing | None = None  # None: no span for the writes (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: no span for the writes (proxy/telemetry/tracing.py)
     final: Transition | None = field(default=None, init=False)
 
     def add(self, events: list[Event], encoded: EventBatch) -> None:
-        handle = self.log
+        handle = self.log_handle
         if handle is None:
             return
         handle.add_all([StoredEvent(event["sequence_number"], kind, data)
@@ -58,8 +58,8 @@ class Recorder:
             return await self._finish(final, terminal)
 
     async def _finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
-        if self.log is not None:
-            result = await self.log.finish(final, terminal, tenant=self.tenant)
+        if self.log_handle is not None:
+            result = await self.log_handle.finish(final, terminal, tenant=self.tenant)
         elif self.stored:
             result = await store_final(self.store, final, None, tenant=self.tenant,
                                        ttl=self.ttl, event_ttl=self.event_ttl)

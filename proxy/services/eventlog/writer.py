@@ -39,7 +39,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
-from proxy.tracing import SLOW_FLUSH_NS, Tracing
+from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
 
@@ -170,7 +170,7 @@ class EventLogHub:
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         self.store = store
-        # A span per slow or failed flush, in a trace of its own (proxy/tracing.py
+        # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
         self.tracing = tracing
         # Hands each event to this process's own followers of the log at once (follow.py).

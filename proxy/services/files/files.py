@@ -20,12 +20,12 @@ from typing import Any
 
 from proxy.core.documents import Unreadable
 from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge, RateLimited
-from proxy.core.fields import bad, one_of
+from proxy.core.request.fields import bad, one_of
 from proxy.core.request.items import unreadable
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.services.files.extraction import Extractor
 from proxy.store.base import Store
-from proxy.store.files import CHUNK_BYTES, BlobStore
+from proxy.store.objects.files import CHUNK_BYTES, BlobStore
 
 # The purposes the SDK's `files.create` takes (types/file_purpose.py).
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
@@ -36,7 +36,7 @@ MAX_EXPIRY = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class Upload:
-    """What the multipart body said (web/routes_files.py)."""
+    """What the multipart body said (web/routes/files.py)."""
 
     filename: str
     purpose: str
@@ -48,7 +48,7 @@ class Upload:
 class UploadSlots:
     """At most `limit` uploads in flight in this process (`--max-uploads-in-flight`), and at
     most half of them (rounded up) for any one key. Each may hold up to `--max-file-bytes`
-    spooled to a temporary file while it streams in (web/routes_files.py), so their number
+    spooled to a temporary file while it streams in (web/routes/files.py), so their number
     bounds that disk together (deploy/k8s sizes /tmp from it). The per-key share keeps one
     tenant from taking every slot (a client that sends its bodies slowly holds a slot for as
     long as it keeps a byte coming within `--body-timeout`): the other keys keep the rest. One

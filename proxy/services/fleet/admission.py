@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 from proxy.core.errors import RateLimited
 from proxy.core.fleet.fairqueue import FairQueue
-from proxy.core.keysfile import KeysFile
-from proxy.core.tenancy import tenant_of
+from proxy.core.policy.keysfile import KeysFile
+from proxy.core.policy.tenancy import tenant_of
 from proxy.services.fleet.fleet import Call, Fleet, Replica
 from proxy.settings import FlowSettings
 

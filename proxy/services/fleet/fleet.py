@@ -10,7 +10,7 @@ recorded replica of a chain (`home`), else the affinity key's rendezvous order, 
 load; else the least loaded, ties rotating. When nothing is known to be healthy we still try a
 replica: the failure then tells the client what is wrong (502), instead of a guess.
 
-Replicas come from `--upstream` URLs or a fleet file (proxy/fleetfile.py: weight, per-replica
+Replicas come from `--upstream` URLs or a fleet file (settings/fleetfile.py: weight, per-replica
 API key, max concurrency, a fixed model list). The per-replica key goes to the upstream client
 only; it is never logged nor shown in `status()`.
 """
@@ -26,6 +26,7 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
+from proxy.core.context.requestctx import note_replica, note_upstream_sent
 from proxy.core.errors import (
     AutoToolChoiceUnavailable,
     ModelNotFound,
@@ -34,11 +35,10 @@ from proxy.core.errors import (
 )
 from proxy.core.fleet import balancer, replicaload
 from proxy.core.fleet.routing import baseline
-from proxy.core.requestctx import note_replica, note_upstream_sent
 from proxy.core.translate.effort import SCALE, both, model_efforts, version_efforts
-from proxy.fleetfile import ReplicaSpec
-from proxy.tracing import Tracing, end_span, traceparent, tracestate
-from proxy.upstream import Response, Upstream, map_transport_errors, transport_detail
+from proxy.settings.fleetfile import ReplicaSpec
+from proxy.telemetry.tracing import Tracing, end_span, traceparent, tracestate
+from proxy.upstream.client import Response, Upstream, map_transport_errors, transport_detail
 
 log = logging.getLogger("proxy.fleet")
 
@@ -54,7 +54,7 @@ REDISCOVER_MIN_INTERVAL = 2.0
 # The generation call: where a request's time inside the proxy ends (`proxy_overhead_seconds`).
 # Preparatory calls (/tokenize for truncation, /v1/embeddings for the semantic cache) count as
 # the proxy's work, since the client waits for them before generation starts.
-GENERATION_PATH = "/v1/chat/completions"
+CHAT_PATH = "/v1/chat/completions"
 # How `tool_choice: "auto"` reads in the bodies we send (orjson: no spaces).
 AUTO_CHOICE = b'"tool_choice":"auto"'
 
@@ -141,7 +141,7 @@ class Fleet:
     specs: Sequence[ReplicaSpec] = ()
     load_factor: float = DEFAULT_LOAD_FACTOR
     routing: str = "affinity"  # or a baseline of core/fleet/routing.py (`--routing`, benchmarks)
-    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: tracing off (proxy/telemetry/tracing.py)
     replicas: list[Replica] = field(init=False)
     _turn: int = field(init=False, default=0)
     _last_rediscovery: float = field(init=False, default=-1e9)
@@ -307,7 +307,7 @@ class Fleet:
                     raise last_error from None
                 raise
             replica.in_flight += 1
-            if path == GENERATION_PATH:
+            if path == CHAT_PATH:
                 note_upstream_sent(time.perf_counter())
             try:
                 if self.tracing is None:
@@ -347,7 +347,7 @@ class Fleet:
         """The POST inside a span of its own, whose `traceparent` goes with it (the replica
         joins the trace). A failed attempt ends its span; an answered one's lives in its
         `Call`, which ends it."""
-        operation = "chat" if path == GENERATION_PATH else path.rsplit("/", 1)[-1]
+        operation = "chat" if path == CHAT_PATH else path.rsplit("/", 1)[-1]
         span = tracing.upstream_span(replica.name, replica.url, model, operation)
         try:
             response = await self.upstream.post(replica.url, path, body, stream=stream,

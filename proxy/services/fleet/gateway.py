@@ -15,7 +15,7 @@ the compaction threshold): short, not generations, and counted in-flight by the 
 call, but never queued behind generations: a token count waiting 30 s behind a saturated
 model would hold up the very request that is about to queue anyway.
 
-The upstream request carries the creating request's id (`x-request-id`, proxy/upstream.py reads
+The upstream request carries the creating request's id (`x-request-id`, upstream/client.py reads
 it from the request context), a background job's included (its worker sets that context).
 """
 
@@ -23,12 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.core.requestctx import end_setup
+from proxy.core.context.requestctx import end_setup
 from proxy.services.fleet.admission import Admission
-from proxy.services.fleet.fleet import Call, Fleet
+from proxy.services.fleet.fleet import CHAT_PATH, Call, Fleet
 from proxy.services.fleet.setups import SetupGate
-
-CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)

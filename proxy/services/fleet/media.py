@@ -1,11 +1,11 @@
 """Media URLs of a request, fetched by the proxy and sent to the fleet inline (issue 23).
 
 vLLM fetches the URL of an `image_url` (`audio_url`, `video_url`, and every other spelling its
-parser reads: core/chatparts.py) part itself, from the GPU nodes: a client's
+parser reads: core/translate/chatparts.py) part itself, from the GPU nodes: a client's
 `http://169.254.169.254/...` would be read from inside the fleet's network (SSRF), and a name
 vetted here could resolve elsewhere there (rebinding) or redirect there. So the proxy fetches
-each URL, under `--fetch-allow`'s rules (core/urlpolicy.py), the name resolved once and the
-connection made to the vetted address (proxy/egress.py), and hands vLLM a data: URL: the
+each URL, under `--fetch-allow`'s rules (core/policy/urlpolicy.py), the name resolved once and the
+connection made to the vetted address (proxy/upstream/egress.py), and hands vLLM a data: URL: the
 fleet never fetches anything a client named.
 
 Chosen over passing vetted URLs through (which costs nothing here but leaves rebinding and
@@ -33,16 +33,16 @@ from urllib.parse import urljoin
 
 import anyio
 
-from proxy.core.chatparts import media_urls
 from proxy.core.errors import InvalidRequest
+from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.core.request.items import image_urls
+from proxy.core.translate.chatparts import media_urls
 from proxy.core.types import Item
-from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.services.process import offload
 from proxy.settings import FetchSettings, LimitSettings
 
 if TYPE_CHECKING:
-    from proxy.egress import Resolve
+    from proxy.upstream.egress import Resolve
 
 MAX_REDIRECTS = 3
 PARALLEL = 4
@@ -105,7 +105,7 @@ class MediaFetcher:
 
     async def inline_chat(self, messages: Any, *, size: int = 0) -> bool:
         """Replace the media URLs of chat `messages` (a pass-through body) with their data, in
-        place: every spelling vLLM would fetch, in every role (core/chatparts.py). Whether
+        place: every spelling vLLM would fetch, in every role (core/translate/chatparts.py). Whether
         anything was replaced. A part that cannot be classified is a 400 naming it. `size`:
         the body's bytes; a large body's parts are walked off the loop."""
         found = await offload.run(size, media_urls, messages)
@@ -143,7 +143,7 @@ class MediaFetcher:
 
     async def _fetch(self, url: str, family: str, budget: _Budget) -> str:
         """One URL as a data: URL. Raises _FetchFailed or UrlRefused."""
-        from proxy.egress import EgressRefused
+        from proxy.upstream.egress import EgressRefused
 
         try:
             with anyio.fail_after(self._timeout):
@@ -164,7 +164,7 @@ class MediaFetcher:
         """The data: URL's bytes, or the URL a redirect points to."""
         import httpx2
 
-        from proxy.egress import pin, pinned_client, system_resolve
+        from proxy.upstream.egress import pin, pinned_client, system_resolve
 
         target, prefix = check(url, self._prefixes, ALLOW)
         pinned = await pin(target, prefix.private_ok, timeout=self._timeout, allow=ALLOW,

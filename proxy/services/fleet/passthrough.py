@@ -1,7 +1,7 @@
 """Chat Completions and the model list, passed through to the fleet.
 
 The request body goes upstream as the client sent it, but for what the proxy owns: `cache_salt`
-is the key's (core/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
+is the key's (core/policy/tenancy.py, a client's own salt combined into it), so no key shares vLLM's
 prefix cache with another's; media URLs are fetched here and sent inline (services/fleet/media.py:
 the fleet never fetches a URL a client named); `stream` is a JSON boolean (read as vLLM reads it).
 The route parses it once and hands the object here (we route on `model`); the answer comes back
@@ -32,8 +32,8 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import InvalidRequest, ProxyError
-from proxy.core.fields import lax_bool
-from proxy.core.tenancy import CacheSalts
+from proxy.core.policy.tenancy import CacheSalts
+from proxy.core.request.fields import lax_bool
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.fleet.media import MediaFetcher
@@ -43,8 +43,8 @@ from proxy.services.metering.meter import (
     usage_object_in_json,
     usage_object_in_sse,
 )
-from proxy.tracing import note_answer
-from proxy.upstream import end_to_end_headers, map_transport_errors
+from proxy.telemetry.tracing import note_answer
+from proxy.upstream.client import end_to_end_headers, map_transport_errors
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Passthrough:
 
     async def chat_completions(self, request: dict[str, Any], tenant: str = "", *,
                                meter: Meter | None = None, size: int = 0) -> Relay:
-        """`request`: the client's body, parsed (web/routes_passthrough.py; changed in place
+        """`request`: the client's body, parsed (web/routes/passthrough.py; changed in place
         here: media inlined). `size`: its bytes, which choose whether its scan runs off the
         loop (services/process/offload.py). `meter`: the request's per-key account; when it
         counts tokens, a stream that did not ask for its usage chunk gets one from the
@@ -84,7 +84,7 @@ class Passthrough:
         rewrite = stream is not request.get("stream", False)
         request = self._salts.salted(tenant, request)
         # The usage chunk is asked for (and taken out again) when the meter counts tokens, or
-        # when tracing is on: the call's span carries them (proxy/tracing.py).
+        # when tracing is on: the call's span carries them (proxy/telemetry/tracing.py).
         strip = (meter.counts or self._gateway.fleet.tracing is not None) and stream \
             and not _asks_usage(request)
         if strip:
@@ -155,7 +155,7 @@ async def _relay(call: Call, chunks: AsyncIterator[bytes], first: bytes, relay: 
 
 
 def chat_stream(request: dict[str, Any]) -> bool | None:
-    """A chat request's `stream`, read as vLLM reads it (core/fields.py `lax_bool`)."""
+    """A chat request's `stream`, read as vLLM reads it (core/request/fields.py `lax_bool`)."""
     return lax_bool(request, "stream")
 
 

@@ -29,8 +29,8 @@ Rules:
     started early relay their tokens on the same core while later set-ups wait), see
     docs/benchmarks-history.md "Issue 29: bursts". For deployments that want first come, first
     served.
-The request finds its slot through its `RequestContext` (core/requestctx.py `end_setup`), so the
-layers in between pass nothing by hand.
+The request finds its slot through its `RequestContext` (core/context/requestctx.py `end_setup`),
+so the layers in between pass nothing by hand.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 
+from proxy.core.context.requestctx import CURRENT
 from proxy.core.errors import RateLimited
-from proxy.core.requestctx import CURRENT
 
 RETRY_AFTER_S = 1  # as the admission queue's 429
 

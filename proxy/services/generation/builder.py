@@ -5,7 +5,7 @@ background worker alike.
     open(...)  ─────────▶  Opened: the upstream call (admitted, services/fleet/gateway.py), or the
                            MCP tool loop that opens each upstream turn itself
     recorder(...)          the stored side: event log, final write, conversation append
-    turn(opened, ...)      services/generation/turn.py's Turn over the three
+    generation(opened, ...)  services/generation/run.py's Generation over the three
 
 The create path (services/responses/create.py) stores the new response between `open` and
 `recorder` (the upstream must have accepted the request first); a job (services/jobs/runner.py)
@@ -32,20 +32,20 @@ from proxy.core.request.items import seal_reasoning
 from proxy.core.seal import Sealer
 from proxy.core.translate.fleet_errors import failure_code, in_responses_words
 from proxy.core.types import ResponseObject
-from proxy.metrics import Metrics
 from proxy.services.eventlog.ending import record_all
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.fleet import Call
 from proxy.services.fleet.gateway import Gateway
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan, ToolLoop
-from proxy.services.generation.turn import Turn
 from proxy.services.process.loops import TaskSet
 from proxy.services.tools.hosted import HostedTools
 from proxy.services.tools.mcpclient import McpClient
-from proxy.store.base import Store, StoredResponse
-from proxy.tracing import Tracing
+from proxy.store.base import ResponseRecord, Store
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import Tracing
 
 # The first sequence number a worker writes: the log already holds created (0) and queued (1).
 FIRST_WORKER_SEQ = 2
@@ -83,18 +83,18 @@ class Generations:
     gateway: Gateway
     mcp: McpClient
     sealer: Sealer
-    log: EventLog  # where a generation's record goes (its store and TTLs with it)
+    event_log: EventLog  # where a generation's record goes (its store and TTLs with it)
     tasks: TaskSet
     metrics: Metrics
     clock: Callable[[], float] = field(default=time.time)
     ids: IdFactory = field(default=new_id)
     # The hosted tools this process runs (services/tools/hosted.py: web search).
     hosted: HostedTools = field(default_factory=HostedTools)
-    tracing: Tracing | None = None  # None: tracing off (proxy/tracing.py)
+    tracing: Tracing | None = None  # None: tracing off (proxy/telemetry/tracing.py)
 
     @property
     def store(self) -> Store:
-        return self.log.store
+        return self.event_log.store
 
     def assembler(self, base: ResponseObject, *, seal: bool, seq: int = 0) -> Assembler:
         return Assembler(base, ids=self.ids, clock=self.clock, seq=seq,
@@ -114,39 +114,39 @@ class Generations:
                 priority=priority, bounded=bounded)
         return Opened(call=call)
 
-    def recorder(self, tenant: str, *, log: str | None = None,
+    def recorder(self, tenant: str, *, log_for: str | None = None,
                  conversation: ConversationTurn | None = None, stored: bool = True) -> Recorder:
-        """`log`: the response id whose event log the turn writes (None: final object only)."""
-        events = self.log
+        """`log_for`: the response id whose event log the turn writes (None: final object only)."""
+        events = self.event_log
         return Recorder(events.store, tenant, ttl=events.ttl, event_ttl=events.event_ttl,
-                        log=events.open(log) if log is not None else None,
+                        log_handle=events.open(log_for) if log_for is not None else None,
                         conversation=conversation, stored=stored, tracing=self.tracing)
 
-    def turn(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
-             encode: bool = True, started: bool = False) -> Turn:
-        return Turn(opened.call, assembler, self.tasks, recorder=recorder, encode=encode,
+    def generation(self, opened: Opened, assembler: Assembler, recorder: Recorder | None, *,
+             encode: bool = True, started: bool = False) -> Generation:
+        return Generation(opened.call, assembler, self.tasks, recorder=recorder, encode=encode,
                     started=started, metrics=self.metrics, loop=opened.loop)
 
-    async def job(self, record: StoredResponse, spec: JobSpec) -> Turn | None:
+    async def job(self, record: ResponseRecord, spec: JobSpec) -> Generation | None:
         """A background job's turn, its response already stored `in_progress` with its first
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
         assembler = self.assembler(dict(record.response), seal=spec.seal, seq=FIRST_WORKER_SEQ)
-        recorder = self.recorder(record.tenant, log=record.id,
+        recorder = self.recorder(record.tenant, log_for=record.id,
                                  conversation=await self._conversation(record, spec))
         try:
             # A job waits for a saturated fleet like a request, past the queue's length bound
             # (at most --worker-concurrency jobs wait) but not past its deadline.
-            opened = await self.open(record.tenant, spec.model, spec.chat, plan=spec.mcp,
+            opened = await self.open(record.tenant, spec.model, spec.chat, plan=spec.tool_plan,
                                      affinity=spec.affinity, home=spec.home,
                                      priority=spec.priority, bounded=False)
         except ProxyError as exc:
             await record_all(recorder, assembler.resume()
                              + assembler.fail(exc.message, failure_code(exc)))
             return None
-        return self.turn(opened, assembler, recorder, started=True)
+        return self.generation(opened, assembler, recorder, started=True)
 
-    async def _conversation(self, record: StoredResponse,
+    async def _conversation(self, record: ResponseRecord,
                             spec: JobSpec) -> ConversationTurn | None:
         if not spec.conversation:
             return None

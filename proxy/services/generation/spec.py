@@ -5,7 +5,8 @@ The create path writes it (services/responses/create.py `_submit`), the queue ho
 (store/jobqueue.py), a worker on any instance, perhaps of another release, reads it
 (services/jobs/runner.py). So the wire form is a contract between releases:
 
-- version 1 (this one): a JSON object with `"version": 1` and the fields below;
+- version 1 (this one): a JSON object with `"version": 1`, `"kind": "response"` (the queue's
+  job kinds: services/jobs/kinds.py) and the fields below;
 - version 0: the untyped dict written before the version existed (the same keys, no
   `version`). Still read, so jobs queued by the previous release run after an upgrade;
 - a version above `VERSION` comes from a newer release during a rolling upgrade: refused with
@@ -31,6 +32,8 @@ from proxy.core.errors import ProxyError
 from proxy.services.generation.toolloop import LoopPlan
 
 VERSION = 1
+# The job kind a response's spec names (services/jobs/kinds.py); a spec without one is one too.
+KIND = "response"
 
 
 class UnreadableSpec(ProxyError):
@@ -49,7 +52,10 @@ class JobSpec:
     conversation: str | None = None
     # The creating request's id: the job's upstream call and log lines carry it.
     request_id: str | None = None
-    mcp: LoopPlan | None = None  # the tool loop's plan when the request has MCP tools
+    # The tool loop's plan when the request has tools the proxy runs (MCP and hosted ones).
+    # Stored under the key "mcp", its name before hosted tools rode in it: releases on either
+    # side of an upgrade read each other's specs.
+    tool_plan: LoopPlan | None = None
     # The key's limits ticket, taken over by the worker (services/metering/limits.py
     # `Ticket.job_limit`).
     limit: dict[str, Any] | None = None
@@ -62,12 +68,13 @@ class JobSpec:
 
     def to_json(self) -> bytes:
         data: dict[str, Any] = {
-            "version": VERSION, "tenant": self.tenant, "model": self.model, "chat": self.chat,
+            "version": VERSION, "kind": KIND, "tenant": self.tenant, "model": self.model,
+            "chat": self.chat,
             "affinity": self.affinity, "home": self.home, "service_tier": self.service_tier,
             "seal": self.seal, "conversation": self.conversation,
             "request_id": self.request_id}
-        if self.mcp is not None:
-            data["mcp"] = self.mcp.to_spec()
+        if self.tool_plan is not None:
+            data["mcp"] = self.tool_plan.to_spec()
         if self.limit:
             data["limit"] = self.limit
         if self.traceparent:
@@ -82,6 +89,8 @@ class JobSpec:
             raise UnreadableSpec("the job's spec is not JSON") from exc
         if not isinstance(data, dict):
             raise UnreadableSpec("the job's spec is not a JSON object")
+        if data.get("kind", KIND) != KIND:
+            raise UnreadableSpec(f"the job's spec is of kind {data['kind']!r}, not a response's")
         version = data.get("version", 0)  # 0: written before specs had a version
         if not isinstance(version, int) or version > VERSION:
             raise UnreadableSpec(f"the job's spec has version {version!r}; this release reads "
@@ -93,7 +102,7 @@ class JobSpec:
                 service_tier=_text(data.get("service_tier")), seal=bool(data.get("seal")),
                 conversation=_text(data.get("conversation")),
                 request_id=_text(data.get("request_id")),
-                mcp=LoopPlan.from_spec(data["mcp"]) if data.get("mcp") else None,
+                tool_plan=LoopPlan.from_spec(data["mcp"]) if data.get("mcp") else None,
                 limit=dict(data["limit"]) if data.get("limit") else None,
                 traceparent=_text(data.get("traceparent")))
         except (KeyError, TypeError, ValueError) as exc:

@@ -16,10 +16,10 @@ Hosted tools (core/hosted.py) run through their runners (services/tools/hosted.p
 kind this process has no runner for (a worker started without `--web-search`) fails its call,
 and the model answers without it.
 
-`Turn` (services/generation/turn.py) drives it: it reads each upstream turn through the same
+`Generation` (services/generation/run.py) drives it: it reads each upstream turn through the same
 assembler, so the response's events keep one dense output_index and sequence_number across all
 turns, and its recorder, cancellation and abandonment work as for a plain turn. The loop holds the
-upstream call it opened until `Turn` takes it (`call`), and closes it in `aclose`.
+upstream call it opened until `Generation` takes it (`call`), and closes it in `aclose`.
 
 Bounds: at most `max_calls` MCP and hosted calls per response (the request's `max_tool_calls`,
 never more than `--max-mcp-calls`); once spent, the tools are no longer offered and the model

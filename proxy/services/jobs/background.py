@@ -28,7 +28,7 @@ from proxy.services.eventlog.pages import whole_log
 from proxy.services.generation.spec import JobSpec
 from proxy.services.jobs.shares import QueueShare, refused
 from proxy.settings import JobSettings, StoreSettings
-from proxy.store.base import JobQueue, Store, StoredEvent, StoredResponse
+from proxy.store.base import JobQueue, ResponseRecord, Store, StoredEvent
 
 # A status may move between our read and our compare-and-set (a worker starts the job); a
 # cancel re-reads and tries again, at most this many times.
@@ -52,7 +52,7 @@ class Background:
         # Built before us (it needs nothing of ours), so nothing is attached afterwards.
         self._worker = worker
 
-    async def submit(self, record: StoredResponse, input_items: list[dict[str, Any]],
+    async def submit(self, record: ResponseRecord, input_items: list[dict[str, Any]],
                      events: list[StoredEvent], spec: JobSpec) -> None:
         await self._store.create_response(record, input_items, events=events,
                                           ttl=self._lifetimes.response_ttl,

@@ -1,8 +1,8 @@
-"""The background worker: takes jobs from the queue and runs them as turns into their logs.
+"""The background worker: takes jobs from the queue and runs their generations into their logs.
 
 A job's life, one compare-and-set at each step (statuses are final once terminal):
 
-    queued ──take──▶ [CAS queued→in_progress] ──upstream──▶ turn ──▶ completed|incomplete|failed
+    queued ──take──▶ [CAS queued→in_progress] ──upstream──▶ run ──▶ completed|incomplete|failed
       │                     │ refused (cancelled meanwhile): close the log if nobody did, ack
       └─ cancel ──▶ cancelled (the cancelling instance closes the log)
     in_progress ── cancel ──▶ cancelled: the owner stops its upstream and closes the log
@@ -33,23 +33,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.core import types as t
+from proxy.core.context.requestctx import CURRENT, RequestContext
+from proxy.core.context.tracecontext import accept_traceparent
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.events.assembler import Assembler
 from proxy.core.ids import new_id
-from proxy.core.requestctx import CURRENT, RequestContext
-from proxy.core.tracecontext import accept_traceparent
-from proxy.metrics import JobOutcome
 from proxy.services.generation.builder import Generations
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
-from proxy.services.generation.turn import Turn
+from proxy.services.jobs.kinds import kind_of
 from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor
-from proxy.services.vectors.ingest import is_ingestion
+from proxy.services.vectors.ingest import KIND as INGESTION
 from proxy.settings import Settings
-from proxy.store.base import Job, JobQueue, StoredResponse
+from proxy.store.base import Job, JobQueue, ResponseRecord
+from proxy.telemetry.metrics import JobOutcome
 
-log = logging.getLogger("proxy.worker")
+log = logging.getLogger("proxy.process.worker")
 
 LOST = "the worker running this response stopped before it finished"
 SHUTDOWN = "the worker shut down before this response finished"
@@ -64,7 +65,7 @@ _OUTCOMES: dict[str, JobOutcome] = {t.S_COMPLETED: "completed", t.S_FAILED: "fai
 class _Running:
     job: Job
     task: asyncio.Task[None]
-    turn: Turn | None = None
+    generation: Generation | None = None
     # No longer ours to finish: reclaimed by another worker (we were presumed dead), or handed
     # back to the queue. The entry is then not acknowledged by us.
     released: bool = False
@@ -82,7 +83,7 @@ class Worker:
                  name: str | None = None, shared: bool = True,
                  supervisor: LoopSupervisor | None = None, limits: Limiter | None = None,
                  ingest: Callable[[bytes], Awaitable[None]] | None = None) -> None:
-        """`generations`: the process's one builder of a job's turn
+        """`generations`: the process's one builder of a job's generation
         (services/generation/builder.py); this class only takes, runs, heartbeats, reclaims and
         acknowledges."""
         self.name = name or worker_name()
@@ -133,7 +134,7 @@ class Worker:
         return len(self._running)
 
     async def stop(self, grace: float) -> None:
-        # 1. stop taking jobs (every loop ends at its next turn)
+        # 1. stop taking jobs (every loop ends at its next pass)
         self._stopping = True
         self._stop.set()
         self._poked.set()
@@ -145,13 +146,13 @@ class Worker:
             await asyncio.wait(pending, timeout=grace)
         # 3. fail what still runs: a generation cannot move to another worker mid-stream
         for running in list(self._running.values()):
-            if running.turn is not None:
-                running.turn.stop(SHUTDOWN)
+            if running.generation is not None:
+                running.generation.stop(SHUTDOWN)
             running.task.cancel()
         leftover = [r.task for r in self._running.values()]
         if leftover:
             await asyncio.wait(leftover, timeout=5.0)
-        # 4. the loops themselves: they see `_stopping` at their next turn; cancelling is the
+        # 4. the loops themselves: they see `_stopping` at their next pass; cancelling is the
         # fast path, but not relied on (fakeredis can swallow a cancellation mid-command)
         for loop in self._loops:
             loop.cancel()
@@ -186,7 +187,7 @@ class Worker:
     def _launch(self, job: Job) -> None:
         if job.response_id in self._running:
             return  # already ours (a reclaim raced a take)
-        run = (self._execute_ingestion(job) if is_ingestion(job.response_id)
+        run = (self._execute_ingestion(job) if kind_of(job.spec) == INGESTION
                else self._execute(job))
         task = asyncio.create_task(run, name=f"job-{job.response_id}")
         self._running[job.response_id] = _Running(job, task)
@@ -228,7 +229,7 @@ class Worker:
                 to=t.S_IN_PROGRESS,
                 ttl=self._settings.store.response_ttl)
             if moved.changed and moved.response is not None:
-                settled = await self._run(job, StoredResponse(moved.response, spec.tenant,
+                settled = await self._run(job, ResponseRecord(moved.response, spec.tenant,
                                                               logged=True), spec)
                 return
             record = await self._store.get_response_any(job.response_id)
@@ -243,8 +244,8 @@ class Worker:
         except asyncio.CancelledError:
             running = self._running.get(job.response_id)
             settled = True
-            if running is None or running.turn is None:
-                # Stopped before its turn began (a turn closes its own log when stopped).
+            if running is None or running.generation is None:
+                # Stopped before its generation began (one closes its own log when stopped).
                 reason = SHUTDOWN if self._stopping else LOST
                 settled = await self._tasks.shielded(self._settle(job.response_id, reason),
                                                      name="job-settle")
@@ -255,7 +256,7 @@ class Worker:
             running = self._running.get(job.response_id)
             if running is not None:
                 running.finished = True
-                self._count_turn(running)
+                self._count_generation(running)
             if not settled:
                 log.error("worker %s: the end of %s is not stored; left for a reclaim",
                           self.name, job.response_id)
@@ -294,32 +295,32 @@ class Worker:
 
     async def _settle_meter(self, meter: Meter, running: _Running | None,
                             spec: JobSpec | None) -> None:
-        """Free the job's stream slot and count what its turn spent, finished or cancelled
+        """Free the job's stream slot and count what its generation spent, finished or cancelled
         mid-way (services/metering/meter.py), unless the job left us (handed back or reclaimed):
         then whoever runs or settles it next ends the ticket."""
         if running is not None and running.released:
             await meter.hand_over()  # not ours to end: just stop renewing it
             return
-        turn = running.turn if running is not None else None
-        if turn is not None:
-            meter.track(turn_spent(turn.assembler, spec.chat if spec is not None else {}))
+        generation = running.generation if running is not None else None
+        if generation is not None:
+            meter.track(turn_spent(generation.assembler, spec.chat if spec is not None else {}))
         with contextlib.suppress(asyncio.CancelledError):
             await self._tasks.shielded(meter.settle(), name="job-limit-end")
 
-    def _count_turn(self, running: _Running) -> None:
-        """A job that ran a turn ends with its turn's status (the turn has closed itself by
+    def _count_generation(self, running: _Running) -> None:
+        """A job that ran a generation ends with its status (the generation has closed itself by
         now, cancelled or stopped included). A job released to another worker is theirs to
-        count; one that never began a turn is counted where it was settled."""
-        turn = running.turn
-        if turn is not None and not running.released and turn.assembler.done:
-            self._count(turn.assembler.status)
+        count; one that never began a generation is counted where it was settled."""
+        generation = running.generation
+        if generation is not None and not running.released and generation.assembler.done:
+            self._count(generation.assembler.status)
 
     def _count(self, status: str) -> None:
         if status in _OUTCOMES:
             self._metrics.job_finished(_OUTCOMES[status])
 
     def _ended_without_turn(self, status: str) -> None:
-        """This worker wrote the Response's end itself (no turn ran to count it)."""
+        """This worker wrote the Response's end itself (no generation ran to count it)."""
         self._count(status)
         self._metrics.response_finished(status)
 
@@ -328,29 +329,29 @@ class Worker:
         if running is not None:
             running.released = True
 
-    async def _run(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
+    async def _run(self, job: Job, record: ResponseRecord, spec: JobSpec) -> bool:
         """Run the job's generation (services/generation/builder.py) to its end, made known first
         so a
         cancel or a shutdown reaches it; True once its end is stored. Traced: in a span, child
-        of the creating request's (proxy/tracing.py)."""
+        of the creating request's (proxy/telemetry/tracing.py)."""
         tracing = self._generations.tracing
         if tracing is None:
             return await self._run_turn(job, record, spec)
         with tracing.job_span(spec.model, spec.traceparent, record.id):
             return await self._run_turn(job, record, spec)
 
-    async def _run_turn(self, job: Job, record: StoredResponse, spec: JobSpec) -> bool:
-        turn = await self._generations.job(record, spec)
-        if turn is None:  # no upstream: ended failed, its end stored
+    async def _run_turn(self, job: Job, record: ResponseRecord, spec: JobSpec) -> bool:
+        generation = await self._generations.job(record, spec)
+        if generation is None:  # no upstream: ended failed, its end stored
             self._ended_without_turn(t.S_FAILED)
             return True
         running = self._running.get(record.id)
         if running is not None:
-            running.turn = turn
-        async with contextlib.aclosing(turn.run()) as batches:
+            running.generation = generation
+        async with contextlib.aclosing(generation.run()) as batches:
             async for _ in batches:
                 pass
-        return turn.recorder is not None and turn.recorder.final is not None
+        return generation.recorder is not None and generation.recorder.final is not None
 
     async def _settle(self, response_id: str, reason: str) -> bool:
         """Close a stopped job's response; False if the store could not be told."""
@@ -364,7 +365,7 @@ class Worker:
             return False
         return True
 
-    async def _close_abandoned(self, record: StoredResponse, reason: str = LOST) -> None:
+    async def _close_abandoned(self, record: ResponseRecord, reason: str = LOST) -> None:
         """A job found in a state no live worker will finish: in_progress (its worker died)
         or cancelled with an open log. Complete the log from where it stopped."""
         if record.status == t.S_IN_PROGRESS:
@@ -377,7 +378,7 @@ class Worker:
             return
         self._ended_without_turn(t.S_FAILED if ending == "fail" else t.S_CANCELLED)
         g = self._generations
-        await g.log.end(record,
+        await g.event_log.end(record,
                         (lambda a: a.fail(reason)) if ending == "fail" else Assembler.cancel,
                         ids=g.ids, clock=g.clock)
         log.warning("worker %s: closed %s left %s by another worker", self.name, record.id,

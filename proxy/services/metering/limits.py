@@ -43,10 +43,10 @@ from typing import Any
 
 from proxy.core.errors import ProxyError, QuotaExceeded, RateLimited, StoreUnavailable
 from proxy.core.ids import new_id
-from proxy.core.keysfile import KeysFile, Limits
-from proxy.core.tenancy import tenant_of
-from proxy.metrics import LIMIT_REASONS, LimitReason
+from proxy.core.policy.keysfile import KeysFile, Limits
+from proxy.core.policy.tenancy import tenant_of
 from proxy.store.limits import LimitStore
+from proxy.telemetry.metrics import LIMIT_REASONS, LimitReason
 
 log = logging.getLogger("proxy.limits")
 

@@ -2,13 +2,14 @@
 
 Phases (`Drain.run`), each bounded:
 1. draining starts: `/readyz` answers 503 (`draining`) so load balancers stop sending, and new
-   requests are refused with 503 `server_shutting_down` + `Retry-After` (web/draining.py);
-   health and metrics still answer. The listening socket stays open meanwhile: a refused
-   request tells its client to go elsewhere, a closed port would only look like a crash;
+   requests are refused with 503 `server_shutting_down` + `Retry-After`
+   (web/middleware/draining.py); health and metrics still answer. The listening socket stays open
+   meanwhile: a refused request tells its client to go elsewhere, a closed port would only look like
+   a crash;
 2. the in-process worker stops taking jobs and hands back the ones it has not started
    (`Worker.stop`, given the same grace), while the requests in flight (streams, replays,
    JSON calls) run on for up to `grace` seconds;
-3. when the grace is over, every foreground turn still generating here is interrupted: its
+3. when the grace is over, every foreground generation still running here is interrupted: its
    client gets `response.failed` ("the server is shutting down"), stored before it is sent
    like any terminal event, so a replay from another instance sees the same end;
 4. then uvicorn's own shutdown closes the socket and the connections that are left (replays of
@@ -29,7 +30,7 @@ from typing import Protocol
 log = logging.getLogger("proxy.drain")
 
 SHUTTING_DOWN = "the server is shutting down: this response was stopped before it finished"
-# Seconds interrupted turns get to store and send their terminal event after the grace.
+# Seconds interrupted generations get to store and send their terminal event after the grace.
 INTERRUPT_SECONDS = 5.0
 
 
@@ -43,16 +44,16 @@ class Drain:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        # Foreground turns generating in this process, by response id.
-        self._turns: dict[str, Interruptible] = {}
-        self._no_turns = asyncio.Event()
-        self._no_turns.set()
+        # Foreground generations running in this process, by response id.
+        self._generations: dict[str, Interruptible] = {}
+        self._no_generations = asyncio.Event()
+        self._no_generations.set()
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
-    # -- requests (web/draining.py) --------------------------------------------------------------
+    # -- requests (web/middleware/draining.py) -----------------------------------------------------
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         self._in_flight += 1
@@ -64,31 +65,30 @@ class Drain:
             if self._in_flight == 0:
                 self._idle.set()
 
-    # -- turns (services/responses/create.py)
-    # -----------------------------------------------------------
+    # -- generations (services/responses/create.py) ------------------------------------------------
     @contextlib.contextmanager
-    def turn(self, response_id: str, turn: Interruptible) -> Iterator[None]:
-        """Registers a foreground turn while it runs, so the end of the grace can stop it."""
-        self._turns[response_id] = turn
-        self._no_turns.clear()
+    def generation(self, response_id: str, generation: Interruptible) -> Iterator[None]:
+        """Registers a foreground generation while it runs, so the grace's end can stop it."""
+        self._generations[response_id] = generation
+        self._no_generations.clear()
         try:
             yield
         finally:
-            if self._turns.get(response_id) is turn:
-                del self._turns[response_id]
-            if not self._turns:
-                self._no_turns.set()
+            if self._generations.get(response_id) is generation:
+                del self._generations[response_id]
+            if not self._generations:
+                self._no_generations.set()
 
     def interrupt(self, response_id: str, reason: str) -> bool:
-        turn = self._turns.get(response_id)
-        if turn is None:
+        generation = self._generations.get(response_id)
+        if generation is None:
             return False
-        turn.interrupt(reason)
+        generation.interrupt(reason)
         return True
 
     @property
-    def turns(self) -> int:
-        return len(self._turns)
+    def generations(self) -> int:
+        return len(self._generations)
 
     # -- the drain itself --------------------------------------------------------------------------
     async def run(self, grace: float, worker_stop: Awaitable[None] | None = None) -> None:
@@ -101,14 +101,15 @@ class Drain:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await self._idle.wait()
-        # 3. past the grace: the turns still generating end with response.failed
-        if self._turns:
-            log.warning("grace over: stopping %d response(s) still generating", len(self._turns))
-            for turn in list(self._turns.values()):
-                turn.interrupt(SHUTTING_DOWN)
+        # 3. past the grace: the generations still running end with response.failed
+        if self._generations:
+            log.warning("grace over: stopping %d response(s) still generating",
+                        len(self._generations))
+            for generation in list(self._generations.values()):
+                generation.interrupt(SHUTTING_DOWN)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(INTERRUPT_SECONDS):
-                    await self._no_turns.wait()
+                    await self._no_generations.wait()
         if stopping is not None:
             await stopping
         log.info("drained in %.1fs; %d request(s) left to the server's shutdown",

@@ -36,9 +36,9 @@ from proxy.core.compaction import (
 )
 from proxy.core.errors import NotFound
 from proxy.core.events.assembler import map_usage
-from proxy.core.fields import bad
 from proxy.core.ids import IdFactory
 from proxy.core.request.create import ResponsesRequest
+from proxy.core.request.fields import bad
 from proxy.core.seal import Sealer
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
@@ -46,7 +46,7 @@ from proxy.core.translate.fleet_errors import in_responses_words
 from proxy.core.types import Item
 from proxy.services.fleet.gateway import Gateway
 from proxy.services.responses.tokenize import measure
-from proxy.upstream import bad_answer
+from proxy.upstream.client import bad_answer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

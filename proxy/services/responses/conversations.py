@@ -10,8 +10,8 @@ from typing import Any
 
 from proxy.core import ids as idp
 from proxy.core.errors import NotFound
-from proxy.core.fields import at, bad, check_metadata, expect_list
 from proxy.core.ids import IdFactory, new_id
+from proxy.core.request.fields import at, bad, check_metadata, expect_list
 from proxy.core.request.items import parse_item
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.core.seal import Sealer

@@ -11,7 +11,7 @@ Order of work for one request (what can fail where):
    model (404), refused connection (502), upstream 4xx such as context-too-long (400) are still
    plain HTTP errors here, because vLLM validates before it answers;
 4. store the new response (`in_progress`, with its input items) when `store` is true;
-5. from then on everything is an event (`services/generation/turn.py`): `response.created` and
+5. from then on everything is an event (`services/generation/run.py`): `response.created` and
    `response.in_progress` go out at once, chunks become events as they arrive, and a cut,
    stalled or erroring upstream becomes `response.failed` with the open items closed.
 The non-streaming path runs the very same turn and returns the final object.
@@ -33,6 +33,7 @@ from proxy.core import types as t
 from proxy.core.cache.key import USE_CACHE, Directives
 from proxy.core.compaction import OBJECT as COMPACTION_OBJECT
 from proxy.core.compaction import compacted_output, has_compaction, parse_compact_body
+from proxy.core.context.requestctx import client_traceparent, current_request_id
 from proxy.core.errors import (
     InvalidRequest,
     NotFound,
@@ -43,13 +44,12 @@ from proxy.core.errors import (
 )
 from proxy.core.events.assembler import Assembler, map_usage
 from proxy.core.hosted import hosted_by_choice, includes
+from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
-from proxy.core.requestctx import client_traceparent, current_request_id
-from proxy.core.tenancy import CacheSalts
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
@@ -58,9 +58,9 @@ from proxy.services.eventlog.ownership import Leases
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
 from proxy.services.fleet.media import MediaFetcher
 from proxy.services.generation.builder import EndHooks, Generations, Opened
+from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
 from proxy.services.generation.toolloop import LoopPlan
-from proxy.services.generation.turn import Turn
 from proxy.services.jobs.background import Background
 from proxy.services.metering.meter import Meter, tokens_of, turn_spent
 from proxy.services.process import offload
@@ -72,8 +72,8 @@ from proxy.services.responses.references import find_references
 from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import Settings
-from proxy.store.base import MAX_CHAIN_DEPTH, StoredEvent, StoredResponse
-from proxy.tracing import current_traceparent, store_write
+from proxy.store.base import MAX_CHAIN_DEPTH, ResponseRecord, StoredEvent
+from proxy.telemetry.tracing import current_traceparent, store_write
 
 
 @dataclass
@@ -249,7 +249,7 @@ class ResponsesService:
             if call is not None:
                 await self._generations.tasks.shielded(call.aclose())
             raise
-        turn = self._generations.turn(opened, assembler, recorder, encode=request.stream)
+        turn = self._generations.generation(opened, assembler, recorder, encode=request.stream)
         meter.track(turn_spent(assembler, chat))
         owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
         ended = self._keeper(tenant, cached, assembler)
@@ -296,11 +296,11 @@ class ResponsesService:
         return hooks
 
     @contextlib.asynccontextmanager
-    async def _owned(self, response_id: str, turn: Turn, *, leased: bool
+    async def _owned(self, response_id: str, turn: Generation, *, leased: bool
                      ) -> AsyncIterator[None]:
         """While a foreground turn runs: registered for the drain, and leased when stored.
         The lease itself was taken by the create (`_recorder`): here it is only held."""
-        with self._drain.turn(response_id, turn):
+        with self._drain.generation(response_id, turn):
             if leased and self._leases is not None:
                 recorder = turn.recorder
                 async with self._leases.held(
@@ -385,7 +385,7 @@ class ResponsesService:
                                            home=history.home)
         events = assembler.start(background=True)
         logged = [StoredEvent(e["sequence_number"], e["type"], orjson.dumps(e)) for e in events]
-        record = StoredResponse(assembler.snapshot(), tenant, parents=history.parents,
+        record = ResponseRecord(assembler.snapshot(), tenant, parents=history.parents,
                                 logged=True, replica=replica.url)
         spec = JobSpec(tenant, request.model, chat, affinity=history.affinity,
                        home=replica.url, service_tier=request.service_tier,
@@ -395,7 +395,7 @@ class ResponsesService:
                        request_id=current_request_id(),
                        # The worker runs the tool loop. The MCP headers ride in the job's spec
                        # (the worker needs them), never in the stored Response object.
-                       mcp=plan,
+                       tool_plan=plan,
                        # The worker renews and frees the lease, counts the usage.
                        limit=meter.job_limit(),
                        # The job's span joins this request's trace; tracing off, its
@@ -456,7 +456,7 @@ class ResponsesService:
                                               stored=request.store)
         if request.store:
             snapshot = assembler.snapshot()
-            record = StoredResponse(snapshot, tenant, parents=history.parents,
+            record = ResponseRecord(snapshot, tenant, parents=history.parents,
                                     logged=request.stream, replica=replica)
             # The writer's lease is taken in the same round trip as the create (store/leases.py): a
             # stored stream waits on one Redis call before its first event, not two.
@@ -468,11 +468,11 @@ class ResponsesService:
                                                   lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.
-                recorder.log = self._generations.log.open(snapshot["id"])
+                recorder.log_handle = self._generations.event_log.open(snapshot["id"])
         return recorder
 
 
-async def _streamed(turn: Turn, owned: contextlib.AbstractAsyncContextManager[None],
+async def _streamed(turn: Generation, owned: contextlib.AbstractAsyncContextManager[None],
                     ended: Callable[[], None] | None = None) -> EventBatches:
     # The events of one upstream read leave together (one write on SSE). `aclosing` so that
     # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.

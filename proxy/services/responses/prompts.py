@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy.core.errors import NotFound
-from proxy.core.fields import at, bad
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.prompts import (
     MAX_VERSIONS,
@@ -30,9 +29,10 @@ from proxy.core.prompts import (
     render,
     too_large,
 )
+from proxy.core.request.fields import at, bad
 from proxy.core.request.paging import PageRequest, list_body
 from proxy.store.base import Store
-from proxy.store.prompts import TOO_MANY, RedisPrompts
+from proxy.store.objects.prompts import TOO_MANY, RedisPrompts
 
 PROMPT = "pmpt"
 # An input_file variable's text: (the part, its path) → text.

@@ -31,7 +31,7 @@ from proxy.services.eventlog.follow import Followers, FollowInterrupted
 from proxy.services.eventlog.ownership import Leases
 from proxy.services.eventlog.pages import log_pages
 from proxy.settings import StreamSettings
-from proxy.store.base import Store, StoredEvent, StoredResponse
+from proxy.store.base import ResponseRecord, Store, StoredEvent
 from proxy.store.leases import LeaseState
 
 # However a replay waits, it ends after this long (a bound on every loop).
@@ -50,7 +50,7 @@ class StoredResponses:
         self._followers = followers
         self._streams = streams
 
-    async def _load(self, tenant: str, response_id: str) -> StoredResponse:
+    async def _load(self, tenant: str, response_id: str) -> ResponseRecord:
         record = await self._store.get_response(tenant, response_id)
         if record is None:
             raise response_not_found(response_id)
@@ -81,7 +81,7 @@ class StoredResponses:
         record = await self._load(tenant, response_id)
         return self.replay_record(record, -1 if after is None else after)
 
-    async def replay_record(self, record: StoredResponse, after: int) -> EventBatches:
+    async def replay_record(self, record: ResponseRecord, after: int) -> EventBatches:
         if record.logged:
             async for batch in self._from_log(record, after):
                 yield batch
@@ -91,7 +91,7 @@ class StoredResponses:
             async for batch in _rebuilt(final, after):
                 yield batch
 
-    async def _finished_log(self, record: StoredResponse, after: int) -> EventBatches:
+    async def _finished_log(self, record: ResponseRecord, after: int) -> EventBatches:
         """A finished response's log: no tail needed. A log that has expired before the object
         (event logs live shorter), or that has a gap (a flush given up while the store failed),
         is rebuilt from the final object. Otherwise it is sent page by page."""
@@ -103,7 +103,7 @@ class StoredResponses:
         async for page in log_pages(self._store, record.id, after=after):
             yield _encoded(page)
 
-    async def _from_log(self, record: StoredResponse, after: int) -> EventBatches:
+    async def _from_log(self, record: ResponseRecord, after: int) -> EventBatches:
         if record.status in t.TERMINAL_STATUSES:
             async for batch in self._finished_log(record, after):
                 yield batch
@@ -132,7 +132,7 @@ class StoredResponses:
             if await self._writer_gone(current):
                 return
 
-    async def _writer_gone(self, current: StoredResponse) -> bool:
+    async def _writer_gone(self, current: ResponseRecord) -> bool:
         """After `follow_idle` of silence on an unfinished response: stop waiting?"""
         if current.status == t.S_QUEUED or current.background:
             return False  # the job queue guarantees it ends
@@ -143,7 +143,7 @@ class StoredResponses:
         # lives (a slow upstream), wait on; expired: just closed, the next round reads its end
         return lease is LeaseState.ABSENT
 
-    async def _rest(self, record: StoredResponse, position: int) -> EventBatches:
+    async def _rest(self, record: ResponseRecord, position: int) -> EventBatches:
         """What a follower at `position` still needs of a finished response. From the log when
         it is whole; when it is not (its writer gave a flush up, or the end was stored without
         its terminal event), the final object is the source of truth: its terminal event,
@@ -157,10 +157,10 @@ class StoredResponses:
         terminal["sequence_number"] = position + 1
         yield [(terminal["type"], orjson.dumps(terminal))]
 
-    async def _wait_finished(self, record: StoredResponse) -> ResponseObject | None:
+    async def _wait_finished(self, record: ResponseRecord) -> ResponseObject | None:
         """The final object of a response stored from a JSON request, once it is final."""
         deadline = time.monotonic() + self._streams.follow_idle * 4
-        current: StoredResponse | None = record
+        current: ResponseRecord | None = record
         while current is not None and current.status not in t.TERMINAL_STATUSES:
             if time.monotonic() >= deadline:
                 return None

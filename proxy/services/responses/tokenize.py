@@ -21,7 +21,7 @@ import orjson
 from proxy.core.errors import NotFound
 from proxy.core.translate.truncation import shorten
 from proxy.services.fleet.gateway import Gateway
-from proxy.upstream import bad_answer
+from proxy.upstream.client import bad_answer
 
 TOKENIZE_PATH = "/tokenize"
 MAX_ROUNDS = 3

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from proxy.core.errors import NotFound, ProxyError
-from proxy.core.fields import at
 from proxy.core.filesearch import query_of, search_failed, searched
 from proxy.core.hosted import (
     DEFAULT_FILE_RESULTS,
@@ -23,6 +22,7 @@ from proxy.core.hosted import (
     HostedKind,
     HostedResult,
 )
+from proxy.core.request.fields import at
 from proxy.services.fleet.embeddings import EmbeddingFailed
 from proxy.services.vectors.search import Searcher, UnknownStore
 

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.core.fields import at
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
-from proxy.tracing import Tracing
+from proxy.core.request.fields import at
+from proxy.telemetry.tracing import Tracing
 
 NO_CALL = HostedCall()
 
@@ -87,7 +87,7 @@ def _vet_of(runner: HostedRunner | None) -> Vet | None:
 
 @dataclass  # not frozen: HostedRunner's `kind` is a plain attribute
 class TracedRunner:
-    """A runner whose every call is a tool span (proxy/tracing.py); a failed result marks it."""
+    """A runner whose every call is a tool span (telemetry/tracing.py); a failed result marks it."""
 
     kind: HostedKind
     runner: HostedRunner

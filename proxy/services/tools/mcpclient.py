@@ -14,7 +14,7 @@ the caller's own task. Not `asyncio.wait_for`: the client runs its transport in 
 group, and cancelling that from another task can hang on a closed port; an anyio deadline in
 the same task unwinds the cancel scopes in order. The tool's output is cut to
 `max_output_bytes`. Redirects are not followed to another origin (the SDK's rule). The server's
-name is resolved once and the connection goes to the address vetted then (proxy/egress.py): an
+name is resolved once and the connection goes to the address vetted then (upstream/egress.py): an
 address outside the allow-list's intent (private, loopback) is refused before connecting, and a
 second DNS answer never gets a say. Headers are sent to the MCP server only, and never logged.
 """
@@ -31,13 +31,13 @@ import anyio
 
 from proxy.core import mcp as core
 from proxy.core.mcp import McpServer
-from proxy.core.urlpolicy import UrlRefused, parse_target
+from proxy.core.policy.urlpolicy import UrlRefused, parse_target
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
-    from proxy.egress import Pinned, Resolve
-    from proxy.tracing import Tracing
+    from proxy.telemetry.tracing import Tracing
+    from proxy.upstream.egress import Pinned, Resolve
 
 T = TypeVar("T")
 # A tool's output beyond this many bytes is cut (it goes to the model and into the store).
@@ -67,7 +67,7 @@ class McpClient:
                  max_output_bytes: int = MAX_OUTPUT_BYTES,
                  resolve: Resolve | None = None, tracing: Tracing | None = None) -> None:
         self._connect = connect_timeout
-        self._tracing = tracing  # None: no spans (proxy/tracing.py)
+        self._tracing = tracing  # None: no spans (proxy/telemetry/tracing.py)
         self._resolve = resolve  # None: the system's resolver (egress.system_resolve)
         self._timeout = call_timeout
         self._max_output = max_output_bytes
@@ -130,7 +130,7 @@ class McpClient:
         from mcp.client.session import ClientSession
         from mcp.client.streamable_http import streamable_http_client
 
-        from proxy.egress import pinned_client
+        from proxy.upstream.egress import pinned_client
 
         pinned = await self._pin(server)
         timeout = httpx2.Timeout(self._timeout, connect=self._connect)
@@ -157,7 +157,7 @@ class McpClient:
 
     async def _pin(self, server: McpServer) -> Pinned:
         """The server's address, resolved once and vetted: the one the connection goes to."""
-        from proxy.egress import EgressRefused, pin, system_resolve
+        from proxy.upstream.egress import EgressRefused, pin, system_resolve
 
         try:
             return await pin(parse_target(server.url), server.private_ok, timeout=self._connect,

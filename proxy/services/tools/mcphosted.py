@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
 from proxy.core.mcp import McpServer, error_text
-from proxy.core.urlpolicy import UrlRefused, check, parse_prefix
+from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.services.tools.hosted import NO_CALL
 from proxy.services.tools.mcpclient import McpClient, McpFailure
 from proxy.settings.checks import ConfigError

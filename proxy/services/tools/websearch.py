@@ -4,7 +4,7 @@ endpoint per search, I/O at the edge (the pure parts are core/websearch.py).
     run(arguments, first) ─▶ HostedResult  (never raises: a failure is a `failed` result)
 
 Only the configured URL is ever fetched (a client names no URL here). Its name is resolved per
-search and the connection goes to the address vetted then (proxy/egress.py, pinned: a second DNS
+search and the connection goes to the address vetted then (upstream/egress.py, pinned: a second DNS
 answer gets no say); private addresses are allowed, since the operator named this endpoint
 (SearXNG usually runs beside the proxy), as `--upstream` is. Each search is bounded in time
 (`timeout`, connect included, under one deadline) and in size (`max_bytes` of answer, read as
@@ -23,11 +23,11 @@ import anyio
 import orjson
 
 from proxy.core.hosted import WEB_SEARCH, HostedCall, HostedKind, HostedResult
-from proxy.core.urlpolicy import parse_target
+from proxy.core.policy.urlpolicy import parse_target
 from proxy.core.websearch import parse_results, query_of, search_failed, searched
 
 if TYPE_CHECKING:
-    from proxy.egress import Resolve
+    from proxy.upstream.egress import Resolve
 
 log = logging.getLogger("proxy.services.tools.websearch")
 ALLOW = "--web-search"
@@ -73,10 +73,10 @@ class WebSearch:
         return self._url + joiner + urlencode({"q": query, "format": "json"})
 
     async def _get(self, query: str) -> bytes:
-        # Imported on first use: httpx2 costs start-up time (proxy/egress.py says why).
+        # Imported on first use: httpx2 costs start-up time (proxy/upstream/egress.py says why).
         import httpx2
 
-        from proxy.egress import EgressRefused, pin, pinned_client, system_resolve
+        from proxy.upstream.egress import EgressRefused, pin, pinned_client, system_resolve
 
         try:
             with anyio.fail_after(self._timeout):

@@ -2,16 +2,16 @@
 any instance's worker runs it, a single `make run` process too.
 
 The queue's entries are the responses' (`r`: an id, `s`: a spec); an ingestion is a second job
-kind on the same stream: its `r` starts with `INGEST_PREFIX` and its spec is
+kind on the same stream (services/jobs/kinds.py): its spec is
 `{"kind": "vector_store_file", "tenant", "vector_store_id", "file_id"}`, with the key's token
 limits (`limit`) when it has any. The worker
 (services/jobs/runner.py) hands such entries here instead of to a generation. The same
 heartbeats and reclaims apply: a worker that dies mid-file leaves the entry to be reclaimed,
 and running a file twice only writes the same chunks again (finish_file replaces them).
 
-    the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/chunking.py)
+    the file's text (Files.text_of: PDF, HTML, JSON, text) ─▶ chunks (core/vectors/chunking.py)
         ─▶ vectors (the fleet, --embedding-model) ─▶ unit rows, float32
-        ─▶ stored with the file's `completed` (store/vectors.py), or the file `failed` with
+        ─▶ stored with the file's `completed` (store/objects/vectors.py), or the file `failed` with
            last_error: `unsupported_file`/`invalid_file` (what extraction said), `server_error`
            (no embedding model, the fleet failed, the store is full, the key's token budget
            was spent before the last chunk: its embeddings count in the key's tpm and budget)
@@ -21,9 +21,9 @@ reclaim retries it. Nothing of the file's text is logged.
 
 Memory (issue 38): one ingestion holds its text, its chunks (about twice the text: neighbours
 share `overlap` tokens) and their packed float32 vectors, and briefly the stored form of the
-chunks (store/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds the
-file's words as a list (core/chunking.py cuts one chunk at a time), every vector at once or
-twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
+chunks (store/objects/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds
+the file's words as a list (core/vectors/chunking.py cuts one chunk at a time), every vector at once
+or twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
 A PDF, HTML or JSON file is read in a child process (services/files/extraction.py). The
 ingestions of a process together wait for a share of `--ingest-memory-budget`
 (services/vectors/memory.py) before reading a byte.
@@ -39,20 +39,21 @@ from typing import Any
 import numpy as np
 import orjson
 
-from proxy.core.chunking import chunk_text
 from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded
-from proxy.core.vectorsearch import unit_rows
-from proxy.core.vectorstores import INVALID_FILE, SERVER_ERROR, chunking_of
+from proxy.core.vectors.chunking import chunk_text
+from proxy.core.vectors.search import unit_rows
+from proxy.core.vectors.stores import INVALID_FILE, SERVER_ERROR, chunking_of
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import BATCH, Embedder, EmbeddingAccount, EmbeddingFailed
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.vectors.memory import MemoryBudget
 from proxy.settings.groups import VectorSettings
-from proxy.store.vectors import RedisVectorStores, StoredChunks
-from proxy.tracing import Tracing
+from proxy.store.objects.vectors import RedisVectorStores, StoredChunks
+from proxy.telemetry.tracing import Tracing
 
 log = logging.getLogger("proxy.vectors")
 
+# The entry id of a file's ingestion: one per file while queued (the kind is the spec's).
 INGEST_PREFIX = "vsjob_"
 KIND = "vector_store_file"
 
@@ -71,10 +72,6 @@ def job_of(tenant: str, vs_id: str, file_id: str, traceparent: str | None = None
     return f"{INGEST_PREFIX}{vs_id}_{file_id}", orjson.dumps(spec)
 
 
-def is_ingestion(entry_id: str) -> bool:
-    return entry_id.startswith(INGEST_PREFIX)
-
-
 class Ingester:
     def __init__(self, stores: RedisVectorStores, files: Files, embedder: Embedder,
                  settings: VectorSettings, *, ttl_of: Any,
@@ -84,7 +81,7 @@ class Ingester:
         self._stores = stores
         # The file's key pays its chunks' embeddings; none is made once its budget is spent.
         self._accounts = accounts or EmbeddingAccounts()
-        self._tracing = tracing  # None: no span per ingestion (proxy/tracing.py)
+        self._tracing = tracing  # None: no span per ingestion (proxy/telemetry/tracing.py)
         self._files = files
         self._embedder = embedder
         self._settings = settings

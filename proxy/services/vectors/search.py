@@ -1,9 +1,9 @@
 """Searching vector stores: the query embedded by the fleet, each store's chunks scored by exact
-cosine (core/vectorsearch.py), the hits merged.
+cosine (core/vectors/search.py), the hits merged.
 
 A store's vectors are kept in this process between searches (an LRU of `Corpus`es bounded by
-`cache_bytes` in all), keyed by the store's `ver` (store/vectors.py), which every completed or
-deleted file bumps: a search reads that one field and reloads the store only when it moved, so
+`cache_bytes` in all), keyed by the store's `ver` (store/objects/vectors.py), which every completed
+or deleted file bumps: a search reads that one field and reloads the store only when it moved, so
 a search of an unchanged store costs one HGET plus the product, and a store changed by any
 instance is never searched stale. A store bigger than the whole cache is loaded per search and
 not kept. Scoring runs in a worker thread for big stores (numpy releases the GIL), inline for
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from proxy.core.vectorsearch import Corpus, FileMeta, Hit, merged, search
+from proxy.core.vectors.search import Corpus, FileMeta, Hit, merged, search
 from proxy.services.fleet.embeddings import Embedder
 from proxy.services.metering.embedding import EmbeddingAccounts
-from proxy.store.vectors import RedisVectorStores
+from proxy.store.objects.vectors import RedisVectorStores
 
 # Rows past which the product runs in a thread.
 THREAD_ROWS = 4096

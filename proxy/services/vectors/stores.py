@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core import vectorstores as v
 from proxy.core.errors import NotFound, ProxyError
-from proxy.core.fields import (
+from proxy.core.request.fields import (
     bad,
     expect_str,
 )
 from proxy.core.request.paging import PageRequest, list_body, paginate
-from proxy.core.vectorsearch import result
+from proxy.core.vectors import stores as v
+from proxy.core.vectors.search import result
 from proxy.services.files.files import Files
 from proxy.services.fleet.embeddings import EmbeddingFailed
 from proxy.services.jobs.shares import QueueShare, refused
@@ -40,8 +40,8 @@ from proxy.services.vectors.ingest import job_of
 from proxy.services.vectors.search import Searcher, UnknownStore
 from proxy.settings.groups import VectorSettings
 from proxy.store.base import JobQueue
-from proxy.store.vectors import RedisVectorStores
-from proxy.tracing import current_traceparent
+from proxy.store.objects.vectors import RedisVectorStores
+from proxy.telemetry.tracing import current_traceparent
 
 
 def store_missing(vs_id: str, param: str = "vector_store_id") -> NotFound:

@@ -1,1 +1,1 @@
-"""The console's static files (web/routes_console.py), installed as package data."""
+"""The console's static files (web/routes/console.py), installed as package data."""

@@ -37,7 +37,7 @@ from proxy.core.events.assembler.usage import add_usage, map_usage
 from proxy.core.events.summaries import wants_summaries
 from proxy.core.hosted import HostedKind, HostedResult, Source
 from proxy.core.ids import IdFactory
-from proxy.core.toolnames import ToolNames
+from proxy.core.tools.toolnames import ToolNames
 from proxy.core.translate.fleet_errors import failure_code, stream_refusal
 from proxy.core.types import Chunk, Event, Item, ResponseObject
 

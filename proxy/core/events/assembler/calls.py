@@ -1,13 +1,13 @@
 """Tool calls the client runs: a function call, and a custom tool's call (its input decoded
-from the arguments as they come, core/custominput.py). Both carry the name (and namespace)
-the client gave (core/toolnames.py), not the flattened one the model saw."""
+from the arguments as they come, core/tools/custominput.py). Both carry the name (and namespace)
+the client gave (core/tools/toolnames.py), not the flattened one the model saw."""
 
 from __future__ import annotations
 
 from proxy.core import types as t
-from proxy.core.custominput import InputStream
 from proxy.core.events.assembler.item import STREAMING, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Phase
+from proxy.core.tools.custominput import InputStream
 from proxy.core.types import Event, Item
 
 

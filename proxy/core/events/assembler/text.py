@@ -6,12 +6,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from proxy.core import types as t
-from proxy.core.citations import cite
 from proxy.core.events.assembler.item import STREAMING, TEXT_DONE, Numbering, OpenItem
 from proxy.core.events.assembler.logprobs import Logprob, event_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.summaries import summary_part
 from proxy.core.hosted import Source
+from proxy.core.tools.citations import cite
 from proxy.core.types import Event, Item
 
 _EMPTY_LIST: list[Any] = []  # never mutated; shared to save an allocation per delta
@@ -46,7 +46,7 @@ class MessageItem(TextItem):
     # The part's logprobs so far (core/events/assembler/logprobs.py); None until a delta
     # brings some, which it does only when the request included them. `sources`: what the
     # response's hosted tools found (core/hosted.py), which the text may cite: its
-    # annotations are made once, when the text is whole (core/citations.py).
+    # annotations are made once, when the text is whole (core/tools/citations.py).
     __slots__ = ("_annotations", "logprobs", "sources")
     kind = Phase.MESSAGE
 

@@ -1,0 +1,263 @@
+"""One generation: the upstream's chat stream through the assembler to whoever listens.
+
+    upstream bytes ─▶ ChatStreamReader (decode + assemble) ─▶ events
+        ─▶ encoded once (orjson) ─▶ Recorder (event log, batched; final write) ─▶ the caller
+
+The same `Generation` serves a foreground stream (its batches go to the client's transport as they
+are: SSE frames them, the WebSocket sends each JSON), a foreground JSON request (the caller
+only wants the final object) and a background job (the log is the only listener). Invariants:
+- exactly one terminal event, always: the upstream's end, a cut or stalled upstream
+  (`response.failed`), or our caller going away (`response.cancelled`);
+- a stored turn's terminal event and final object are written (`Recorder.finish`) *before* the
+  terminal event is handed to the caller, so a client that has seen it can GET the object from
+  any instance;
+- the upstream response is closed on every way out, under a shield: a cancelled client must
+  still make vLLM stop generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+import orjson
+
+from proxy.core.errors import ProxyError, UpstreamTimeout, failure_cause
+from proxy.core.events.assembler import Assembler, Phase
+from proxy.core.events.chatstream import ChatStreamReader
+from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
+from proxy.services.eventlog.recorder import Recorder
+from proxy.services.fleet.fleet import Call
+from proxy.services.process.loops import TaskSet
+from proxy.store.base import StoredEvent
+from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.tracing import note_answer, note_first_chunk
+from proxy.upstream.client import map_transport_errors
+
+if TYPE_CHECKING:
+    from proxy.services.generation.toolloop import ToolLoop
+
+log = logging.getLogger("proxy.turn")
+
+# Most bytes, and seconds, spent after the upstream's `[DONE]` waiting for its body's end.
+_MAX_TAIL = 4096
+_TAIL_SECONDS = 2.0
+
+
+class Generation:
+    def __init__(self, call: Call | None, assembler: Assembler, tasks: TaskSet, *,
+                 recorder: Recorder | None = None, encode: bool = True,
+                 started: bool = False, metrics: Metrics | None = None,
+                 loop: ToolLoop | None = None) -> None:
+        # `call` is None when a tool loop opens the upstream turns itself (MCP tools).
+        self.call = call
+        self._loop = loop
+        self._metrics = metrics
+        self.assembler = assembler
+        self.recorder = recorder
+        self._tasks = tasks
+        self._encode = encode or recorder is not None
+        self._started = started  # the start events were already made (a background job)
+        self._stop_reason: str | None = None
+        self._abandoned = False  # our caller went away: the upstream is aborted, not drained
+
+    def stop(self, reason: str) -> None:
+        """Make the coming abandonment a failure (`reason`) rather than a cancellation: the
+        caller is about to cancel us for a reason of its own, e.g. a worker shutting down."""
+        self._stop_reason = reason
+
+    def interrupt(self, reason: str) -> None:
+        """End this turn now with `response.failed` (`reason`), sent to its own caller like any
+        terminal event (the drain's grace is over, or this process lost the response's lease).
+        Closing the upstream makes the pending read fail, which `_events` turns into the
+        failure: nothing is added to the per-chunk path."""
+        if self.assembler.done or self._stop_reason is not None:
+            return
+        self._stop_reason = reason
+        if self.call is not None:
+            self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
+
+    async def run(self) -> AsyncGenerator[EventBatch, None]:
+        """Batches of encoded events, the terminal one last. Closing the iterator early (the
+        caller went away) cancels the response and still records its end."""
+        async with contextlib.aclosing(self._events()) as batches:
+            try:
+                async for events in batches:
+                    encoded = self._encoded(events)
+                    if self.recorder is not None:
+                        # The batch that ends with the terminal event (not merely one made
+                        # after it: the start events of a wholly buffered answer, see _read).
+                        if self.assembler.done and events and \
+                                events[-1]["type"] in TERMINAL_EVENTS:
+                            await self._finish(events, encoded)
+                        else:
+                            self.recorder.add(events, encoded)
+                    yield encoded
+            finally:
+                if not self.assembler.done:
+                    await self._tasks.shielded(self._abandon(), name="turn-abandon")
+                self._count()
+
+    def _encoded(self, events: list[Event]) -> EventBatch:
+        if not self._encode:
+            return []
+        dumps = orjson.dumps
+        return [(event["type"], dumps(event)) for event in events]
+
+    async def _finish(self, events: list[Event], encoded: EventBatch) -> None:
+        """Record a batch that ends with the terminal event: the events before it go to the
+        log, the terminal one is written together with the final object."""
+        recorder = self.recorder
+        assert recorder is not None
+        recorder.add(events[:-1], encoded[:-1])
+        kind, data = encoded[-1]
+        terminal = StoredEvent(events[-1]["sequence_number"], kind, data)
+        try:
+            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal),
+                                       name="turn-finish")
+        except ProxyError as exc:
+            # The client still gets its terminal event: the answer is real even if we could not
+            # keep it. The stored copy stays as it was (it expires).
+            log.error("could not store the end of %s: %s", self.assembler.snapshot()["id"],
+                      failure_cause(exc))
+
+    async def _abandon(self) -> None:
+        """Our caller went away before the end: stop the upstream, close the log."""
+        self._abandoned = True
+        if self.call is not None:
+            await self.call.aclose()
+        if self._loop is not None:
+            await self._loop.aclose()
+        reason = self._stop_reason
+        events = self.assembler.fail(reason) if reason else self.assembler.cancel()
+        if self.recorder is not None and events:
+            encoded = [(e["type"], orjson.dumps(e)) for e in events]
+            try:
+                await self._finish(events, encoded)
+            except ProxyError as exc:
+                log.error("could not store the cancellation: %s", failure_cause(exc))
+
+    def _count(self) -> None:
+        """Per turn, never per token: the hot path stays free of bookkeeping."""
+        metrics = self._metrics
+        if metrics is None:
+            return
+        assembler = self.assembler
+        usage = assembler.usage or {}
+        metrics.response_finished(assembler.status, usage.get("input_tokens", 0),
+                                  usage.get("output_tokens", 0))
+
+    async def _events(self) -> AsyncGenerator[list[Event], None]:
+        """The assembler's events in batches: the start events at once (before the upstream's
+        first byte), then one batch per upstream read."""
+        assembler = self.assembler
+        opening = assembler.resume() if self._started else assembler.start()
+        loop = self._loop
+        call = self.call
+        if opening and loop is None and call is not None and call.response.buffered:
+            # The upstream's first bytes are already here (a loaded process: they arrived while
+            # this stream waited for the core), so its first read returns at once: the start
+            # events go out with that read's events, one write instead of two. An idle process
+            # sends them alone, before the upstream's first byte, as always.
+            lead: list[Event] | None = opening
+        else:
+            lead = None
+            yield opening
+        if loop is not None:  # MCP: list, run approved calls, open the first upstream turn
+            async for events in loop.start(assembler):
+                yield events
+            self.call = loop.call
+        while self.call is not None and not assembler.done:
+            async for events in self._read(self.call, lead):
+                yield events
+            lead = None
+            if loop is None or assembler.waiting is None or assembler.done:
+                return
+            # The model called an MCP tool: run it, then the next upstream turn.
+            async for events in loop.resume(assembler):
+                yield events
+            self.call = loop.call
+            if self._stop_reason is not None and not assembler.done:
+                # interrupted while no upstream call was open (during an MCP call): end here
+                await loop.aclose()
+                yield assembler.fail(self._stop_reason)
+                return
+
+    async def _read(self, call: Call, lead: list[Event] | None = None
+                    ) -> AsyncGenerator[list[Event], None]:
+        """One upstream turn through the assembler; ends at the terminal event, or where an
+        MCP call waits for the tool loop (the rest of that upstream turn is not read). `lead`:
+        events not sent yet (the start ones), given only when the first read cannot wait: put
+        before that read's events, or yielded alone first when that read makes none or ends
+        the turn (a terminal batch waits for the final write; the start events never do)."""
+        assembler = self.assembler
+        reader = ChatStreamReader(assembler)
+        span = call.span  # None unless tracing is on: then one check per read, nothing more
+        try:
+            try:
+                with map_transport_errors(call.replica.url):
+                    async for raw in call.response.aiter_raw():
+                        if span is not None:  # the first chunk: its time, once
+                            note_first_chunk(span)
+                            span = None
+                        events = reader.feed(raw)
+                        if lead is not None:
+                            for batch in self._led(lead, events):
+                                yield batch
+                            lead = None
+                        elif events:
+                            yield events
+                        if assembler.done or (assembler.phase is Phase.TOOL
+                                              and not assembler.turn_finished):
+                            break  # (a finished turn whose MCP call waits: read its usage)
+                ending = (reader.end() if not assembler.done and assembler.phase is not Phase.TOOL
+                          else [])
+            except UpstreamTimeout:
+                ending = assembler.fail(
+                    "upstream stalled: no data within the first-token or idle timeout")
+            except ProxyError as exc:
+                # An interrupted turn's upstream was closed on purpose: say why, not "lost".
+                ending = assembler.fail(
+                    self._stop_reason or f"upstream connection lost: {exc.message}")
+            for batch in self._led(lead, ending):
+                yield batch
+        finally:
+            if call.span is not None:
+                note_answer(call.span, assembler.usage, assembler.snapshot().get("id"))
+            if assembler.done and not self._abandoned and self._stop_reason is None:
+                # The answer is whole; only the body's end (usually in the same read) may be
+                # left. Reading it lets the connection go back to the pool, but our client need
+                # not wait for it: a task finishes the upstream side.
+                self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS),
+                                  name="upstream-tail")
+            else:  # cut short (or interrupted: its upstream is closed, nothing to read)
+                await self._tasks.shielded(call.aclose(), name="upstream-close")
+
+    def _led(self, lead: list[Event] | None, events: list[Event]) -> list[list[Event]]:
+        """The batches for one read's `events` while `lead` (the start events) is unsent: one
+        batch of both, or the start events alone first when the read ended the turn (its batch
+        waits for the final write, the start events must not) or made no event."""
+        if lead is None:
+            return [events] if events else []
+        if self.assembler.done:
+            return [lead, events] if events else [lead]
+        return [[*lead, *events]]
+
+
+async def _finish_upstream(call: Call, timeout: float) -> None:
+    """Read what is left of an answered upstream body (a few bytes, bounded in size and time),
+    then close: a finished body returns its connection to the pool, anything else aborts it."""
+    tail = 0
+    try:
+        async with asyncio.timeout(timeout):
+            async for raw in call.response.aiter_raw():
+                tail += len(raw)
+                if tail > _MAX_TAIL:
+                    break
+    except (ProxyError, TimeoutError, OSError):
+        pass  # a late or broken tail only costs the connection
+    finally:
+        await call.aclose()

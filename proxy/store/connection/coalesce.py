@@ -1,0 +1,129 @@
+"""Script calls made in the same loop turn, sent together as one pipeline (one primary only).
+
+Why: redis-py spends about 65-75 µs of Python on a lone command (a connection taken from the
+blocking pool under a timeout, the retry wrapper, the reply parsed and the connection given
+back) and 20-28 µs on each command of a pipeline of 16-256 (`python -m bench.scriptcalls`;
+docs/benchmarks-history.md, "Issue 29: a burst's set-up, and coalesced script calls"). A burst's
+creates, and the final writes of streams that end together, each paid the lone price on the
+one core that also sets up the next request. Here the calls of one loop turn share one
+pipeline: the first call of a batch schedules its sending (`loop.call_soon`, so it goes out
+once the callbacks already ready have run: no timer, no added wait beyond that turn), and every
+caller awaits its own reply.
+
+What does not change: each call is its own EVALSHA, run by Redis on its own (a pipeline is not
+a transaction: one call's error is that call's alone); a script the server lost (a restart
+emptied its cache) is loaded and its calls sent again, as redis-py's Script does; a pipeline
+that fails as a whole (the connection lost, a timeout) fails each of its calls with that error,
+which the caller maps as before (store/connection/failures.py `store_errors`). A call whose caller
+was cancelled before its batch went out is left out of it (as a lone call cancelled before its send
+was never sent); once sent, it lands or not as a lone call would. A batch of one goes as a lone
+call (no pipeline object for it).
+
+The batch is sent from a task made in the first caller's context (`call_soon` carries it): the
+round trips a request causes are still counted against it (tests/integration/
+test_create_round_trips.py). The cluster and `--redis-wait-replicas` keep their own paths
+(store/redis.py `_waited`): a cluster routes each call to its slot's node, and WAIT counts the
+writes of the connection it is sent on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from redis import exceptions as rex
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    script: AsyncScript
+    keys: list[Any]
+    args: list[Any]
+    reply: asyncio.Future[Any]
+
+
+class ScriptCoalescer:
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+        self._batch: list[_Call] = []
+        self._sending: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak refs)
+        self.batches = 0  # sent, for tests and the bench: calls per batch = calls / batches
+        self.calls = 0
+
+    async def __call__(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        call = _Call(script, keys, args, loop.create_future())
+        if not self._batch:
+            loop.call_soon(self._send_batch)
+        self._batch.append(call)
+        return await call.reply
+
+    def _send_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Call]) -> None:
+        live = [call for call in batch if not call.reply.done()]
+        if not live:
+            return
+        self.batches += 1
+        self.calls += len(live)
+        try:
+            await self._run(live)
+        except BaseException as exc:  # a failed round trip fails every call still waiting
+            for call in live:
+                if call.reply.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    call.reply.cancel()
+                else:
+                    call.reply.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    async def _run(self, calls: list[_Call]) -> None:
+        if len(calls) == 1:
+            only = calls[0]
+            _settle(only, await only.script(keys=only.keys, args=only.args))
+            return
+        lost: list[_Call] = []
+        for call, reply in zip(calls, await self._pipelined(calls), strict=True):
+            if isinstance(reply, rex.NoScriptError):
+                lost.append(call)
+            else:
+                _settle(call, reply)
+        if lost:
+            # The server lost its script cache: nothing of these calls ran. Each script is
+            # loaded once and the calls sent again (redis-py's Script does the same for one).
+            for source in {call.script.script for call in lost}:
+                await self._client.script_load(source)
+            for call, reply in zip(lost, await self._pipelined(lost), strict=True):
+                _settle(call, reply)
+
+    async def _pipelined(self, calls: list[_Call]) -> list[Any]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                # EVALSHA itself: redis-py's pipeline would first ask whether each script is
+                # loaded (one more round trip per batch).
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            return replies
+
+    async def aclose(self) -> None:
+        """Waits for the batches being sent (bounded by the client's socket timeout)."""
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _settle(call: _Call, reply: Any) -> None:
+    if call.reply.done():  # its caller was cancelled while the batch was out
+        return
+    if isinstance(reply, BaseException):
+        call.reply.set_exception(reply)
+    else:
+        call.reply.set_result(reply)

@@ -1,0 +1,8 @@
+"""Telemetry: what every serving layer reports through.
+
+    metrics.py  the Prometheus registry and `/metrics`
+    tracing.py  OpenTelemetry spans (off unless `--otlp-endpoint` is given)
+    logs.py     the process's logging set-up (text or JSON lines)
+
+May import: `proxy.core`, `proxy.settings` (tests/unit/test_layers.py).
+"""

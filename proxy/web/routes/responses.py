@@ -1,0 +1,129 @@
+"""`/v1/responses` routes: read the request, call one service method, render JSON or SSE."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.core.cache.key import parse_cache_control
+from proxy.core.request.create import INCLUDABLE
+from proxy.core.request.fields import bad
+from proxy.core.request.paging import parse_page
+from proxy.web.disconnect import unless_disconnected
+from proxy.web.incoming import json_body, path_id, tenant
+from proxy.web.limiting import metering
+from proxy.web.rendering import Reply, json_response, stream_response
+from proxy.web.state import runtime_of
+
+
+async def create(request: Request) -> Reply:
+    runtime = runtime_of(request)
+    responses = runtime.services.responses
+    # With `--setup-slots N` (off by default) a burst's set-ups run N at a time in arrival
+    # order (services/fleet/setups.py); the slot is given back once it is admitted.
+    async with responses.setting_up():
+        body = await json_body(request)
+        directives = parse_cache_control(request.headers.get("cache-control"))
+        # `parse_request` refuses a `stream` or `background` that is not a boolean.
+        hold = body.get("background") is True or body.get("stream") is True
+        size = len(await request.body())  # read already: what the service may offload by
+        async with metering(request, hold=hold) as meter:
+            outcome = await unless_disconnected(request, responses.create(
+                tenant(request), body, directives, meter=meter, size=size))
+    if outcome.stream is not None:
+        return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
+                               headers=outcome.headers)
+    return json_response(outcome.body, headers=outcome.headers)
+
+
+async def count_input_tokens(request: Request) -> Response:
+    """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
+    runtime = runtime_of(request)
+    body = await json_body(request)
+    size = len(await request.body())
+    async with metering(request):
+        counted = await runtime.services.responses.count_input_tokens(tenant(request), body,
+                                                                      size=size)
+    return json_response(counted)
+
+
+async def compact(request: Request) -> Response:
+    """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
+    runtime = runtime_of(request)
+    body = await json_body(request)
+    async with metering(request) as meter:
+        outcome = await unless_disconnected(
+            request, runtime.services.responses.compact(tenant(request), body, meter=meter))
+    return json_response(outcome.body, headers=outcome.headers)
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise bad(name, f"Invalid '{name}': expected true or false, got {value!r}.")
+
+
+def _starting_after(value: str | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise bad("starting_after", f"Invalid 'starting_after': {value!r} is not an "
+                                    "integer.") from None
+    if number < -1:
+        raise bad("starting_after", "Invalid 'starting_after': it must be 0 or more.")
+    return number
+
+
+def _check_include(request: Request) -> None:
+    for value in request.query_params.getlist("include[]") + request.query_params.getlist(
+            "include"):
+        if value not in INCLUDABLE:
+            raise bad("include", f"Cannot include {value!r}.")
+
+
+async def retrieve(request: Request) -> Reply:
+    runtime = runtime_of(request)
+    response_id = path_id(request, "response_id")
+    query = request.query_params
+    _check_include(request)
+    if _flag(query.get("stream"), "stream"):
+        stream = await runtime.services.stored.replay(tenant(request), response_id,
+                                             _starting_after(query.get("starting_after")))
+        return stream_response(stream, ping=runtime.settings.streams.ping_interval)
+    return json_response(await runtime.services.stored.get(tenant(request), response_id))
+
+
+async def delete(request: Request) -> Response:
+    runtime = runtime_of(request)
+    return json_response(await runtime.services.stored.delete(tenant(request),
+                                                     path_id(request, "response_id")))
+
+
+async def input_items(request: Request) -> Response:
+    runtime = runtime_of(request)
+    _check_include(request)
+    page = parse_page(request.query_params)
+    return json_response(await runtime.services.stored.input_items(
+        tenant(request), path_id(request, "response_id"), page))
+
+
+async def cancel(request: Request) -> Response:
+    runtime = runtime_of(request)
+    return json_response(await runtime.services.background.cancel(tenant(request),
+                                                         path_id(request, "response_id")))
+
+
+routes = [
+    Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
+    Route("/v1/responses/compact", compact, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+    Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
+]
