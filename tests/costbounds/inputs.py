@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import zlib
 
+from tests.support.documents import pdf_of
+
 
 def runaway_pdf(operators: int, pages: int = 5) -> bytes:
     """A few KB of PDF whose one Flate-compressed content stream of `operators` text-showing
@@ -18,18 +20,7 @@ def runaway_pdf(operators: int, pages: int = 5) -> bytes:
     objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
                 b"/Resources << /Font << /F1 %d 0 R >> >> >>" % font] * pages
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_of(objects)
 
 
 def template_bomb(placeholders: int, value_bytes: int) -> dict[str, object]:

@@ -26,10 +26,10 @@ def pdf_with_pages(pages: list[list[str]]) -> bytes:
                        b"%d 0 R /Resources << /Font << /F1 %d 0 R >> >> >>"
                        % (len(objects), font))
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    return _pdf(objects)
+    return pdf_of(objects)
 
 
-def _pdf(objects: list[bytes]) -> bytes:
+def pdf_of(objects: list[bytes]) -> bytes:
     """The file of these objects (numbered from 1, the first the catalog), xref computed."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
@@ -61,4 +61,4 @@ def pdf_sharing_one_stream(operators: int, pages: int, shown: str = "a") -> byte
     objects.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream
                    + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    return _pdf(objects)
+    return pdf_of(objects)
