@@ -26,8 +26,13 @@ run: $(STAMP)
 	@bash deploy/run-dev.sh
 
 ## test: everything, against a real redis-server and the simulator.
+# Two workers, one test file each at a time (a file's module fixtures and its order kept), then
+# the `serial` tests (timing-, CPU- or memory-bounded: tests/conftest.py SERIAL) alone. The
+# markers restate pyproject's default deselection, which a command-line -m replaces.
+TEST_DESELECT := not failover and not bench_rows and not abuse_heavy and not e2e_vllm
 test: $(STAMP) redis-server nginx
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m '$(TEST_DESELECT) and not serial'
+	$(BIN)/python -m pytest -q -m '$(TEST_DESELECT) and serial'
 
 ## test-quick: the inner loop, unit and integration tests on the embedded store (no
 ## redis-server, no nginx: tests marked `redis` are left out); about a minute and a half.

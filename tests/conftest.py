@@ -20,10 +20,29 @@ from tests.support.servers import ServerProcess, start_redis, start_simulator
 REDIS_FIXTURES = frozenset({"redis_server", "redis_cluster", "sentinel_group"})
 
 
+# Files whose tests compare times, CPU or memory with a bound (relative TTFTs of a burst, the
+# fleet's spread under load, a prefix cache's speed-up, the cost-bounds rows, a child's CPU):
+# another test running beside them on a 2-core machine can cross it, so `make test` runs them
+# alone, after the rest has run two files at a time (Makefile `test`).
+SERIAL = (
+    "tests/e2e/test_burst_e2e.py",
+    "tests/e2e/test_fleet_e2e.py",
+    "tests/e2e/test_prefix_isolation_e2e.py",
+    "tests/e2e/test_chaos_e2e.py",
+    "tests/e2e/test_drain_e2e.py",
+    "tests/costbounds/",
+    "tests/integration/test_extraction.py",
+    "tests/integration/test_upstream_client.py",
+    "tests/integration/test_metering_http.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.redis)
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")

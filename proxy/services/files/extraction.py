@@ -97,10 +97,15 @@ class Extractor:
         return text
 
     def _overrun(self, child: asyncio.subprocess.Process) -> str:
+        # The child's exit status says which bound it met, when asyncio saw it: another waiter
+        # on the process's children can reap it first (asyncio then reports 255), so the
+        # message names both bounds rather than guess.
+        limits = (f"{self.cpu_seconds:g} s of CPU and {self._memory // (1024 * 1024)} MiB of "
+                  "memory")
         if child.returncode == -signal.SIGXCPU or child.returncode == -signal.SIGKILL:
             return (f"the file takes more than {self.cpu_seconds:g} s of CPU to read, more "
                     "than this server gives one document")
-        return "the file cannot be read within what this server gives one document"
+        return f"the file cannot be read within what this server gives one document ({limits})"
 
     async def aclose(self) -> None:
         while self._idle:
