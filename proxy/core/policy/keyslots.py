@@ -22,6 +22,11 @@ class KeySlots:
     def held(self, tenant: str) -> int:
         return self._by_key.get(tenant, 0)
 
+    @property
+    def total(self) -> int:
+        """Places held by every key together."""
+        return sum(self._by_key.values())
+
     @contextlib.contextmanager
     def taken(self, tenant: str) -> Iterator[bool]:
         """Yields whether a place was free (and is now held until the block ends)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.core.documents import Unreadable
 from proxy.core.errors import InvalidRequest, NotFound, PayloadTooLarge, RateLimited
+from proxy.core.policy.keyslots import KeySlots
 from proxy.core.request.fields import bad, one_of
 from proxy.core.request.items import unreadable
 from proxy.core.request.paging import PageRequest, list_body
@@ -57,31 +58,27 @@ class UploadSlots:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.per_key = max(1, (limit + 1) // 2)
-        self._by_key: dict[str, int] = {}  # keys with an upload in flight, and how many
+        self._keys = KeySlots(max(1, (limit + 1) // 2))  # one key's share: half, rounded up
+
+    @property
+    def per_key(self) -> int:
+        return self._keys.per_key
 
     @property
     def used(self) -> int:
-        return sum(self._by_key.values())
+        return self._keys.total
 
     @contextlib.contextmanager
     def held(self, tenant: str) -> Iterator[None]:
         if self.used >= self.limit:
             raise RateLimited(f"This server is receiving {self.limit} uploads already; "
                               "please retry shortly.")
-        mine = self._by_key.get(tenant, 0)
-        if mine >= self.per_key:
-            raise RateLimited(f"This key's uploads in flight on this server are at its share "
-                              f"({self.per_key} at once); please retry once one is done.")
-        self._by_key[tenant] = mine + 1
-        try:
+        with self._keys.taken(tenant) as free:
+            if not free:
+                raise RateLimited(f"This key's uploads in flight on this server are at its "
+                                  f"share ({self.per_key} at once); please retry once one is "
+                                  "done.")
             yield
-        finally:
-            left = self._by_key[tenant] - 1
-            if left:
-                self._by_key[tenant] = left
-            else:
-                del self._by_key[tenant]
 
 
 def file_id() -> str:
