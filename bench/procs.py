@@ -144,6 +144,7 @@ class Service:
     env: dict[str, str] | None = None
     stop_signal: int = signal.SIGTERM  # SIGINT lets a process under cProfile write its profile
     tree: bool = False  # CPU counted with its child processes (`serve --workers N`)
+    cwd: Path | None = None  # another tree's proxy (`bench/versions.py`) runs from its root
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _log: IO[bytes] | None = field(default=None, init=False)
 
@@ -166,7 +167,7 @@ class Service:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=preexec, env=self.env,
+            start_new_session=True, preexec_fn=preexec, env=self.env, cwd=self.cwd,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -26,7 +26,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +55,13 @@ LOADS = {
     "long": Load("long", "responses", 256, 256, 20.0),
     "store": Load("store", "responses-store", 256, 256, 20.0),
     "short": Load("short", "responses", 32, 16, 0.0),
+    "short-store": Load("short-store", "responses-store", 32, 16, 0.0),
 }
+DEFAULT_LOADS = ("long", "store", "short")
+
+# Starts one named proxy beside the stack's own: (the stack, its name, the log folder) ->
+# the running service and its port.
+Starter = Callable[[Stack, str, Path], tuple[Service, int]]
 
 
 def _start(stack: Stack, name: str, log_dir: Path) -> tuple[Service, int]:
@@ -77,15 +83,16 @@ def _options(load: Load, seconds: float) -> list[str]:
             "--retries", "0", "--no-docs", "--warmup-seconds", "1"]
 
 
-def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
-    lines = ["| load | server | proxy CPU ms / 1k tok | CPU µs / request | TTFT p50 ms "
-             "| TTFT p99 ms | tok/s | errors | CPU vs uvicorn |",
+def table(results: dict[tuple[str, str], list[Row]], ours: str = "uvicorn",
+          column: str = "server") -> list[str]:
+    lines = [f"| load | {column} | proxy CPU ms / 1k tok | CPU µs / request | TTFT p50 ms "
+             f"| TTFT p99 ms | tok/s | errors | CPU vs {ours} |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for (load, server), rows in results.items():
         cpu = median_of(rows, "cpu")
-        base = results.get((load, "uvicorn"))
+        base = results.get((load, ours))
         versus = (f"{cpu / median_of(base, 'cpu'):.2f}x"
-                  if base and server != "uvicorn" and median_of(base, "cpu") else "")
+                  if base and server != ours and median_of(base, "cpu") else "")
         per_request = cpu * LOADS[load].tokens  # ms per 1k tokens x tokens = µs per request
         lines.append(f"| {load} | {server} | {cpu:.1f} | {per_request:.0f} "
                      f"| {median_of(rows, 'ttft'):.1f} | {median_of(rows, 'ttft99'):.1f} "
@@ -94,13 +101,16 @@ def table(results: dict[tuple[str, str], list[Row]]) -> list[str]:
     return lines
 
 
-def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
-        seconds: float) -> dict[tuple[str, str], list[Row]]:
+def run(servers: Sequence[str], loads: Sequence[Load], rounds: int, seconds: float,
+        ours: str = "uvicorn", start: Starter = _start,
+        label: str = "servers") -> dict[tuple[str, str], list[Row]]:
+    """Each of `servers` measured on each load, `rounds` times, rotated; `ours` is the stack's
+    own proxy, every other name is started by `start`."""
     pinning = plan_pinning()
     affinity = os.sched_getaffinity(0)
     pin_self(pinning.load)
     options = parse_options(_options(loads[0], seconds))
-    log_dir = options.results_dir / f"servers-{time.strftime('%Y%m%dT%H%M%S')}"
+    log_dir = options.results_dir / f"{label}-{time.strftime('%Y%m%dT%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], list[Row]] = {}
     # No background rows: every proxy on its default flags (docs/BENCHMARKS.md).
@@ -108,14 +118,14 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
     started: list[Service] = []
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner, stack:
-            ours = (stack.proxy, stack.proxy_port)
+            own = (stack.proxy, stack.proxy_port)
             proxies: dict[str, tuple[Service, int]] = {}
             for name in servers:
-                if name == "uvicorn":
-                    proxies[name] = ours
+                if name == ours:
+                    proxies[name] = own
                     continue
                 try:
-                    proxies[name] = _start(stack, name, log_dir)
+                    proxies[name] = start(stack, name, log_dir)
                 except Exception as exc:  # a server not installed: say so, measure the rest
                     print(f"{name}: not started ({exc}); see {log_dir}/proxy-{name}.log")
                     continue
@@ -136,13 +146,14 @@ def run(servers: Sequence[str], loads: Sequence[Load], rounds: int,
                             row, _ = bench.run_one(SYSTEMS[load.system], load.concurrency,
                                                    load.delay_ms)
                             results.setdefault((load.name, name), []).append(row)
-                            print(f"round {index + 1} {load.name:<6} {name:<16} "
+                            print(f"round {index + 1} {load.name:<11} {name:<16} "
                                   f"cpu {row.proxy_cpu_ms_per_1k or 0:7.1f} ms/1k tok  "
                                   f"ttft p50 {row.ttft_ms['p50'] or 0:8.1f} ms  "
                                   f"p99 {row.ttft_ms['p99'] or 0:8.1f} ms  "
-                                  f"tok/s {row.tps:8.0f}  errors {row.errors}")
+                                  f"tok/s {row.tps:8.0f}  errors {row.errors}"
+                                  f"{'  ' + str(row.error_kinds) if row.errors else ''}")
             finally:
-                stack.proxy, stack.proxy_port = ours
+                stack.proxy, stack.proxy_port = own
     finally:
         for service in started:
             service.stop()
@@ -171,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--servers", type=lambda t: _names(t, SERVERS, "server"),
                         default=list(DEFAULT_SERVERS), help=f"from {','.join(SERVERS)}")
     parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
-                        default=list(LOADS), help=f"from {','.join(LOADS)}")
+                        default=list(DEFAULT_LOADS), help=f"from {','.join(LOADS)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="minimum measured window per row (default 5)")

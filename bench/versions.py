@@ -1,0 +1,90 @@
+"""`python -m bench.versions --baseline REF`: this tree's proxy and the proxy of an earlier commit,
+side by side, in one run against one simulator and one redis-server.
+
+Two matrix runs, one per tree, are not a comparison: each starts its own simulator (whose chunks
+change between releases), and minutes of drift on a shared machine fall on one side only. Here
+the baseline's source is exported (`git archive REF`) into a temporary folder and its
+`python -m proxy serve` runs from there (its own package first on the path: `cwd` is its root)
+with the same interpreter, the same flags (every flag at its default), beside this tree's proxy.
+Rows are bench/servers.py's: the matrix's own load generator, stream checks and CPU figures,
+interleaved proxy by proxy within each load, `--rounds` times, the order rotated every round.
+The table gives medians and the ratio of this tree's proxy CPU to the baseline's
+(`CPU vs REF`: under 1.00x is cheaper).
+
+    python -m bench.versions --baseline c9e4875 --loads long,store --rounds 3
+
+Loads (`--loads`, default long,store,short,short-store): see bench/servers.py `LOADS`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.options import module_parser
+from bench.procs import Service, free_port
+from bench.servers import LOADS, Starter, _names, run, table
+from bench.stack import Stack, http_ok
+
+ROOT = Path(__file__).resolve().parents[1]
+CURRENT = "current"
+
+
+def export(ref: str, into: Path) -> str:
+    """REF's tracked files under `into`; returns the commit's short name."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", commit],
+                               stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {ref} failed")
+    return commit
+
+
+def starter(tree: Path) -> Starter:
+    """Starts the proxy of `tree` with the stack's own arguments, from `tree`'s root."""
+    def start(stack: Stack, name: str, log_dir: Path) -> tuple[Service, int]:
+        port = free_port()
+        args = list(stack.proxy.args)
+        args[args.index("--port") + 1] = str(port)
+        env = dict(stack.proxy.env or os.environ)
+        env["PYTHONPATH"] = str(tree)
+        service = Service(f"proxy-{name}", args, log_dir / f"proxy-{name}.log",
+                          stack.options.pinning.proxy, env, cwd=tree)
+        service.start(lambda: http_ok(port, "/healthz") and http_ok(port, "/readyz"))
+        return service, port
+    return start
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = module_parser("bench.versions", __doc__)
+    parser.add_argument("--baseline", required=True, help="the commit to compare with")
+    parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
+                        default=list(LOADS), help=f"from {','.join(LOADS)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="minimum measured window per row (default 5)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rounds < 1 or args.seconds < 0:
+        parser.error("--rounds must be >= 1 and --seconds >= 0")
+    tree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    try:
+        baseline = export(args.baseline, tree)
+        results = run([CURRENT, baseline], [LOADS[name] for name in args.loads], args.rounds,
+                      args.seconds, ours=CURRENT, start=starter(tree), label="versions")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    print()
+    for line in table(results, ours=baseline, column="proxy"):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
