@@ -14,6 +14,9 @@ Responses (`event: <type>\\ndata: <json>` frames):
   - a delta is an `event: response.output_text.delta` line;
   - the last `event:` line of the stream must be `response.completed`.
 In both, the delta count must equal the tokens asked for (`[[sim tokens=N]]`).
+Whole JSON answers (`stream: false`, the `-json` kinds): the body is kept (bounded) and parsed
+once at its end; it must be a completed answer (`finish_reason` "stop" / `status` "completed")
+whose usage counts exactly the tokens asked for, which then count as its deltas.
 
 Chunk boundaries: a pattern may straddle two pieces, so each piece is searched together with
 the last `TAIL` bytes of the stream so far, and only matches that end inside the new piece are
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-StreamKind = Literal["chat", "responses"]
+import orjson
+
+StreamKind = Literal["chat", "responses", "chat-json", "responses-json"]
 
 # Longer than any pattern and than one `event: <type>` line, so a split line is always
 # completed in the next search.
@@ -121,8 +126,48 @@ class ResponsesCheck:
         return None
 
 
+BODY_LIMIT = 256 * 1024  # of a whole JSON answer: a short answer is ~1-2 KiB
+
+
+class JsonCheck:
+    """A whole (non-streamed) answer, parsed once when it has ended."""
+
+    __slots__ = ("_body", "_chat", "deltas")
+
+    def __init__(self, chat: bool) -> None:
+        self.deltas = 0
+        self._body = b""
+        self._chat = chat
+
+    def feed(self, data: bytes) -> None:
+        if len(self._body) < BODY_LIMIT:
+            self._body += data
+
+    def verdict(self, expected: int) -> str | None:
+        try:
+            answer = orjson.loads(self._body)
+            if self._chat:
+                done = answer["choices"][0]["finish_reason"] == "stop"
+                tokens = answer["usage"]["completion_tokens"]
+            else:
+                done = answer["status"] == "completed"
+                tokens = answer["usage"]["output_tokens"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            return "not a whole JSON answer"
+        if not done:
+            return "answer not completed"
+        if tokens != expected:
+            return f"{tokens} output tokens, expected {expected}"
+        self.deltas = tokens
+        return None
+
+
 def new_check(kind: StreamKind) -> StreamCheck:
-    return ChatCheck() if kind == "chat" else ResponsesCheck()
+    if kind == "chat":
+        return ChatCheck()
+    if kind == "responses":
+        return ResponsesCheck()
+    return JsonCheck(chat=kind == "chat-json")
 
 
 def check_body(kind: StreamKind, body: bytes, expected: int, piece: int = 0) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import spy
-from bench.systems import SYSTEMS
+from bench.systems import STREAM_SYSTEM_NAMES, SYSTEMS
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_CONCURRENCY = (1, 16, 64, 256)
@@ -58,7 +58,7 @@ class Options:
 
     @property
     def full_matrix(self) -> bool:
-        return (not self.quick and self.systems == list(SYSTEMS)
+        return (not self.quick and self.systems == list(STREAM_SYSTEM_NAMES)
                 and tuple(self.concurrency) == FULL_CONCURRENCY
                 and tuple(self.delays) == FULL_DELAYS and self.tokens == FULL_TOKENS)
 
@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = module_parser("bench.run", __doc__)
     parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
     parser.add_argument("--systems", type=_list(str),
-                        help=f"comma-separated, from {','.join(SYSTEMS)} (default all)")
+                        help=f"comma-separated, from {','.join(SYSTEMS)} (default: the streamed "
+                             f"ones, {','.join(STREAM_SYSTEM_NAMES)})")
     parser.add_argument("--concurrency", type=_list(int), help="default 1,16,64,256")
     parser.add_argument("--delays", type=_list(float), help="ms per token, default 0,20")
     parser.add_argument("--tokens", type=int, help="tokens per answer (default 256; quick 64)")
@@ -121,7 +122,7 @@ def parse_options(argv: Sequence[str]) -> Options:
     args = parser.parse_args(argv)
     quick = bool(args.quick)
     options = Options(
-        systems=args.systems or list(SYSTEMS),
+        systems=args.systems or list(STREAM_SYSTEM_NAMES),
         concurrency=args.concurrency or ([1, 16] if quick else list(FULL_CONCURRENCY)),
         delays=args.delays or ([20.0] if quick else list(FULL_DELAYS)),
         tokens=args.tokens or (64 if quick else FULL_TOKENS),

@@ -26,6 +26,10 @@ Tables:
   processes  the short load at 64 streams through `serve --workers 1` and `--workers 2`, all
              processes unpinned (both cores shared by the proxy, Redis, the simulator and the
              load generator: see the docs for what that bounds);
+  anchors    the gateways' published shape through the same two proxies: 50 concurrent clients,
+             non-streamed /v1/responses (store off and on) and the direct upstream, 16-token
+             answers: req/s, req/s per proxy core and the added p50/p95 latency
+             (bench/anchors.py);
   budgeted   `serve --workers 1`, `2` and `4` where every proxy process (the idle supervisor
              too) runs in a cgroup of its own with the same CPU quota B (`--budget`, 0.2 core),
              all of them on core 0: short answers (64 streams; the quota binds: req/s per
@@ -58,7 +62,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import cgroups, cores, machine, report, spy, targets
+from bench import anchors, cgroups, cores, machine, report, spy, targets
 from bench.cores import ProcessShare
 from bench.matrix import Bench, plan_row
 from bench.options import ROOT, Options, module_parser, parse_options
@@ -79,7 +83,7 @@ BEGIN, END = "<!-- scenarios:begin -->", "<!-- scenarios:end -->"
 STREAM_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 SHORT_SYSTEMS = ("direct", "passthrough", "responses", "responses-store")
 PROCESS_SYSTEMS = ("responses", "responses-store")
-TABLES = ("placement", "burst", "short", "processes", "budgeted")
+TABLES = ("placement", "burst", "short", "processes", "anchors", "budgeted")
 BUDGET = cores.BUDGET  # cores per proxy process in the budgeted rows
 BUDGET_STREAM_TOKENS = 256  # the budgeted streaming rows: 256-token answers at 20 ms/token
 
@@ -276,8 +280,8 @@ class Scenarios:
                     self.burst(bench, stack, beside)
                 if "short" in self.only:
                     self.short(bench, stack, beside)
-                if "processes" in self.only:
-                    # The processes rows run unpinned: both cores for everyone.
+                if "processes" in self.only or anchors.TABLE in self.only:
+                    # The processes and anchors rows run unpinned: both cores for everyone.
                     free = Pinning(None, None, "unpinned")
                     pin_self(frozenset(affinity))
                     w1 = _proxy(stack, "w1", stack.redis, stack.redis_port, free.proxy,
@@ -286,7 +290,10 @@ class Scenarios:
                     w2 = _proxy(stack, "w2", stack.redis, stack.redis_port, free.proxy,
                                 log_dir, ["--workers", "2"])
                     extra.append(w2.service)
-                    self.processes(bench, stack, w1, w2)
+                    if "processes" in self.only:
+                        self.processes(bench, stack, w1, w2)
+                    if anchors.TABLE in self.only:
+                        self.anchors(bench, stack, w1, w2)
                     pin_self(pinning.load)
                 if "budgeted" in self.only:
                     self.budgeted(bench, stack, pinning, log_dir)
@@ -327,6 +334,15 @@ class Scenarios:
                 with _using(stack, proxy):
                     self.row(bench, stack, "processes", proxy, system, s.short_tokens, 0.0,
                              s.process_streams)
+
+    def anchors(self, bench: Bench, stack: Stack, w1: Proxy, w2: Proxy) -> None:
+        """bench/anchors.py: each proxy's rows after a direct row of their own."""
+        s = self.sizes
+        for proxy in (w1, w2):
+            with _using(stack, proxy):
+                for system in anchors.SYSTEMS:
+                    self.row(bench, stack, anchors.TABLE, proxy, system, s.short_tokens, 0.0,
+                             anchors.CONCURRENCY)
 
     def budgeted(self, bench: Bench, stack: Stack, pinning: Pinning, log_dir: Path) -> None:
         """`serve --workers N` for each N of `sizes.workers` on core 0, each process in its own
@@ -455,6 +471,7 @@ def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, s
             lines.append(f"| {r.system} | {m.label[1:]} | {r.rps:.0f} | {_n(ratio, 2)} "
                          f"| {_n(m.requests_per_cpu_second, 0)} | {_n(r.proxy_core_pct, 0)} "
                          f"| {r.errors} |")
+    lines += anchors.table(results, sizes.short_tokens)
     lines += cores.budgeted_table(results, budget_cores, load_cores,
                                   (skipped or {}).get("budgeted"))
     return lines

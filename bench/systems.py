@@ -11,6 +11,9 @@ systems ask for usage like the proxy's own upstream request does).
     responses-store  the same with store: true: the event log is written to Redis
     background       background: true, stream: true: a worker runs the job into the event log,
                      the client reads it through the log replay (live tail)
+
+and, for the anchors' shape (whole answers, `stream: false`; bench/scenarios.py "anchors"):
+`direct-json`, `responses-json`, `responses-store-json`.
 """
 
 from __future__ import annotations
@@ -33,12 +36,20 @@ class System:
     kind: StreamKind
     extra: tuple[tuple[str, Any], ...] = ()  # Responses body fields beyond stream/input
 
+    @property
+    def stream(self) -> bool:
+        return not self.kind.endswith("-json")
+
     def body(self, tokens: int, delay_ms: float) -> dict[str, Any]:
         text = prompt(tokens, delay_ms)
-        if self.kind == "chat":
-            return {"model": MODEL, "messages": [{"role": "user", "content": text}],
-                    "stream": True, "stream_options": {"include_usage": True}}
-        return {"model": MODEL, "input": text, "stream": True, **dict(self.extra)}
+        if self.kind.startswith("chat"):
+            body: dict[str, Any] = {"model": MODEL,
+                                    "messages": [{"role": "user", "content": text}],
+                                    "stream": self.stream}
+            if self.stream:
+                body["stream_options"] = {"include_usage": True}
+            return body
+        return {"model": MODEL, "input": text, "stream": self.stream, **dict(self.extra)}
 
     def request(self, host: str, port: int, tokens: int, delay_ms: float) -> bytes:
         """The complete HTTP/1.1 request, built once per row and written as is."""
@@ -68,5 +79,11 @@ SYSTEMS: dict[str, System] = {
         System("responses-store", True, "/v1/responses", "responses", (("store", True),)),
         System("background", True, "/v1/responses", "responses",
                (("store", True), ("background", True))),
+        System("direct-json", False, "/v1/chat/completions", "chat-json"),
+        System("responses-json", True, "/v1/responses", "responses-json",
+               (("store", False),)),
+        System("responses-store-json", True, "/v1/responses", "responses-json",
+               (("store", True),)),
     )
 }
+STREAM_SYSTEM_NAMES = tuple(name for name, s in SYSTEMS.items() if s.stream)

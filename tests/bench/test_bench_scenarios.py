@@ -22,12 +22,15 @@ TINY = Sizes(streams=4, tokens=8, delay=5.0, short_streams=2, process_streams=4,
 
 def test_every_scenario_table_has_its_rows() -> None:
     results = Scenarios(TINY, out=lambda _line: None,
-                        only=("placement", "burst", "short", "processes")).run()
+                        only=("placement", "burst", "short", "processes", "anchors")).run()
     by_table: dict[str, list[tuple[str, str]]] = {}
     for m in results:
         by_table.setdefault(m.table, []).append((m.label, m.row.system))
         assert m.row.errors == 0, (m.table, m.label, m.row.system, m.row.error_kinds)
-        assert m.row.total_tokens > 0
+        if m.row.system.endswith("-json"):  # whole answers: counted as requests, not deltas
+            assert m.row.completed_in_window > 0
+        else:
+            assert m.row.total_tokens > 0
     assert by_table["placement"] == [("-", "direct"), ("apart", "passthrough"),
                                      ("beside", "passthrough"), ("apart", "responses"),
                                      ("beside", "responses"), ("apart", "responses-store"),
@@ -38,6 +41,10 @@ def test_every_scenario_table_has_its_rows() -> None:
                                                  "responses-store"]
     assert by_table["processes"] == [("w1", "responses"), ("w2", "responses"),
                                      ("w1", "responses-store"), ("w2", "responses-store")]
+    # the anchors' shape: whole answers, each proxy after a direct row of its own
+    assert by_table["anchors"] == [("-", "direct-json"), ("w1", "responses-json"),
+                                   ("w1", "responses-store-json"), ("-", "direct-json"),
+                                   ("w2", "responses-json"), ("w2", "responses-store-json")]
     # Redis's CPU is counted for the stored rows (it did the work), and the two-process
     # proxy's CPU includes its children.
     stored = [m for m in results if m.row.system == "responses-store"]
@@ -45,7 +52,7 @@ def test_every_scenario_table_has_its_rows() -> None:
     two = [m for m in results if m.label == "w2"]
     assert all(m.requests_per_cpu_second is not None for m in two)
     text = "\n".join(tables(results, TINY))
-    for title in ("Steady:", "Burst:", "Short answers:", "Processes:"):
+    for title in ("Steady:", "Burst:", "Short answers:", "Processes:", "The anchors' shape:"):
         assert title in text
     # issue 29's burst targets are reported under the burst table (TINY: its streams x delay)
     assert "Issue 29's burst targets" in text and "store on, Redis on the proxy's core" in text

@@ -184,3 +184,18 @@ def test_loadgen_counts_http_errors_and_stalls(tiny: BenchResult) -> None:
     stalled = run_against(answering(chunked(recorded(tiny, "direct")), stall=True), "chat",
                           timeout=0.3)
     assert stalled.samples and all(s.error == "timeout" for s in stalled.samples)
+
+
+@pytest.mark.parametrize(("kind", "body", "verdict"), [
+    ("chat-json", b'{"choices":[{"finish_reason":"stop"}],"usage":{"completion_tokens":4}}', None),
+    ("chat-json", b'{"choices":[{"finish_reason":"length"}],"usage":{"completion_tokens":4}}',
+     "answer not completed"),
+    ("responses-json", b'{"status":"completed","usage":{"output_tokens":4}}', None),
+    ("responses-json", b'{"status":"completed","usage":{"output_tokens":3}}',
+     "3 output tokens, expected 4"),
+    ("responses-json", b'{"status":"failed","usage":null}', "not a whole JSON answer"),
+    ("responses-json", b'{"status":"compl', "not a whole JSON answer"),
+])
+def test_whole_json_answers_are_checked_once_whole(kind: StreamKind, body: bytes,
+                                                   verdict: str | None) -> None:
+    assert check_body(kind, body, 4, piece=7) == verdict
