@@ -2,7 +2,8 @@
 
 How a row runs (all times from `time.perf_counter`, see `client.py`):
 
-    connect N keep-alive connections (not measured)
+    connect N keep-alive connections (not measured; a client that starts more than
+    FRESH_AFTER seconds into the ramp connects again when it starts)
     t0 ── ramp ──▶ window start ─────── measured window ───────▶ window end ── drain ──▶ done
          client i sends its first request at t0 + i * ramp / N, then its next one as soon as
          the previous ends (closed loop); after the window end nobody starts a new request
@@ -43,6 +44,11 @@ POLL = 0.02  # how often the window checks whether it may end
 RETRY_DELAY = 0.1
 ERROR_PAUSE = 0.01
 CLOSE_GRACE = 5.0
+# A client whose first request waits longer than this behind the ramp opens its connection
+# when it starts instead: servers close a connection silent for their keep-alive timeout
+# (uvicorn's 5 s default, which the proxy also applies to a new connection), and a request
+# written as the close crosses it is lost. Under any keep-alive timeout a server would use.
+FRESH_AFTER = 3.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,9 @@ class _Row(Generic[M]):
         plan = self.plan
         offset = plan.ramp * index / plan.concurrency
         await asyncio.sleep(max(0.0, self.t0 + offset - now()))
+        if offset > FRESH_AFTER and conn is not None:
+            conn.close()  # silent since the row began: see FRESH_AFTER
+            conn = None
         try:
             while not self.stopping:
                 if conn is None or conn.closed:

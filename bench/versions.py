@@ -64,7 +64,11 @@ def starter(tree: Path) -> Starter:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = module_parser("bench.versions", __doc__)
-    parser.add_argument("--baseline", required=True, help="the commit to compare with")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--baseline", help="the commit to compare with")
+    source.add_argument("--tree", type=Path,
+                        help="a prepared source folder to compare with instead (e.g. this "
+                        "tree with modules compiled); kept as it is")
     parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
                         default=list(LOADS), help=f"from {','.join(LOADS)}")
     parser.add_argument("--rounds", type=int, default=3)
@@ -73,13 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.rounds < 1 or args.seconds < 0:
         parser.error("--rounds must be >= 1 and --seconds >= 0")
-    tree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    tree = args.tree.resolve() if args.tree else Path(tempfile.mkdtemp(prefix="bench-baseline-"))
     try:
-        baseline = export(args.baseline, tree)
+        baseline = export(args.baseline, tree) if args.baseline else tree.name
         results = run([CURRENT, baseline], [LOADS[name] for name in args.loads], args.rounds,
                       args.seconds, ours=CURRENT, start=starter(tree), label="versions")
     finally:
-        shutil.rmtree(tree, ignore_errors=True)
+        if args.baseline:
+            shutil.rmtree(tree, ignore_errors=True)
     print()
     for line in table(results, ours=baseline, column="proxy"):
         print(line)
