@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
 from proxy.settings.checks import ConfigError, split
 from proxy.settings.groups import QUEUED_TOTAL_PER_KEY, Settings
 from proxy.settings.options import OPTIONS, Option
@@ -62,6 +63,7 @@ def _reconcile(settings: Settings, given: set[str]) -> Settings:
         raise ConfigError("--embedding-model", "`--cache semantic` needs the name of a model "
                                                "the fleet serves on /v1/embeddings")
     _check_store(settings)
+    _check_hosted_servers(settings)
     admin = settings.tenancy.admin_key
     if admin is not None and admin in settings.tenancy.accepted_keys():
         # One key for both would let every holder of the client key run the admin API.
@@ -105,6 +107,22 @@ def _check_store(settings: Settings) -> None:
     if store.wait_replicas and not store.redis_url:
         raise ConfigError("--redis-wait-replicas", "the embedded store has no replicas: "
                                                    "give --redis-url (or 0)")
+
+
+def _check_hosted_servers(settings: Settings) -> None:
+    """A hosted tool's MCP server must be one `--mcp-allow` admits, as a request's must: said
+    here, at start, as every bad flag is (the runner checks it again when it is built)."""
+    mcp = settings.mcp
+    if mcp.code_interpreter_url is None:
+        return
+    flag = "--code-interpreter-mcp"
+    if not mcp.allow:
+        raise ConfigError(flag, "an MCP server needs --mcp-allow PREFIX admitting its URL")
+    try:
+        check(mcp.code_interpreter_url, tuple(parse_prefix(p) for p in mcp.allow),
+              "--mcp-allow")
+    except UrlRefused as exc:
+        raise ConfigError(flag, f"{mcp.code_interpreter_url!r} is refused: {exc}") from None
 
 
 def _store_kind(url: str) -> str:

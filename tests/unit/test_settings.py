@@ -102,6 +102,13 @@ def test_bad_values_name_their_flag(flags: dict[str, object], env: dict[str, str
           "replace-with-client-keys"], "--api-key"),
         (["worker", "--upstream", "http://127.0.0.1:1", "--redis-url", "redis://127.0.0.1:1",
           "--fleet-secret", "replace-with-a-long-random-secret"], "--fleet-secret"),
+        # A hosted tool's MCP server outside --mcp-allow: refused at start like a bad flag,
+        # not through the server's start-up (a traceback and exit 3).
+        (["serve", "--upstream", "http://127.0.0.1:1", "--code-interpreter-mcp",
+          "http://127.0.0.1:9/mcp"], "--code-interpreter-mcp"),
+        (["serve", "--upstream", "http://127.0.0.1:1", "--code-interpreter-mcp",
+          "http://127.0.0.1:9/mcp", "--mcp-allow", "https://tools.example/"],
+         "--code-interpreter-mcp"),
     ],
 )
 def test_cli_exits_with_one_line_naming_the_flag(args: list[str], flag: str) -> None:
