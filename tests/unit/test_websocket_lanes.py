@@ -406,3 +406,25 @@ async def test_a_fork_sent_as_another_lanes_terminal_event_arrives_waits_for_its
     await settle(connection)
     assert responses.started == ["main", "fresh", "fork"]
     assert of_lane(socket.frames, "fork")[-1]["type"] == "response.completed"
+
+
+async def test_only_a_lanes_frames_are_spliced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Echoing `stream_id` costs a connection without lanes nothing per event: its frames
+    never pass through the splice, a lane's each do once."""
+    from proxy.web.socket import lanes
+
+    splices: list[bytes] = []
+
+    def counting(event: bytes, tag: bytes) -> bytes:
+        splices.append(event)
+        return event[:-1] + tag
+
+    monkeypatch.setattr(lanes, "tagged", counting)
+    connection, responses, socket = connect()
+    responses.scripts = {"plain": whole("resp_plain"), "laned": whole("resp_laned")}
+    await send(connection, input="plain")
+    await settle(connection)
+    assert splices == [] and len(socket.texts) == len(encoded("resp_plain"))
+    await send(connection, "l", input="laned")
+    await settle(connection)
+    assert splices == [data for _, data in encoded("resp_laned")]
