@@ -155,7 +155,7 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         # (replays of responses made elsewhere) gets this long before uvicorn cuts it.
         timeout_graceful_shutdown=5,
         # Larger frames are refused by the transport itself (close 1009); up to this size the
-        # handler answers an over-long frame with an error frame (web/routes/websocket.py).
+        # handler answers an over-long frame with an error frame (web/socket/connection.py).
         ws_max_size=2 * settings.limits.max_body_bytes,
         # WebSocket keep-alive pings on the SSE pings' interval: one knob for idle sessions
         # behind proxies that cut silent connections.

@@ -161,6 +161,10 @@ class StreamSettings:
     # WebSocket connections one key may hold open at once in one process; one more handshake
     # is refused with a 429 (issue 38 point 13).
     ws_max_per_key: int = 16
+    # Lanes (`stream_id`) of one WebSocket connection running at once, each a response of its
+    # own (a stream slot of the key): room for an agent's parallel sub-tasks, not for one
+    # socket to hold a replica's whole batch.
+    ws_max_lanes: int = 8
     # A replay that sees no event for this long re-checks the response's status.
     follow_idle: float = 30.0
 

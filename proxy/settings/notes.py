@@ -108,6 +108,11 @@ NOTES: dict[str, str] = {
         'in one process; one more handshake is refused with a 429 `rate_limit_exceeded` '
         '(Retry-After: 1). Per process: with N instances a key holds at most N times this'
     ),
+    "ws_max_lanes": (
+        'lanes (`stream_id` in `response.create`) one WebSocket connection runs at once, beside '
+        'its unnamed one; a create opening one more gets an `error` event (code '
+        '`too_many_lanes`, param `stream_id`). Each lane queues up to 16 creates in order'
+    ),
     "upstreams": (
         'vLLM server roots; a trailing `/v1` is accepted'
     ),

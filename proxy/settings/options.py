@@ -127,6 +127,9 @@ OPTIONS: tuple[Option, ...] = (
     _serve("ws_max_connections_per_key", "streams.ws_max_per_key", c.count,
            "WebSocket connections one key holds open at once in one process; past it the "
            "handshake is a 429"),
+    _serve("ws_max_lanes", "streams.ws_max_lanes", c.count,
+           "lanes (stream_id) one WebSocket connection runs at once; one more is an error "
+           "event naming stream_id"),
     # -- serve and worker ------------------------------------------------------------------
     Option("upstreams", "fleet.upstreams", c.upstreams, "vLLM server root URL (repeatable)",
            flag="--upstream", env=("PROXY_UPSTREAMS",), repeat=True),

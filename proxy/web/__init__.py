@@ -1,7 +1,8 @@
 """The web layer: HTTP and WebSocket in, events and JSON out.
 
-Routes (`routes/`, one module per API, the WebSocket mode in `routes/websocket.py`) turn a
-request into a service call and a service's result into a response; pure ASGI middleware
+Routes (`routes/`, one module per API, the WebSocket mode in `routes/websocket.py` with its
+connection and lanes in `socket/`) turn a request into a service call and a service's result
+into a response; pure ASGI middleware
 (`middleware/`: access log, tracing, accounting, draining, body limits, auth) wraps them;
 `incoming.py` is what a handler takes from a request, `limiting.py` its hook into the per-key
 limits; `rendering.py` and `eventstream.py` write JSON and

@@ -5,14 +5,15 @@
 - `check_vllm_rules`: vLLM's own `validate_streaming_event_stack` rules (docs/protocol.md §5:
   pairing, ordering, field consistency), with `response.incomplete`, `.failed` and `.cancelled`
   accepted as terminals and background streams' `response.queued` allowed second.
-- `validate_with_sdk`: every event through the official `openai` SDK's pydantic types, strictly.
+- `validate_with_sdk`: every event through the official `openai` SDK's pydantic types, strictly;
+  `validate_ws_frames` the same for WebSocket frames (the package's server event union).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response, ResponsesServerEvent, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 TERMINALS = {"response.completed", "response.incomplete", "response.failed", "response.cancelled"}
@@ -49,6 +50,9 @@ STARTS = {start for start in PAIRS.values() if start not in DELTAS}
 LIFECYCLE = {"response.created", "response.in_progress", "response.queued", *TERMINALS}
 
 _EVENT = TypeAdapter(ResponseStreamEvent)
+# What a WebSocket sends: the stream events with the lane's `stream_id`, the `error` event
+# (`error.code|message|param|type`, `status`, `stream_id`) and the steering events.
+_WS_EVENT = TypeAdapter(ResponsesServerEvent)
 
 
 # Error codes OpenAI sends on `response.failed` that the SDK's `ResponseError.code` Literal
@@ -73,6 +77,17 @@ def validate_with_sdk(events: list[dict[str, Any]]) -> None:
         _EVENT.validate_python(event, strict=True)
         if "response" in event:
             Response.model_validate(event["response"], strict=True)
+
+
+def validate_ws_frames(frames: list[dict[str, Any]]) -> None:
+    """Every frame through the package's WebSocket server event union, strictly."""
+    for frame in map(_with_listed_code, frames):
+        if frame["type"] == "response.cancelled":
+            Response.model_validate(frame["response"], strict=True)
+            continue
+        _WS_EVENT.validate_python(frame, strict=True)
+        if "response" in frame:
+            Response.model_validate(frame["response"], strict=True)
 
 
 def check_invariants(events: list[dict[str, Any]], *, first_seq: int = 0) -> None:

@@ -1,22 +1,36 @@
-"""core/events/wsframe.py: client frames of WebSocket mode, and services/responses/localchains.py's
-bound."""
+"""core/events/wsframe.py: client frames of WebSocket mode and the envelope of what the server
+sends (a lane's `stream_id`, the `error` event), and services/responses/localchains.py's bound."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from openai.types.responses.responses_server_event import ResponseWsError
 
-from proxy.core.errors import InvalidRequest
-from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
+from proxy.core.errors import InvalidRequest, PayloadTooLarge, ProxyError, RateLimited
+from proxy.core.events.wsframe import (
+    CREATE,
+    MAX_STREAM_ID,
+    create_body,
+    error_frame,
+    frame_over,
+    parse_frame,
+    stream_tag,
+    tagged,
+    take_stream_id,
+)
 from proxy.services.responses.localchains import LocalChains
+from tests.support.conformance import validate_ws_frames
 
 
 def test_create_frame_gives_the_body_without_type_and_stream() -> None:
-    kind, body = parse_frame(b'{"type": "response.create", "model": "m", "stream": true,'
-                             b' "background": false}')
+    kind, frame = parse_frame(b'{"type": "response.create", "model": "m", "stream": true,'
+                              b' "background": false, "stream_id": "lane-1"}')
     assert kind == CREATE
-    assert body == {"model": "m"}
+    assert take_stream_id(frame) == "lane-1"
+    assert create_body(frame) == {"model": "m"}
 
 
 def test_other_frame_types_are_returned_not_refused() -> None:
@@ -26,12 +40,56 @@ def test_other_frame_types_are_returned_not_refused() -> None:
 @pytest.mark.parametrize("data, param", [
     (b"{", None), (b"3", "type"), (b'{"type": 3}', "type"), (b"{}", "type"),
     (b'{"type": "response.create", "background": true}', "background"),
+    (b'{"type": "response.create", "stream_id": 7}', "stream_id"),
+    (b'{"type": "response.create", "stream_id": ""}', "stream_id"),
+    (b'{"type": "response.create", "stream_id": "' + b"s" * (MAX_STREAM_ID + 1) + b'"}',
+     "stream_id"),
 ])
 def test_bad_frames_raise_naming_the_parameter(data: bytes, param: str | None) -> None:
     with pytest.raises(InvalidRequest) as raised:
-        parse_frame(data)
+        _kind, frame = parse_frame(data)
+        take_stream_id(frame)
+        create_body(frame)
     assert raised.value.param == param
     assert raised.value.status == 400
+
+
+def test_a_create_without_stream_id_is_the_unnamed_lane() -> None:
+    for frame in ({"model": "m"}, {"model": "m", "stream_id": None}):
+        assert take_stream_id(frame) is None
+        assert frame == {"model": "m"}
+
+
+@pytest.mark.parametrize("stream_id", ["a", "lane \"quoted\" \\ é 😀", "s" * MAX_STREAM_ID])
+def test_tagged_splices_the_stream_id_into_the_encoded_event(stream_id: str) -> None:
+    event = {"type": "response.output_text.delta", "sequence_number": 4, "delta": "}",
+             "logprobs": [], "item_id": "msg_1", "output_index": 0, "content_index": 0}
+    data = orjson.dumps(event)
+    out = tagged(data, stream_tag(stream_id))
+    assert orjson.loads(out) == {**event, "stream_id": stream_id}
+    assert out.startswith(data[:-1])  # the service's bytes, the field after them
+
+
+@pytest.mark.parametrize("error", [
+    InvalidRequest("bad", param="input[0].content"),
+    InvalidRequest("busy", code="response_in_progress"),
+    PayloadTooLarge("The frame is larger than the maximum request size.", code="frame_too_large"),
+    RateLimited("slow down", retry_after=1),
+    ProxyError("The server had an error while processing your request."),
+    ProxyError("The WebSocket connection reached its maximum age; open a new one.",
+               code="websocket_connection_limit_reached", status=400),
+])
+@pytest.mark.parametrize("stream_id", [None, "lane-7"])
+def test_error_frames_are_the_packages_websocket_error_event(error: ProxyError,
+                                                             stream_id: str | None) -> None:
+    frame = orjson.loads(error_frame(error, stream_id))
+    validate_ws_frames([frame])
+    event = ResponseWsError.model_validate(frame, strict=True)
+    assert event.status == error.status
+    assert (event.error.code, event.error.message, event.error.param, event.error.type) == (
+        error.code, error.message, error.param, error.type)
+    assert event.stream_id == stream_id
+    assert ("stream_id" in frame) is (stream_id is not None)
 
 
 def _final(response_id: str, status: str = "completed") -> dict[str, object]:
@@ -58,51 +116,6 @@ def test_local_chains_keep_the_last_ones_and_extend_the_history() -> None:
     assert local.get("resp_4") is None
     local.evict("resp_3")
     assert local.get("resp_3") is None
-
-
-async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_type() -> None:
-    """Each event of a batch is one text frame, its JSON as the service made it (nothing parsed:
-    here a terminal event whose JSON does not start with its type); the socket is `CLOSING`
-    before the terminal event's frame goes out (a client may answer the moment it reads it)."""
-    import contextlib
-    import types
-    from collections.abc import AsyncIterator
-
-    from proxy.services.responses.create import Outcome
-    from proxy.web.routes.websocket import SocketState, _Connection
-
-    batches = [[("response.created", b'{"type":"response.created","sequence_number":0}')],
-               [("response.output_text.delta", b'{"type":"response.output_text.delta"}'),
-                ("response.completed", b'{"sequence_number":2,"type":"response.completed"}')]]
-    sent: list[tuple[str, SocketState]] = []
-
-    async def stream() -> AsyncIterator[list[tuple[str, bytes]]]:
-        for batch in batches:
-            yield batch
-
-    async def create(*args: object, **kwargs: object) -> Outcome:
-        return Outcome(stream=stream())
-
-    streams = types.SimpleNamespace(send_timeout=5.0)
-    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
-                                    process=types.SimpleNamespace(limits=None),
-                                    services=types.SimpleNamespace(
-                                        responses=types.SimpleNamespace(
-                                            create=create,
-                                            setting_up=contextlib.nullcontext)))
-    socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
-        state=types.SimpleNamespace(runtime=runtime)))
-    connection = _Connection(socket, runtime)  # type: ignore[arg-type]
-
-    async def send_text(text: str) -> None:
-        sent.append((text, connection.state))
-
-    socket.send_text = send_text
-    connection.state = SocketState.RUNNING
-    await connection.run({"model": "m"})
-    assert [text for text, _ in sent] == [data.decode() for batch in batches
-                                          for _, data in batch]
-    assert [state for _, state in sent] == [SocketState.RUNNING] * 2 + [SocketState.CLOSING]
 
 
 @pytest.mark.parametrize(("text", "limit", "over"), [
