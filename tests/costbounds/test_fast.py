@@ -100,7 +100,7 @@ def test_a_template_bomb_is_refused_by_input_tokens(fresh: Stack) -> None:
     _template_case(fresh, "/v1/responses/input_tokens")
 
 
-# -- issue 23's expansion bounds, in the same table --------------------------------------------
+# -- the expansion bounds that held before this suite, in the same table ----------------------
 def _refused_without_upstream(stack: Stack, body: dict[str, Any], key: str = "sk-cost-a",
                               ) -> tuple[dict[str, Any], Measurement]:
     before = stack.sim_stats()["chat_requests"]

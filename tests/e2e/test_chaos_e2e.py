@@ -1,4 +1,4 @@
-"""The quick chaos scenarios (issue 17, point 3), against real processes: a replica whose
+"""The quick chaos scenarios, against real processes: a replica whose
 network stalls (reliability/forwarder.py between the proxy and the simulator), Redis killed
 under load and restarted with its append-only file, Redis at `maxmemory`; and the closed gaps
 of point 4 against a real redis-server: a stream whose end arrives while Redis is down is

@@ -1,11 +1,12 @@
-"""Issue 38 points 9, 10 and 13 through the official SDK, against one real `serve` process (its
-own worker) on a real redis-server, the simulator as the fleet and as the embedding model:
+"""Embeddings metered and hosted tools vetted, through the official SDK, against one real `serve`
+process (its own worker) on a real redis-server, the simulator as the fleet and as the embedding
+model:
 
-- point 9: a vector-store search makes the fleet embed its query, so it counts in `rpm`;
-- point 10: the tokens embedded for a key (its files' chunks, its searches' queries) count in
+- a vector-store search makes the fleet embed its query, so it counts in `rpm`;
+- the tokens embedded for a key (its files' chunks, its searches' queries) count in
   its `tpm` and `token_budget`; past the budget no embedding is made (the ingestion stops, the
   file ends `failed` saying why; a search is a 429 `insufficient_quota`);
-- point 13: `file_search` over a store the key does not hold is a 404 naming
+- `file_search` over a store the key does not hold is a 404 naming
   `tools[0].vector_store_ids` before the model runs, over HTTP (JSON, stream, background) and
   the WebSocket; one key holds at most `--ws-max-connections-per-key` sockets.
 
