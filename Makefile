@@ -116,7 +116,8 @@ abuse: $(STAMP) redis-server
 	$(BIN)/python -m pytest -q -m 'costbounds or abuse_heavy' tests/costbounds
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
-## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).
+## `make run`'s stack, at their pinned versions and at the newest published ones; installs them
+## under ~/.cache/responses-proxy-compat (compat/run.py). COMPAT_SETS=newest runs one set.
 compat: $(STAMP)
 	$(BIN)/python compat/run.py
 
