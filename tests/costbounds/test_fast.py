@@ -319,8 +319,8 @@ def test_ipv6_spellings_of_private_addresses_are_refused(fresh: Stack) -> None:
         for address in _embedding(v4, hexed):
             # file_url under the default --fetch-allow (every public https host): the address
             # rule alone decides. MCP reaches such addresses through a name's resolved answers
-            # (DNS64), which a test cannot make this process's resolver give: point 11's own
-            # tests cover them.
+            # (DNS64), which a test cannot make this process's resolver give: the URL policy's
+            # own tests (tests/unit/test_urlpolicy.py) cover them.
             param = "input[0].content[1].file_url"
             body = {"model": MODEL, "input": [{"role": "user", "content": [
                 {"type": "input_text", "text": "read"},
