@@ -50,9 +50,9 @@ lint: $(STAMP)
 ## bench: first the bench modules' own tests that run real rows (the `bench_rows` marker, ~90 s:
 ## kept out of `make test`); the proxy against the direct upstream, side by side
 ## (docs/BENCHMARKS.md); then
-## 1,024 streams through one replica at 20 and 100 ms a token, default flags (issue 25); then
-## issue 18's rows (Redis beside the proxy and apart, the burst with issue 29's targets, short
-## answers, 1 and 2 processes: bench/scenarios.py) and issue 29's `serve --workers 1/2/4`
+## 1,024 streams through one replica at 20 and 100 ms a token, default flags; then
+## the scenarios (Redis beside the proxy and apart, the burst with its targets, short
+## answers, 1 and 2 processes: bench/scenarios.py) and `serve --workers 1/2/4`
 ## with a CPU budget per process, per core (bench/cores.py); then the response cache's hit
 ## and miss latency at one stream (bench/cache.py); then the routing policies on a fleet of
 ## three simulators with prefix caches (bench/fleet.py); then a 20-step tool-calling loop
@@ -61,7 +61,7 @@ lint: $(STAMP)
 ## then vector stores' ingestion (pages/s) and search at 10^4 and 10^5 chunks (bench/vectors.py);
 ## then one Redis primary against a 3-primary cluster (bench/topology.py); then tracing off,
 ## on to a live OTLP collector and on to a dead one, same load (bench/tracing.py); then the
-## same proxy under uvicorn's variants and granian, side by side (bench/servers.py, issue 29);
+## same proxy under uvicorn's variants and granian, side by side (bench/servers.py);
 ## then a script call sent alone against coalesced with its loop turn's (bench/scriptcalls.py);
 ## then a 256-request burst's set-up CPU per request, /healthz to stored streams (bench/burstsetup.py);
 ## then, with BASELINE=<commit>, this tree's proxy beside that commit's against one simulator
@@ -111,7 +111,7 @@ FUZZ_SECONDS ?= 300
 fuzz: $(STAMP) redis-server
 	FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/python -m tests.fuzz
 
-## abuse: the cost-bounds suite (issue 38): per route and per input that expands, the worst
+## abuse: the cost-bounds suite: per route and per input that expands, the worst
 ## request within the limits against a real stack, the proxy's peak RSS, CPU, event-loop stall,
 ## queue share and metered tokens held to the bounds of tests/costbounds/table.py
 ## (docs/SECURITY.md, "Cost bounds"). Its fast rows also run in `make test`; the heavy ones (large
@@ -120,7 +120,8 @@ abuse: $(STAMP) redis-server
 	$(BIN)/python -m pytest -q -m 'costbounds or abuse_heavy' tests/costbounds
 
 ## compat: the real clients (Python/Node SDKs, openai-agents, the AI SDK, Codex CLI) against
-## `make run`'s stack; installs them under ~/.cache/responses-proxy-compat (compat/run.py).
+## `make run`'s stack, at their pinned versions and at the newest published ones; installs them
+## under ~/.cache/responses-proxy-compat (compat/run.py). COMPAT_SETS=newest runs one set.
 compat: $(STAMP)
 	$(BIN)/python compat/run.py
 

@@ -25,16 +25,16 @@ Modules, one concept each:
     aiohttp_upstream  that comparison's aiohttp adapter (needs `pip install aiohttp`)
     scenarios `python -m bench.scenarios`: Redis beside the proxy or apart, the burst, short
               answers (requests per CPU-second), `serve --workers 1` against 2, unpinned and
-              with a CPU budget per process (issue 18)
+              with a CPU budget per process
     cores     the budgeted rows: `serve --workers 1, 2, 4` under a CPU quota per process,
-              stated per core (tokens/s, streams at 20 ms/token, requests/s; issue 29)
+              stated per core (tokens/s, streams at 20 ms/token, requests/s)
     cgroups   CPU budgets: one cgroup per process with a CFS quota, always removed after
     spy       `--spy`: a py-spy sampling profile of the proxy per row, summarised by function
               and by bucket, in µs per token
     appends   `python -m bench.appends`: three ways to write an event-log flush, side by side
     scriptcalls  `python -m bench.scriptcalls`: a store script call alone against coalesced
     burstsetup   `python -m bench.burstsetup`: a burst's set-up CPU per request, /healthz to
-              stored streams (issue 29)
+              stored streams
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
     wsloop    `python -m bench.wsloop`: a tool-calling agent loop over WebSocket vs HTTP+SSE

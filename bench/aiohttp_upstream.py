@@ -1,4 +1,4 @@
-"""The candidate for issue 10 point 11: `aiohttp`'s client behind the same facade as
+"""The candidate against our own upstream client: `aiohttp`'s client behind the same facade as
 `proxy.upstream.client.Upstream` (post / get / get_json, the same error mapping), used only by
 `bench/clients.py` to measure it against our own client in one run. aiohttp is not a
 dependency of the proxy: `pip install aiohttp` to run the comparison.

@@ -1,4 +1,4 @@
-"""`python -m bench.appends`: three ways to write one event-log flush, side by side (issue 18).
+"""`python -m bench.appends`: three ways to write one event-log flush, side by side.
 
 The flush of `services/eventlog/writer.py` at 256 streams x 20 ms/token carries about one event per
 stream (tokens are 20 ms apart, the window is 20 ms). Measured here without the proxy, on a
@@ -6,7 +6,7 @@ redis-server of its own pinned to core 0 (this process on core 1), for `--stream
 with `--events` events each per flush, `--flushes` flushes per round, the methods interleaved
 round by round:
 
-    per-stream  one EVALSHA of scripts.APPEND_EVENTS per stream, pipelined (before issue 18)
+    per-stream  one EVALSHA of scripts.APPEND_EVENTS per stream, pipelined (the old way)
     one-call    one EVALSHA of scripts.APPEND_EVENTS_MANY for every stream (what the store does)
     xadd        plain pipelined XADD per event plus EXPIRE per stream, as redis-py sends them
                 (no tenant/closed check: the rules the scripts keep would be lost)

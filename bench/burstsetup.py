@@ -1,4 +1,4 @@
-"""`python -m bench.burstsetup`: what a burst's set-up costs, apart from its tokens (issue 29).
+"""`python -m bench.burstsetup`: what a burst's set-up costs, apart from its tokens.
 
 The burst table of `bench.scenarios` measures two waves of a closed loop of 20 ms-per-token
 streams; its TTFT p50 moves by 20-30 ms from run to run on this 2-core machine (the first wave is

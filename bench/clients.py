@@ -1,5 +1,5 @@
 """`python -m bench.clients`: our upstream HTTP client against aiohttp's, side by side, in one run
-(issue 10, point 11).
+(whether to keep our own client: the per-token cost of each).
 
 Two proxies run at once against the same simulator and redis-server, both pinned to the proxy
 core (one is idle while the other is measured): `python -m proxy serve` (our `http1.py` client)

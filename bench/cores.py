@@ -1,11 +1,11 @@
 """Cores: `serve --workers N` for N = 1, 2 and 4 with a CPU budget per process, per core.
 
-The `budgeted` table of `python -m bench.scenarios` (issue 18, extended by issue 29). Every
-proxy process (the idle supervisor too) runs in a cgroup of its own with the same CFS quota B
-(`--budget`, 0.2 core by default), all of them on core 0: 1 process has B, 2 have 2B, 4 have
-4B = 0.8 core, which leaves core 0 a fifth for the machine's other work. The simulator, Redis
-and the load generator stay on core 1; each row says how busy core 1 was and what the
-simulator, Redis and the load generator took of it, so one can see they were not the bound.
+The `budgeted` table of `python -m bench.scenarios`. Every proxy process (the idle supervisor too)
+runs in a cgroup of its own with the same CFS quota B (`--budget`, 0.2 core by default), all of them
+on core 0: 1 process has B, 2 have 2B, 4 have 4B = 0.8 core, which leaves core 0 a fifth for the
+machine's other work. The simulator, Redis and the load generator stay on core 1; each row says how
+busy core 1 was and what the simulator, Redis and the load generator took of it, so one can see they
+were not the bound.
 
 Why 0.2 core: 4 x B must fit in core 0 with room to spare, and 4 processes' load (128 streams
 at 20 ms/token, ~1,000 short answers a second) must fit in core 1 next to the simulator and

@@ -1,6 +1,6 @@
 """`python -m bench.floor`: what one token costs a Python relay before any proxy logic.
 
-The question it answers (issue 18's per-token targets): in the 256 streams x 20 ms row every
+The question it answers (the per-token CPU targets): in the 256 streams x 20 ms row every
 token arrives alone, so each costs a socket read, an event-loop wake-up and a socket write on top
 of whatever the proxy does with it. How much is that floor, and how much do the shapes of the
 code around it (a task waiting on a future, async generators, an ASGI-style `send`) add?

@@ -1,5 +1,5 @@
 """`python -m bench.scriptcalls`: what one script call costs the proxy's Python, sent alone or
-coalesced with the calls of the same loop turn (store/connection/coalesce.py, issue 29).
+coalesced with the calls of the same loop turn (store/connection/coalesce.py).
 
 A response's create and its final write are one EVALSHA each. Sent alone, redis-py takes a
 connection from the blocking pool under a timeout, wraps the call in its retry helper and parses

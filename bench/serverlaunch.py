@@ -1,5 +1,5 @@
 """`python -m bench.serverlaunch SERVER serve ...`: the proxy's own `serve`, under another ASGI
-server (issue 29 point 2), for `bench/servers.py` to measure side by side with today's.
+server, for `bench/servers.py` to measure side by side with today's.
 
     uvicorn          what `serve` runs today: uvicorn with its defaults, httptools + uvloop
     uvicorn-h11      uvicorn's pure-Python HTTP/1.1 parser (h11) instead of httptools

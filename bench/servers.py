@@ -1,5 +1,5 @@
 """`python -m bench.servers`: the same proxy app under different ASGI servers, side by side, in one
-run (issue 29 point 2: the per-send cost).
+run (the per-send cost: what the ASGI server takes per streamed event).
 
 One proxy process per server (`bench/serverlaunch.py`; "uvicorn" is `python -m proxy serve`
 itself), all started at once against one simulator and one redis-server, all pinned to the
@@ -16,7 +16,7 @@ Loads (`--loads`):
 The table gives medians over the rounds: proxy CPU per 1k tokens (and per request), TTFT p50 /
 p99, tok/s, errors, and CPU against uvicorn's. Servers other than uvicorn need granian and
 rloop (the `bench` extra; not dependencies of the proxy); one that cannot start is reported and
-skipped. Results: docs/BENCHMARKS.md, "Issue 29: the per-send cost".
+skipped. Results: docs/BENCHMARKS.md, "the per-send cost".
 """
 
 from __future__ import annotations

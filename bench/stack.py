@@ -13,7 +13,7 @@ reader). The one flag beyond the addresses, `--worker-concurrency`, is passed on
 background rows run (`background_concurrency`): the worker runs 16 jobs at once by default, so
 a background row of 256 streams would measure the job queue's admission limit rather than the
 streaming path; the other systems never reach the worker, and run on defaults. Flow control
-runs on its defaults (no `--max-inflight-per-replica`): until issue 25 the bench raised that
+runs on its defaults (no `--max-inflight-per-replica`): the bench used to raise that
 cap to the largest row, which hid that the default (64) throttled a healthy replica to 1/4 of
 its throughput.
 

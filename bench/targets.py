@@ -11,7 +11,7 @@ listed as not measured.
     1 stream (every delay, every proxied system): TTFT p50 <= direct + 1 ms
     no errors (every row)
 
-Issue 29's burst targets (`burst`, fed by `python -m bench.scenarios`' burst table: every
+The burst targets (`burst`, fed by `python -m bench.scenarios`' burst table: every
 stream started in the same instant, Redis on the proxy's core so its CPU competes with the
 proxy's, default flags), for the store-on system at 256 streams x 20 ms/token:
         TTFT p50 <= direct + 10 ms, TTFT p99 <= direct + 50 ms, tokens/s >= 0.99 x direct
@@ -110,7 +110,7 @@ def _errors(rows: Sequence[Row]) -> Target:
 
 def burst(rows: Sequence[Row], concurrency: int = LOADED_CONCURRENCY,
           delay_ms: float = LOADED_DELAY_MS) -> list[Target]:
-    """Issue 29's targets over the burst table's rows (its `direct` row is the reference)."""
+    """The burst targets over the burst table's rows (its `direct` row is the reference)."""
     cell = (delay_ms, concurrency)
     direct = next((r for r in rows if r.system == "direct" and r.cell == cell), None)
     stored = [r for r in rows if r.system == BURST_SYSTEM and r.cell == cell]

@@ -1,5 +1,5 @@
 """`python -m bench.topology`: the same stored-stream load on one Redis primary and on a Redis
-Cluster of 3 primaries (3 replicas), through the store as the proxy drives it (issue 26, point 6).
+Cluster of 3 primaries (3 replicas), through the store as the proxy drives it (what Cluster costs).
 
 Load, per round: `--streams` stored foreground streams, each created with its lease (one
 script), `--tokens` flushes of one event per stream (every live stream's events in one flush:

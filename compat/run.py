@@ -1,15 +1,24 @@
-"""`make compat`: the real clients against `make run`'s stack.
+"""`make compat`: the real clients against `make run`'s stack, in two sets of versions.
 
-1. Installs the clients outside the project tree, in `$COMPAT_HOME` (default
-   `~/.cache/responses-proxy-compat`): a venv with compat/requirements.txt, and npm packages from
-   compat/package.json. Re-installed only when those files change.
+- `pinned`: the versions compat/requirements.txt and compat/package.json name, which a failure
+  can be reproduced with;
+- `newest`: the same packages at the newest versions the registries publish today, each at
+  least its floor in `NEWEST_FLOORS` (the releases whose surface the proxy serves), so that a
+  client release that breaks the proxy shows up before a user finds it.
+
+1. Installs each set outside the project tree, in `$COMPAT_HOME` (default
+   `~/.cache/responses-proxy-compat`): a venv and an npm folder per set. The pinned set is
+   re-installed only when its files change; the newest set is upgraded on every run.
 2. Starts deploy/run-dev.sh (the simulator and the proxy, embedded store) on free ports.
-3. Runs each client (compat/clients/) with a timeout, prints `PASS name` or `FAIL name` with the
-   failing checks, then a summary; exits 1 when anything failed.
+3. Runs each client (compat/clients/) of each set with a timeout, prints `PASS [set] name` or
+   `FAIL [set] name` with the failing checks, then a summary with the versions each set ran;
+   exits 1 when anything failed.
 
-Not part of `make test`: it downloads the clients. `COMPAT_ONLY=python_sdk,codex` runs some;
-`COMPAT_TIMEOUT` is each client's limit in seconds (default 180); `COMPAT_VERBOSE=1` prints
-tracebacks. The stack's log is kept in `$COMPAT_HOME/logs/stack.log`.
+Not part of `make test`: it downloads the clients. `COMPAT_SETS=newest` (or `pinned`) runs one
+set; `COMPAT_ONLY=python_sdk,codex` runs some clients; `COMPAT_TIMEOUT` is each client's limit
+in seconds (default 180); `COMPAT_VERBOSE=1` prints tracebacks. The stack's log is kept in
+`$COMPAT_HOME/logs/stack.log`, the versions and results of the last run in
+`$COMPAT_HOME/logs/results.json`.
 """
 
 from __future__ import annotations
@@ -33,10 +42,28 @@ ROOT = HERE.parent
 HOME = Path(os.environ.get("COMPAT_HOME") or
             Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
             / "responses-proxy-compat")
-PY = HOME / "py"
-NODE = HOME / "node"
 INSTALL_TIMEOUT = 900.0
 CLIENT_TIMEOUT = float(os.environ.get("COMPAT_TIMEOUT", "180"))
+# The newest set must reach these: the releases with the late-2026 Responses surface (WebSocket
+# lanes, steering, tool search). A registry whose newest is older fails the run, saying so.
+NEWEST_FLOORS = {"pip:openai": "3.57", "npm:openai": "7.59", "npm:@openai/codex": "0.171"}
+
+
+@dataclass(frozen=True)
+class VersionSet:
+    """One set of client versions and where it is installed."""
+
+    name: str
+    py: Path  # its venv
+    node: Path  # its npm folder
+
+    @property
+    def python(self) -> Path:
+        return self.py / "bin" / "python"
+
+
+PINNED = VersionSet("pinned", HOME / "py", HOME / "node")
+NEWEST = VersionSet("newest", HOME / "py-newest", HOME / "node-newest")
 
 
 @dataclass(frozen=True)
@@ -61,45 +88,105 @@ def _run(argv: list[str], cwd: Path | None = None) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def install() -> None:
+def pip_names() -> list[str]:
+    """The Python clients, named as compat/requirements.txt pins them."""
+    lines = (HERE / "requirements.txt").read_text().splitlines()
+    return [line.split("==")[0].strip() for line in lines
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def npm_names() -> list[str]:
+    return list(json.loads((HERE / "package.json").read_text())["dependencies"])
+
+
+def _venv(where: VersionSet) -> None:
+    if not where.python.exists():
+        _run([sys.executable, "-m", "venv", "--clear", str(where.py)])
+
+
+def _npm() -> None:
+    if shutil.which("npm") is None:
+        raise SystemExit("compat: npm is missing (Node 20 or later is needed)")
+
+
+def install_pinned() -> None:
     requirements = HERE / "requirements.txt"
-    if not _stamp_ok(PY, requirements):
-        if not (PY / "bin" / "python").exists():
-            _run([sys.executable, "-m", "venv", "--clear", str(PY)])
-        _run([str(PY / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r",
-              str(requirements)])
-        (PY / ".compat-installed").write_text(_digest(requirements))
+    if not _stamp_ok(PINNED.py, requirements):
+        _venv(PINNED)
+        _run([str(PINNED.python), "-m", "pip", "install", "--quiet", "-r", str(requirements)])
+        (PINNED.py / ".compat-installed").write_text(_digest(requirements))
     package = HERE / "package.json"
-    if not _stamp_ok(NODE, package):
-        if shutil.which("npm") is None:
-            raise SystemExit("compat: npm is missing (Node 20 or later is needed)")
-        NODE.mkdir(parents=True, exist_ok=True)
-        shutil.copy(package, NODE / "package.json")
-        _run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE)
-        (NODE / ".compat-installed").write_text(_digest(package))
+    if not _stamp_ok(PINNED.node, package):
+        _npm()
+        PINNED.node.mkdir(parents=True, exist_ok=True)
+        shutil.copy(package, PINNED.node / "package.json")
+        _run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=PINNED.node)
+        (PINNED.node / ".compat-installed").write_text(_digest(package))
+
+
+def install_newest() -> None:
+    """Every client at the newest version its registry publishes now (no pins, no lock file
+    kept): pip's `--upgrade` and npm's `@latest` ask the registry on each run."""
+    _venv(NEWEST)
+    _run([str(NEWEST.python), "-m", "pip", "install", "--quiet", "--upgrade", *pip_names()])
+    _npm()
+    NEWEST.node.mkdir(parents=True, exist_ok=True)
+    manifest = {"name": "responses-proxy-compat-newest", "private": True, "type": "module"}
+    (NEWEST.node / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (NEWEST.node / "package-lock.json").unlink(missing_ok=True)
+    _run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error",
+          *(f"{name}@latest" for name in npm_names())], cwd=NEWEST.node)
+
+
+def install(where: VersionSet) -> None:
+    if where is PINNED:
+        install_pinned()
+    else:
+        install_newest()
     # The Node scripts import the packages installed beside them.
-    scripts = NODE / "clients"
+    scripts = where.node / "clients"
     scripts.mkdir(exist_ok=True)
     for script in (HERE / "clients").glob("*.mjs"):
         shutil.copy(script, scripts / script.name)
 
 
-def versions() -> dict[str, str]:
+def versions(where: VersionSet) -> dict[str, str]:
     found: dict[str, str] = {}
-    pip = subprocess.run([str(PY / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+    pip = subprocess.run([str(where.python), "-m", "pip", "list", "--format=json"],
                          capture_output=True, text=True, timeout=60, check=False)
     if pip.returncode == 0:
-        wanted = {"openai", "openai-agents"}
+        wanted = set(pip_names())
         for entry in json.loads(pip.stdout):
             if entry["name"].lower() in wanted:
                 found[f"pip:{entry['name'].lower()}"] = entry["version"]
-    for name in json.loads((HERE / "package.json").read_text())["dependencies"]:
-        manifest = NODE / "node_modules" / name / "package.json"
+    for name in npm_names():
+        manifest = where.node / "node_modules" / name / "package.json"
         if manifest.exists():
             found[f"npm:{name}"] = json.loads(manifest.read_text())["version"]
     found["node"] = subprocess.run(["node", "--version"], capture_output=True, text=True,
                                    timeout=30, check=False).stdout.strip()
     return found
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """`0.171.0` -> (0, 171, 0); a pre-release's suffix is ignored (`7.59.0-beta.1`)."""
+    numbers = []
+    for part in version.split("-")[0].split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
+def below_floors(found: dict[str, str]) -> list[str]:
+    """What the newest set installed below its floor (or not at all)."""
+    short = []
+    for name, floor in NEWEST_FLOORS.items():
+        have = found.get(name)
+        if have is None or _release(have) < _release(floor):
+            short.append(f"{name} {have or 'missing'} is below {floor}")
+    return short
 
 
 def free_port() -> int:
@@ -154,9 +241,18 @@ class Stack:
             self.proc.wait(5)
 
 
-def clients() -> list[Client]:
-    python = str(PY / "bin" / "python")
-    scripts = NODE / "clients"
+def sets() -> list[VersionSet]:
+    chosen = {n.strip() for n in os.environ.get("COMPAT_SETS", "").split(",") if n.strip()}
+    unknown = chosen - {PINNED.name, NEWEST.name}
+    if unknown:
+        raise SystemExit(f"compat: COMPAT_SETS names no set: {', '.join(sorted(unknown))} "
+                         "(pinned, newest)")
+    return [s for s in (PINNED, NEWEST) if not chosen or s.name in chosen]
+
+
+def clients(where: VersionSet) -> list[Client]:
+    python = str(where.python)
+    scripts = where.node / "clients"
     every = [
         Client("python_sdk", [python, "python_sdk.py"], HERE / "clients"),
         Client("openai_agents", [python, "agents_sdk.py"], HERE / "clients"),
@@ -169,10 +265,10 @@ def clients() -> list[Client]:
     return [c for c in every if not only or c.name in only]
 
 
-def run_client(client: Client, base_url: str) -> tuple[bool, list[str]]:
+def run_client(client: Client, base_url: str, where: VersionSet) -> tuple[bool, list[str]]:
     env = {**os.environ, "COMPAT_BASE_URL": base_url + "/v1", "COMPAT_MODEL": "sim-model",
            "COMPAT_API_KEY": "compat-key", "PYTHONUNBUFFERED": "1",
-           "COMPAT_CODEX": str(NODE / "node_modules" / ".bin" / "codex")}
+           "COMPAT_CODEX": str(where.node / "node_modules" / ".bin" / "codex")}
     env.pop("OPENAI_BASE_URL", None)  # the clients must reach our proxy, nothing else
     proc = subprocess.Popen(client.argv, cwd=client.cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -189,28 +285,58 @@ def run_client(client: Client, base_url: str) -> tuple[bool, list[str]]:
     return False, failures or [f"exit {proc.returncode}", *lines[-10:]]
 
 
-def main() -> int:
+def prepare(where: VersionSet) -> tuple[dict[str, str], list[str]]:
+    """Install a set; its versions, and what keeps it from running (empty when it can run)."""
     try:
-        install()
+        install(where)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        print(f"compat: installing the clients failed: {exc}", flush=True)
-        return 1
-    found = versions()
-    print("compat: " + ", ".join(f"{k} {v}" for k, v in found.items()), flush=True)
-    stack = Stack()
-    stack.start()
+        return {}, [f"installing the clients failed: {exc}"]
+    found = versions(where)
+    print(f"compat [{where.name}]: " + ", ".join(f"{k} {v}" for k, v in found.items()),
+          flush=True)
+    return found, below_floors(found) if where is NEWEST else []
+
+
+def run_set(where: VersionSet, stack: Stack) -> list[tuple[str, bool]]:
+    results = []
+    for client in clients(where):
+        started = time.monotonic()
+        passed, details = run_client(client, stack.url, where)
+        took = time.monotonic() - started
+        print(f"{'PASS' if passed else 'FAIL'} [{where.name}] {client.name} ({took:.1f}s)",
+              flush=True)
+        for line in details:
+            print(f"    {line}", flush=True)
+        results.append((f"{where.name}:{client.name}", passed))
+    return results
+
+
+def main() -> int:
+    chosen = sets()
+    ready: list[VersionSet] = []
+    record: dict[str, dict[str, object]] = {}
     results: list[tuple[str, bool]] = []
+    for where in chosen:
+        found, problems = prepare(where)
+        record[where.name] = {"versions": found, "problems": problems}
+        for problem in problems:
+            print(f"FAIL [{where.name}] {problem}", flush=True)
+        if problems:
+            results.append((f"{where.name}:install", False))
+        else:
+            ready.append(where)
+    stack = Stack()
+    if ready:
+        stack.start()
     try:
-        for client in clients():
-            started = time.monotonic()
-            passed, details = run_client(client, stack.url)
-            took = time.monotonic() - started
-            print(f"{'PASS' if passed else 'FAIL'} {client.name} ({took:.1f}s)", flush=True)
-            for line in details:
-                print(f"    {line}", flush=True)
-            results.append((client.name, passed))
+        for where in ready:
+            ran = run_set(where, stack)
+            record[where.name]["results"] = dict(ran)
+            results += ran
     finally:
         stack.stop()
+    (HOME / "logs").mkdir(parents=True, exist_ok=True)
+    (HOME / "logs" / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     failed = [name for name, passed in results if not passed]
     print(f"compat: {len(results) - len(failed)} passed, {len(failed)} failed"
           + (f" ({', '.join(failed)}); stack log: {stack.log_path}" if failed else ""))

@@ -1,4 +1,4 @@
-"""`make chaos` rows for a Redis Cluster (issue 26): a primary SIGKILLed under load (the cluster
+"""`make chaos` rows for a Redis Cluster: a primary SIGKILLed under load (the cluster
 promotes its replica), and slots migrated under load (`redis-cli --cluster reshard`).
 
 Topology: 6 nodes, 3 primaries with a replica each (tests/support/cluster.py,

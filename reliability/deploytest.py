@@ -1,5 +1,5 @@
 """`make deploy-test`: the image built and run as the Kubernetes manifests run it, then the compose
-stack up, each checked with the OpenAI SDK (issue 28).
+stack up, each checked with the OpenAI SDK.
 
     python -m reliability.deploytest            # a few minutes; the first run builds the bases
 

@@ -1,4 +1,4 @@
-"""`make chaos` rows for a Sentinel failover (issue 26): the primary SIGKILLed under load, with
+"""`make chaos` rows for a Sentinel failover: the primary SIGKILLed under load, with
 and without `--redis-wait-replicas 1`.
 
 Topology: a primary, a replica and three sentinels (tests/support/sentinel.py); two proxy

@@ -46,7 +46,10 @@ await check("multi-turn chat with the default store", async () => {
   const one = await generateText({ model, messages, maxRetries: 0 });
   expect(one.text.includes("first turn"), `turn 1 ${JSON.stringify(one.text)}`);
   messages.push(...one.response.messages, { role: "user", content: "second turn" });
-  const two = await generateText({ model, messages, maxRetries: 0 });
+  // The request body is kept on the result by default up to `ai` 6, on request from 7 on.
+  const two = await generateText({
+    model, messages, maxRetries: 0, experimental_include: { requestBody: true },
+  });
   expect(two.text.includes("second turn"), `turn 2 ${JSON.stringify(two.text)}`);
   const body = JSON.stringify(two.request.body ?? {});
   expect(body.includes("item_reference"), "turn 2 did not use item_reference (store off?)");

@@ -97,7 +97,7 @@ class Expansion:
     """What rendering a template makes of it, known before anything is built: `fixed` bytes of
     text outside the placeholders, and each name's number of occurrences (in order). Rendered
     size = fixed + sum(occurrences * the value's bytes): a 129-byte create naming a template of
-    52,428 `{{x}}` with a 2 KB default would build 200 MiB (issue 38), so the size is checked
+    52,428 `{{x}}` with a 2 KB default would build 200 MiB, so the size is checked
     against the bound as each value is known, and the text is built only when it fits."""
 
     fixed: int

@@ -5,8 +5,8 @@ A tagged id is `<prefix>_<tag>_<hex>` (`resp_q3_6f1c…`); every key of that obj
 keys its scripts write beside it (its item index entries, its lease, its tenant's storage
 ledger for it), carry `{<tag>}` as their hash tag, so one script call per tag serves any number
 of objects: the event-log flush makes one call per tag it holds live streams in, not one per
-stream. Ids without a tag (every id before issue 26, and every id on one primary or Sentinel,
-where there are no slots to choose) keep today's keys.
+stream. Ids without a tag (every id made before Cluster support, and every id on one primary or
+Sentinel, where there are no slots to choose) keep today's keys.
 
 The tags are a fixed set, the same on every instance without any I/O: tag `b` is the first
 base-36 string whose slot (CRC16 mod 16384, as Redis hashes a key) falls in the b-th of

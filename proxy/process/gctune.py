@@ -1,13 +1,13 @@
 """The garbage collector of a serving process: fewer, cheaper collections.
 
-Why (docs/benchmarks-history.md, "Issue 18": the garbage collector): reference counting frees almost
-everything the per-token path allocates at once, but futures, generator frames and per-request
-objects survive long enough to count towards CPython's collection thresholds. With the defaults
-(700 / 10 / 10) a proxy streaming 256 answers ran ~500 young-generation collections a minute,
-each walking what survived the last one, and a full collection every ~15 s that walked the
-~60,000 objects the imports made (starlette, uvicorn, redis-py, the proxy itself), which never
-die. Measured with `gc.callbacks` in the 256 x 20 ms row: the collector took ~7% of the proxy's
-CPU; after `freeze` + the thresholds below, ~1%.
+Why (docs/benchmarks-history.md, "Redis beside the proxy, bursts, short answers, processes": the
+garbage collector): reference counting frees almost everything the per-token path allocates at once,
+but futures, generator frames and per-request objects survive long enough to count towards CPython's
+collection thresholds. With the defaults (700 / 10 / 10) a proxy streaming 256 answers ran ~500
+young-generation collections a minute, each walking what survived the last one, and a full
+collection every ~15 s that walked the ~60,000 objects the imports made (starlette, uvicorn,
+redis-py, the proxy itself), which never die. Measured with `gc.callbacks` in the 256 x 20 ms row:
+the collector took ~7% of the proxy's CPU; after `freeze` + the thresholds below, ~1%.
 
 - `gc.freeze()` once start-up is over moves every object alive then to a permanent generation
   that collections skip (what it holds lives for the process anyway);

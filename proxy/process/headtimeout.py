@@ -1,5 +1,5 @@
 """uvicorn's HTTP/1.1 protocols with a deadline on each request head (`--header-timeout`) and the
-keep-alive timeout on a new connection (issue 38 point 12).
+keep-alive timeout on a new connection (a silent connection holds nothing for long).
 
 uvicorn starts its only timer, keep-alive, after a response: a connection that never sends a
 request, or sends half a head and stalls (a byte at a time is enough), holds a descriptor and

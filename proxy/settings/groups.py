@@ -66,7 +66,7 @@ class UpstreamSettings:
     # At most this many connections to one replica (the pool holds twice that, at least
     # 4,096), so one hung replica cannot hold every slot of the pool. A default, not a
     # throttle: above what one vLLM runs at once (256-1,024 sequences) with headroom for the
-    # discovery scrapes, `/tokenize` and summaries beside 1,024 streams (issue 25: at 1,024 a
+    # discovery scrapes, `/tokenize` and summaries beside 1,024 streams (measured: at 1,024 a
     # stream could wait for a slot a finished one had not yet handed back).
     max_connections: int = 2048
     # TLS to https upstreams is always verified: against this CA bundle (PEM) when given,
@@ -159,7 +159,7 @@ class StreamSettings:
     # `websocket_connection_limit_reached`.
     ws_max_age: float = 3600.0
     # WebSocket connections one key may hold open at once in one process; one more handshake
-    # is refused with a 429 (issue 38 point 13).
+    # is refused with a 429 (one key cannot hold every socket).
     ws_max_per_key: int = 16
     # Lanes (`stream_id`) of one WebSocket connection running at once, each a response of its
     # own (a stream slot of the key): room for an agent's parallel sub-tasks, not for one
@@ -174,7 +174,7 @@ class LimitSettings:
     """What one request may carry."""
 
     max_body_bytes: int = 16 * 1024 * 1024
-    # Issue 27, the Files API: the largest file one upload may carry (exactly this is accepted);
+    # The Files API: the largest file one upload may carry (exactly this is accepted);
     # the upload's body may exceed it by its multipart framing (web/middleware/bodylimits.py).
     max_file_bytes: int = 32 * 1024 * 1024
     # Uploads one process takes at once: each may spool up to max_file_bytes to a temporary
@@ -186,7 +186,7 @@ class LimitSettings:
     body_timeout: float = 60.0
     # Most input items one request (or one conversation add) may carry.
     max_input_items: int = 2048
-    # Issue 38: PDF, HTML and JSON files are read in child processes (files/extraction.py),
+    # Bounded reading: PDF, HTML and JSON files are read in child processes (files/extraction.py),
     # at most this many per proxy process, each document in at most this many CPU seconds.
     extract_processes: int = 2
     extract_cpu_seconds: float = 10.0
@@ -277,7 +277,7 @@ class VectorSettings:
     max_files: int = 1000
     max_chunks: int = 100_000
     cache_bytes: int = 512 * 1024 * 1024
-    # Issue 38: what all of a process's ingestions may hold at once (services/vectors/memory.py:
+    # What all of a process's ingestions may hold at once (services/vectors/memory.py:
     # each reserves 8x its file). 256 MiB: one 32 MiB file (--max-file-bytes) at a time beside
     # the vector cache and the requests in a 1 GiB pod; smaller files run several at once.
     ingest_memory_budget: int = 256 * 1024 * 1024

@@ -292,7 +292,8 @@ NOTES: dict[str, str] = {
         'creates set up at once per process, in arrival order, until each is admitted to a '
         "replica (0: no gate; measured not to lower a burst's median TTFT, "
         'benchmarks-history.md '
-        '"Issue 29: bursts"); a wait past `--queue-timeout` is the admission queue\'s 429'
+        '"Bursts: what a burst\'s first tokens wait for"); a wait past `--queue-timeout` is '
+        'the admission queue\'s 429'
     ),
     "routing": (
         'how a replica is picked: `affinity` (operations.md, "Flow control"), or the baselines '

@@ -68,7 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     _serve("port", "server.port", c.check_port, "port"),
     _serve("api_keys", "tenancy.api_keys", c.api_keys, "accepted client key (repeatable)",
            flag="--api-key", env=("PROXY_API_KEYS",), repeat=True),
-    # Issue 42: the admin API and the console (web/routes/admin.py); off without it.
+    # The admin API and the console (web/routes/admin.py); off without it.
     _serve("admin_key", "tenancy.admin_key", c.admin_key,
            "the operator's key for /admin/ (keys managed live) and /console; never a client "
            "key; unset: both are off (404)", shown=""),
@@ -94,7 +94,7 @@ OPTIONS: tuple[Option, ...] = (
            "seconds an embedding call may take; slower is a miss"),
     _serve("max_body_bytes", "limits.max_body_bytes", c.count, "largest accepted request body",
            shown="16 MiB"),
-    # Issue 27 (files, prompts, file inputs).
+    # Files, prompts, file inputs.
     _serve("max_file_bytes", "limits.max_file_bytes", c.count,
            "largest file accepted by POST /v1/files", shown="32 MiB"),
     _serve("max_uploads_in_flight", "limits.max_uploads_in_flight", c.count,
@@ -142,7 +142,7 @@ OPTIONS: tuple[Option, ...] = (
            "instead of --upstream", flag="--fleet"),
     Option("affinity_load_factor", "fleet.affinity_load_factor", c.load_factor,
            "a keyed request leaves its replica above this times the mean load"),
-    # -- Redis topology (issue 26): where the store is, and how durable a response's end is.
+    # -- Redis topology: where the store is, and how durable a response's end is.
     Option("redis_url", "store.redis_url", c.check_redis_url,
            "redis://[:pw@]host:port/db, rediss://... (TLS), "
            "redis+sentinel://[:pw@]host:port[,host:port...]/master[/db], or "
@@ -207,7 +207,7 @@ OPTIONS: tuple[Option, ...] = (
            "seconds one web search may take, connect included"),
     Option("web_search_results", "web_search.max_results", c.count,
            "web search results given to the model per search"),
-    # Vector stores and file_search (issue 27): bounds per store and per process.
+    # Vector stores and file_search: bounds per store and per process.
     Option("vector_store_max_files", "vectors.max_files", c.count,
            "files one vector store may hold"),
     Option("vector_store_max_chunks", "vectors.max_chunks", c.count,
@@ -215,7 +215,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("vector_cache_bytes", "vectors.cache_bytes", c.count,
            "memory a process keeps vector stores' vectors in between searches",
            shown="512 MiB"),
-    # Issue 38: what reading files may cost a process.
+    # What reading files may cost a process (docs/contract.md "Cost bounds").
     Option("ingest_memory_budget", "vectors.ingest_memory_budget", c.count,
            "memory all of a process's ingestions may hold at once (each reserves 8x its file)",
            shown="256 MiB"),
@@ -236,9 +236,9 @@ OPTIONS: tuple[Option, ...] = (
            "requests that may wait for a saturated fleet"),
     Option("queue_timeout", "flow.queue_timeout", c.seconds,
            "seconds a request may wait for a saturated fleet"),
-    # Bursts (issue 29): services/fleet/setups.py. Off by default: measured, it moves the
+    # Bursts: services/fleet/setups.py. Off by default: measured, it moves the
     # first arrivals' first tokens forward but not the median, and adds to the p99
-    # (docs/benchmarks-history.md "Issue 29: bursts").
+    # (docs/benchmarks-history.md "Bursts: what a burst's first tokens wait for").
     Option("setup_slots", "flow.setup_slots", c.setup_slots,
            "creates set up at once, in arrival order, before their upstream call (0: no "
            "gate: every arrival's set-up advances together)"),
@@ -247,7 +247,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keys_file", "tenancy.keys_file", c.keys_file,
            "JSON or YAML file of client keys with rpm, tpm, max_streams and token_budget "
            "limits"),
-    # Multi-tenant storage bound (issue 23): core/policy/storagebudget.py.
+    # Multi-tenant storage bound: core/policy/storagebudget.py.
     Option("max_stored_bytes_per_key", "tenancy.max_stored_bytes_per_key", c.byte_count,
            "bytes of stored responses and conversations one key may hold, for keys whose "
            "keys-file entry sets no max_stored_bytes; 0 = no limit", shown="1 GiB"),

@@ -49,7 +49,7 @@ MAX_CHAIN_DEPTH = 1_000
 class StoredEvent(NamedTuple):
     """One event of a response's log. A named tuple, not a frozen dataclass: one is made per
     streamed token of a stored response, and a frozen dataclass's `__init__` (a
-    `object.__setattr__` per field) cost ~1 us per token against ~0.5 here (issue 18's
+    `object.__setattr__` per field) cost ~1 us per token against ~0.5 here (the per-token
     profile of the store-on row)."""
 
     seq: int

@@ -14,10 +14,10 @@ Invariants (docs/design.md, "Redis"):
   the create and the final write stay one call, and a flush is one call per tag this instance
   holds live streams in (store/connection/shards.py draws two tags per primary: ~2 calls per
   primary), not one per stream. Any reader derives the slot from the id alone.
-- Untagged ids (every id made on one primary or Sentinel, and every id before issue 26) keep
-  the keys they always had: hash tag `{<response id>}` / `{<conversation id>}`, the untagged
-  ledger, index and lease set, which one server holds together. On a cluster an untagged id
-  names nothing (store/redis.py answers "not found" without a call).
+- Untagged ids (every id made on one primary or Sentinel, and every id made before Cluster support)
+  keep the keys they always had: hash tag `{<response id>}` / `{<conversation id>}`, the untagged
+  ledger, index and lease set, which one server holds together. On a cluster an untagged id names
+  nothing (store/redis.py answers "not found" without a call).
 - What fans out on a cluster, never on the hot path: the lease sweep reads every tag's lease
   set; a key's stored bytes are the untagged ledger (files, prompts) plus its ledger under each
   tag (pipelined per node); an `item_reference` to a client-chosen item id reads its index
@@ -165,10 +165,10 @@ def item_location(tenant: str, item_id: str, tag: str | None = None) -> str:
 
 
 def legacy_item_location(item_id: str) -> str:
-    """The global index entry versions before issue 23 wrote (`it:{<item id>}`). Never written
-    now; `find_items` still reads it when the scoped entry is missing, so references to items
-    stored before an upgrade keep resolving (the holder's tenant is checked, so such an entry
-    only ever yields the caller's own items). They expire within one `--response-ttl` of the
+    """The global index entry versions before the tenant-scoped item index wrote (`it:{<item id>}`).
+    Never written now; `find_items` still reads it when the scoped entry is missing, so references
+    to items stored before an upgrade keep resolving (the holder's tenant is checked, so such an
+    entry only ever yields the caller's own items). They expire within one `--response-ttl` of the
     upgrade; this read can go after that."""
     return f"it:{{{item_id}}}"
 

@@ -1,5 +1,6 @@
-"""One `/metrics` per instance under `serve --workers N` (issue 42): prometheus_client's
-multiprocess mode, set up by the supervisor (prefork.py) in a directory of its own.
+"""One `/metrics` per instance under `serve --workers N` (a scrape sees the instance, not one
+child): prometheus_client's multiprocess mode, set up by the supervisor (prefork.py) in a directory
+of its own.
 
 - The supervisor makes a private temporary directory before forking (`MetricsDir.create`),
   names it in `PROMETHEUS_MULTIPROC_DIR` for its children, forgets a dead child's live gauges

@@ -1,4 +1,4 @@
-"""Issue 29 in bench/: the burst targets (bench/targets.py) judged from the burst table's rows,
+"""Several cores in bench/: the burst targets (bench/targets.py) judged from the burst table's rows,
 and the per-core figures of the budgeted `serve --workers N` rows (bench/cores.py), on rows made
 by hand (no servers)."""
 

@@ -1,4 +1,4 @@
-"""Issue 29: `make bench` runs the proxy with default flags everywhere; a row that needs a flag
+"""`make bench` runs the proxy with default flags everywhere; a row that needs a flag
 passes only that one, and says why. Checked on the command lines the bench modules build (no
 servers started)."""
 

@@ -1,5 +1,5 @@
 """`python -m bench.scenarios` and `python -m bench.appends` end to end, tiny: every table of
-issue 18 gets its rows (both Redis placements, the burst, the short answers, one and two
+the scenarios get their rows (both Redis placements, the burst, the short answers, one and two
 processes), with data, no errors and the CPU of proxy + Redis counted; the budgeted processes
 rows (each proxy process in a cgroup of its own) where cgroups are writable, and one line
 saying why not elsewhere."""
@@ -54,8 +54,8 @@ def test_every_scenario_table_has_its_rows() -> None:
     text = "\n".join(tables(results, TINY))
     for title in ("Steady:", "Burst:", "Short answers:", "Processes:", "The anchors' shape:"):
         assert title in text
-    # issue 29's burst targets are reported under the burst table (TINY: its streams x delay)
-    assert "Issue 29's burst targets" in text and "store on, Redis on the proxy's core" in text
+    # the burst targets are reported under the burst table (TINY: its streams x delay)
+    assert "The burst targets" in text and "store on, Redis on the proxy's core" in text
 
 
 REASON = cgroups.unavailable()

@@ -1,4 +1,4 @@
-"""The console in a real browser (issue 42, point 4): Debian's chromium, headless, driven by
+"""The console in a real browser: Debian's chromium, headless, driven by
 Selenium through chromedriver (`make console-test` installs both when missing). Against a real
 proxy process and the simulator: the pages load without console errors and show no data
 before the admin key is given; then a key created through the admin API is listed, a response

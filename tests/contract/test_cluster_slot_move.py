@@ -1,4 +1,4 @@
-"""A response's final write while a Redis Cluster moves its slot (issue 26's resharding, found by
+"""A response's final write while a Redis Cluster moves its slot (a resharding, found by
 `make chaos` cluster-slots-migrated): the tenant's storage ledger, a key every response of the
 tag shares, must stay one key on one node, and the write must land whole.
 

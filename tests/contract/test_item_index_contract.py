@@ -73,7 +73,7 @@ async def test_an_id_only_another_key_uses_looks_unknown(store: RedisStore,
 async def test_entries_of_the_global_index_resolve_for_their_owner_only(
         store: RedisStore) -> None:
     if store.sharded:
-        pytest.skip("no version before issue 23 ran on a cluster: nothing global to read")
+        pytest.skip("no version before the per-key index ran on a cluster: nothing global to read")
     # Written by a version before the index was per key (`it:{<id>}`): still read until they
     # expire, for the key whose response holds the item, and only for it.
     await stored(store, rid("1"), [message("msg_old_in", "q")],

@@ -212,7 +212,7 @@ async def test_done_removes_the_entry(store: RedisStore, queue: RedisJobQueue) -
     assert [j.response_id for j in await queue.take("w2", 10, block_ms=0)] == [rid("2")]
 
 
-# -- fairness between keys and each key's share (issue 38 points 4 and 5) -----------------
+# -- fairness between keys and each key's share ---------------------------------------------
 
 W = 4  # a worker's concurrency in these tests: it takes up to W jobs at once
 

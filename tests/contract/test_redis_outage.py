@@ -150,7 +150,7 @@ def final(rid: str) -> dict[str, Any]:
 
 async def test_final_writes_on_a_stopped_server_give_up_after_one_timeout_not_six(
         servers: Servers) -> None:
-    """Issue 26: 16 streams ending on a frozen primary stayed stuck 30 s, each of the six
+    """Before: 16 streams ending on a frozen primary stayed stuck 30 s, each of the six
     attempts of their final write waiting out the socket timeout. After the first timeout
     every retry first probes the server (a short PING on a fresh connection): each costs the
     probe's timeout, so all 16 give up within one socket timeout and five probes."""

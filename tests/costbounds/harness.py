@@ -1,4 +1,4 @@
-"""The cost-bounds suite's stack and meters (issue 38, "Build, beyond the points").
+"""The cost-bounds suite's stack and meters (docs/contract.md "Cost bounds").
 
 One real proxy process (`python -m proxy serve`, uvicorn, its worker in the same process) in
 front of the simulator, on a real redis-server, with a keys file of limited keys and a small

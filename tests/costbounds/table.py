@@ -50,7 +50,7 @@ class Row:
     input: str
     worst: str  # the worst request one can build within the limits, as the test sends it
     bound: str  # what is asserted
-    point: str  # issue 38's point (or issue 23 for the bounds that already held)
+    point: str  # the review that set the bound (38.N: the cost-bounds one; 23: an earlier one)
     fast: bool  # in `make test`; the others in `make abuse` only
 
     @property

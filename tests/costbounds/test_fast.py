@@ -100,7 +100,7 @@ def test_a_template_bomb_is_refused_by_input_tokens(fresh: Stack) -> None:
     _template_case(fresh, "/v1/responses/input_tokens")
 
 
-# -- issue 23's expansion bounds, in the same table --------------------------------------------
+# -- the expansion bounds that held before this suite, in the same table ----------------------
 def _refused_without_upstream(stack: Stack, body: dict[str, Any], key: str = "sk-cost-a",
                               ) -> tuple[dict[str, Any], Measurement]:
     before = stack.sim_stats()["chat_requests"]
@@ -319,8 +319,8 @@ def test_ipv6_spellings_of_private_addresses_are_refused(fresh: Stack) -> None:
         for address in _embedding(v4, hexed):
             # file_url under the default --fetch-allow (every public https host): the address
             # rule alone decides. MCP reaches such addresses through a name's resolved answers
-            # (DNS64), which a test cannot make this process's resolver give: point 11's own
-            # tests cover them.
+            # (DNS64), which a test cannot make this process's resolver give: the URL policy's
+            # own tests (tests/unit/test_urlpolicy.py) cover them.
             param = "input[0].content[1].file_url"
             body = {"model": MODEL, "input": [{"role": "user", "content": [
                 {"type": "input_text", "text": "read"},

@@ -1,4 +1,4 @@
-"""deploy/ checked against the code (issue 13, point 2): we cannot run docker or a cluster here,
+"""deploy/ checked against the code: we cannot run docker or a cluster here,
 so every name, port, path and limit the deploy files rely on is compared with what the app
 reads, serves and defaults to.
 
@@ -33,7 +33,7 @@ NGINX = DEPLOY / "nginx" / "responses-proxy.conf"
 DASHBOARD = DEPLOY / "grafana" / "responses-proxy.json"
 DEFAULTS = Settings()
 
-# The metric families everyone names today (issue 13, point 3), with their labels. The dashboard
+# The metric families everyone names today, with their labels. The dashboard
 # may use only these; `/metrics` is compared for the families a running app already exposes.
 METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "proxy_requests_total": ("route", "method", "status"),
@@ -492,7 +492,8 @@ async def test_dashboard_metrics_agree_with_a_running_apps_metrics(
 
 
 def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
-    # Issue 23: the example Secret's placeholders refuse to start, naming the setting ...
+    # No public default secret: the example Secret's placeholders refuse to start, naming the
+    # setting ...
     secret = k8s("Secret", "responses-proxy")["stringData"]
     for name in ("PROXY_FLEET_SECRET", "PROXY_API_KEYS"):
         assert secret[name] in PLACEHOLDERS
@@ -506,7 +507,7 @@ def test_no_value_shipped_in_deploy_starts_as_a_secret_or_a_key() -> None:
     assert {p for p in PLACEHOLDERS if p in shipped} <= set(secret.values())
 
 
-# -- the Sentinel variants (issue 26) ------------------------------------------------------------
+# -- the Sentinel variants -----------------------------------------------------------------------
 SENTINEL_COMPOSE = DEPLOY / "docker-compose.sentinel.yml"
 SENTINEL_K8S = DEPLOY / "k8s-sentinel"
 

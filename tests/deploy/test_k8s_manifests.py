@@ -1,4 +1,4 @@
-"""Issue 28 point 3: every Kubernetes object we ship, base (deploy/k8s) and Sentinel overlay
+"""Every Kubernetes object we ship, base (deploy/k8s) and Sentinel overlay
 (deploy/k8s-sentinel), validates against Kubernetes 1.37's OpenAPI schemas in strict mode (no
 unknown field), offline: kubernetes-validate ships the schemas. The overlay is rendered here as
 kustomize does for what it uses (the base's resources plus its own, its strategic-merge

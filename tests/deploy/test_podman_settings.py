@@ -1,5 +1,5 @@
-"""The podman settings `make image` / `make deploy-test` write for a host (issue 28 point 2,
-reliability/containers.py): each only where the host's facts make podman's default fail."""
+"""The podman settings `make image` / `make deploy-test` write for a host
+(reliability/containers.py): each only where the host's facts make podman's default fail."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Background mode end to end: separate processes on one real Redis (issue 5).
+"""Background mode end to end: separate processes on one real Redis.
 
 Topology per test module: proxy A runs a worker in-process, proxy B serves HTTP only
 (`--no-worker`); tests that need dedicated workers start `responses-proxy worker` processes.

@@ -1,4 +1,4 @@
-"""A burst of streamed creates through `serve` over real HTTP (issue 29): every stream
+"""A burst of streamed creates through `serve` over real HTTP: every stream
 completes, and the first to arrive get their first event first. Before the set-up gate
 (services/fleet/setups.py) every request's set-up advanced in lockstep with all the others', so
 the first arrivals' `response.created` came about as late as the last arrivals'.

@@ -1,8 +1,8 @@
-"""The quick chaos scenarios (issue 17, point 3), against real processes: a replica whose
-network stalls (reliability/forwarder.py between the proxy and the simulator), Redis killed
-under load and restarted with its append-only file, Redis at `maxmemory`; and the closed gaps
-of point 4 against a real redis-server: a stream whose end arrives while Redis is down is
-stored whole once Redis is back (flush and final write retried), and an end that could not be
+"""The quick chaos scenarios, against real processes: a replica whose network stalls
+(reliability/forwarder.py between the proxy and the simulator), Redis killed under load and
+restarted with its append-only file, Redis at `maxmemory`; and the closed gaps (docs/RELIABILITY.md
+"Known gaps (closed)") against a real redis-server: a stream whose end arrives while Redis is down
+is stored whole once Redis is back (flush and final write retried), and an end that could not be
 stored at all is closed by the lease sweep, never left `in_progress` by its writer.
 
 The client that never reads is test_stream_bounds_e2e.py
@@ -230,7 +230,7 @@ def test_redis_at_maxmemory_is_a_clear_503_and_recovers(simulator: ServerProcess
         own.stop()
 
 
-# -- point 4 against a real Redis: the end of a stream while Redis is down ---------------------
+# -- against a real Redis: the end of a stream while Redis is down -----------------------------
 
 def test_a_flush_failed_while_redis_was_down_is_retried_and_the_replay_is_whole(
         simulator: ServerProcess, aof_redis: AofRedis) -> None:

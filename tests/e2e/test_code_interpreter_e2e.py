@@ -1,4 +1,4 @@
-"""code_interpreter served by an operator's MCP server (issue 39 point 8): `--code-interpreter-mcp
+"""code_interpreter served by an operator's MCP server: `--code-interpreter-mcp
 URL` names a real MCP server (tests/support/mcp_server.py, its `run_code` tool), the simulator
 calls the code function (`call=code_interpreter`), real proxy processes, the official SDK as the
 client, every streamed event validated against the SDK's types (check_stream)."""

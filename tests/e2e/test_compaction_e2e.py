@@ -1,4 +1,4 @@
-"""Compaction (issue 16 point 6, docs/contract.md "Compaction") against real `serve` processes.
+"""Compaction (docs/contract.md "Compaction") against real `serve` processes.
 
 Two proxies share one real Redis and one `--fleet-secret` (a compaction made on one opens on the
 other); a third runs with another secret (its blobs open nowhere else). The simulator's

@@ -1,5 +1,5 @@
 """The admin API and the console through nginx (the config we ship) in front of two
-instances (issue 42, point 3): any instance serves any page and any admin read, a key made
+instances: any instance serves any page and any admin read, a key made
 through one answer is listed by both, and a response's replayed stream passes through."""
 
 from __future__ import annotations

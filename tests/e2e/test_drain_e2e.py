@@ -1,4 +1,4 @@
-"""SIGTERM on a real `serve` process: the graceful drain (issue 13, point 6).
+"""SIGTERM on a real `serve` process: the graceful drain.
 
 Twenty streams are caught mid-way by SIGTERM. With a grace long enough, every one of them runs
 to `response.completed` while /readyz says 503 `draining` and new requests get 503

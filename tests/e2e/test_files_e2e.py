@@ -1,4 +1,4 @@
-"""The Files API and `input_file` parts (issue 27 points 1 and 5) through the official SDK,
+"""The Files API and `input_file` parts through the official SDK,
 against a real proxy on a real redis-server with the simulator as its fleet: upload (a PDF, a
 multi-chunk file, exactly the size limit and one byte over), list, retrieve, content, delete;
 two keys that cannot see each other's files; input_file by file_id, file_data (data URL and
@@ -202,7 +202,7 @@ def test_unreadable_files_are_a_400_naming_the_part_with_the_sdks_codes(
 
 
 def test_a_pdf_past_the_per_document_bounds_is_a_400_invalid_file(a: openai.OpenAI) -> None:
-    # Issue 38 point 8: the 3.3 KB PDF that cost 58 s of CPU, read in an extraction child and
+    # The 3.3 KB PDF that cost 58 s of CPU, read in an extraction child and
     # stopped at 250,000 operators; the proxy answers meanwhile.
     stored = a.files.create(file=("h.pdf", pdf_sharing_one_stream(200_000, 5),
                                   "application/pdf"), purpose="user_data")

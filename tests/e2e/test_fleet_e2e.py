@@ -1,4 +1,4 @@
-"""The fleet from outside (issue 14): three simulators behind two proxy instances sharing one
+"""The fleet from outside: three simulators behind two proxy instances sharing one
 real Redis. Which replica served a request is read from the simulators' own counters.
 
 - every turn of a `previous_response_id` chain, of a conversation and of a `prompt_cache_key`
@@ -242,7 +242,7 @@ def test_one_instance_on_its_defaults_carries_300_concurrent_stored_streams(
         sims: list[ServerProcess]) -> None:
     """`serve` with no flags past the upstream (what `make run` does: the embedded store, flow
     control on its defaults): 300 stored streams at once, each held open ~1 s at the replica so
-    they overlap. Before issue 25, 64 went upstream at a time and the embedded store's
+    they overlap. With the old fixed cap, 64 went upstream at a time and the embedded store's
     100-connection pool answered about half of them 503 (MaxConnectionsError)."""
     import asyncio
 

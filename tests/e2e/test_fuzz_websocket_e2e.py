@@ -1,4 +1,4 @@
-"""The quick fuzz profile's WebSocket part (issue 17 point 1): generated frames (create
+"""The quick fuzz profile's WebSocket part: generated frames (create
 bodies from the Responses schema, mutated; non-JSON, binary, wrong types, unknown types,
 frames over the size limit) over a real socket to a real `serve` process with a real Redis.
 Every error frame in OpenAI's shape with a status under 500, no server error in any stream,

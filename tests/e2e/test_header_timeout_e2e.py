@@ -1,4 +1,4 @@
-"""A connection that does not deliver a request head in time is closed (issue 38 point 12), on
+"""A connection that does not deliver a request head in time is closed, on
 real uvicorn processes: the proxy itself (`serve --workers 2`, uvicorn's `auto` protocol,
 httptools) and a bare uvicorn on each protocol class proxy/process/headtimeout.py makes (httptools,
 h11). `--header-timeout` is 1 s here; a new idle connection has uvicorn's keep-alive (5 s in the

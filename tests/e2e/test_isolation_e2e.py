@@ -1,4 +1,4 @@
-"""Key isolation and the security edges (issue 17 point 5), against a real `serve` process
+"""Key isolation and the security edges, against a real `serve` process
 (uvicorn) with a real redis-server, the simulator as its fleet and the exact cache on.
 
 Key A makes a stored response, a background response, a conversation with items and a cached
@@ -138,7 +138,7 @@ def _referenced_text(http: httpx.Client, key: dict[str, str], item_id: str) -> s
 
 
 def test_an_item_id_used_by_another_key_neither_blocks_nor_shows(http: httpx.Client) -> None:
-    # Issue 23 point 8. Item ids are the client's: B stores A's (guessed) id first.
+    # Item ids are the client's: B stores A's (guessed) id first.
     squatted = f"msg_squat_{secrets.token_hex(6)}"
     _stored_with(http, B, squatted, "B got there first")
     _stored_with(http, A, squatted, "A's own words")

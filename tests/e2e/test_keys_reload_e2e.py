@@ -1,4 +1,4 @@
-"""The keys file read again on SIGHUP (issue 42, point 1), under `serve --workers 2`: the
+"""The keys file read again on SIGHUP, under `serve --workers 2`: the
 supervisor forwards the signal to both processes, so a key added to the file is accepted and a
 key taken out is refused by every process, without a restart; a broken file leaves the keys as
 they were."""

@@ -1,4 +1,4 @@
-"""Per-key limits across two proxy instances sharing one real redis-server (issue 13, point 5).
+"""Per-key limits across two proxy instances sharing one real redis-server.
 
 Each limit has its own key in one keys file, so the tests do not share counters. Requests that
 must land in one rpm/tpm minute wait (bounded, a few seconds at most) when the minute is about

@@ -1,4 +1,4 @@
-"""MCP tools run by the proxy, end to end (issue 15): a real MCP server (the `mcp` package's
+"""MCP tools run by the proxy, end to end: a real MCP server (the `mcp` package's
 own, tests/support/mcp_server.py) on loopback, the simulator steered with `call=NAME`, real
 proxy processes, the official SDK as the client, every event validated (check_stream)."""
 
@@ -437,7 +437,7 @@ def test_a_conversation_lists_each_server_once(mcp_proxy: ServerProcess,
                                             "message", "mcp_call", "message"]
 
 
-# -- issue 23: the URL is checked in normal form, the name resolved once -----------------------
+# -- the URL is checked in normal form, the name resolved once --------------------------------
 def test_dot_segments_host_and_hop_by_hop_headers_are_refused(
         mcp_proxy: ServerProcess, tools_server: ServerProcess) -> None:
     for tool, param in (

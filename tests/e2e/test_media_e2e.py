@@ -1,4 +1,4 @@
-"""Media URLs end to end (issue 23 point 12): the proxy fetches an allowed image and sends it
+"""Media URLs end to end: the proxy fetches an allowed image and sends it
 to the simulator inline; a URL the fleet must not fetch (the metadata service) is a 400 naming
 the part, on /v1/responses and on the chat pass-through."""
 
@@ -69,7 +69,7 @@ def test_the_chat_pass_through_is_held_to_the_same_rule(proxy: ServerProcess) ->
     assert refused.json()["error"]["param"] == "messages[0].content[1].image_url"
 
 
-# Issue 38 point 3: every part spelling vLLM's chat parser fetches, in every role. At default
+# Every part spelling vLLM's chat parser fetches, in every role. At default
 # flags (no --fetch-allow) each is a 400 naming the part and nothing reaches the replica; with
 # the allow-list, an allowed URL reaches it only inline.
 SPELLINGS = [

@@ -1,11 +1,12 @@
-"""Issue 38 points 9, 10 and 13 through the official SDK, against one real `serve` process (its
-own worker) on a real redis-server, the simulator as the fleet and as the embedding model:
+"""Embeddings metered and hosted tools vetted, through the official SDK, against one real `serve`
+process (its own worker) on a real redis-server, the simulator as the fleet and as the embedding
+model:
 
-- point 9: a vector-store search makes the fleet embed its query, so it counts in `rpm`;
-- point 10: the tokens embedded for a key (its files' chunks, its searches' queries) count in
+- a vector-store search makes the fleet embed its query, so it counts in `rpm`;
+- the tokens embedded for a key (its files' chunks, its searches' queries) count in
   its `tpm` and `token_budget`; past the budget no embedding is made (the ingestion stops, the
   file ends `failed` saying why; a search is a 429 `insufficient_quota`);
-- point 13: `file_search` over a store the key does not hold is a 404 naming
+- `file_search` over a store the key does not hold is a 404 naming
   `tools[0].vector_store_ids` before the model runs, over HTTP (JSON, stream, background) and
   the WebSocket; one key holds at most `--ws-max-connections-per-key` sockets.
 
@@ -114,7 +115,7 @@ def indexed(client: openai.OpenAI, text: str, name: str = "notes.txt") -> tuple[
     return made.id, done
 
 
-# -- point 9 -----------------------------------------------------------------------------------
+# -- a search counts in rpm ---------------------------------------------------------------------
 def test_a_search_counts_in_rpm(proxy: ServerProcess, sim: SimControl) -> None:
     client = sdk(proxy, "sk-meter-rpm")
     same_minute()
@@ -127,7 +128,7 @@ def test_a_search_counts_in_rpm(proxy: ServerProcess, sim: SimControl) -> None:
     assert refused.value.response.headers["retry-after"]
 
 
-# -- point 10 ----------------------------------------------------------------------------------
+# -- embedded tokens count in tpm and the budget ------------------------------------------------
 def test_embedded_tokens_count_in_tpm_and_the_budget(proxy: ServerProcess, sim: SimControl,
                                                      store: redis.Redis) -> None:
     key = "sk-meter-count"
@@ -242,7 +243,7 @@ def test_the_semantic_caches_embedding_counts_in_the_budget(
         server.stop()
 
 
-# -- point 13 (a) ------------------------------------------------------------------------------
+# -- file_search over a store the key does not hold --------------------------------------------
 @pytest.fixture(scope="module")
 def owned(proxy: ServerProcess) -> str:
     vs_id, done = indexed(sdk(proxy, "sk-meter-owner"), VALVE)
@@ -298,7 +299,7 @@ def test_file_search_over_another_keys_store_on_the_websocket(
     assert sim.stats()["chat_requests"] == 0
 
 
-# -- point 13 (b) ------------------------------------------------------------------------------
+# -- WebSocket connections per key -------------------------------------------------------------
 def refused_handshake(server: ServerProcess, key: str) -> InvalidStatus:
     with pytest.raises(InvalidStatus) as refused, socket(server, key):
         pass

@@ -1,4 +1,4 @@
-"""`/metrics` of `serve --workers 2` describes the instance (issue 42, point 2): scraped while
+"""`/metrics` of `serve --workers 2` describes the instance: scraped while
 both processes serve, every counter only grows, and once the load ends the request counter and
 the duration histogram hold every request, whichever process served it or answers the scrape;
 `proxy_processes` says 2. Which process served what is read from the JSON access log."""

@@ -1,4 +1,4 @@
-"""nginx in front of two instances and a worker, with the config we ship (issue 13, point 1).
+"""nginx in front of two instances and a worker, with the config we ship.
 
 Three nginx processes render deploy/nginx/responses-proxy.conf for loopback ports: `edge` round
 robin over both instances (as deployed), `edge_a` and `edge_b` with one instance each, so a test

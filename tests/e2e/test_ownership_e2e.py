@@ -1,4 +1,4 @@
-"""Foreground ownership (issue 13, point 7): kill -9 of the instance serving a stored stream.
+"""Foreground ownership: kill -9 of the instance serving a stored stream.
 
 Two instances share one Redis. A stream runs on A while a follower tails it on B; A is killed
 with SIGKILL mid-stream. Within the bound (a lease of 2 s: about 3 s, plus a sweep), B shows

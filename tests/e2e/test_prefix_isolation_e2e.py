@@ -1,4 +1,4 @@
-"""The prefix-cache timing attack (issue 23 point 4), through a real `serve` process in front of
+"""The prefix-cache timing attack, through a real `serve` process in front of
 a simulator whose prefill costs 2 ms per prompt token not in its prefix cache (vLLM's prefix
 cache behaves the same): key B guessing key A's long system prompt sees no speed-up from A's
 cached prefix (the proxy salts each key's requests apart), while A's own repeat still hits."""

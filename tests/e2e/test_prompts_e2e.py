@@ -1,4 +1,4 @@
-"""Prompt templates (issue 27 point 6): `/v1/prompts` over raw HTTP (the SDK has no prompts
+"""Prompt templates: `/v1/prompts` over raw HTTP (the SDK has no prompts
 resource), `prompt: {id, version, variables}` on a create through the SDK, against a real proxy
 on a real redis-server; two keys that cannot see each other's prompts."""
 
@@ -185,7 +185,7 @@ def _peak_rss(pid: int) -> int:
 
 def test_a_template_that_expands_past_the_limit_is_refused_on_both_routes_unbuilt(
         http: httpx.Client, proxy: ServerProcess) -> None:
-    # Issue 38 point 2: 52,428 `{{x}}` with a 2 KiB default render to 107 MB. Both routes that
+    # 52,428 `{{x}}` with a 2 KiB default render to 107 MB. Both routes that
     # render answer 400 naming `prompt`, and the proxy's peak RSS does not move by anything
     # near that (before the fix: +200 MiB per request).
     made = make(http, {"prompt": "{{x}}" * 52_428, "variables": {"x": "v" * 2048}})

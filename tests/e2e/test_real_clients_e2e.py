@@ -1,6 +1,6 @@
-"""Issue 11 through the official `openai` SDK and raw HTTP against a real proxy process and the
-simulator: reasoning summaries, `item_reference` inputs (the Vercel AI SDK's multi-turn loop),
-`truncation: "auto"` and `POST /v1/responses/input_tokens`. Every stream passes
+"""What real clients send, through the official `openai` SDK and raw HTTP against a real proxy
+process and the simulator: reasoning summaries, `item_reference` inputs (the Vercel AI SDK's
+multi-turn loop), `truncation: "auto"` and `POST /v1/responses/input_tokens`. Every stream passes
 `check_stream` (the SDK's types, the invariants, vLLM's rules, the summary parts)."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_503_while_redis_is_down_and_recovery_after(
 @pytest.mark.failover
 def test_sixteen_streams_on_a_frozen_primary_end_without_waiting_out_six_timeouts(
         redis_and_proxy: tuple[list[ServerProcess], ServerProcess]) -> None:
-    """Issue 26: with the primary frozen (SIGSTOP), 16 open stored streams stayed stuck about
+    """Before: with the primary frozen (SIGSTOP), 16 open stored streams stayed stuck about
     30 s, each final-write retry waiting the full 5 s socket timeout. Now the retries after
     the first timeout probe with a 1 s PING on a fresh connection: every stream ends (its
     terminal event) well before that, and none hangs."""

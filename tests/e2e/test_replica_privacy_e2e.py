@@ -1,5 +1,5 @@
-"""No client-visible error and no unauthenticated endpoint names a replica's address (issue 23
-point 10), against real `serve` processes with the simulator as the fleet: a replica that
+"""No client-visible error and no unauthenticated endpoint names a replica's address,
+against real `serve` processes with the simulator as the fleet: a replica that
 answers 503, one that cuts the connection mid-stream, one that stalls, one that cannot be
 reached; seen as an HTTP error body, a stream's `response.failed`, a WebSocket frame and a chat
 stream's in-band error. The operator still finds the address in the log, by request id."""

@@ -1,4 +1,4 @@
-"""State shared through one real Redis: two proxy processes act as one (issue 4).
+"""State shared through one real Redis: two proxy processes act as one.
 
 Create on A; retrieve, replay and delete on B; replay on B while A still streams; chains
 through `previous_response_id` (tool turns included); conversations through the SDK; objects

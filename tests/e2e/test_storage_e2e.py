@@ -1,4 +1,4 @@
-"""Per-key storage budgets (issue 23 point 13) across two proxy instances sharing one real
+"""Per-key storage budgets across two proxy instances sharing one real
 redis-server, the simulator as their fleet: a key holding its `max_stored_bytes` gets a 429
 `insufficient_quota` on any storing request, from either instance, before any upstream call;
 its stateless requests and other keys go on; a delete frees its bytes; bytes whose

@@ -1,4 +1,4 @@
-"""Issue 28 point 4: a Redis that answers but refuses us (no or wrong password, protected mode,
+"""A Redis that answers but refuses us (no or wrong password, protected mode,
 an ACL without the command, a read-only replica, maxmemory with noeviction) is a 503
 `store_unavailable` naming the cause in the proxy's log, never a 500 with a traceback, while
 `store: false` traffic is still served. Real redis-server processes, except protected mode,

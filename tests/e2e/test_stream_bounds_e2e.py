@@ -1,4 +1,4 @@
-"""Bounds on streams, over real sockets (issue 10, points 7, 8 and 10): a client that stops
+"""Bounds on streams, over real sockets: a client that stops
 reading is abandoned after `--send-timeout` and its upstream aborted; a client that leaves a
 non-streamed pass-through call aborts the upstream; a stream's first token has a budget of its
 own (`--first-token-timeout`), an HTTP 504 before any byte reached the client and

@@ -1,4 +1,4 @@
-"""Vector stores and the file_search tool (issue 27 points 2, 3 and 8) through the official SDK:
+"""Vector stores and the file_search tool through the official SDK:
 two real proxy processes on one redis-server (A serves HTTP only, B runs the worker: every file
 is ingested by the other instance), the simulator as the fleet and as the embedding model
 (`--embedding-model sim-model`, its deterministic trigram vectors), and one embedded-store
@@ -152,7 +152,7 @@ def test_bad_files_fail_with_the_sdks_codes(pair: tuple[ServerProcess, ServerPro
 
 def test_a_pdf_past_the_per_document_bounds_fails_as_invalid_file(
         pair: tuple[ServerProcess, ServerProcess]) -> None:
-    # Issue 38 point 8: 3.3 KB, five pages sharing one stream of 200,000 operators (58 s of
+    # A hostile PDF: 3.3 KB, five pages sharing one stream of 200,000 operators (58 s of
     # the worker's CPU before); stopped at 250,000 operators in an extraction child.
     client = sdk(pair[0])
     store = client.vector_stores.create(name="hostile")
@@ -183,7 +183,7 @@ def test_another_keys_stores_and_files_are_unknown(pair: tuple[ServerProcess, Se
         b.vector_stores.files.create(vector_store_id=own.id, file_id=built["pdf"])
     assert caught.value.body["param"] == "file_id"  # type: ignore[index]
     # file_search over A's store for B: a 404 naming the tool's field, before the model runs
-    # (issue 38 point 13; tests/e2e/test_metering_e2e.py has every transport).
+    # (tests/e2e/test_metering_e2e.py has every transport).
     with pytest.raises(openai.NotFoundError) as caught:
         b.responses.create(model=MODEL, input=QUESTION, tools=[
             {"type": "file_search", "vector_store_ids": [built["store"]]}],

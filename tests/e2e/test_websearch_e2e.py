@@ -1,4 +1,4 @@
-"""web_search run by the proxy (issue 27 point 4): `--web-search URL` names a SearXNG-compatible
+"""web_search run by the proxy: `--web-search URL` names a SearXNG-compatible
 endpoint (tests/support/searx.py, a fake one on loopback), the simulator calls the search with
 the user's question and answers quoting the first result (docs/SIMULATOR.md), real proxy
 processes, the official SDK as the client, every streamed event validated (check_stream)."""

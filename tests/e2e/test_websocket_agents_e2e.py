@@ -1,4 +1,4 @@
-"""openai-agents over the WebSocket mode (issue 16 point 5): `responses_websocket_session()`
+"""openai-agents over the WebSocket mode: `responses_websocket_session()`
 runs an agent with a function tool on one socket to a real `serve` process. Skipped when
 `openai-agents` is not installed (it is not a test dependency: `make compat` runs it too)."""
 

@@ -1,4 +1,4 @@
-"""WebSocket mode of `/v1/responses` (issue 16 points 1-4), against real `serve` processes.
+"""WebSocket mode of `/v1/responses`, against real `serve` processes.
 
 Clients: the `websockets` library (sync client). Two proxies share one real Redis for the
 cross-instance chain; the simulator's stats show what reached the fleet.
@@ -543,7 +543,7 @@ def test_the_async_sdk_client_runs_a_tool_round_trip_over_its_socket(
     assert responses[1][-1].response.output[0].content[0].text == "Tool results: get_weather=fog"
 
 
-# -- an open proxy (no keys) and the browsers of other sites (issue 23 point 9) ---------------
+# -- an open proxy (no keys) and the browsers of other sites -------------------------------
 @pytest.fixture(scope="module")
 def open_proxy(simulator: ServerProcess) -> Iterator[ServerProcess]:
     server = start_proxy(simulator.url, "--allow-origin", "https://app.example")

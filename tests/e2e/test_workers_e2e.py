@@ -1,4 +1,4 @@
-"""`serve --workers 2` (issue 18, point 4): two processes on one port, correct through Redis.
+"""`serve --workers 2`: two processes on one port, correct through Redis.
 
 Which process served a request is read from the JSON access log (`pid`). A client is pinned
 to one process by its keep-alive connection: it asks /healthz with a request id of its own,

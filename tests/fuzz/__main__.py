@@ -1,4 +1,4 @@
-"""`make fuzz`: the fuzzer for minutes against a real stack (issue 17 point 1).
+"""`make fuzz`: the fuzzer for minutes against a real stack.
 
 A redis-server, the simulator and a `responses-proxy serve` process (uvicorn; two API keys,
 the exact cache on, a 1 MiB body limit so oversized bodies and frames are cheap to make), each

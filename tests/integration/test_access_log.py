@@ -1,4 +1,4 @@
-"""The access log and the request id (issue 11 point 8, issue 13 point 4): one line per request
+"""The access log and the request id: one line per request
 with method, route template, status, duration, request id, key id, cache and replica, in text
 and JSON; the id accepted or generated, echoed on JSON, SSE and error answers, sent upstream, and
 on every log line of the request; never a prompt, an output or a key in the log."""

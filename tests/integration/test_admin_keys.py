@@ -1,4 +1,4 @@
-"""Client keys managed live through the admin API (issue 42, point 1), on two in-process
+"""Client keys managed live through the admin API, on two in-process
 instances sharing one real redis-server: a key created on A works on B within the key ring's
 bound, a revoked key is refused on both, a limit changed live applies, the admin API refuses
 client keys and unauthenticated calls, and the admin key never serves the API."""

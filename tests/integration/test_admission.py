@@ -337,7 +337,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
 
 
 
-# -- defaults never throttle a healthy replica (issue 25) -------------------------------------
+# -- defaults never throttle a healthy replica ----------------------------------------------
 async def _overlapping_streams(settings: Settings, count: int) -> list[int]:
     """`count` streamed responses at once through the in-process app to one replica, each held
     open long enough (a 1 s first token) that they all overlap at the simulator."""

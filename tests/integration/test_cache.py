@@ -429,7 +429,7 @@ async def test_bad_chat_bodies_are_openai_errors_with_the_cache_on(
     assert error["type"] == "invalid_request_error" and error["param"] == param
 
 
-# -- a large body (issue 38, cost bounds): parsed once, and off the event loop ------------------
+# -- a large body (cost bounds): parsed once, and off the event loop ---------------------------
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
 async def test_a_large_body_is_parsed_once_and_off_the_loop(
         app_client: Client, monkeypatch: pytest.MonkeyPatch, path: str) -> None:

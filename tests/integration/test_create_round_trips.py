@@ -1,14 +1,14 @@
-"""The create path's Redis round trips before its upstream request is written and before the
-client gets `response.created` (issue 29): pinned, so that a change adding one to a stream's
+"""The create path's Redis round trips before its upstream request is written and before the client
+gets `response.created` (a burst's set-up cost): pinned, so that a change adding one to a stream's
 first event fails here. The app runs in-process on the session's real redis-server and the
-simulator; every command the request's own tasks send is counted (a pipeline or a script call
-is one round trip), background loops apart (they carry no request context).
+simulator; every command the request's own tasks send is counted (a pipeline or a script call is one
+round trip), background loops apart (they carry no request context).
 
 What each path must do before `response.created` (and why it cannot be later):
   - store off, stream or not: nothing (no store state);
   - store on, stream: one, the create script, which also takes the writer's lease and checks
     the key's storage budget: a response the client saw `created` must be retrievable (and
-    replayable) at once. Before issue 29 a storage pre-check read came first (two);
+    replayable) at once. A storage pre-check read used to come first (two);
   - background: the create of the queued response with its first events, then the job queued
     (the job must exist before the client learns the id, or a retrieve would find a response
     no worker will ever run); a streamed one then reads the log it follows from its start.

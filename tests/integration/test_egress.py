@@ -1,4 +1,4 @@
-"""Outbound connections to URLs a client named (issue 23): the name resolved once and the
+"""Outbound connections to URLs a client named: the name resolved once and the
 connection made to the vetted address (upstream/egress.py), and media fetched by the proxy and sent
 inline under `--fetch-allow` (services/fleet/media.py). A small HTTP server on loopback plays the
 remote side; resolvers are injected so a test decides what a name answers, and when."""

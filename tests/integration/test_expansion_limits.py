@@ -1,7 +1,7 @@
-"""What one request expands to is bounded by `--max-body-bytes` (issue 23 point 1): item
+"""What one request expands to is bounded by `--max-body-bytes`: item
 references, chains, conversations and opened blobs count, and past the limit the request is a
 400 naming the parameter before any upstream call or store write. Sealed blobs are stored as
-sent, never inflated (point 2). The whole app in-process, the simulator as its fleet."""
+sent, never inflated. The whole app in-process, the simulator as its fleet."""
 
 from __future__ import annotations
 

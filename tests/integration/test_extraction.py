@@ -1,4 +1,4 @@
-"""services/files/extraction.py (issue 38 point 8): a PDF is read in a child process that is
+"""services/files/extraction.py: a PDF is read in a child process that is
 killed past its CPU seconds or when its caller goes away, so a hostile file costs the proxy's
 own process (its loop, its threads) nothing and its work really stops; normal files still read.
 """

@@ -1,4 +1,4 @@
-"""The quick fuzz profile of `make test` (issue 17 point 1): a few hundred generated cases
+"""The quick fuzz profile of `make test`: a few hundred generated cases
 over every HTTP endpoint of docs/contract.md against the app in-process (its store a real
 redis-server, its fleet the simulator over real HTTP). No 5xx, every 4xx in OpenAI's error
 shape, no write to Redis by a rejected request, `/healthz` and `/readyz` fine afterwards.

@@ -1,4 +1,4 @@
-"""What one vector-store ingestion holds, and all of a process's together (issue 38 point 6):
+"""What one vector-store ingestion holds, and all of a process's together:
 an 8 MiB file used to cost +240 MiB, a 32 MiB one +911 MiB in a 1 GiB worker. Now the text is
 cut and embedded a batch at a time (one ingestion holds under `INGEST_MULTIPLE` times its file,
 the chunks' stored form included), and ingestions wait for a share of --ingest-memory-budget.

@@ -1,5 +1,5 @@
 """An input_file is measured against what is left of the request's expansion budget before it
-is read (issue 38 point 7): a stored file by its recorded size, a URL's download as it arrives,
+is read: a stored file by its recorded size, a URL's download as it arrives,
 a PDF's text as it is extracted. A 157-byte request naming a large file used to make the proxy
 read all of it (+71 MiB) before refusing it; now the refusal allocates next to nothing.
 """

@@ -1,7 +1,7 @@
 """Each key's share of the background job queue, through the app in-process (embedded store, the
 simulator, no worker: what is queued stays queued): a key at `--max-queued-jobs` gets 429 with
 Retry-After while another key still queues, and a vector store add queues each file once
-(issue 38 point 4; the queue itself: tests/contract/test_jobqueue_contract.py)."""
+(the queue itself: tests/contract/test_jobqueue_contract.py)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ async def test_a_batch_larger_than_a_whole_share_is_a_400_naming_it(
     assert await queued(app) == 0
 
 
-# -- fairness through the worker (issue 38 point 5) ------------------------------------------
+# -- fairness through the worker ---------------------------------------------------------
 
 async def status_of(http: httpx.AsyncClient, key: str, response_id: str) -> str:
     got = await http.get(f"/v1/responses/{response_id}", headers=auth(key))

@@ -1,5 +1,6 @@
-"""A stored foreground response's lease is taken by its create (issue 18): the in-process app on
-the session's real redis-server (leases exist only on a shared store), the simulator upstream.
+"""A stored foreground response's lease is taken by its create (no round trip of its own): the
+in-process app on the session's real redis-server (leases exist only on a shared store), the
+simulator upstream.
 
 The lease is held as soon as the create has returned, with no lease call of its own; it is
 dropped once the end is stored; a create that fails fails the request as before and leaves no

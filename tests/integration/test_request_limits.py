@@ -1,4 +1,4 @@
-"""Every request limit (issue 17 point 5) is a clear 400 naming the parameter, or a 413 for
+"""Every request limit is a clear 400 naming the parameter, or a 413 for
 the body, through the whole app (in-process; the simulator over real HTTP as its fleet)."""
 
 from __future__ import annotations

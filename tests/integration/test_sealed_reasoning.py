@@ -1,7 +1,7 @@
 """Sealed reasoning over HTTP: a blob one instance hands out opens on any instance with the same
 fleet secret, and anything else is a 400 naming the field (never a 500, never inflated). There
 is no public default secret: without `--fleet-secret` a deployment shares a random one through
-its Redis (issue 23)."""
+its Redis."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ async def test_a_forged_or_bombed_blob_is_a_400_naming_the_field(settings: Setti
                                 param="input[1].encrypted_content")
 
 
-# -- issue 23 point 2: no public default secret ---------------------------------------------
+# -- no public default secret -------------------------------------------------------------
 OLD_PUBLIC_DEFAULT = b"responses-proxy-default-fleet-secret"
 
 

@@ -1,4 +1,4 @@
-"""A client that stops reading, driven through the whole ASGI app in-process (issue 10, point 7):
+"""A client that stops reading, driven through the whole ASGI app in-process:
 its `send` blocks the way uvicorn's does on a full socket. After `send_timeout` the stream is
 abandoned, the upstream connection aborted and its pool slot freed (the e2e module shows the
 same over real sockets, with the simulator seeing the abort)."""

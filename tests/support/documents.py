@@ -46,7 +46,7 @@ def pdf_of(objects: list[bytes]) -> bytes:
 
 
 def pdf_sharing_one_stream(operators: int, pages: int, shown: str = "a") -> bytes:
-    """A small PDF that costs much to read (issue 38 point 8): one compressed content stream of
+    """A small PDF that costs much to read: one compressed content stream of
     `operators` text operators (`(a) Tj`, or `shown` instead of `a`), which each of its `pages`
     pages names, so a reader interprets it `pages` times. 200,000 operators and five pages
     make ~3.3 KB."""

@@ -133,9 +133,9 @@ def test_cache_control(header: str | None, expected: Directives) -> None:
     assert parse_cache_control(header) == expected
 
 
-# -- issue 38 point 1: the guard's work is linear in the text ------------------------------------
+# -- the guard's work is linear in the text ---------------------------------------------------
 
-# The guard's quote pattern before issue 38: the reference its scanner must agree with.
+# The guard's old (quadratic) quote pattern: the reference its scanner must agree with.
 _OLD_QUOTED = re.compile(
     '"([^"]*)"'
     "|\u201c([^\u201d]*)\u201d"

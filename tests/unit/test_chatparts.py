@@ -1,5 +1,5 @@
-"""core/translate/chatparts.py: every URL a replica's chat parser would fetch is found (issue 38
-point 3), and a part the proxy cannot classify is refused naming it."""
+"""core/translate/chatparts.py: every URL a replica's chat parser would fetch is found (the
+proxy vets it), and a part the proxy cannot classify is refused naming it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""core/vectors/chunking.py: `iter_chunks` (issue 38 point 6: one chunk's words at a time) cuts
+"""core/vectors/chunking.py: `iter_chunks` (one chunk's words at a time, not the file's) cuts
 exactly the chunks the list-based cutter did, on any whitespace, bound and overlap."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from proxy.core.vectors.chunking import chunk_text, iter_chunks, word_tokens
 
 
 def reference(text: str, max_tokens: int, overlap: int) -> list[str]:
-    """The cutter before issue 38, which held every word of the file as a list."""
+    """The old cutter, which held every word of the file as a list."""
     words = text.split()
     costs = [word_tokens(w) for w in words]
     chunks: list[str] = []

@@ -1,6 +1,8 @@
 """Every path the project names in its prose resolves inside the repository: a docstring or
 comment in Python, a line of a Markdown document, a comment of the Makefile. A file renamed or
-moved without its citations, or a document that lives outside the clone, fails here.
+moved without its citations, or a document that lives outside the clone, fails here. Nor does
+that prose cite one of our issues by its number ("issue N", "(#N)"): a clone has no tracker,
+so the text says what the issue meant instead (`test_no_prose_cites_an_issue_by_number`).
 
 The rules, kept simple on purpose:
 - A path with a slash is checked when its first segment is a top-level folder of the repository
@@ -149,3 +151,69 @@ def test_a_broken_link_in_a_document_is_caught() -> None:
     lines = iter([(3, "[the guide](guide.md), [gone](gone.md#top), [web](https://x.org/a.md)")])
     assert unresolved(here, lines, {"guide.md"}) == ["docs/README.md:3: gone.md",
                                                      "docs/README.md:3: link gone.md"]
+
+
+# -- no issue cited by its number -------------------------------------------------------------
+
+# "issue N", "issues N and M", "Issue #N"; and a bare "#N" (not "##", not `&#39;`).
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues?\s+#?\d+\b")
+BARE_NUMBER = re.compile(r"(?<![\w&#/])#\d+\b")
+# An outside project's issue or pull request: the number follows the project's repository
+# (`openai/codex #7782`), its name (`vllm #57999`, `LiteLLM: #22051`) or `PR`, possibly in a
+# list (`PR #40418 and #38190`, `openai/codex PR #8767; issues #18677, #41662`). Those numbers
+# are the named project's, and stay. So are the bare `#N` of the documents about other projects
+# (OUTSIDE_DOCS), which cite dozens of them in tables by project.
+_NUMBER = r"(?:(?:PRs?|[Ii]ssues?|RFC)\s+)?#?\d+"
+_OURS = "|".join(re.escape(name) for name in
+                  sorted({p.name for p in ROOT.iterdir() if p.is_dir()} | ROOMS))
+_PROJECT = (rf"(?:\b(?!(?:{_OURS})/)[A-Za-z][\w.-]*/[A-Za-z][\w.-]*"
+            r"|vLLM|vllm|LiteLLM|litellm|OGX|Codex-Manager)")
+OUTSIDE_NUMBERS = re.compile(
+    rf"(?:{_PROJECT}:?\s+{_NUMBER}|\bPRs?\s+#\d+|\bRFC\s+#\d+)"
+    rf"(?:\s*(?:,|;|/|\+|\(\+?|and)\s*{_NUMBER})*")
+# Documents the lead alone edits (they are merged from every branch): swept when merged.
+NOT_YET_SWEPT = {"docs/BENCHMARKS.md", "docs/SECURITY.md"}
+
+
+def issue_citations(path: Path, lines: Iterator[tuple[int, str]]) -> list[str]:
+    where = path.relative_to(ROOT)
+    bare_allowed = where.as_posix() in OUTSIDE_DOCS
+    found = []
+    for number, text in lines:
+        outside = [m.span() for m in OUTSIDE_NUMBERS.finditer(text)]
+        worded = list(ISSUE_NUMBER.finditer(text))
+        taken = outside + [m.span() for m in worded]  # "Issue #N" is one citation, not two
+        bare = [] if bare_allowed else [m for m in BARE_NUMBER.finditer(text)
+                                        if not any(a <= m.start() < b for a, b in taken)]
+        for match in sorted(worded + bare, key=lambda m: m.start()):
+            if not any(start <= match.start() < end for start, end in outside):
+                found.append(f"{where}:{number}: {match.group(0)}")
+    return found
+
+
+def test_no_prose_cites_an_issue_by_number() -> None:
+    cited = [line for path in sources(repository_files())
+             if path.relative_to(ROOT).as_posix() not in NOT_YET_SWEPT
+             for line in issue_citations(path, prose(path))]
+    assert cited == []
+
+
+def test_our_issue_numbers_are_caught_and_an_outside_projects_are_not() -> None:
+    here = ROOT / "proxy" / "store" / "keys.py"
+    lines = iter([(1, "every id before issue 26 (issues 23 and 38); see #29; store/x issue 2"),
+                  (2, "Issue #4 point 2, and vLLM runs 256 sequences (issue 25)"),
+                  (3, "vllm #57999; PR #40418 and #38190; openai/codex PR #8767; issues #18677, "
+                      "#41662; LiteLLM: #22051; BerriAI/litellm #26762 (PR #26750)"),
+                  (4, "vllm-project/vllm PR #37938, #35874/#35905; PR #48454 (+#34738)"),
+                  (5, "## 3.2 Known failure modes (issues); `&#39;`; color #b00020")])
+    outside = ROOT / "docs" / "protocol-2026.md"
+    assert issue_citations(outside, iter([(7, "GPTCache | #388, #379; but issue 29")])) == [
+        "docs/protocol-2026.md:7: issue 29"]
+    assert issue_citations(here, lines) == [
+        "proxy/store/keys.py:1: issue 26",
+        "proxy/store/keys.py:1: issues 23",
+        "proxy/store/keys.py:1: #29",
+        "proxy/store/keys.py:1: issue 2",
+        "proxy/store/keys.py:2: Issue #4",
+        "proxy/store/keys.py:2: issue 25",
+    ]

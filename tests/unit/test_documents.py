@@ -1,5 +1,5 @@
 """core/documents.py: what text each kind of file gives the model, and the SDK's codes for the
-files it cannot give any; what reading one PDF may cost (issue 38 point 8: PdfLimits)."""
+files it cannot give any; what reading one PDF may cost (PdfLimits)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Embeddings charged to their key (issue 38 point 10: services/fleet/embeddings.py with an
-`EmbeddingAccount`) and the per-key socket count (point 13: core/policy/keyslots.py). A fake fleet
+"""Embeddings charged to their key (services/fleet/embeddings.py with an
+`EmbeddingAccount`) and the per-key socket count (core/policy/keyslots.py). A fake fleet
 counts the calls; nothing here waits on time."""
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ async def test_a_ping_whose_write_fails_ends_the_stream_as_a_departure() -> None
     assert written == [b"data: 0\n\n"] and not stream.stalled
 
 
-# -- nothing is held back to be joined with later items (issue 29 point 3) ---------------------
+# -- nothing is held back to be joined with later items -------------------------------------
 def _batch(kind: str) -> list[tuple[str, bytes]]:
     return [(kind, b'{"type":"%s"}' % kind.encode())]
 

@@ -1,4 +1,4 @@
-"""Hosted tools checked before the model runs (issue 38 point 13): `HostedTools.vet` names the
+"""Hosted tools checked before the model runs: `HostedTools.vet` names the
 request's own tool (`tools[i].vector_store_ids`), also through the traced wrapper."""
 
 from __future__ import annotations

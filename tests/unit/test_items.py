@@ -140,7 +140,7 @@ def test_an_item_type_that_is_not_a_string_is_a_400_naming_it(kind: object) -> N
 
 
 def test_a_web_search_call_is_taken_back_as_history() -> None:
-    """A stateless client replays its output, web_search_call included (issue 27)."""
+    """A stateless client replays its output, web_search_call included."""
     (item,) = parse_input([{"type": "web_search_call", "id": "ws_1", "status": "completed",
                             "action": {"type": "search", "query": "q"}}], counter_ids(),
                           max_items=10)

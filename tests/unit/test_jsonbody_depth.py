@@ -1,6 +1,6 @@
 """A large body's nesting is measured on its bytes (core/request/jsonbody.py `_shallow`) before the
 walk, which costs a microsecond of Python per object: the two must agree on every body, and a
-body of many small objects must not be walked (issue 38, cost bounds: 16 MiB of parts was half
+body of many small objects must not be walked (cost bounds: 16 MiB of parts was half
 a second of walk on the event loop)."""
 
 from __future__ import annotations

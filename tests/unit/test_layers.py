@@ -1,4 +1,4 @@
-"""The import layers: which room of `proxy/` may import which (issue 39 point 2).
+"""The import layers: which room of `proxy/` may import which.
 
 Every module's imports are read from its syntax tree (top level, inside functions, under
 `if TYPE_CHECKING:`), so an import hidden from the start-up path still counts. The rules are

@@ -44,7 +44,7 @@ def test_a_reference_is_checked_naming_the_field() -> None:
     assert getattr(missing("topic"), "param", None) == "prompt.variables.topic"
 
 
-# -- issue 38 point 2: a template's rendered size is bounded before it is built -------------------
+# -- a template's rendered size is bounded before it is built -----------------------------------
 
 class _OnePrompt:
     """The prompt store's `get`, holding one template."""

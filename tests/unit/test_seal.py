@@ -115,7 +115,8 @@ def test_verify_checks_the_seal_without_inflating_and_open_stops_at_the_cap() ->
 
 
 def test_the_old_public_default_secret_opens_nothing() -> None:
-    # What any client could seal with before issue 23: refused by any sealer of ours.
+    # The old public default secret, which any client could seal with: refused by any sealer of
+    # ours.
     forged = sealmod.seal("reasoning", "trust me", b"responses-proxy-default-fleet-secret")
     with pytest.raises(SealError):
         Sealer((SECRET,), 1024).verify("reasoning", forged)

@@ -1,4 +1,4 @@
-"""Security properties checked on the code itself (issue 17 point 5): key checks in constant
+"""Security properties checked on the code itself: key checks in constant
 time over every key, ids from the OS's CSPRNG, and the JSON nesting bound."""
 
 from __future__ import annotations

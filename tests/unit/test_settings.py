@@ -95,7 +95,7 @@ def test_bad_values_name_their_flag(flags: dict[str, object], env: dict[str, str
         (["serve"], "--upstream"),
         (["worker", "--upstream", "http://127.0.0.1:1"], "--redis-url"),
         (["simulate", "--port", "-3"], "--port"),
-        # The placeholders shipped in deploy/ (issue 23): named, never started.
+        # The placeholders shipped in deploy/: named, never started.
         (["serve", "--upstream", "http://127.0.0.1:1", "--fleet-secret",
           "change-me-to-a-long-random-secret"], "--fleet-secret"),
         (["serve", "--upstream", "http://127.0.0.1:1", "--api-key",
@@ -370,6 +370,6 @@ def test_settings_of_and_replace_take_groups_or_option_names() -> None:
 
 
 def test_setup_slots_default_off_and_set_by_flag_or_environment() -> None:
-    assert build_settings({}, {}).flow.setup_slots == 0  # measured: no gate (issue 29)
+    assert build_settings({}, {}).flow.setup_slots == 0  # measured: no gate
     assert build_settings({"setup_slots": "8"}, {}).flow.setup_slots == 8
     assert build_settings({}, {"PROXY_SETUP_SLOTS": "16"}).flow.setup_slots == 16

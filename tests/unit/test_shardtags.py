@@ -31,7 +31,7 @@ def test_one_tag_per_range_of_slots_each_hashing_where_redis_puts_it() -> None:
 def test_an_id_carries_its_tag_and_only_known_tags_count() -> None:
     made = tagged_id("resp", TAGS[5])
     assert tag_of(made) == TAGS[5] and len(made.rsplit("_", 1)[1]) == 44  # 176 random bits
-    assert tag_of(idp.new_id("resp")) is None  # every id before issue 26
+    assert tag_of(idp.new_id("resp")) is None  # every id made before Cluster support
     assert tag_of("resp_1") is None and tag_of("resp_nope_1") is None and tag_of("x") is None
 
 

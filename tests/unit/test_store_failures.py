@@ -1,4 +1,4 @@
-"""Issue 28 point 4: what redis-py raises for a store that refuses us maps to StoreUnavailable
+"""What redis-py raises for a store that refuses us maps to StoreUnavailable
 (503), and a ResponseError that is our bug (WRONGTYPE, a syntax error) does not."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The architecture shows in `ls` (issue 39 point 3): no package of `proxy/` keeps more than
+"""The architecture shows in `ls`: no package of `proxy/` keeps more than
 `MAX_FLAT` modules beside its subpackages. A room that grows past it is split by concept
 (tools, vectors, policy, ...) rather than left as a long flat listing a newcomer must read whole.
 """

@@ -85,7 +85,7 @@ def test_the_normal_form_lowercases_and_encodes_the_host() -> None:
     assert target.url == "https://xn--bcher-kva.example:443/a?b=1"
 
 
-# Issue 38 point 11: every v6 spelling that embeds an IPv4 address is judged by that address.
+# Every v6 spelling that embeds an IPv4 address is judged by that address.
 def _v6_spellings(v4: str) -> list[str]:
     import ipaddress
 

@@ -1,4 +1,4 @@
-"""Vector stores' and file_search's pure parts (issue 27 points 2, 3, 8): chunking by tokens with
+"""Vector stores' and file_search's pure parts: chunking by tokens with
 overlap, attribute filters, exact cosine search, the file_search tool's options and result,
 citations of files, the simulator's file search."""
 

@@ -204,7 +204,7 @@ def test_repetition_ends_incomplete() -> None:
     assert response["output"][0]["status"] == "incomplete"
 
 
-# -- point 5: usage details as each version sends them ------------------------------------------
+# -- usage details as each version sends them ---------------------------------------------------
 @pytest.mark.parametrize(("name", "fragments"), [("hermes_qwen3_v010", 2),
                                                  ("gptoss_harmony_v012", 2)])
 def test_reasoning_tokens_are_counted_when_vllm_reports_none(name: str, fragments: int) -> None:

@@ -1,4 +1,4 @@
-"""web_search's pure parts (issue 27 point 4): citations from an answer's text, the search
+"""web_search's pure parts: citations from an answer's text, the search
 results' shape, a hosted call through the assembler (live, picked up from a log, rebuilt from
 the final object), the simulator's search, the flag's check."""
 

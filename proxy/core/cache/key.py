@@ -32,7 +32,7 @@ ROUTE_CHAT = "chat"
 
 # The longest last user message the semantic side takes (longer: exact only). Past an
 # embedding model's context a question is not embedded whole anyway, and the guard scans it on
-# the event loop: linear, but 16 MiB of it is a second (issue 38); 32 Ki chars is milliseconds.
+# the event loop: linear, but 16 MiB of it is a second; 32 Ki chars is milliseconds.
 MAX_QUERY_CHARS = 32 * 1024
 # Fields that choose the transport, not the answer: one entry serves both.
 _TRANSPORT = ("stream", "stream_options")
@@ -158,7 +158,7 @@ _WORD = re.compile("[a-z]+(?:['\u2019][a-z]+)?")
 # Quote kinds: opener → (closer, whether it must stand outside a word on both sides, as an
 # apostrophe inside "don't" is no quote). Scanned, not matched by a regex: an alternation of
 # `open([^close]*)close` retries from every opener that has no closer, which is quadratic
-# (30,000 unclosed \u201c froze the event loop for 18 s, issue 38).
+# (30,000 unclosed \u201c froze the event loop for 18 s).
 _QUOTES = {'"': ('"', False), "\u201c": ("\u201d", False), "`": ("`", False),
            "'": ("'", True), "\u2018": ("\u2019", True)}
 

@@ -1,5 +1,5 @@
-"""At most `per_key` of something held at once by one key (issue 38 point 13: WebSocket
-connections). Pure and per process: a count by key, taken and given back by the caller, which
+"""At most `per_key` of something held at once by one key (WebSocket connections,
+file uploads). Pure and per process: a count by key, taken and given back by the caller, which
 gives back in a `finally` so every way a holder ends frees its place.
 
 Per process on purpose: what a held connection costs (a descriptor, a task, its memory of

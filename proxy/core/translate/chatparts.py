@@ -1,7 +1,7 @@
 """The content parts of a chat request (`/v1/chat/completions`), read as vLLM's chat parser reads
 them, to find every URL a replica would fetch. No I/O; the one change made to the parts is the
 bare-string form of an `image_url` (`audio_url`, `video_url`) part, spelled as the object vLLM
-validates (as before issue 38).
+validates.
 
 vLLM's parser (`vllm/entrypoints/chat_utils.py`) fetches more spellings than the OpenAI API
 has: `image_url`, `audio_url` and `video_url` parts; `input_image` parts (a Responses shape,

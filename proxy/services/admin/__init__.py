@@ -1,2 +1,2 @@
-"""Operating the proxy (issue 42): client keys managed live (`keyring.py`), a key's usage
+"""Operating the proxy: client keys managed live (`keyring.py`), a key's usage
 (`usage.py`), and what the console reads (`console.py`)."""

@@ -97,7 +97,8 @@ class ResponseCache:
                  tasks: TaskSet, objects: Store, *, clock: Callable[[], float] = time.time,
                  ids: IdFactory = new_id, accounts: EmbeddingAccounts | None = None) -> None:
         self._store = store
-        # The key a query's embedding is charged to (its tpm and token_budget, issue 38).
+        # The key a query's embedding is charged to (its tpm and token_budget: embeddings are
+        # the fleet's work too).
         self._accounts = accounts or EmbeddingAccounts()
         self._objects = objects  # where a stored hit goes, like any stored response
         self._ids = ids

@@ -244,8 +244,8 @@ class EventLogHub:
         256 streams ending together then made 256 flushes one after another; and even when
         most found their events already written, the lock is handed from waiter to waiter one
         event-loop step at a time, and on a busy loop (one step = every stream's chunk of that
-        moment) that chain took seconds, with the timed flusher queued behind it: the probe of
-        issue 18 saw flushes ~8 s apart, each carrying 20-48k events."""
+        moment) that chain took seconds, with the timed flusher queued behind it: the per-token
+        profile's probe saw flushes ~8 s apart, each carrying 20-48k events."""
         while handle.recent and not handle.broken:
             if self._task is None or self._task.done():  # no flusher (closing): flush here
                 async with self._lock:

@@ -9,8 +9,9 @@ Rules:
     adaptive: none while the replica's last /metrics scrape showed no waiting requests, and
     what it reported running (plus `ADAPTIVE_MARGIN`) while it did. A fixed default cap
     throttled healthy replicas: vLLM runs 256-1,024 sequences at once, and 64 per process cost
-    256 streams 3/4 of their throughput (issue 25). Holding only while the replica itself queues
-    loses nothing (a queued request waits there or here alike) and keeps fairness between keys
+    256 streams 3/4 of their throughput (measured at default flags). Holding only while the
+    replica itself queues loses nothing (a queued request waits there or here alike) and keeps
+    fairness between keys
     where it matters: in our queue, where requests wait in fair order, not in vLLM's FIFO;
   - a request that finds room and nobody of its model waiting goes at once (no task, no timer);
     otherwise it queues: priority first, round robin between tenants (API keys), FIFO within

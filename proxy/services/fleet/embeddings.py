@@ -7,11 +7,12 @@ every slot of a replica at once). Each call is bounded by `timeout` seconds; any
 model configured, a refusal, a body that is not vLLM's, a timeout) is `EmbeddingFailed`, whose
 message says what (never the texts).
 
-Metered (issue 38 point 10): an `EmbeddingAccount` (the key's, services/metering/embedding.py)
-is asked before each call what is left of the key's budget (it raises when nothing is), and is
-told each call's tokens after it: the fleet's `usage`, or the texts' bytes / 4 when the answer
-has none. A call is cut to the texts whose estimate fits what is left (at least one text), so
-one embedding run overruns a budget by at most one call's estimate error or one text.
+Metered (embeddings are the fleet's work, charged like tokens): an `EmbeddingAccount` (the key's,
+services/metering/embedding.py) is asked before each call what is left of the key's budget (it
+raises when nothing is), and is told each call's tokens after it: the fleet's `usage`, or the texts'
+bytes / 4 when the answer has none. A call is cut to the texts whose estimate fits what is left (at
+least one text), so one embedding run overruns a budget by at most one call's estimate error or one
+text.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Media URLs of a request, fetched by the proxy and sent to the fleet inline (issue 23).
+"""Media URLs of a request, fetched by the proxy and sent to the fleet inline (no replica fetches
+a client's URL).
 
 vLLM fetches the URL of an `image_url` (`audio_url`, `video_url`, and every other spelling its
 parser reads: core/translate/chatparts.py) part itself, from the GPU nodes: a client's

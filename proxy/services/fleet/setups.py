@@ -1,12 +1,12 @@
 """`SetupGate`: a create's set-up (body, parse, history, translation, the upstream call opened)
 runs with at most `slots` others at once, in arrival order.
 
-Why: one event loop serves every request of the process. 256 requests arriving together each
-advance one step per loop turn (parse, a store read, the upstream connect...), so every
-request's set-up is interleaved with every other's and all of them reach the upstream at about
-the same time: each first token waits for nearly the whole burst's set-up (~0.35 ms of CPU per
-request, docs/benchmarks-history.md "Issue 29: bursts"). With a few set-ups at a time the
-first to arrive is the first to reach its replica, and the first token of the k-th request
+Why: one event loop serves every request of the process. 256 requests arriving together each advance
+one step per loop turn (parse, a store read, the upstream connect...), so every request's set-up is
+interleaved with every other's and all of them reach the upstream at about the same time: each first
+token waits for nearly the whole burst's set-up (~0.35 ms of CPU per request,
+docs/benchmarks-history.md "Bursts: what a burst's first tokens wait for"). With a few set-ups at a
+time the first to arrive is the first to reach its replica, and the first token of the k-th request
 waits for about k set-ups, not all of them; the total work is the same.
 
 Rules:
@@ -27,8 +27,8 @@ Rules:
   - off by default (`--setup-slots 0`): measured on a 256-stream burst, the first tenth's first
     tokens come ~10% sooner, the median does not move and the p99 rises a little (the streams
     started early relay their tokens on the same core while later set-ups wait), see
-    docs/benchmarks-history.md "Issue 29: bursts". For deployments that want first come, first
-    served.
+    docs/benchmarks-history.md "Bursts: what a burst's first tokens wait for". For deployments
+    that want first come, first served.
 The request finds its slot through its `RequestContext` (core/context/requestctx.py `end_setup`),
 so the layers in between pass nothing by hand.
 """

@@ -1,4 +1,4 @@
-"""The key an embedding is made for, charged (issue 38 point 10): vectors for a file's chunks
+"""The key an embedding is made for, charged: vectors for a file's chunks
 (ingestion), for a search's query (the REST search, the file_search tool). The fleet's work for
 them is tokens like a generation's, so they count in the key's `tpm` and `token_budget`.
 

@@ -4,7 +4,7 @@ One request body may be `--max-body-bytes` (16 MiB by default). Its parse, its w
 stored items and chat messages and its cache key are linear, but linear in 16 MiB of JSON is
 hundreds of milliseconds of Python, and on the loop that is hundreds of milliseconds in which
 no other request (no stream's token, no `/healthz`) moves: the contract bounds that stall at
-~100 ms (issue 38, "Cost bounds"). In a worker thread the same work gives the loop the GIL
+~100 ms (docs/contract.md, "Cost bounds"). In a worker thread the same work gives the loop the GIL
 back every switch interval (5 ms), and hashlib and orjson's larger calls are short enough
 at these sizes.
 

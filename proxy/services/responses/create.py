@@ -163,7 +163,7 @@ class ResponsesService:
         settings = self._settings
         body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
         # The walks of a large body (parse, expansion, translation) run off the loop: each is
-        # linear, but 16 MiB of small items is most of a second of Python (issue 38).
+        # linear, but 16 MiB of small items is most of a second of Python (a stalled loop).
         request = await offload.run(
             size, parse_request, body, self._ids,
             max_input_items=settings.limits.max_input_items,
@@ -174,7 +174,7 @@ class ResponsesService:
             request = request.evolved(service_tier="default")
         if create is not None:
             # Hosted tools naming what the key does not hold (another key's vector store) are
-            # refused now, before any upstream call or store write (issue 38 point 13).
+            # refused now, before any upstream call or store write.
             extras = await self._generations.hosted.vet(tenant, body.get("tools"))
             if extras:
                 request = request.evolved(hosted_options={

@@ -1,10 +1,10 @@
-"""The file_search hosted runner (services/tools/hosted.py `HostedRunner`): the model's
-query searched in the request's vector stores (`HostedCall.options`, from the request's tool),
-those of the response's own key only. A store the key does not hold (another key's, or none)
-is refused before the model runs (`vet`: a 404 naming `tools[i].vector_store_ids`, issue 38
-point 13); one deleted while the response runs is an unknown one then: the call fails, nothing
-of it shown. `run` never raises: a failure is a `failed` result the model answers without.
-One log line per search: its outcome and time, never the query.
+"""The file_search hosted runner (services/tools/hosted.py `HostedRunner`): the model's query
+searched in the request's vector stores (`HostedCall.options`, from the request's tool), those of
+the response's own key only. A store the key does not hold (another key's, or none) is refused
+before the model runs (`vet`: a 404 naming `tools[i].vector_store_ids`, so no key searches
+another's); one deleted while the response runs is an unknown one then: the call fails, nothing of
+it shown. `run` never raises: a failure is a `failed` result the model answers without. One log line
+per search: its outcome and time, never the query.
 """
 
 from __future__ import annotations

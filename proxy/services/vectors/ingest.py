@@ -19,14 +19,14 @@ and running a file twice only writes the same chunks again (finish_file replaces
 A store that is unavailable midway (StoreUnavailable) is raised: the entry stays pending and a
 reclaim retries it. Nothing of the file's text is logged.
 
-Memory (issue 38): one ingestion holds its text, its chunks (about twice the text: neighbours
-share `overlap` tokens) and their packed float32 vectors, and briefly the stored form of the
-chunks (store/objects/vectors.py serialises them: the peak, ~6.7x the file in all). It never holds
-the file's words as a list (core/vectors/chunking.py cuts one chunk at a time), every vector at once
-or twice, or a second copy of the file's bytes; vectors are embedded and packed a batch at a time.
-A PDF, HTML or JSON file is read in a child process (services/files/extraction.py). The
-ingestions of a process together wait for a share of `--ingest-memory-budget`
-(services/vectors/memory.py) before reading a byte.
+Memory (bounded, like every input that expands): one ingestion holds its text, its chunks (about
+twice the text: neighbours share `overlap` tokens) and their packed float32 vectors, and briefly the
+stored form of the chunks (store/objects/vectors.py serialises them: the peak, ~6.7x the file in
+all). It never holds the file's words as a list (core/vectors/chunking.py cuts one chunk at a time),
+every vector at once or twice, or a second copy of the file's bytes; vectors are embedded and packed
+a batch at a time. A PDF, HTML or JSON file is read in a child process
+(services/files/extraction.py). The ingestions of a process together wait for a share of
+`--ingest-memory-budget` (services/vectors/memory.py) before reading a byte.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ nothing past it (store/lua/scripts.py CREATE_RESPONSE). Skipping the pre-check c
 let an over-budget request reach its replica before the create refuses it (the same 429, before
 `response.created`), never store past the budget. Why it pays: every stored create paid that
 round trip (and Redis's CPU) before its upstream call, ~1 in 2 of a stored stream's round trips
-before its first event (issue 29, tests/integration/test_create_round_trips.py).
+before its first event (tests/integration/test_create_round_trips.py).
 
 Pure: the clock is the caller's.
 """

@@ -3,7 +3,7 @@
 Why: redis-py spends about 65-75 µs of Python on a lone command (a connection taken from the
 blocking pool under a timeout, the retry wrapper, the reply parsed and the connection given
 back) and 20-28 µs on each command of a pipeline of 16-256 (`python -m bench.scriptcalls`;
-docs/benchmarks-history.md, "Issue 29: a burst's set-up, and coalesced script calls"). A burst's
+docs/benchmarks-history.md, "A burst's set-up, and coalesced script calls"). A burst's
 creates, and the final writes of streams that end together, each paid the lone price on the
 one core that also sets up the next request. Here the calls of one loop turn share one
 pipeline: the first call of a batch schedules its sending (`loop.call_soon`, so it goes out

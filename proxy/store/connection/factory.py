@@ -15,7 +15,7 @@
   command newer than production's floor fails here too). One instance; state lost on exit.
   Its client gets a blocking pool too: fakeredis keeps redis-py's default pool of 100
   connections that raises MaxConnectionsError past them, and 300 concurrent stored streams
-  got 142-150 503s from it (issue 25).
+  got 142-150 503s from it.
 - `job_queue(store)`: the background job queue on the store's own client (one pool per process,
   the same timeouts), so it needs nothing opened or closed of its own.
 - `open_backend`: `open_store` and every adapter on its client (job queue, leases, limit
@@ -62,7 +62,7 @@ HEALTH_CHECK_INTERVAL = 15
 # Redis connections one process opens at most. Every stored stream makes a few round trips
 # as it starts and ends (create, lease, final write), each holding a connection for its round
 # trip; 256 streams starting together over 64 connections queued for them, and on a loaded
-# host some waited out the 2 s pool wait and failed with 503 (issue 18's burst rows). Redis
+# host some waited out the 2 s pool wait and failed with 503 (the benchmarks' burst rows). Redis
 # serves thousands of clients; 256 per process is cheap (one socket each, opened on demand).
 MAX_CONNECTIONS = 256
 # The embedded store's connections are in-process objects (no socket, no server-side client),

@@ -115,7 +115,7 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # events are skipped as duplicates. Writing events marks the response as logged.
 # The index entries, the ledger and the lease are the response's shard tag's (one slot with
 # it, keys.py): written here, they cost no pipeline of redis-py's (about 0.1 ms of the proxy's
-# CPU per call) nor, for the lease, a round trip of its own before the first event (issue 18).
+# CPU per call) nor, for the lease, a round trip of its own before the first event.
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
 CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _RECORD_BYTES + """
@@ -601,8 +601,9 @@ return out
 # A finished one is dropped only if its response is terminal (or gone) here: after a Redis
 # failover the primary may have lost the final write its writer saw acknowledged (replication
 # is asynchronous), and the drop then reaches the promoted replica where the response is still
-# `in_progress`; its lease is left to expire instead, so a sweep closes it (issue 26). The
-# response hash is declared (KEYS), so a sharded layout keeps it with its lease.
+# `in_progress`; its lease is left to expire instead, so a sweep closes it (the Sentinel
+# failover rows found this). The response hash is declared (KEYS), so a sharded layout keeps it
+# with its lease.
 # KEYS: the lease set, then the dropped ids' response hashes, in order
 # ARGV: ttl_ms, count of new ids, new id*, count of held ids, held id*, dropped id*
 # Returns the held ids that were lost (expired or gone).

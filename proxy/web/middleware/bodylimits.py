@@ -4,7 +4,7 @@ A declared `Content-Length` over the limit is refused before a byte is read; a c
 counted as it arrives and refused the moment it passes the limit (the handler's `body()` raises,
 and the one error path renders the 413).
 
-A file upload (`POST /v1/files`, issue 27) has its own limit: the largest file (`--max-file-bytes`)
+A file upload (`POST /v1/files`) has its own limit: the largest file (`--max-file-bytes`)
 plus `MULTIPART_SLACK` for the multipart framing and the other fields, bounded the same way as
 it streams in; the route then holds the file itself to exactly `--max-file-bytes`.
 

@@ -31,7 +31,7 @@ async def chat_completions(request: Request) -> Reply:
     require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     # Parsed once, here (off the loop when large), and handed down: the services used to parse
-    # it again each, three parses of up to 16 MiB on the loop (issue 38, cost bounds).
+    # it again each, three parses of up to 16 MiB on the loop (docs/contract.md "Cost bounds").
     parsed = await _parsed(body)
     hold = limits_on(request) and isinstance(parsed, dict) and bool(chat_stream(parsed))
     async with metering(request, hold=hold) as meter:
