@@ -172,7 +172,7 @@ OUTSIDE_NUMBERS = re.compile(
     rf"(?:{_PROJECT}:?\s+{_NUMBER}|\bPRs?\s+#\d+|\bRFC\s+#\d+)"
     rf"(?:\s*(?:,|;|/|\+|\(\+?|and)\s*{_NUMBER})*")
 # Documents the lead alone edits (they are merged from every branch): swept when merged.
-NOT_YET_SWEPT = {"docs/BENCHMARKS.md", "docs/SECURITY.md"}
+NOT_YET_SWEPT: set[str] = set()
 
 
 def issue_citations(path: Path, lines: Iterator[tuple[int, str]]) -> list[str]:
