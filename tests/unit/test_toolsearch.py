@@ -94,17 +94,19 @@ def test_the_tool_search_tool_is_echoed_with_its_execution() -> None:
 
 
 @pytest.mark.parametrize(("body", "param", "fragment"), [
-    ({"tools": [{"type": "programmatic_tool_calling"}]}, "tools[0].type", "programmatic"),
+    ({"tools": [{"type": "programmatic_tool_calling"}]}, "tools[0].type",
+     "programmatic tool calling (model-written programs"),
     ({"tools": [{"type": "function", "name": "f", "allowed_callers": ["programmatic"]}]},
      "tools[0].allowed_callers[0]", "Programmatic"),
     ({"tools": [{"type": "function", "name": "f", "async": True}]}, "tools[0].async", "async"),
     ({"input": [{"type": "configuration_update", "id": "cu_1",
-                 "reasoning": {"effort": "low"}}]}, "input[0].type", "configuration_update"),
+                 "reasoning": {"effort": "low"}}]}, "input[0].type",
+     "send `reasoning` and `text` on each request"),
     ({"input": [{"type": "program", "id": "p", "call_id": "c", "code": "1",
-                 "fingerprint": "x"}]}, "input[0].type", "program"),
+                 "fingerprint": "x"}]}, "input[0].type", "programmatic tool calling is not"),
     ({"input": [{"type": "program_output", "id": "p", "call_id": "c", "result": "1",
-                 "status": "completed"}]}, "input[0].type", "program_output"),
-    ({"reasoning": {"context": "yesterday"}}, "reasoning.context", ""),
+                 "status": "completed"}]}, "input[0].type", "programmatic tool calling is not"),
+    ({"reasoning": {"context": "yesterday"}}, "reasoning.context", "'current_turn'"),
 ])
 def test_late_2026_features_not_served_are_refused_by_name(
         body: dict[str, Any], param: str, fragment: str) -> None:
