@@ -177,6 +177,30 @@ async def test_additional_tools_are_offered_echoed_and_kept_along_the_chain(
     assert offered(sim) == ["files__read_file"]  # kept along the chain
 
 
+async def test_found_and_added_tools_stay_loaded_along_a_conversation(
+        first: httpx.AsyncClient, second: httpx.AsyncClient, sim: SimControl) -> None:
+    conversation = (await first.post("/v1/conversations", json={})).json()["id"]
+    added = {"type": "additional_tools", "role": "developer",
+             "tools": [{"type": "function", "name": "added_later"}]}
+    valid(await first.post("/v1/responses", json=searching(
+        f"find it {SEARCH}", conversation=conversation)))
+    valid(await first.post("/v1/responses", json={
+        "model": "sim-model", "conversation": conversation,
+        "input": [added, {"role": "user", "content": "hello [[sim tools=0]]"}]}))
+    body = valid(await second.post("/v1/responses", json={
+        "model": "sim-model", "conversation": conversation,
+        "input": "go on [[sim call=get_weather_forecast]]"}))
+    assert offered(sim) == ["get_weather_forecast", "added_later"]
+    assert body["output"][0]["name"] == "get_weather_forecast"
+    items = await second.get(f"/v1/conversations/{conversation}/items",
+                             params={"order": "asc"})
+    assert items.status_code == 200, items.text
+    kinds = [i["type"] for i in items.json()["data"]]
+    assert kinds.count("tool_search_output") == 1 and kinds.count("additional_tools") == 1
+    ITEMS.validate_python([i for i in items.json()["data"] if i["type"] != "message"],
+                          strict=True)
+
+
 async def test_effort_max_reaches_the_fleet_as_its_highest(
         asgi_client: httpx.AsyncClient, sim: SimControl) -> None:
     body = valid(await asgi_client.post("/v1/responses", json={

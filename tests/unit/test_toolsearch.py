@@ -131,6 +131,15 @@ def test_only_the_search_function_and_undeferred_tools_reach_the_model() -> None
     assert "200 more tools" in chat["tools"][1]["function"]["description"]
 
 
+def test_allowed_tools_may_name_the_search() -> None:
+    request = parse(tools=[{"type": "function", "name": "always"}, *deferred_tools(3),
+                           {"type": "tool_search"}],
+                    tool_choice={"type": "allowed_tools", "mode": "required",
+                                 "tools": [{"type": "tool_search"}]})
+    chat = to_chat_request(request, [])
+    assert offered(chat) == ["tool_search"] and chat["tool_choice"] == "required"
+
+
 def test_a_search_output_in_the_history_loads_its_tools_for_later_turns() -> None:
     request = parse(tools=[*deferred_tools(), {"type": "tool_search"}])
     found = toolsearch.definitions(toolsearch.rank("lookup customer 3",

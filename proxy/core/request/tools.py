@@ -352,6 +352,10 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
             picked.append({"type": kind, "server_label": req_str(entry, "server_label", path)})
             runnable += 1
             continue
+        if kind == toolsearch.TOOL_TYPE and names.search is not None:
+            picked.append({"type": kind})  # its search function (core/tools/toolnames.py)
+            runnable += 1
+            continue
         name = req_str(entry, "name", path)
         if kind == "namespace":
             found = names.has_namespace(name)
