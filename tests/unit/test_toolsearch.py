@@ -131,6 +131,17 @@ def test_only_the_search_function_and_undeferred_tools_reach_the_model() -> None
     assert "200 more tools" in chat["tools"][1]["function"]["description"]
 
 
+def test_a_forced_deferred_tool_is_offered() -> None:
+    for choice, flat in (({"type": "function", "name": "get_weather_forecast"},
+                          "get_weather_forecast"),
+                         ({"type": "function", "name": "lookup_customer_2", "namespace": "crm"},
+                          "crm__lookup_customer_2")):
+        request = parse(tools=[*deferred_tools(3), {"type": "tool_search"}], tool_choice=choice)
+        chat = to_chat_request(request, [])
+        assert offered(chat) == ["tool_search", flat]
+        assert chat["tool_choice"] == {"type": "function", "function": {"name": flat}}
+
+
 def test_allowed_tools_may_name_the_search() -> None:
     request = parse(tools=[{"type": "function", "name": "always"}, *deferred_tools(3),
                            {"type": "tool_search"}],

@@ -141,8 +141,11 @@ def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
     elif isinstance(choice, dict) and choice["type"] not in ("function", "custom"):
         return [], "none"  # a hosted tool forced (core/hosted.py): the tool loop asks for it
     elif isinstance(choice, dict):
-        upstream_choice = {"type": "function", "function": {
-            "name": names.flat(choice["name"], choice.get("namespace"))}}
+        flat = names.flat(choice["name"], choice.get("namespace"))
+        upstream_choice = {"type": "function", "function": {"name": flat}}
+        # A forced tool is offered though deferred: naming it is loading it.
+        offered = add_new(offered, [f for tool in tools for f in chat_functions(tool, names)
+                                    if f["function"]["name"] == flat])
     return offered, upstream_choice
 
 
