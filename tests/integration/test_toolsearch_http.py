@@ -115,6 +115,25 @@ async def test_a_background_search_runs_from_its_job_spec(
     assert offered(sim) == ["always", "tool_search", "get_weather_forecast"]
 
 
+async def test_a_background_call_of_an_added_namespaced_tool_keeps_its_namespace(
+        first: httpx.AsyncClient, second: httpx.AsyncClient) -> None:
+    added = {"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "namespace", "name": "files", "description": "Files.",
+         "tools": [{"type": "function", "name": "read_file"}]}]}
+    queued = valid(await first.post("/v1/responses", json={
+        "model": "sim-model", "background": True,
+        "input": [added, {"role": "user", "content": "[[sim call=files__read_file]]"}]}))
+    done: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        done.update(valid(await second.get(f"/v1/responses/{queued['id']}")))
+        return done["status"] not in ("queued", "in_progress")
+
+    await until(ended)
+    (called,) = done["output"]
+    assert (called["name"], called.get("namespace")) == ("read_file", "files")
+
+
 async def test_a_streamed_search_validates_event_by_event(
         first: httpx.AsyncClient, sim: SimControl) -> None:
     response = await first.post("/v1/responses", json=searching(

@@ -226,7 +226,8 @@ class ResponsesService:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
         # Calls of tools a search loaded or an item brought come back under their names.
-        assembler.know_tools(toolsearch.loaded_tools([*history.items, *request.input]))
+        known = toolsearch.loaded_tools([*history.items, *request.input])
+        assembler.know_tools(known)
         if history.compaction is not None:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
@@ -236,7 +237,7 @@ class ResponsesService:
             return await self._cached(tenant, request, history, assembler, cached, meter)
         if request.background:
             outcome = await self._submit(tenant, request, history, chat, assembler, meter,
-                                         plan=plan)
+                                         plan=plan, known=known)
             outcome.headers.update(cached.headers())
             return outcome
         # The upstream first: what it refuses (404, 400, 502) is refused before anything is
@@ -384,7 +385,8 @@ class ResponsesService:
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler, meter: Meter, *,
-                      plan: LoopPlan | None = None) -> Outcome:
+                      plan: LoopPlan | None = None,
+                      known: list[dict[str, Any]] | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
@@ -407,7 +409,8 @@ class ResponsesService:
                        limit=meter.job_limit(),
                        # The job's span joins this request's trace; tracing off, its
                        # upstream call carries the client's (None: neither).
-                       traceparent=current_traceparent() or client_traceparent())
+                       traceparent=current_traceparent() or client_traceparent(),
+                       known_tools=known or None)
         with store_write(self._generations.tracing, "submit_response"):
             await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
