@@ -390,3 +390,18 @@ def test_a_jobs_spec_carries_what_its_search_looks_among() -> None:
     assert read.searchable == tools
     assert "searchable" not in LoopPlan((), {}, [], 4).to_spec()  # as an older release wrote
     assert LoopPlan.from_spec(LoopPlan((), {}, [], 4).to_spec()).searchable is None
+
+
+def test_tools_known_beside_the_responses_add_up() -> None:
+    """Tools an item brought stay named after a search loaded more (the tool loop's)."""
+    assembler = Assembler(response_with([{"type": "tool_search"}]), ids=counter_ids(),
+                          clock=lambda: CREATED_AT)
+    assembler.know_tools([{"type": "namespace", "name": "files", "description": "",
+                           "tools": [{"type": "function", "name": "read_file"}]}])
+    assembler.know_tools([{"type": "function", "name": "found_later"}])
+    events = assembler.start()
+    for c in search_chunks("files__read_file"):
+        events += assembler.feed(c)
+    events += assembler.end()
+    (called,) = events[-1]["response"]["output"]
+    assert (called["name"], called["namespace"]) == ("read_file", "files")

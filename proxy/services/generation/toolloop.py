@@ -130,10 +130,9 @@ class ToolLoop:
     # answer), for the next turns' messages; how many sources were numbered so far.
     _answers: dict[str, tuple[str, str, str, str]] = field(default_factory=dict, init=False)
     _numbered: int = field(default=0, init=False)
-    # Tool search: the deferred tools' words (read at the first search), the definitions
-    # the searches loaded, and those as the chat functions the next turns offer.
+    # Tool search: the deferred tools' words (read at the first search), and the chat
+    # functions of what the searches loaded, which the next turns offer.
     _catalogue: list[toolsearch.Entry] | None = field(default=None, init=False)
-    _found: list[dict[str, Any]] = field(default_factory=list, init=False)
     _loaded: list[dict[str, Any]] = field(default_factory=list, init=False)
 
     @property
@@ -249,8 +248,7 @@ class ToolLoop:
             query = toolsearch.query_of(toolsearch.arguments_object(waiting["arguments"]))
             found = toolsearch.definitions(toolsearch.rank(query, self._catalogue))
         events = assembler.search_end(found)
-        self._found += found
-        assembler.know_tools(self._found)
+        assembler.know_tools(found)
         base = list(self.chat.get("tools") or ())
         more = [f for tool in found for f in chat_functions(tool, assembler.names)]
         self._loaded = add_new([*base, *self._loaded], more)[len(base):]

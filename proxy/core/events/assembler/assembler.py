@@ -60,6 +60,7 @@ class Assembler(ResponseState):
     ) -> None:
         super().__init__(response, ids, clock, seq, seal_reasoning)
         self._names = ToolNames(response.get("tools") or ())
+        self._known: list[dict[str, Any]] = []  # tools named beside those (`know_tools`)
         self._summaries = wants_summaries(response)
         # The upstream turn: a call still waiting for its name, the finish_reason, and the
         # output deltas since the last usage it reported (what a turn cut before its usage
@@ -341,10 +342,11 @@ class Assembler(ResponseState):
         return self._names
 
     def know_tools(self, tools: list[dict[str, Any]]) -> None:
-        """Tools offered beside the response's own (loaded by a search, brought by an
+        """More tools offered beside the response's own (loaded by a search, brought by an
         `additional_tools` item): their calls come back under the client's names."""
         if tools:
-            self._names = ToolNames([*(self._base.get("tools") or ()), *tools])
+            self._known += tools
+            self._names = ToolNames([*(self._base.get("tools") or ()), *self._known])
 
     def search_end(self, tools: list[dict[str, Any]]) -> list[Event]:
         """The waiting tool search ran (the tool loop's): its call done, then its output
