@@ -34,6 +34,7 @@ SERIAL = (
     "tests/integration/test_extraction.py",
     "tests/integration/test_upstream_client.py",
     "tests/integration/test_metering_http.py",
+    "tests/unit/test_toolsearch.py::test_the_worst_search_is_bounded",
 )
 
 

@@ -7,7 +7,9 @@ The compaction item `{type: "compaction", id, encrypted_content}` carries a seal
 forges one) `{"summary": text, "tail": n}`. What it stands for, wherever it sits in a list of
 items (a client's input, a stored `previous_response_id` chain, a WebSocket connection's memory):
 
-    every item before it, except user messages and the last `tail` items before it.
+    every item before it, except user messages, the items that load tools (a tool search's
+    output, `additional_tools`: core/tools/toolsearch.py; what they loaded stays loaded)
+    and the last `tail` items before it.
 
 So `POST /v1/responses/compact`'s output `[user messages..., compaction]` (tail 0) expands to
 the user messages and the summary, as OpenAI's does ("all user messages, followed by a single
@@ -38,6 +40,7 @@ import orjson
 from proxy.core.ids import IdFactory
 from proxy.core.request.fields import at, bad, expect_object, expect_str, opt_str
 from proxy.core.seal import Sealer, SealError, seal_errors
+from proxy.core.tools import toolsearch
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,
@@ -153,13 +156,19 @@ def expand(items: Sequence[Item], opener: Callable[[str], Summary]) -> list[Item
             continue
         summary = opener(item["encrypted_content"])
         cut = max(len(out) - summary.tail, 0)
-        kept = [old for old in out[:cut] if is_user_message(old)]
+        kept = [old for old in out[:cut] if is_user_message(old) or loads_tools(old)]
         out = [*kept, summary_message(item["id"], summary.text), *out[cut:]]
     return out
 
 
 def is_user_message(item: Item) -> bool:
     return item.get("type") == MESSAGE and item.get("role") == "user"
+
+
+def loads_tools(item: Item) -> bool:
+    """An item whose tools stay offered while it is in the history (core/tools/toolsearch.py):
+    a summary must not unload them."""
+    return item.get("type") in (toolsearch.OUTPUT, toolsearch.ADDITIONAL_TOOLS)
 
 
 def summary_message(item_id: str, text: str) -> Item:
@@ -193,8 +202,11 @@ def _from_client(item: Item) -> bool:
 
 
 def compacted_output(items: Sequence[Item], compaction: Item) -> list[Item]:
-    """`POST /v1/responses/compact`'s output: the user messages, then the compaction item."""
-    return [*(item for item in items if is_user_message(item)), compaction]
+    """`POST /v1/responses/compact`'s output: the user messages and the tool searches'
+    outputs (what they loaded stays loaded; an `additional_tools` item is no output item the
+    SDK knows, so it is not carried here), then the compaction item."""
+    return [*(item for item in items if is_user_message(item)
+              or item.get("type") == toolsearch.OUTPUT), compaction]
 
 
 # -- the summarisation turn ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ FUNCTION_CALL_OUTPUT = "fco"
 CUSTOM_TOOL_CALL = "ctc"
 CUSTOM_TOOL_CALL_OUTPUT = "ctco"
 CONVERSATION = "conv"
+ADDITIONAL_TOOLS = "at"
 
 
 def new_id(prefix: str) -> str:

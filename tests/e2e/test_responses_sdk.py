@@ -166,3 +166,33 @@ def test_errors_before_the_stream_are_http_errors(openai_client: openai.OpenAI) 
         openai_client.responses.create(model="sim-model", input="x",  # forcing one is refused
                                 tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
     assert builtin.value.param == "tool_choice.type"
+
+
+def test_tool_search_through_the_sdk(openai_client: openai.OpenAI, sim: SimControl) -> None:
+    """Deferred tools and a server-run search as the SDK's param types write them; the call
+    and output items as its models read them (streamed and not); the client-run search's
+    answer sent back as the SDK's `tool_search_output` input item."""
+    deferred = [{**WEATHER, "defer_loading": True},
+                *({"type": "function", "name": f"stock_{i}", "defer_loading": True,
+                   "description": f"Stock of warehouse {i}."} for i in range(30)),
+                {"type": "tool_search"}]
+    ask = 'weather? [[sim call=tool_search call_args={"query":"weather_city"}]]'
+    events = streamed(openai_client, model="sim-model", input=ask, tools=deferred, store=False)
+    call, found, _ = events[-1]["response"]["output"]
+    assert (call["type"], found["type"]) == ("tool_search_call", "tool_search_output")
+    assert [t["name"] for t in found["tools"]] == ["get_weather"]
+    response = openai_client.responses.create(model="sim-model", input=ask, tools=deferred)
+    assert [item.type for item in response.output] == [
+        "tool_search_call", "tool_search_output", "message"]
+    client_search = [{"type": "tool_search", "execution": "client"}]
+    asked = openai_client.responses.create(
+        model="sim-model", tools=client_search,
+        input='[[sim call=tool_search call_args={"query":"weather"}]]')
+    (searched,) = asked.output
+    assert searched.type == "tool_search_call" and searched.execution == "client"
+    after = openai_client.responses.create(
+        model="sim-model", tools=client_search, previous_response_id=asked.id,
+        input=[{"type": "tool_search_output", "execution": "client",
+                "call_id": searched.call_id, "tools": [WEATHER]},
+               {"role": "user", "content": "[[sim call=get_weather]]"}])
+    assert after.output[0].type == "function_call" and after.output[0].name == "get_weather"

@@ -114,6 +114,24 @@ def test_the_compact_output_expands_to_the_user_messages_and_the_summary() -> No
                             "user:three"]
 
 
+def test_a_compaction_keeps_what_loaded_tools() -> None:
+    """A tool search's output and an `additional_tools` item stay through a summary: the
+    tools they loaded stay offered (core/tools/toolsearch.py)."""
+    search = {"id": "tsc_1", "type": "tool_search_call", "status": "completed",
+              "execution": "server", "call_id": "s1", "arguments": {"query": "mail"}}
+    found = {"id": "tso_1", "type": "tool_search_output", "status": "completed",
+             "execution": "server", "call_id": "s1",
+             "tools": [{"type": "function", "name": "send_mail"}]}
+    added = {"id": "at_1", "type": "additional_tools", "role": "developer",
+             "tools": [{"type": "function", "name": "read_mail"}]}
+    history = [user("one"), added, search, found, assistant("a1")]
+    out = c.expand([*history, compaction("S")], opener)
+    assert texts(out) == ["user:one", "additional_tools", "tool_search_output",
+                          f"system:{c.SUMMARY_HEADER}S"]
+    compacted = c.compacted_output(c.expand(history, opener), compaction("S"))
+    assert texts(compacted) == ["user:one", "tool_search_output", "compaction"]
+
+
 def test_a_compaction_keeps_its_tail_and_replaces_everything_else_but_user_messages() -> None:
     chain = [user("one"), assistant("a1"), user("two"), assistant("a2"), call("c1"),
              output("c1"), compaction("S", tail=2), assistant("after")]

@@ -74,7 +74,7 @@ def test_nulls_read_as_absent() -> None:
      "text.format.name"),
     ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}},
      "text.format.schema"),
-    ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
+    ({"model": "m", "input": "x", "reasoning": {"effort": "maximal"}}, "reasoning.effort"),
     ({"model": "m", "input": "x", "include": ["web_search_call.action.sources"]}, "include[0]"),
     ({"model": "m", "input": "x", "truncation": "middle"}, "truncation"),
     ({"model": "m", "input": "x", "top_logprobs": 21}, "top_logprobs"),
@@ -133,8 +133,7 @@ def test_conversation_and_previous_response_id_exclude_each_other() -> None:
 
 
 HOSTED = ["web_search", "web_search_preview", "file_search", "code_interpreter",
-          "computer_use_preview", "image_generation", "local_shell", "shell", "apply_patch",
-          "tool_search"]
+          "computer_use_preview", "image_generation", "local_shell", "shell", "apply_patch"]
 
 
 @pytest.mark.parametrize("kind", HOSTED)

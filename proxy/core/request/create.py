@@ -41,9 +41,12 @@ from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance
 from proxy.core.request.tools import parse_tool_choice, parse_tools
 from proxy.core.seal import Sealer
+from proxy.core.tools.toolsearch import ADDITIONAL_TOOLS, is_deferred, search_tool
 from proxy.core.types import Item
 
 MAX_TOOLS = 128
+# `reasoning.effort` values (`max` reaches the fleet as its highest: core/translate/chat.py).
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 _FORMAT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 # include values we honour: encrypted reasoning (sealed text), image URLs (we keep them) and the
@@ -217,10 +220,12 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
     if auto_compact and background:
         raise bad("context_management", "'context_management' cannot be used with background "
                                         "mode on this server.")
+    inputs = parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
+                         references=True)
+    _deferred_items_need_search(inputs, tools)
     return ResponsesRequest(
         model=model,
-        input=parse_input(body["input"], ids, max_items=max_input_items, sealer=sealer,
-                          references=True),
+        input=inputs,
         instructions=_instructions(body.get("instructions")),
         prompt=expect_object(body["prompt"], "prompt") if body.get("prompt") else None,
         tools=tools,
@@ -258,6 +263,21 @@ def parse_request(body: dict[str, Any], ids: IdFactory, *,
         auto_compact=auto_compact,
         compact_threshold=threshold,
     )
+
+
+def _deferred_items_need_search(items: list[Item], tools: list[dict[str, Any]]) -> None:
+    """Deferred tools an `additional_tools` item brings need a `tool_search` tool to load
+    them, as the request's own do (core/request/tools.py)."""
+    if search_tool(tools) is not None:
+        return
+    for i, item in enumerate(items):
+        if item.get("type") == ADDITIONAL_TOOLS:
+            names = [t["name"] for t in item["tools"] if is_deferred(t)]
+            if names:
+                where = at(at("input", i), "tools")
+                raise bad(where, f"Tools {', '.join(repr(n) for n in names)} have "
+                                 "`defer_loading: true`, which needs a 'tool_search' tool "
+                                 "among the tools to load them.")
 
 
 def _context_management(value: Any) -> tuple[bool, int | None]:
@@ -357,15 +377,22 @@ def _reasoning(value: Any) -> dict[str, Any] | None:
         return None
     reasoning = expect_object(value, "reasoning")
     for key in reasoning:
-        if key not in ("effort", "summary", "generate_summary"):
+        if key not in ("effort", "summary", "generate_summary", "context"):
             raise bad(at("reasoning", key), f"Unknown parameter: 'reasoning.{key}'.")
     effort = reasoning.get("effort")
     if effort is not None:
-        one_of(effort, ("none", "minimal", "low", "medium", "high", "xhigh"), "reasoning.effort")
+        one_of(effort, EFFORTS, "reasoning.effort")
     summary = reasoning.get("summary", reasoning.get("generate_summary"))
     if summary is not None:
         one_of(summary, ("auto", "concise", "detailed"), "reasoning.summary")
-    return {"effort": effort, "summary": summary}
+    out: dict[str, Any] = {"effort": effort, "summary": summary}
+    context = reasoning.get("context")
+    if context is not None:
+        # Echoed as the mode used: `auto` is every earlier reasoning item the history holds
+        # (what the proxy always sent), i.e. `all_turns` (core/translate/chat.py).
+        mode = one_of(context, ("auto", "current_turn", "all_turns"), "reasoning.context")
+        out["context"] = "all_turns" if mode == "auto" else mode
+    return out
 
 
 def _include(value: Any) -> tuple[str, ...]:

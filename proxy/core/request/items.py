@@ -14,6 +14,9 @@ Stored forms (docs/protocol.md §2.2), every item with an `id` (the client's, wh
     reasoning             {id, type, summary, content?, encrypted_content?}
     compaction            {id, type, encrypted_content}  (core/compaction.py: a sealed summary)
     compaction_trigger    {id, type}  (compact now; the last input item)
+    tool_search_call      {id, type, status, execution, call_id, arguments}
+    tool_search_output    {id, type, status, execution, call_id, tools}
+    additional_tools      {id, type, role:"developer", tools}  (core/tools/toolsearch.py)
 A request's `item_reference` is resolved to the stored item it names (core/request/references.py).
 Anything else (built-in tool calls, unknown types) is refused with a 400 that
 names it: we do not drop what we cannot honour.
@@ -58,7 +61,9 @@ from proxy.core.request.fields import (
     req_str,
 )
 from proxy.core.request.references import is_reference, parse_reference
+from proxy.core.request.tools import MAX_ITEM_TOOLS, parse_member_tools
 from proxy.core.seal import Sealer, SealError, seal_errors
+from proxy.core.tools import toolsearch
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
     CUSTOM_TOOL_CALL_OUTPUT,
@@ -70,6 +75,14 @@ from proxy.core.types import (
 )
 
 ROLES = ("user", "assistant", "system", "developer")
+# Input item types of the late-2026 API refused by name: nothing here could honour them.
+_REFUSED = {
+    "configuration_update": "a configuration update item sets the reasoning or text settings "
+                            "of later responses, which this server does not keep; send "
+                            "`reasoning` and `text` on each request instead",
+    "program": "programmatic tool calling is not run by this server",
+    "program_output": "programmatic tool calling is not run by this server",
+}
 IMAGE_DETAILS = ("low", "high", "auto", "original")
 # Where an input_file's bytes come from (exactly one per part).
 FILE_SOURCES = ("file_id", "file_url", "file_data")
@@ -130,7 +143,17 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
         return parse_mcp_item(item, ids, path)
     if isinstance(kind, str) and kind in HOSTED_ITEM_TYPES:
         return parse_hosted_item(item, ids, path)
+    return _parse_other(item, kind, ids, path)
+
+
+def _parse_other(item: dict[str, Any], kind: Any, ids: IdFactory, path: str) -> Item:
+    """The late-2026 items (tool search, added tools), or the 400 that names the type."""
+    if kind in (toolsearch.CALL, toolsearch.OUTPUT, toolsearch.ADDITIONAL_TOOLS):
+        return _parse_tool_item(item, kind, ids, path)
     where = at(path, "type")
+    if isinstance(kind, str) and kind in _REFUSED:
+        raise bad(where, f"Input items of type {kind!r} are not supported by this server: "
+                         f"{_REFUSED[kind]}.")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Input items of type {kind!r} are not supported by this server; supported "
@@ -139,6 +162,32 @@ def parse_item(value: Any, ids: IdFactory, path: str, sealer: Sealer | None = No
                      "'compaction', 'compaction_trigger', the 'mcp_*' items and the hosted "
                      f"tools' {', '.join(repr(t) for t in sorted(HOSTED_ITEM_TYPES))} "
                      "('item_reference' too in a create's input).")
+
+
+def _parse_tool_item(item: dict[str, Any], kind: str, ids: IdFactory, path: str) -> Item:
+    """A tool search's call or output, or an `additional_tools` item (core/tools/toolsearch.py):
+    kept as sent (checked), their tools parsed as a request's are."""
+    if kind == toolsearch.ADDITIONAL_TOOLS:
+        one_of(item.get("role"), ("developer",), at(path, "role"))
+        return {"id": _given_id(item, path) or ids(idp.ADDITIONAL_TOOLS),
+                "type": kind, "role": "developer",
+                "tools": parse_member_tools(item.get("tools"), at(path, "tools"), MAX_ITEM_TOOLS)}
+    execution = one_of(item.get("execution") or "client", toolsearch.EXECUTIONS,
+                       at(path, "execution"))
+    status = one_of(item.get("status") or "completed", ("in_progress", "completed",
+                                                        "incomplete"), at(path, "status"))
+    call_id = opt_str(item, "call_id", path, max_len=256)
+    if kind == toolsearch.CALL:
+        arguments = item.get("arguments")
+        if arguments is None:
+            where = at(path, "arguments")
+            raise bad(where, f"Missing required parameter: '{where}'.")
+        prefix, fields = toolsearch.CALL_PREFIX, {"arguments": arguments}
+    else:
+        prefix, fields = toolsearch.OUTPUT_PREFIX, {"tools": parse_member_tools(
+            item.get("tools"), at(path, "tools"), MAX_ITEM_TOOLS)}
+    return {"id": _given_id(item, path) or ids(prefix), "type": kind, "status": status,
+            "execution": execution, "call_id": call_id, **fields}
 
 
 def _given_id(item: dict[str, Any], path: str) -> str | None:

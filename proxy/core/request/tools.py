@@ -26,6 +26,7 @@ from proxy.core.request.fields import (
     opt_str,
     req_str,
 )
+from proxy.core.tools import toolsearch
 from proxy.core.tools.toolnames import ToolNames
 
 # Tools OpenAI runs on its side; a chat fleet cannot (docs/protocol-2026.md §2.6).
@@ -33,8 +34,14 @@ HOSTED_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11",
     "web_search_2025_08_26", "file_search", "code_interpreter", "image_generation",
     "computer", "computer_use", "computer_use_preview", "local_shell", "shell", "apply_patch",
-    "tool_search",
 })
+# Tool types served nowhere here, whatever `--hosted-tools` says: a 400 naming them.
+_REFUSED = {
+    "programmatic_tool_calling": "programmatic tool calling (model-written programs calling "
+                                 "tools) is not run by this server",
+}
+# The most tools one input item may bring (a request's own tool limit).
+MAX_ITEM_TOOLS = 128
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SUPPORTED = ("only 'function', 'custom' and 'namespace' tools are run here (the fleet serves "
               "chat models); hosted tools such as web_search are dropped or refused as the "
@@ -60,9 +67,7 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
     if value is None:
         return ParsedTools([], ())
     tools = expect_list(value, "tools")
-    if len(tools) > max_tools:
-        raise bad("tools", f"Invalid 'tools': too many tools ({len(tools)}); at most "
-                           f"{max_tools} are allowed.")
+    _count(tools, max_tools, "tools")
     out: list[dict[str, Any]] = []
     dropped: list[str] = []
     names: set[tuple[str, str]] = set()  # (space, name): functions and customs share one
@@ -73,6 +78,8 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
         path = at("tools", i)
         tool = expect_object(raw, path)
         kind = tool.get("type")
+        if _late(tool, path, out):
+            continue
         if _hosted(kind) and kind in run_hosted:
             served = kind_of_type(kind)
             assert served is not None
@@ -105,7 +112,94 @@ def parse_tools(value: Any, *, drop_hosted: bool, max_tools: int,
             raise bad(at(path, "name"), f"Duplicate tool name {parsed['name']!r}.")
         names.add(key)
         out.append(parsed)
+    _deferred_need_search(out, "tools")
     return ParsedTools(out, tuple(dropped), tuple(servers), tuple(hosted), options)
+
+
+def parse_member_tools(value: Any, path: str, max_tools: int) -> list[dict[str, Any]]:
+    """The tools an input item brings (`additional_tools`): functions, custom and namespace
+    tools only (what a chat model can be offered mid-conversation), checked as `tools` are."""
+    tools = expect_list(value, path)
+    _count(tools, max_tools, path)
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(tools):
+        where = at(path, i)
+        tool = expect_object(raw, where)
+        out.append(_namespace(tool, where) if tool.get("type") == "namespace"
+                   else _member(tool, where))
+    return out
+
+
+def _count(tools: list[Any], max_tools: int, path: str) -> None:
+    """Deferred tools (core/tools/toolsearch.py) count against their own bound, not the tool
+    limit: the model sees them only once a search loads them."""
+    deferred = sum(_deferred_count(t) for t in tools)
+    offered = len(tools) - sum(1 for t in tools if isinstance(t, dict) and _all_deferred(t))
+    if offered > max_tools:
+        raise bad(path, f"Invalid '{path}': too many tools ({offered}); at most "
+                        f"{max_tools} are allowed (tools with `defer_loading` not counted).")
+    if deferred > toolsearch.MAX_DEFERRED:
+        raise bad(path, f"Invalid '{path}': too many tools with `defer_loading` ({deferred}); "
+                        f"at most {toolsearch.MAX_DEFERRED} are allowed.")
+
+
+def _deferred_count(tool: Any) -> int:
+    if not isinstance(tool, dict):
+        return 0
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return sum(1 for m in tool["tools"] if isinstance(m, dict)
+                   and m.get("defer_loading") is True)
+    return 1 if tool.get("type") in ("function", "custom") and tool.get("defer_loading") is True \
+        else 0
+
+
+def _all_deferred(tool: dict[str, Any]) -> bool:
+    members = tool.get("tools")
+    if tool.get("type") == "namespace" and isinstance(members, list) and members:
+        return _deferred_count(tool) == len(members)
+    return _deferred_count(tool) == 1
+
+
+def _deferred_need_search(tools: list[dict[str, Any]], path: str) -> None:
+    """Deferred tools without a `tool_search` tool could never be loaded: a 400 naming them
+    (not sent to the model as if they were not deferred)."""
+    if toolsearch.search_tool(tools) is not None:
+        return
+    names = [t["name"] for t in tools if toolsearch.is_deferred(t)]
+    if names:
+        raise bad(path, f"Tools {', '.join(repr(n) for n in names)} have `defer_loading: true`"
+                        ", which needs a 'tool_search' tool among the tools to load them.")
+
+
+def _late(tool: dict[str, Any], path: str, out: list[dict[str, Any]]) -> bool:
+    """The late-2026 tool types: `tool_search` served (added to `out`, True), those nothing
+    here runs refused by name."""
+    kind = tool.get("type")
+    if isinstance(kind, str) and kind in _REFUSED:
+        raise bad(at(path, "type"), f"Tool type {kind!r} is not supported: {_REFUSED[kind]}.")
+    if kind == "mcp":
+        _direct_only(tool, path)
+        if opt_bool(tool, "defer_loading", path):
+            raise bad(at(path, "defer_loading"), "An MCP server's tools are listed and offered "
+                      "whole on this server; `defer_loading` on an 'mcp' tool is not "
+                      "supported (defer function or namespace tools instead).")
+    if kind != toolsearch.TOOL_TYPE:
+        return False
+    if any(t["type"] == kind for t in out):
+        raise bad(at(path, "type"), "Only one 'tool_search' tool is allowed.")
+    out.append(_search_tool(tool, path))
+    return True
+
+
+def _search_tool(tool: dict[str, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": toolsearch.TOOL_TYPE, "execution": one_of(
+        tool.get("execution") or "server", toolsearch.EXECUTIONS, at(path, "execution"))}
+    description = opt_str(tool, "description", path)
+    if description is not None:
+        out["description"] = description
+    if tool.get("parameters") is not None:
+        out["parameters"] = expect_object(tool["parameters"], at(path, "parameters"))
+    return out
 
 
 def _name(tool: dict[str, Any], path: str) -> str:
@@ -122,17 +216,46 @@ def _member(tool: dict[str, Any], path: str) -> dict[str, Any]:
         parameters = tool.get("parameters")
         if parameters is not None:
             expect_object(parameters, at(path, "parameters"))
-        return {"type": "function", "name": _name(tool, path),
-                "description": opt_str(tool, "description", path),
-                "parameters": parameters, "strict": opt_bool(tool, "strict", path)}
+        out: dict[str, Any] = {"type": "function", "name": _name(tool, path),
+                               "description": opt_str(tool, "description", path),
+                               "parameters": parameters,
+                               "strict": opt_bool(tool, "strict", path)}
+        return _function_extras(tool, path, out)
     if kind == "custom":
-        return {"type": "custom", "name": _name(tool, path),
-                "description": opt_str(tool, "description", path),
-                "format": _custom_format(tool.get("format"), at(path, "format"))}
+        return _function_extras(tool, path, {
+            "type": "custom", "name": _name(tool, path),
+            "description": opt_str(tool, "description", path),
+            "format": _custom_format(tool.get("format"), at(path, "format"))})
     where = at(path, "type")
     if kind is None:
         raise bad(where, f"Missing required parameter: '{where}'.")
     raise bad(where, f"Tool type {kind!r} is not supported: {_SUPPORTED}.")
+
+
+def _function_extras(tool: dict[str, Any], path: str, out: dict[str, Any]) -> dict[str, Any]:
+    """The late-2026 fields of a function or custom tool: `defer_loading` (tool search)
+    served and echoed; a function's `output_schema` (a description of its output) echoed;
+    programmatic callers and asynchronous outputs refused by name, never dropped."""
+    if opt_bool(tool, "defer_loading", path):
+        out["defer_loading"] = True
+    if out["type"] == "function" and tool.get("output_schema") is not None:
+        out["output_schema"] = expect_object(tool["output_schema"], at(path, "output_schema"))
+    _direct_only(tool, path)
+    return out
+
+
+def _direct_only(tool: dict[str, Any], path: str) -> None:
+    """Programmatic callers and asynchronous outputs: refused by name (any tool type)."""
+    callers = tool.get("allowed_callers")
+    if callers is not None:
+        where = at(path, "allowed_callers")
+        for i, caller in enumerate(expect_list(callers, where)):
+            if one_of(caller, ("direct", "programmatic"), at(where, i)) == "programmatic":
+                raise bad(at(where, i), "Programmatic tool calling is not run by this server: "
+                                        "leave 'programmatic' out of 'allowed_callers'.")
+    if opt_bool(tool, "async", path):
+        raise bad(at(path, "async"), "Asynchronous tool outputs are not supported by this "
+                                     "server: leave 'async' out or false.")
 
 
 def _custom_format(value: Any, path: str) -> dict[str, Any]:
@@ -227,6 +350,10 @@ def _allowed(choice: dict[str, Any], names: ToolNames) -> dict[str, Any]:
             continue
         if kind == "mcp":  # the proxy runs it (core/mcp.py): every tool of that server
             picked.append({"type": kind, "server_label": req_str(entry, "server_label", path)})
+            runnable += 1
+            continue
+        if kind == toolsearch.TOOL_TYPE and names.search is not None:
+            picked.append({"type": kind})  # its search function (core/tools/toolnames.py)
             runnable += 1
             continue
         name = req_str(entry, "name", path)

@@ -20,6 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from proxy.core.tools import toolsearch
 from proxy.core.tools.custominput import CUSTOM_ARGUMENT, custom_arguments
 from proxy.core.types import (
     CUSTOM_TOOL_CALL,
@@ -44,12 +47,15 @@ class Target:
 class ToolNames:
     """Upstream function name ↔ (name, namespace, custom?), for one request's tool list."""
 
-    __slots__ = ("_flat", "_namespaces", "_targets")
+    __slots__ = ("_flat", "_namespaces", "_targets", "search", "search_tool")
 
     def __init__(self, tools: Iterable[dict[str, Any]]) -> None:
         self._targets: dict[str, Target] = {}
         self._flat: dict[tuple[str | None, str], str] = {}
         self._namespaces: set[str] = set()
+        # The `tool_search` tool (core/tools/toolsearch.py) and its function's name upstream.
+        self.search_tool: dict[str, Any] | None = None
+        self.search: str | None = None
         members: list[tuple[str, dict[str, Any]]] = []
         for tool in tools:
             kind = tool.get("type")
@@ -58,14 +64,25 @@ class ToolNames:
                 members += [(tool["name"], m) for m in tool.get("tools") or ()]
             elif kind in ("function", "custom"):
                 self._add(tool["name"], Target(tool["name"], None, kind == "custom"))
-        # Members after every top-level tool: a top-level name is never renamed.
+            elif kind == toolsearch.TOOL_TYPE:
+                self.search_tool = tool
+        # Members after every top-level tool: a top-level name is never renamed. A member
+        # met again (a namespace a search loaded, beside the request's own) keeps its name.
         for namespace, member in members:
+            if (namespace, member["name"]) in self._flat:
+                continue
             base = f"{namespace}{SEPARATOR}{member['name']}"
             flat, n = base, 1
             while flat in self._targets:
                 n += 1
                 flat = f"{base}_{n}"
             self._add(flat, Target(member["name"], namespace, member.get("type") == "custom"))
+        if self.search_tool is not None:  # after every tool's name: never a client's
+            flat, n = toolsearch.TOOL_TYPE, 1
+            while flat in self._targets:
+                n += 1
+                flat = f"{toolsearch.TOOL_TYPE}_{n}"
+            self.search = flat
 
     def _add(self, flat: str, target: Target) -> None:
         self._targets[flat] = target
@@ -101,17 +118,14 @@ class ToolNames:
 
 # -- upstream ---------------------------------------------------------------------------------
 def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
-                   names: ToolNames) -> tuple[list[dict[str, Any]], Any]:
-    """The chat request's `tools` and `tool_choice` (no tools offered: an empty list)."""
-    offered: list[dict[str, Any]] = []
-    for tool in tools:
-        if tool["type"] not in ("function", "custom", "namespace"):
-            continue  # mcp, hosted: offered by the tool loop (core/mcp.py, core/hosted.py)
-        if tool["type"] == "namespace":
-            offered += [_chat_function(m, names.flat(m["name"], tool["name"]))
-                        for m in tool["tools"]]
-        else:
-            offered.append(_chat_function(tool, tool["name"]))
+                   names: ToolNames, loaded: Iterable[dict[str, Any]] = (),
+                   deferred: int | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """The chat request's `tools` and `tool_choice` (no tools offered: an empty list).
+    Deferred tools are left out (core/tools/toolsearch.py) but for those `loaded` (by a
+    search or an `additional_tools` item of the history); a `tool_search` tool is the search
+    function, offered when there is something to search (`deferred`: how many tools wait;
+    None: those of `tools`) or the client runs the search over its own."""
+    offered = _offered(tools, names, loaded, deferred)
     upstream_choice: Any = choice
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
         allowed: set[str] = set()
@@ -120,14 +134,56 @@ def upstream_tools(tools: list[dict[str, Any]], choice: str | dict[str, Any],
                 allowed |= names.in_namespace(entry["name"])
             elif entry["type"] in ("function", "custom"):
                 allowed.add(names.flat(entry["name"], entry.get("namespace")))
+            elif entry["type"] == toolsearch.TOOL_TYPE and names.search is not None:
+                allowed.add(names.search)
         offered = [f for f in offered if f["function"]["name"] in allowed]
         upstream_choice = choice["mode"]
     elif isinstance(choice, dict) and choice["type"] not in ("function", "custom"):
         return [], "none"  # a hosted tool forced (core/hosted.py): the tool loop asks for it
     elif isinstance(choice, dict):
-        upstream_choice = {"type": "function", "function": {
-            "name": names.flat(choice["name"], choice.get("namespace"))}}
+        flat = names.flat(choice["name"], choice.get("namespace"))
+        upstream_choice = {"type": "function", "function": {"name": flat}}
+        # A forced tool is offered though deferred: naming it is loading it.
+        offered = add_new(offered, [f for tool in tools for f in chat_functions(tool, names)
+                                    if f["function"]["name"] == flat])
     return offered, upstream_choice
+
+
+def _offered(tools: list[dict[str, Any]], names: ToolNames, loaded: Iterable[dict[str, Any]],
+             deferred: int | None) -> list[dict[str, Any]]:
+    offered: list[dict[str, Any]] = []
+    for tool in tools:
+        shown = toolsearch.offered_now(tool)
+        if shown is not None:
+            offered += chat_functions(shown, names)
+    count = toolsearch.count_deferred(tools) if deferred is None else deferred
+    if names.search is not None and (
+            count or toolsearch.execution(names.search_tool) == "client"):
+        offered.append(toolsearch.chat_function(names.search_tool, names.search, count))
+    return add_new(offered, [f for tool in loaded for f in chat_functions(tool, names)])
+
+
+def add_new(functions: list[dict[str, Any]], more: Iterable[dict[str, Any]]
+            ) -> list[dict[str, Any]]:
+    """`functions` and those of `more` whose names are not taken yet (a tool loaded twice,
+    or loaded beside the request's own copy, is offered once)."""
+    have = {f["function"]["name"] for f in functions}
+    out = list(functions)
+    for function in more:
+        if function["function"]["name"] not in have:
+            have.add(function["function"]["name"])
+            out.append(function)
+    return out
+
+
+def chat_functions(tool: dict[str, Any], names: ToolNames) -> list[dict[str, Any]]:
+    """A client tool as the chat functions the model sees (a namespace: one per member;
+    mcp, hosted and tool_search: none here, core/mcp.py and core/hosted.py offer theirs)."""
+    if tool["type"] == "namespace":
+        return [_chat_function(m, names.flat(m["name"], tool["name"])) for m in tool["tools"]]
+    if tool["type"] in ("function", "custom"):
+        return [_chat_function(tool, tool["name"])]
+    return []
 
 
 def _chat_function(tool: dict[str, Any], name: str) -> dict[str, Any]:
@@ -159,8 +215,14 @@ def flatten_history(items: Iterable[Item], names: ToolNames) -> list[Item]:
     """History items as the upstream saw them: namespaced calls under their flat names,
     custom tool calls and outputs as function calls and outputs."""
     out: list[Item] = []
+    searches: set[str] = set()  # the tool searches' call ids met so far
     for item in items:
         kind = item["type"]
+        if kind in toolsearch.ITEM_TYPES or kind == toolsearch.ADDITIONAL_TOOLS:
+            searched = _search_history(item, names, searches)
+            if searched is not None:
+                out.append(searched)
+            continue
         if kind == FUNCTION_CALL and item.get("namespace"):
             item = {**item, "name": names.flat(item["name"], item["namespace"])}
         elif kind == CUSTOM_TOOL_CALL:
@@ -171,3 +233,23 @@ def flatten_history(items: Iterable[Item], names: ToolNames) -> list[Item]:
             item = {**item, "type": FUNCTION_CALL_OUTPUT}
         out.append(item)
     return out
+
+
+def _search_history(item: Item, names: ToolNames, searches: set[str]) -> Item | None:
+    """A tool search as the model saw it: its call of the search function, the list of what
+    loaded as that call's answer. An `additional_tools` item is no message (its tools are
+    offered, core/tools/toolsearch.py `loaded_tools`), nor is a search output that answers
+    no call before it (its tools still load): a tool message no call asked for is refused
+    by chat templates."""
+    call_id = item.get("call_id")
+    if item["type"] == toolsearch.CALL and call_id:
+        searches.add(call_id)
+        arguments = item.get("arguments")
+        return {"id": item["id"], "type": FUNCTION_CALL, "call_id": call_id,
+                "name": names.search or toolsearch.TOOL_TYPE, "status": "completed",
+                "arguments": arguments if isinstance(arguments, str) else
+                orjson.dumps(arguments if arguments is not None else {}).decode()}
+    if item["type"] == toolsearch.OUTPUT and call_id in searches:
+        return {"id": item["id"], "type": FUNCTION_CALL_OUTPUT, "call_id": call_id,
+                "output": toolsearch.answer(item.get("tools") or []), "status": "completed"}
+    return None

@@ -17,6 +17,11 @@ Mapping (docs/protocol.md §6.1):
                                       custom and namespace tools flattened (core/request/tools.py)
     custom_tool_call(_output), namespaced function_call → their flat function form
     text.format                     → response_format;  reasoning.effort → reasoning_effort
+                                      (`max` as `xhigh`)
+    reasoning.context current_turn  → earlier turns' reasoning items left out
+    tool_search, deferred tools     → the search function; deferred ones only once loaded
+    tool_search_call/_output        → the search function's call and its answer
+    additional_tools                → their tools offered, no message
     max_output_tokens               → max_tokens
     include message.output_text.logprobs → logprobs: true, top_logprobs: top_logprobs or 0
 The upstream call always streams with usage, whatever the client asked: one assembler serves
@@ -35,6 +40,7 @@ from proxy.core.mcp import mcp_messages
 from proxy.core.request.create import ResponsesRequest
 from proxy.core.request.items import file_key, file_text, reasoning_text
 from proxy.core.tools.toolnames import ToolNames, flatten_history, upstream_tools
+from proxy.core.tools.toolsearch import count_deferred, loaded_tools, searchable
 from proxy.core.translate.system_prompt import lead_with_system
 from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASONING, Item
 
@@ -51,8 +57,15 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
     messages: list[Message] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
-    messages += to_messages(flatten_history([*history, *request.input],
-                                            ToolNames(request.tools)), request.media)
+    items = [*history, *request.input]
+    # Tools a search loaded or an `additional_tools` item brought, earlier in the chain or
+    # in this input (core/tools/toolsearch.py): offered beside the request's own.
+    loaded = loaded_tools(items)
+    names = ToolNames([*request.tools, *loaded])
+    context = (request.reasoning or {}).get("context")
+    if context == "current_turn":
+        items = current_turn_reasoning(items)
+    messages += to_messages(flatten_history(items, names), request.media)
     chat: dict[str, Any] = {
         "model": request.model,
         "messages": lead_with_system(messages),
@@ -63,13 +76,15 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
         value = getattr(request, field)
         if value is not None:
             chat[name] = value
-    _add_tools(chat, request)
+    _add_tools(chat, request, names, loaded, items)
     response_format = _response_format(request.text_format)
     if response_format is not None:
         chat["response_format"] = response_format
     effort = (request.reasoning or {}).get("effort")
     if effort is not None:
-        chat["reasoning_effort"] = effort
+        # `max` is the top of the scale, past `xhigh`, which no chat fleet knows: it goes
+        # as `xhigh`, then as the nearest effort the replica takes (effort.py `fit_effort`).
+        chat["reasoning_effort"] = "xhigh" if effort == "max" else effort
     if request.logprobs:  # vLLM's shape: the flag, and how many alternatives per token
         chat["logprobs"] = True
         chat["top_logprobs"] = request.top_logprobs or 0
@@ -120,6 +135,14 @@ def to_messages(items: Iterable[Item], media: Mapping[str, str] | None = None, *
             pending_reasoning = []
     _name_tool_results(messages)
     return messages
+
+
+def current_turn_reasoning(items: list[Item]) -> list[Item]:
+    """`reasoning.context: "current_turn"`: the reasoning items after the last user message
+    only; the earlier turns' reasoning is not shown to the model again."""
+    last_user = max((i for i, item in enumerate(items)
+                     if item["type"] == MESSAGE and item.get("role") == "user"), default=-1)
+    return [item for i, item in enumerate(items) if i > last_user or item["type"] != REASONING]
 
 
 def _name_tool_results(messages: list[Message]) -> None:
@@ -185,8 +208,10 @@ def _tool_content(output: str | list[dict[str, Any]], media: Mapping[str, str]
     return output if isinstance(output, str) else _content(output, media)
 
 
-def _add_tools(chat: dict[str, Any], request: ResponsesRequest) -> None:
-    tools, choice = upstream_tools(request.tools, request.tool_choice, ToolNames(request.tools))
+def _add_tools(chat: dict[str, Any], request: ResponsesRequest, names: ToolNames,
+               loaded: list[dict[str, Any]], items: list[Item]) -> None:
+    deferred = count_deferred(searchable(request.tools, items))
+    tools, choice = upstream_tools(request.tools, request.tool_choice, names, loaded, deferred)
     if not tools:  # none, or only ones `allowed_tools` left out
         return
     chat["tools"] = tools

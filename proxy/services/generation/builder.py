@@ -132,6 +132,7 @@ class Generations:
         events logged. None when no upstream could be opened: the response is then ended
         `failed` here (its end stored), and no turn runs."""
         assembler = self.assembler(dict(record.response), seal=spec.seal, seq=FIRST_WORKER_SEQ)
+        assembler.know_tools(spec.known_tools or [])
         recorder = self.recorder(record.tenant, log_for=record.id,
                                  conversation=await self._conversation(record, spec))
         try:

@@ -61,6 +61,9 @@ class JobSpec:
     limit: dict[str, Any] | None = None
     # The creating request's span (W3C `traceparent`; tracing on): the job's span is its child.
     traceparent: str | None = None
+    # Tools offered beside the response's own (a search's, an `additional_tools` item's:
+    # core/tools/toolsearch.py `loaded_tools`): the worker's assembler names their calls.
+    known_tools: list[dict[str, Any]] | None = None
 
     @property
     def priority(self) -> bool:
@@ -79,6 +82,8 @@ class JobSpec:
             data["limit"] = self.limit
         if self.traceparent:
             data["traceparent"] = self.traceparent
+        if self.known_tools:
+            data["known_tools"] = self.known_tools
         return orjson.dumps(data)
 
     @classmethod
@@ -104,7 +109,8 @@ class JobSpec:
                 request_id=_text(data.get("request_id")),
                 tool_plan=LoopPlan.from_spec(data["mcp"]) if data.get("mcp") else None,
                 limit=dict(data["limit"]) if data.get("limit") else None,
-                traceparent=_text(data.get("traceparent")))
+                traceparent=_text(data.get("traceparent")),
+                known_tools=list(data["known_tools"]) if data.get("known_tools") else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise UnreadableSpec(f"the job's spec lacks or mistypes a field: {exc}") from exc
 

@@ -12,6 +12,10 @@ proxy runs (MCP tools, hosted tools such as web_search) run between.
             holds: the item shows what OpenAI's shows, not what the model read), or end the
             response
 
+A server-run tool search (core/tools/toolsearch.py) runs here too, in process: the deferred
+tools ranked against the call's words, its `tool_search_output` added, the tools it found
+offered in every later turn of the response (and, through that item, of the chain).
+
 Hosted tools (core/hosted.py) run through their runners (services/tools/hosted.py); a
 kind this process has no runner for (a worker started without `--web-search`) fails its call,
 and the model answers without it.
@@ -46,6 +50,8 @@ from proxy.core.errors import ProxyError
 from proxy.core.events.assembler import Assembler
 from proxy.core.hosted import HostedCall, HostedKind, HostedResult
 from proxy.core.mcp import Approved, McpServer
+from proxy.core.tools import toolsearch
+from proxy.core.tools.toolnames import add_new, chat_functions, flatten_history
 from proxy.core.translate.chat import to_messages
 from proxy.core.translate.fleet_errors import failure_code, for_responses
 from proxy.core.types import CUSTOM_TOOL_CALL, FUNCTION_CALL, Event
@@ -76,13 +82,19 @@ class LoopPlan:
     # and their request options by kind name (file_search's stores, filters, include...).
     hosted: tuple[str, ...] = ()
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The tools a server-run tool search looks among (core/tools/toolsearch.py `searchable`),
+    # or None: the request has no such search.
+    searchable: list[dict[str, Any]] | None = None
 
     def to_spec(self) -> dict[str, Any]:
-        return {"servers": [s.to_spec() for s in self.servers], "listed": self.listed,
+        spec = {"servers": [s.to_spec() for s in self.servers], "listed": self.listed,
                 "approved": [[a.request_id, a.label, a.name, a.arguments]
                              for a in self.approved],
                 "max_calls": self.max_calls, "offered": list(self.offered), "mode": self.mode,
                 "hosted": list(self.hosted), "options": self.options}
+        if self.searchable is not None:  # (a spec without it reads as before)
+            spec["searchable"] = self.searchable
+        return spec
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> LoopPlan:
@@ -91,7 +103,7 @@ class LoopPlan:
                    int(spec["max_calls"]), tuple(spec.get("offered") or ()),
                    str(spec.get("mode") or "auto"),
                    tuple(k for k in spec.get("hosted") or () if k in hosting.KINDS),
-                   dict(spec.get("options") or {}))
+                   dict(spec.get("options") or {}), spec.get("searchable"))
 
 
 @dataclass
@@ -118,6 +130,10 @@ class ToolLoop:
     # answer), for the next turns' messages; how many sources were numbered so far.
     _answers: dict[str, tuple[str, str, str, str]] = field(default_factory=dict, init=False)
     _numbered: int = field(default=0, init=False)
+    # Tool search: the deferred tools' words (read at the first search), and the chat
+    # functions of what the searches loaded, which the next turns offer.
+    _catalogue: list[toolsearch.Entry] | None = field(default=None, init=False)
+    _loaded: list[dict[str, Any]] = field(default_factory=list, init=False)
 
     @property
     def model(self) -> str:
@@ -157,7 +173,7 @@ class ToolLoop:
         servers = {s.label: s for s in self.plan.servers}
         async for events in self._run_waiting(assembler, servers):
             yield events
-        if any(item["type"] in _CLIENT_ITEMS for item in assembler.output[self._first:]):
+        if any(_for_client(item) for item in assembler.output[self._first:]):
             # The model also called the client's own tools: the client answers those first.
             yield assembler.end(finish="tool_calls")
             return
@@ -174,6 +190,9 @@ class ToolLoop:
                            servers: dict[str, McpServer]) -> AsyncIterator[list[Event]]:
         waiting = assembler.waiting
         assert waiting is not None
+        if waiting["type"] == toolsearch.CALL:
+            yield self._search(assembler, waiting)
+            return
         if waiting["type"] != mcp.CALL:
             async for events in self._run_hosted(assembler, waiting):
                 yield events
@@ -217,6 +236,24 @@ class ToolLoop:
         self._answers[waiting["id"]] = (waiting["call_id"], waiting["name"], arguments,
                                         result.output)
 
+    def _search(self, assembler: Assembler, waiting: dict[str, Any]) -> list[Event]:
+        """A server-run tool search: the deferred tools ranked against the call's words
+        (pure, bounded: core/tools/toolsearch.py); what it found joins the next turns'
+        tools. Past the response's call bound it finds nothing."""
+        found: list[dict[str, Any]] = []
+        if self.calls < self.plan.max_calls:
+            self.calls += 1
+            if self._catalogue is None:
+                self._catalogue = toolsearch.catalogue(self.plan.searchable or ())
+            query = toolsearch.query_of(toolsearch.arguments_object(waiting["arguments"]))
+            found = toolsearch.definitions(toolsearch.rank(query, self._catalogue))
+        events = assembler.search_end(found)
+        assembler.know_tools(found)
+        base = list(self.chat.get("tools") or ())
+        more = [f for tool in found for f in chat_functions(tool, assembler.names)]
+        self._loaded = add_new([*base, *self._loaded], more)[len(base):]
+        return events
+
     def _offer(self, assembler: Assembler) -> None:
         """The MCP tools the model sees (allowed_tools applied), named for upstream."""
         offered = {label: [t for t in tools if self._server(label).offers(t)]
@@ -247,17 +284,25 @@ class ToolLoop:
     def _request(self, assembler: Assembler) -> dict[str, Any]:
         chat = dict(self.chat)
         chat["messages"] = [*self.chat["messages"],
-                            *to_messages(assembler.output[self._first:],
+                            *to_messages(flatten_history(assembler.output[self._first:],
+                                                         assembler.names),
                                          hosted=self._answers)]
+        # The client's tools and those a search loaded since the first turn.
+        tools = [*(self.chat.get("tools") or ()), *self._loaded]
         if self.calls < self.plan.max_calls and self._functions:
-            chat["tools"] = [*(self.chat.get("tools") or ()), *self._functions]
-            # the client's own tools brought the request's choice; else it is the plan's.
-            # `required` asks for a call: once one ran, the model may answer.
-            choice = self.chat.get("tool_choice", self.plan.mode)
-            chat["tool_choice"] = "auto" if choice == "required" and self.calls else choice
-        elif not self.chat.get("tools"):  # the bound is spent: the model answers in text
+            chat["tools"] = [*tools, *self._functions]
+        elif not tools:  # the bound is spent: the model answers in text
             chat.pop("tools", None)
             chat.pop("tool_choice", None)
+            return chat
+        elif not self._loaded:
+            return chat  # the client's tools, as the request had them
+        else:
+            chat["tools"] = tools
+        # the client's own tools brought the request's choice; else it is the plan's.
+        # `required` asks for a call: once one ran, the model may answer.
+        choice = self.chat.get("tool_choice", self.plan.mode)
+        chat["tool_choice"] = "auto" if choice == "required" and self.calls else choice
         return chat
 
     async def _open(self, assembler: Assembler) -> AsyncIterator[list[Event]]:
@@ -272,6 +317,14 @@ class ToolLoop:
             return
         self.call = call
         self.home = call.replica.url  # the next turns go where the prefix cache is
+
+
+def _for_client(item: dict[str, Any]) -> bool:
+    """An item that ends the response for the client to act on: a call of its own tools, an
+    approval to give, a tool search it runs itself."""
+    if item["type"] == toolsearch.CALL:
+        return item.get("execution") == "client"
+    return item["type"] in _CLIENT_ITEMS
 
 
 def _logged(server: McpServer, name: str, outcome: str, started: float) -> None:

@@ -50,6 +50,7 @@ from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
 from proxy.core.request.items import parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
+from proxy.core.tools import toolsearch
 from proxy.core.translate.chat import to_chat_request
 from proxy.core.translate.effort import fit_effort
 from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
@@ -224,6 +225,9 @@ class ResponsesService:
                       local: LocalChains | None = None, *, size: int = 0) -> Outcome:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
+        # Calls of tools a search loaded or an item brought come back under their names.
+        known = toolsearch.loaded_tools([*history.items, *request.input])
+        assembler.know_tools(known)
         if history.compaction is not None:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
@@ -233,7 +237,7 @@ class ResponsesService:
             return await self._cached(tenant, request, history, assembler, cached, meter)
         if request.background:
             outcome = await self._submit(tenant, request, history, chat, assembler, meter,
-                                         plan=plan)
+                                         plan=plan, known=known)
             outcome.headers.update(cached.headers())
             return outcome
         # The upstream first: what it refuses (404, 400, 502) is refused before anything is
@@ -271,7 +275,7 @@ class ResponsesService:
     # -------------------------------
     async def _lookup(self, tenant: str, request: ResponsesRequest, chat: dict[str, Any],
                       directives: Directives, size: int) -> Lookup:
-        if self._cache is None or request.mcp or request.hosted:
+        if self._cache is None or request.mcp or request.hosted or _searches(request):
             return OFF  # tools run by us (MCP, web search): never served from a cache
         return await self._cache.lookup_response(tenant, request, chat, directives, size=size)
 
@@ -361,7 +365,8 @@ class ResponsesService:
         """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
         calls) and hosted tools the proxy runs (core/hosted.py), or None for a request with
         neither. An approval of nothing we asked is a 400."""
-        if not request.mcp and not request.hosted:
+        searches = _searches(request)
+        if not request.mcp and not request.hosted and not searches:
             return None
         servers = {s.label: s for s in request.mcp}
         ceiling = self._settings.mcp.max_calls
@@ -370,14 +375,18 @@ class ResponsesService:
         options = {k: dict(o) for k, o in request.hosted_options.items()}
         for kind, asked in includes(request.hosted, request.include).items():
             options[kind] = {**options.get(kind, {}), **asked}  # what the item shows
+        searchable = [tool for tool in toolsearch.searchable(
+            request.tools, [*history.items, *request.input]) if toolsearch.is_deferred(tool)]
         return LoopPlan(request.mcp, mcp.listed_in(history.items),
                         mcp.approvals(request.input, history.items, servers),
                         min(request.max_tool_calls or ceiling, ceiling), offered,
-                        forced or mode, hosted, options)
+                        forced or mode, hosted, options,
+                        searchable if searches else None)
 
     async def _submit(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], assembler: Assembler, meter: Meter, *,
-                      plan: LoopPlan | None = None) -> Outcome:
+                      plan: LoopPlan | None = None,
+                      known: list[dict[str, Any]] | None = None) -> Outcome:
         """A background response: stored queued with its first events, then queued. A model
         no replica serves is refused now (404), while the client still waits for an answer."""
         # The replica is chosen now and recorded, so a follow-up finds it before the job runs.
@@ -400,7 +409,8 @@ class ResponsesService:
                        limit=meter.job_limit(),
                        # The job's span joins this request's trace; tracing off, its
                        # upstream call carries the client's (None: neither).
-                       traceparent=current_traceparent() or client_traceparent())
+                       traceparent=current_traceparent() or client_traceparent(),
+                       known_tools=known or None)
         with store_write(self._generations.tracing, "submit_response"):
             await self._background.submit(record, request.input, logged, spec)
         await meter.hand_over()  # the client's replay of the job is not metered
@@ -483,6 +493,12 @@ async def _streamed(turn: Generation, owned: contextlib.AbstractAsyncContextMana
     # Reached only when the stream ran to its end: a client that left never gets here.
     if ended is not None:
         ended()
+
+
+def _searches(request: ResponsesRequest) -> bool:
+    """The request has a tool search the proxy runs (the tool loop's: core/tools/toolsearch.py)."""
+    tool = toolsearch.search_tool(request.tools)
+    return tool is not None and toolsearch.execution(tool) == "server"
 
 
 async def _once(batch: EventBatch) -> EventBatches:

@@ -23,7 +23,8 @@ from proxy.core.events.assembler.calls import (
     PendingCall,
 )
 from proxy.core.events.assembler.finish import INCOMPLETE, WHOLE, call_was_cut
-from proxy.core.events.assembler.hosteditems import HostedCallItem
+from proxy.core.events.assembler.hosteditems import HostedCallItem, ToolSearchCallItem
+from proxy.core.events.assembler.item import ItemState
 from proxy.core.events.assembler.logprobs import Logprob, content_logprobs
 from proxy.core.events.assembler.machine import Phase
 from proxy.core.events.assembler.mcpitems import McpApprovalItem, McpCallItem, McpListItem
@@ -37,6 +38,7 @@ from proxy.core.events.assembler.usage import add_usage, map_usage
 from proxy.core.events.summaries import wants_summaries
 from proxy.core.hosted import HostedKind, HostedResult, Source
 from proxy.core.ids import IdFactory
+from proxy.core.tools import toolsearch
 from proxy.core.tools.toolnames import ToolNames
 from proxy.core.translate.fleet_errors import failure_code, stream_refusal
 from proxy.core.types import Chunk, Event, Item, ResponseObject
@@ -58,6 +60,7 @@ class Assembler(ResponseState):
     ) -> None:
         super().__init__(response, ids, clock, seq, seal_reasoning)
         self._names = ToolNames(response.get("tools") or ())
+        self._known: list[dict[str, Any]] = []  # tools named beside those (`know_tools`)
         self._summaries = wants_summaries(response)
         # The upstream turn: a call still waiting for its name, the finish_reason, and the
         # output deltas since the last usage it reported (what a turn cut before its usage
@@ -216,6 +219,10 @@ class Assembler(ResponseState):
     def _call_item(self, name: str, index: int, call_id: str | None) -> CallItem:
         item_id, at = self._ids(idp.FUNCTION_CALL), len(self.output)
         call_id = call_id or self._ids(idp.CALL)  # (drawn for an MCP call too, as always)
+        if name == self._names.search:
+            return ToolSearchCallItem(self._ids(toolsearch.CALL_PREFIX), at, self._seq,
+                                      name=name, call_id=call_id, call_index=index,
+                                      execution=toolsearch.execution(self._names.search_tool))
         hosted = self._hosted.get(name) if self._hosted else None
         if hosted is not None:
             return HostedCallItem(self._ids(hosted.id_prefix), at, self._seq, kind=hosted,
@@ -329,6 +336,31 @@ class Assembler(ResponseState):
         self._sources += result.sources
         return events
 
+    @property
+    def names(self) -> ToolNames:
+        """The response's tool names between the client and the fleet."""
+        return self._names
+
+    def know_tools(self, tools: list[dict[str, Any]]) -> None:
+        """More tools offered beside the response's own (loaded by a search, brought by an
+        `additional_tools` item): their calls come back under the client's names."""
+        if tools:
+            self._known += tools
+            self._names = ToolNames([*(self._base.get("tools") or ()), *self._known])
+
+    def search_end(self, tools: list[dict[str, Any]]) -> list[Event]:
+        """The waiting tool search ran (the tool loop's): its call done, then its output
+        with the definitions it loaded."""
+        item = self._release()
+        assert isinstance(item, ToolSearchCallItem)
+        events: list[Event] = []
+        self._done(item, item.item(t.S_COMPLETED), events)
+        found = ItemState(self._ids(toolsearch.OUTPUT_PREFIX), len(self.output), self._seq)
+        output = toolsearch.output_item(found.item_id, item.call_id, tools)
+        events.append(found.added(output))
+        self._done(found, output, events)
+        return events
+
     def next_turn(self) -> None:
         """Another upstream turn of the same response follows (the tool loop's)."""
         self._finish = None
@@ -377,7 +409,7 @@ class Assembler(ResponseState):
         self._done(item, item.finish(output, error, events), events)
         return events
 
-    def _release(self) -> McpCallItem | McpListItem | HostedCallItem:
+    def _release(self) -> McpCallItem | McpListItem | HostedCallItem | ToolSearchCallItem:
         """The waiting tool item, which the tool loop has finished, leaves Phase.TOOL."""
         item = self._tool
         assert item is not None

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from proxy.core import types as t
 from proxy.core.compaction import item_events as compaction_events
-from proxy.core.events.assembler.hosteditems import HostedCallItem
+from proxy.core.events.assembler.hosteditems import HostedCallItem, ToolSearchCallItem
 from proxy.core.events.assembler.item import ItemState, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Machine, Phase
 from proxy.core.events.assembler.mcpitems import McpCallItem, McpListItem
@@ -40,7 +40,7 @@ class ResponseState(Machine):
         # The item streaming now (its kind is the phase), or the MCP item waiting for the
         # tool loop (Phase.TOOL); never both.
         self._open: OpenItem | None = None
-        self._tool: McpCallItem | McpListItem | HostedCallItem | None = None
+        self._tool: McpCallItem | McpListItem | HostedCallItem | ToolSearchCallItem | None = None
         self.usage: dict[str, Any] | None = None
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
@@ -155,7 +155,7 @@ class ResponseState(Machine):
         self._open = None
         final = item.close(status, events)
         if final is None:
-            assert isinstance(item, McpCallItem | HostedCallItem)
+            assert isinstance(item, McpCallItem | HostedCallItem | ToolSearchCallItem)
             self._tool = item
             self._to(Phase.TOOL)
             return True

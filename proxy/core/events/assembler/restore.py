@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from proxy.core import mcp
 from proxy.core import types as t
 from proxy.core.events.assembler.calls import CustomToolCallItem, FunctionCallItem
-from proxy.core.events.assembler.hosteditems import HostedCallItem
+from proxy.core.events.assembler.hosteditems import (
+    HostedCallItem,
+    SearchOutputItem,
+    ToolSearchCallItem,
+)
 from proxy.core.events.assembler.item import (
     ADDED,
     PART_DONE,
@@ -31,6 +35,7 @@ from proxy.core.events.assembler.text import (
     SummarisedReasoningItem,
 )
 from proxy.core.hosted import kind_of_item
+from proxy.core.tools import toolsearch
 from proxy.core.types import Event, Item
 
 # A reasoning item asked for with summaries streams its one part as a summary part
@@ -47,7 +52,7 @@ _STAGE_AFTER = {t.PART_ADDED: STREAMING, t.TEXT_DONE: TEXT_DONE, t.REASONING_DON
 class Restored:
     output: list[Item] = field(default_factory=list)
     open: OpenItem | None = None
-    waiting: McpCallItem | McpListItem | HostedCallItem | None = None
+    waiting: McpCallItem | McpListItem | HostedCallItem | ToolSearchCallItem | None = None
     in_progress: bool = False
 
 
@@ -62,7 +67,8 @@ def restore(events: Iterable[Event], seq: Numbering,
         opened = state.open
         if kind == t.ITEM_ADDED and event["item"].get("type") in mcp.ITEM_TYPES:
             _reopen_mcp(state, event, seq)
-        elif kind == t.ITEM_ADDED and kind_of_item(event["item"].get("type")) is not None:
+        elif kind == t.ITEM_ADDED and (event["item"].get("type") == toolsearch.CALL
+                                       or kind_of_item(event["item"].get("type")) is not None):
             state.waiting = _reopen_hosted(event["item"], event["output_index"], seq)
         elif (isinstance(state.waiting, HostedCallItem)
               and kind in state.waiting.hosted.event_types):
@@ -99,17 +105,33 @@ def _reopen(item: Item, index: int, seq: Numbering,
         custom = CustomToolCallItem(item["id"], index, seq, **call)
         custom.decoder = None  # its parts are the input deltas already sent
         return custom
+    if kind == toolsearch.OUTPUT:
+        return SearchOutputItem(item, index, seq)
     if kind == t.REASONING:
         shape = SummarisedReasoningItem if summaries else ReasoningItem
         return shape(item["id"], index, seq, ADDED, seal=seal)
     return MessageItem(item["id"], index, seq, ADDED)  # (any other kind closes as a message)
 
 
-def _reopen_hosted(item: Item, index: int, seq: Numbering) -> HostedCallItem:
+def _reopen_hosted(item: Item, index: int, seq: Numbering
+                   ) -> HostedCallItem | ToolSearchCallItem:
     """A hosted call is added once its arguments are whole: reopened, it waits, as it did."""
+    if item["type"] == toolsearch.CALL:
+        return _reopen_search(item, index, seq)
     kind = kind_of_item(item["type"])
     assert kind is not None
     waiting = HostedCallItem(item["id"], index, seq, kind=kind, name=kind.name)
+    waiting.added_sent = True
+    waiting.restored = item
+    return waiting
+
+
+def _reopen_search(item: Item, index: int, seq: Numbering) -> ToolSearchCallItem:
+    """A tool search's call is added once its arguments are whole: reopened, it waits (a
+    server-run one; a client-run one is done in the same batch as its added)."""
+    waiting = ToolSearchCallItem(item["id"], index, seq, name=toolsearch.TOOL_TYPE,
+                                 call_id=item.get("call_id") or "",
+                                 execution=str(item.get("execution") or "server"))
     waiting.added_sent = True
     waiting.restored = item
     return waiting
