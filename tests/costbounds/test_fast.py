@@ -360,3 +360,25 @@ def test_websocket_connections_per_key_are_bounded(fresh: Stack) -> None:
         assert opened <= table.WS_PER_KEY_LIMIT, f"{opened} WebSocket connections of one key"
         assert _accepted(held, url, "sk-cost-b"), "another key could not connect"
     assert httpx.get(fresh.url + "/healthz", timeout=5).status_code == 200
+
+
+# -- tool search: every deferred tool a body can carry, searched with a long query -------------
+def test_a_search_over_every_deferred_tool_a_body_holds(fresh: Stack) -> None:
+    words = " ".join(f"w{j}" for j in range(60))
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "name": f"t{i}", "description": f"{words} t{i}",
+         "parameters": {"type": "object", "properties": {f"p{j}": {"type": "string"}
+                                                         for j in range(4)}},
+         "defer_loading": True} for i in range(table.DEFERRED_TOOLS)]
+    query = "_".join(f"w{j}_t{j}" for j in range(400))  # the directive takes no spaces
+    call = "[[sim call=tool_search call_args=" + orjson.dumps({"query": query}).decode() + "]]"
+    body = {"model": MODEL, "input": call, "tools": [*tools, {"type": "tool_search"}]}
+    assert len(orjson.dumps(body)) < table.MAX_BODY_BYTES
+    with probe(fresh) as measured:
+        answer = fresh.post("/v1/responses", "sk-cost-a", body)
+        assert answer.status_code == 200, answer.text
+    kinds = [item["type"] for item in answer.json()["output"]]
+    assert "tool_search_output" in kinds, kinds  # the search ran
+    assert measured.cpu <= table.SEARCH_CPU, measured.line()
+    assert measured.rss_growth <= table.TOOLS_RSS, measured.line()
+    within_loop_bound(measured)

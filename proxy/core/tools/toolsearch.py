@@ -23,6 +23,7 @@ a search costs at most MAX_DEFERRED * RANKED_CHARS characters of tokenizing, wha
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,13 +91,19 @@ def offered_now(tool: dict[str, Any]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One deferred tool as a search sees it: its definition, its namespace (and that
-    namespace's description), and the words it is found by."""
+    """One deferred tool as a search sees it: its definition and its namespace (and that
+    namespace's description). Its words are read when a search ranks it, one entry at a time:
+    kept for the whole catalogue they cost ~25x the tools' text in sets of small strings (a
+    1 MiB body of deferred tools held ~18 MiB of them for the response's life)."""
 
     tool: dict[str, Any]
     namespace: str | None
     namespace_description: str
-    words: frozenset[str]
+    parent: dict[str, Any] | None = None
+
+    @property
+    def words(self) -> frozenset[str]:
+        return _words(self.tool, self.parent)
 
 
 def searchable(tools: Iterable[dict[str, Any]], items: Iterable[Item]) -> list[dict[str, Any]]:
@@ -127,10 +134,9 @@ def catalogue(tools: Iterable[dict[str, Any]]) -> list[Entry]:
         if tool.get("type") == "namespace":
             for member in tool.get("tools") or ():
                 if member.get("defer_loading") is True:
-                    out.append(Entry(member, tool["name"], tool.get("description") or "",
-                                     _words(member, tool)))
+                    out.append(Entry(member, tool["name"], tool.get("description") or "", tool))
         elif is_deferred(tool):
-            out.append(Entry(tool, None, "", _words(tool, None)))
+            out.append(Entry(tool, None, ""))
     return out
 
 
@@ -167,15 +173,20 @@ def rank(query: str, entries: list[Entry], limit: int = MAX_FOUND) -> list[Entry
     asked = terms(query[:RANKED_CHARS])
     if not asked:
         return []
-    scored: list[tuple[int, int, Entry]] = []
+    # Only the best `limit` are kept while the entries are read (a bounded heap, not a list
+    # of every match): memory is one entry's words whatever the catalogue's size.
+    best: list[tuple[int, int, Entry]] = []  # (score, -position): the heap's head is the worst
     for position, entry in enumerate(entries):
         shared = asked & entry.words
         if not shared:
             continue
         named = terms(str(entry.tool.get("name") or "")) | terms(entry.namespace or "")
-        scored.append((-(len(shared) + len(shared & named)), position, entry))
-    scored.sort(key=lambda s: (s[0], s[1]))
-    return [entry for _, _, entry in scored[:limit]]
+        score = len(shared) + len(shared & named)
+        if len(best) < limit:
+            heapq.heappush(best, (score, -position, entry))
+        elif (score, -position) > best[0][:2]:
+            heapq.heapreplace(best, (score, -position, entry))
+    return [entry for _, _, entry in sorted(best, key=lambda s: (-s[0], -s[1]))]
 
 
 def definitions(found: list[Entry]) -> list[dict[str, Any]]:
