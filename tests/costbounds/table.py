@@ -182,7 +182,8 @@ ROWS: tuple[Row, ...] = (
         f"at most {WS_PER_KEY_LIMIT} accepted; another key still connects", "38.13", True),
     Row("test_a_search_over_every_deferred_tool_a_body_holds", "POST /v1/responses "
         "`tool_search`", "deferred tools x the model's search query",
-        f"{DEFERRED_TOOLS:,} deferred tools (the whole body) searched with an 800-word query (one 5 KB string)",
+        f"{DEFERRED_TOOLS:,} deferred tools (the whole body) searched with an 800-word query "
+        "(one 5 KB string)",
         f"CPU ≤ {SEARCH_CPU:g} s for the create; RSS ≤ {_mib(TOOLS_RSS)}; "
         f"stall ≤ {STALL_TARGET * 1000:g} ms", "tool search", True),
 )
