@@ -1,7 +1,8 @@
 """Tool search, added tools and the late-2026 small items (reasoning context, effort max,
 refusals), their pure parts: parsing (deferred tools, `tool_search`, the refused types),
-translation (what the model is offered, turn by turn), the ranking, and the items through the assembler (live, picked up
-from a log, replayed from the final object), every event checked against the SDK's types."""
+translation (what the model is offered, turn by turn), the ranking, and the items through the
+assembler (live, picked up from a log, replayed from the final object), every event checked
+against the SDK's types."""
 
 from __future__ import annotations
 
