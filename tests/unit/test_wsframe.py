@@ -84,15 +84,12 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
         return Outcome(stream=stream())
 
     streams = types.SimpleNamespace(send_timeout=5.0)
-    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
-                                    process=types.SimpleNamespace(limits=None),
-                                    services=types.SimpleNamespace(
-                                        responses=types.SimpleNamespace(
-                                            create=create,
-                                            setting_up=contextlib.nullcontext)))
+    web = types.SimpleNamespace(streams=streams, limiter=None,
+                                responses=types.SimpleNamespace(
+                                    create=create, setting_up=contextlib.nullcontext))
     socket = types.SimpleNamespace(scope={}, app=types.SimpleNamespace(
-        state=types.SimpleNamespace(runtime=runtime)))
-    connection = _Connection(socket, runtime)  # type: ignore[arg-type]
+        state=types.SimpleNamespace(web=web)))
+    connection = _Connection(socket, web)  # type: ignore[arg-type]
 
     async def send_text(text: str) -> None:
         sent.append((text, connection.state))

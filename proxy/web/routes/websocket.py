@@ -1,7 +1,7 @@
 """WebSocket mode of `/v1/responses`: the same create service, another transport.
 
 A client's `response.create` frame runs exactly as a streamed HTTP create
-(`runtime.services.responses.create`); each event of the batches it yields goes out as one text
+(`WebState.responses.create`); each event of the batches it yields goes out as one text
 frame, its JSON as the service encoded it (core/types.py `EventBatch`): nothing is parsed or encoded
 again per event, and the objects and sequence numbers are those of SSE. The terminal event is
 known by its type.
@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from starlette.routing import WebSocketRoute
@@ -46,10 +46,7 @@ from proxy.services.responses.localchains import LocalChains
 from proxy.web.errors import error_response
 from proxy.web.limiting import metering
 from proxy.web.middleware.auth import PUBLIC_TENANT
-from proxy.web.state import runtime_of
-
-if TYPE_CHECKING:  # the composition root sits above web/: a name for types only
-    from proxy.runtime import Runtime
+from proxy.web.state import WebState, state_of
 
 log = logging.getLogger("proxy.web")
 
@@ -80,9 +77,9 @@ class SocketState(enum.Enum):
 class _Connection:
     """One accepted socket: its sends, its memory and its response in flight."""
 
-    def __init__(self, websocket: WebSocket, runtime: Runtime) -> None:
+    def __init__(self, websocket: WebSocket, web: WebState) -> None:
         self.websocket = websocket
-        self.runtime = runtime
+        self.web = web
         self.tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
         self.local = LocalChains()
         self.state = SocketState.IDLE
@@ -92,13 +89,13 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         """One frame, within `--send-timeout`; a reader that stopped raises TimeoutError."""
         # `asyncio.timeout`, not `wait_for`: no task per frame on the per-event path.
-        async with self._sending, asyncio.timeout(self.runtime.settings.streams.send_timeout):
+        async with self._sending, asyncio.timeout(self.web.streams.send_timeout):
             await self.websocket.send_text(data.decode())
 
     async def fail(self, error: ProxyError) -> None:
         if isinstance(error, StoreUnavailable):
             # Counted and logged as the HTTP path does (web/errors.py): the cause named.
-            self.runtime.metrics.store_error()
+            self.web.metrics.store_error()
             log.warning("store unavailable on WebSocket %s: %s", self.websocket.url.path,
                         failure_cause(error))
         await self.send(error_frame(error))
@@ -115,7 +112,7 @@ class _Connection:
         previous = body.get("previous_response_id")
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
-            responses = self.runtime.services.responses
+            responses = self.web.responses
             async with responses.setting_up(), metering(self.websocket, hold=True) as meter:
                 outcome = await responses.create(
                     self.tenant, {**body, "stream": True}, meter=meter, local=self.local,
@@ -156,7 +153,7 @@ class _Connection:
         task = self.current
         if task is None:
             return
-        await asyncio.wait({task}, timeout=self.runtime.settings.streams.send_timeout)
+        await asyncio.wait({task}, timeout=self.web.streams.send_timeout)
         if task.done():
             _raise_transport_failure(task)  # its last send failed: the connection is over
 
@@ -164,7 +161,7 @@ class _Connection:
         raw = text if text is not None else data
         if raw is None:
             return
-        if frame_over(raw, self.runtime.settings.limits.max_body_bytes):
+        if frame_over(raw, self.web.limits.max_body_bytes):
             # 413 as for an HTTP body over the limit; the code says it was a frame.
             await self.fail(PayloadTooLarge("The frame is larger than the maximum request size.",
                                             code="frame_too_large"))
@@ -196,18 +193,18 @@ class _Connection:
 
 
 async def responses_socket(websocket: WebSocket) -> None:
-    runtime = runtime_of(websocket)
+    web = state_of(websocket)
     tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
     # A place among the key's sockets in this process for the connection's whole life, freed
     # however it ends (the `with`): a key cannot hold every descriptor for `--ws-max-age`.
-    with runtime.process.sockets.taken(tenant) as free:
+    with web.sockets.taken(tenant) as free:
         if not free:
             await _refuse(websocket, RateLimited(
-                f"This key has {runtime.process.sockets.per_key} WebSocket connections open "
+                f"This key has {web.sockets.per_key} WebSocket connections open "
                 "on this server (--ws-max-connections-per-key); close one, or retry later.",
                 retry_after=1))
             return
-        await _serve(websocket, runtime)
+        await _serve(websocket, web)
 
 
 async def _refuse(websocket: WebSocket, error: ProxyError) -> None:
@@ -223,11 +220,11 @@ async def _refuse(websocket: WebSocket, error: ProxyError) -> None:
     await websocket.close(code=1008)
 
 
-async def _serve(websocket: WebSocket, runtime: Runtime) -> None:
+async def _serve(websocket: WebSocket, web: WebState) -> None:
     await websocket.accept()
-    connection = _Connection(websocket, runtime)
+    connection = _Connection(websocket, web)
     loop = asyncio.get_running_loop()
-    closes_at = loop.time() + runtime.settings.streams.ws_max_age
+    closes_at = loop.time() + web.streams.ws_max_age
     # One receive stays pending across turns of the loop, so no frame is lost while the loop
     # wakes up for a response that ended.
     receiving: asyncio.Future[Any] | None = None
@@ -261,7 +258,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime) -> None:
     except TimeoutError:
         # Once per connection, not per event: the response's upstream request is aborted below.
         log.warning("WebSocket client stopped reading for %ss; connection dropped",
-                    runtime.settings.streams.send_timeout)
+                    web.streams.send_timeout)
     except (WebSocketDisconnect, RuntimeError):
         return  # a socket already gone
     finally:
