@@ -86,11 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = args[0]
     from proxy import cli
-    from proxy.app import create_app
+    from proxy.app import app_runtime, create_app
     from proxy.process.gctune import tune_for_serving
     from proxy.process.server import DrainingServer
     from proxy.settings import build_settings, require_upstreams
-    from proxy.web.state import app_runtime
 
     parsed = cli._parser().parse_args(args[1:])
     settings = build_settings(vars(parsed), os.environ)

@@ -1,8 +1,8 @@
 """The application factory: `create_app(settings)` wires middleware, routes and the lifespan.
 
-The lifespan builds the `Runtime` (HTTP client, fleet, store, services, worker), starts it
-(first fleet discovery before serving, discovery loop, background worker) and tears everything
-down in order at shutdown.
+The lifespan builds the `Runtime` (HTTP client, fleet, store, services, worker), hands the web
+layer its `WebState` (web/state.py), starts it (first fleet discovery before serving, discovery
+loop, background worker) and tears everything down in order at shutdown.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime = await Runtime.open(settings, metrics=metrics, draining=draining,
                                      tracing=tracing, keys=keys)
-        attach(app, runtime)
+        app.state.runtime = runtime  # the root's own handle (`app_runtime`); web/ never reads it
+        attach(app, runtime.web_state())
         try:
             await runtime.start()
         except BaseException:  # e.g. a key both managed and in the keys file: close, then say
@@ -92,6 +93,12 @@ def create_app(settings: Settings) -> Starlette:
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+
+
+def app_runtime(app: Starlette) -> Runtime:
+    """The lifespan's `Runtime`, once it runs: what the CLI's drain calls (cli.py)."""
+    runtime: Runtime = app.state.runtime
+    return runtime
 
 
 class _ProxyApp(Starlette):

@@ -171,9 +171,8 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
 
 def _serve_one(settings: Settings, sock: socket.socket | None = None,
                parent: int | None = None) -> None:
-    from proxy.app import create_app
+    from proxy.app import app_runtime, create_app
     from proxy.process.server import DrainingServer
-    from proxy.web.state import app_runtime
 
     app = create_app(settings)
     tune_for_serving()  # after the imports and the app: what is alive now lives forever

@@ -23,7 +23,9 @@ from proxy.core.policy.keyslots import KeySlots
 from proxy.core.policy.storagebudget import StorageBudget
 from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.seal import Sealer
+from proxy.services.admin.console import Console
 from proxy.services.admin.keyring import KeyRing, KeyTables, budgets_view, keyring_of
+from proxy.services.admin.usage import Usage
 from proxy.services.cache.chat import CachedChat
 from proxy.services.cache.responses import ResponseCache
 from proxy.services.eventlog.log import EventLog
@@ -67,6 +69,7 @@ from proxy.store.connection.factory import Backend, open_backend
 from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.tracing import Tracing, traced_writes
 from proxy.upstream.client import ConnectionPool, Upstream
+from proxy.web.state import WebState
 
 log = logging.getLogger("proxy")
 
@@ -89,6 +92,8 @@ class Services:
     files: Files  # `/v1/files`
     prompts: Prompts  # `/v1/prompts`
     vector_stores: VectorStores  # `/v1/vector_stores`
+    console: Console  # the operator's reads (`/admin/fleet`, `/admin/jobs`, a response)
+    usage: Usage  # a key's usage (`/v1/usage`, the admin key list)
     chat: CachedChat | None = None  # chat completions through the cache (when it is on)
 
 
@@ -121,7 +126,10 @@ class Process:
 @dataclass
 class Runtime:
     """The composition root: everything the lifespan builds, in three groups (the state
-    adapters, the services the transports call, the process's own machinery)."""
+    adapters, the services the transports call, the process's own machinery). Built in steps,
+    one per room: the upstream and the fleet (`_fleet`), the store's adapters as the services
+    use them (`_store_wiring`), the services (`_services_wiring`), and what the web layer
+    reads (`web_state`)."""
 
     settings: Settings
     metrics: Metrics
@@ -158,117 +166,35 @@ class Runtime:
         `sealer`: the fleet secret's (services/process/sealing.py), one for every service.
         `backend`: the store and its adapters (store/connection/factory.py), used only through
         them."""
-        per_replica = settings.upstream.max_connections
-        client = http or Upstream.make_pool(
-            max_connections=max(POOL_CONNECTIONS, 2 * per_replica), max_per_origin=per_replica,
-            ca_bundle=settings.upstream.ca_bundle, https_proxy=settings.upstream.https_proxy,
-            no_proxy=settings.upstream.no_proxy)
-        upstream = Upstream(client, api_key=settings.upstream.api_key, timeouts=settings.timeouts)
-        fleet = Fleet(upstream, settings.fleet.upstreams,
-                      interval=settings.fleet.discovery_interval,
-                      probe_timeout=min(5.0, settings.timeouts.connect + 2.0),
-                      specs=settings.fleet.replicas,
-                      load_factor=settings.fleet.affinity_load_factor,
-                      routing=settings.fleet.routing, tracing=tracing)
         metrics = metrics or Metrics()
-        draining = draining or Drain()
-        store, queue = backend.store, backend.queue
-        # States read when /metrics is scraped, never kept in sync by the request path.
-        metrics.watch_replicas(lambda: fleet.replicas)
-        metrics.watch_queue(queue.length)
-        metrics.watch_replication(lambda: backend.store.replication.shortfalls)
-        tasks = TaskSet()
-        supervisor = LoopSupervisor()
-        events = EventLog(store, ttl=settings.store.response_ttl,
-                          event_ttl=settings.store.event_ttl, supervisor=supervisor,
-                          tracing=tracing)
-        leases = None if backend.leases is None else Leases(
-            backend.leases, events, ttl=settings.store.lease_ttl, owner=worker_name(),
-            interrupt=draining.interrupt)
-        stored = StoredResponses(store, events.followers, settings.streams, leases=leases)
-        # Always built (no I/O until used): jobs of limited keys may come from other instances.
-        limits = Limiter(backend.limits,
-                         limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
-                         refused=metrics.rate_limited)
-        # Every embedding (vector stores, the semantic cache) is charged to its key.
-        accounts = EmbeddingAccounts(limits)
-        cache = (ResponseCache(backend.cache, fleet, settings, metrics, tasks, store,
-                               accounts=accounts)
-                 if settings.cache.mode != "off" else None)
-        # One admission per process: requests, chat and background jobs share the caps. One
-        # gateway, sealer and MCP client behind every generation, create path and worker alike.
-        admission = Admission.from_settings(fleet, settings.flow, settings.tenancy.keys_file)
-        gateway = Gateway(fleet, admission,
-                          SetupGate(settings.flow.setup_slots,
-                                    timeout=settings.flow.queue_timeout)
-                          if settings.flow.setup_slots else None)
-        ttl = settings.store.response_ttl
-        # Their writes traced (a span each, tracing on): uploads, vector stores, ingestions.
-        traced_writes(tracing, backend.files, {"put": "put_file", "delete": "delete_file"})
-        traced_writes(tracing, backend.vectors, {
-            "create": "create_vector_store", "renew": "renew_vector_store",
-            "delete": "delete_vector_store", "add_files": "add_vector_store_files",
-            "finish_file": "finish_vector_store_file",
-            "delete_file": "delete_vector_store_file"})
-        # One set of extraction children per process, for input_file parts and ingestions.
-        extractor = Extractor(processes=settings.limits.extract_processes,
-                              cpu_seconds=settings.limits.extract_cpu_seconds)
-        files = Files(backend.files, store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
-                      max_in_flight=settings.limits.max_uploads_in_flight, extractor=extractor)
-        # Vector stores: searched by the REST API and by file_search, their files ingested by
-        # the worker; vectors from the fleet's --embedding-model, charged to their key.
-        searcher = Searcher(backend.vectors,
-                            Embedder(fleet, settings.cache.embedding_model,
-                                     timeout=settings.timeouts.first_byte),
-                            cache_bytes=settings.vectors.cache_bytes, accounts=accounts)
-        vector_stores = VectorStores(backend.vectors, files, queue, searcher, settings.vectors,
-                                     ttl=ttl, share=QueueShare.of(settings.jobs))
-        ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
-                            ttl_of=vector_stores.ttl_left, tracing=tracing,
-                            accounts=accounts)
-        mcp_client = McpClient(connect_timeout=settings.timeouts.connect,
-                               call_timeout=settings.mcp.timeout, tracing=tracing)
-        generations = Generations(
-            gateway, mcp_client,
-            sealer, events,
-            tasks, metrics, ids=backend.ids,
-            hosted=_hosted_tools(settings, searcher, mcp_client).traced(tracing),
-            tracing=tracing)
-        media = MediaFetcher.from_settings(settings.fetch, settings.limits)
-        salts = CacheSalts.of(settings.tenancy.keys_file)
-        passthrough = Passthrough(gateway, media=media, salts=salts)
-        keys = _keys_wired(keys or keyring_of(settings.tenancy), backend, limits, admission,
-                           salts)
-        prompts = Prompts(backend.prompts, store, ttl=ttl)
-        runner = None
-        if settings.jobs.run if worker is None else worker:
-            runner = Worker(queue, generations, settings, shared=backend.shared,
-                            supervisor=supervisor, limits=limits, ingest=ingester.run)
-        # This process's own worker, if any, is told of its submits and cancels at once.
-        background = Background(store, queue, settings.store, settings.jobs, worker=runner)
-        return cls(
-            settings=settings, metrics=metrics, fleet=fleet, store=store, queue=queue,
-            events=events,
-            services=Services(
-                responses=ResponsesService(generations, settings, background, stored,
-                                           cache=cache, drain=draining, leases=leases,
-                                           inputs=RequestInputs(media, files, prompts,
-                                                                extractor),
-                                           salts=salts),
-                stored=stored, conversations=Conversations(store, settings.store, sealer,
-                                                           ids=backend.ids),
-                passthrough=passthrough, background=background, files=files, prompts=prompts,
-                vector_stores=vector_stores,
-                chat=(CachedChat(passthrough, cache,
-                                 max_entry_bytes=settings.cache.max_entry_bytes)
-                      if cache is not None else None)),
-            process=Process(
-                http=client, tasks=tasks, supervisor=supervisor, draining=draining,
-                worker=runner, limits=limits, leases=leases,
-                sockets=KeySlots(settings.streams.ws_max_per_key), keys=keys,
-                read_secret=None if sealer.ready else functools.partial(
-                    keep_reading, sealer, backend.secret)),
-        )
+        process = Process(http=http or _pool(settings), tasks=TaskSet(),
+                          draining=draining or Drain(),
+                          sockets=KeySlots(settings.streams.ws_max_per_key),
+                          keys=keys or keyring_of(settings.tenancy))
+        fleet = _fleet(settings, process.http, tracing)
+        events, process.leases = _store_wiring(settings, backend, fleet, metrics, process,
+                                               tracing)
+        wiring = _Wiring(settings, backend, sealer, fleet, events, metrics, process, tracing)
+        services, process.limits, process.worker = _services_wiring(
+            wiring, settings.jobs.run if worker is None else worker)
+        if not sealer.ready:
+            process.read_secret = functools.partial(keep_reading, sealer, backend.secret)
+        return cls(settings=settings, metrics=metrics, fleet=fleet, store=backend.store,
+                   queue=backend.queue, events=events, services=services, process=process)
+
+    def web_state(self) -> WebState:
+        """What the routes, sockets and error handlers read (web/state.py), and nothing more."""
+        services, process, settings = self.services, self.process, self.settings
+        return WebState(
+            responses=services.responses, stored=services.stored,
+            background=services.background, conversations=services.conversations,
+            passthrough=services.passthrough, chat=services.chat, files=services.files,
+            prompts=services.prompts, vector_stores=services.vector_stores,
+            console=services.console, usage=services.usage,
+            fleet=self.fleet, store=self.store, draining=process.draining,
+            supervisor=process.supervisor, metrics=self.metrics,
+            keys=process.keys, limiter=process.limits, sockets=process.sockets,
+            streams=settings.streams, limits=settings.limits, tenancy=settings.tenancy)
 
     async def start(self) -> None:
         await self.process.keys.load()  # a key both managed and in the keys file: no start
@@ -329,6 +255,168 @@ class Runtime:
         await self.store.aclose()
         await self.process.http.aclose()
         await self.services.files.extractor.aclose()  # its children, idle by now
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What every step of the services' wiring may draw on: the settings, the store's adapters
+    (wired), the fleet, the process's parts. Local to the composition root: each service is
+    handed only the parts it uses."""
+
+    settings: Settings
+    backend: Backend
+    sealer: Sealer
+    fleet: Fleet
+    events: EventLog
+    metrics: Metrics
+    process: Process
+    tracing: Tracing | None
+
+
+@dataclass(frozen=True)
+class _Documents:
+    extractor: Extractor
+    files: Files
+    searcher: Searcher
+    vector_stores: VectorStores
+    ingester: Ingester
+
+
+def _pool(settings: Settings) -> ConnectionPool:
+    upstream = settings.upstream
+    return Upstream.make_pool(
+        max_connections=max(POOL_CONNECTIONS, 2 * upstream.max_connections),
+        max_per_origin=upstream.max_connections, ca_bundle=upstream.ca_bundle,
+        https_proxy=upstream.https_proxy, no_proxy=upstream.no_proxy)
+
+
+def _fleet(settings: Settings, client: ConnectionPool, tracing: Tracing | None) -> Fleet:
+    upstream = Upstream(client, api_key=settings.upstream.api_key, timeouts=settings.timeouts)
+    fleet = settings.fleet
+    return Fleet(upstream, fleet.upstreams, interval=fleet.discovery_interval,
+                 probe_timeout=min(5.0, settings.timeouts.connect + 2.0), specs=fleet.replicas,
+                 load_factor=fleet.affinity_load_factor, routing=fleet.routing, tracing=tracing)
+
+
+def _store_wiring(settings: Settings, backend: Backend, fleet: Fleet, metrics: Metrics,
+                  process: Process, tracing: Tracing | None) -> tuple[EventLog, Leases | None]:
+    """The store's adapters as the services use them: the event logs over the store, the
+    leases on stored responses, writes traced, and the states `/metrics` reads."""
+    # Read when /metrics is scraped, never kept in sync by the request path.
+    metrics.watch_replicas(lambda: fleet.replicas)
+    metrics.watch_queue(backend.queue.length)
+    metrics.watch_replication(lambda: backend.store.replication.shortfalls)
+    # Their writes traced (a span each, tracing on): uploads, vector stores, ingestions.
+    traced_writes(tracing, backend.files, {"put": "put_file", "delete": "delete_file"})
+    traced_writes(tracing, backend.vectors, {
+        "create": "create_vector_store", "renew": "renew_vector_store",
+        "delete": "delete_vector_store", "add_files": "add_vector_store_files",
+        "finish_file": "finish_vector_store_file",
+        "delete_file": "delete_vector_store_file"})
+    store = settings.store
+    events = EventLog(backend.store, ttl=store.response_ttl, event_ttl=store.event_ttl,
+                      supervisor=process.supervisor, tracing=tracing)
+    leases = None if backend.leases is None else Leases(
+        backend.leases, events, ttl=store.lease_ttl, owner=worker_name(),
+        interrupt=process.draining.interrupt)
+    return events, leases
+
+
+def _services_wiring(w: _Wiring, run_jobs: bool) -> tuple[Services, Limiter, Worker | None]:
+    """The services, each handed its collaborators and settings groups; with the limiter and
+    this process's worker (`run_jobs`), which the process runs and stops."""
+    settings, backend, process = w.settings, w.backend, w.process
+    # Always built (no I/O until used): jobs of limited keys may come from other instances.
+    limits = Limiter(backend.limits,
+                     limit_table(settings.tenancy.keys_file, settings.tenancy.api_keys),
+                     refused=w.metrics.rate_limited)
+    # Every embedding (vector stores, the semantic cache) is charged to its key.
+    accounts = EmbeddingAccounts(limits)
+    documents = _documents(w, accounts)
+    admission, generations = _generation(w, documents.searcher)
+    salts = CacheSalts.of(settings.tenancy.keys_file)
+    _keys_wired(process.keys, backend, limits, admission, salts)
+    runner = Worker(backend.queue, generations, settings.jobs, ttl=settings.store.response_ttl,
+                    shared=backend.shared, supervisor=process.supervisor, limits=limits,
+                    ingest=documents.ingester.run) if run_jobs else None
+    # This process's own worker, if any, is told of its submits and cancels at once.
+    background = Background(backend.store, backend.queue, settings.store, settings.jobs,
+                            worker=runner)
+    stored = StoredResponses(backend.store, w.events.followers, settings.streams,
+                             leases=process.leases)
+    return _front(w, generations, documents, background, stored, limits, salts,
+                  _cache(w, accounts)), limits, runner
+
+
+def _front(w: _Wiring, generations: Generations, documents: _Documents,
+           background: Background, stored: StoredResponses, limits: Limiter,
+           salts: CacheSalts, cache: ResponseCache | None) -> Services:
+    """The services the transports call, over the generation, documents and jobs wired."""
+    settings, backend, process = w.settings, w.backend, w.process
+    # The process's one fetcher, the pass-through's and the create path's alike.
+    media = MediaFetcher.from_settings(settings.fetch, settings.limits)
+    passthrough = Passthrough(generations.gateway, media=media, salts=salts)
+    prompts = Prompts(backend.prompts, backend.store, ttl=settings.store.response_ttl)
+    inputs = RequestInputs(media, documents.files, prompts, documents.extractor)
+    return Services(
+        responses=ResponsesService(
+            generations, background, stored, inputs, salts, limits=settings.limits,
+            tolerance=settings.tolerance, mcp=settings.mcp, ttls=settings.store, cache=cache,
+            drain=process.draining, leases=process.leases),
+        stored=stored,
+        conversations=Conversations(backend.store, settings.store, w.sealer, ids=backend.ids),
+        passthrough=passthrough, background=background, files=documents.files,
+        prompts=prompts, vector_stores=documents.vector_stores,
+        console=Console(w.fleet, backend.store, backend.queue, process.keys, limits,
+                        background, stored),
+        usage=Usage(process.keys, limits, backend.store),
+        chat=(CachedChat(passthrough, cache, max_entry_bytes=settings.cache.max_entry_bytes)
+              if cache is not None else None))
+
+
+def _documents(w: _Wiring, accounts: EmbeddingAccounts) -> _Documents:
+    """Uploaded files and vector stores: searched by the REST API and by file_search, their
+    files ingested by the worker; vectors from the fleet's `--embedding-model`, charged to
+    their key."""
+    settings, backend = w.settings, w.backend
+    ttl = settings.store.response_ttl
+    # One set of extraction children per process, for input_file parts and ingestions.
+    extractor = Extractor(processes=settings.limits.extract_processes,
+                          cpu_seconds=settings.limits.extract_cpu_seconds)
+    files = Files(backend.files, backend.store, ttl=ttl, max_bytes=settings.limits.max_file_bytes,
+                  max_in_flight=settings.limits.max_uploads_in_flight, extractor=extractor)
+    searcher = Searcher(backend.vectors,
+                        Embedder(w.fleet, settings.cache.embedding_model,
+                                 timeout=settings.timeouts.first_byte),
+                        cache_bytes=settings.vectors.cache_bytes, accounts=accounts)
+    vector_stores = VectorStores(backend.vectors, files, backend.queue, searcher,
+                                 settings.vectors, ttl=ttl, share=QueueShare.of(settings.jobs))
+    ingester = Ingester(backend.vectors, files, searcher.embedder, settings.vectors,
+                        ttl_of=vector_stores.ttl_left, tracing=w.tracing, accounts=accounts)
+    return _Documents(extractor, files, searcher, vector_stores, ingester)
+
+
+def _generation(w: _Wiring, searcher: Searcher) -> tuple[Admission, Generations]:
+    """One admission per process: requests, chat and background jobs share the caps. One
+    gateway, sealer and MCP client behind every generation, create path and worker alike."""
+    settings, flow = w.settings, w.settings.flow
+    admission = Admission.from_settings(w.fleet, flow, settings.tenancy.keys_file)
+    gateway = Gateway(w.fleet, admission,
+                      SetupGate(flow.setup_slots, timeout=flow.queue_timeout)
+                      if flow.setup_slots else None)
+    mcp_client = McpClient(connect_timeout=settings.timeouts.connect,
+                           call_timeout=settings.mcp.timeout, tracing=w.tracing)
+    hosted = _hosted_tools(settings, searcher, mcp_client).traced(w.tracing)
+    return admission, Generations(gateway, mcp_client, w.sealer, w.events, w.process.tasks,
+                                  w.metrics, ids=w.backend.ids, hosted=hosted, tracing=w.tracing)
+
+
+def _cache(w: _Wiring, accounts: EmbeddingAccounts) -> ResponseCache | None:
+    settings = w.settings
+    if settings.cache.mode == "off":
+        return None
+    return ResponseCache(w.backend.cache, w.fleet, settings.cache, settings.store, w.metrics,
+                         w.process.tasks, w.backend.store, accounts=accounts)
 
 
 def _keys_wired(keys: KeyRing, backend: Backend, limits: Limiter, admission: Admission,

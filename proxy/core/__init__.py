@@ -12,6 +12,7 @@ fleet decisions. No sockets, no Redis, no clock it does not take as an argument.
     policy/      who may do what: keys, tenancy, budgets,   vectors/    chunking, search,
                  origins, URLs                                          filters, stores
     cache/, fleet/  the response cache's and the fleet's decisions
+    storage/     which Redis a `--redis-url` names (topology)
     hosted, mcp, filesearch, websearch, compaction, documents, prompts, seal, shardtags
 
 May import: the standard library, third-party libraries and `proxy.core` itself; nothing else

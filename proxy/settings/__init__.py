@@ -6,8 +6,8 @@
     build.py    flags + environment -> `Settings`, and what one option means for another
 
 May import: `proxy.core`, the standard library and third-party libraries (the fleet file's
-reader, `settings/fleetfile.py`, counts as part of this room). `--redis-url` is still read with
-`proxy.store.connection.topology`'s parser: a listed exception in tests/unit/test_layers.py.
+reader, `settings/fleetfile.py`, counts as part of this room). `--redis-url` is read with the
+parser the store opens it with, `proxy.core.storage.topology`.
 """
 
 from proxy.settings.build import (

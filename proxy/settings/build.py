@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.core.policy.urlpolicy import UrlRefused, check, parse_prefix
+from proxy.core.storage.topology import parse_redis_url
 from proxy.settings.checks import ConfigError, split
 from proxy.settings.groups import QUEUED_TOTAL_PER_KEY, Settings
 from proxy.settings.options import OPTIONS, Option
-from proxy.store.connection.topology import parse_redis_url
 
 # Options that may not be given together: two lists of the fleet would disagree sooner or later.
 _EXCLUSIVE = (("replicas", "upstreams"),)

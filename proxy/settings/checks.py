@@ -22,8 +22,8 @@ import yaml
 from proxy.core.policy.keysfile import KeysFile, KeysFileError, parse_keys_file
 from proxy.core.policy.origin import parse_origin
 from proxy.core.policy.urlpolicy import UrlRefused, parse_prefix, parse_target
+from proxy.core.storage.topology import BadRedisUrl, parse_redis_url
 from proxy.settings.fleetfile import FleetFileError, ReplicaSpec, load_fleet
-from proxy.store.connection.topology import BadRedisUrl, parse_redis_url
 
 # A value as given (never None or empty: those mean "not given", build.py) and its flag.
 Parse = Callable[[object, str], object]
@@ -96,7 +96,7 @@ def upstreams(values: object, flag: str) -> tuple[str, ...]:
 
 
 def check_redis_url(url: object, flag: str = "--redis-url") -> str:
-    """One of the forms store/connection/topology.py reads (one primary, TLS, Sentinel, Cluster).
+    """One of the forms core/storage/topology.py reads (one primary, TLS, Sentinel, Cluster).
     The message names what is wrong, not the URL: it may carry a password."""
     try:
         return parse_redis_url(str(url)).url

@@ -2,11 +2,11 @@
 
 `base.py` is the `Store` protocol, `redis.py` its one implementation (`conversations.py` its
 conversation half); `connection/factory.py` opens it on the URL it is given: a real Redis (one
-primary, Sentinel or Cluster, `connection/topology.py`) or, with no URL, the embedded store (an
-in-process fakeredis server, one process). Every key and TTL is named in `keys.py`, every Lua
-script in `lua/scripts.py`.
+primary, Sentinel or Cluster, as core/storage/topology.py reads the URL) or, with no URL, the
+embedded store (an in-process fakeredis server, one process). Every key and TTL is named in
+`keys.py`, every Lua script in `lua/scripts.py`.
 
-    connection/  reaching Redis: topology, factory, reconnect, failures, replication, cluster
+    connection/  reaching Redis: factory, reconnect, failures, replication, cluster
                  shards, pipelined script calls (coalesce)
     lua/         the scripts, how their arguments are packed and their replies decoded
     budget/      the per-key storage ledger, its cluster view, this process's headroom

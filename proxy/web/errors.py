@@ -22,7 +22,7 @@ from proxy.core.errors import (
     StoreUnavailable,
     failure_cause,
 )
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 log = logging.getLogger("proxy.web")
 
@@ -42,7 +42,7 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
         # Counted and logged here, where every store failure that reaches a client is rendered.
         # The log names the cause (the server's own words: "NOAUTH ...", "DENIED ...", "OOM
         # ...", a refused connection) so an operator knows what to fix without a traceback.
-        runtime_of(request).metrics.store_error()
+        state_of(request).metrics.store_error()
         log.warning("store unavailable on %s %s: %s", request.method, request.url.path,
                     failure_cause(exc))
     return error_response(exc)

@@ -213,8 +213,8 @@ class _Timers:
 def _send_timeout(scope: Scope) -> float:
     """The serving app's `--send-timeout` (the default when served outside the proxy app)."""
     state = getattr(scope.get("app"), "state", None)
-    settings = getattr(getattr(state, "runtime", None), "settings", None)
-    return float(getattr(getattr(settings, "streams", None), "send_timeout", DEFAULT_SEND_TIMEOUT))
+    streams = getattr(getattr(state, "web", None), "streams", None)  # web/state.py's WebState
+    return float(getattr(streams, "send_timeout", DEFAULT_SEND_TIMEOUT))
 
 
 async def _close(body: AsyncIterator[Any]) -> None:

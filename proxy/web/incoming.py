@@ -1,5 +1,5 @@
 """What a handler may take from the request (or WebSocket): the caller's tenant, its JSON
-body, a path id (the runtime: web/state.py `runtime_of`)."""
+body, a path id (the services: web/state.py `state_of`)."""
 
 from __future__ import annotations
 

@@ -21,11 +21,11 @@ from starlette.responses import Response
 from proxy.services.metering.meter import Meter
 from proxy.web.incoming import json_body, tenant
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 def limits_on(conn: HTTPConnection) -> bool:
-    limiter = runtime_of(conn).process.limits
+    limiter = state_of(conn).limiter
     return limiter is not None and limiter.active
 
 
@@ -33,7 +33,7 @@ def limits_on(conn: HTTPConnection) -> bool:
 async def metering(conn: HTTPConnection, *, hold: bool = False) -> AsyncIterator[Meter]:
     """Admit (`hold`: the request takes a stream slot until it settles), then settle in a
     `finally`, unless a stream or a background job took the meter over."""
-    limiter = runtime_of(conn).process.limits
+    limiter = state_of(conn).limiter
     if limiter is None or not limiter.active:
         yield Meter()
         return

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from proxy.app import create_app
+from proxy.core.storage.topology import parse_redis_url
 from proxy.settings import PLACEHOLDERS, ConfigError, Settings, build_settings
-from proxy.store.connection.topology import parse_redis_url
 from proxy.web.middleware.bodylimits import MULTIPART_SLACK
 
 ROOT = Path(__file__).resolve().parents[2]

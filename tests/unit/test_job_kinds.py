@@ -14,6 +14,7 @@ from proxy.services.jobs.runner import Worker
 from proxy.services.process.loops import TaskSet
 from proxy.services.vectors.ingest import KIND as INGESTION
 from proxy.services.vectors.ingest import job_of
+from proxy.settings import JobSettings
 from proxy.store.base import Job
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -55,7 +56,8 @@ async def test_the_worker_dispatches_by_the_specs_kind_not_the_entry_id() -> Non
 
     queue = _Queue()
     generations = SimpleNamespace(store=None, tasks=TaskSet(), metrics=None)
-    worker = Worker(queue, generations, None, ingest=ingest)  # type: ignore[arg-type]
+    worker = Worker(queue, generations, JobSettings(), ttl=60,  # type: ignore[arg-type]
+                    ingest=ingest)
     worker._launch(Job("1-0", "entry_without_prefix", PREVIOUS_INGESTION))
     await worker._running["entry_without_prefix"].task
     assert ingested == [PREVIOUS_INGESTION] and queue.done_ids == ["1-0"]

@@ -65,18 +65,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 
 # (importing module, imported module) -> why the crossing stands for now. Fix one, delete its
 # row: `test_no_stale_exception` fails on a row nothing needs any more.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("proxy.settings.build", "proxy.store.connection.topology"):
-        "the Redis URL's forms are parsed by one pure function (no I/O) that lives beside the "
-        "store it configures; it belongs in core (issue 39 point 3 moves modules)",
-    ("proxy.settings.checks", "proxy.store.connection.topology"):
-        "same parser as above: `--redis-url` is checked with the store's own reading of it",
-    ("proxy.web.state", "proxy.runtime"):
-        "the web layer's state is the whole `Runtime` (a service locator); issue 39 point 6 "
-        "gives web a typed state with only what it reads",
-    ("proxy.web.routes.websocket", "proxy.runtime"):
-        "same locator as above: the WebSocket route takes the `Runtime` from the app state",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def room_of(module: str) -> str | None:

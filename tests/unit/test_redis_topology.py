@@ -1,4 +1,4 @@
-"""`--redis-url`'s forms (store/connection/topology.py) and what the settings make of them: one
+"""`--redis-url`'s forms (core/storage/topology.py) and what the settings make of them: one
 primary, TLS, Sentinel; a Cluster URL understood but refused at start; a bad one a ConfigError
 naming the flag without echoing the password."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.storage.topology import BadRedisUrl, RedisTarget, parse_redis_url
 from proxy.settings import ConfigError, build_settings
 from proxy.store.connection.factory import open_store
-from proxy.store.connection.topology import BadRedisUrl, RedisTarget, parse_redis_url
 
 
 @pytest.mark.parametrize("url", [

@@ -93,8 +93,8 @@ class Socket:
     def __init__(self) -> None:
         self.scope: dict[str, Any] = {}
         self.url = types.SimpleNamespace(path="/v1/responses")
-        runtime = types.SimpleNamespace(process=types.SimpleNamespace(limits=None))
-        self.app = types.SimpleNamespace(state=types.SimpleNamespace(runtime=runtime))
+        web = types.SimpleNamespace(limiter=None)  # the part of WebState a connection reads
+        self.app = types.SimpleNamespace(state=types.SimpleNamespace(web=web))
         self.texts: list[str] = []
 
     async def send_text(self, text: str) -> None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from proxy.core.errors import response_not_found
+from proxy.core.errors import NotFound, response_not_found
 from proxy.core.request.paging import PageRequest
+from proxy.core.types import EventBatches
 from proxy.services.admin.keyring import KeyRing
 from proxy.services.fleet.fleet import Fleet
 from proxy.services.jobs.background import Background
 from proxy.services.metering.limits import Limiter
 from proxy.services.responses.stored import StoredResponses
-from proxy.store.base import JobQueue, Store
+from proxy.store.base import JobQueue, ResponseRecord, Store
 from proxy.store.jobsview import JobsView
 
 # Input items the inspector shows at most (the rest: the API's own paging).
@@ -95,3 +96,36 @@ async def inspect(store: Store, stored: StoredResponses, keys: KeyRing,
             "chain": [*record.parents, response_id], "input_items": items["data"],
             "input_items_more": items.get("has_more", False),
             "logged": record.logged, "closed": record.closed}
+
+
+class Console:
+    """The console's reads, each bound to what it reads: built once by the composition root, so
+    the web layer holds this and never the store or the queue."""
+
+    def __init__(self, fleet: Fleet, store: Store, queue: JobQueue, keys: KeyRing,
+                 limiter: Limiter | None, background: Background,
+                 stored: StoredResponses) -> None:
+        self._fleet, self._store, self._queue, self._keys = fleet, store, queue, keys
+        self._limiter, self._background, self._stored = limiter, background, stored
+
+    def fleet(self) -> dict[str, Any]:
+        return fleet_view(self._fleet)
+
+    async def jobs(self) -> dict[str, Any]:
+        return await jobs_of(self._store, self._queue, self._keys, self._limiter)
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        return await cancel_job(self._store, self._background, response_id)
+
+    async def inspect(self, response_id: str) -> dict[str, Any]:
+        return await inspect(self._store, self._stored, self._keys, response_id)
+
+    async def record(self, response_id: str) -> ResponseRecord:
+        """Any key's response (404 before any byte of its events)."""
+        record = await self._store.get_response_any(response_id)
+        if record is None:
+            raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+        return record
+
+    def events(self, record: ResponseRecord, after: int) -> EventBatches:
+        return self._stored.replay_record(record, after)

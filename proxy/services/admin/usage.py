@@ -31,3 +31,14 @@ async def usage_of(tenant: str, keys: KeyRing, limiter: Limiter | None,
                    "tpm": limits.tpm if limits else None,
                    "max_streams": limits.max_streams if limits else None},
     }
+
+
+class Usage:
+    """`usage_of` bound to what it reads (the key ring, the limiter, the store): what the web
+    layer holds for `GET /v1/usage` and the admin key list."""
+
+    def __init__(self, keys: KeyRing, limiter: Limiter | None, store: Store) -> None:
+        self._keys, self._limiter, self._store = keys, limiter, store
+
+    async def of(self, tenant: str) -> dict[str, Any]:
+        return await usage_of(tenant, self._keys, self._limiter, self._store)

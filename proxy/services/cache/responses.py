@@ -53,7 +53,7 @@ from proxy.services.fleet.fleet import Fleet
 from proxy.services.metering.embedding import EmbeddingAccounts
 from proxy.services.process import offload
 from proxy.services.process.loops import TaskSet
-from proxy.settings import Settings
+from proxy.settings import CacheSettings, StoreSettings
 from proxy.store.base import ResponseRecord, Store
 from proxy.store.objects.cache import RedisCache, VectorWrite
 from proxy.telemetry.metrics import CacheResult, Metrics
@@ -93,8 +93,9 @@ OFF = Lookup()
 
 
 class ResponseCache:
-    def __init__(self, store: RedisCache, fleet: Fleet, settings: Settings, metrics: Metrics,
-                 tasks: TaskSet, objects: Store, *, clock: Callable[[], float] = time.time,
+    def __init__(self, store: RedisCache, fleet: Fleet, settings: CacheSettings,
+                 store_settings: StoreSettings, metrics: Metrics, tasks: TaskSet,
+                 objects: Store, *, clock: Callable[[], float] = time.time,
                  ids: IdFactory = new_id, accounts: EmbeddingAccounts | None = None) -> None:
         self._store = store
         # The key a query's embedding is charged to (its tpm and token_budget: embeddings are
@@ -104,17 +105,18 @@ class ResponseCache:
         self._ids = ids
         self._fleet = fleet
         self._settings = settings
+        self._ttls = store_settings  # a hit is stored for as long as a generated answer
         self._metrics = metrics
         self._tasks = tasks
         self._clock = clock
-        self._semantic = settings.cache.mode == "semantic"
-        self._embedder = Embedder(fleet, settings.cache.embedding_model,
-                                  timeout=settings.cache.embedding_timeout, max_chars=None)
+        self._semantic = settings.mode == "semantic"
+        self._embedder = Embedder(fleet, settings.embedding_model,
+                                  timeout=settings.embedding_timeout, max_chars=None)
         self._planes: dict[int, Hyperplanes] = {}  # by vector length
 
     @property
     def enabled(self) -> bool:
-        return self._settings.cache.mode != "off"
+        return self._settings.mode != "off"
 
     # -- /v1/responses -----------------------------------------------------------------------
     async def lookup_response(self, tenant: str, request: ResponsesRequest,
@@ -140,16 +142,16 @@ class ResponseCache:
         answer, before the client sees it, so it can be retrieved and chained at once."""
         assert found.body is not None
         final = revive(found.body, base, now=self._clock(), ids=self._ids)
-        settings = self._settings
+        settings = self._ttls
         if request.store:
             record = ResponseRecord(final, tenant, parents=parents, closed=True)
             await self._objects.create_response(record, request.input,
-                                                ttl=settings.store.response_ttl,
-                                                event_ttl=settings.store.event_ttl)
+                                                ttl=settings.response_ttl,
+                                                event_ttl=settings.event_ttl)
         if request.conversation:
             await self._objects.add_conversation_items(
                 tenant, request.conversation, [*request.input, *final["output"]],
-                ttl=settings.store.response_ttl, bounded=False)
+                ttl=settings.response_ttl, bounded=False)
         if not request.stream:
             return final, None
         dumps = orjson.dumps
@@ -224,7 +226,7 @@ class ResponseCache:
         except StoreUnavailable:
             return None
         match = best(vector, [from_bytes(c.vector) for c in found],
-                     self._settings.cache.similarity, [c.guard == key.guard for c in found])
+                     self._settings.similarity, [c.guard == key.guard for c in found])
         return found[match[0]].exact if match else None
 
     def _hyperplanes(self, vector: Vector) -> Hyperplanes:
@@ -263,7 +265,7 @@ class ResponseCache:
         if not servable(found.route, body):
             return
         entry = orjson.dumps({"route": found.route, "body": body})
-        if len(entry) > self._settings.cache.max_entry_bytes:
+        if len(entry) > self._settings.max_entry_bytes:
             return
         self._tasks.spawn(self._write(tenant, found, entry), name="cache-write")
 
@@ -278,9 +280,9 @@ class ResponseCache:
                 vector = VectorWrite(key.namespace, self._hyperplanes(embedded).bucket(embedded),
                                      key.guard, to_bytes(embedded))
         try:
-            await self._store.put(tenant, key.exact, entry, ttl=self._settings.cache.ttl,
+            await self._store.put(tenant, key.exact, entry, ttl=self._settings.ttl,
                                   now=self._clock(), vector=vector,
-                                  limit=self._settings.cache.max_per_namespace)
+                                  limit=self._settings.max_per_namespace)
         except StoreUnavailable as exc:
             log.warning("could not keep a cache entry: %s", failure_cause(exc))
             return

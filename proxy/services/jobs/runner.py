@@ -46,7 +46,7 @@ from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter, turn_spent
 from proxy.services.process.loops import LoopSupervisor
 from proxy.services.vectors.ingest import KIND as INGESTION
-from proxy.settings import Settings
+from proxy.settings import JobSettings
 from proxy.store.base import Job, JobQueue, ResponseRecord
 from proxy.telemetry.metrics import JobOutcome
 
@@ -79,15 +79,16 @@ def worker_name() -> str:
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, generations: Generations, settings: Settings, *,
-                 name: str | None = None, shared: bool = True,
+    def __init__(self, queue: JobQueue, generations: Generations, jobs: JobSettings, *,
+                 ttl: int, name: str | None = None, shared: bool = True,
                  supervisor: LoopSupervisor | None = None, limits: Limiter | None = None,
                  ingest: Callable[[bytes], Awaitable[None]] | None = None) -> None:
         """`generations`: the process's one builder of a job's generation
         (services/generation/builder.py); this class only takes, runs, heartbeats, reclaims and
-        acknowledges."""
+        acknowledges. `jobs`: its concurrency and heartbeat; `ttl`: a stored response's
+        (`--response-ttl`), renewed when a job starts."""
         self.name = name or worker_name()
-        self._queue, self._generations, self._settings = queue, generations, settings
+        self._queue, self._generations, self._jobs, self._ttl = queue, generations, jobs, ttl
         self._store, self._tasks = generations.store, generations.tasks
         self._metrics = generations.metrics
         # `shared`: the queue lives in a Redis other processes use. The embedded store is
@@ -117,7 +118,7 @@ class Worker:
         if self._shared:
             self._loops.append(self._supervisor.start("worker-cancels", self._cancel_loop))
         log.info("worker %s: up to %d jobs at once", self.name,
-                 self._settings.jobs.concurrency)
+                 self._jobs.concurrency)
 
     def poke(self) -> None:
         """A job was just queued by this process: look now."""
@@ -161,7 +162,7 @@ class Worker:
 
     # -- taking ----------------------------------------------------------------------------------
     async def _take_loop(self) -> None:
-        concurrency = self._settings.jobs.concurrency
+        concurrency = self._jobs.concurrency
         while not self._stopping:
             free = concurrency - len(self._running)
             if free <= 0:
@@ -227,7 +228,7 @@ class Worker:
             moved = await self._store.transition(
                 job.response_id, tenant=spec.tenant, allowed_from=frozenset({t.S_QUEUED}),
                 to=t.S_IN_PROGRESS,
-                ttl=self._settings.store.response_ttl)
+                ttl=self._ttl)
             if moved.changed and moved.response is not None:
                 settled = await self._run(job, ResponseRecord(moved.response, spec.tenant,
                                                               logged=True), spec)
@@ -386,7 +387,7 @@ class Worker:
 
     # -- heartbeats, reclaims and cancels --------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        interval = self._settings.jobs.heartbeat_interval
+        interval = self._jobs.heartbeat_interval
         min_idle_ms = int(interval * 2500)
         beat_at = 0.0
         while not self._stopping:
@@ -399,7 +400,7 @@ class Worker:
                 if now - beat_at >= interval:
                     beat_at = now
                     await self._beat()
-                free = self._settings.jobs.concurrency - len(self._running)
+                free = self._jobs.concurrency - len(self._running)
                 if free > 0 and not self._stopping:
                     for job in await self._queue.reclaim(self.name, min_idle_ms, free):
                         self._launch(job)

@@ -57,7 +57,6 @@ from proxy.core.types import EventBatch, EventBatches, Item, ResponseObject
 from proxy.services.cache.responses import OFF, Lookup, ResponseCache
 from proxy.services.eventlog.ownership import Leases
 from proxy.services.eventlog.recorder import ConversationTurn, Recorder
-from proxy.services.fleet.media import MediaFetcher
 from proxy.services.generation.builder import EndHooks, Generations, Opened
 from proxy.services.generation.run import Generation
 from proxy.services.generation.spec import JobSpec
@@ -72,7 +71,7 @@ from proxy.services.responses.localchains import LocalChains
 from proxy.services.responses.references import find_references
 from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
-from proxy.settings import Settings
+from proxy.settings import LimitSettings, McpSettings, StoreSettings, ToleranceSettings
 from proxy.store.base import MAX_CHAIN_DEPTH, ResponseRecord, StoredEvent
 from proxy.telemetry.tracing import current_traceparent, store_write
 
@@ -104,10 +103,16 @@ class ResponsesService:
     responses' leases (store/leases.py; None: embedded store); `drain`: where foreground turns
     register while they run (a SIGTERM's grace can end them)."""
 
-    def __init__(self, generations: Generations, settings: Settings, background: Background,
-                 stored: StoredResponses, *, cache: ResponseCache | None = None,
-                 drain: Drain | None = None, leases: Leases | None = None,
-                 inputs: RequestInputs | None = None, salts: CacheSalts | None = None) -> None:
+    def __init__(self, generations: Generations, background: Background,
+                 stored: StoredResponses, inputs: RequestInputs, salts: CacheSalts, *,
+                 limits: LimitSettings, tolerance: ToleranceSettings, mcp: McpSettings,
+                 ttls: StoreSettings, cache: ResponseCache | None = None,
+                 drain: Drain | None = None, leases: Leases | None = None) -> None:
+        """`inputs`: the process's one fetcher (the pass-through holds the same one), the key's
+        files and prompt templates; `salts`: each key's prefix-cache partition, one per process
+        and kept current with the keys. The settings groups: `limits` (items, bytes), the
+        `tolerance` of unknown parameters, `mcp` (servers allowed, calls per response), the
+        `ttls` a stored response is written with."""
         self._generations = generations
         self._gateway = generations.gateway
         self._store = generations.store
@@ -116,17 +121,13 @@ class ResponsesService:
         self._drain = drain or Drain()
         self._background = background
         self._stored = stored
-        self._settings = settings
+        self._limits, self._tolerance, self._mcp, self._ttls = limits, tolerance, mcp, ttls
         self._clock = generations.clock
         self._ids = generations.ids
         self._sealer = generations.sealer
-        # Each key's prefix-cache partition (runtime.py shares one, kept current with the keys).
-        self._salts = salts or CacheSalts.of(settings.tenancy.keys_file)
+        self._salts = salts
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
-        # The process's one fetcher (runtime.py gives the pass-through the same one), the
-        # key's files and prompt templates.
-        self._inputs = inputs or RequestInputs(
-            MediaFetcher.from_settings(settings.fetch, settings.limits))
+        self._inputs = inputs
 
     def setting_up(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Around a create's whole set-up, from its body read on: its slot in the process's
@@ -161,15 +162,14 @@ class ResponsesService:
         it stays out of the response's `usage`, which keeps describing this turn's context
         (agents read `input_tokens` as the context's size and would see the pre-compaction
         one)."""
-        settings = self._settings
         body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
         # The walks of a large body (parse, expansion, translation) run off the loop: each is
         # linear, but 16 MiB of small items is most of a second of Python (a stalled loop).
         request = await offload.run(
             size, parse_request, body, self._ids,
-            max_input_items=settings.limits.max_input_items,
-            tolerance=Tolerance.of(settings.tolerance.params, settings.tolerance.hosted_tools),
-            sealer=self._sealer, mcp_allow=settings.mcp.allow,
+            max_input_items=self._limits.max_input_items,
+            tolerance=Tolerance.of(self._tolerance.params, self._tolerance.hosted_tools),
+            sealer=self._sealer, mcp_allow=self._mcp.allow,
             run_hosted=self._generations.hosted.tool_types())
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
@@ -214,7 +214,7 @@ class ResponsesService:
         blobs opened; the history to translate; the budget, which the files' texts spend
         next), all of it counted (core/request/expansion.py). `changes`: other fields set on
         both copies (the key's cache salt), made in the same two copies."""
-        expansion = Expansion(self._settings.limits.max_body_bytes, self._sealer)
+        expansion = Expansion(self._limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
         return (request.evolved(input=stored, **changes),
@@ -327,10 +327,10 @@ class ResponsesService:
         """`POST /v1/responses/compact`: the context (input and/or the `previous_response_id`
         chain, scoped to the key) summarised by the fleet's model: the user messages, then one
         sealed compaction item (core/compaction.py)."""
-        parsed = parse_compact_body(body, strict=self._settings.tolerance.params == "strict")
+        parsed = parse_compact_body(body, strict=self._tolerance.params == "strict")
         inputs = ([] if parsed.input is None else
                   parse_input(parsed.input, self._ids,
-                              max_items=self._settings.limits.max_input_items,
+                              max_items=self._limits.max_input_items,
                               sealer=self._sealer))
         request = ResponsesRequest(model=parsed.model, input=inputs,
                                    instructions=parsed.instructions,
@@ -369,7 +369,7 @@ class ResponsesService:
         if not request.mcp and not request.hosted and not searches:
             return None
         servers = {s.label: s for s in request.mcp}
-        ceiling = self._settings.mcp.max_calls
+        ceiling = self._mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
         hosted, forced = hosted_by_choice(request.tool_choice, request.hosted)
         options = {k: dict(o) for k, o in request.hosted_options.items()}
@@ -461,7 +461,6 @@ class ResponsesService:
                         if request.conversation else None)
         if not request.store and conversation is None:
             return None
-        settings = self._settings
         recorder = self._generations.recorder(tenant, conversation=conversation,
                                               stored=request.store)
         if request.store:
@@ -473,8 +472,8 @@ class ResponsesService:
             leases = self._leases
             with store_write(self._generations.tracing, "create_response"):
                 await self._store.create_response(record, request.input,
-                                                  ttl=settings.store.response_ttl,
-                                                  event_ttl=settings.store.event_ttl,
+                                                  ttl=self._ttls.response_ttl,
+                                                  event_ttl=self._ttls.event_ttl,
                                                   lease_ms=leases.ttl_ms if leases else None)
             if request.stream:
                 # Its log only once it is stored.

@@ -40,9 +40,9 @@ from redis.backoff import NoBackoff
 
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget
+from proxy.core.storage.topology import RedisTarget, parse_redis_url
 from proxy.store.connection.reconnect import PROBE_TIMEOUT, Reconnector
 from proxy.store.connection.shards import ShardedIds, cluster_owners
-from proxy.store.connection.topology import RedisTarget, parse_redis_url
 from proxy.store.fleetsecret import SecretRead, shared_secret
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.leases import LeaseTable
@@ -81,7 +81,7 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                max_connections: int = MAX_CONNECTIONS,
                budget: StorageBudget = UNLIMITED, wait_replicas: int = 0,
                probe_timeout: float = PROBE_TIMEOUT) -> RedisStore:
-    """A `RedisStore` on `redis_url` (store/connection/topology.py: one primary, or the primary that
+    """A `RedisStore` on `redis_url` (core/storage/topology.py: one primary, or the primary that
     Sentinel names), or the embedded store when it is None, holding each key to its `budget`
     of stored bytes. Nothing connects here: the first call does (call `ping()` to check at
     start-up). `wait_replicas`: see `RedisStore`; `probe_timeout`: the reconnect probe's

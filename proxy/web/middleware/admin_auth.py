@@ -16,13 +16,13 @@ from starlette.requests import Request
 from proxy.core.errors import Forbidden, NotFound, Unauthorized
 from proxy.services.admin.keyring import KeyRing
 from proxy.web.middleware.auth import bearer
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 log = logging.getLogger("proxy.admin")
 
 
 def ring_of(request: Request) -> KeyRing:
-    return runtime_of(request).process.keys
+    return state_of(request).keys
 
 
 def admin_identity(token: str) -> str:

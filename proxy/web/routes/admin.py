@@ -11,11 +11,10 @@ from starlette.routing import Route
 
 from proxy.core.request.jsonbody import parse_object
 from proxy.services.admin import keys as ops
-from proxy.services.admin.usage import usage_of
 from proxy.web.incoming import path_id, tenant
 from proxy.web.middleware.admin_auth import require_admin, ring_of
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -30,11 +29,10 @@ async def create(request: Request) -> Response:
 
 async def list_keys(request: Request) -> Response:
     require_admin(request)
-    runtime = runtime_of(request)
+    usage_of = state_of(request).usage.of
     data = []
     for key in await ops.list_keys(ring_of(request)):
-        usage = await usage_of(key.tenant, runtime.process.keys, runtime.process.limits,
-                               runtime.store)
+        usage = await usage_of(key.tenant)
         data.append({**key.public(), "usage": usage})
     return json_response({"object": "list", "data": data})
 
@@ -58,9 +56,7 @@ async def revoke(request: Request) -> Response:
 
 
 async def own_usage(request: Request) -> Response:
-    runtime = runtime_of(request)
-    return json_response(await usage_of(tenant(request), runtime.process.keys,
-                                        runtime.process.limits, runtime.store))
+    return json_response(await state_of(request).usage.of(tenant(request)))
 
 
 routes = [

@@ -20,11 +20,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy.core.errors import InvalidRequest, NotFound
-from proxy.services.admin import console
 from proxy.web.incoming import path_id
 from proxy.web.middleware.admin_auth import require_admin, ring_of
 from proxy.web.rendering import Reply, json_response, stream_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 FILES = {"": ("index.html", "text/html; charset=utf-8"),
          "console.css": ("console.css", "text/css; charset=utf-8"),
@@ -51,38 +50,30 @@ async def page(request: Request) -> Response:
 
 async def fleet(request: Request) -> Response:
     require_admin(request)
-    return json_response(console.fleet_view(runtime_of(request).fleet))
+    return json_response(state_of(request).console.fleet())
 
 
 async def jobs(request: Request) -> Response:
     require_admin(request)
-    runtime = runtime_of(request)
-    return json_response(await console.jobs_of(runtime.store, runtime.queue, ring_of(request),
-                                               runtime.process.limits))
+    return json_response(await state_of(request).console.jobs())
 
 
 async def cancel(request: Request) -> Response:
     require_admin(request)
-    runtime = runtime_of(request)
-    return json_response(await console.cancel_job(
-        runtime.store, runtime.services.background, path_id(request, "response_id")))
+    return json_response(await state_of(request).console.cancel(
+        path_id(request, "response_id")))
 
 
 async def inspect(request: Request) -> Response:
     require_admin(request)
-    runtime = runtime_of(request)
-    return json_response(await console.inspect(runtime.store, runtime.services.stored,
-                                               ring_of(request),
-                                               path_id(request, "response_id")))
+    return json_response(await state_of(request).console.inspect(
+        path_id(request, "response_id")))
 
 
 async def events(request: Request) -> Reply:
     require_admin(request)
-    runtime = runtime_of(request)
-    response_id = path_id(request, "response_id")
-    record = await runtime.store.get_response_any(response_id)
-    if record is None:
-        raise NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+    state = state_of(request)
+    record = await state.console.record(path_id(request, "response_id"))
     raw = request.query_params.get("starting_after")
     after = -1
     if raw:
@@ -90,8 +81,8 @@ async def events(request: Request) -> Reply:
             raise InvalidRequest("Invalid 'starting_after': it must be 0 or more.",
                                  param="starting_after")
         after = int(raw)
-    stream = runtime.services.stored.replay_record(record, after)
-    return stream_response(stream, ping=runtime.settings.streams.ping_interval)
+    stream = state.console.events(record, after)
+    return stream_response(stream, ping=state.streams.ping_interval)
 
 
 routes = [

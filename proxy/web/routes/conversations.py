@@ -11,7 +11,7 @@ from proxy.core.request.paging import parse_page
 from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 def _ids(request: Request) -> tuple[str, str]:
@@ -21,45 +21,45 @@ def _ids(request: Request) -> tuple[str, str]:
 async def create(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        made = await runtime_of(request).services.conversations.create(tenant(request), body)
+        made = await state_of(request).conversations.create(tenant(request), body)
     return json_response(made)
 
 
 async def retrieve(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.conversations.get(*_ids(request)))
+    return json_response(await state_of(request).conversations.get(*_ids(request)))
 
 
 async def update(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        updated = await runtime_of(request).services.conversations.update(*_ids(request), body)
+        updated = await state_of(request).conversations.update(*_ids(request), body)
     return json_response(updated)
 
 
 async def delete(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.conversations.delete(*_ids(request)))
+    return json_response(await state_of(request).conversations.delete(*_ids(request)))
 
 
 async def add_items(request: Request) -> Response:
     body = await json_body(request)
     async with metering(request):
-        added = await runtime_of(request).services.conversations.add_items(*_ids(request), body)
+        added = await state_of(request).conversations.add_items(*_ids(request), body)
     return json_response(added)
 
 
 async def list_items(request: Request) -> Response:
     page = parse_page(request.query_params)
-    conversations = runtime_of(request).services.conversations
+    conversations = state_of(request).conversations
     return json_response(await conversations.list_items(*_ids(request), page))
 
 
 async def get_item(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.conversations.get_item(
+    return json_response(await state_of(request).conversations.get_item(
         *_ids(request), path_id(request, "item_id")))
 
 
 async def delete_item(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.conversations.delete_item(
+    return json_response(await state_of(request).conversations.delete_item(
         *_ids(request), path_id(request, "item_id")))
 
 

@@ -29,7 +29,7 @@ from proxy.web.incoming import path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.middleware.auth import OPEN
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 # Form fields besides the file: purpose and expires_after's two, with room for a client's
 # extras; each at most a few bytes, so a small bound.
@@ -45,7 +45,7 @@ def _check_origin(request: Request) -> None:
     if not request.scope.get("state", {}).get(OPEN):
         return
     allowed = frozenset(o for o in map(parse_origin,
-                                       runtime_of(request).settings.tenancy.allow_origins)
+                                       state_of(request).tenancy.allow_origins)
                         if o is not None)
     if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), allowed):
         raise ProxyError("Uploads from another site's pages are refused by this server "
@@ -68,7 +68,7 @@ def _field(value: object, name: str) -> str | None:
 
 async def create(request: Request) -> Response:
     _check_origin(request)
-    files = runtime_of(request).services.files
+    files = state_of(request).files
     # A slot before the body is read: the uploads in flight bound the spool's disk together,
     # and one key takes at most half of them.
     with files.uploads.held(tenant(request)):
@@ -98,21 +98,21 @@ async def _upload(request: Request, files: Files) -> Response:
 async def list_files(request: Request) -> Response:
     page = parse_page(request.query_params)
     purpose = request.query_params.get("purpose") or None
-    return json_response(await runtime_of(request).services.files.list(
+    return json_response(await state_of(request).files.list(
         tenant(request), page, purpose))
 
 
 async def retrieve(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.files.retrieve(*_ids(request)))
+    return json_response(await state_of(request).files.retrieve(*_ids(request)))
 
 
 async def content(request: Request) -> Response:
-    _, chunks = await runtime_of(request).services.files.content(*_ids(request))
+    _, chunks = await state_of(request).files.content(*_ids(request))
     return StreamingResponse(chunks, media_type="application/octet-stream")
 
 
 async def delete(request: Request) -> Response:
-    return json_response(await runtime_of(request).services.files.delete(*_ids(request)))
+    return json_response(await state_of(request).files.delete(*_ids(request)))
 
 
 _ONE = "/v1/files/{file_id}"

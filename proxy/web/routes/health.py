@@ -19,7 +19,7 @@ from proxy.core.errors import ProxyError
 from proxy.telemetry.metrics import CONTENT_TYPE
 from proxy.web.middleware.auth import bearer, key_accepted
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 async def healthz(request: Request) -> Response:
@@ -27,26 +27,26 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    runtime = runtime_of(request)
+    state = state_of(request)
     reasons: list[str] = []
     detail: dict[str, Any] = {}
-    if runtime.process.draining.draining:
+    if state.draining.draining:
         reasons.append("draining")  # SIGTERM: the load balancer should stop sending here
-    if not runtime.fleet.ready():
+    if not state.fleet.ready():
         reasons.append("upstreams")
     try:
-        await runtime.store.ping()
+        await state.store.ping()
     except ProxyError as exc:
         reasons.append("store")
         detail["store_error"] = exc.message
-    failing = runtime.process.supervisor.failing()
+    failing = state.supervisor.failing()
     if failing:
         reasons.append("loops")
         detail["failing_loops"] = failing
     body: dict[str, Any] = {"status": "ready" if not reasons else "not ready",
                             "reasons": reasons}
-    if _may_see_detail(request, runtime.settings.tenancy.api_keys):
-        body.update(detail, upstreams=runtime.fleet.status())
+    if _may_see_detail(request, state.tenancy.api_keys):
+        body.update(detail, upstreams=state.fleet.status())
     return json_response(body, status=200 if not reasons else 503)
 
 
@@ -57,7 +57,7 @@ def _may_see_detail(request: Request, keys: tuple[str, ...]) -> bool:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text format 0.0.4 (prometheus_client's `generate_latest`)."""
-    body = await runtime_of(request).metrics.render()
+    body = await state_of(request).metrics.render()
     return Response(body, headers={"content-type": CONTENT_TYPE})
 
 

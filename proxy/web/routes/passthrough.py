@@ -23,11 +23,11 @@ from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import require_json, tenant
 from proxy.web.limiting import limits_on, metering
 from proxy.web.rendering import Reply, json_response, relay_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 async def chat_completions(request: Request) -> Reply:
-    runtime = runtime_of(request)
+    state = state_of(request)
     require_json(request)
     body = await request.body()  # read whole first: the disconnect watch then owns `receive`
     # Parsed once, here (off the loop when large), and handed down: the services used to parse
@@ -37,16 +37,16 @@ async def chat_completions(request: Request) -> Reply:
     async with metering(request, hold=hold) as meter:
         if isinstance(parsed, ProxyError):
             raise parsed  # within the meter, where the services refused it before
-        if runtime.services.chat is not None:
-            call = runtime.services.chat.chat_completions(
+        if state.chat is not None:
+            call = state.chat.chat_completions(
                 parsed, tenant(request),
                 parse_cache_control(request.headers.get("cache-control")), meter=meter,
                 size=len(body))
         else:
-            call = runtime.services.passthrough.chat_completions(
+            call = state.passthrough.chat_completions(
                 parsed, tenant(request), meter=meter, size=len(body))
         relay = await unless_disconnected(request, call)
-    return relay_response(relay, ping=runtime.settings.streams.ping_interval)
+    return relay_response(relay, ping=state.streams.ping_interval)
 
 
 async def _parsed(body: bytes) -> dict[str, Any] | ProxyError:
@@ -58,7 +58,7 @@ async def _parsed(body: bytes) -> dict[str, Any] | ProxyError:
 
 
 async def models(request: Request) -> Response:
-    return json_response(runtime_of(request).services.passthrough.models())
+    return json_response(state_of(request).passthrough.models())
 
 
 routes = [

@@ -14,11 +14,11 @@ from proxy.services.responses.prompts import Prompts
 from proxy.web.incoming import path_id, tenant
 from proxy.web.limiting import metered_write
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 def _prompts(request: Request) -> Prompts:
-    return runtime_of(request).services.prompts
+    return state_of(request).prompts
 
 
 async def create(request: Request) -> Response:

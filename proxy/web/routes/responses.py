@@ -14,12 +14,12 @@ from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metering
 from proxy.web.rendering import Reply, json_response, stream_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 async def create(request: Request) -> Reply:
-    runtime = runtime_of(request)
-    responses = runtime.services.responses
+    state = state_of(request)
+    responses = state.responses
     # With `--setup-slots N` (off by default) a burst's set-ups run N at a time in arrival
     # order (services/fleet/setups.py); the slot is given back once it is admitted.
     async with responses.setting_up():
@@ -32,29 +32,29 @@ async def create(request: Request) -> Reply:
             outcome = await unless_disconnected(request, responses.create(
                 tenant(request), body, directives, meter=meter, size=size))
     if outcome.stream is not None:
-        return stream_response(outcome.stream, ping=runtime.settings.streams.ping_interval,
+        return stream_response(outcome.stream, ping=state.streams.ping_interval,
                                headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
 
 
 async def count_input_tokens(request: Request) -> Response:
     """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
-    runtime = runtime_of(request)
+    state = state_of(request)
     body = await json_body(request)
     size = len(await request.body())
     async with metering(request):
-        counted = await runtime.services.responses.count_input_tokens(tenant(request), body,
+        counted = await state.responses.count_input_tokens(tenant(request), body,
                                                                       size=size)
     return json_response(counted)
 
 
 async def compact(request: Request) -> Response:
     """`POST /v1/responses/compact`: a generation on the fleet, metered like a JSON create."""
-    runtime = runtime_of(request)
+    state = state_of(request)
     body = await json_body(request)
     async with metering(request) as meter:
         outcome = await unless_disconnected(
-            request, runtime.services.responses.compact(tenant(request), body, meter=meter))
+            request, state.responses.compact(tenant(request), body, meter=meter))
     return json_response(outcome.body, headers=outcome.headers)
 
 
@@ -87,34 +87,34 @@ def _check_include(request: Request) -> None:
 
 
 async def retrieve(request: Request) -> Reply:
-    runtime = runtime_of(request)
+    state = state_of(request)
     response_id = path_id(request, "response_id")
     query = request.query_params
     _check_include(request)
     if _flag(query.get("stream"), "stream"):
-        stream = await runtime.services.stored.replay(tenant(request), response_id,
+        stream = await state.stored.replay(tenant(request), response_id,
                                              _starting_after(query.get("starting_after")))
-        return stream_response(stream, ping=runtime.settings.streams.ping_interval)
-    return json_response(await runtime.services.stored.get(tenant(request), response_id))
+        return stream_response(stream, ping=state.streams.ping_interval)
+    return json_response(await state.stored.get(tenant(request), response_id))
 
 
 async def delete(request: Request) -> Response:
-    runtime = runtime_of(request)
-    return json_response(await runtime.services.stored.delete(tenant(request),
+    state = state_of(request)
+    return json_response(await state.stored.delete(tenant(request),
                                                      path_id(request, "response_id")))
 
 
 async def input_items(request: Request) -> Response:
-    runtime = runtime_of(request)
+    state = state_of(request)
     _check_include(request)
     page = parse_page(request.query_params)
-    return json_response(await runtime.services.stored.input_items(
+    return json_response(await state.stored.input_items(
         tenant(request), path_id(request, "response_id"), page))
 
 
 async def cancel(request: Request) -> Response:
-    runtime = runtime_of(request)
-    return json_response(await runtime.services.background.cancel(tenant(request),
+    state = state_of(request)
+    return json_response(await state.background.cancel(tenant(request),
                                                          path_id(request, "response_id")))
 
 

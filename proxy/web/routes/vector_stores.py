@@ -15,11 +15,11 @@ from proxy.services.vectors.stores import VectorStores
 from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metered_write, metering
 from proxy.web.rendering import json_response
-from proxy.web.state import runtime_of
+from proxy.web.state import state_of
 
 
 def _stores(request: Request) -> VectorStores:
-    return runtime_of(request).services.vector_stores
+    return state_of(request).vector_stores
 
 
 def _vs(request: Request) -> str:

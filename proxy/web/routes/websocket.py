@@ -1,7 +1,7 @@
 """WebSocket mode of `/v1/responses`: the same create service, another transport.
 
 A client's `response.create` frame runs exactly as a streamed HTTP create
-(`runtime.services.responses.create`); each event of the batches it yields goes out as one text
+(`services.responses.create`); each event of the batches it yields goes out as one text
 frame, its JSON as the service encoded it (core/types.py `EventBatch`): nothing is parsed or encoded
 again per event, and the objects and sequence numbers are those of SSE. The terminal event is
 known by its type.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -36,10 +36,7 @@ from proxy.core.events.wsframe import error_frame
 from proxy.web.errors import error_response
 from proxy.web.middleware.auth import PUBLIC_TENANT
 from proxy.web.socket.connection import Connection
-from proxy.web.state import runtime_of
-
-if TYPE_CHECKING:  # the composition root sits above web/: a name for types only
-    from proxy.runtime import Runtime
+from proxy.web.state import WebState, state_of
 
 log = logging.getLogger("proxy.web")
 
@@ -47,18 +44,18 @@ MAX_AGE_CODE = "websocket_connection_limit_reached"
 
 
 async def responses_socket(websocket: WebSocket) -> None:
-    runtime = runtime_of(websocket)
+    web = state_of(websocket)
     tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
     # A place among the key's sockets in this process for the connection's whole life, freed
     # however it ends (the `with`): a key cannot hold every descriptor for `--ws-max-age`.
-    with runtime.process.sockets.taken(tenant) as free:
+    with web.sockets.taken(tenant) as free:
         if not free:
             await _refuse(websocket, RateLimited(
-                f"This key has {runtime.process.sockets.per_key} WebSocket connections open "
+                f"This key has {web.sockets.per_key} WebSocket connections open "
                 "on this server (--ws-max-connections-per-key); close one, or retry later.",
                 retry_after=1))
             return
-        await _serve(websocket, runtime)
+        await _serve(websocket, web)
 
 
 async def _refuse(websocket: WebSocket, error: ProxyError) -> None:
@@ -74,13 +71,11 @@ async def _refuse(websocket: WebSocket, error: ProxyError) -> None:
     await websocket.close(code=1008)
 
 
-async def _serve(websocket: WebSocket, runtime: Runtime) -> None:
+async def _serve(websocket: WebSocket, web: WebState) -> None:
     await websocket.accept()
-    settings = runtime.settings
-    connection = Connection(websocket, runtime.services.responses, settings.streams,
-                            settings.limits, runtime.metrics)
+    connection = Connection(websocket, web.responses, web.streams, web.limits, web.metrics)
     loop = asyncio.get_running_loop()
-    closes_at = loop.time() + settings.streams.ws_max_age
+    closes_at = loop.time() + web.streams.ws_max_age
     # One receive stays pending across turns of the loop, so no frame is lost while the loop
     # wakes up for a lane whose send failed.
     receiving: asyncio.Future[Any] | None = None
@@ -110,7 +105,7 @@ async def _serve(websocket: WebSocket, runtime: Runtime) -> None:
     except TimeoutError:
         # Once per connection, not per event: every lane's upstream request is aborted below.
         log.warning("WebSocket client stopped reading for %ss; connection dropped",
-                    settings.streams.send_timeout)
+                    web.streams.send_timeout)
     except (WebSocketDisconnect, RuntimeError):
         return  # a socket already gone
     finally:
