@@ -54,7 +54,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "simulator": set(),
     "telemetry": {"package", "core", "settings"},
     "adapters": {"package", "core", "settings", "telemetry"},
-    # A service takes the settings groups it uses (point 6 narrows `Settings` to groups).
+    # A service takes the settings groups it uses (never the whole `Settings` or `Runtime`).
     "services": {"package", "core", "settings", "store", "adapters", "telemetry"},
     # The web layer reads limits from the settings and reports through telemetry; it reaches
     # stores and upstreams only through services.
