@@ -69,6 +69,7 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
     from collections.abc import AsyncIterator
 
     from proxy.services.responses.create import Outcome
+    from proxy.services.responses.steering import Run
     from proxy.web.routes.websocket import SocketState, _Connection
 
     batches = [[("response.created", b'{"type":"response.created","sequence_number":0}')],
@@ -84,7 +85,9 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
         return Outcome(stream=stream())
 
     streams = types.SimpleNamespace(send_timeout=5.0)
-    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams),
+    limits = types.SimpleNamespace(max_input_items=100)
+    runtime = types.SimpleNamespace(settings=types.SimpleNamespace(streams=streams,
+                                                                   limits=limits),
                                     process=types.SimpleNamespace(limits=None),
                                     services=types.SimpleNamespace(
                                         responses=types.SimpleNamespace(
@@ -99,7 +102,7 @@ async def test_the_socket_sends_each_events_json_and_knows_the_terminal_one_by_t
 
     socket.send_text = send_text
     connection.state = SocketState.RUNNING
-    await connection.run({"model": "m"})
+    await connection.run(Run({"model": "m"}))
     assert [text for text, _ in sent] == [data.decode() for batch in batches
                                           for _, data in batch]
     assert [state for _, state in sent] == [SocketState.RUNNING] * 2 + [SocketState.CLOSING]

@@ -1,9 +1,10 @@
 """Client frames of the Responses WebSocket mode: what a text frame asks for.
 
-Only `response.create` does anything; a frame of another type is ignored (Codex sends
-`response.processed` and `response.append`). A frame that is not a JSON object with a string
-`type` is an error naming `type`, as a create body's errors name their field. A frame's size is
-counted in bytes, as an HTTP body's is (`--max-body-bytes`), whatever the frame's kind.
+`response.create` runs a response and `response.steer` adds input to a running one (steer.py);
+a frame of another type is ignored (Codex sends `response.processed` and `response.append`).
+A frame that is not a JSON object with a string `type` is an error naming `type`, as a create
+body's errors name their field. A frame's size is counted in bytes, as an HTTP body's is
+(`--max-body-bytes`), whatever the frame's kind.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ seconds. One key holds at most `--ws-max-connections-per-key` sockets open in on
 (core/policy/keyslots.py); one more handshake is refused with a 429. Pings are uvicorn's
 (`ws_ping_interval`). A client that leaves cancels its response, which closes the upstream
 request as for an HTTP client.
+
+Steering (`response.steer`): services/responses/steering.py holds the connection's queue and
+decides; this route sends what it answers, stops the steered turn at its safe boundary and runs
+the automatic successor after the steered response's last frame, as part of the same response
+task (the socket stays `RUNNING` across both).
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ from proxy.core.errors import (
     StoreUnavailable,
     failure_cause,
 )
+from proxy.core.events.steer import STEER
 from proxy.core.events.wsframe import CREATE, frame_over, parse_frame
 from proxy.services.process import offload
 from proxy.services.responses.localchains import LocalChains
+from proxy.services.responses.steering import Run, Steering
 from proxy.web.errors import error_response
 from proxy.web.limiting import metering
 from proxy.web.middleware.auth import PUBLIC_TENANT
@@ -85,6 +92,7 @@ class _Connection:
         self.runtime = runtime
         self.tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
         self.local = LocalChains()
+        self.steering = Steering(max_items=runtime.settings.limits.max_input_items)
         self.state = SocketState.IDLE
         self.current: asyncio.Task[None] | None = None
         self._sending = asyncio.Lock()  # events and error frames never interleave mid-frame
@@ -104,14 +112,30 @@ class _Connection:
         await self.send(error_frame(error))
 
     async def _respond(self, body: dict[str, Any], size: int = 0) -> None:
-        """The response task: running until its last frame, closing until it returns."""
+        """The response task: running until its last frame, closing until it returns. A
+        steered response's successor runs here too, right after it."""
         try:
-            await self.run(body, size)
+            run: Run | None = self.steering.begin(body)
+            while run is not None:
+                await self.run(run, size)
+                settled = self.steering.end(run)
+                for event in settled.events:
+                    await self.send(orjson.dumps(event))
+                run, size = settled.successor, 0
         finally:
             self.state = SocketState.IDLE
 
-    async def run(self, body: dict[str, Any], size: int = 0) -> None:
+    async def steer(self, frame: dict[str, Any], size: int) -> None:
+        """A `response.steer`: its answer first, then the steered turn asked to stop."""
+        events, turn = await self.steering.steer(frame, size)
+        for event in events:
+            await self.send(orjson.dumps(event))
+        if turn is not None:
+            await turn.steer()
+
+    async def run(self, run: Run, size: int = 0) -> None:
         """`size`: the frame's length, by which the create's parse and walks leave the loop."""
+        body = run.body
         previous = body.get("previous_response_id")
         try:
             # Per-key limits as for a streamed HTTP create: a stream slot, usage counted.
@@ -119,14 +143,14 @@ class _Connection:
             async with responses.setting_up(), metering(self.websocket, hold=True) as meter:
                 outcome = await responses.create(
                     self.tenant, {**body, "stream": True}, meter=meter, local=self.local,
-                    size=size)
+                    size=size, steering=run)
             assert outcome.stream is not None  # a streamed create always streams
             stream = outcome.stream
             terminal = t.TERMINAL_EVENTS
             try:
                 async for batch in stream:
                     for kind, data in batch:
-                        if kind in terminal:
+                        if kind in terminal and not run.successor_follows():
                             # Before the send: the client may answer the moment it reads it.
                             self.state = SocketState.CLOSING
                         await self.send(data)
@@ -139,7 +163,9 @@ class _Connection:
             if isinstance(previous, str):
                 self.local.evict(previous)  # a failed continuation: its entry is not trusted
             self.state = SocketState.CLOSING  # the error frame is this response's last frame
-            await self.fail(error)
+            run.fail(error.message)
+            if not run.automatic:  # a successor's failure is its steers' (steering.py)
+                await self.fail(error)
         except (asyncio.CancelledError, TimeoutError, WebSocketDisconnect):
             raise
         except Exception:
@@ -173,6 +199,9 @@ class _Connection:
             kind, body = await offload.run(len(raw), parse_frame, raw)  # large: off the loop
         except ProxyError as error:
             await self.fail(error)
+            return
+        if kind == STEER:
+            await self.steer(body, len(raw))
             return
         if kind != CREATE:
             return  # e.g. Codex's `response.processed`, `response.append`: not ours to refuse
