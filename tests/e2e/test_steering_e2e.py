@@ -347,7 +347,7 @@ def test_a_steer_during_an_mcp_call_ends_the_response_after_the_call_not_a_turn_
     tool = {"type": "mcp", "server_label": "calc", "server_url": f"{tools_server.url}/mcp",
             "require_approval": "never"}
     with socket(mcp_proxy) as ws:
-        create(ws, tools=[tool], input='[[sim call=slow call_args={"seconds":2}]]')
+        create(ws, tools=[tool], input='[[sim call=slow call_args={"seconds":3}]]')
         frames = until(ws, is_type("response.mcp_call_arguments.done"))
         steered_id = frames[0]["response"]["id"]
         steer(ws, steered_id, "[[sim tools=0]] never mind, just say hi")

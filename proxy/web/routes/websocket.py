@@ -76,7 +76,9 @@ class SocketState(enum.Enum):
     next `response.create` the moment it reads that frame, so a create that finds the socket
     `CLOSING` waits for the closing (bounded by `--send-timeout`, the time a stream's write may
     take) and then runs; only a create while the previous one is genuinely `RUNNING` (its last
-    frame not yet sent) is refused with `response_in_progress`.
+    frame not yet sent) is refused with `response_in_progress`. A steered response whose
+    successor follows stays `RUNNING` through its terminal event: the successor is part of the
+    same response task, not a create the client sends.
     """
 
     IDLE = "idle"
