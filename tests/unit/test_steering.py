@@ -93,6 +93,15 @@ async def test_unknown_and_invalid_steers_fail_before_an_id_is_given() -> None:
         assert "id" not in events[0]["steer"]
 
 
+async def test_an_invalid_steer_of_a_known_response_answers_on_its_lane() -> None:
+    steers = steering()
+    run = started(steers, {**BODY, "stream_id": "lane-3"})
+    events = await steer(steers, run.response_id, "x", stream_id="lane-3")
+    assert codes(events) == [st.INVALID]
+    assert events[0]["stream_id"] == "lane-3"
+    assert run.queue == []
+
+
 async def test_conversation_bound_and_compacting_responses_are_not_steered() -> None:
     steers = steering()
     for extra in ({"conversation": "conv_1"},

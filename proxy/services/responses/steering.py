@@ -144,8 +144,9 @@ class Steering:
             # A large input's parts (inline files) are read off the loop, as a create's are.
             checked = await offload.run(size, st.parse_steer, frame, max_items=self._max_items)
         except st.SteerRefused as refused:
-            return [self._failed(refused.code, refused.message, st.target_of(frame),
-                                 st.returned_input(frame), None)], None
+            target = st.target_of(frame)
+            return [self._failed(refused.code, refused.message, target,
+                                 st.returned_input(frame), self._lane_of(target))], None
         target = checked.previous_response_id
         run = next((r for r in self._runs if r.response_id == target), None)
         if run is not None:
@@ -227,6 +228,14 @@ class Steering:
                                     "its continuation on this connection.", old_id, q.sent,
                                     old.stream_id, q.id) for q in old.queue]
         return events
+
+    def _lane_of(self, target: str) -> str | None:
+        """The lane of a response this connection knows (None: none, or the default lane)."""
+        run = next((r for r in self._runs if r.response_id == target), None)
+        if run is not None:
+            return run.stream_id
+        ended = self._ended.get(target)
+        return ended.stream_id if ended is not None else None
 
     def _failed(self, code: str, message: str, target: str, sent: Any, lane: str | None,
                 steer_id: str | None = None) -> Event:
