@@ -198,18 +198,25 @@ def test_steers_during_a_client_tool_call_wait_for_its_output_then_lead_the_next
                                                 "call_id": call["call_id"],
                                                 "name": "fill_form"}]
         assert of_type(frames, "response.created") == events[:1]  # no automatic successor
+        # A steer while the client runs its tool: accepted, and pending at once.
+        steer(ws, response_id, "then file it")
+        late = until_count(ws, "response.steer.pending", 1)
+        assert [f["type"] for f in late] == ["response.steer.accepted",
+                                             "response.steer.pending"]
+        assert late[1]["required_input"] == pending[0]["required_input"]
         output = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
         create(ws, tools=[FORM], previous_response_id=response_id, input=[output])
         after = until(ws, is_type(*TERMINAL, "error"))
     check_stream(after)
     assert after[-1]["type"] == "response.completed"
     sent = sim.stats()["last_request"]["messages"]
-    assert [m["role"] for m in sent[-4:]] == ["assistant", "user", "user", "tool"]
-    assert sent[-3]["content"] == "also add a note"
-    assert "and sign it" in json.dumps(sent[-2]["content"])
+    assert [m["role"] for m in sent[-5:]] == ["assistant", "user", "user", "user", "tool"]
+    assert sent[-4]["content"] == "also add a note"
+    assert "and sign it" in json.dumps(sent[-3]["content"])
+    assert sent[-2]["content"] == "then file it"
     continuation = after[-1]["response"]["id"]
     items = stored(b, continuation + "/input_items?order=asc")["data"]
-    assert [i["type"] for i in items] == ["message", "message", "function_call_output"]
+    assert [i["type"] for i in items] == ["message"] * 3 + ["function_call_output"]
     assert items[0]["content"][0]["text"] == "also add a note"
 
 
