@@ -300,6 +300,78 @@ def test_input_whose_successor_cannot_be_created_comes_back_and_the_socket_goes_
     assert after[-1]["type"] == "response.completed"
 
 
+def until_ends(ws: ClientConnection, count: dict[str | None, int]) -> list[dict[str, Any]]:
+    """Frames until each lane named in `count` has had that many terminal events."""
+    seen: dict[str | None, int] = {}
+
+    def enough(frame: dict[str, Any]) -> bool:
+        if frame["type"] in TERMINAL:
+            lane = frame.get("stream_id")
+            seen[lane] = seen.get(lane, 0) + 1
+        return all(seen.get(lane, 0) >= n for lane, n in count.items())
+
+    return until(ws, enough)
+
+
+def of_lane(frames: list[dict[str, Any]], stream_id: str) -> list[dict[str, Any]]:
+    return [f for f in frames if f.get("stream_id") == stream_id]
+
+
+def text_of(events: list[dict[str, Any]]) -> str:
+    text: str = events[-1]["response"]["output"][0]["content"][0]["text"]
+    return text
+
+
+def test_a_steer_on_a_named_lane_runs_its_successor_there_before_the_lanes_queue(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, b = pair
+    with socket(a) as ws:
+        create(ws, input=SLOW_TEXT, stream_id="l")
+        create(ws, input="then this", stream_id="l")  # waits behind the first on the lane
+        frames = until(ws, is_type("response.output_text.delta"))
+        steered_id = frames[0]["response"]["id"]
+        steer(ws, steered_id, "now say goodbye")  # no stream_id: the response names the lane
+        frames += until_ends(ws, {"l": 3})
+    assert [f.get("stream_id") for f in frames] == ["l"] * len(frames)  # steer events too
+    steered, successor, queued = responses(frames)
+    for events in (steered, successor, queued):
+        check_stream(events)
+    (accepted,) = of_type(frames, "response.steer.accepted")
+    assert accepted["sequence_number"] == 0
+    assert accepted["steer"]["previous_response_id"] == steered_id
+    assert steered[-1]["response"]["incomplete_details"] == {"reason": "steered"}
+    # The successor, ahead of the create that was waiting on the lane.
+    assert successor[0]["response"]["previous_response_id"] == steered_id
+    assert text_of(successor) == "You said: now say goodbye"
+    assert queued[0]["response"]["previous_response_id"] is None
+    assert text_of(queued) == "You said: then this"
+    next_on_b = Response.model_validate(stored(b, successor[0]["response"]["id"]))
+    assert next_on_b.previous_response_id == steered_id
+
+
+def test_a_steer_on_one_lane_leaves_another_lanes_response_streaming_whole(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    a, _ = pair
+    with socket(a) as ws:
+        create(ws, input=SLOW_TEXT, stream_id="steered")
+        create(ws, input="count to many [[sim tokens=150 delay_ms=30]]", stream_id="other")
+        frames = until(ws, lambda f: f["type"] == "response.output_text.delta"
+                       and f["stream_id"] == "steered")
+        steered_id = frames[0]["response"]["id"]
+        steer(ws, steered_id, "stop there")
+        frames += until_ends(ws, {"steered": 2, "other": 1})
+    assert {f["stream_id"] for f in frames} == {"steered", "other"}
+    assert {f["stream_id"] for f in frames if f["type"] in STEER_EVENTS} == {"steered"}
+    first, successor = responses(of_lane(frames, "steered"))
+    assert first[-1]["response"]["incomplete_details"] == {"reason": "steered"}
+    assert successor[0]["response"]["previous_response_id"] == steered_id
+    (other,) = responses(of_lane(frames, "other"))
+    check_stream(other)  # whole, in order, its own numbers from 0
+    assert other[-1]["type"] == "response.completed"
+    assert other[-1]["response"]["incomplete_details"] is None
+    assert len(text_of(other).split()) == 150
+
+
 @pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
 def test_the_sdks_websocket_client_steers_and_reads_the_successor(
         pair: tuple[ServerProcess, ServerProcess]) -> None:
