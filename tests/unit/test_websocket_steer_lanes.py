@@ -234,6 +234,29 @@ async def test_a_steer_on_one_lane_leaves_another_lanes_response_as_it_streams()
     assert sorted({f.get("stream_id") for f in frames}) == ["a", "b"]
 
 
+async def test_a_successor_waits_for_no_other_lanes_closing() -> None:
+    """A client's continuation waits for the other lanes' closing responses (it may continue
+    one); a successor continues its own lane's response, closed already, so it starts while
+    another lane is still closing."""
+    connection, responses, socket = connect()
+    responses.steerable = {"story": Steerable("resp_story", [])}
+    closing = asyncio.Event()
+    responses.scripts = {"turn left": whole("resp_succ"),
+                         "other": Script([encoded("resp_other"), closing])}
+    await send(connection, "a", input="story")
+    await send(connection, "x", input="other")
+    await settle(connection)
+    assert connection.lanes["x"].state is LaneState.CLOSING
+    await steer(connection, "resp_story", "turn left")
+    await settle(connection)
+    assert responses.started == ["story", "other", "turn left"]
+    assert [e[-1]["type"] for e in responses_of(of_lane(socket.frames, "a"))] == [
+        "response.incomplete", "response.completed"]
+    closing.set()
+    await settle(connection)
+    validate_ws_frames(socket.frames)
+
+
 async def test_steers_pending_on_a_lanes_call_outlive_the_lane_and_lead_its_continuation(
         ) -> None:
     """A response that ends on the client's call: its steers pending (on its lane), the lane

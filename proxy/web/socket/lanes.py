@@ -214,11 +214,12 @@ class Lane:
             while True:
                 self.state = LaneState.RUNNING
                 self._closed.clear()
-                if create.body.get("previous_response_id") is not None:
+                if create.run is None and create.body.get("previous_response_id") is not None:
                     # It may continue a response another lane is closing: once closed, its
                     # chain is remembered (and stored), as on one lane; and its steers are
                     # settled, so a continuation of one that waited for the client's tools
-                    # finds the input queued there.
+                    # finds the input queued there. (A successor continues this lane's own
+                    # response, closed already: it waits for no other lane.)
                     await self._host.after_closings(self)
                 run = create.run or self._host.begin(create.body, self.stream_id)
                 await self.respond(run, create.size)
