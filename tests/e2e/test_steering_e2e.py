@@ -406,6 +406,41 @@ def test_the_sdks_websocket_client_steers_and_reads_the_successor(
     assert events[-1].response.output[0].content[0].text == "You said: wrap it up"
 
 
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_sdks_websocket_client_steers_a_response_on_a_lane(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """`connection.response.create(..., stream_id=...)` then `connection.response.steer(...)`
+    (which names no lane): the SDK parses every frame as its own event types, and the steer's
+    answer and the successor carry the steered response's `stream_id`."""
+    a, _ = pair
+
+    async def run() -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
+        events: list[Any] = []
+        steered = False
+        async with client, client.responses.connect(max_retries=0) as connection:
+            await connection.response.create(model="sim-model", input=SLOW_TEXT,
+                                             stream_id="sdk-lane")
+            async for event in connection:
+                events.append(event)
+                if event.type == "response.output_text.delta" and not steered:
+                    steered = True
+                    await connection.response.steer(
+                        input="wrap it up", previous_response_id=events[0].response.id)
+                if event.type in TERMINAL and event.response.id != events[0].response.id:
+                    break
+        return events
+
+    events = asyncio.run(asyncio.wait_for(run(), 60))
+    assert {event.stream_id for event in events} == {"sdk-lane"}
+    accepted = [e for e in events if type(e).__name__ == "ResponseSteerAcceptedEvent"]
+    assert len(accepted) == 1
+    assert [type(e).__name__ for e in events].count("ResponseWsCreated") == 2
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.previous_response_id == events[0].response.id
+    assert events[-1].response.output[0].content[0].text == "You said: wrap it up"
+
+
 # -- a tool loop the proxy runs (MCP) is steered between its turns ----------------------------
 @pytest.fixture(scope="module")
 def tools_server() -> Iterator[ServerProcess]:
