@@ -32,10 +32,11 @@ when the create starts (`LaneHost.begin`: a continuation of a response that wait
 client's tools then inherits the steers queued there). A steered response whose automatic
 successor follows stays `RUNNING` through its terminal event: the successor is the lane's
 next response, not a create of the client's, so the unnamed lane refuses one meanwhile as it
-would during any response. Once a response is over, `LaneHost.settle` ends its run (the steer
-events that follows, sent before anything else of the lane) and hands back the successor,
-which `run_next` puts ahead of the waiting creates: neither refused nor counted against the
-bounds, and run as the `Run` it is (its steers keep the ids they were accepted with).
+would during any response. Once a response is over, `LaneHost.settle` ends its run (sending
+the steer events that follow from it, before anything else of the lane) and hands back the
+successor, which `run_next` puts ahead of the waiting creates: neither refused nor counted
+against the bounds, and run as the `Run` it is (its steers keep the ids they were accepted
+with).
 """
 
 from __future__ import annotations
