@@ -92,12 +92,15 @@ _MAX_ERROR_BODY = 64 * 1024
 
 
 @contextlib.contextmanager
-def map_transport_errors(url: str, *, quiet: bool = False) -> Iterator[None]:
+def map_transport_errors(url: str, *, quiet: bool | Callable[[], bool] = False
+                         ) -> Iterator[None]:
+    """`quiet` (or what it returns when the error comes): the error is not logged (an
+    expected one, e.g. a read of a call we closed on purpose)."""
     try:
         yield
     except TransportError as exc:
         error = _transport_error(exc)
-        if not quiet:
+        if not (quiet() if callable(quiet) else quiet):
             log.warning("upstream %s: %s (%s)", url, error.message, transport_detail(exc))
         raise error from exc
 

@@ -56,3 +56,25 @@ def test_generated_frames_get_events_or_error_frames(proxy: ServerProcess,
         writes.close()
     assert tally.total == FRAMES
     assert sum(tally.rejected.values()) > 0  # the Redis check ran (accepted ones: above)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_frame_over_the_limit_that_is_not_json_gets_its_one_error(
+        proxy: ServerProcess, binary: bool) -> None:
+    """The frame the generated run drew with `--hypothesis-seed=379` (a create body past
+    `--max-body-bytes` with trailing garbage): answered by `frame_too_large` alone (the size is
+    judged before the parse), then the sentinel's `invalid_json`; the exchange reads both and
+    stops, where it once waited out its 60 s for a second `invalid_json`."""
+    body = json.dumps({"type": "response.create", "model": s.MODEL, "input": "x" * LIMIT})
+    frame: str | bytes = body + "\x12;"
+    if binary:
+        frame = frame.encode()
+    url = proxy.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"authorization": f"Bearer {KEY}"}, open_timeout=10,
+                 close_timeout=5, max_size=None) as ws:
+        received = harness.ws_exchange(ws, frame, timeout=15)
+        assert [m["error"]["code"] for m in received] == ["frame_too_large", "invalid_json"]
+        events = harness.ws_exchange(ws, json.dumps({
+            "type": "response.create", "model": s.MODEL, "input": "still there?"}))
+        assert events[-1]["type"] == "response.completed", events[-1]

@@ -314,13 +314,15 @@ _NOT_JSON = object()
 def ws_exchange(ws: Any, frame: str | bytes, *, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Sends one fuzzed frame and reads what it causes, all of it: a create runs to its
     terminal event or its error frame; any other frame is followed by the sentinel, and the
-    reading stops at the sentinel's `invalid_json` error (the second one when the fuzzed frame
-    was not JSON either), so an ignored frame costs no wait."""
+    reading stops at the sentinel's `invalid_json` error, so an ignored frame costs no wait.
+    A fuzzed frame that is not JSON is answered first by one error of its own: `invalid_json`,
+    or `frame_too_large` when it is also over `--max-body-bytes` (the size is judged before
+    the parse), so its own error is skipped whatever its code, not counted as a sentinel's."""
     where = f"ws frame {frame[:300]!r}"
     value = _parsed(frame)
     creates = isinstance(value, dict) and value.get("type") == "response.create"
     ws.send(frame)
-    sentinels = 0 if creates else (2 if value is _NOT_JSON else 1)
+    own_error = value is _NOT_JSON  # the fuzzed frame's own error comes before the sentinel's
     if not creates:
         ws.send(SENTINEL)
     received: list[dict[str, Any]] = []
@@ -335,10 +337,14 @@ def ws_exchange(ws: Any, frame: str | bytes, *, timeout: float = 60.0) -> list[d
         received.append(message)
         if creates and (kind in TERMINAL or kind == "error"):
             return received
-        if not creates and kind == "error" and message["error"]["code"] == "invalid_json":
-            sentinels -= 1
-            if sentinels == 0:
-                return received
+        if creates or kind != "error":
+            continue
+        code = message["error"]["code"]
+        if own_error:
+            assert code in ("invalid_json", "frame_too_large"), f"{where}: {message!r}"
+            own_error = False
+        elif code == "invalid_json":
+            return received
 
 
 # -- set-up -----------------------------------------------------------------------------------

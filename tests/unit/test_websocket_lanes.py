@@ -335,7 +335,9 @@ async def test_run_next_goes_ahead_of_the_waiting_creates() -> None:
     await send(connection, "l", input="1")
     await send(connection, "l", input="2")
     await settle(connection)
-    connection.lanes["l"].run_next({"model": "m", "input": "successor"})
+    successor = connection.steering.begin({"model": "m", "input": "successor"})
+    successor.automatic = True  # as steering makes it (services/responses/steering.py `end`)
+    connection.lanes["l"].run_next(successor)
     gate.set()
     await settle(connection)
     assert responses.started == ["1", "successor", "2"]

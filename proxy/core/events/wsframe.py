@@ -3,7 +3,8 @@ envelope the server puts around what it sends back.
 
 A frame that is not a JSON object with a string `type` is an error naming `type`, as a create
 body's errors name their field; what a frame of a known type does is the connection's business
-(web/socket/connection.py), and a type it does not know is ignored (Codex sends
+(web/socket/connection.py: `response.create` runs a response, `response.steer` adds input to a
+running one, core/events/steer.py), and a type it does not know is ignored (Codex sends
 `response.processed` and `response.append`). A frame's size is counted in bytes, as an HTTP
 body's is (`--max-body-bytes`), whatever the frame's kind.
 

@@ -13,6 +13,12 @@ only wants the final object) and a background job (the log is the only listener)
   any instance;
 - the upstream response is closed on every way out, under a shield: a cancelled client must
   still make vLLM stop generating.
+
+A steer (the WebSocket `response.steer`, services/responses/steering.py) asks a running turn to
+end at its next safe boundary (boundary.py): at once while text or reasoning streams (the read
+waiting on the upstream is failed by closing it, which also makes vLLM free the sequence),
+after a call's item completes, or between a tool loop's turns. The response then ends with the
+assembler's `steered()` ending, recorded and handed over like any terminal event.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from proxy.core.events.chatstream import ChatStreamReader
 from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.fleet.fleet import Call
+from proxy.services.generation.boundary import at_boundary
 from proxy.services.process.loops import TaskSet
 from proxy.store.base import StoredEvent
 from proxy.telemetry.metrics import Metrics
@@ -63,6 +70,11 @@ class Generation:
         self._started = started  # the start events were already made (a background job)
         self._stop_reason: str | None = None
         self._abandoned = False  # our caller went away: the upstream is aborted, not drained
+        # A steer asked this turn to end at its next safe boundary; `_steered`: it ends there
+        # now (its upstream closed on purpose). `_reading`: the upstream call `_read` reads.
+        self._steering = False
+        self._steered = False
+        self._reading: Call | None = None
 
     def stop(self, reason: str) -> None:
         """Make the coming abandonment a failure (`reason`) rather than a cancellation: the
@@ -79,6 +91,29 @@ class Generation:
         self._stop_reason = reason
         if self.call is not None:
             self._tasks.spawn(self.call.aclose(), name="turn-interrupt")
+
+    async def steer(self) -> bool:
+        """End this turn at its next safe boundary (boundary.py) for a steer: at once when it
+        stands at one, else where it reaches one. False when it has ended, or is ending for
+        another reason (the steer then cannot change it)."""
+        if self.assembler.done or self._stop_reason is not None:
+            return False
+        self._steering = True
+        if self._loop is not None:
+            self._loop.halt = True  # no further upstream turn: the loop stops between turns
+        reading = self._reading
+        if reading is not None and self._boundary():
+            await reading.aclose()  # the waiting read fails at once: `_read` ends the response
+        return True
+
+    def _closed_for_steer(self) -> bool:
+        return self._steered
+
+    def _boundary(self) -> bool:
+        """Whether a steered turn ends here (then it is `_steered`)."""
+        if self._steering and not self._steered and at_boundary(self.assembler):
+            self._steered = True
+        return self._steered
 
     async def run(self) -> AsyncGenerator[EventBatch, None]:
         """Batches of encoded events, the terminal one last. Closing the iterator early (the
@@ -185,6 +220,9 @@ class Generation:
                 await loop.aclose()
                 yield assembler.fail(self._stop_reason)
                 return
+        if self._steering and not assembler.done:
+            # The tool loop stopped between its turns for a steer (it opened no next turn).
+            yield assembler.steered()
 
     async def _read(self, call: Call, lead: list[Event] | None = None
                     ) -> AsyncGenerator[list[Event], None]:
@@ -196,9 +234,13 @@ class Generation:
         assembler = self.assembler
         reader = ChatStreamReader(assembler)
         span = call.span  # None unless tracing is on: then one check per read, nothing more
+        self._reading = call
         try:
+            if self._boundary():  # steered while this turn was being opened: read nothing
+                await call.aclose()
             try:
-                with map_transport_errors(call.replica.url):
+                # A read failed by a steer's close is expected: not logged as an upstream fault.
+                with map_transport_errors(call.replica.url, quiet=self._closed_for_steer):
                     async for raw in call.response.aiter_raw():
                         if span is not None:  # the first chunk: its time, once
                             note_first_chunk(span)
@@ -213,28 +255,44 @@ class Generation:
                         if assembler.done or (assembler.phase is Phase.TOOL
                                               and not assembler.turn_finished):
                             break  # (a finished turn whose MCP call waits: read its usage)
-                ending = (reader.end() if not assembler.done and assembler.phase is not Phase.TOOL
-                          else [])
+                        if self._steering and self._boundary():
+                            break  # a steer waited for this boundary (a call's item ended)
+                ending = self._ending(reader)
             except UpstreamTimeout:
                 ending = assembler.fail(
                     "upstream stalled: no data within the first-token or idle timeout")
             except ProxyError as exc:
-                # An interrupted turn's upstream was closed on purpose: say why, not "lost".
-                ending = assembler.fail(
-                    self._stop_reason or f"upstream connection lost: {exc.message}")
+                # An interrupted or steered turn's upstream was closed on purpose: say why,
+                # not "lost".
+                ending = (assembler.steered() if self._steered else assembler.fail(
+                    self._stop_reason or f"upstream connection lost: {exc.message}"))
             for batch in self._led(lead, ending):
                 yield batch
         finally:
-            if call.span is not None:
-                note_answer(call.span, assembler.usage, assembler.snapshot().get("id"))
-            if assembler.done and not self._abandoned and self._stop_reason is None:
-                # The answer is whole; only the body's end (usually in the same read) may be
-                # left. Reading it lets the connection go back to the pool, but our client need
-                # not wait for it: a task finishes the upstream side.
-                self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS),
-                                  name="upstream-tail")
-            else:  # cut short (or interrupted: its upstream is closed, nothing to read)
-                await self._tasks.shielded(call.aclose(), name="upstream-close")
+            self._reading = None
+            await self._release(call)
+
+    async def _release(self, call: Call) -> None:
+        """A read is over: its upstream call finished in the background or closed now."""
+        assembler = self.assembler
+        if call.span is not None:
+            note_answer(call.span, assembler.usage, assembler.snapshot().get("id"))
+        if assembler.done and not self._abandoned and self._stop_reason is None \
+                and not self._steered:
+            # The answer is whole; only the body's end (usually in the same read) may be
+            # left. Reading it lets the connection go back to the pool, but our client need
+            # not wait for it: a task finishes the upstream side.
+            self._tasks.spawn(_finish_upstream(call, _TAIL_SECONDS), name="upstream-tail")
+        else:  # cut short (interrupted or steered: its upstream is closed, nothing to read)
+            await self._tasks.shielded(call.aclose(), name="upstream-close")
+
+    def _ending(self, reader: ChatStreamReader) -> list[Event]:
+        """The events that end a read which stopped without an error: a steer's ending, the
+        upstream's end, or none (an MCP call waits for the tool loop)."""
+        assembler = self.assembler
+        if self._steered:
+            return assembler.steered()
+        return reader.end() if not assembler.done and assembler.phase is not Phase.TOOL else []
 
     def _led(self, lead: list[Event] | None, events: list[Event]) -> list[list[Event]]:
         """The batches for one read's `events` while `lead` (the start events) is unsent: one

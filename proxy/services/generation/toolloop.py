@@ -7,7 +7,8 @@ proxy runs (MCP tools, hosted tools such as web_search) run between.
             client's)
     resume: (the assembler stopped at an mcp_call or a hosted call whose arguments are whole)
             run it (mcp_call.completed|failed; a hosted call's searching, then completed),
-            then open the next upstream turn with the output so far appended to the messages
+            then (unless a steer halted the loop) open the next upstream turn with the output
+            so far appended to the messages
             (a hosted call as the model's call plus the tool's answer, which only this loop
             holds: the item shows what OpenAI's shows, not what the model read), or end the
             response
@@ -122,6 +123,9 @@ class ToolLoop:
     calls: int = field(default=0, init=False)
     # A server could not be listed (a JSON request: HTTP 424).
     listing_failed: bool = field(default=False, init=False)
+    # A steer stops the response between turns (services/generation/boundary.py): set, no
+    # further upstream turn is opened; the response then ends where it stands.
+    halt: bool = field(default=False, init=False)
     _tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False)
     # Where this response's own output begins in the assembler's output.
     _first: int = field(default=0, init=False)
@@ -306,6 +310,8 @@ class ToolLoop:
         return chat
 
     async def _open(self, assembler: Assembler) -> AsyncIterator[list[Event]]:
+        if self.halt:
+            return
         body = orjson.dumps(self._request(assembler))
         try:
             call = await self.gateway.open(self.model, self.tenant, body, stream=True,

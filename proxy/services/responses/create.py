@@ -69,6 +69,7 @@ from proxy.services.responses.compaction import Compactor
 from proxy.services.responses.inputs import RequestInputs
 from proxy.services.responses.localchains import LocalChains
 from proxy.services.responses.references import find_references
+from proxy.services.responses.steering import Run
 from proxy.services.responses.stored import StoredResponses
 from proxy.services.responses.tokenize import fit, measure
 from proxy.settings import LimitSettings, McpSettings, StoreSettings, ToleranceSettings
@@ -137,17 +138,20 @@ class ResponsesService:
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
-                     local: LocalChains | None = None, size: int = 0) -> Outcome:
+                     local: LocalChains | None = None, size: int = 0,
+                     steering: Run | None = None) -> Outcome:
         """`meter`: the request's per-key account (services/metering/meter.py), told what it
         spends. `local`: a WebSocket connection's memory (services/responses/localchains.py): a
         `previous_response_id` found there needs no store read, and a streamed response that
         ends whole is remembered there. `size`: the body's bytes; a large body is parsed,
-        translated and keyed off the event loop (services/process/offload.py)."""
+        translated and keyed off the event loop (services/process/offload.py). `steering`:
+        a WebSocket create's run (services/responses/steering.py), told its response and turn
+        once they exist, so a `response.steer` can reach them."""
         meter = meter or Meter()
         request, history, chat = await self._prepare(tenant, body, local, create=meter,
                                                       size=size)
         outcome = await self._create(tenant, request, history, chat, directives, meter, local,
-                                     size=size)
+                                     size=size, steering=steering)
         outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
         return outcome
 
@@ -222,19 +226,24 @@ class ResponsesService:
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
-                      local: LocalChains | None = None, *, size: int = 0) -> Outcome:
+                      local: LocalChains | None = None, *, size: int = 0,
+                      steering: Run | None = None) -> Outcome:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
         assembler = self._assembler(request)
         # Calls of tools a search loaded or an item brought come back under their names.
         known = toolsearch.loaded_tools([*history.items, *request.input])
         assembler.know_tools(known)
+        response_id = assembler.snapshot()["id"]
         if history.compaction is not None:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
         cached = (await self._lookup(tenant, request, chat, directives, size)
                   if history.compaction is None else OFF)
         if cached.hit:
-            return await self._cached(tenant, request, history, assembler, cached, meter)
+            outcome = await self._cached(tenant, request, history, assembler, cached, meter)
+            if steering is not None:
+                steering.attach(response_id, None)  # whole already: nothing left to steer
+            return outcome
         if request.background:
             outcome = await self._submit(tenant, request, history, chat, assembler, meter,
                                          plan=plan, known=known)
@@ -254,8 +263,10 @@ class ResponsesService:
                 await self._generations.tasks.shielded(call.aclose())
             raise
         turn = self._generations.generation(opened, assembler, recorder, encode=request.stream)
+        if steering is not None:
+            steering.attach(response_id, turn)
         meter.track(turn_spent(assembler, chat))
-        owned = self._owned(assembler.snapshot()["id"], turn, leased=request.store)
+        owned = self._owned(response_id, turn, leased=request.store)
         ended = self._keeper(tenant, cached, assembler)
         if request.stream:
             if local is not None:

@@ -9,7 +9,8 @@ known by its type.
 This module is the route: the handshake, the key's bound on sockets and the connection's life.
 What happens on an accepted socket is web/socket/: the frames, the lanes (`stream_id`: creates
 of one lane in order, lanes side by side, at most `--ws-max-lanes`; without `stream_id` one
-response in flight, a second create meanwhile gets an error frame), a bounded memory of the last
+response in flight, a second create meanwhile gets an error frame), steering (`response.steer`:
+a running response ended at a safe boundary and continued on its lane), a bounded memory of the last
 responses so `store: false` chains continue (services/responses/localchains.py), one send at a
 time under `--send-timeout` (a reader that stops reading loses the connection, as a stalled SSE
 client does), frames up to `--max-body-bytes` bytes (a larger one gets a 413 error frame, up to

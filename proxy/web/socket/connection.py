@@ -14,6 +14,12 @@ it, as a stalled SSE client does. A failed send from any lane reaches the connec
 through `broken`. The memory of the last responses (services/responses/localchains.py) is the
 connection's, shared by its lanes: a lane's create may continue a `store: false` response made
 on another lane.
+
+Steering (`response.steer`) is the connection's too (services/responses/steering.py): one
+`Steering` knows every lane's running and recently ended responses, so input queued on a
+response that waits for the client's tools outlives its lane (a lane is forgotten once idle).
+A steer frame names no lane: the steered response's lane is the one its answers echo (the
+steer events carry their `stream_id` as steering makes them, so they go out as they are).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from starlette.websockets import WebSocket
 
 from proxy.core import types as t
@@ -34,6 +41,7 @@ from proxy.core.errors import (
     StoreUnavailable,
     failure_cause,
 )
+from proxy.core.events.steer import STEER
 from proxy.core.events.wsframe import (
     CREATE,
     STREAM_ID,
@@ -46,6 +54,7 @@ from proxy.core.events.wsframe import (
 from proxy.services.process import offload
 from proxy.services.responses.create import ResponsesService
 from proxy.services.responses.localchains import LocalChains
+from proxy.services.responses.steering import Run, Steering
 from proxy.settings.groups import LimitSettings, StreamSettings
 from proxy.telemetry.metrics import Metrics
 from proxy.web.limiting import metering
@@ -68,12 +77,13 @@ class Connection:
         self.tenant = str(websocket.scope.get("state", {}).get("tenant", PUBLIC_TENANT))
         self.local = LocalChains()
         self.lanes: dict[str | None, Lane] = {}  # None: the unnamed lane
+        self.steering = Steering(max_items=limits.max_input_items)
         # Set once a lane's send failed; `failure` says how (the connection's loop raises it).
         self.broken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.failure: Exception | None = None
         # Frame type -> its handler; a type without one is ignored (Codex's
         # `response.processed`, `response.append`: not ours to refuse).
-        self.handlers: dict[str, FrameHandler] = {CREATE: self.create}
+        self.handlers: dict[str, FrameHandler] = {CREATE: self.create, STEER: self.steer}
         self._responses = responses
         self._streams = streams
         self._limits = limits
@@ -113,6 +123,15 @@ class Connection:
         except ProxyError as error:
             await self.fail(error, stream_id)
 
+    async def steer(self, frame: dict[str, Any], size: int) -> None:
+        """`response.steer`: its answer first, then the steered turn asked to stop (at its
+        next safe boundary, services/generation/boundary.py)."""
+        events, turn = await self.steering.steer(frame, size)
+        for event in events:
+            await self.send(orjson.dumps(event))
+        if turn is not None:
+            await turn.steer()
+
     def lane(self, stream_id: str | None) -> Lane:
         """The lane of `stream_id`, made when it has no response running or waiting."""
         lane = self.lanes.get(stream_id)
@@ -128,16 +147,28 @@ class Connection:
         return lane
 
     # -- what a lane needs (web/socket/lanes.py LaneHost) ------------------------------------
-    async def open(self, body: dict[str, Any], size: int) -> t.EventBatches:
+    def begin(self, body: dict[str, Any], stream_id: str | None) -> Run:
+        # The run's body keeps its lane: steer events echo it, a successor inherits it.
+        return self.steering.begin(body if stream_id is None else {**body, STREAM_ID: stream_id})
+
+    async def open(self, run: Run, size: int) -> t.EventBatches:
         """A create run as a streamed HTTP create is: per-key limits (a stream slot, usage
-        counted), the process's set-up gate, the connection's memory of chains."""
+        counted), the process's set-up gate, the connection's memory of chains; told its
+        steering run, so a steer reaches its turn."""
+        body = {key: value for key, value in run.body.items() if key != STREAM_ID}
         responses = self._responses
         async with responses.setting_up(), metering(self.websocket, hold=True) as meter:
             outcome = await responses.create(
                 self.tenant, {**body, "stream": True}, meter=meter, local=self.local,
-                size=size)
+                size=size, steering=run)
         assert outcome.stream is not None  # a streamed create always streams
         return outcome.stream
+
+    async def settle(self, run: Run) -> Run | None:
+        settled = self.steering.end(run)
+        for event in settled.events:  # each made with its lane's `stream_id` (steering.py)
+            await self.send(orjson.dumps(event))
+        return settled.successor
 
     async def send(self, data: bytes) -> None:
         """One frame, within `--send-timeout`; a reader that stopped raises TimeoutError."""

@@ -27,8 +27,16 @@ reads the terminal event).
 Every frame of a named lane's response carries its `stream_id`, spliced into the event's bytes
 (core/events/wsframe.py `tagged`); the unnamed lane sends the service's bytes untouched, through
 the very same call as a connection without lanes, so echoing costs it nothing per event.
-`run_next` puts a create ahead of the waiting ones: the server's own successor of a response
-(steering), neither refused nor counted against the bounds.
+Each create runs as a steering `Run` (services/responses/steering.py), made by the connection
+when the create starts (`LaneHost.begin`: a continuation of a response that waited for the
+client's tools then inherits the steers queued there). A steered response whose automatic
+successor follows stays `RUNNING` through its terminal event: the successor is the lane's
+next response, not a create of the client's, so the unnamed lane refuses one meanwhile as it
+would during any response. Once a response is over, `LaneHost.settle` ends its run (sending
+the steer events that follow from it, before anything else of the lane) and hands back the
+successor, which `run_next` puts ahead of the waiting creates: neither refused nor counted
+against the bounds, and run as the `Run` it is (its steers keep the ids they were accepted
+with).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from starlette.websockets import WebSocketDisconnect
 from proxy.core import types as t
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.events.wsframe import STREAM_ID, stream_tag, tagged
+from proxy.services.responses.steering import Run
 
 log = logging.getLogger("proxy.web")
 
@@ -65,8 +74,17 @@ class LaneState(enum.Enum):
 class LaneHost(Protocol):
     """What a lane needs of its connection (web/socket/connection.py)."""
 
-    async def open(self, body: dict[str, Any], size: int) -> t.EventBatches:
+    def begin(self, body: dict[str, Any], stream_id: str | None) -> Run:
+        """A client's create about to run on the lane: its steering run."""
+        ...
+
+    async def open(self, run: Run, size: int) -> t.EventBatches:
         """Runs a create (limits, history, fleet): its stream of event batches."""
+        ...
+
+    async def settle(self, run: Run) -> Run | None:
+        """The run is over (its last frame sent): sends what its steers come to, and returns
+        the automatic successor to run next on the lane, if one follows."""
         ...
 
     async def send(self, data: bytes) -> None:
@@ -105,6 +123,7 @@ class _Create:
     body: dict[str, Any]
     size: int  # the frame's bytes: a large create is parsed off the loop
     held: int = 0  # of the connection's budget for waiting creates, while it waits
+    run: Run | None = None  # made already: the server's successor (its steers' ids inherited)
 
 
 class Lane:
@@ -147,13 +166,14 @@ class Lane:
                              "would hold more than --max-body-bytes")
         self._waiting.append(_Create(body, size, held=size))
 
-    def run_next(self, body: dict[str, Any], size: int = 0) -> None:
-        """Runs `body` as this lane's next create, ahead of any waiting: the server's own
+    def run_next(self, run: Run) -> None:
+        """Runs `run` as this lane's next create, ahead of any waiting: the server's own
         successor of the lane's response, so never refused and not counted in the bounds."""
+        create = _Create(run.body, 0, run=run)
         if self.state is LaneState.IDLE:
-            self._start(_Create(body, size))
+            self._start(create)
         else:
-            self._waiting.appendleft(_Create(body, size))
+            self._waiting.appendleft(create)
 
     async def close(self) -> None:
         """Drops the waiting creates and cancels the running response (its stream closes,
@@ -195,12 +215,19 @@ class Lane:
             while True:
                 self.state = LaneState.RUNNING
                 self._closed.clear()
-                if create.body.get("previous_response_id") is not None:
+                if create.run is None and create.body.get("previous_response_id") is not None:
                     # It may continue a response another lane is closing: once closed, its
-                    # chain is remembered (and stored), as on one lane.
+                    # chain is remembered (and stored), as on one lane; and its steers are
+                    # settled, so a continuation of one that waited for the client's tools
+                    # finds the input queued there. (A successor continues this lane's own
+                    # response, closed already: it waits for no other lane.)
                     await self._host.after_closings(self)
-                await self.respond(create.body, create.size)
+                run = create.run or self._host.begin(create.body, self.stream_id)
+                await self.respond(run, create.size)
+                successor = await self._host.settle(run)
                 self._closed.set()
+                if successor is not None:
+                    self.run_next(successor)
                 if not self._waiting:
                     return
                 create = self._waiting.popleft()
@@ -214,17 +241,18 @@ class Lane:
             self.state = LaneState.IDLE
             self._host.released(self)
 
-    async def respond(self, body: dict[str, Any], size: int = 0) -> None:
-        """One response, from its create to its last frame; `CLOSING` once that is sent."""
-        previous = body.get("previous_response_id")
+    async def respond(self, run: Run, size: int = 0) -> None:
+        """One response, from its create to its last frame; `CLOSING` once that is sent,
+        unless an automatic successor follows it."""
+        previous = run.body.get("previous_response_id")
         try:
-            stream = await self._host.open(body, size)
+            stream = await self._host.open(run, size)
             terminal = t.TERMINAL_EVENTS
             send = self._send
             try:
                 async for batch in stream:
                     for kind, data in batch:
-                        if kind in terminal:
+                        if kind in terminal and not run.successor_follows():
                             # Before the send: the client may answer the moment it reads it.
                             self.state = LaneState.CLOSING
                         await send(data)
@@ -237,14 +265,21 @@ class Lane:
             if isinstance(previous, str):
                 self._host.forget(previous)  # a failed continuation: its entry is not trusted
             self.state = LaneState.CLOSING  # the error frame is this response's last frame
-            await self._host.fail(error, self.stream_id)
+            await self._refused(run, error)
         except (asyncio.CancelledError, TimeoutError, WebSocketDisconnect):
             raise
         except Exception:
             log.exception("unhandled error on a WebSocket response")
             self.state = LaneState.CLOSING
-            await self._host.fail(ProxyError("The server had an error while processing your "
-                                             "request."), self.stream_id)
+            await self._refused(run, ProxyError("The server had an error while processing "
+                                                "your request."))
+
+    async def _refused(self, run: Run, error: ProxyError) -> None:
+        run.fail(error.message)
+        # A successor the server started answers for its steers (`response.steer.failed`,
+        # from `settle`): the client sent no create for an error frame to answer.
+        if not run.automatic:
+            await self._host.fail(error, self.stream_id)
 
     async def _send_tagged(self, data: bytes) -> None:
         await self._host.send(tagged(data, self._tag))

@@ -17,6 +17,7 @@ from proxy.core.events.assembler.item import ItemState, Numbering, OpenItem
 from proxy.core.events.assembler.machine import Machine, Phase
 from proxy.core.events.assembler.mcpitems import McpCallItem, McpListItem
 from proxy.core.events.assembler.restore import restore
+from proxy.core.events.steer import CLIENT_OWNED, STEERED
 from proxy.core.events.summaries import wants_summaries
 from proxy.core.ids import IdFactory
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED, is_context_overflow
@@ -125,6 +126,23 @@ class ResponseState(Machine):
         self._close(events, t.S_INCOMPLETE)
         self._interrupt(events)
         return self._terminal(t.CANCELLED, events)
+
+    def steered(self) -> list[Event]:
+        """The response ends where a steer stopped it (a safe boundary: services/generation/
+        run.py decides where): the open item closed as it stands (`incomplete`), then
+        `incomplete` with reason `steered`, for a successor to continue from. A response that
+        already holds calls of the client's tools (or an approval request) waits for their
+        outputs instead: it completes, as the turn that made them would have."""
+        if self.phase is Phase.DONE:
+            return []
+        events: list[Event] = []
+        self._close(events, t.S_INCOMPLETE)
+        self._interrupt(events)
+        if any(item.get("type") in CLIENT_OWNED for item in self.output):
+            self._completed_at = int(self._clock())
+            return self._terminal(t.COMPLETED, events)
+        self._incomplete = {"reason": STEERED}
+        return self._terminal(t.INCOMPLETE, events)
 
     def _terminal(self, kind: str, events: list[Event]) -> list[Event]:
         self.status = t.STATUS_OF_TERMINAL[kind]
