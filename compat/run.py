@@ -261,6 +261,8 @@ def clients(where: VersionSet) -> list[Client]:
         Client("ai_sdk", ["node", "ai_sdk.mjs"], scripts),
         Client("codex", [python, "codex_cli.py"], HERE / "clients"),
     ]
+    if where is NEWEST:  # WebSocket lanes and steering arrived in openai 3.57 (pinned: 3.54)
+        every.append(Client("python_sdk_ws_lanes", [python, "ws_lanes.py"], HERE / "clients"))
     only = {n.strip() for n in os.environ.get("COMPAT_ONLY", "").split(",") if n.strip()}
     return [c for c in every if not only or c.name in only]
 
