@@ -23,11 +23,10 @@ from proxy.telemetry.metrics import Metrics
 from proxy.telemetry.metricsdir import multiprocess_dir
 from proxy.telemetry.tracing import Tracing
 from proxy.web.errors import EXCEPTION_HANDLERS
-from proxy.web.middleware.access import BODY_SEND, AccessLog
-from proxy.web.middleware.accounting import RequestMetrics
-from proxy.web.middleware.auth import AuthMiddleware
-from proxy.web.middleware.bodylimits import BodyLimitMiddleware
-from proxy.web.middleware.draining import DrainMiddleware
+from proxy.web.middleware.access import BODY_SEND
+from proxy.web.middleware.auth import Auth
+from proxy.web.middleware.bodylimits import BodyLimits
+from proxy.web.middleware.front import Front
 from proxy.web.middleware.tracing import TraceMiddleware
 from proxy.web.routes import admin as routes_admin
 from proxy.web.routes import console as routes_console
@@ -76,18 +75,16 @@ def create_app(settings: Settings) -> Starlette:
                 *routes_prompts.routes, *routes_vector_stores.routes, *websocket.routes,
                 *routes_admin.routes, *routes_console.routes],
         middleware=[
-            # Outermost of ours: the request id is set before anything logs, and echoed on
-            # every answer, errors from auth and the body limit included.
-            Middleware(AccessLog),
-            # The request's span, inside the access log (the id is set) and outside auth (a
-            # refused request is traced too); the key's digest is read when it ends.
+            # The request's span, outside everything of ours (a refused request is traced
+            # too); the route and the key's digest are read when it ends.
             *([Middleware(TraceMiddleware, tracing=tracing)] if tracing is not None else []),
-            Middleware(RequestMetrics, metrics=metrics),
-            Middleware(DrainMiddleware, drain=draining),
-            Middleware(BodyLimitMiddleware, limit=settings.limits.max_body_bytes,
-                       upload_limit=settings.limits.max_file_bytes,
-                       idle=settings.limits.body_timeout),
-            Middleware(AuthMiddleware, ring=keys, allow_origins=settings.tenancy.allow_origins),
+            # The request id, the access log, metrics, the drain, the body limit and auth, in
+            # one frame (web/middleware/front.py says in which order, and why one).
+            Middleware(Front, metrics=metrics, drain=draining,
+                       limits=BodyLimits(settings.limits.max_body_bytes,
+                                         upload_limit=settings.limits.max_file_bytes,
+                                         idle=settings.limits.body_timeout),
+                       auth=Auth(ring=keys, allow_origins=settings.tenancy.allow_origins)),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
