@@ -122,6 +122,9 @@ class ResponsesService:
         # Each key's prefix-cache partition (runtime.py shares one, kept current with the keys).
         self._salts = salts or CacheSalts.of(settings.tenancy.keys_file)
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
+        # What parsing a create needs from the settings and the hosted tools, made once.
+        self._tolerance = Tolerance.of(settings.tolerance.params, settings.tolerance.hosted_tools)
+        self._run_hosted = generations.hosted.tool_types()
         # The process's one fetcher (runtime.py gives the pass-through the same one), the
         # key's files and prompt templates.
         self._inputs = inputs or RequestInputs(
@@ -166,10 +169,8 @@ class ResponsesService:
         # linear, but 16 MiB of small items is most of a second of Python (issue 38).
         request = await offload.run(
             size, parse_request, body, self._ids,
-            max_input_items=settings.limits.max_input_items,
-            tolerance=Tolerance.of(settings.tolerance.params, settings.tolerance.hosted_tools),
-            sealer=self._sealer, mcp_allow=settings.mcp.allow,
-            run_hosted=self._generations.hosted.tool_types())
+            max_input_items=settings.limits.max_input_items, tolerance=self._tolerance,
+            sealer=self._sealer, mcp_allow=settings.mcp.allow, run_hosted=self._run_hosted)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
         if create is not None:
