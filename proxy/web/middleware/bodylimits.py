@@ -51,15 +51,16 @@ class BodyLimits:
         return (self.upload_limit if scope["path"] == UPLOAD_PATH and scope["method"] == "POST"
                 else self.limit)
 
-    def refusal(self, limit: int, declared: bytes | None) -> ASGIApp | None:
-        """A 413 when the declared `Content-Length` is over `limit`: refused unread."""
-        if declared is None:
-            return None
-        try:
-            size = int(declared)
-        except ValueError:
-            return None
-        return error_response(_too_large(limit)) if size > limit else None
+    def refusal(self, limit: int, declared: list[bytes]) -> ASGIApp | None:
+        """A 413 when a declared `Content-Length` is over `limit`: refused unread."""
+        for value in declared:
+            try:
+                size = int(value)
+            except ValueError:
+                continue
+            if size > limit:
+                return error_response(_too_large(limit))
+        return None
 
     def counted(self, limit: int, receive: Receive) -> Receive:
         """`receive`, with the body counted against `limit` and each read timed."""

@@ -117,7 +117,7 @@ class Front:
             self._ended(scope, context, answer)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send,
-                      declared: bytes | None) -> None:
+                      declared: list[bytes]) -> None:
         """The refusal that applies, else the app (in flight for the drain, its body counted)."""
         drain, limits, auth = self.drain, self.limits, self.auth
         refusal = drain_refusal(drain, scope) if drain is not None else None
@@ -154,18 +154,18 @@ class Front:
         write_access(self.log, scope, status, seconds, answer.cache, context, route)
 
 
-def _read_headers(scope: Scope) -> tuple[str | None, bytes | None, list[str], list[str]]:
-    """(the client's `x-request-id`, the declared `Content-Length`, its `traceparent`s and
+def _read_headers(scope: Scope) -> tuple[str | None, list[bytes], list[str], list[str]]:
+    """(the client's `x-request-id`, the declared `Content-Length`s, its `traceparent`s and
     `tracestate`s): every request header read here, in one pass."""
     client_id: str | None = None
-    declared: bytes | None = None
+    declared: list[bytes] = []
     parents: list[str] = []
     states: list[str] = []
     for name, value in scope.get("headers", ()):
         if name == _REQUEST_ID:
             client_id = client_id or value.decode("latin-1")
         elif name == b"content-length":
-            declared = declared or value
+            declared.append(value)
         elif name == b"traceparent":
             parents.append(value.decode("latin-1"))
         elif name == b"tracestate":
