@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.types import Receive, Scope, Send
+from starlette.routing import BaseRoute
+from starlette.types import Lifespan, Receive, Scope, Send
 
 from proxy.runtime import Runtime
 from proxy.services.admin.keyring import keyring_of
@@ -38,6 +40,7 @@ from proxy.web.routes import prompts as routes_prompts
 from proxy.web.routes import responses as routes_responses
 from proxy.web.routes import vector_stores as routes_vector_stores
 from proxy.web.routes import websocket
+from proxy.web.routetable import RouteTable
 from proxy.web.state import attach
 
 
@@ -97,6 +100,12 @@ class _ProxyApp(Starlette):
     outermost error middleware included (one frame per token less than what the access log
     alone can offer: ~1.5% of the proxy's CPU in the 256-stream profile). Only body messages of
     a started response take that path, and the wrappers only hand those on."""
+
+    def __init__(self, *, routes: list[BaseRoute], lifespan: Lifespan[Starlette],
+                 **options: Any) -> None:
+        super().__init__(routes=routes, lifespan=lifespan, **options)
+        # The routes a fixed path can reach, found once (web/routetable.py).
+        self.router = RouteTable(routes, lifespan=lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
