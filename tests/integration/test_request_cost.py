@@ -27,7 +27,7 @@ from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 3,530-3,600 (JSON) and 4,870-4,980 (stream); before one middleware did the work of
+# these: 3,510-3,600 (JSON) and 4,850-4,980 (stream); before one middleware did the work of
 # five, labels were bound once and coalesced writes skipped redis-py's pipeline: 4,046 and 5,501.
 MAX_CALLS = {"stored stream": 5_300, "stored json": 3_850}
 # Not the proxy's work, or varying with timing: the embedded store's server, the event loop.
