@@ -173,8 +173,8 @@ RULES: tuple[Rule, ...] = (
     # transport.write is native, so its time is the leaf `RequestResponseCycle.send`'s own.
     Rule(SEND, ("uvicorn/protocols/http/",), ("RequestResponseCycle.send",)),
     Rule(SEND, ("starlette/middleware/errors.py", "starlette/_exception_handler.py",
-                "proxy/web/middleware/access.py", "proxy/web/middleware/accounting.py"),
-         ("_send", "sender", "tagged", "counted")),
+                "proxy/web/middleware/access.py", "proxy/web/middleware/front.py"),
+         ("_send", "sender", "sent")),
     Rule(READ, ("proxy/upstream/http1.py",)),
     Rule(STORE, ("proxy/services/eventlog/", "proxy/store/", "redis/", "hiredis",
                  "proxy/services/responses/stored.py",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -84,6 +84,56 @@ class ReplicaView(Protocol):
     def in_flight(self) -> int: ...
 
 
+class RouteSeries:
+    """One route template's HTTP series, each bound to its labels once, on its first use (a
+    series appears when it first counts something, as with `labels()` at each use): what the
+    front middleware (web/middleware/front.py) records per request, with no label lookup."""
+
+    __slots__ = ("_bound", "_by_status", "_duration", "_open", "_overhead", "_requests", "_ttft",
+                 "route")
+
+    def __init__(self, route: str, requests: Counter, duration: Histogram, ttft: Histogram,
+                 open_streams: Gauge, overhead: Histogram) -> None:
+        self.route = route
+        self._requests = requests
+        self._duration = duration
+        self._ttft = ttft
+        self._open = open_streams
+        self._overhead = overhead
+        # family -> its child for this route; (method, status) -> the bound request counter:
+        # methods outside METHODS share `other` and statuses are three digits, so both stay
+        # small.
+        self._bound: dict[object, Any] = {}
+        self._by_status: dict[tuple[str, int], Counter] = {}
+
+    def _child(self, family: Any) -> Any:
+        child = self._bound.get(family)
+        if child is None:
+            child = self._bound[family] = family.labels(self.route)
+        return child
+
+    def stream_opened(self) -> None:
+        self._child(self._open).inc()
+
+    def stream_closed(self) -> None:
+        self._child(self._open).dec()
+
+    def first_byte(self, seconds: float) -> None:
+        self._child(self._ttft).observe(seconds)
+
+    def overhead(self, seconds: float) -> None:
+        self._child(self._overhead).observe(seconds)
+
+    def finished(self, method: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "other"
+        counter = self._by_status.get((method, status))
+        if counter is None:
+            counter = self._by_status[(method, status)] = self._requests.labels(
+                self.route, method, str(status))
+        counter.inc()
+        self._child(self._duration).observe(seconds)
+
+
 class Metrics:
     """`multiprocess`: the directory of the instance's sample files
     (proxy/telemetry/metricsdir.py)."""
@@ -96,7 +146,7 @@ class Metrics:
         if multiprocess is not None:
             MultiProcessCollector(self.registry, path=multiprocess)  # type: ignore[no-untyped-call]
             registry = CollectorRegistry()
-        # -- HTTP, per request (web/middleware/accounting.py) ---------------------------------
+        # -- HTTP, per request (web/middleware/front.py) --------------------------------------
         self._requests = Counter(
             "proxy_requests", "HTTP requests answered, by route template, method and status.",
             ("route", "method", "status"), registry=registry)
@@ -120,6 +170,8 @@ class Metrics:
             "Request start to the generation request written to a replica (parse, history, "
             "translate, replica choice), by route template.",
             ("route",), buckets=OVERHEAD_BUCKETS, registry=registry)
+        # Route templates (and `unmatched`): a closed set, so the cache is bounded.
+        self._routes: dict[str, RouteSeries] = {}
         # -- Responses and tokens (services/generation/run.py) -------------------------------------
         self._responses = Counter(
             "proxy_responses", "Responses finished, by terminal status.", ("status",),
@@ -155,8 +207,9 @@ class Metrics:
             "proxy_rate_limited", "Requests refused for a limit, by reason.", ("reason",),
             registry=registry)
         # Enumerated labels start at 0, so a rate() has a series before the first event.
-        for direction in ("input", "output"):
-            self._tokens.labels(direction)
+        self._input_tokens = self._tokens.labels("input")
+        self._output_tokens = self._tokens.labels("output")
+        self._by_outcome: dict[str, Counter] = {}  # `_responses` bound by status, once each
         for outcome in JOB_OUTCOMES:
             self._jobs.labels(outcome)
         for reason in LIMIT_REASONS:
@@ -191,32 +244,43 @@ class Metrics:
         self._states.wait_shortfalls = shortfalls
 
     # -- HTTP ---------------------------------------------------------------------------------
+    def route(self, route: str) -> RouteSeries:
+        """The series of one route template, bound to their labels once each (a `labels()`
+        call takes the family's lock and builds its key: five per request)."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._routes[route] = RouteSeries(
+                route, self._requests, self._duration, self._ttft, self._open_streams,
+                self._overhead)
+        return series
+
     def stream_opened(self, route: str) -> None:
-        self._open_streams.labels(route).inc()
+        self.route(route).stream_opened()
 
     def stream_closed(self, route: str) -> None:
-        self._open_streams.labels(route).dec()
+        self.route(route).stream_closed()
 
     def first_byte(self, route: str, seconds: float) -> None:
-        self._ttft.labels(route).observe(seconds)
+        self.route(route).first_byte(seconds)
 
     def overhead(self, route: str, seconds: float) -> None:
-        self._overhead.labels(route).observe(seconds)
+        self.route(route).overhead(seconds)
 
     def request_finished(self, route: str, method: str, status: int, seconds: float) -> None:
-        method = method if method in METHODS else "other"
-        self._requests.labels(route, method, str(status)).inc()
-        self._duration.labels(route).observe(seconds)
+        self.route(route).finished(method, status, seconds)
 
     # -- services -----------------------------------------------------------------------------
     def response_finished(self, status: str, input_tokens: int = 0,
                           output_tokens: int = 0) -> None:
         """Once per Response, when it ends; the tokens are those the fleet processed for it."""
-        self._responses.labels(status).inc()
+        counter = self._by_outcome.get(status)
+        if counter is None:  # terminal statuses: a closed set
+            counter = self._by_outcome[status] = self._responses.labels(status)
+        counter.inc()
         if input_tokens:
-            self._tokens.labels("input").inc(input_tokens)
+            self._input_tokens.inc(input_tokens)
         if output_tokens:
-            self._tokens.labels("output").inc(output_tokens)
+            self._output_tokens.inc(output_tokens)
 
     def job_finished(self, outcome: JobOutcome) -> None:
         self._jobs.labels(outcome).inc()

@@ -25,6 +25,9 @@ What it does, and what it leaves out on purpose:
   log, metrics, Starlette's two exception layers) only hands the message on, ~4 frames and
   ~1 µs per token on the hot path. The response start and the first body message still go
   through them all (status, headers, the time to first byte);
+- a Responses stream's terminal batch goes out with the body's end (`more_body: False`): one
+  write for both instead of two (uvicorn writes the chunk and the chunked terminator together),
+  a write system call less per stream; the body iterator still runs to its end after it;
 - per chunk it costs one `send` and two counter increments: no lock, no cancel scope, no timer.
   (sse-starlette, which this replaces, opens an anyio cancel scope and takes a lock for every
   send: about a tenth of the proxy's CPU at 256 streams.) No lock is needed because uvicorn's
@@ -63,10 +66,14 @@ class EventStream:
     def __init__(self, body: AsyncIterator[Any], *, ping: float = 15.0, status: int = 200,
                  headers: Mapping[str, str] | None = None,
                  send_timeout: float | None = None,
-                 encode: Callable[[Any], bytes] | None = None) -> None:
+                 encode: Callable[[Any], bytes] | None = None,
+                 last: Callable[[Any], bool] | None = None) -> None:
         # `encode`: what makes an item of `body` bytes; None: the items are bytes already.
+        # `last`: tells the item that ends the stream (a Responses stream's terminal event),
+        # sent with the body's end in one write; None: the end is known when `body` ends.
         self.body = body
         self.encode = encode
+        self.last = last
         self.ping = ping
         # None: the configured `--send-timeout` of the app serving the request (so every
         # route's stream is bounded without each handler passing it); 0: unbounded.
@@ -79,6 +86,7 @@ class EventStream:
         self._sent = 0  # frames begun: the pinger only speaks when this stands still
         self._done = 0  # frames whose `send` returned
         self.stalled = False  # abandoned because the client stopped reading
+        self._ended = False  # the body's end is sent: the client leaving now cancels nothing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status,
@@ -106,12 +114,18 @@ class EventStream:
             await _close(self.body)
 
     async def _stream(self, send: Send, body_send: Send) -> None:
-        encode = self.encode
+        encode, last = self.encode, self.last
         try:
             async for item in self.body:
+                if self._ended:
+                    # After the item that ends the stream nothing is sent: the iterator is
+                    # only run to its end (what it does once its last item is out).
+                    continue
                 data = item if encode is None else encode(item)
+                more = last is None or not last(item)
                 self._sent += 1
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+                self._ended = not more
+                await send({"type": "http.response.body", "body": data, "more_body": more})
                 self._done += 1
                 if data:
                     send = body_send  # the first bytes went through every wrapper: enough
@@ -127,7 +141,10 @@ class EventStream:
             # and cut the stream (see above).
             log.exception("stream body failed")
             return
+        if self._ended:
+            return
         self._sent += 1
+        self._ended = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._done += 1
 
@@ -135,7 +152,10 @@ class EventStream:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                streamer.cancel()
+                # Once the end is sent the server reports the exchange over as a disconnect;
+                # the streamer is then only finishing its iterator, which must run to its end.
+                if not self._ended:
+                    streamer.cancel()
                 return
 
 class _Timers:

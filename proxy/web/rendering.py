@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.core.events.sse import frames
-from proxy.core.types import EventBatches
+from proxy.core.types import TERMINAL_EVENTS, EventBatch, EventBatches
 from proxy.services.fleet.passthrough import Relay
 from proxy.web.eventstream import EventStream
 
@@ -38,8 +38,15 @@ def stream_response(
     headers: Mapping[str, str] | None = None,
     status: int = 200,
 ) -> EventStream:
-    """A Responses stream as SSE: each batch framed as one write."""
-    return EventStream(events, ping=ping, status=status, headers=headers, encode=frames)
+    """A Responses stream as SSE: each batch framed as one write, the terminal one with the
+    body's end."""
+    return EventStream(events, ping=ping, status=status, headers=headers, encode=frames,
+                       last=_terminal)
+
+
+def _terminal(batch: EventBatch) -> bool:
+    """The batch ends with the stream's terminal event: nothing follows it."""
+    return bool(batch) and batch[-1][0] in TERMINAL_EVENTS
 
 
 def relay_response(relay: Relay, *, ping: float = 0) -> Reply:

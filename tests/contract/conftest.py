@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from proxy.store.connection.coalesce import ScriptCoalescer
 from proxy.store.connection.factory import job_queue, open_store
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
@@ -82,6 +83,15 @@ def round_trips(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> RoundTrip
         counter.count += 1
         return await send_many(self, *args, **kwargs)
 
+    # Coalesced script calls (a create, a final write) go out on a pooled connection of their
+    # own, one write per batch (store/connection/coalesce.py).
+    send_batch = ScriptCoalescer._pipelined
+
+    async def counted_batch(self: ScriptCoalescer, *args: Any, **kwargs: Any) -> Any:
+        counter.count += 1
+        return await send_batch(self, *args, **kwargs)
+
     monkeypatch.setattr(client, "execute_command", counted_command)
     monkeypatch.setattr(pipeline_class, "execute", counted_pipeline)
+    monkeypatch.setattr(ScriptCoalescer, "_pipelined", counted_batch)
     return counter

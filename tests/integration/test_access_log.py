@@ -19,7 +19,7 @@ import pytest
 from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.telemetry.logs import configure_logging
-from proxy.web.middleware.access import AccessLog
+from proxy.web.middleware.front import Front
 from tests.conftest import SimControl
 from tests.support.servers import ServerProcess
 
@@ -247,7 +247,7 @@ async def test_upstream_request_id_is_replaced_and_cache_header_logged(
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
              "headers": [(b"x-request-id", b"mine-1")]}
     # In a task of its own, as uvicorn runs a request: the id stays in that task's context.
-    await asyncio.create_task(AccessLog(app)(scope, receive, send))
+    await asyncio.create_task(Front(app)(scope, receive, send))
     headers = sent[0]["headers"]
     assert [v for k, v in headers if k == b"x-request-id"] == [b"mine-1"]
     [line] = [a for a in json_logs.access() if a["request_id"] == "mine-1"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.metrics import MetricWrapperBase
 
 from proxy.app import create_app
 from proxy.core.errors import StoreUnavailable
@@ -207,6 +208,34 @@ async def test_ids_and_odd_methods_never_become_labels(app_client: Client) -> No
     assert len(series) <= 6  # not one per id or path
     for (_, labels) in seen.samples:
         assert not any("resp_" in value or "nowhere" in value for _, value in labels)
+
+
+async def test_a_routes_series_are_bound_once_not_looked_up_per_request(
+        simulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each series a request records (its count, duration, time to first byte, open streams,
+    overhead, the response's outcome and tokens) is bound to its labels on the route's first
+    request: later requests call no `labels()`, each of which takes the family's lock and
+    builds its key."""
+    looked_up: list[str] = []
+    labels = MetricWrapperBase.labels
+
+    def counted(self: MetricWrapperBase, *values: Any, **named: Any) -> Any:
+        looked_up.append(self._name)
+        return labels(self, *values, **named)
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", counted)
+    app = create_app(Settings.of(upstreams=(simulator.url,)))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            bodies = [{"model": "sim-model", "input": "hi", "store": store, "stream": stream}
+                      for store in (True, False) for stream in (True, False)]
+            for body in bodies:  # each route, status and outcome seen once
+                assert (await http.post(RESPONSES, json=body)).status_code == 200
+            looked_up.clear()
+            for body in bodies * 2:
+                assert (await http.post(RESPONSES, json=body)).status_code == 200
+    assert looked_up == []
 
 
 async def test_a_store_failure_reaching_a_client_is_counted(

@@ -33,9 +33,12 @@ MAX_WALK = 30
 # Why a reader following the request need not open a module that runs for it -> those modules.
 # Keep it short: a module that shapes the request's path belongs on the walk.
 PLUMBING: dict[str, tuple[str, ...]] = {
-    "wraps every request alike (auth, which gives the tenant, is on the walk)": (
-        "proxy.app", "proxy.web.middleware.access", "proxy.web.middleware.accounting",
-        "proxy.web.middleware.bodylimits", "proxy.web.middleware.draining"),
+    "the checks the one middleware (on the walk) calls, each in its room: the key's lookup, "
+    "the access line, the body limit, the drain; the app and its route table (each fixed "
+    "path's routes found once)": (
+        "proxy.app", "proxy.web.middleware.auth", "proxy.web.middleware.access",
+        "proxy.web.middleware.bodylimits", "proxy.web.middleware.draining",
+        "proxy.web.routetable"),
     "what a handler takes from the request, where it finds the services, the disconnect "
     "watch around the set-up": (
         "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect"),

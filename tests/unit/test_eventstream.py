@@ -231,5 +231,41 @@ async def test_the_first_event_is_sent_before_the_next_item_is_ready() -> None:
         assert not release.is_set() and written == [frames(_batch("response.created"))]
         release.set()
         await task
-    assert written == [frames(_batch("response.created")), frames(_batch("response.completed")),
-                       b""]
+    assert written == [frames(_batch("response.created")), frames(_batch("response.completed"))]
+
+
+async def test_the_terminal_batch_goes_out_with_the_end_and_the_body_still_runs_to_its_end(
+        ) -> None:
+    """The batch ending with the terminal event is the body's last message (`more_body`
+    false): one write for it and the chunked end, not two. The server then reports the
+    exchange over as a disconnect at once; what the body does after its last item (a stored
+    turn's end hooks) still runs, uncancelled."""
+    from proxy.core.events.sse import frames
+    from proxy.web.rendering import stream_response
+
+    messages: list[dict[str, Any]] = []
+    over = asyncio.Event()
+    after_last: list[str] = []
+
+    async def body() -> AsyncIterator[list[tuple[str, bytes]]]:
+        yield _batch("response.created")
+        yield _batch("response.completed")
+        await asyncio.sleep(0)  # a suspension after the last item, where a cancel would land
+        await asyncio.sleep(0)
+        after_last.append("ran")
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+        if message["type"] == "http.response.body" and not message["more_body"]:
+            over.set()
+
+    async def receive() -> dict[str, Any]:
+        await over.wait()  # as uvicorn: once the response is complete, a disconnect
+        return {"type": "http.disconnect"}
+
+    async with asyncio.timeout(10):
+        await stream_response(body())({"type": "http"}, receive, send)
+    bodies = [(m["body"], m["more_body"]) for m in messages if m["type"] == "http.response.body"]
+    assert bodies == [(frames(_batch("response.created")), True),
+                      (frames(_batch("response.completed")), False)]
+    assert after_last == ["ran"]

@@ -43,7 +43,7 @@ def test_the_middleware_checks_keys_through_key_accepted(monkeypatch: pytest.Mon
         return False
 
     monkeypatch.setattr(auth, "key_accepted", spy)
-    middleware = auth.AuthMiddleware(app=None, keys=["sk-a"])  # type: ignore[arg-type]
+    middleware = auth.Auth(keys=["sk-a"])
     assert middleware._accepts("sk-guess") is False
     assert seen == ["sk-guess"]
 

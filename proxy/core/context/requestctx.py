@@ -35,7 +35,7 @@ class RequestContext:
     replica: str | None = None  # the upstream root URL that answered, when one did
     # When (perf_counter) the generation request was first written to a replica: the end of
     # the proxy's own work on the request, for `proxy_overhead_seconds`
-    # (web/middleware/accounting.py).
+    # (web/middleware/front.py).
     upstream_sent: float | None = None
     upstream_calls: int = 0  # how many upstream calls carried an id (upstream_request_id)
     # Random, made by whoever makes the context: sets this request's upstream ids apart from

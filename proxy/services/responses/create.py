@@ -129,6 +129,9 @@ class ResponsesService:
         self._salts = salts
         self._compactor = Compactor(self._gateway, self._sealer, self._ids)
         self._inputs = inputs
+        # What parsing a create needs from the settings and the hosted tools, made once.
+        self._parse_tolerance = Tolerance.of(tolerance.params, tolerance.hosted_tools)
+        self._run_hosted = generations.hosted.tool_types()
 
     def setting_up(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Around a create's whole set-up, from its body read on: its slot in the process's
@@ -171,10 +174,8 @@ class ResponsesService:
         # linear, but 16 MiB of small items is most of a second of Python (a stalled loop).
         request = await offload.run(
             size, parse_request, body, self._ids,
-            max_input_items=self._limits.max_input_items,
-            tolerance=Tolerance.of(self._tolerance.params, self._tolerance.hosted_tools),
-            sealer=self._sealer, mcp_allow=self._mcp.allow,
-            run_hosted=self._generations.hosted.tool_types())
+            max_input_items=self._limits.max_input_items, tolerance=self._parse_tolerance,
+            sealer=self._sealer, mcp_allow=self._mcp.allow, run_hosted=self._run_hosted)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
         if create is not None:

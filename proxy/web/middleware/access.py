@@ -1,4 +1,4 @@
-"""The request id and the access log, as one pure ASGI middleware (the outermost of ours).
+"""The request id and the access log: what the front middleware (front.py) does first and last.
 
 For every HTTP request:
 - the request id is the client's `x-request-id` when it is safe (core/context/requestctx.py), else a
@@ -10,10 +10,8 @@ For every HTTP request:
   logger: method, route template (never the raw path, which holds ids), status, duration, key id
   (a short digest of the tenant, itself a digest: never the key), the `x-proxy-cache` header's
   value or `-`, and the replica that served it or `-`. Never a body, a query string or a header
-  value other than those.
-
-Per request, never per token: the wrapped `send` does one dict lookup per message and its work
-only on `http.response.start`.
+  value other than those. The line's fields are put together only when the logger would write
+  it.
 
 The context variable is deliberately not reset when the request ends: uvicorn runs each request
 in a task (and context) of its own, so the value dies with it, and Starlette's outermost error
@@ -26,18 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from proxy.core.context.requestctx import CURRENT, RequestContext, accept_request_id
 from proxy.core.context.tracecontext import accept_trace_context
-from proxy.web.middleware.auth import header
 
-_HEADER = b"x-request-id"
-_CACHE_HEADER = b"x-proxy-cache"
-# Scope key of the send a stream's body may use once its first bytes are out (see __call__).
+# Scope key of the send a stream's body may use once its first bytes are out (front.py).
 BODY_SEND = "proxy.body_send"
 # nginx's code for a request the client closed before an answer was sent.
 CLIENT_CLOSED = 499
@@ -51,88 +45,41 @@ def failed_status(exc: BaseException | None) -> int:
         else CLIENT_CLOSED
 
 
-def _trace_context(scope: Scope) -> tuple[str | None, str | None]:
-    """The client's W3C trace context, checked (core/context/tracecontext.py): passed on upstream
-    when tracing is off. One pass over the headers; nothing kept when there is none."""
-    parents: list[str] = []
-    states: list[str] = []
-    for name, value in scope.get("headers", ()):
-        if name == b"traceparent":
-            parents.append(value.decode("latin-1"))
-        elif name == b"tracestate":
-            states.append(value.decode("latin-1"))
-    return accept_trace_context(parents, states) if parents else (None, None)
-
-
 def new_request_id() -> str:
     return f"req_{secrets.token_hex(16)}"
 
 
-class AccessLog:
-    def __init__(self, app: ASGIApp, *, logger: logging.Logger | None = None,
-                 new_id: Callable[[], str] = new_request_id) -> None:
-        self.app = app
-        self.log = logger or logging.getLogger("proxy.access")
-        self.new_id = new_id
+def request_context(client_id: str | None, new_id: Callable[[], str],
+                    traceparents: list[str], tracestates: list[str]) -> RequestContext:
+    """The request's context, made current: its id (the client's `x-request-id` when it is
+    safe, else a new one) and the client's W3C trace context, checked
+    (core/context/tracecontext.py): passed on upstream when tracing is off."""
+    accepted = accept_request_id(client_id)
+    # A client may send one id on concurrent requests: their upstream ids must differ.
+    context = RequestContext(accepted or new_id(),
+                             upstream_tag=secrets.token_hex(4) if accepted else "")
+    if traceparents:
+        context.traceparent, context.tracestate = accept_trace_context(traceparents,
+                                                                       tracestates)
+    CURRENT.set(context)
+    return context
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        client_id = accept_request_id(header(scope, _HEADER))
-        request_id = client_id or self.new_id()
-        # A client may send one id on concurrent requests: their upstream ids must differ.
-        context = RequestContext(request_id,
-                                 upstream_tag=secrets.token_hex(4) if client_id else "")
-        context.traceparent, context.tracestate = _trace_context(scope)
-        CURRENT.set(context)
-        echoed = (_HEADER, request_id.encode("latin-1"))
-        started = time.perf_counter()
-        status = 0
-        cache = "-"
 
-        async def tagged(message: Message) -> None:
-            nonlocal status, cache
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = []
-                for name, value in message.get("headers", ()):
-                    if name.lower() == _HEADER:
-                        continue
-                    if name.lower() == _CACHE_HEADER:
-                        cache = value.decode("latin-1")
-                    headers.append((name, value))
-                headers.append(echoed)
-                message = {**message, "headers": headers}
-            await send(message)
-
-        # The send beneath every wrapper of ours, for a stream's body once it has begun
-        # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers (ours and
-        # Starlette's) only hand messages on, and skipping them spares ~4 frames per token.
-        # The proxy's app puts the server's own send there first (app.py: beneath Starlette's
-        # error middleware too); served alone, this is the lowest send we see.
-        scope.setdefault(BODY_SEND, send)
-        try:
-            await self.app(scope, receive, tagged)
-        except BaseException as exc:
-            status = status or failed_status(exc)
-            raise
-        finally:
-            self._write(scope, status, time.perf_counter() - started, cache, context)
-
-    def _write(self, scope: Scope, status: int, seconds: float, cache: str,
-               context: RequestContext) -> None:
-        fields = {
-            "method": scope.get("method", "-"),
-            "route": route_template(scope),
-            "status": status or CLIENT_CLOSED,
-            "duration_ms": round(seconds * 1000, 1),
-            "key_id": key_id(scope),
-            "cache": cache,
-            "replica": context.replica or "-",
-        }
-        self.log.info("%(method)s %(route)s %(status)d %(duration_ms).1fms key=%(key_id)s "
-                      "cache=%(cache)s replica=%(replica)s", fields, extra={"access": fields})
+def write_access(log: logging.Logger, scope: Scope, status: int, seconds: float, cache: str,
+                 context: RequestContext, route: str) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    fields = {
+        "method": scope.get("method", "-"),
+        "route": route,
+        "status": status or CLIENT_CLOSED,
+        "duration_ms": round(seconds * 1000, 1),
+        "key_id": key_id(scope),
+        "cache": cache,
+        "replica": context.replica or "-",
+    }
+    log.info("%(method)s %(route)s %(status)d %(duration_ms).1fms key=%(key_id)s "
+             "cache=%(cache)s replica=%(replica)s", fields, extra={"access": fields})
 
 
 def key_id(scope: Scope) -> str:

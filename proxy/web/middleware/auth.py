@@ -1,4 +1,4 @@
-"""Bearer-key authentication and tenancy, as pure ASGI middleware (keeps streaming intact).
+"""Bearer-key authentication and tenancy: the check the front middleware runs (front.py).
 
 Every `/v1/` request gets a tenant in `scope["state"]["tenant"]`: a digest of its key, so stored
 objects (and per-key limits, services/metering/limits.py) are scoped to the key that made them and
@@ -26,7 +26,7 @@ from proxy.core.policy.tenancy import PUBLIC_TENANT, tenant_of
 from proxy.services.admin.keyring import KeyRing
 from proxy.web.errors import error_response
 
-__all__ = ["OPEN", "PUBLIC_TENANT", "AuthMiddleware", "bearer", "key_accepted", "tenant_of"]
+__all__ = ["OPEN", "PUBLIC_TENANT", "Auth", "bearer", "key_accepted", "tenant_of"]
 
 log = logging.getLogger("proxy.web")
 
@@ -61,13 +61,14 @@ def key_accepted(keys: Sequence[bytes], token: str) -> bool:
     return matched
 
 
-class AuthMiddleware:
-    """`ring`: the keys managed live too (services/admin/keyring.py); with it, a key is
-    required when any is configured or the admin key is set, and the admin key is refused."""
+class Auth:
+    """The check the front middleware (web/middleware/front.py) runs on every `/v1/` request and
+    WebSocket handshake. `ring`: the keys managed live too (services/admin/keyring.py); with it,
+    a key is required when any is configured or the admin key is set, and the admin key is
+    refused."""
 
-    def __init__(self, app: ASGIApp, keys: Sequence[str] = (),
-                 allow_origins: Sequence[str] = (), ring: KeyRing | None = None) -> None:
-        self.app = app
+    def __init__(self, keys: Sequence[str] = (), allow_origins: Sequence[str] = (),
+                 ring: KeyRing | None = None) -> None:
         self._ring = ring or KeyRing(keys)
         self._origins = frozenset(o for o in map(parse_origin, allow_origins) if o is not None)
 
@@ -81,44 +82,40 @@ class AuthMiddleware:
         """A key is required."""
         return self._ring.required
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
+    def refusal(self, scope: Scope) -> ASGIApp | None:
+        """What answers a request (or handshake) refused, or None: then the caller's tenant
+        (and whether the proxy is open) is in `scope["state"]`. Paths outside `/v1/` are not
+        checked."""
+        if not scope["path"].startswith("/v1/"):
+            return None
+        socket = scope["type"] == "websocket"
         token = bearer(scope)
         if token is not None and self._ring.is_admin(token):
             # The operator's key runs the admin API only: a leaked client config holding it
             # would otherwise serve (and bill) as an unlimited tenant.
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            await error_response(Forbidden("The admin key cannot call the API; use a client "
-                                           "key."))(scope, receive, send)
-            return
-        if self._keys and scope["type"] == "websocket":
+            return _refuse_handshake if socket else error_response(
+                Forbidden("The admin key cannot call the API; use a client key."))
+        if self._keys and socket:
             if token is None or not self._accepts(token):
                 # Refused at the handshake, before accept: uvicorn answers it with HTTP 403.
-                await send({"type": "websocket.close", "code": 1008})
-                return
+                return _refuse_handshake
         elif self._keys:
             if token is None:
-                error = Unauthorized(
-                    "You didn't provide an API key. Send it as `Authorization: Bearer KEY`."
-                )
-                await error_response(error)(scope, receive, send)
-                return
+                return error_response(Unauthorized(
+                    "You didn't provide an API key. Send it as `Authorization: Bearer KEY`."))
             if not self._accepts(token):
-                await error_response(Unauthorized("Incorrect API key provided."))(
-                    scope, receive, send
-                )
-                return
-        elif scope["type"] == "websocket" and not origin_allowed(
+                return error_response(Unauthorized("Incorrect API key provided."))
+        elif socket and not origin_allowed(
                 header(scope, b"origin"), header(scope, b"host"), self._origins):
             log.info("websocket handshake refused: foreign origin %.100r",
                      header(scope, b"origin"))
-            await send({"type": "websocket.close", "code": 1008})  # uvicorn: HTTP 403
-            return
+            return _refuse_handshake  # uvicorn: HTTP 403
         state = scope.setdefault("state", {})
         state["tenant"] = tenant_of(token) if token else PUBLIC_TENANT
         state[OPEN] = not self._keys
-        await self.app(scope, receive, send)
+        return None
+
+
+async def _refuse_handshake(scope: Scope, receive: Receive, send: Send) -> None:
+    """A refused handshake: closed with 1008 (policy violation) before it is accepted."""
+    await send({"type": "websocket.close", "code": 1008})

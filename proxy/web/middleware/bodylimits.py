@@ -1,4 +1,4 @@
-"""Request-body size limit, as pure ASGI middleware.
+"""Request-body size limit: what the front middleware (front.py) checks and counts.
 
 A declared `Content-Length` over the limit is refused before a byte is read; a chunked body is
 counted as it arrives and refused the moment it passes the limit (the handler's `body()` raises,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope
 
 from proxy.core.errors import PayloadTooLarge, RequestTimeout
 from proxy.web.errors import error_response
@@ -38,29 +38,32 @@ def _too_slow(seconds: float) -> RequestTimeout:
     return RequestTimeout(f"The request body paused for more than {seconds:g} seconds.")
 
 
-class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None, *,
-                 idle: float) -> None:
-        self.app = app
+class BodyLimits:
+    """The limits the front middleware (front.py) puts on every HTTP request's body."""
+
+    def __init__(self, limit: int, upload_limit: int | None = None, *, idle: float) -> None:
         self.limit = limit
         self.upload_limit = limit if upload_limit is None else upload_limit + MULTIPART_SLACK
         self.idle = idle
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit = (self.upload_limit if scope["path"] == UPLOAD_PATH and scope["method"] == "POST"
-                 else self.limit)
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > limit:
-                    await error_response(_too_large(limit))(scope, receive, send)
-                    return
+    def of(self, scope: Scope) -> int:
+        """The limit of this request's body."""
+        return (self.upload_limit if scope["path"] == UPLOAD_PATH and scope["method"] == "POST"
+                else self.limit)
+
+    def refusal(self, limit: int, declared: list[bytes]) -> ASGIApp | None:
+        """A 413 when a declared `Content-Length` is over `limit`: refused unread."""
+        for value in declared:
+            try:
+                size = int(value)
+            except ValueError:
+                continue
+            if size > limit:
+                return error_response(_too_large(limit))
+        return None
+
+    def counted(self, limit: int, receive: Receive) -> Receive:
+        """`receive`, with the body counted against `limit` and each read timed."""
         received = 0
         whole = False
         idle = self.idle
@@ -81,4 +84,4 @@ class BodyLimitMiddleware:
                 whole = not message.get("more_body", False)
             return message
 
-        await self.app(scope, counted, send)
+        return counted

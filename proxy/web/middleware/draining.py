@@ -1,4 +1,5 @@
-"""Refusing new work while the process drains (services/process/drain.py), as pure ASGI middleware.
+"""Refusing new work while the process drains (services/process/drain.py): the front
+middleware's check (front.py).
 
 Every HTTP request is counted in flight while it runs (the drain waits for the count to reach
 zero, up to the grace). Once draining, a new request gets 503 `server_shutting_down` with
@@ -19,21 +20,13 @@ from proxy.web.errors import error_response
 ALWAYS_ANSWERED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-class DrainMiddleware:
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
-        self.app = app
-        self.drain = drain
+def drain_refusal(drain: Drain, scope: Scope) -> ASGIApp | None:
+    """What answers a request (or handshake) while the process drains, or None: serve it."""
+    if not drain.draining or scope["path"] in ALWAYS_ANSWERED:
+        return None
+    return _try_later if scope["type"] == "websocket" else error_response(ShuttingDown())
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, receive, send)
-            return
-        if self.drain.draining and scope["path"] not in ALWAYS_ANSWERED:
-            if scope["type"] == "websocket":
-                # 1013 "try again later", before the handshake is accepted.
-                await send({"type": "websocket.close", "code": 1013})
-                return
-            await error_response(ShuttingDown())(scope, receive, send)
-            return
-        with self.drain.request():
-            await self.app(scope, receive, send)
+
+async def _try_later(scope: Scope, receive: Receive, send: Send) -> None:
+    # 1013 "try again later", before the handshake is accepted.
+    await send({"type": "websocket.close", "code": 1013})

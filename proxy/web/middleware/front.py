@@ -1,0 +1,222 @@
+"""`Front`: the proxy's one ASGI middleware, doing in one frame what a stack of five did.
+
+Per HTTP request, in this order:
+1. the request id and the client's trace context (access.py), set before anything can log;
+2. refusals, each answered through the same `send` as any answer (so logged, counted and
+   tagged with the id): while draining a 503 (draining.py), a declared body over its limit a
+   413 (bodylimits.py), a missing or wrong key a 401/403 (auth.py, `/v1/` only);
+3. the app, counted in flight for the drain, reading its body through the limit's counter;
+4. at the end (the last byte sent, or the app raising): the request counted by route template,
+   method and status, its duration, how long the proxy worked before the generation request was
+   written to a replica (`RequestContext.upstream_sent`, noted by the fleet), and one access-log
+   line.
+The response's start is seen once: its status, the `x-proxy-cache` value for the log, a stream
+(`text/event-stream`) counted open, the client's stale `x-request-id` replaced by ours. A
+stream's first non-empty body message gives its time to first byte (`proxy_ttft_seconds`). Per
+message the wrapped `send` tests one boolean or one dict key; past a stream's first body bytes
+its tokens skip it altogether (`BODY_SEND`, web/eventstream.py). Nothing here is per token.
+
+Why one: every layer of pure ASGI middleware costs a coroutine frame, a closure per request and
+a call per message on the way out; a short stored answer went through five of ours (and
+Starlette's two). The checks stay in their modules, as functions of the scope; only their
+sequencing is here.
+
+WebSocket handshakes get the drain's and auth's checks (a refused one is closed before accept)
+and are counted in flight; no access line or HTTP metrics (a socket's turns are logged by the
+socket, web/routes/websocket.py). Lifespan messages pass through.
+
+Labels and log fields take route templates (`/v1/responses/{response_id}`), never the raw path:
+an id in a label would make one series per response. A request the client left before any answer
+is 499, one whose handler raised before answering 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.core.context.requestctx import RequestContext
+from proxy.services.process.drain import Drain
+from proxy.telemetry.metrics import Metrics
+from proxy.web.middleware.access import (
+    BODY_SEND,
+    CLIENT_CLOSED,
+    failed_status,
+    new_request_id,
+    request_context,
+    route_template,
+    write_access,
+)
+from proxy.web.middleware.auth import Auth
+from proxy.web.middleware.bodylimits import BodyLimits
+from proxy.web.middleware.draining import drain_refusal
+
+_REQUEST_ID = b"x-request-id"
+_CACHE = b"x-proxy-cache"
+_EVENT_STREAM = b"text/event-stream"
+
+
+class Front:
+    """`metrics`, `drain`, `limits`, `auth`: each part left out (None) is skipped, for a test
+    of the others; the app passes them all."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics | None = None,
+                 drain: Drain | None = None, limits: BodyLimits | None = None,
+                 auth: Auth | None = None, logger: logging.Logger | None = None,
+                 new_id: Callable[[], str] = new_request_id) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.drain = drain
+        self.limits = limits
+        self.auth = auth
+        self.log = logger or logging.getLogger("proxy.access")
+        self.new_id = new_id
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._socket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        drain, auth = self.drain, self.auth
+        refusal = drain_refusal(drain, scope) if drain is not None else None
+        if refusal is None and auth is not None:
+            refusal = auth.refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+        elif drain is None:
+            await self.app(scope, receive, send)
+        else:
+            with drain.request():
+                await self.app(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        client_id, declared, parents, states = _read_headers(scope)
+        context = request_context(client_id, self.new_id, parents, states)
+        answer = _Answer(scope, send, started, context, self.metrics)
+        # The send beneath every wrapper of ours, for a stream's body once it has begun
+        # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers (ours and
+        # Starlette's) only hand messages on. The proxy's app puts the server's own send there
+        # first (app.py: beneath Starlette's error middleware too); served alone, this is the
+        # lowest send we see.
+        scope.setdefault(BODY_SEND, send)
+        try:
+            await self._answer(scope, receive, answer.send, declared)
+        except BaseException as exc:
+            answer.status = answer.status or failed_status(exc)
+            raise
+        finally:
+            self._ended(scope, context, answer)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send,
+                      declared: list[bytes]) -> None:
+        """The refusal that applies, else the app (in flight for the drain, its body counted)."""
+        drain, limits, auth = self.drain, self.limits, self.auth
+        refusal = drain_refusal(drain, scope) if drain is not None else None
+        limit = 0
+        if refusal is None and limits is not None:
+            limit = limits.of(scope)
+            refusal = limits.refusal(limit, declared)
+        if refusal is None and auth is not None:
+            refusal = auth.refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        if limits is not None:
+            receive = limits.counted(limit, receive)
+        if drain is None:
+            await self.app(scope, receive, send)
+            return
+        with drain.request():
+            await self.app(scope, receive, send)
+
+    def _ended(self, scope: Scope, context: RequestContext, answer: _Answer) -> None:
+        started = answer.started
+        seconds = time.perf_counter() - started
+        status = answer.status or CLIENT_CLOSED
+        route = route_template(scope)
+        metrics = self.metrics
+        if metrics is not None:
+            series = metrics.route(route)
+            if answer.stream:
+                series.stream_closed()
+            if context.upstream_sent is not None:
+                series.overhead(context.upstream_sent - started)
+            series.finished(str(scope.get("method", "-")), status, seconds)
+        write_access(self.log, scope, status, seconds, answer.cache, context, route)
+
+
+def _read_headers(scope: Scope) -> tuple[str | None, list[bytes], list[str], list[str]]:
+    """(the client's `x-request-id`, the declared `Content-Length`s, its `traceparent`s and
+    `tracestate`s): every request header read here, in one pass."""
+    client_id: str | None = None
+    declared: list[bytes] = []
+    parents: list[str] = []
+    states: list[str] = []
+    for name, value in scope.get("headers", ()):
+        if name == _REQUEST_ID:
+            client_id = client_id or value.decode("latin-1")
+        elif name == b"content-length":
+            declared.append(value)
+        elif name == b"traceparent":
+            parents.append(value.decode("latin-1"))
+        elif name == b"tracestate":
+            states.append(value.decode("latin-1"))
+    return client_id, declared, parents, states
+
+
+class _Answer:
+    """One HTTP request's answer as it leaves: its `send`, and what its end records."""
+
+    __slots__ = ("_echoed", "_first_pending", "_metrics", "_scope", "_send", "cache", "started",
+                 "status", "stream")
+
+    def __init__(self, scope: Scope, send: Send, started: float, context: RequestContext,
+                 metrics: Metrics | None) -> None:
+        self._scope = scope
+        self._send = send
+        self.started = started
+        self._echoed = (_REQUEST_ID, context.request_id.encode("latin-1"))
+        self._metrics = metrics
+        self.status = 0
+        self.cache = "-"
+        self.stream = False
+        self._first_pending = False  # a stream whose first body bytes are not sent yet
+
+    async def send(self, message: Message) -> None:
+        if self._first_pending:
+            if message.get("body"):
+                self._first_pending = False
+                if self._metrics is not None:
+                    self._metrics.route(route_template(self._scope)).first_byte(
+                        time.perf_counter() - self.started)
+        elif message["type"] == "http.response.start":
+            message = self._started(message)
+        await self._send(message)
+
+    def _started(self, message: Message) -> Message:
+        """The response's start: its status, cache result and kind noted, our id echoed (a
+        stale one from upstream dropped)."""
+        self.status = int(message["status"])
+        headers = []
+        for name, value in message.get("headers", ()):
+            lower = name.lower()
+            if lower == _REQUEST_ID:
+                continue
+            if lower == _CACHE:
+                self.cache = value.decode("latin-1")
+            elif lower == b"content-type" and value.startswith(_EVENT_STREAM):
+                self.stream = self._first_pending = True
+            headers.append((name, value))
+        headers.append(self._echoed)
+        if self.stream and self._metrics is not None:
+            self._metrics.route(route_template(self._scope)).stream_opened()
+        return {**message, "headers": headers}
