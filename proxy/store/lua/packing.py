@@ -56,28 +56,27 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
     entries: list[bytes] = []
-    run: list[StoredEvent] = []
-    size = 0
-    last = -2
-    for event in events:
-        seq, data = event.seq, event.data
-        if run and (seq != last + 1 or len(run) >= MAX_EVENTS_PER_ENTRY
-                    or size + len(data) > MAX_ENTRY_BYTES):
-            entries.append(_entry(run))
-            run, size = [], 0
-        run.append(event)
-        size += len(data)
-        last = seq
-    if run:
-        entries.append(_entry(run))
+    types = _TYPES
+    count = len(events)
+    start = 0
+    while start < count:  # one entry per round
+        first = events[start]
+        seq, size, stop = first.seq, len(first.data), start + 1
+        limit = min(count, start + MAX_EVENTS_PER_ENTRY)
+        while stop < limit:
+            event = events[stop]
+            size += len(event.data)
+            if event.seq != seq + 1 or size > MAX_ENTRY_BYTES:
+                break
+            seq = event.seq
+            stop += 1
+        end = events[stop - 1]
+        records = b"\x01".join([b"%s\x00%s" % (types.get(e.type) or _type_bytes(e.type), e.data)
+                                 for e in events[start:stop - 1]])
+        entries.append(b"%d\x04%d\x04%s\x04%s\x04%s" % (
+            first.seq, end.seq, records, types.get(end.type) or _type_bytes(end.type), end.data))
+        start = stop
     return b"\x03".join(entries)
-
-
-def _entry(run: list[StoredEvent]) -> bytes:
-    *earlier, end = run
-    records = b"\x01".join([b"%s\x00%s" % (_type_bytes(e.type), e.data) for e in earlier])
-    return b"%d\x04%d\x04%s\x04%s\x04%s" % (run[0].seq, end.seq, records, _type_bytes(end.type),
-                                            end.data)
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
