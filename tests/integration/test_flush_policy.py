@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from proxy.services.eventlog import writer
 from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.writer import FIRST_WINDOW, WINDOW, EventLogHub
 from proxy.store import keys
@@ -98,3 +99,21 @@ async def test_the_server_gathers_a_window_of_tokens_and_writes_first_events_ahe
     assert (events.writer.window, events.writer.first_window) == (WINDOW, FIRST_WINDOW)
     assert FIRST_WINDOW < WINDOW and WINDOW >= 4 * 0.02  # several 20 ms tokens per entry
     await events.aclose()
+
+
+@pytest.mark.parametrize("one_by_one", [True, False])
+async def test_a_stream_past_the_unflushed_bound_is_given_up_either_way_it_adds(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch, one_by_one: bool) -> None:
+    monkeypatch.setattr(writer, "MAX_UNFLUSHED", 3)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # the store never written
+    handle = hub.open("resp_1")
+    if one_by_one:  # one event per upstream read (a 20 ms/token stream)
+        for seq in range(4):
+            handle.add(event(seq))
+    else:
+        handle.add_all([event(seq) for seq in range(4)])
+    assert handle.broken and handle.pending == [] and hub.recent("resp_1") == []
+    handle.add(event(4))  # a given-up log takes nothing more
+    assert handle.pending == []
+    await hub.aclose()
+    assert await stored(store, "resp_1") == []

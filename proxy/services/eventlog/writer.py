@@ -87,7 +87,16 @@ class LogHandle:
     started: bool = False
 
     def add(self, event: StoredEvent) -> None:
-        self.add_all((event,))
+        """One event: `add_all` without its batch (at 20 ms per token, an upstream read
+        carries one event, and this runs once per token of every stored stream)."""
+        if self.broken:
+            return
+        pending = self.pending
+        pending.append(event)
+        self.recent.append(event)
+        hub = self.hub
+        hub.local(self.response_id, event)
+        self._added(hub, len(pending))
 
     def add_all(self, events: Sequence[StoredEvent]) -> None:
         """The events of one upstream read, in order: per batch one extend of each list, one
@@ -96,15 +105,19 @@ class LogHandle:
             return
         self.pending += events
         self.recent += events
-        local, response_id = self.hub.local, self.response_id
+        hub = self.hub
+        local, response_id = hub.local, self.response_id
         for event in events:
             local(response_id, event)
-        if len(self.pending) > MAX_UNFLUSHED:
+        self._added(hub, len(self.pending))
+
+    def _added(self, hub: EventLogHub, pending: int) -> None:
+        if pending > MAX_UNFLUSHED:
             self.give_up()
             return
         if not self.started:
-            self.hub.hurry(self)
-        self.hub.wake(len(self.pending))
+            hub.hurry(self)
+        hub.wake(pending)
 
     def give_up(self) -> None:
         """Stop logging this stream (its replay is rebuilt from the final object)."""
