@@ -15,8 +15,10 @@ Rules every backend keeps:
   failed, cancelled) are final, with one exception spelled out in `finish_response`.
 - **The terminal event and the final object land together** (`finish_response`), so whoever has
   seen the terminal event can GET the final object from any instance.
-- **Event logs are dense.** Events are appended with their `sequence_number` as the stream id
-  (`1-<seq>`); reading returns them in order; a log is closed by its terminal event.
+- **Event logs are dense.** Events are appended in runs, one stream entry per run of a write
+  (store/lua/packing.py), whose id is its last event's `sequence_number` (`1-<seq>`); reading
+  returns them one by one, in order, from any number (the middle of an entry included); entries
+  of the earlier one-event format read the same; a log is closed by its terminal event.
 - **Everything expires** (`ttl` seconds, set at creation and renewed on update); nothing grows
   without bound (conversations cap their items, see `MAX_CONVERSATION_ITEMS`).
 - **Bytes are bounded per tenant.** The bytes of a tenant's stored responses and conversations

@@ -31,9 +31,11 @@ Invariants (docs/design.md, "Redis"):
 Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one):
 
     rp:{T}                  HASH    status | tenant | obj | parents | logged | closed |
-                                    replica | last | bytes | until
+                                    replica | last | extra | bytes | until
     rp:{T}:in               STRING  the request's input items, one JSON array
     rp:{T}:log              STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
+                                    of that event and, for a run of events, e: the ones before
+                                    it, `<type> 0x00 <JSON>` joined by 0x01 (store/lua/packing.py)
     rp:{T}:reaper           STRING  who closes the response whose lease expired
     ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
                                     output) or `i:<resp_id>` (in its input items), for
@@ -104,6 +106,10 @@ F_REPLICA: Final = "replica"
 F_LOGGED: Final = "logged"
 # "1" once `finish_response` stored the final object: the log will receive nothing more.
 F_CLOSED: Final = "closed"
+# The log's events beyond one per entry (absent: none): XLEN + this is how many events it holds,
+# which tells a whole log from one with a gap (`log_extent`). Entries of an earlier release
+# hold one event each and count in XLEN alone, so a log that mixes both counts right.
+F_EXTRA: Final = "extra"
 
 
 def _slotted(object_id: str) -> str:
@@ -125,8 +131,11 @@ def response_input(response_id: str) -> str:
 
 
 def response_log(response_id: str) -> str:
-    """The event log: a stream whose ids are `1-<sequence_number>`, so Redis itself refuses an
-    out-of-order or duplicated event and `starting_after=N` is a plain XRANGE from `(1-N`."""
+    """The event log: a stream whose entry ids are `1-<sequence_number of the entry's last
+    event>`, so Redis itself refuses an out-of-order or duplicated entry, and `starting_after=N`
+    is a plain XRANGE from `(1-N`: its first entry is the one holding N + 1 (it may start at or
+    before N: the reader skips those events). Several events per entry: one XADD per stream and
+    flush, not one per token (store/lua/packing.py)."""
     return f"rp:{_slotted(response_id)}:log"
 
 

@@ -50,7 +50,8 @@ from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.lua import scripts
 from proxy.store.lua.decoding import (
-    event_of,
+    entries_events,
+    events_of,
     held_items,
     item_ids,
     items_of,
@@ -420,11 +421,16 @@ class RedisStore(RedisConversations):
 
     async def read_events(self, response_id: str, *, after: int = -1,
                           limit: int | None = None) -> list[StoredEvent]:
+        # The first entry from `(1-<after>` is the one holding after + 1 (an entry's id is its
+        # last event's), which may also hold events up to `after`: skipped. `limit` entries
+        # hold at least `limit` events, so a page needs no second read; the reply is bounded
+        # by the entries' size (packing.py).
         start = "-" if after < 0 else f"({keys.log_entry_id(after)}"
         entries: Any = await self._read(
             lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+",
                                         count=limit))
-        return [event_of(entry_id, fields) for entry_id, fields in entries or ()]
+        events = entries_events(entries, after)
+        return events if limit is None else events[:limit]
 
     async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
         log_key = keys.response_log(response_id)
@@ -432,9 +438,13 @@ class RedisStore(RedisConversations):
         def queue(pipe: Pipeline) -> None:
             pipe.xlen(log_key)
             pipe.xrevrange(log_key, max="+", min="-", count=1)
+            pipe.hget(keys.response(response_id), keys.F_EXTRA)
 
-        count, last = await self._read(lambda: self._pipelined(queue))
-        return int(count), (event_of(*last[0]) if last else None)
+        count, last, extra = await self._read(lambda: self._pipelined(queue))
+        if not last:
+            return 0, None
+        # An entry holds one event or more (keys.F_EXTRA counts those beyond one).
+        return int(count) + int(extra or 0), events_of(*last[0])[-1]
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:
@@ -484,9 +494,11 @@ class RedisStore(RedisConversations):
             lambda: self._client.xread(streams, block=block if block > 0 else None))
         found: dict[str, list[StoredEvent]] = {}
         for key, entries in reply or ():
-            events = [event_of(entry_id, fields) for entry_id, fields in entries]
+            rid = by_key[key]
+            # The first entry may start at or before the position (several events per entry).
+            events = entries_events(entries, positions[rid])
             if events:
-                found[by_key[key]] = events
+                found[rid] = events
         return found
 
 # -- encoding -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from proxy.services.eventlog import durable
 from proxy.services.eventlog import writer as eventlog
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.settings import Settings
+from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
@@ -246,6 +247,7 @@ async def test_a_short_stored_stream_ends_in_one_store_call_and_replays_equal(
     async with app_for(shared) as (client, runtime):
         # no timed flush: only the end writes the stream's events
         runtime.events.writer.window = 30.0
+        runtime.events.writer.first_window = None
         calls = Calls(runtime.store, monkeypatch)
         live = await client.post("/v1/responses", json={
             "model": "sim-model", "input": "hi [[sim tokens=8]]", "stream": True})
@@ -310,3 +312,39 @@ async def test_followers_here_and_on_another_instance_get_every_event_once(
             got = sse_events((await follow).content)
             assert got == sent
 
+
+
+async def rewritten_by_releases(store: RedisStore, rid: str, old: int) -> None:
+    """The log of a finished response as a rolling upgrade leaves it: its first `old` events in
+    the earlier release's format (an entry per event, fields t and d), the rest as this one
+    writes them (runs of events per entry, through its own flush script)."""
+    log = await store.read_events(rid)
+    log_key, hash_key = keys.response_log(rid), keys.response(rid)
+    await store.client.delete(log_key)
+    await store.client.hdel(hash_key, keys.F_EXTRA, "last")
+    for e in log[:old]:
+        await store.client.xadd(log_key, {"t": e.type, "d": e.data}, id=keys.log_entry_id(e.seq))
+    if old < len(log):
+        await store.client.hset(hash_key, keys.F_CLOSED, "0")  # the flush skips closed logs
+        await store.append_events({rid: log[old:]}, ttl=60)
+        await store.client.hset(hash_key, keys.F_CLOSED, "1")
+    assert await store.read_events(rid) == log
+    # An earlier release's entries hold one event each, this one's runs of them (cut at 4 KiB).
+    entries = await store.client.xlen(log_key)
+    assert entries == old if old == len(log) else old < entries <= old + 2
+
+
+@pytest.mark.parametrize("old", ["all", "half"])
+async def test_a_log_written_across_a_rolling_upgrade_replays_from_any_number(
+        shared: Settings, old: str) -> None:
+    async with app_for(shared) as (client, runtime):
+        live = await client.post("/v1/responses", json={
+            "model": "sim-model", "input": "hi [[sim tokens=8]]", "stream": True})
+        sent = sse_events(live.content)
+        rid = sent[0]["response"]["id"]
+        await rewritten_by_releases(runtime.store, rid, len(sent) if old == "all"
+                                    else len(sent) // 2)
+        for k in range(-1, len(sent)):
+            params = {"stream": "true"} | ({"starting_after": str(k)} if k >= 0 else {})
+            replay = await client.get(f"/v1/responses/{rid}", params=params)
+            assert sse_events(replay.content) == sent[k + 1:], k

@@ -27,7 +27,7 @@ from proxy.core.types import Event
 from proxy.services.eventlog.ending import close_from_log
 from proxy.services.eventlog.follow import Followers
 from proxy.services.eventlog.pages import log_pages, whole_log
-from proxy.services.eventlog.writer import EventLogHub, LogHandle
+from proxy.services.eventlog.writer import FIRST_WINDOW, EventLogHub, LogHandle
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import ResponseRecord, Store, StoredEvent
 from proxy.telemetry.tracing import Tracing
@@ -42,7 +42,7 @@ class EventLog:
         self.ttl = ttl
         self.event_ttl = event_ttl
         self.followers = Followers(store, supervisor=supervisor, recent=self._recent)
-        self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl,
+        self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl, first_window=FIRST_WINDOW,
                                   local=self.followers.publish_local, supervisor=supervisor,
                                   tracing=tracing)
 

@@ -44,6 +44,10 @@ class Recorder:
         handle = self.log_handle
         if handle is None:
             return
+        if len(events) == 1:  # the common case, once per token: no list, no loop
+            ((kind, data),) = encoded
+            handle.add(StoredEvent(events[0]["sequence_number"], kind, data))
+            return
         handle.add_all([StoredEvent(event["sequence_number"], kind, data)
                         for event, (kind, data) in zip(events, encoded, strict=True)])
 

@@ -4,7 +4,17 @@ A stream hands each event to its `LogHandle` (a list append, no await). The flus
 everything pending, for every stream, in one store call (one Redis pipeline), `window` seconds
 after the first event of a batch, or at once when a stream has `max_pending` events waiting
 (a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
-cost on Redis is a fraction of a command, not a round trip. A stream's end goes through
+cost on Redis is a fraction of a command, not a round trip.
+
+The window is longer than a token's interval on purpose (`WINDOW`, 100 ms): each flush then
+carries a run of each stream's events, which the store keeps as one log entry (one XADD, one
+parse; store/lua/packing.py), where a 20 ms window wrote each token of a 20 ms/token stream as a
+flush of its own. Nobody on this instance waits for it: its own followers get each event the
+moment it is made (`local`), and a stream's end carries its pending events in the final write.
+What it delays is a follower on another instance, by up to the window; and, so that such a
+follower (a background job's client served elsewhere, a replay) sees a response start as soon
+as before, a stream's first events are written on their own after `first_window` (20 ms, the
+old window), ahead of the others. A stream's end goes through
 `LogHandle.finish`, which stores the final object together with the terminal event
 (`Store.finish_response`, retried and reconciled by services/eventlog/durable.py): the client is
 sent the terminal event only after that returns. The stream's events still pending then ride in that
@@ -31,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
@@ -53,6 +63,10 @@ MAX_FLUSH_ATTEMPTS = len(RETRY_DELAYS) + 1
 # anything else, so a bigger backlog goes through the flusher (which splits it into calls of
 # store/redis.py's MAX_EVENTS_PER_CALL) before the final write.
 MAX_CARRIED = 256
+# How long a batch gathers (see the module's docstring), and how soon a stream's first events
+# are written ahead of it (what the whole window was before runs of events shared an entry).
+WINDOW = 0.1
+FIRST_WINDOW = 0.02
 
 
 @dataclass(eq=False)
@@ -69,9 +83,20 @@ class LogHandle:
     # Resolved when the flush now writing some of this stream's events is over (None: no flush
     # holds any): the end must not overtake it (`finish`).
     in_flight: asyncio.Future[bool] | None = None
+    # A flush has taken some of its events: its next ones wait for the whole window.
+    started: bool = False
 
     def add(self, event: StoredEvent) -> None:
-        self.add_all((event,))
+        """One event: `add_all` without its batch (at 20 ms per token, an upstream read
+        carries one event, and this runs once per token of every stored stream)."""
+        if self.broken:
+            return
+        pending = self.pending
+        pending.append(event)
+        self.recent.append(event)
+        hub = self.hub
+        hub.local(self.response_id, event)
+        self._added(hub, len(pending))
 
     def add_all(self, events: Sequence[StoredEvent]) -> None:
         """The events of one upstream read, in order: per batch one extend of each list, one
@@ -80,13 +105,19 @@ class LogHandle:
             return
         self.pending += events
         self.recent += events
-        local, response_id = self.hub.local, self.response_id
+        hub = self.hub
+        local, response_id = hub.local, self.response_id
         for event in events:
             local(response_id, event)
-        if len(self.pending) > MAX_UNFLUSHED:
+        self._added(hub, len(self.pending))
+
+    def _added(self, hub: EventLogHub, pending: int) -> None:
+        if pending > MAX_UNFLUSHED:
             self.give_up()
             return
-        self.hub.wake(len(self.pending))
+        if not self.started:
+            hub.hurry(self)
+        hub.wake(pending)
 
     def give_up(self) -> None:
         """Stop logging this stream (its replay is rebuilt from the final object)."""
@@ -164,11 +195,13 @@ class LogHandle:
 
 
 class EventLogHub:
-    def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = 0.02,
-                 max_pending: int = 512,
+    def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = WINDOW,
+                 first_window: float | None = None, max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
+        """`first_window`: how soon a stream's first events are written ahead of the batch
+        (None: they wait for `window` like the others)."""
         self.store = store
         # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
@@ -178,10 +211,13 @@ class EventLogHub:
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
         # Flush every `window` seconds, or at once when a log holds `max_pending` events.
         self.window, self.max_pending = window, max_pending
+        self.first_window = first_window
         self._handles: set[LogHandle] = set()
         self._by_id: dict[str, LogHandle] = {}
-        self._wakeup = asyncio.Event()
-        self._full = asyncio.Event()  # a stream reached `max_pending`: flush without waiting
+        self._wakeup = asyncio.Event()  # something is pending
+        self._full = False  # a stream reached `max_pending`, or an end waits: flush now
+        self._fresh: set[LogHandle] = set()  # streams whose first events wait (`first_window`)
+        self._nudge = asyncio.Event()  # `_full` or `_fresh` changed: the gathering looks again
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
         # Resolved (True: written) by the next flush to start: what finishing streams wait on
@@ -200,6 +236,7 @@ class EventLogHub:
 
     def release(self, handle: LogHandle) -> None:
         self._handles.discard(handle)
+        self._fresh.discard(handle)
         if self._by_id.get(handle.response_id) is handle:
             del self._by_id[handle.response_id]
 
@@ -211,21 +248,29 @@ class EventLogHub:
     def wake(self, pending: int) -> None:
         if not self._wakeup.is_set():
             self._wakeup.set()
-        if pending >= self.max_pending and not self._full.is_set():
+        if pending >= self.max_pending and not self._full:
             # a burst (zero-delay upstream): flush now rather than at the window's end
-            self._full.set()
+            self._flush_soon()
+
+    def hurry(self, handle: LogHandle) -> None:
+        """`handle`'s first events wait: written after `first_window`, ahead of the batch."""
+        if self.first_window is not None and handle not in self._fresh:
+            self._fresh.add(handle)
+            self._nudge.set()
+
+    def _flush_soon(self) -> None:
+        self._full = True
+        self._nudge.set()
 
     async def _run(self) -> None:
         failed = 0
+        loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
-            if not self._full.is_set():
-                # let events gather: one write for many (cut short by a full buffer)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.window):
-                        await self._full.wait()
+            # let events gather: one write for many (cut short by a full buffer)
+            await self._gather(loop.time() + self.window)
             self._wakeup.clear()
-            self._full.clear()
+            self._full = False
             if await self.flush_now():
                 failed = 0
                 continue
@@ -233,6 +278,46 @@ class EventLogHub:
             await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
             failed += 1
             self._wakeup.set()
+
+    async def _gather(self, due: float) -> None:
+        """Until `due` on the loop's clock, or until a flush is wanted now; meanwhile, the
+        first events of new streams are written on their own, `first_window` after they
+        came (a bounded loop: each round sleeps or writes)."""
+        loop = asyncio.get_running_loop()
+        first = self.first_window or 0.0
+        while not self._full:
+            left = due - loop.time()
+            if left <= 0:
+                return
+            if self._fresh and left > first:
+                await self._nap(first, fresh=False)
+                if not self._full:
+                    await self._flush_fresh()
+            else:
+                # with new streams already waiting, the batch comes within `first_window`
+                await self._nap(left, fresh=not self._fresh)
+
+    async def _nap(self, seconds: float, *, fresh: bool) -> None:
+        """Sleep `seconds`, cut short by a flush wanted now (or, `fresh`, by a new stream's
+        first events)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while not self._full:
+            left = until - loop.time()
+            self._nudge.clear()
+            if left <= 0 or (fresh and self._fresh):
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._nudge.wait()
+
+    async def _flush_fresh(self) -> None:
+        """The new streams' first events, alone; a failure leaves them to the batch's flush."""
+        async with self._lock:
+            fresh = [handle for handle in self._fresh if handle.pending]
+            self._fresh.clear()
+            if fresh:
+                await self._write_pending(fresh)
 
     async def flush_through(self, handle: LogHandle) -> None:
         """Return once every event given to `handle` is in the store (or its log was given
@@ -255,7 +340,7 @@ class EventLogHub:
             round_ = self._next_round
             if round_ is None:
                 round_ = self._next_round = asyncio.get_running_loop().create_future()
-            self._full.set()  # the flusher starts at once, without its window
+            self._flush_soon()  # the flusher starts at once, without its window
             self._wakeup.set()
             if not await asyncio.shield(round_) and handle.recent and not handle.broken:
                 raise StoreUnavailable("the event log could not be written")
@@ -296,18 +381,15 @@ class EventLogHub:
         if tracing is not None and time.time_ns() - started >= SLOW_FLUSH_NS:
             tracing.slow_flush(started, len(logs), sum(map(len, logs.values())))
 
-    async def _write_pending(self) -> bool:
-        taken: dict[LogHandle, list[StoredEvent]] = {}
-        flight: asyncio.Future[bool] | None = None
-        for handle in self._handles:
-            if handle.pending:
-                if flight is None:
-                    flight = asyncio.get_running_loop().create_future()
-                taken[handle] = handle.pending
-                handle.pending = []
-                handle.in_flight = flight
-        if flight is None:
+    async def _write_pending(self, handles: Iterable[LogHandle] | None = None) -> bool:
+        """Write the pending events of `handles` (all streams when None); the caller holds
+        `_lock`."""
+        taken = self._take(self._handles if handles is None else handles)
+        if not taken:
             return True
+        flight = asyncio.get_running_loop().create_future()
+        for handle in taken:
+            handle.in_flight = flight
         written = False
         try:
             await self._append({h.response_id: events for h, events in taken.items()})
@@ -332,6 +414,18 @@ class EventLogHub:
                 handle.in_flight = None
             flight.set_result(written)
         return True
+
+    def _take(self, handles: Iterable[LogHandle]) -> dict[LogHandle, list[StoredEvent]]:
+        """The pending events of `handles`, taken for a flush (their streams now started)."""
+        taken: dict[LogHandle, list[StoredEvent]] = {}
+        for handle in handles:
+            if handle.pending:
+                taken[handle] = handle.pending
+                handle.pending = []
+                if not handle.started:
+                    handle.started = True
+                    self._fresh.discard(handle)
+        return taken
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -34,9 +34,49 @@ def item_ids(items: Sequence[Item]) -> list[str]:
     return [str(item["id"]) for item in items if isinstance(item, dict) and item.get("id")]
 
 
-def event_of(entry_id: bytes, fields: dict[bytes, bytes]) -> StoredEvent:
-    return StoredEvent(seq=int(entry_id.split(b"-", 1)[1]), type=fields[b"t"].decode(),
-                       data=fields[b"d"])
+def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1) -> list[StoredEvent]:
+    """The events of one log entry (keys.py, "the event log") with seq > `after`. An entry's id
+    is `1-<its last seq>`, fields t and d its last event and, when it holds more, e the events
+    before it (packing.py); an earlier release's entry is the one-event case, so a log written
+    across a rolling upgrade replays whole."""
+    last = int(entry_id[2:])  # b"1-<seq>"
+    end = StoredEvent(last, _type_of(fields[b"t"]), fields[b"d"])
+    earlier = fields.get(b"e")
+    if earlier is None or last - 1 <= after:
+        return [end] if last > after else []
+    parts = earlier.split(b"\x01")
+    seq = last - len(parts)
+    skip = after - seq + 1  # events of the entry at or before `after` (a start mid-entry)
+    if skip > 0:
+        parts, seq = parts[skip:], seq + skip
+    events: list[StoredEvent] = []
+    for part in parts:
+        kind, _, data = part.partition(b"\x00")
+        events.append(StoredEvent(seq, _type_of(kind), data))
+        seq += 1
+    events.append(end)
+    return events
+
+
+def entries_events(entries: Any, after: int = -1) -> list[StoredEvent]:
+    """The events of a stream read's entries (XRANGE, XREAD) with seq > `after`, in order."""
+    events: list[StoredEvent] = []
+    for entry_id, fields in entries or ():
+        events += events_of(entry_id, fields, after)
+    return events
+
+
+# Event types as str: a dozen distinct byte strings, decoded once instead of once per event.
+_TYPES: dict[bytes, str] = {}
+
+
+def _type_of(kind: bytes) -> str:
+    decoded = _TYPES.get(kind)
+    if decoded is None:
+        if len(_TYPES) >= 256:  # bounded whatever a log holds
+            _TYPES.clear()
+        decoded = _TYPES[kind] = kind.decode()
+    return decoded
 
 
 def items_of(raw: bytes | None) -> list[Item]:

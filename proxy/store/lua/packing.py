@@ -1,5 +1,24 @@
-"""How events travel to the append scripts (scripts.py): packed into one argument per call, the
-flush cut into calls of bounded size and, on a Redis Cluster, one call per shard tag."""
+"""How events travel to the append scripts (scripts.py): packed into one argument per call, as
+the log entries they become, the flush cut into calls of bounded size and, on a Redis Cluster,
+one call per shard tag.
+
+A log entry holds several events (keys.py, "the event log"): the run of consecutive sequence
+numbers one write carries for a stream, cut at `MAX_EVENTS_PER_ENTRY` events or
+`MAX_ENTRY_BYTES` bytes (one bigger event stands alone). The script then runs one XADD and a few
+string searches per entry, whatever its number of events: at 20 ms per token a flush carries a
+few events of every live stream, and one XADD and one parse per event was most of Redis's
+per-token work on the stored path.
+
+An entry is the earlier release's entry of its last event (id `1-<seq>`, fields `t` type and
+`d` JSON) with, when the run holds more, field `e`: the events before it, `<type> 0x00 <JSON>`
+each, joined by byte 1. So an entry of one event is exactly what the earlier release wrote, and
+one of that release's readers meeting a longer entry sees a gap (it then rebuilds a finished
+response's replay from its final object) rather than failing.
+Packed, an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4 <last JSON>`;
+a stream's entries are joined by byte 3. None of the bytes 0-4 can occur inside: JSON escapes
+every control character, and types and numbers are plain ASCII. The script stores the parts as
+ranges of its argument, never an event apart.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +31,52 @@ from proxy.store.base import StoredEvent
 
 V = TypeVar("V")
 
+# Bounds of one log entry: a reader's page (pages.py) is a count of entries, and an entry is
+# never split on read, so these bound a page's reply (512 entries of at most 4 KiB, or one
+# event each when events are bigger). 16 events is more than a 20 ms/token stream makes in a
+# flush window, and what a zero-delay burst's backlog is cut into.
+MAX_EVENTS_PER_ENTRY = 16
+MAX_ENTRY_BYTES = 4096
+
+# Event types as bytes: a dozen distinct strings, encoded once instead of once per event.
+_TYPES: dict[str, bytes] = {}
+
+
+def _type_bytes(kind: str) -> bytes:
+    encoded = _TYPES.get(kind)
+    if encoded is None:
+        if len(_TYPES) >= 256:  # bounded whatever types come (they are a fixed set today)
+            _TYPES.clear()
+        encoded = _TYPES[kind] = kind.encode()
+    return encoded
+
 
 def packed(events: Sequence[StoredEvent]) -> bytes:
-    """Events as one script argument (scripts.py, `append_packed`)."""
-    return b"\x01".join([b"%d\x00%s\x00%s" % (e.seq, e.type.encode(), e.data)
-                          for e in events])
+    """Events (in the order given) as one script argument: the log entries they become. A new
+    entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
+    script skips what the log already has, entry by entry) and at the entry bounds."""
+    entries: list[bytes] = []
+    types = _TYPES
+    count = len(events)
+    start = 0
+    while start < count:  # one entry per round
+        first = events[start]
+        seq, size, stop = first.seq, len(first.data), start + 1
+        limit = min(count, start + MAX_EVENTS_PER_ENTRY)
+        while stop < limit:
+            event = events[stop]
+            size += len(event.data)
+            if event.seq != seq + 1 or size > MAX_ENTRY_BYTES:
+                break
+            seq = event.seq
+            stop += 1
+        end = events[stop - 1]
+        records = b"\x01".join([b"%s\x00%s" % (types.get(e.type) or _type_bytes(e.type), e.data)
+                                 for e in events[start:stop - 1]])
+        entries.append(b"%d\x04%d\x04%s\x04%s\x04%s" % (
+            first.seq, end.seq, records, types.get(end.type) or _type_bytes(end.type), end.data))
+        start = stop
+    return b"\x03".join(entries)
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
@@ -78,7 +138,7 @@ def packed_calls(batches: Mapping[str, Sequence[StoredEvent]],
 def packed_streams(batches: Mapping[str, Sequence[StoredEvent]],
                    key_of: Callable[[str], bytes] = hash_key) -> tuple[list[bytes], bytes]:
     """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
-    `<response hash key> 0x03 <packed events>`, streams separated by 0x02 (keys are ASCII,
+    `<response hash key> 0x03 <packed entries>`, streams separated by 0x02 (keys are ASCII,
     JSON escapes both); with the streams' hash keys, which a cluster's call declares."""
     hashes = [key_of(rid) for rid in batches]
     blob = b"\x02".join([b"%s\x03%s" % (key, packed(events))

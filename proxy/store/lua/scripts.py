@@ -45,35 +45,53 @@ local function last_seq(log)
 end
 """
 
-# `append_packed(log, blob, pos, stop)`: XADD the events packed into bytes `pos` to `stop - 1`
-# of one argument, with ids `1-<seq>`, skipping any whose seq is not above the log's last (so a
-# retried write adds nothing twice). One argument per call instead of three per event, which
-# redis-py would encode one by one in Python. Records are separated by byte 1, fields (seq,
-# type, data) by byte 0. Neither byte can occur inside a record: JSON escapes every control
-# character, and types and numbers are plain ASCII. Reading the range in place (rather than a
-# `string.sub` of it) spares a copy of every stream's part of the flush.
-_APPEND_PACKED: Final = """
+# `append_from(log, blob, pos, stop, last)`: XADD the log entries packed into bytes `pos` to
+# `stop - 1` of one argument (store/lua/packing.py: `<first> 4 <last> 4 <earlier records> 4
+# <last type> 4 <last JSON>`, entries joined by byte 3), each with id `1-<its last seq>`, fields
+# t and d (its last event, as the earlier release's one-event entries) and e (the events
+# before it, when there are any), skipping the events whose seq is not above `last` (the log's
+# newest), so a retried write adds nothing twice: a whole entry at once, or, for an entry that
+# partly landed before, its first records (skipped by counting separators). One XADD and a few
+# searches per entry, however many events it holds; the parts are ranges of the argument.
+# Returns the events added, how many of those went beyond one per entry (the hash's `extra`,
+# which `log_extent` adds to XLEN to count events), and the new newest seq.
+_APPEND_ENTRIES: Final = """
 local function append_from(log, blob, pos, stop, last)
-  local added = 0
+  local added, extra = 0, 0
   while pos < stop do
-    local finish = string.find(blob, '\1', pos, true)
+    local finish = string.find(blob, '\3', pos, true)
     if not finish or finish > stop then finish = stop end
-    local a = string.find(blob, '\0', pos, true)
-    local b = string.find(blob, '\0', a + 1, true)
-    local seq = tonumber(string.sub(blob, pos, a - 1))
-    if seq > last then
-      redis.call('XADD', log, '1-' .. seq, 't', string.sub(blob, a + 1, b - 1),
-                 'd', string.sub(blob, b + 1, finish - 1))
-      last = seq
-      added = added + 1
+    local a = string.find(blob, '\4', pos, true)
+    local b = string.find(blob, '\4', a + 1, true)
+    local c = string.find(blob, '\4', b + 1, true)
+    local d = string.find(blob, '\4', c + 1, true)
+    local first = tonumber(string.sub(blob, pos, a - 1))
+    local top = tonumber(string.sub(blob, a + 1, b - 1))
+    if top > last then
+      local kind, data = string.sub(blob, c + 1, d - 1), string.sub(blob, d + 1, finish - 1)
+      if first > last then last = first - 1 end
+      if last >= top - 1 then
+        redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
+      else
+        local from = b + 1
+        for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
+        redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data,
+                   'e', string.sub(blob, from, c - 1))
+      end
+      added = added + top - last
+      extra = extra + top - last - 1
+      last = top
     end
     pos = finish + 1
   end
-  return added, last
+  return added, extra, last
 end
 
-local function append_packed(log, blob, pos, stop)
-  local added = append_from(log, blob, pos, stop, last_seq(log))
+-- One argument of packed entries to a log that may hold some of them (create, final write):
+-- the hash's `extra` counts what the new entries hold beyond one event each.
+local function append_packed(hash, log, blob)
+  local added, extra = append_from(log, blob, 1, #blob + 1, last_seq(log))
+  if extra > 0 then redis.call('HINCRBY', hash, 'extra', extra) end
   return added
 end
 """
@@ -118,7 +136,7 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # CPU per call) nor, for the lease, a round trip of its own before the first event.
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
-CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _RECORD_BYTES + """
+CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + _RECORD_BYTES + """
 local sec = ledger_now()
 local held = ledger_held(KEYS[5], sec)
 local budget = tonumber(ARGV[14])
@@ -130,7 +148,7 @@ redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
 local size = record_bytes(KEYS[1], KEYS[2])
 ledger_set(KEYS[5], KEYS[1], sec, size, ledger_until(sec, ARGV[1]))
 if #ARGV >= 15 then
-  append_packed(KEYS[3], ARGV[15], 1, #ARGV[15] + 1)
+  append_packed(KEYS[1], KEYS[3], ARGV[15])
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[2])
 end
@@ -145,18 +163,19 @@ return {1, held, size}
 
 # Append events to one response's log (one call per response, all pipelined together).
 # KEYS: hash, log
-# ARGV: event_ttl, packed events (see `append_packed`)
+# ARGV: event_ttl, packed entries (store/lua/packing.py, `append_from`)
 # Dropped whole: events of an unknown response (deleted, expired, never created: every read
 # goes through the record's tenant check, so such a log could never be read, and writing it
 # would resurrect a deleted response's log until its TTL), and events after `closed` (the
 # terminal event is the last one a reader will ever see).
-APPEND_EVENTS: Final = _LAST_SEQ + _APPEND_PACKED + """
+APPEND_EVENTS: Final = _LAST_SEQ + _APPEND_ENTRIES + """
 local state = redis.call('HMGET', KEYS[1], 'tenant', 'logged', 'closed')
 if not state[1] or state[3] == '1' then return 0 end
-local added = append_packed(KEYS[2], ARGV[2], 1, #ARGV[2] + 1)
+local added = append_packed(KEYS[1], KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
-if added > 0 and state[2] ~= '1' then
-  redis.call('HSET', KEYS[1], 'logged', '1')
+if added > 0 then
+  -- `last` is APPEND_EVENTS_MANY's (it trusts the field once set): kept right here too
+  redis.call('HSET', KEYS[1], 'logged', '1', 'last', last_seq(KEYS[2]))
 end
 return added
 """
@@ -174,9 +193,9 @@ return added
 #   primary declares none. Either way the keys the script writes travel in the blob, `rp:...`
 #   and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
-#   <response hash key> byte 3 <packed events (`append_packed`)>. ASCII made by the proxy.
+#   <response hash key> byte 3 <packed entries (`append_from`)>. Made by the proxy.
 # Returns the number of events added.
-APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_PACKED + """
+APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_ENTRIES + """
 local blob = ARGV[2]
 local size = #blob
 local pos = 1
@@ -185,7 +204,7 @@ while pos <= size do
   local stop = string.find(blob, '\2', pos, true) or (size + 1)
   local sep = string.find(blob, '\3', pos, true)
   local hash = string.sub(blob, pos, sep - 1)
-  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last')
+  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last', 'extra')
   if state[1] and state[2] ~= '1' then
     local log = hash .. ':log'
     -- `last`: the log's newest sequence number as of this script's previous call, which
@@ -193,10 +212,15 @@ while pos <= size do
     -- append (create, finish) do so before it first runs or close the log, so a missing
     -- field (first flush) falls back to reading the log itself.
     local last = tonumber(state[3]) or last_seq(log)
-    local n
-    n, last = append_from(log, blob, sep + 1, stop, last)
+    local n, extra
+    n, extra, last = append_from(log, blob, sep + 1, stop, last)
     if n > 0 then
-      redis.call('HSET', hash, 'logged', '1', 'last', last)
+      if extra > 0 then
+        redis.call('HSET', hash, 'logged', '1', 'last', last,
+                   'extra', (tonumber(state[4]) or 0) + extra)
+      else
+        redis.call('HSET', hash, 'logged', '1', 'last', last)
+      end
       redis.call('EXPIRE', log, ARGV[1])
     end
     added = added + n
@@ -249,8 +273,8 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
 #       tenant
-# The events are packed as APPEND_EVENTS_MANY packs them (`append_packed`: one argument, not
-# three per event), in order. Carrying the stream's pending events here spares a short stream
+# The events are packed as APPEND_EVENTS_MANY packs them (log entries in one argument,
+# store/lua/packing.py), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
 # log's last is skipped, so a retried call (the first one landed, its reply lost) adds nothing:
 # it is refused anyway, the log being closed.
@@ -259,7 +283,7 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # ran the response then closes its log with the partial output. `closed` makes that once.
 # A late completion after a cancel is refused (and appends nothing). Returns nil or
 # {changed, status, obj}.
-FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_PACKED + LEDGER + _RECORD_BYTES + """
+FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + _RECORD_BYTES + """
 local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local status, tenant = state[1], state[2]
 if not status then return false end
@@ -275,7 +299,7 @@ if not ok then
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
 if #ARGV[6] > 0 then
-  append_packed(KEYS[3], ARGV[6], 1, #ARGV[6] + 1)
+  append_packed(KEYS[1], KEYS[3], ARGV[6])
   redis.call('HSET', KEYS[1], 'logged', '1')
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 end

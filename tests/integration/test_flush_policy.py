@@ -1,0 +1,119 @@
+"""How often the event-log writer writes, and what (services/eventlog/writer.py): a stream's
+events gathered over the window go as one log entry; a stream's first events are written
+ahead of the window, so that a follower on another instance sees a response start as soon as
+with a short window (embedded store)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from proxy.services.eventlog import writer
+from proxy.services.eventlog.log import EventLog
+from proxy.services.eventlog.writer import FIRST_WINDOW, WINDOW, EventLogHub
+from proxy.store import keys
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
+from proxy.store.redis import RedisStore
+
+
+def event(seq: int) -> StoredEvent:
+    return StoredEvent(seq, "response.output_text.delta", b'{"sequence_number":%d}' % seq)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[RedisStore]:
+    store = open_store(None)
+    for rid in ("resp_1", "resp_2", "resp_3"):  # the store keeps logs of known responses only
+        record = ResponseRecord({"id": rid, "status": "in_progress"}, "tenant", logged=True)
+        await store.create_response(record, [], ttl=60, event_ttl=60)
+    yield store
+    await store.aclose()
+
+
+async def entries(store: RedisStore, rid: str) -> int:
+    return int(await store.client.xlen(keys.response_log(rid)))
+
+
+async def stored(store: RedisStore, rid: str) -> list[int]:
+    return [e.seq for e in await store.read_events(rid)]
+
+
+async def until_stored(store: RedisStore, rid: str, n: int) -> None:
+    for _ in range(200):  # bounded: 2 s, far below the 30 s window of these hubs
+        if len(await stored(store, rid)) >= n:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_the_events_of_a_stream_between_two_flushes_are_one_entry(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # flushed by hand
+    handles = [hub.open(rid) for rid in ("resp_1", "resp_2", "resp_3")]
+    for seq in range(12):  # one token at a time, as a 20 ms/token stream hands them over
+        for handle in handles:
+            handle.add(event(seq))
+        if seq % 4 == 3:
+            assert await hub.flush_now()
+    for rid in ("resp_1", "resp_2", "resp_3"):
+        assert await entries(store, rid) == 3  # one per flush, not one per token
+        assert await stored(store, rid) == list(range(12))
+    await hub.aclose()
+
+
+async def test_a_stream_first_events_go_ahead_and_the_rest_wait_for_the_window(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, first_window=0.02)
+    first = hub.open("resp_1")
+    first.add(event(0))
+    await until_stored(store, "resp_1", 1)
+    assert await stored(store, "resp_1") == [0]  # written long before the 30 s window
+    first.add(event(1))  # its stream has started: this one waits for the window
+    second = hub.open("resp_2")
+    second.add(event(0))
+    second.add(event(1))
+    await until_stored(store, "resp_2", 2)
+    assert await stored(store, "resp_2") == [0, 1]
+    assert await stored(store, "resp_1") == [0]
+    assert await hub.flush_now()  # what the window's end writes
+    assert await stored(store, "resp_1") == [0, 1]
+    await hub.aclose()
+
+
+async def test_without_a_first_window_first_events_wait_like_the_others(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    await asyncio.sleep(0.1)  # five of the first windows the server uses
+    assert await stored(store, "resp_1") == []
+    await hub.aclose()
+    assert await stored(store, "resp_1") == [0]  # the last flush, on closing
+
+
+async def test_the_server_gathers_a_window_of_tokens_and_writes_first_events_ahead(
+        store: RedisStore) -> None:
+    events = EventLog(store, ttl=60, event_ttl=60)
+    assert (events.writer.window, events.writer.first_window) == (WINDOW, FIRST_WINDOW)
+    assert FIRST_WINDOW < WINDOW and WINDOW >= 4 * 0.02  # several 20 ms tokens per entry
+    await events.aclose()
+
+
+@pytest.mark.parametrize("one_by_one", [True, False])
+async def test_a_stream_past_the_unflushed_bound_is_given_up_either_way_it_adds(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch, one_by_one: bool) -> None:
+    monkeypatch.setattr(writer, "MAX_UNFLUSHED", 3)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # the store never written
+    handle = hub.open("resp_1")
+    if one_by_one:  # one event per upstream read (a 20 ms/token stream)
+        for seq in range(4):
+            handle.add(event(seq))
+    else:
+        handle.add_all([event(seq) for seq in range(4)])
+    assert handle.broken and handle.pending == [] and hub.recent("resp_1") == []
+    handle.add(event(4))  # a given-up log takes nothing more
+    assert handle.pending == []
+    await hub.aclose()
+    assert await stored(store, "resp_1") == []
