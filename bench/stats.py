@@ -171,10 +171,19 @@ def compare_with_direct(rows: Sequence[Row]) -> None:
             else None
 
 
+def redis_ms_per_1k(row: Row) -> float:
+    """Redis's CPU over the whole row per 1,000 tokens (0 when it did nothing or was not
+    counted)."""
+    ticks = row.cpu_ticks.get("redis", 0)
+    return ticks * 1000 / CLK_TCK * 1000 / row.total_tokens if row.total_tokens else 0.0
+
+
 def median_of(rows: Sequence[Row], pick: str) -> float:
-    """The median over `rows` (rounds of one row) of "cpu" (proxy ms per 1k tokens), "ttft"
-    (p50), "ttft99" (p99) or "tps": the side-by-side benches' tables (clients.py, servers.py)."""
+    """The median over `rows` (rounds of one row) of "cpu" (proxy ms per 1k tokens), "redis"
+    (Redis's ms per 1k tokens), "ttft" (p50), "ttft99" (p99) or "tps": the side-by-side
+    benches' tables (clients.py, servers.py, versions.py)."""
     values = {"cpu": [r.proxy_cpu_ms_per_1k or 0.0 for r in rows],
+              "redis": [redis_ms_per_1k(r) for r in rows],
               "ttft": [r.ttft_ms["p50"] or 0.0 for r in rows],
               "ttft99": [r.ttft_ms["p99"] or 0.0 for r in rows],
               "tps": [r.tps for r in rows]}[pick]
