@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from bench.stats import cell as _n
+
 if TYPE_CHECKING:
     from bench.scenarios import Measured
 
@@ -43,11 +45,6 @@ def added(m: Measured, direct: Measured | None, q: str) -> float | None:
     base = direct.row.latency_ms.get(q) if direct is not None else None
     return mine - base if mine is not None and base is not None else None
 
-
-def _n(value: float | None, digits: int = 1, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 def table(results: Sequence[Measured], tokens: int) -> list[str]:

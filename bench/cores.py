@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from bench import cgroups
 from bench.procs import CLK_TCK, POLL, cpu_ticks
+from bench.stats import cell as _n
 
 if TYPE_CHECKING:
     from bench.scenarios import Measured, Proxy
@@ -128,9 +129,6 @@ def workers_of(m: Measured) -> int:
 
 
 # -- report --------------------------------------------------------------------------------------
-
-def _n(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _per_process(m: Measured, value: Callable[[ProcessShare], float | None]) -> str:

@@ -78,6 +78,7 @@ from bench.procs import (
 from bench.run import _loop_factory
 from bench.stack import HOST, Stack, StackOptions, http_ok, redis_ok
 from bench.stats import Row, compare_with_direct
+from bench.stats import cell as _n
 from bench.systems import SYSTEMS
 
 BEGIN, END = "<!-- scenarios:begin -->", "<!-- scenarios:end -->"
@@ -408,11 +409,6 @@ class Scenarios:
 
 
 # -- report --------------------------------------------------------------------------------------
-
-def _n(value: float | None, digits: int = 1, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 def tables(results: Sequence[Measured], sizes: Sizes, *, skipped: Mapping[str, str] | None = None,

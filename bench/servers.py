@@ -180,18 +180,31 @@ def _names(text: str, known: Sequence[str], what: str) -> list[str]:
     return names
 
 
+def round_arguments(parser: argparse.ArgumentParser, loads: Sequence[str], *,
+                    rounds: int) -> None:
+    """`--loads`, `--rounds`, `--seconds`: what every side-by-side bench (this one,
+    versions.py) takes."""
+    parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
+                        default=list(loads), help=f"from {','.join(LOADS)}")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="minimum measured window per row (default 5)")
+
+
+def parse_rounds(parser: argparse.ArgumentParser,
+                 argv: Sequence[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rounds < 1 or args.seconds < 0:
+        parser.error("--rounds must be >= 1 and --seconds >= 0")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = module_parser("bench.servers", __doc__)
     parser.add_argument("--servers", type=lambda t: _names(t, SERVERS, "server"),
                         default=list(DEFAULT_SERVERS), help=f"from {','.join(SERVERS)}")
-    parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
-                        default=list(DEFAULT_LOADS), help=f"from {','.join(LOADS)}")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=5.0,
-                        help="minimum measured window per row (default 5)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.rounds < 1 or args.seconds < 0:
-        parser.error("--rounds must be >= 1 and --seconds >= 0")
+    round_arguments(parser, DEFAULT_LOADS, rounds=2)
+    args = parse_rounds(parser, argv)
     results = run(args.servers, [LOADS[name] for name in args.loads], args.rounds,
                   args.seconds)
     print()

@@ -171,6 +171,13 @@ def compare_with_direct(rows: Sequence[Row]) -> None:
             else None
 
 
+def cell(value: float | None, digits: int = 1, signed: bool = False) -> str:
+    """A table cell: `-` for a figure not measured, else the number (`signed`: with its +)."""
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
 def redis_ms_per_1k(row: Row) -> float:
     """Redis's CPU over the whole row per 1,000 tokens (0 when it did nothing or was not
     counted)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.options import module_parser
 from bench.procs import Service, free_port
-from bench.servers import LOADS, Starter, _names, run, table
+from bench.servers import LOADS, Starter, parse_rounds, round_arguments, run, table
 from bench.stack import Stack, http_ok
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,14 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--tree", type=Path,
                         help="a prepared source folder to compare with instead (e.g. this "
                         "tree with modules compiled); kept as it is")
-    parser.add_argument("--loads", type=lambda t: _names(t, tuple(LOADS), "load"),
-                        default=list(LOADS), help=f"from {','.join(LOADS)}")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0,
-                        help="minimum measured window per row (default 5)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.rounds < 1 or args.seconds < 0:
-        parser.error("--rounds must be >= 1 and --seconds >= 0")
+    round_arguments(parser, tuple(LOADS), rounds=3)
+    args = parse_rounds(parser, argv)
     tree = args.tree.resolve() if args.tree else Path(tempfile.mkdtemp(prefix="bench-baseline-"))
     try:
         baseline = export(args.baseline, tree) if args.baseline else tree.name
