@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Callable
 
 from starlette.types import Scope
 
 from proxy.core.context.requestctx import CURRENT, RequestContext, accept_request_id
 from proxy.core.context.tracecontext import accept_trace_context
+from proxy.core.ids import random_hex
 
 # Scope key of the send a stream's body may use once its first bytes are out (front.py).
 BODY_SEND = "proxy.body_send"
@@ -46,7 +46,7 @@ def failed_status(exc: BaseException | None) -> int:
 
 
 def new_request_id() -> str:
-    return f"req_{secrets.token_hex(16)}"
+    return f"req_{random_hex(16)}"
 
 
 def request_context(client_id: str | None, new_id: Callable[[], str],
@@ -57,7 +57,7 @@ def request_context(client_id: str | None, new_id: Callable[[], str],
     accepted = accept_request_id(client_id)
     # A client may send one id on concurrent requests: their upstream ids must differ.
     context = RequestContext(accepted or new_id(),
-                             upstream_tag=secrets.token_hex(4) if accepted else "")
+                             upstream_tag=random_hex(4) if accepted else "")
     if traceparents:
         context.traceparent, context.tracestate = accept_trace_context(traceparents,
                                                                        tracestates)
