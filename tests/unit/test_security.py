@@ -55,7 +55,7 @@ def test_ids_come_from_the_kernels_csprng(monkeypatch: pytest.MonkeyPatch) -> No
         asked.append(n)
         return b"\xab" * n
 
-    monkeypatch.setattr(ids, "random_hex", ids.RandomHex(read=urandom))
+    monkeypatch.setattr(ids, "random_hex", ids.RandomHex(read=urandom).take)
     assert ids.new_id("resp") == "resp_" + "ab" * 24  # 192 bits: no id guessed from another
     assert asked == [ids.BUFFER_BYTES]
 
