@@ -113,9 +113,12 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
                                  "message": message, **fields}, default=str).decode()
         else:
             line = f"{stamp} {level} {name} [{request_id}]: {message}"
-        pending = self._pending
-        pending.append(line + self.terminator)
-        if len(pending) == 1:
+        # Under the handler's lock: a thread's record (emit) may be taking the pending lines.
+        with self.lock:  # type: ignore[union-attr]
+            pending = self._pending
+            pending.append(line + self.terminator)
+            first = len(pending) == 1
+        if first:
             try:
                 asyncio.get_running_loop().call_soon(self.flush)
             except RuntimeError:  # no loop in this thread: now
