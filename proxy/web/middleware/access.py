@@ -11,7 +11,8 @@ For every HTTP request:
   (a short digest of the tenant, itself a digest: never the key), the `x-proxy-cache` header's
   value or `-`, and the replica that served it or `-`. Never a body, a query string or a header
   value other than those. The line's fields are put together only when the logger would write
-  it.
+  it, and the finished line goes straight to the proxy's own handler when nothing else would
+  see it (telemetry/logs.py `access_writer`).
 
 The context variable is deliberately not reset when the request ends: uvicorn runs each request
 in a task (and context) of its own, so the value dies with it, and Starlette's outermost error
