@@ -109,7 +109,8 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         request_id = current_request_id() or "-"
         if self.json:
             line = orjson.dumps({"time": stamp, "level": level, "logger": name,
-                                 "pid": self.pid, "request_id": request_id,
+                                 "pid": self.pid if logging.logProcesses else None,
+                                 "request_id": request_id,
                                  "message": message, **fields}, default=str).decode()
         else:
             line = f"{stamp} {level} {name} [{request_id}]: {message}"

@@ -182,3 +182,15 @@ async def test_configure_logging_installs_the_line_handler_and_flushes_the_old_o
         for handler in saved[0]:
             root.addHandler(handler)
         root.setLevel(saved[1])
+
+
+def test_without_process_ids_in_records_the_line_has_none_either(
+        monkeypatch: pytest.MonkeyPatch, request_id: str) -> None:
+    monkeypatch.setattr(logging, "logProcesses", False)
+    stream = io.StringIO()
+    handler = LineHandler(stream, "json")
+    log = _logger(handler)
+    handler.write_access(log.name, "m", {}, 1_764_400_000.0)
+    log.info("m")
+    fast, plain = (orjson.loads(line) for line in stream.getvalue().splitlines())
+    assert fast["pid"] is None and plain["pid"] is None
