@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import binascii
 import itertools
-import secrets
 from typing import Final
+
+from proxy.core.ids import random_hex
 
 SLOTS: Final = 16384
 # Enough for the tags to spread over a few dozen primaries (a range is 512 slots); few enough
@@ -75,4 +76,4 @@ def tag_of(object_id: str) -> str | None:
 
 
 def tagged_id(prefix: str, tag: str) -> str:
-    return f"{prefix}_{tag}_{secrets.token_hex(_TAGGED_HEX)}"
+    return f"{prefix}_{tag}_{random_hex(_TAGGED_HEX)}"

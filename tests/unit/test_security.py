@@ -48,16 +48,16 @@ def test_the_middleware_checks_keys_through_key_accepted(monkeypatch: pytest.Mon
     assert seen == ["sk-guess"]
 
 
-def test_ids_come_from_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ids_come_from_the_kernels_csprng(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[int] = []
 
-    def token_hex(n: int) -> str:
+    def urandom(n: int) -> bytes:
         asked.append(n)
-        return "ab" * n
+        return b"\xab" * n
 
-    monkeypatch.setattr(ids.secrets, "token_hex", token_hex)
-    assert ids.new_id("resp") == "resp_" + "ab" * 24
-    assert asked == [24]  # 192 bits: no id can be guessed from another
+    monkeypatch.setattr(ids, "random_hex", ids.RandomHex(read=urandom).take)
+    assert ids.new_id("resp") == "resp_" + "ab" * 24  # 192 bits: no id guessed from another
+    assert asked == [ids.BUFFER_BYTES]
 
 
 def test_ids_have_the_shape_and_do_not_repeat() -> None:
