@@ -7,7 +7,8 @@ What it does, and what it leaves out on purpose:
   the bytes it makes of the item: the one place Responses events become SSE;
 - a client that goes away is noticed at once by a task awaiting `http.disconnect`, which cancels
   the streaming task: the body iterator's cleanup closes the upstream (vLLM stops generating)
-  even while no chunk is flowing;
+  even while no chunk is flowing. That task is the request's one watcher (web/disconnect.py
+  `Departure`): a streamed create hands over the one that watched its set-up;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
   proxies and load balancers do not cut an idle stream (a timer callback checks; a task is
   made only for a ping that is due);
@@ -47,6 +48,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
+from proxy.web.disconnect import adopt
 from proxy.web.middleware.access import BODY_SEND
 
 log = logging.getLogger("proxy.web")
@@ -93,7 +95,9 @@ class EventStream:
                     "headers": self.raw_headers})
         streamer = asyncio.create_task(self._stream(send, scope.get(BODY_SEND) or send),
                                        name="sse-stream")
-        watcher = asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")
+        # The request's one disconnect watcher: the create's, when it set the stream up.
+        departure = adopt(scope, receive)
+        departure.aim(lambda: self._client_gone(streamer))
         send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
         timers = _Timers(self, streamer, send, send_timeout)
         try:
@@ -109,7 +113,7 @@ class EventStream:
                 streamer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait([streamer], timeout=5.0)
-            watcher.cancel()
+            departure.stop()
             timers.cancel()
             await _close(self.body)
 
@@ -148,15 +152,11 @@ class EventStream:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._done += 1
 
-    async def _watch(self, receive: Receive, streamer: asyncio.Task[object]) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                # Once the end is sent the server reports the exchange over as a disconnect;
-                # the streamer is then only finishing its iterator, which must run to its end.
-                if not self._ended:
-                    streamer.cancel()
-                return
+    def _client_gone(self, streamer: asyncio.Task[None]) -> None:
+        # Once the end is sent the server reports the exchange over as a disconnect; the
+        # streamer is then only finishing its iterator, which must run to its end.
+        if not self._ended:
+            streamer.cancel()
 
 class _Timers:
     """A stream's pinger and send watchdog, as timer callbacks on the loop rather than a task
