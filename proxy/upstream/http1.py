@@ -37,7 +37,7 @@ Errors, all raised with their cause attached:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -404,7 +404,7 @@ class Response:
         self._closed = False
         self._content: bytes | None = None
 
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
+    async def aiter_raw(self) -> AsyncGenerator[bytes, None]:
         """The body bytes as they arrive, de-chunked: each item is everything buffered since
         the previous one. Raises `ReadTimeout` / `ReadError`; ends at the message's end, having
         given the connection back."""
@@ -434,6 +434,12 @@ class Response:
         """Body bytes already received and not yet read: the next `aiter_raw` step returns
         without waiting."""
         return bool(self._conn._buffer)
+
+    @property
+    def complete(self) -> bool:
+        """The whole message was received: closing now gives the connection back, with no
+        read left to wait for."""
+        return self._conn._complete
 
     async def aread(self) -> bytes:
         if self._content is None:

@@ -1,23 +1,32 @@
-"""Stop work for a client that has gone away, on requests answered with one JSON body.
+"""Stop work for a client that has gone away: one watcher of `http.disconnect` per request.
 
-Streams notice a disconnect through their response (the SSE sender is cancelled); a JSON request
-would otherwise keep its upstream generating until the end. `unless_disconnected` runs the work
-while it watches `receive()` (after the body is read, the server answers it only with
-`http.disconnect`), and cancels the work when the client leaves, which closes the upstream.
+After the body is read, the server answers `receive()` only with `http.disconnect`. A `Departure`
+is the one task that waits for it, and tells whoever is aimed at it: the work of a request
+answered with one JSON body (a JSON request would otherwise keep its upstream generating until
+the end), then, for a stream, the stream's sender (web/eventstream.py), which closes the
+upstream. A streamed create keeps the watcher it had while it was set up rather than starting a
+second one for its stream: a task fewer per stream (~7 µs and a loop step each).
+
+`unless_disconnected` runs the work in the request's own task and cancels that task when the
+client leaves (a task of its own for the work cost another ~7 µs), then turns that cancellation
+into `ClientGone`; a cancellation from anywhere else stays one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from starlette.requests import Request
+from starlette.types import Receive, Scope
 
 from proxy.core.errors import ProxyError
 
 T = TypeVar("T")
+
+# Where a create that answers with a stream leaves its watcher for the stream to take over.
+DEPARTURE = "proxy.departure"
 
 
 class ClientGone(ProxyError):
@@ -28,26 +37,77 @@ class ClientGone(ProxyError):
     code = "client_closed_request"
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    task = asyncio.ensure_future(work)
-    gone = asyncio.Event()
+class Departure:
+    """Waits for the client to leave; then `gone`, and the callback it is aimed at (if any) is
+    called, once."""
 
-    async def watch() -> None:
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self._on_gone: Callable[[], None] | None = None
+        self._task = asyncio.create_task(self._watch(receive), name="client-departure")
+
+    def aim(self, on_gone: Callable[[], None] | None) -> None:
+        """What to call when the client leaves (None: nothing, the departure is only noted).
+        Aimed once the client has gone already: called on the next loop step, where a watcher
+        started now would have made the same call."""
+        self._on_gone = on_gone
+        if self.gone and on_gone is not None:
+            asyncio.get_running_loop().call_soon(on_gone)
+
+    def stop(self) -> None:
+        self._on_gone = None
+        self._task.cancel()
+
+    async def _watch(self, receive: Receive) -> None:
         while True:
-            message = await request.receive()
+            message = await receive()
             if message["type"] == "http.disconnect":
-                gone.set()
-                task.cancel()
+                self.gone = True
+                if self._on_gone is not None:
+                    self._on_gone()
                 return
 
-    watcher = asyncio.create_task(watch())
+
+def adopt(scope: Scope, receive: Receive) -> Departure:
+    """The request's watcher: the one its handler left (`unless_disconnected(keep=...)`),
+    else a new one."""
+    departure = scope.pop(DEPARTURE, None)
+    return departure if isinstance(departure, Departure) else Departure(receive)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T], *,
+                              keep: Callable[[T], bool] | None = None) -> T:
+    """`work`'s result, or `ClientGone` when the client left first. `keep(result)` true: the
+    watcher goes on, left in the scope for the response (a stream) to adopt."""
+    current = asyncio.current_task()
+    assert current is not None
+    departure = Departure(request.receive)
+    fired = False
+
+    def cancel() -> None:
+        nonlocal fired
+        fired = True
+        current.cancel()
+
+    departure.aim(cancel)
+    kept = False
     try:
-        return await task
+        result = await work
+        kept = keep is not None and keep(result)
+        return result
     except asyncio.CancelledError:
-        if gone.is_set():
-            raise ClientGone("The client closed the connection.") from None
+        # Ours alone (nobody else cancelled the request meanwhile): the client went away.
+        if fired:
+            fired = False
+            if current.uncancel() == 0:
+                raise ClientGone("The client closed the connection.") from None
         raise
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        departure.aim(None)
+        if fired and current.cancelling():
+            # The work ended (or failed) on its own after our cancel: that cancel is spent.
+            current.uncancel()
+        if kept:
+            request.scope[DEPARTURE] = departure
+        else:
+            departure.stop()

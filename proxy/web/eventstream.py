@@ -7,7 +7,8 @@ What it does, and what it leaves out on purpose:
   the bytes it makes of the item: the one place Responses events become SSE;
 - a client that goes away is noticed at once by a task awaiting `http.disconnect`, which cancels
   the streaming task: the body iterator's cleanup closes the upstream (vLLM stops generating)
-  even while no chunk is flowing;
+  even while no chunk is flowing. That task is the request's one watcher (web/disconnect.py
+  `Departure`): a streamed create hands over the one that watched its set-up;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
   proxies and load balancers do not cut an idle stream (a timer callback checks; a task is
   made only for a ping that is due);
@@ -47,6 +48,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
+from proxy.web.disconnect import adopt
 from proxy.web.middleware.access import BODY_SEND
 
 log = logging.getLogger("proxy.web")
@@ -93,7 +95,9 @@ class EventStream:
                     "headers": self.raw_headers})
         streamer = asyncio.create_task(self._stream(send, scope.get(BODY_SEND) or send),
                                        name="sse-stream")
-        watcher = asyncio.create_task(self._watch(receive, streamer), name="sse-disconnect")
+        # The request's one disconnect watcher: the create's, when it set the stream up.
+        departure = adopt(scope, receive)
+        departure.aim(lambda: self._client_gone(streamer))
         send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
         timers = _Timers(self, streamer, send, send_timeout)
         try:
@@ -109,7 +113,7 @@ class EventStream:
                 streamer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait([streamer], timeout=5.0)
-            watcher.cancel()
+            departure.stop()
             timers.cancel()
             await _close(self.body)
 
@@ -148,60 +152,76 @@ class EventStream:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._done += 1
 
-    async def _watch(self, receive: Receive, streamer: asyncio.Task[object]) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                # Once the end is sent the server reports the exchange over as a disconnect;
-                # the streamer is then only finishing its iterator, which must run to its end.
-                if not self._ended:
-                    streamer.cancel()
-                return
+    def _client_gone(self, streamer: asyncio.Task[None]) -> None:
+        # Once the end is sent the server reports the exchange over as a disconnect; the
+        # streamer is then only finishing its iterator, which must run to its end.
+        if not self._ended:
+            streamer.cancel()
 
 class _Timers:
-    """A stream's pinger and send watchdog, as timer callbacks on the loop rather than a task
-    each: two tasks fewer per stream, made before its first bytes (a burst makes 256 of them
-    at once), for checks that run every few seconds. Only a ping's `send` needs a task, made
-    when one is due (a silent stream), and one at a time.
+    """A stream's pinger and send watchdog, as callbacks of one timer on the loop rather than a
+    task each: two tasks fewer per stream, made before its first bytes (a burst makes 256 of
+    them at once), for checks that run every few seconds; and one timer for both rather than
+    one each (~3 µs a stream: a handle made, pushed on the loop's heap and cancelled). Only a
+    ping's `send` needs a task, made when one is due (a silent stream), and one at a time.
 
     Pinger: every `ping` seconds, a `: ping` comment when no frame began since the last check.
     Watchdog: every quarter of `send_timeout`, the stream is abandoned (`stalled`, the streamer
     cancelled: as if the client had gone) once a write has been pending that long with no write
     (frame or ping) completing meanwhile; the stall is declared between `send_timeout` and
-    `send_timeout` + two steps after it began. Polling keeps the per-chunk path free of timers."""
+    `send_timeout` + two steps after it began. Polling keeps the per-chunk path free of timers.
+    Each check comes due `ping` (or a step) after the previous one ran, as with a timer of its
+    own; the one timer is set for whichever is due first, and runs every check that is due."""
 
     def __init__(self, stream: EventStream, streamer: asyncio.Task[None], send: Send,
                  send_timeout: float) -> None:
         self._stream = stream
         self._streamer = streamer
         self._send = send
-        self._loop = asyncio.get_running_loop()
-        self._ping_at: asyncio.TimerHandle | None = None
-        self._watch_at: asyncio.TimerHandle | None = None
+        self._loop = loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
         self._ping_task: asyncio.Task[None] | None = None
         self._pings = 0  # pings whose `send` returned
         self._seen = -1  # frames begun at the pinger's last check
         self._step = send_timeout / 4
         self._progress = -1  # writes completed at the watchdog's last move
-        self._since = self._loop.time()
-        if stream.ping > 0:
-            self._ping_at = self._loop.call_later(stream.ping, self._ping_due)
-        if send_timeout > 0:
-            self._watch_at = self._loop.call_later(self._step, self._watch_due)
+        self._since = now = loop.time()
+        # When each check is next due (None: that check is off).
+        self._ping_next = now + stream.ping if stream.ping > 0 else None
+        self._watch_next = now + self._step if send_timeout > 0 else None
+        self._arm()
 
     def cancel(self) -> None:
-        for handle in (self._ping_at, self._watch_at):
-            if handle is not None:
-                handle.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
         if self._ping_task is not None:
             self._ping_task.cancel()
+
+    def _arm(self) -> None:
+        ping_next, watch_next = self._ping_next, self._watch_next
+        due = (watch_next if ping_next is None else ping_next if watch_next is None
+               else min(ping_next, watch_next))
+        self._handle = None if due is None else self._loop.call_at(due, self._due, due)
+
+    def _due(self, when: float) -> None:
+        """The timer set for `when`: the checks due by then run (the loop may run a timer a
+        clock tick early, so `now` would not tell)."""
+        now = self._loop.time()
+        if self._ping_next is not None and self._ping_next <= when:
+            self._ping_due()
+            self._ping_next = now + self._stream.ping
+        if self._watch_next is not None and self._watch_next <= when:
+            if not self._watch_due(now):
+                return  # the stream is abandoned: no check is left to run
+            self._watch_next = now + self._step
+        self._arm()
 
     def _ping_due(self) -> None:
         stream = self._stream
         if stream._sent == self._seen and not self._pinging:
             self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
         self._seen = stream._sent
-        self._ping_at = self._loop.call_later(stream.ping, self._ping_due)
 
     @property
     def _pinging(self) -> bool:
@@ -216,9 +236,9 @@ class _Timers:
             return
         self._pings += 1
 
-    def _watch_due(self) -> None:
+    def _watch_due(self, now: float) -> bool:
+        """Whether the stream goes on (False: abandoned, a client that stopped reading)."""
         stream = self._stream
-        now = self._loop.time()
         moved = stream._done + self._pings
         if moved != self._progress or not (stream._sent != stream._done or self._pinging):
             self._progress, self._since = moved, now
@@ -226,8 +246,8 @@ class _Timers:
             stream.stalled = True
             log.warning("client stopped reading for %g s: stream abandoned", self._step * 4)
             self._streamer.cancel()
-            return
-        self._watch_at = self._loop.call_later(self._step, self._watch_due)
+            return False
+        return True
 
 
 def _send_timeout(scope: Scope) -> float:

@@ -269,3 +269,43 @@ async def test_the_terminal_batch_goes_out_with_the_end_and_the_body_still_runs_
     assert bodies == [(frames(_batch("response.created")), True),
                       (frames(_batch("response.completed")), False)]
     assert after_last == ["ran"]
+
+
+async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
+    """A stream with both on holds one timer at a time (each made, pushed on the loop's heap
+    and cancelled costs a stream ~1.5 µs), and both still run: pings while silent."""
+    from proxy.core.events.sse import PING
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, callback, *args, **kwargs)
+
+    written: list[bytes] = []
+    release = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: 0\n\n"
+        await release.wait()
+        yield b"data: end\n\n"
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            written.append(message["body"])
+            if message["body"] == PING:
+                release.set()
+
+    stream = EventStream(body(), ping=0.05, send_timeout=0.2)
+    loop.call_at = counted  # type: ignore[method-assign]
+    try:
+        serving = asyncio.create_task(stream({"type": "http"}, never_disconnects, send))
+        await asyncio.sleep(0)
+        assert len(armed) == 1  # one timer set up, not one for each check
+        async with asyncio.timeout(10):
+            await serving
+    finally:
+        loop.call_at = call_at  # type: ignore[method-assign]
+    assert written == [b"data: 0\n\n", PING, b"data: end\n\n", b""] and not stream.stalled

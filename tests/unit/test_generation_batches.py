@@ -27,10 +27,11 @@ class Replica:
 
 @dataclass
 class Upstream:
-    """What a turn reads of `http1.Response`: `buffered`, `aiter_raw`, `aclose`."""
+    """What a turn reads of `http1.Response`: `buffered`, `complete`, `aiter_raw`, `aclose`."""
 
     reads: list[bytes]
     buffered: bool = False
+    complete: bool = False  # the whole body received (never, here: a tail task reads it)
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # before every read but the 1st
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:

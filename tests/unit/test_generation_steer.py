@@ -50,6 +50,7 @@ class Upstream:
 
     reads: list[bytes]
     buffered: bool = False
+    complete: bool = False  # the whole body received (never, here: a tail task reads it)
     closed: bool = False
     served: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)

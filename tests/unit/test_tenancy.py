@@ -56,3 +56,34 @@ def test_a_client_salt_that_is_not_a_string_is_a_400_naming_it(value: object) ->
     with pytest.raises(InvalidRequest) as info:
         CacheSalts().salted(A, {"cache_salt": value})
     assert info.value.param == "cache_salt"
+
+
+def test_a_salt_is_made_once_per_tenant_and_again_when_the_keys_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.core.policy import tenancy
+
+    made: list[tuple[str, ...]] = []
+    digest = tenancy._digest
+
+    def counted(*parts: str) -> str:
+        made.append(parts)
+        return digest(*parts)
+
+    monkeypatch.setattr(tenancy, "_digest", counted)
+    salts = CacheSalts()
+    alone = salts.salt(A)
+    assert [salts.salt(A) for _ in range(3)] == [alone] * 3 and len(made) == 1
+    salts.set_groups({A: "team", B: "team"})  # A joins a group: its salt is the group's
+    assert salts.salt(A) == salts.salt(B) != alone
+    salts.set_groups({})
+    assert salts.salt(A) == alone
+
+
+def test_the_remembered_salts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.core.policy import tenancy
+
+    monkeypatch.setattr(tenancy, "MAX_REMEMBERED", 8)
+    salts = CacheSalts()
+    for n in range(50):
+        assert salts.salt(f"t{n}") == CacheSalts().salt(f"t{n}")
+        assert len(salts._made) <= 8

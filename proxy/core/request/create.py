@@ -74,7 +74,8 @@ _WHY_NOT = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+# No `slots`: `evolved` copies the instance's `__dict__` in one call.
+@dataclass(frozen=True)
 class ResponsesRequest:
     model: str
     input: list[Item]
@@ -124,17 +125,16 @@ class ResponsesRequest:
     cache_salt: str | None = None
 
     def evolved(self, **changes: Any) -> ResponsesRequest:
-        """`dataclasses.replace`, at half its cost (~4.5 µs against ~9 with 39 fields; a create
-        makes two): every field copied as it is, `changes` over them. Nothing is validated
-        in `__init__`, so skipping it changes nothing but the time."""
+        """`dataclasses.replace`, at a tenth of its cost (~0.8 µs against ~9 with 39 fields,
+        ~4.5 for a copy field by field; a create makes two or three): the fields copied in one
+        `dict` update, `changes` over them. Nothing is validated in `__init__`, so skipping it
+        changes nothing but the time."""
         if not _FIELD_NAMES.issuperset(changes):
             raise TypeError(f"no such field: {sorted(set(changes) - _FIELD_NAMES)}")
         new = object.__new__(ResponsesRequest)
-        put = object.__setattr__
-        for name in _FIELD_NAMES:
-            put(new, name, getattr(self, name))
-        for name, value in changes.items():
-            put(new, name, value)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
         return new
 
     @property

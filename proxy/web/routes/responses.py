@@ -10,6 +10,7 @@ from proxy.core.cache.key import parse_cache_control
 from proxy.core.request.create import INCLUDABLE
 from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
+from proxy.services.responses.create import Outcome
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import json_body, path_id, tenant
 from proxy.web.limiting import metering
@@ -29,12 +30,18 @@ async def create(request: Request) -> Reply:
         hold = body.get("background") is True or body.get("stream") is True
         size = len(await request.body())  # read already: what the service may offload by
         async with metering(request, hold=hold) as meter:
+            # A stream keeps the watcher of its set-up (one per request, not two).
             outcome = await unless_disconnected(request, responses.create(
-                tenant(request), body, directives, meter=meter, size=size))
+                tenant(request), body, directives, meter=meter, size=size),
+                keep=_streamed)
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=state.streams.ping_interval,
                                headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
+
+
+def _streamed(outcome: Outcome) -> bool:
+    return outcome.stream is not None
 
 
 async def count_input_tokens(request: Request) -> Response:
