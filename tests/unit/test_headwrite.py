@@ -1,6 +1,7 @@
 """process/headwrite.py on uvicorn's httptools protocol (process/headtimeout.py): a response's
-head leaves with its first body bytes in one write, or alone at the end of the loop's turn (a
-head never waits for a slow first body), and each later write goes straight to the connection.
+head leaves with its first body bytes in one write (those of a task started with it too), or
+alone once the loop has run what was ready with it (a head never waits for a slow first body),
+and each later write goes straight to the connection.
 Driven in process on a recording transport: writes counted, not timed."""
 
 from __future__ import annotations
@@ -74,6 +75,27 @@ async def test_a_head_leaves_with_the_first_body_bytes() -> None:
     assert written.startswith(b"HTTP/1.1 200 OK\r\n") and written.endswith(b"\r\n\r\nok")
 
 
+async def test_a_head_leaves_with_the_first_bytes_of_the_task_it_started() -> None:
+    """A stream's shape (web/eventstream.py): the head sent, then a task started that writes
+    the events; its first step writes the first event, which takes the head with it."""
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+
+        async def events() -> None:
+            await send({"type": "http.response.body", "body": b"data: 1\n\n",
+                        "more_body": True})
+            await asyncio.sleep(0)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await asyncio.create_task(events())
+
+    transport = await _served(app, Recording())
+    assert len(transport.writes) == 2
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.writes[0].endswith(b"\r\n\r\n9\r\ndata: 1\n\n\r\n")
+
+
 async def test_a_head_does_not_wait_for_a_slow_body_and_later_writes_go_straight() -> None:
     transport = Recording()
     heads_out: list[int] = []
@@ -81,8 +103,9 @@ async def test_a_head_does_not_wait_for_a_slow_body_and_later_writes_go_straight
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
-        await asyncio.sleep(0)  # a turn with no token yet:
-        await asyncio.sleep(0)  # the head is out by now
+        for _ in range(2):  # the head's turn and the next with no token yet:
+            await asyncio.sleep(0)
+        # the head is out by now
         heads_out.append(len(transport.writes))
         for token in (b"a", b"b"):
             await send({"type": "http.response.body", "body": token, "more_body": True})
