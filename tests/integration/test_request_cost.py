@@ -29,10 +29,11 @@ from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 3,505-3,535 (JSON) and 4,245-4,470 (stream), with Starlette's error layers and endpoint
-# wrappers gone (3,510-3,600 and 4,850-4,980 before coalesced store writes and they went; before
-# one middleware did the work of five, labels were bound once and coalesced writes skipped
-# redis-py's pipeline: 4,046 and 5,501).
+# these: 3,505-3,535 (JSON) and 4,245-4,470 (stream; its spread is the loop's scheduling), with
+# Starlette's error layers and endpoint wrappers gone (the tree before: 3,530 and 4,260-4,470;
+# the previous bounds' tree: 3,510-3,600 and 4,850-4,980; before one middleware did the work of
+# five, labels were bound once and coalesced writes skipped redis-py's pipeline: 4,046 and
+# 5,501).
 MAX_CALLS = {"stored stream": 4_780, "stored json": 3_780}
 # Not the proxy's work, or varying with timing: the embedded store's server, the event loop.
 OTHERS = ("fakeredis", "/asyncio/", "selectors.py", "threading.py")
