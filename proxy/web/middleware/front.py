@@ -9,7 +9,12 @@ Per HTTP request, in this order:
 4. at the end (the last byte sent, or the app raising): the request counted by route template,
    method and status, its duration, how long the proxy worked before the generation request was
    written to a replica (`RequestContext.upstream_sent`, noted by the fleet), and one access-log
-   line.
+   line;
+5. an exception the app raised (`errors`, web/errors.py `ErrorAnswers`): one with a handler (a
+   `ProxyError`, the router's 404/405) answered where it was raised, through the same `send`;
+   any other, after the access line, the OpenAI-shaped 500 and raised on for the server. That
+   was Starlette's error middleware, its exception middleware and a wrapper around each route,
+   each with a `send` of its own; here the answer's own status says whether it started.
 The response's start is seen once: its status, the `x-proxy-cache` value for the log, a stream
 (`text/event-stream`) counted open, the client's stale `x-request-id` replaced by ours. A
 stream's first non-empty body message gives its time to first byte (`proxy_ttft_seconds`). Per
@@ -18,8 +23,8 @@ its tokens skip it altogether (`BODY_SEND`, web/eventstream.py). Nothing here is
 
 Why one: every layer of pure ASGI middleware costs a coroutine frame, a closure per request and
 a call per message on the way out; a short stored answer went through five of ours (and
-Starlette's two). The checks stay in their modules, as functions of the scope; only their
-sequencing is here.
+Starlette's two, and its two wrappers around each route: gone too, app.py). The checks stay in
+their modules, as functions of the scope; only their sequencing is here.
 
 WebSocket handshakes get the drain's and auth's checks (a refused one is closed before accept)
 and are counted in flight; no access line or HTTP metrics (a socket's turns are logged by the
