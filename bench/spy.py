@@ -172,6 +172,8 @@ RULES: tuple[Rule, ...] = (
     # uvicorn's `send` and the wrappers of it that every body chunk passes; uvloop's
     # transport.write is native, so its time is the leaf `RequestResponseCycle.send`'s own.
     Rule(SEND, ("uvicorn/protocols/http/",), ("RequestResponseCycle.send",)),
+    # A response's head held for its first body bytes: their one write (process/headwrite.py).
+    Rule(SEND, ("proxy/process/headwrite.py",)),
     Rule(SEND, ("starlette/middleware/errors.py", "starlette/_exception_handler.py",
                 "proxy/web/middleware/access.py", "proxy/web/middleware/front.py"),
          ("_send", "sender", "sent")),

@@ -5,6 +5,7 @@
     worker.py       `responses-proxy worker`: background jobs and nothing else
     gctune.py       the garbage collector's tuning at start
     headtimeout.py  the bound on a client's request head (uvicorn's protocols)
+    headwrite.py    a response's head written with its first body bytes
 
 May import every room (tests/unit/test_layers.py).
 """

@@ -15,6 +15,9 @@ a slot for as long as its peer likes; a few hundred of them starve every key. So
 A slow but honest client sends a head (a few hundred bytes) in one round trip: the default, 10
 s, is thousands of round trips on any network a client of this API uses.
 
+On httptools (uvicorn's `auto`, the proxy's), each request's cycle also writes its response head
+with the first body bytes (headwrite.py: one `send` system call per answer less).
+
 Both protocols uvicorn may pick are covered (its `auto` is httptools, installed with the proxy):
 `protocol_for(name, seconds)` gives the subclass for a uvicorn `http` setting, which `serve`
 passes as `Config(http=...)` in every process (`--workers N` included).
@@ -29,6 +32,8 @@ from typing import Any, ClassVar
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from proxy.process.headwrite import HeldHead
 
 DEFAULT_HEADER_TIMEOUT = 10.0
 
@@ -106,7 +111,12 @@ class HttpToolsHeadTimeout(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head.stop()
         self._in_body = True
+        before = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not before and cycle is not None:  # a request's cycle, not an upgrade
+            # Its response head leaves with its first body bytes (headwrite.py).
+            cycle.transport = HeldHead(self.transport, cycle, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._in_body = False

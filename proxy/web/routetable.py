@@ -1,4 +1,5 @@
-"""`RouteTable`: Starlette's router, with the routes a fixed path can reach found once.
+"""`RouteTable`: Starlette's router, with the routes a fixed path can reach found once and each
+endpoint called directly.
 
 Starlette tries every route in order for every request (a regex match and a method check each)
 until one matches in full; a path that matches only with another method (a 405) is known only
@@ -6,8 +7,17 @@ after all of them. `POST /v1/responses` came sixth of 57, a 405 or a 404 after a
 routes whose pattern matches each fixed path the app declares (`/v1/responses`, `/healthz`,
 ...) are listed when the table is made, in their order, and a request for one of those paths
 tries only them: the same first full match, the same first partial one, as a whole scan (the
-routes left out cannot match that path). Any other path (one with an id, an unknown one) and
-every WebSocket take Starlette's own scan, as before.
+routes left out cannot match that path). Any other path (one with an id) is scanned as
+Starlette scans it; a path no route matches (a 404, a slash to redirect), every WebSocket and
+the lifespan go to Starlette's own router.
+
+An endpoint is called directly: Starlette wraps each one in two ASGI apps, an
+exception-handling wrapper and a `send` that notes whether the response started (with the
+router's own `__call__` and the route's `handle`, six frames per request and one call per
+message out); here the table makes the `Request`, awaits the endpoint and sends its response,
+and the exceptions are mapped once, in the front middleware (web/middleware/front.py, with
+web/errors.py `ErrorAnswers`). A method the route does not take goes to the route's own
+`handle` (its 405), as does an endpoint Starlette wraps otherwise (a sync one, a class).
 
 Made from the app's routes once: routes added afterwards would not be indexed (the app adds
 none).
@@ -15,45 +25,68 @@ none).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette._utils import get_route_path
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+# A route, and its endpoint when the table may call it directly.
+_Entry = tuple[BaseRoute, Endpoint | None]
 
 
 class RouteTable(Router):
     def __init__(self, routes: Sequence[BaseRoute], **options: Any) -> None:
         super().__init__(routes, **options)
+        entries = [(route, _endpoint(route)) for route in self.routes]
+        self._scan = [entry for entry in entries if not isinstance(entry[0], WebSocketRoute)]
         fixed = [r.path for r in self.routes if isinstance(r, Route) and not r.param_convertors]
-        self._by_path = {path: [r for r in self.routes if _may_match(r, path)]
+        self._by_path = {path: [entry for entry in self._scan if _may_match(entry[0], path)]
                          for path in fixed}
 
-    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        candidates = (self._by_path.get(get_route_path(scope)) if scope["type"] == "http"
-                      else None)
-        if candidates is None:
-            await super().app(scope, receive, send)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
+        found = self._find(scope)
+        if found is None:  # Starlette's answer: a slash redirected, or a 404
+            await self.app(scope, receive, send)
+            return
+        route, endpoint, child_scope = found
         scope.setdefault("router", self)
-        partial: tuple[BaseRoute, Scope] | None = None
-        for route in candidates:
-            match, child_scope = route.matches(scope)
-            if match is Match.FULL:
-                scope["route"] = route
-                scope.update(child_scope)
-                await route.handle(scope, receive, send)
-                return
-            if match is Match.PARTIAL and partial is None:
-                partial = route, child_scope
-        if partial is None:  # not even a partial match (cannot happen: the path is a route's)
-            await super().app(scope, receive, send)
-            return
-        route, child_scope = partial
         scope["route"] = route
         scope.update(child_scope)
-        await route.handle(scope, receive, send)
+        if endpoint is None or scope["method"] not in route.methods:  # type: ignore[attr-defined]
+            await route.handle(scope, receive, send)
+            return
+        response = await endpoint(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    def _find(self, scope: Scope) -> tuple[BaseRoute, Endpoint | None, Scope] | None:
+        """The first route matching in full, else the first matching in part, else None."""
+        partial: tuple[BaseRoute, Endpoint | None, Scope] | None = None
+        for route, endpoint in self._by_path.get(get_route_path(scope), self._scan):
+            match, child_scope = route.matches(scope)
+            if match is Match.FULL:
+                return route, endpoint, child_scope
+            if match is Match.PARTIAL and partial is None:
+                partial = route, endpoint, child_scope
+        return partial
+
+
+def _endpoint(route: BaseRoute) -> Endpoint | None:
+    """`route`'s endpoint when Starlette wraps it as it wraps every coroutine function (then it
+    only makes the `Request` and sends the response): the table calls it directly."""
+    if (isinstance(route, Route) and route.methods and inspect.iscoroutinefunction(route.endpoint)
+            and getattr(route.app, "__qualname__", "") == "request_response.<locals>.app"):
+        endpoint: Endpoint = route.endpoint
+        return endpoint
+    return None
 
 
 def _may_match(route: BaseRoute, path: str) -> bool:
@@ -61,4 +94,4 @@ def _may_match(route: BaseRoute, path: str) -> bool:
     any kind of route other than a plain one (a mount: kept, in its place, to be safe)."""
     if isinstance(route, Route):
         return route.path_regex.match(path) is not None
-    return not isinstance(route, WebSocketRoute)
+    return True

@@ -3,28 +3,40 @@ ends at the route Starlette's full scan would have chosen."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
-from starlette.routing import Route, Router
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, Router
 
 from proxy.app import create_app
 from proxy.settings import Settings
+from proxy.web.routetable import RouteTable
 
-ROUTED = "proxy.test_routed"  # where the recording `handle` notes the route it was given
+ROUTED = "proxy.test_routed"  # where a recording endpoint notes the route it was given
 
 
 @pytest.fixture
-def app_routes(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Router]:
-    """The app's route table, and a plain Starlette router over the same routes; each route's
-    `handle` only notes that it was chosen (no handler runs)."""
-
-    async def handle(self: Route, scope: Any, receive: Any, send: Any) -> None:
-        scope[ROUTED] = self
-
-    monkeypatch.setattr(Route, "handle", handle)
+def app_routes() -> tuple[Any, Router]:
+    """A route table over the app's routes, and a plain Starlette router over the same ones;
+    each endpoint only notes that its route was chosen (answering 204)."""
     app = create_app(Settings.of(upstreams=("http://127.0.0.1:9",)))
-    return app.router, Router(app.router.routes)
+    routes = [_recording(route) for route in app.router.routes]
+    return RouteTable(routes), Router(routes)
+
+
+def _recording(route: BaseRoute) -> BaseRoute:
+    if not isinstance(route, Route):
+        return route
+    key = (route.path, frozenset(route.methods or ()))
+
+    async def endpoint(request: Request) -> Response:
+        request.scope[ROUTED] = key
+        return Response(status_code=204)
+
+    return Route(route.path, endpoint, methods=list(route.methods or ()), name=route.name)
 
 
 def _scope(method: str, path: str) -> dict[str, Any]:
@@ -74,3 +86,31 @@ async def test_a_fixed_path_tries_only_the_routes_that_can_match_it(
     tried.clear()
     await _chosen(table, "GET", "/v1/responses")  # a 405 scanned all 57
     assert tried == ["/v1/responses"]
+
+
+async def test_an_endpoint_is_called_by_the_table_itself() -> None:
+    """No wrapper of Starlette's between the table and an endpoint (two ASGI apps and an
+    exception-handling one, a frame each per request and a `send` wrapper per message): a
+    fixed path's and a scanned path's endpoint both run straight from the table, and their
+    answers reach the table's `send` as the response sent them."""
+    callers: list[str] = []
+
+    async def endpoint(request: Request) -> Response:
+        caller = sys._getframe(1)
+        callers.append(caller.f_code.co_qualname)
+        return Response(b"ok", status_code=200)
+
+    table = RouteTable([Route("/x", endpoint, methods=["GET"]),
+                        Route("/x/{id}", endpoint, methods=["GET"])])
+    for path in ("/x", "/x/1"):
+        assert (await _chosen(table, "GET", path))[2] == 200
+    assert callers == ["RouteTable.__call__", "RouteTable.__call__"]
+
+
+async def test_a_method_the_route_does_not_take_is_its_own_405() -> None:
+    async def endpoint(request: Request) -> Response:
+        raise AssertionError("not called")
+
+    table = RouteTable([Route("/x", endpoint, methods=["GET"])])
+    assert (await _chosen(table, "POST", "/x"))[2] == 405
+    assert (await _chosen(table, "GET", "/nowhere"))[2] == 404

@@ -9,7 +9,12 @@ Per HTTP request, in this order:
 4. at the end (the last byte sent, or the app raising): the request counted by route template,
    method and status, its duration, how long the proxy worked before the generation request was
    written to a replica (`RequestContext.upstream_sent`, noted by the fleet), and one access-log
-   line.
+   line;
+5. an exception the app raised (`errors`, web/errors.py `ErrorAnswers`): one with a handler (a
+   `ProxyError`, the router's 404/405) answered where it was raised, through the same `send`;
+   any other, after the access line, the OpenAI-shaped 500 and raised on for the server. That
+   was Starlette's error middleware, its exception middleware and a wrapper around each route,
+   each with a `send` of its own; here the answer's own status says whether it started.
 The response's start is seen once: its status, the `x-proxy-cache` value for the log, a stream
 (`text/event-stream`) counted open, the client's stale `x-request-id` replaced by ours. A
 stream's first non-empty body message gives its time to first byte (`proxy_ttft_seconds`). Per
@@ -18,8 +23,8 @@ its tokens skip it altogether (`BODY_SEND`, web/eventstream.py). Nothing here is
 
 Why one: every layer of pure ASGI middleware costs a coroutine frame, a closure per request and
 a call per message on the way out; a short stored answer went through five of ours (and
-Starlette's two). The checks stay in their modules, as functions of the scope; only their
-sequencing is here.
+Starlette's two, and its two wrappers around each route: gone too, app.py). The checks stay in
+their modules, as functions of the scope; only their sequencing is here.
 
 WebSocket handshakes get the drain's and auth's checks (a refused one is closed before accept)
 and are counted in flight; no access line or HTTP metrics (a socket's turns are logged by the
@@ -41,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.core.context.requestctx import RequestContext
 from proxy.services.process.drain import Drain
 from proxy.telemetry.metrics import Metrics
+from proxy.web.errors import ErrorAnswers
 from proxy.web.middleware.access import (
     BODY_SEND,
     CLIENT_CLOSED,
@@ -65,9 +71,11 @@ class Front:
 
     def __init__(self, app: ASGIApp, *, metrics: Metrics | None = None,
                  drain: Drain | None = None, limits: BodyLimits | None = None,
-                 auth: Auth | None = None, logger: logging.Logger | None = None,
+                 auth: Auth | None = None, errors: ErrorAnswers | None = None,
+                 logger: logging.Logger | None = None,
                  new_id: Callable[[], str] = new_request_id) -> None:
         self.app = app
+        self.errors = errors
         self.metrics = metrics
         self.drain = drain
         self.limits = limits
@@ -86,6 +94,8 @@ class Front:
 
     async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
         drain, auth = self.drain, self.auth
+        if self.errors is not None:  # read by the WebSocket route's own wrapper
+            scope["starlette.exception_handlers"] = self.errors.socket_handlers
         refusal = drain_refusal(drain, scope) if drain is not None else None
         if refusal is None and auth is not None:
             refusal = auth.refusal(scope)
@@ -103,18 +113,38 @@ class Front:
         context = request_context(client_id, self.new_id, parents, states)
         answer = _Answer(scope, send, started, context, self.metrics)
         # The send beneath every wrapper of ours, for a stream's body once it has begun
-        # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers (ours and
-        # Starlette's) only hand messages on. The proxy's app puts the server's own send there
-        # first (app.py: beneath Starlette's error middleware too); served alone, this is the
-        # lowest send we see.
+        # (web/eventstream.py, `BODY_SEND`): past the first body bytes the wrappers only hand
+        # messages on. The proxy's app puts the server's own send there first (app.py: beneath
+        # the tracing middleware's too); served alone, this is the lowest send we see.
         scope.setdefault(BODY_SEND, send)
+        errors = self.errors
+        unexpected: Exception | None = None
+        answered = False
         try:
-            await self._answer(scope, receive, answer.send, declared)
+            try:
+                await self._answer(scope, receive, answer.send, declared)
+            except Exception as exc:
+                if errors is None:
+                    raise
+                # Answered by its handler (a `ProxyError`, the router's 404/405), else raised
+                # on as unexpected (web/errors.py): where the exception left the app.
+                await errors.handled(scope, receive, answer.send, exc, answer.status != 0)
+        except Exception as exc:
+            answered = answer.status != 0
+            answer.status = answer.status or failed_status(exc)
+            if errors is None:
+                raise
+            unexpected = exc
         except BaseException as exc:
             answer.status = answer.status or failed_status(exc)
             raise
         finally:
             self._ended(scope, context, answer)
+        if unexpected is not None and errors is not None:
+            # After the access line, as Starlette's outermost middleware did: logged with the
+            # request id, the 500 sent beneath our `send` (its status is counted already),
+            # then raised on for the server.
+            await errors.unexpected(scope, receive, send, unexpected, answered)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send,
                       declared: list[bytes]) -> None:
