@@ -40,7 +40,7 @@ OTHERS = ("fakeredis", "/asyncio/", "selectors.py", "threading.py")
 MEASURED = 10
 
 
-async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None) -> bytes:
+async def _answer(app: Any, body: bytes, path: str = "/v1/responses", callers: list[list[str]] | None = None) -> bytes:
     """One request through the app's ASGI callable; its body, checked whole. `callers`: where
     each message's frames above the server's `send` are noted (not while counting calls)."""
     sent: list[dict[str, Any]] = []
@@ -62,7 +62,7 @@ async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None)
         if message["type"] == "http.response.body" and not message.get("more_body"):
             over.set()
 
-    await app(post_scope("/v1/responses", body), receive, send)
+    await app(post_scope(path, body), receive, send)
     over.set()
     assert sent[0]["status"] == 200
     return b"".join(m.get("body", b"") for m in sent[1:])
@@ -128,6 +128,30 @@ async def test_a_short_answer_makes_few_tasks(simulator: ServerProcess, kind: st
         finally:
             loop.set_task_factory(original)
     assert len(made) <= MAX_TASKS[kind], made
+
+
+async def test_a_streamed_pass_through_watches_its_client_once(simulator: ServerProcess) -> None:
+    """The watcher started for the relay's call is the stream's too (web/disconnect.py): a
+    second one per stream was a task and a loop step more (it failed so: two `_watch`)."""
+    app = create_app(Settings.of(upstreams=(simulator.url,)))
+    body = orjson.dumps({"model": "sim-model", "stream": True,
+                         "messages": [{"role": "user", "content": "hi [[sim tokens=2]]"}]})
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+        made.append(getattr(coro, "__qualname__", type(coro).__name__))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    async with app.router.lifespan_context(app):
+        await _answer(app, body, "/v1/chat/completions")
+        original = loop.get_task_factory()
+        loop.set_task_factory(factory)
+        try:
+            assert b"[DONE]" in await _answer(app, body, "/v1/chat/completions")
+        finally:
+            loop.set_task_factory(original)
+    assert sum(name.endswith("_watch") for name in made) == 1, made
 
 
 def _frames_above(frame: FrameType | None) -> list[str]:

@@ -15,9 +15,9 @@ For every HTTP request:
   see it (telemetry/logs.py `access_writer`).
 
 The context variable is deliberately not reset when the request ends: uvicorn runs each request
-in a task (and context) of its own, so the value dies with it, and Starlette's outermost error
-middleware logs an unexpected exception (and answers 500) after we have returned, a log line
-that must still carry the id.
+in a task (and context) of its own, so the value dies with it, and the front middleware logs an
+unexpected exception (and answers 500, web/errors.py `ErrorAnswers`) after the access line, a
+log line that must still carry the id.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _LINE = ("%(method)s %(route)s %(status)d %(duration_ms).1fms key=%(key_id)s cac
 
 def failed_status(exc: BaseException | None) -> int:
     """The status to log and count for a request whose app raised before answering: the
-    client's own leaving (nginx's 499), else the 500 Starlette's outer error middleware sends.
+    client's own leaving (nginx's 499), else the 500 the front middleware sends for it.
     None (no answer, nothing raised): 499 too."""
     return 500 if exc is not None and not isinstance(exc, asyncio.CancelledError) \
         else CLIENT_CLOSED

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from proxy.core.cache.key import parse_cache_control
 from proxy.core.errors import ProxyError
 from proxy.core.request.jsonbody import parse_object
-from proxy.services.fleet.passthrough import chat_stream
+from proxy.services.fleet.passthrough import Relay, chat_stream
 from proxy.services.process import offload
 from proxy.web.disconnect import unless_disconnected
 from proxy.web.incoming import require_json, tenant
@@ -45,8 +45,13 @@ async def chat_completions(request: Request) -> Reply:
         else:
             call = state.passthrough.chat_completions(
                 parsed, tenant(request), meter=meter, size=len(body))
-        relay = await unless_disconnected(request, call)
+        # A stream keeps the watcher for its body (one per request: web/disconnect.py).
+        relay = await unless_disconnected(request, call, keep=_streams)
     return relay_response(relay, ping=state.streams.ping_interval)
+
+
+def _streams(relay: Relay) -> bool:
+    return relay.stream is not None
 
 
 async def _parsed(body: bytes) -> dict[str, Any] | ProxyError:
