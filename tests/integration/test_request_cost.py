@@ -40,7 +40,8 @@ OTHERS = ("fakeredis", "/asyncio/", "selectors.py", "threading.py")
 MEASURED = 10
 
 
-async def _answer(app: Any, body: bytes, path: str = "/v1/responses", callers: list[list[str]] | None = None) -> bytes:
+async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None, *,
+                  path: str = "/v1/responses") -> bytes:
     """One request through the app's ASGI callable; its body, checked whole. `callers`: where
     each message's frames above the server's `send` are noted (not while counting calls)."""
     sent: list[dict[str, Any]] = []
@@ -144,11 +145,11 @@ async def test_a_streamed_pass_through_watches_its_client_once(simulator: Server
         return asyncio.Task(coro, loop=loop, **options)
 
     async with app.router.lifespan_context(app):
-        await _answer(app, body, "/v1/chat/completions")
+        await _answer(app, body, path="/v1/chat/completions")
         original = loop.get_task_factory()
         loop.set_task_factory(factory)
         try:
-            assert b"[DONE]" in await _answer(app, body, "/v1/chat/completions")
+            assert b"[DONE]" in await _answer(app, body, path="/v1/chat/completions")
         finally:
             loop.set_task_factory(original)
     assert sum(name.endswith("_watch") for name in made) == 1, made
