@@ -52,6 +52,7 @@ from proxy.store.lua import scripts
 from proxy.store.lua.decoding import (
     entries_events,
     events_of,
+    finished_of,
     held_items,
     item_ids,
     items_of,
@@ -303,12 +304,14 @@ class RedisStore(RedisConversations):
         keys_ = [*_response_keys(rid), keys.stored_bytes(tenant, tag),
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(response.get("output") or ())]]
-        args: list[Any] = [status, orjson.dumps(response), ttl, event_ttl,
-                           f"{keys.ITEM_IN_OUTPUT}:{rid}", packed(logged) if logged else b"",
-                           tenant]
+        obj, length = _final_object(response, terminal)
+        args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
+                           packed(logged) if logged else b"", tenant]
+        if length:
+            args.append(length)
         with store_errors():
             reply = await self._waited(self._finish, keys_, args)
-        return transition_of(reply)
+        return finished_of(reply, response)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
         """`script` (a response's create or its final write), waited for as
@@ -507,6 +510,21 @@ class RedisStore(RedisConversations):
 def _response_keys(response_id: str) -> list[str]:
     return [keys.response(response_id), keys.response_input(response_id),
             keys.response_log(response_id)]
+
+
+def _final_object(response: ResponseObject, terminal: StoredEvent | None) -> tuple[bytes, int]:
+    """The final write's object: `(b"", its length)` when it is the terminal event's `response`
+    as every caller encodes that event (`{"type", "sequence_number", "response"}`, in that
+    order: FINISH_RESPONSE cuts it from the event, the last bytes the call carries); else
+    `(its JSON, 0)`. Encoding it apart was a second `orjson.dumps` of the whole object per
+    final write, and sending it apart nearly doubled the write's bytes."""
+    if terminal is not None:
+        data = terminal.data
+        head = b'{"type":"%s","sequence_number":%d,"response":' % (terminal.type.encode(),
+                                                                  terminal.seq)
+        if data.startswith(head) and data.endswith(b"}"):
+            return b"", len(data) - len(head) - 1
+    return orjson.dumps(response), 0
 
 
 def _flag(value: bool) -> str:

@@ -272,7 +272,10 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # CREATE_RESPONSE; a record of another tenant than the one named is an error, nothing written.
 # KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
-#       tenant
+#       tenant [, obj's length]
+# With the obj's length, obj is '' and the object is the terminal event's `response`, the last
+# bytes of the packed events but their closing brace (store/redis.py `_final_object`): sent once,
+# not twice (it is most of the final write's bytes), and never parsed here.
 # The events are packed as APPEND_EVENTS_MANY packs them (log entries in one argument,
 # store/lua/packing.py), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
@@ -281,8 +284,8 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
 # the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
 # ran the response then closes its log with the partial output. `closed` makes that once.
-# A late completion after a cancel is refused (and appends nothing). Returns nil or
-# {changed, status, obj}.
+# A late completion after a cancel is refused (and appends nothing). Returns nil, {0, status,
+# stored obj} when refused, or {1, status} (the caller has the object it wrote).
 FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + _RECORD_BYTES + """
 local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local status, tenant = state[1], state[2]
@@ -297,7 +300,9 @@ end
 if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
+local obj = ARGV[2]
+if ARGV[8] then obj = string.sub(ARGV[6], #ARGV[6] - tonumber(ARGV[8]), #ARGV[6] - 1) end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1')
 if #ARGV[6] > 0 then
   append_packed(KEYS[1], KEYS[3], ARGV[6])
   redis.call('HSET', KEYS[1], 'logged', '1')
@@ -312,7 +317,7 @@ if tenant then
     redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
   end
 end
-return {1, ARGV[1], ARGV[2]}
+return {1, ARGV[1]}
 """
 
 # Remove a response and everything hanging off it, for its owner only; its bytes leave the
