@@ -17,6 +17,7 @@ import pytest
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from proxy.store.connection.coalesce import ScriptCoalescer
@@ -204,3 +205,45 @@ async def test_a_noscript_reply_loads_the_script_and_sends_the_call_again() -> N
     async with scripted(answer) as (fake, coalescer, script):
         assert await coalescer(script, [], [b"again"]) == b"again"
         assert fake.connections == 2  # the held one, and the pooled one SCRIPT LOAD took
+
+
+class _Sentinels:
+    """Sentinels that name the scripted server as the primary (what redis-py asks them)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.asked = 0
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        self.asked += 1
+        return "127.0.0.1", self.port
+
+
+async def test_on_sentinel_a_readonly_reply_is_a_lost_primary_and_the_next_batch_asks_again(
+        ) -> None:
+    """As redis-py's Sentinel connection says of a READONLY reply: the primary was demoted
+    (a `ConnectionError`, so a 503 and the final write's retry); the next connection asks the
+    sentinels for the primary again."""
+    def answer(connection: int, command: list[bytes]) -> bytes | None:
+        if connection == 1:
+            return b"-READONLY You can't write against a read only replica.\r\n"
+        return bulk(command[-1])
+
+    fake = ScriptedRedis(answer)
+    fake.server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    sentinels = _Sentinels(fake.port)
+    pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        "primary", sentinels, retry=Retry(NoBackoff(), 0))
+    client = Redis(connection_pool=pool)
+    coalescer = ScriptCoalescer(client)
+    script = client.register_script(ECHO)
+    try:
+        with pytest.raises(rex.ConnectionError, match="master is now a slave"):
+            await coalescer(script, [], [b"demoted"])
+        asked = sentinels.asked
+        assert await coalescer(script, [], [b"next"]) == b"next"
+        assert fake.connections == 2 and sentinels.asked > asked
+    finally:
+        await coalescer.aclose()
+        await client.aclose()
+        fake.server.close()
