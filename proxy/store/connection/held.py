@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -112,7 +113,9 @@ class HeldConnection:
         self._batches: collections.deque[_Batch] = collections.deque()
         self._usable = True
         # Reads until the connection is lost, or retired with no batch out; then gives it back.
-        self._reading = asyncio.get_running_loop().create_task(self._read())
+        # In a context of its own: it outlives the request whose batch took the connection.
+        self._reading = asyncio.get_running_loop().create_task(self._read(),
+                                                               context=contextvars.Context())
 
     @property
     def usable(self) -> bool:
