@@ -48,7 +48,10 @@ class Recorder:
             ((kind, data),) = encoded
             handle.add(StoredEvent(events[0]["sequence_number"], kind, data))
             return
-        handle.add_all([StoredEvent(event["sequence_number"], kind, data)
+        # `tuple.__new__` straight: a named tuple's own `__new__` is a Python function, one
+        # frame per event (a stored stream's first and last batches hold a dozen or more).
+        make = tuple.__new__
+        handle.add_all([make(StoredEvent, (event["sequence_number"], kind, data))
                         for event, (kind, data) in zip(events, encoded, strict=True)])
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
