@@ -20,7 +20,9 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import NoBackoff
 
+from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.coalesce import ScriptCoalescer
+from proxy.store.connection.factory import open_store
 from tests.support.servers import ServerProcess
 
 ECHO = "return ARGV[1]"
@@ -247,3 +249,21 @@ async def test_on_sentinel_a_readonly_reply_is_a_lost_primary_and_the_next_batch
         await coalescer.aclose()
         await client.aclose()
         fake.server.close()
+
+
+async def test_the_event_log_flush_goes_on_the_held_connection(
+        redis_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush's append, like a create and a final write: no pooled connection taken per
+    flush (store/redis.py `_append_all`)."""
+    store = open_store(f"redis://127.0.0.1:{redis_server.port}/0")
+    try:
+        record = ResponseRecord({"id": "resp_held1", "status": "in_progress"}, "t", logged=True)
+        await store.create_response(record, [], ttl=60, event_ttl=60)
+        await store.append_events({"resp_held1": [StoredEvent(0, "t", b"{}")]}, ttl=60)  # warm
+        taken = counted_checkouts(store.client, monkeypatch)
+        for seq in range(1, 4):
+            await store.append_events({"resp_held1": [StoredEvent(seq, "t", b"{}")]}, ttl=60)
+        assert taken[0] == 0
+        assert [e.seq for e in await store.read_events("resp_held1")] == [0, 1, 2, 3]
+    finally:
+        await store.aclose()
