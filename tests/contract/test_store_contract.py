@@ -436,6 +436,22 @@ async def test_finish_carries_the_unflushed_events_before_the_terminal_one(
     assert got is not None and got.closed and got.logged
 
 
+async def test_finish_after_flushes_appends_only_what_follows_them(store: RedisStore) -> None:
+    """A flush leaves the log's newest number in the record; the final write starts from it
+    (an event at or below it, sent again, is skipped), and the log's counts stay right."""
+    await create(store, rid("1"), events=(event(0),))
+    await store.append_events({rid("1"): [event(1), event(2)]}, ttl=EVENT_TTL)
+    await store.append_events({rid("1"): [event(3)]}, ttl=EVENT_TTL)
+    final = response(rid("1"), "completed")
+    done = await store.finish_response(final, terminal_of(final, 6), tenant=TENANT, ttl=TTL,
+                                       event_ttl=EVENT_TTL,
+                                       events=(event(3), event(4), event(5)))
+    assert done.changed
+    log = await store.read_events(rid("1"))
+    assert seqs(log) == [0, 1, 2, 3, 4, 5, 6]
+    assert await store.log_extent(rid("1")) == (7, log[-1])
+
+
 async def test_finish_with_events_and_no_log_yet_marks_it_logged(store: RedisStore) -> None:
     await create(store, rid("1"))
     done = await store.finish_response(response(rid("1"), "completed"),

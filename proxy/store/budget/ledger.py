@@ -44,9 +44,10 @@ from typing import Final
 # `ledger_now()`: seconds on the server's clock.
 # `ledger_until(now, ttl)`: the bucket that bytes written now for `ttl` seconds are counted in.
 # `ledger_held(ledger, now)`: bytes the ledger counts now; passed buckets are dropped.
-# `ledger_set(ledger, record, now, size, ends)`: `record`'s previous count leaves its bucket and
-#   `size` bytes (0: none, a delete) are counted in bucket `ends`, noted on the record. The
-#   ledger lives as long as its latest bucket.
+# `ledger_set(ledger, record, now, size, ends[, old])`: `record`'s previous count leaves its
+#   bucket and `size` bytes (0: none, a delete) are counted in bucket `ends`, noted on the
+#   record. The ledger lives as long as its latest bucket. `old`: the record's `bytes` and
+#   `until` fields when the caller read them already (else read here).
 LEDGER: Final = """
 local function ledger_now()
   return tonumber(redis.call('TIME')[1])
@@ -73,8 +74,8 @@ local function ledger_held(ledger, now)
   return held
 end
 
-local function ledger_set(ledger, record, now, size, ends)
-  local old = redis.call('HMGET', record, 'bytes', 'until')
+local function ledger_set(ledger, record, now, size, ends, old)
+  old = old or redis.call('HMGET', record, 'bytes', 'until')
   local old_size, old_until = tonumber(old[1]), tonumber(old[2])
   local bucket = string.format('%d', ends)
   if size > 0 and ends > now and old_size and old_until and old_until > now

@@ -88,9 +88,11 @@ local function append_from(log, blob, pos, stop, last)
 end
 
 -- One argument of packed entries to a log that may hold some of them (create, final write):
--- the hash's `extra` counts what the new entries hold beyond one event each.
-local function append_packed(hash, log, blob)
-  local added, extra = append_from(log, blob, 1, #blob + 1, last_seq(log))
+-- the hash's `extra` counts what the new entries hold beyond one event each. `last`: the
+-- hash's `last` field when the caller read it (APPEND_EVENTS_MANY's, see there), else the log
+-- is read.
+local function append_packed(hash, log, blob, last)
+  local added, extra = append_from(log, blob, 1, #blob + 1, last or last_seq(log))
   if extra > 0 then redis.call('HINCRBY', hash, 'extra', extra) end
   return added
 end
@@ -290,7 +292,8 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # A late completion after a cancel is refused (and appends nothing). Returns nil, {0, status,
 # stored obj} when refused, or {1, status} (the caller has the object it wrote).
 FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
-local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+-- Read at once: what the append and the ledger would each read again (two commands fewer).
+local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
 local status, tenant = state[1], state[2]
 if not status then return false end
 if tenant and tenant ~= ARGV[7] then
@@ -307,7 +310,7 @@ local obj = ARGV[2]
 if ARGV[8] then obj = string.sub(ARGV[6], #ARGV[6] - tonumber(ARGV[8]), #ARGV[6] - 1) end
 if #ARGV[6] > 0 then
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
-  append_packed(KEYS[1], KEYS[3], ARGV[6])
+  append_packed(KEYS[1], KEYS[3], ARGV[6], tonumber(state[3]))
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 else
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1')
@@ -318,7 +321,7 @@ if tenant then
   local sec = ledger_now()
   -- `record_bytes`, the object's length taken from what was just written
   local size = #obj + redis.call('HSTRLEN', KEYS[1], 'parents') + redis.call('STRLEN', KEYS[2])
-  ledger_set(KEYS[4], KEYS[1], sec, size, ledger_until(sec, ARGV[3]))
+  ledger_set(KEYS[4], KEYS[1], sec, size, ledger_until(sec, ARGV[3]), {state[4], state[5]})
   for i = 5, #KEYS do
     redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
   end
