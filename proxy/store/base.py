@@ -208,7 +208,10 @@ class Store(Protocol):
         One exception: a stored `cancelled` whose log is not yet closed accepts a final object
         that is `cancelled` too (the worker that ran it closes its log with the partial output).
         Otherwise nothing changes, the log included: changed=False with the stored object (e.g.
-        a late completion after a cancel). `tenant`: the response's owner, as for `transition`."""
+        a late completion after a cancel). `tenant`: the response's owner, as for `transition`.
+        `terminal` is encoded from `{"type", "sequence_number", "response": response}` (a
+        backend may keep the object as that event carries it). When it changed, the
+        transition's object is `response` itself."""
 
     # -- event logs --------------------------------------------------------------------------
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,

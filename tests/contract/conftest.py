@@ -20,6 +20,7 @@ import pytest
 
 from proxy.store.connection.coalesce import ScriptCoalescer
 from proxy.store.connection.factory import job_queue, open_store
+from proxy.store.connection.held import HeldConnection
 from proxy.store.jobqueue import RedisJobQueue
 from proxy.store.redis import RedisStore
 from tests.contract.tagged import STYLE
@@ -83,15 +84,23 @@ def round_trips(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> RoundTrip
         counter.count += 1
         return await send_many(self, *args, **kwargs)
 
-    # Coalesced script calls (a create, a final write) go out on a pooled connection of their
-    # own, one write per batch (store/connection/coalesce.py).
+    # Coalesced script calls (a create, a final write) go out one write per batch: on the
+    # connection the coalescer holds, or pooled on a client whose connections it cannot hold
+    # (store/connection/coalesce.py).
     send_batch = ScriptCoalescer._pipelined
 
     async def counted_batch(self: ScriptCoalescer, *args: Any, **kwargs: Any) -> Any:
         counter.count += 1
         return await send_batch(self, *args, **kwargs)
 
+    write_batch = HeldConnection.send
+
+    def counted_write(self: HeldConnection, *args: Any, **kwargs: Any) -> None:
+        counter.count += 1
+        write_batch(self, *args, **kwargs)
+
     monkeypatch.setattr(client, "execute_command", counted_command)
     monkeypatch.setattr(pipeline_class, "execute", counted_pipeline)
     monkeypatch.setattr(ScriptCoalescer, "_pipelined", counted_batch)
+    monkeypatch.setattr(HeldConnection, "send", counted_write)
     return counter

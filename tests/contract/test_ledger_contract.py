@@ -70,6 +70,22 @@ async def test_a_response_counts_its_object_input_and_ancestors(store: RedisStor
     assert await store.client.hlen(keys.stored_bytes(TENANT, tag_of(rid("1")))) == 1
 
 
+async def test_a_bucket_holding_less_than_its_record_counted_is_left_holding_the_new_count(
+        store: RedisStore) -> None:
+    """The final write lands in its create's bucket (one HINCRBY moves the difference): a bucket
+    found short of the old count (lost to an operator's edit, say) ends holding the new count,
+    as taking the old count out (never below zero) and adding the new one did."""
+    inputs = [message("msg_1", "x" * 100)]
+    await create(store, rid("1"), inputs=inputs)
+    ledger = keys.stored_bytes(TENANT, tag_of(rid("1")))
+    (bucket,) = await store.client.hkeys(ledger)
+    await store.client.hset(ledger, bucket, 1)
+    await store.finish_response(response(rid("1"), "completed"), None, tenant=TENANT, ttl=TTL,
+                                event_ttl=EVENT_TTL)
+    assert await store.client.hgetall(ledger) == {
+        bucket: str(response_bytes(rid("1"), inputs, status="completed")).encode()}
+
+
 async def test_a_status_change_moves_the_bytes_without_counting_them_twice(
         store: RedisStore) -> None:
     await create(store, rid("1"), "queued")

@@ -297,6 +297,43 @@ async def test_finish_stores_final_object_and_terminal_event_together(
     assert [(e.seq, e.type) for e in log][-1] == (2, "response.completed")
 
 
+def terminal_of(final: dict[str, Any], seq: int) -> StoredEvent:
+    """The terminal event as every caller of `finish_response` encodes it."""
+    kind = f"response.{final['status']}"
+    return StoredEvent(seq, kind, orjson.dumps({"type": kind, "sequence_number": seq,
+                                                "response": final}))
+
+
+@pytest.mark.parametrize("carried", [0, 3])
+async def test_the_final_object_travels_once_inside_its_terminal_event(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch, carried: int) -> None:
+    """The object the terminal event carries is not encoded, nor sent, a second time; it is
+    stored byte for byte as encoded, and the log's terminal event is the one given."""
+    await create(store, rid("1"), events=(event(0),))
+    final = response(rid("1"), "completed", output=[message("msg_1", "done " * 50, "assistant")])
+    terminal = terminal_of(final, carried + 1)
+    sent: list[list[Any]] = []
+    waited = store._waited
+
+    async def recorded(script: Any, keys_: list[str], args: list[Any]) -> Any:
+        sent.append(args)
+        return await waited(script, keys_, args)
+
+    monkeypatch.setattr(store, "_waited", recorded)
+    done = await store.finish_response(final, terminal, tenant=TENANT, ttl=TTL,
+                                       event_ttl=EVENT_TTL,
+                                       events=[event(n) for n in range(1, carried + 1)])
+    assert done.changed and done.response is final
+    obj = orjson.dumps(final)
+    (args,) = sent
+    assert sum(a.count(obj) for a in args if isinstance(a, bytes)) == 1
+    assert await store.client.hget(keys.response(rid("1")), keys.F_OBJECT) == obj
+    got = await store.get_response(TENANT, rid("1"))
+    assert got is not None and got.response == final and got.closed
+    log = await store.read_events(rid("1"))
+    assert seqs(log) == list(range(carried + 2)) and log[-1] == terminal
+
+
 async def test_finish_without_terminal_event_still_closes(store: RedisStore) -> None:
     await create(store, rid("1"))
     done = await store.finish_response(response(rid("1"), "completed"), None, tenant=TENANT,
@@ -397,6 +434,22 @@ async def test_finish_carries_the_unflushed_events_before_the_terminal_one(
     assert log[1] == event(1, note="a")  # the bytes as given
     got = await store.get_response(TENANT, rid("1"))
     assert got is not None and got.closed and got.logged
+
+
+async def test_finish_after_flushes_appends_only_what_follows_them(store: RedisStore) -> None:
+    """A flush leaves the log's newest number in the record; the final write starts from it
+    (an event at or below it, sent again, is skipped), and the log's counts stay right."""
+    await create(store, rid("1"), events=(event(0),))
+    await store.append_events({rid("1"): [event(1), event(2)]}, ttl=EVENT_TTL)
+    await store.append_events({rid("1"): [event(3)]}, ttl=EVENT_TTL)
+    final = response(rid("1"), "completed")
+    done = await store.finish_response(final, terminal_of(final, 6), tenant=TENANT, ttl=TTL,
+                                       event_ttl=EVENT_TTL,
+                                       events=(event(3), event(4), event(5)))
+    assert done.changed
+    log = await store.read_events(rid("1"))
+    assert seqs(log) == [0, 1, 2, 3, 4, 5, 6]
+    assert await store.log_extent(rid("1")) == (7, log[-1])
 
 
 async def test_finish_with_events_and_no_log_yet_marks_it_logged(store: RedisStore) -> None:

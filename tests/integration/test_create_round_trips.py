@@ -30,6 +30,7 @@ from redis.asyncio.connection import AbstractConnection
 from proxy.app import create_app
 from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
+from proxy.store.connection.held import HeldConnection
 from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
@@ -60,6 +61,17 @@ class RoundTrips:
             await real(conn, command, *args, **kwargs)
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
+        # The store's creates and final writes go out on the connection its script coalescer
+        # holds, a batch per write (store/connection/held.py), from the first caller's context.
+        write_batch = HeldConnection.send
+
+        def write(held: HeldConnection, data: bytes, calls: Any) -> None:
+            if self.request is not None and CURRENT.get() is self.request:
+                self.count += 1  # one round trip, however many calls it carries
+                self.commands.append(_name(data))
+            write_batch(held, data, calls)
+
+        monkeypatch.setattr(HeldConnection, "send", write)
 
     def reset(self) -> None:
         self.count, self.commands, self.request = 0, [], None

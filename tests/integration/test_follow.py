@@ -91,6 +91,34 @@ async def test_nobody_following_costs_nothing(store: RedisStore) -> None:
     await followers.aclose()
 
 
+async def test_a_batch_nobody_here_follows_is_looked_up_once_and_a_followed_one_arrives_whole(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    followers = Followers(store, block_ms=1000)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0,  # no flush during the test
+                      local=followers.publish_local, local_all=followers.publish_local_all)
+    followers.recent = hub.recent
+    offered: list[int] = []
+    publish = followers.publish_local
+
+    def counted(response_id: str, event: StoredEvent) -> None:
+        offered.append(event.seq)
+        publish(response_id, event)
+
+    monkeypatch.setattr(followers, "publish_local", counted)
+    handle = hub.open("resp_1")
+    handle.add_all([event(seq) for seq in range(12)])  # nobody follows: no event offered
+    assert offered == []
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    await wait_for(seen, 12)
+    handle.add_all([event(seq) for seq in range(12, 15)])
+    await wait_for(seen, 15)
+    assert seen == list(range(15)) and offered == [12, 13, 14]
+    reader.cancel()
+    await hub.aclose()
+    await followers.aclose()
+
+
 async def test_a_late_follower_catches_up_from_the_writer_memory(store: RedisStore) -> None:
     """Events this process made but has not flushed yet: a follower joining now gets them at
     once, in order, then the live ones."""

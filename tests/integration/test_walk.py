@@ -64,9 +64,11 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "the SSE wire format, both ways (chatstream.py decodes with it, eventstream.py frames)": (
         "proxy.core.events.sse",),
     "the store's machinery behind `RedisStore`'s methods: the protocol, key names, script "
-    "arguments and replies, pipelining, failures, the budget headroom, its conversation half": (
+    "arguments and replies, pipelining (on its held connection), failures, the budget "
+    "headroom, its conversation half": (
         "proxy.store.base", "proxy.store.keys", "proxy.store.lua.packing",
         "proxy.store.lua.decoding", "proxy.store.connection.coalesce",
+        "proxy.store.connection.held",
         "proxy.store.connection.failures", "proxy.store.budget.headroom",
         "proxy.store.conversations"),
     "the balancer's input: each replica's load figure (its /metrics, the calls open)": (

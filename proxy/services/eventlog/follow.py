@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
@@ -171,6 +171,14 @@ class Followers:
                 slow = [*(slow or ()), follower]  # only on a drop: rare, not per event
         for follower in slow or ():
             self._leave(response_id, follower)
+
+    def publish_local_all(self, response_id: str, events: Sequence[StoredEvent]) -> None:
+        """`publish_local` for the events of one batch, in order: one lookup for them all (a
+        stored stream's first and last batches hold a dozen events or more each)."""
+        if response_id not in self._followers:
+            return
+        for event in events:
+            self.publish_local(response_id, event)
 
     def _join(self, response_id: str, follower: _Follower) -> None:
         self._followers.setdefault(response_id, set()).add(follower)

@@ -43,7 +43,9 @@ class EventLog:
         self.event_ttl = event_ttl
         self.followers = Followers(store, supervisor=supervisor, recent=self._recent)
         self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl, first_window=FIRST_WINDOW,
-                                  local=self.followers.publish_local, supervisor=supervisor,
+                                  local=self.followers.publish_local,
+                                  local_all=self.followers.publish_local_all,
+                                  supervisor=supervisor,
                                   tracing=tracing)
 
     def _recent(self, response_id: str) -> list[StoredEvent]:

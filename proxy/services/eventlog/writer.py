@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -100,15 +101,13 @@ class LogHandle:
 
     def add_all(self, events: Sequence[StoredEvent]) -> None:
         """The events of one upstream read, in order: per batch one extend of each list, one
-        size check and one flusher wake-up (per event only the local followers' lookup)."""
+        look for local followers, one size check and one flusher wake-up."""
         if self.broken or not events:
             return
         self.pending += events
         self.recent += events
         hub = self.hub
-        local, response_id = hub.local, self.response_id
-        for event in events:
-            local(response_id, event)
+        hub.local_all(self.response_id, events)
         self._added(hub, len(self.pending))
 
     def _added(self, hub: EventLogHub, pending: int) -> None:
@@ -194,20 +193,29 @@ class LogHandle:
                       failure_cause(exc))
 
 
+def _each(local: Callable[[str, StoredEvent], None], response_id: str,
+          events: Sequence[StoredEvent]) -> None:
+    for event in events:
+        local(response_id, event)
+
+
 class EventLogHub:
     def __init__(self, store: Store, *, ttl: int, event_ttl: int, window: float = WINDOW,
                  first_window: float | None = None, max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
+                 local_all: Callable[[str, Sequence[StoredEvent]], None] | None = None,
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         """`first_window`: how soon a stream's first events are written ahead of the batch
-        (None: they wait for `window` like the others)."""
+        (None: they wait for `window` like the others). `local_all`: `local` for the events of
+        one batch at once (default: `local` for each)."""
         self.store = store
         # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
         self.tracing = tracing
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
+        self.local_all = local_all or functools.partial(_each, local)
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
         # Flush every `window` seconds, or at once when a log holds `max_pending` events.
         self.window, self.max_pending = window, max_pending

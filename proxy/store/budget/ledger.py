@@ -44,9 +44,10 @@ from typing import Final
 # `ledger_now()`: seconds on the server's clock.
 # `ledger_until(now, ttl)`: the bucket that bytes written now for `ttl` seconds are counted in.
 # `ledger_held(ledger, now)`: bytes the ledger counts now; passed buckets are dropped.
-# `ledger_set(ledger, record, now, size, ends)`: `record`'s previous count leaves its bucket and
-#   `size` bytes (0: none, a delete) are counted in bucket `ends`, noted on the record. The
-#   ledger lives as long as its latest bucket.
+# `ledger_set(ledger, record, now, size, ends[, old])`: `record`'s previous count leaves its
+#   bucket and `size` bytes (0: none, a delete) are counted in bucket `ends`, noted on the
+#   record. The ledger lives as long as its latest bucket. `old`: the record's `bytes` and
+#   `until` fields when the caller read them already (else read here).
 LEDGER: Final = """
 local function ledger_now()
   return tonumber(redis.call('TIME')[1])
@@ -73,9 +74,25 @@ local function ledger_held(ledger, now)
   return held
 end
 
-local function ledger_set(ledger, record, now, size, ends)
-  local old = redis.call('HMGET', record, 'bytes', 'until')
+local function ledger_set(ledger, record, now, size, ends, old)
+  old = old or redis.call('HMGET', record, 'bytes', 'until')
   local old_size, old_until = tonumber(old[1]), tonumber(old[2])
+  local bucket = string.format('%d', ends)
+  if size > 0 and ends > now and old_size and old_until and old_until > now
+      and old[2] == bucket then
+    -- Counted again in its own bucket (a final write soon after its create): one HINCRBY
+    -- moves the difference, where taking the old count out and adding the new one ran three
+    -- commands. A bucket found holding less than the old count is left holding `size`, as
+    -- the way out would have.
+    if redis.call('HINCRBY', ledger, bucket, size - old_size) < size then
+      redis.call('HSET', ledger, bucket, size)
+    end
+    redis.call('HSET', record, 'bytes', size, 'until', bucket)
+    if redis.call('TTL', ledger) < ends - now then
+      redis.call('EXPIRE', ledger, ends - now)
+    end
+    return
+  end
   if old_size and old_until and old_until > now then
     local left = tonumber(redis.call('HGET', ledger, old[2]) or '0') - old_size
     if left > 0 then
@@ -85,7 +102,6 @@ local function ledger_set(ledger, record, now, size, ends)
     end
   end
   if size > 0 and ends > now then
-    local bucket = string.format('%d', ends)
     redis.call('HINCRBY', ledger, bucket, size)
     redis.call('HSET', record, 'bytes', size, 'until', bucket)
     if redis.call('TTL', ledger) < ends - now then

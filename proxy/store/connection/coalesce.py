@@ -19,16 +19,22 @@ was cancelled before its batch went out is left out of it (as a lone call cancel
 was never sent); once sent, it lands or not as a lone call would. A batch of one goes the same
 way, as a pipeline of one.
 
-The batch is sent from a task made in the first caller's context (`call_soon` carries it): the
-round trips a request causes are still counted against it (tests/integration/
-test_create_round_trips.py). The cluster and `--redis-wait-replicas` keep their own paths
-(store/redis.py `_waited`): a cluster routes each call to its slot's node, and WAIT counts the
-writes of the connection it is sent on.
+How a batch goes out: on a connection the coalescer holds (store/connection/held.py), written
+from the callback that closes the batch, its replies read by one reader into the callers'
+futures; the first batch, and the first after that connection was lost or retired, waits for a
+fresh one from the client's pool. A client whose connections cannot be held (the embedded
+store's fake ones) sends each batch the pooled way: a task, a pooled connection, its
+replies read in order. Either way the send runs in the first caller's context (`call_soon`
+carries it): the round trips a request causes are still counted against it
+(tests/integration/test_create_round_trips.py). The cluster and `--redis-wait-replicas` keep
+their own paths (store/redis.py `_waited`): a cluster routes each call to its slot's node, and
+WAIT counts the writes of the connection it is sent on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +43,8 @@ from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from proxy.store.connection.held import HeldConnection, Pending, holdable
+
 
 @dataclass(frozen=True, slots=True)
 class _Call:
@@ -44,12 +52,17 @@ class _Call:
     keys: list[Any]
     args: list[Any]
     reply: asyncio.Future[Any]
+    first: bool = True  # False once sent again after NOSCRIPT (the script loaded)
 
 
 class ScriptCoalescer:
     def __init__(self, client: Redis) -> None:
         self._client = client
         self._batch: list[_Call] = []
+        self._held: HeldConnection | None = None  # takes batches while `usable`
+        self._holding: set[HeldConnection] = set()  # not yet given back to the pool
+        self._taking: asyncio.Future[HeldConnection | None] | None = None  # a fresh one
+        self._pooled = False  # the client's connections cannot be held: every batch pooled
         self._sending: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak refs)
         self.batches = 0  # sent, for tests and the bench: calls per batch = calls / batches
         self.calls = 0
@@ -64,29 +77,107 @@ class ScriptCoalescer:
 
     def _send_batch(self) -> None:
         batch, self._batch = self._batch, []
-        task = asyncio.get_running_loop().create_task(self._send(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _send(self, batch: list[_Call]) -> None:
         live = [call for call in batch if not call.reply.done()]
         if not live:
             return
         self.batches += 1
         self.calls += len(live)
+        held = self._held
+        if held is not None and held.usable:
+            self._write(held, live)
+        else:
+            self._spawn(self._send_later(live))
+
+    def _write(self, held: HeldConnection, calls: list[_Call]) -> None:
+        """One batch written on the held connection (one round trip)."""
         try:
-            await self._run(live)
-        except BaseException as exc:  # a failed round trip fails every call still waiting
-            for call in live:
-                if call.reply.done():
-                    continue
-                if isinstance(exc, asyncio.CancelledError):
-                    call.reply.cancel()
-                else:
-                    call.reply.set_exception(exc)
+            held.send(_packed(calls), calls)
+        except BaseException as exc:  # a value Redis cannot take, a closed transport
+            _fail(calls, exc)
+
+    def _spawn(self, sending: Any) -> None:
+        task = asyncio.get_running_loop().create_task(sending)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_later(self, calls: list[_Call]) -> None:
+        """A batch that waits for a connection to hold (or, not holdable, goes pooled)."""
+        try:
+            held = await self._connection()
+        except BaseException as exc:
+            _fail(calls, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
+            return
+        live = [call for call in calls if not call.reply.done()]  # cancelled while it waited
+        if not live:
+            return
+        if held is None:
+            await self._send(live)
+        elif held.usable:
+            self._write(held, live)
+        else:  # lost as soon as taken: a server closing connections, not to be looped on
+            _fail(live, rex.ConnectionError("Connection closed by server."))
 
+    async def _connection(self) -> HeldConnection | None:
+        """The held connection, a fresh one taken from the pool if there is none usable; None
+        when the client's connections cannot be held."""
+        if self._pooled:
+            return None
+        if self._held is not None and self._held.usable:
+            return self._held
+        if self._taking is None:
+            self._taking = asyncio.ensure_future(self._take())
+        taking = self._taking
+        try:
+            return await asyncio.shield(taking)
+        finally:
+            if self._taking is taking and taking.done():
+                self._taking = None
+
+    async def _take(self) -> HeldConnection | None:
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        if not holdable(connection):
+            await pool.release(connection)
+            self._pooled = True
+            return None
+        held = self._held = HeldConnection(pool, connection, self._retire, self._noscript)
+        self._holding.add(held)
+        held.closed.add_done_callback(lambda _: self._holding.discard(held))
+        return held
+
+    def _retire(self, held: HeldConnection) -> None:
+        """`held` takes no more batches (it closes itself once its replies are in)."""
+        if self._held is held:
+            self._held = None
+
+    def _noscript(self, calls: list[Pending]) -> None:
+        lost = [call for call in calls if isinstance(call, _Call) and not call.reply.done()]
+        if lost:
+            self._spawn(self._load_and_resend(lost))
+
+    async def _load_and_resend(self, lost: list[_Call]) -> None:
+        """The server lost its script cache: nothing of these calls ran. Each script is loaded
+        once and the calls sent again (redis-py's Script does the same for one)."""
+        try:
+            for source in {call.script.script for call in lost}:
+                await self._client.script_load(source)
+        except BaseException as exc:
+            _fail(lost, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        await self._send_later([dataclasses.replace(call, first=False) for call in lost])
+
+    async def _send(self, batch: list[_Call]) -> None:
+        """The pooled way (a client whose connections cannot be held)."""
+        try:
+            await self._run(batch)
+        except BaseException as exc:  # a failed round trip fails every call still waiting
+            _fail(batch, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
     async def _run(self, calls: list[_Call]) -> None:
         lost: list[_Call] = []
         for call, reply in zip(calls, await self._pipelined(calls), strict=True):
@@ -129,25 +220,46 @@ class ScriptCoalescer:
             await pool.release(connection)
 
     async def aclose(self) -> None:
-        """Waits for the batches being sent (bounded by the client's socket timeout)."""
+        """Waits for the batches being sent (bounded by the client's socket timeout), then
+        gives the held connection back."""
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+        if self._taking is not None:
+            await asyncio.gather(self._taking, return_exceptions=True)
+        for held in list(self._holding):
+            await held.aclose()
 
 
 def _packed(calls: list[_Call]) -> bytes:
     """The calls' EVALSHA commands in Redis's protocol, packed by hiredis (C) as redis-py's own
     sync client does: its asyncio connection packs in Python, argument by argument, and a
     create's script call has twenty-odd (in a cProfile of stored short answers, packing was
-    three fifths of the coalesced writes' time). A value of a type Redis cannot take is
+    three fifths of the coalesced writes' time). The arguments go as they are: only a
+    `bytearray` is refused by hiredis, and looking at each argument for one cost ~3.7 µs per
+    create; it is converted when the packing says so. A value of a type Redis cannot take is
     redis-py's `DataError`, as it would have been."""
+    pack = hiredis.pack_command
     try:
-        return b"".join(
-            hiredis.pack_command(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                                  *[bytes(a) if isinstance(a, bytearray | memoryview) else a
-                                    for a in call.args]))
-            for call in calls)
+        return b"".join([pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                               *call.args)) for call in calls])
+    except TypeError:
+        pass
+    try:
+        return b"".join([pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                               *[bytes(a) if isinstance(a, bytearray) else a
+                                 for a in call.args])) for call in calls])
     except TypeError as exc:
         raise rex.DataError(str(exc)) from exc
+
+
+def _fail(calls: list[_Call], exc: BaseException) -> None:
+    for call in calls:
+        if call.reply.done():
+            continue
+        if isinstance(exc, asyncio.CancelledError):
+            call.reply.cancel()
+        else:
+            call.reply.set_exception(exc)
 
 
 def _settle(call: _Call, reply: Any) -> None:

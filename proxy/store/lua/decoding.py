@@ -96,6 +96,14 @@ def record_of(values: Sequence[Any]) -> ResponseRecord | None:
     )
 
 
+def finished_of(reply: Any, written: ResponseObject) -> Transition:
+    """FINISH_RESPONSE's reply: when it wrote, the object is `written` (not sent back, nor
+    parsed again: ~8 µs per final write); when it refused, the stored one."""
+    if reply is not None and reply[0] == 1:
+        return Transition(changed=True, response=written)
+    return transition_of(reply)
+
+
 def transition_of(reply: Any) -> Transition:
     if reply is None:
         return Transition(changed=False, response=None)

@@ -88,9 +88,11 @@ local function append_from(log, blob, pos, stop, last)
 end
 
 -- One argument of packed entries to a log that may hold some of them (create, final write):
--- the hash's `extra` counts what the new entries hold beyond one event each.
-local function append_packed(hash, log, blob)
-  local added, extra = append_from(log, blob, 1, #blob + 1, last_seq(log))
+-- the hash's `extra` counts what the new entries hold beyond one event each. `last`: the
+-- hash's `last` field when the caller read it (APPEND_EVENTS_MANY's, see there), else the log
+-- is read.
+local function append_packed(hash, log, blob, last)
+  local added, extra = append_from(log, blob, 1, #blob + 1, last or last_seq(log))
   if extra > 0 then redis.call('HINCRBY', hash, 'extra', extra) end
   return added
 end
@@ -136,8 +138,9 @@ local TERMINAL = {completed = true, incomplete = true, failed = true, cancelled 
 # CPU per call) nor, for the lease, a round trip of its own before the first event.
 # The lease's deadline is on the server's clock, as RENEW_LEASES sets it. It is taken last, so
 # a create that failed (an error ends a script where it happens) leaves no lease behind.
-CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + _RECORD_BYTES + """
-local sec = ledger_now()
+CREATE_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
+local clock = redis.call('TIME')  -- read once: the ledger's seconds and the lease's deadline
+local sec = tonumber(clock[1])
 local held = ledger_held(KEYS[5], sec)
 local budget = tonumber(ARGV[14])
 if budget > 0 and held >= budget then return {0, held} end
@@ -145,7 +148,8 @@ redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5]
            'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
-local size = record_bytes(KEYS[1], KEYS[2])
+-- `record_bytes` of what was just written, from the arguments (three reads fewer)
+local size = #ARGV[5] + #ARGV[6] + #ARGV[9]
 ledger_set(KEYS[5], KEYS[1], sec, size, ledger_until(sec, ARGV[1]))
 if #ARGV >= 15 then
   append_packed(KEYS[1], KEYS[3], ARGV[15])
@@ -155,7 +159,8 @@ end
 for i = 6, #KEYS do
   redis.call('SET', KEYS[i], ARGV[13], 'EX', ARGV[1], 'NX')
 end
-if ARGV[11] ~= '0' then""" + _NOW_MS + """
+if ARGV[11] ~= '0' then
+  local now = sec * 1000 + math.floor(tonumber(clock[2]) / 1000)  -- as `_NOW_MS`
   redis.call('ZADD', KEYS[4], now + tonumber(ARGV[11]), ARGV[12])
 end
 return {1, held, size}
@@ -272,7 +277,10 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # CREATE_RESPONSE; a record of another tenant than the one named is an error, nothing written.
 # KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
-#       tenant
+#       tenant [, obj's length]
+# With the obj's length, obj is '' and the object is the terminal event's `response`, the last
+# bytes of the packed events but their closing brace (store/redis.py `_final_object`): sent once,
+# not twice (it is most of the final write's bytes), and never parsed here.
 # The events are packed as APPEND_EVENTS_MANY packs them (log entries in one argument,
 # store/lua/packing.py), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
@@ -281,10 +289,11 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # Accepted from queued / in_progress; and once from a `cancelled` whose log is still open when
 # the final object is `cancelled` too: the cancel endpoint only flips the status, the worker that
 # ran the response then closes its log with the partial output. `closed` makes that once.
-# A late completion after a cancel is refused (and appends nothing). Returns nil or
-# {changed, status, obj}.
-FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + _RECORD_BYTES + """
-local state = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+# A late completion after a cancel is refused (and appends nothing). Returns nil, {0, status,
+# stored obj} when refused, or {1, status} (the caller has the object it wrote).
+FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
+-- Read at once: what the append and the ledger would each read again (two commands fewer).
+local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
 local status, tenant = state[1], state[2]
 if not status then return false end
 if tenant and tenant ~= ARGV[7] then
@@ -297,22 +306,27 @@ end
 if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', ARGV[2], 'closed', '1')
+local obj = ARGV[2]
+if ARGV[8] then obj = string.sub(ARGV[6], #ARGV[6] - tonumber(ARGV[8]), #ARGV[6] - 1) end
 if #ARGV[6] > 0 then
-  append_packed(KEYS[1], KEYS[3], ARGV[6])
-  redis.call('HSET', KEYS[1], 'logged', '1')
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
+  append_packed(KEYS[1], KEYS[3], ARGV[6], tonumber(state[3]))
   redis.call('EXPIRE', KEYS[3], ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1')
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 if tenant then
   local sec = ledger_now()
-  ledger_set(KEYS[4], KEYS[1], sec, record_bytes(KEYS[1], KEYS[2]), ledger_until(sec, ARGV[3]))
+  -- `record_bytes`, the object's length taken from what was just written
+  local size = #obj + redis.call('HSTRLEN', KEYS[1], 'parents') + redis.call('STRLEN', KEYS[2])
+  ledger_set(KEYS[4], KEYS[1], sec, size, ledger_until(sec, ARGV[3]), {state[4], state[5]})
   for i = 5, #KEYS do
     redis.call('SET', KEYS[i], ARGV[5], 'EX', ARGV[3])
   end
 end
-return {1, ARGV[1], ARGV[2]}
+return {1, ARGV[1]}
 """
 
 # Remove a response and everything hanging off it, for its owner only; its bytes leave the

@@ -1,0 +1,81 @@
+"""Redis's own work for one stored streamed answer, its create and its final write: the commands
+their scripts run inside Redis (INFO commandstats, which counts each `redis.call`). Pinned,
+because a script's commands are most of what Redis spends per request (each `redis.call` costs
+~2-4 µs of the server's CPU beside the command itself: 204 µs per stored short answer at 32
+clients, of which ~66 in the commands), and a command added to the hot scripts should show here.
+A count, not a time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.connection.factory import open_store
+from proxy.store.redis import RedisStore
+from tests.support.servers import ServerProcess
+
+TENANT = "tenant-w"
+# Measured on the tree that set them (a create with one input item and the writer's lease, a
+# final write carrying three events, its terminal one and one output item): 11 and 15. Before
+# the scripts took the record's size from what they wrote, read the clock once and moved a
+# record's bytes within one ledger bucket by one HINCRBY, and the final write read its record's
+# fields at once: 15 and 20. (A final write after a flush also skips reading the log's end: the
+# flush left it in the record.)
+MAX_COMMANDS = {"create": 11, "finish": 15}
+
+
+@pytest.fixture
+async def store(redis_server: ServerProcess) -> AsyncIterator[RedisStore]:
+    store = open_store(f"redis://127.0.0.1:{redis_server.port}/0")
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def commands_run(client: Redis) -> int:
+    stats = await client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items()
+               if k not in ("cmdstat_evalsha", "cmdstat_config|resetstat", "cmdstat_info"))
+
+
+def delta(seq: int) -> StoredEvent:
+    kind = "response.output_text.delta"
+    return StoredEvent(seq, kind, orjson.dumps({"type": kind, "sequence_number": seq,
+                                                "delta": "x"}))
+
+
+async def test_a_stored_answer_runs_few_commands_inside_redis(store: RedisStore) -> None:
+    rid = "resp_work1"
+    response = {"id": rid, "object": "response", "status": "in_progress", "output": []}
+    item = {"id": "msg_in1", "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "hi"}]}
+    record = ResponseRecord(response, TENANT, logged=True)
+    # Warm: the scripts loaded (a NOSCRIPT and its load are not the request's work).
+    await store.create_response(ResponseRecord({**response, "id": "resp_warm"}, TENANT), [item],
+                                ttl=3600, event_ttl=600, lease_ms=10_000)
+    await store.finish_response({**response, "id": "resp_warm", "status": "completed"}, None,
+                                tenant=TENANT, ttl=3600, event_ttl=600)
+    client = store.client
+    counted = {}
+    await client.config_resetstat()
+    await store.create_response(record, [item], ttl=3600, event_ttl=600, lease_ms=10_000)
+    counted["create"] = await commands_run(client)
+    await client.config_resetstat()
+    final = {**response, "status": "completed",
+             "output": [{"id": "msg_out1", "type": "message", "role": "assistant",
+                         "content": [{"type": "output_text", "text": "x"}]}]}
+    terminal = StoredEvent(4, "response.completed", orjson.dumps(
+        {"type": "response.completed", "sequence_number": 4, "response": final}))
+    done = await store.finish_response(final, terminal, tenant=TENANT, ttl=3600, event_ttl=600,
+                                       events=[delta(1), delta(2), delta(3)])
+    counted["finish"] = await commands_run(client)
+    assert done.changed
+    assert all(counted[k] <= MAX_COMMANDS[k] for k in MAX_COMMANDS), counted
+    # What they wrote is still counted right: the ledger holds the record's bytes.
+    stored = await store.get_response(TENANT, rid)
+    assert stored is not None and stored.response == final
