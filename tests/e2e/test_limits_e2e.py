@@ -169,13 +169,15 @@ def test_tpm_counts_usage_when_a_response_ends(
 
 
 def test_budget_spent_is_insufficient_quota_on_the_other_instance(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess) -> None:
     a, b = pair
     with httpx.stream("POST", a.url + "/v1/responses", headers=auth("sk-budget"), timeout=30,
                       json={"model": "sim-model", "stream": True,
                             "input": "spend it [[sim tokens=70]]"}) as streamed:
         assert streamed.status_code == 200
         assert b"response.completed" in b"".join(streamed.iter_raw())
+    # Settled after the stream's last byte: a request sent at once could come before it.
+    assert charged_after(redis_server, "sk-budget", 0) >= 50
     refused = post(b, "/v1/responses", "sk-budget", {"model": "sim-model", "input": "more"})
     check_rate_limited(refused, "insufficient_quota")
     assert refused.headers["x-should-retry"] == "false"
