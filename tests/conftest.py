@@ -14,6 +14,11 @@ from proxy.settings import Settings
 from tests.support.cluster import RedisClusterGroup
 from tests.support.sentinel import SentinelGroup
 from tests.support.servers import ServerProcess, start_redis, start_simulator
+from tests.support.tls import share_default_context
+
+# Every httpx client the tests make (~3,500 a run) shares one verifying TLS context instead of
+# loading certifi's CAs again (45-90 ms of CPU each): tests/support/tls.py.
+share_default_context()
 
 # Fixtures that start redis-server: a test using one is marked `redis` (`make test-quick`
 # leaves it out, so the inner loop needs neither redis-server nor nginx).

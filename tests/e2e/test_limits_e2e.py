@@ -169,20 +169,22 @@ def test_tpm_counts_usage_when_a_response_ends(
 
 
 def test_budget_spent_is_insufficient_quota_on_the_other_instance(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess) -> None:
     a, b = pair
     with httpx.stream("POST", a.url + "/v1/responses", headers=auth("sk-budget"), timeout=30,
                       json={"model": "sim-model", "stream": True,
                             "input": "spend it [[sim tokens=70]]"}) as streamed:
         assert streamed.status_code == 200
         assert b"response.completed" in b"".join(streamed.iter_raw())
+    # Settled after the stream's last byte: a request sent at once could come before it.
+    assert charged_after(redis_server, "sk-budget", 0) >= 50
     refused = post(b, "/v1/responses", "sk-budget", {"model": "sim-model", "input": "more"})
     check_rate_limited(refused, "insufficient_quota")
     assert refused.headers["x-should-retry"] == "false"
 
 
 def test_chat_usage_from_the_body_and_from_the_stream_counts(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess) -> None:
     a, b = pair
     first = post(a, "/v1/chat/completions", "sk-chat-budget",
                  {**CHAT, "messages": [{"role": "user", "content": "x [[sim tokens=10]]"}]})
@@ -194,6 +196,9 @@ def test_chat_usage_from_the_body_and_from_the_stream_counts(
                      "messages": [{"role": "user", "content": "y [[sim tokens=30]]"}]})
     assert streamed.status_code == 200
     assert b'"usage"' in streamed.content
+    # The stream's tokens are settled after its last byte: a request sent at once can be
+    # admitted before they count (seen once the client stopped spending ~70 ms per request).
+    assert charged_after(redis_server, "sk-chat-budget", used) >= 30
     check_rate_limited(post(a, "/v1/chat/completions", "sk-chat-budget", CHAT),
                        "insufficient_quota")
 
@@ -287,7 +292,7 @@ def test_a_running_background_job_holds_a_slot_and_counts_its_tokens(
 
 
 def test_a_chat_stream_that_did_not_ask_for_usage_is_still_counted(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
+        pair: tuple[ServerProcess, ServerProcess], redis_server: ServerProcess) -> None:
     a, b = pair
     streamed = post(a, "/v1/chat/completions", "sk-chat-stream",
                     {**CHAT, "stream": True,
@@ -296,6 +301,7 @@ def test_a_chat_stream_that_did_not_ask_for_usage_is_still_counted(
     # The usage chunk the proxy asked for is not passed on: the client did not ask for it.
     assert b'"usage"' not in streamed.content
     assert streamed.content.endswith(b"data: [DONE]\n\n")
+    assert charged_after(redis_server, "sk-chat-stream", 0) >= 30  # settled after the close
     check_rate_limited(post(b, "/v1/chat/completions", "sk-chat-stream", CHAT),
                        "insufficient_quota")
 

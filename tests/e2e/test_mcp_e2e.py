@@ -33,8 +33,8 @@ def tools_server() -> Iterator[ServerProcess]:
     server = start_mcp_server()
     yield server
     # Its graceful shutdown waits on sessions the tests left open (a call that never answers)
-    # for the whole default 10 s; it is a peer here, not under test.
-    server.stop(timeout=2)
+    # for the whole default 10 s; it is a peer here, not under test: killed, not waited for.
+    server.kill()
 
 
 @pytest.fixture(scope="module")

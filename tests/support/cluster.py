@@ -49,7 +49,11 @@ class RedisClusterGroup:
                 self.nodes.append(start_redis(_free_cluster_port(), workdir=str(path), flags=(
                     "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                    "--repl-diskless-sync-delay", "0")))
+                    "--repl-diskless-sync-delay", "0",
+                    # A replica counts as online (CLUSTER SHARDS, wait_ready) once its offset
+                    # is past 0: its primary's first write or replication PING, every 10 s by
+                    # default. Once a second, the group is ready in ~2 s instead of ~10.
+                    "--repl-ping-replica-period", "1")))
             self._create()
             self.wait_ready()
         except BaseException:

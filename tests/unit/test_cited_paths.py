@@ -18,6 +18,7 @@ The exceptions below say why each one is not a file of the repository.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import re
@@ -77,6 +78,13 @@ def prose(path: Path) -> Iterator[tuple[int, str]]:
                     yield node.body[0].lineno, doc
 
 
+@functools.cache
+def read_prose(path: Path) -> tuple[tuple[int, str], ...]:
+    """`prose(path)` read once for both checks of the whole tree (tokenizing and parsing every
+    module is most of their ~3 s each)."""
+    return tuple(prose(path))
+
+
 def _exists(candidate: Path) -> bool:
     if candidate.exists():
         return True
@@ -129,7 +137,8 @@ def unresolved(path: Path, lines: Iterator[tuple[int, str]], names: set[str]) ->
 def test_every_path_named_in_prose_resolves() -> None:
     files = repository_files()
     names = {path.name for path in files}
-    missing = [line for path in sources(files) for line in unresolved(path, prose(path), names)]
+    missing = [line for path in sources(files)
+               for line in unresolved(path, iter(read_prose(path)), names)]
     assert missing == []
 
 
@@ -194,7 +203,7 @@ def issue_citations(path: Path, lines: Iterator[tuple[int, str]]) -> list[str]:
 def test_no_prose_cites_an_issue_by_number() -> None:
     cited = [line for path in sources(repository_files())
              if path.relative_to(ROOT).as_posix() not in NOT_YET_SWEPT
-             for line in issue_citations(path, prose(path))]
+             for line in issue_citations(path, iter(read_prose(path)))]
     assert cited == []
 
 

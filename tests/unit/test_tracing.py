@@ -65,7 +65,11 @@ def test_a_job_spec_carries_the_creating_request_s_traceparent_across_the_queue(
     assert JobSpec.from_json(untraced.to_json()).traceparent is None
 
 
-def test_an_upstream_span_names_the_replica_without_its_credentials() -> None:
+def test_an_upstream_span_names_the_replica_without_its_credentials(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The ended span is exported at shutdown to a port that refuses: a short export timeout
+    # (the standard variable, read by the exporter) ends its retries at once, not after ~3 s.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.05")
     tracing = Tracing.open("http://127.0.0.1:1")
     assert tracing is not None
     try:
