@@ -122,3 +122,32 @@ async def test_after_the_body_the_disconnect_wait_is_not_timed(
     assert not waiter.done()
     leave.set()
     assert (await waiter)["type"] == "http.disconnect"
+
+
+async def test_after_a_408_a_cancel_of_the_next_read_stays_a_cancel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer's cancel is the one it made: a handler that reads on after a 408 and is then
+    cancelled (its client gone, a drain) sees its cancel, not a second 408."""
+    clock = _clock(monkeypatch)
+    calls = 0
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            for _ in range(1000):  # the first read never ends: the clock passes its deadline
+                clock.now += IDLE / 10
+                await asyncio.sleep(0)
+        await never.wait()
+        raise AssertionError("never set")
+
+    counted = BodyLimits(1000, idle=IDLE).counted(1000, receive)
+    with pytest.raises(RequestTimeout):
+        await counted()
+    reader = asyncio.ensure_future(counted())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader

@@ -100,7 +100,8 @@ class _Counted:
         try:
             message = await self.inner()
         except asyncio.CancelledError:
-            if self.expired and task is not None and task.uncancel() == 0:
+            expired, self.expired = self.expired, False  # a later read's cancel is not ours
+            if expired and task is not None and task.uncancel() == 0:
                 raise _too_slow(self.idle) from None
             raise
         finally:
