@@ -78,6 +78,9 @@ class _Counted:
     on a pause between two reads, one timer per body rather than one per read.
     """
 
+    __slots__ = ("expired", "idle", "inner", "limit", "received", "since", "timer", "waiting",
+                 "whole")
+
     def __init__(self, limit: int, idle: float, receive: Receive) -> None:
         self.limit = limit
         self.idle = idle
