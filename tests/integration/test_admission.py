@@ -18,8 +18,8 @@ import pytest
 from proxy.app import create_app
 from proxy.core.errors import RateLimited
 from proxy.core.fleet.replicaload import Signal
-from proxy.services.fleet.admission import ADAPTIVE_MARGIN, Admission
-from proxy.services.fleet.fleet import Fleet
+from proxy.services.fleet.admission import ADAPTIVE_MARGIN, Admission, AdmittedCall
+from proxy.services.fleet.fleet import Call, Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
 from tests.support.inprocess import post_scope
@@ -366,3 +366,32 @@ async def test_an_explicit_cap_still_holds_the_replica_to_it(
     assert await _overlapping_streams(
         settings.replace(max_inflight_per_replica=8), 24) == [200] * 24
     assert sim.stats()["max_concurrent_streams"] == 8
+
+
+class _Response:
+    closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_watched_call_is_the_call_and_hands_its_slot_on_when_closed() -> None:
+    """`watch` copies the call's state (not through `dataclasses.fields` and `__init__`, ~1 µs
+    a create): the same replica, response and span; closing it frees the replica's slot and
+    admits the next waiter, once however often it is closed."""
+    f, admission = saturated()
+    replica = f.replicas[0]
+    response = _Response()
+    call = admission.watch(Call(replica, response))  # type: ignore[arg-type]
+    assert isinstance(call, AdmittedCall)
+    assert (call.replica, call.response, call.span) == (replica, response, None)
+    order: list[str] = []
+    task = start(f, admission, "a0", order)
+    await settle()
+    assert order == []
+    await call.aclose()
+    await call.aclose()
+    await settle()
+    assert order == ["a0"] and response.closed and call.released is None
+    assert replica.in_flight == 1  # 1 - 1 (the close) + 1 (the waiter's open)
+    await task

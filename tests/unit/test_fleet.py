@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from proxy.core.errors import ModelNotFound, UpstreamError
-from proxy.core.fleet import replicaload
+from proxy.core.fleet import balancer, replicaload
 from proxy.services.fleet.fleet import Fleet
 from proxy.settings.fleetfile import ReplicaSpec
 
@@ -213,3 +213,19 @@ async def test_least_loaded_routing_ignores_affinity_and_rotates_ties() -> None:
     f.replicas[1].in_flight = 2
     picks = {(await f.choose("m", affinity="conv_1")).url for _ in range(4)}
     assert picks == {"http://a", "http://c"}  # never the busier one; ties not by list order
+
+
+async def test_the_only_candidate_is_chosen_without_the_balancer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One replica serving the model is the choice whatever the key, home or load: no
+    candidate states built, no key hashed (~2-4 µs a request on a one-replica fleet)."""
+    f = fleet("http://a", "http://b")
+    f.replicas[1].model_ids = frozenset({"other"})
+    f.replicas[0].in_flight = 50
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the balancer was asked to choose among one")
+
+    monkeypatch.setattr(balancer, "choose", refuse)
+    for affinity, home in ((None, None), ("key", None), ("key", "http://b")):
+        assert (await f.choose("m", affinity=affinity, home=home)).url == "http://a"

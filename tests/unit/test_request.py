@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.request.create import parse_request
+from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.tolerance import Tolerance
 
 STRICT = Tolerance(strict_params=True, reject_hosted=True)
@@ -262,3 +263,16 @@ def test_evolved_is_replace_with_every_field_copied() -> None:
     assert evolved is not request and evolved.tools is request.tools  # shallow, as replace
     with pytest.raises(TypeError, match="no_such"):
         request.evolved(no_such=1)
+
+
+def test_a_parsed_request_is_the_dataclass_it_would_construct() -> None:
+    """Parsing sets the request's state without the dataclass's `__init__` (~5 µs a create):
+    the same fields, the same defaults, each factory's default a fresh object."""
+    first, second = parse(), parse()
+    constructed = ResponsesRequest(**{f.name: getattr(first, f.name)
+                                      for f in fields(ResponsesRequest) if f.name != "media"})
+    assert first == constructed
+    assert first.__dict__.keys() == constructed.__dict__.keys()
+    assert first.media == {} and first.media is not second.media
+    with pytest.raises(AttributeError):
+        first.model = "other"  # type: ignore[misc]

@@ -279,6 +279,9 @@ class Fleet:
 
     def _pick(self, candidates: list[Replica], affinity: str | None,
               home: str | None) -> Replica:
+        if len(candidates) == 1:  # the only one is the choice, whatever the key (~2-4 µs)
+            self._turn += 1
+            return candidates[0]
         states = [balancer.Candidate(r.url, r.load, r.weight, r.picks) for r in candidates]
         chosen = balancer.choose(states, key=affinity, home=home, factor=self.load_factor,
                                  turn=self._turn)
