@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.requests import HTTPConnection, Request
 
 from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.policy.origin import is_json
@@ -22,32 +22,8 @@ def tenant(conn: HTTPConnection) -> str:
 async def json_body(request: Request) -> dict[str, Any]:
     """The body as a JSON object (or a 400); on an open proxy it must be declared JSON."""
     require_json(request)
-    body = await read_body(request)
+    body = await request.body()
     return await offload.run(len(body), parse_object, body)  # a large one off the loop
-
-
-async def read_body(request: Request) -> bytes:
-    """`await request.body()`, without Starlette's async generator, its `aclosing` and the
-    join of one chunk (~4 µs a create, nearly every body being one message): the same
-    messages read, the same `ClientDisconnect`, the body kept where `body()` finds it (the
-    route asks again for its size)."""
-    if hasattr(request, "_body") or request._stream_consumed:
-        return await request.body()  # read already (or consumed: Starlette's error)
-    receive = request.receive
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        elif message["type"] == "http.disconnect":
-            request._is_disconnected = True
-            raise ClientDisconnect()
-    request._stream_consumed = True
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    request._body = body
-    return body
 
 
 def require_json(request: Request) -> None:
