@@ -29,8 +29,8 @@ from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 3,058-3,070 (JSON) and 3,700-3,711 (stream), with the body read straight from
-# `receive`, the admitted call copied and the only replica chosen without the balancer
+# these: 3,060-3,080 (JSON) and 3,700-3,800 (stream), with one timer per body, the admitted
+# call copied and the only replica chosen without the balancer
 # (3,095 and 3,725-3,820 before); before that, with Starlette's error layers and endpoint
 # wrappers gone, 4 tasks fewer per request, one timer per stream, and the store's writes no
 # longer encoding and parsing the final object twice (3,530 and 4,260-4,470 before); the
