@@ -14,9 +14,11 @@ over what the tree costs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import pstats
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -78,12 +80,17 @@ def _ours(profile: cProfile.Profile) -> int:
                if not any(part in path for part in OTHERS))
 
 
+def _short_answer(simulator: ServerProcess, kind: str) -> tuple[Any, bytes]:
+    """The app, and the body of a stored 2-token answer (`kind`: "stored stream" or not)."""
+    app = create_app(Settings.of(upstreams=(simulator.url,)))
+    return app, orjson.dumps({"model": "sim-model", "input": "hi [[sim tokens=2 delay_ms=0]]",
+                              "store": True, "stream": kind == "stored stream"})
+
+
 @pytest.mark.parametrize("kind", sorted(MAX_CALLS))
 async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
                                                      kind: str) -> None:
-    app = create_app(Settings.of(upstreams=(simulator.url,)))
-    body = orjson.dumps({"model": "sim-model", "input": "hi [[sim tokens=2 delay_ms=0]]",
-                         "store": True, "stream": kind == "stored stream"})
+    app, body = _short_answer(simulator, kind)
     async with app.router.lifespan_context(app):
         for _ in range(3):  # pools, caches and the route's series made
             await _answer(app, body)
@@ -102,6 +109,24 @@ async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
 # own: the stream's body (EventStream), the one watcher of the client's disconnect (kept from
 # the create to the stream's end), the final write (shielded: a client leaving cannot cut it),
 # and the embedded store's client sending its coalesced writes (two per write, two writes).
+@contextlib.contextmanager
+def _tasks_made() -> Iterator[list[str]]:
+    """The names of the tasks the running loop makes inside the block."""
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+        made.append(getattr(coro, "__qualname__", type(coro).__name__))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    original = loop.get_task_factory()
+    loop.set_task_factory(factory)
+    try:
+        yield made
+    finally:
+        loop.set_task_factory(original)
+
+
 # Before: 11 (stream) and 9 (JSON): a task for the create's own work, a second disconnect
 # watcher for the stream, one to read the upstream body's tail already read, and one the loop
 # made to close the upstream read's iterator that was dropped open.
@@ -110,27 +135,14 @@ MAX_TASKS = {"stored stream": 7, "stored json": 6}
 
 @pytest.mark.parametrize("kind", sorted(MAX_TASKS))
 async def test_a_short_answer_makes_few_tasks(simulator: ServerProcess, kind: str) -> None:
-    app = create_app(Settings.of(upstreams=(simulator.url,)))
-    body = orjson.dumps({"model": "sim-model", "input": "hi [[sim tokens=2 delay_ms=0]]",
-                         "store": True, "stream": kind == "stored stream"})
-    loop = asyncio.get_running_loop()
-    made: list[str] = []
-
-    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
-        made.append(getattr(coro, "__qualname__", type(coro).__name__))
-        return asyncio.Task(coro, loop=loop, **options)
-
+    app, body = _short_answer(simulator, kind)
     async with app.router.lifespan_context(app):
         for _ in range(3):  # pools, caches and the route's series made
             await _answer(app, body)
         await asyncio.sleep(0.05)  # the warm-up's background work over
-        original = loop.get_task_factory()
-        loop.set_task_factory(factory)
-        try:
+        with _tasks_made() as made:
             assert b"completed" in await _answer(app, body)
             await asyncio.sleep(0.05)  # what the answer left running (its tail, its flush)
-        finally:
-            loop.set_task_factory(original)
     assert len(made) <= MAX_TASKS[kind], made
 
 
@@ -140,21 +152,10 @@ async def test_a_streamed_pass_through_watches_its_client_once(simulator: Server
     app = create_app(Settings.of(upstreams=(simulator.url,)))
     body = orjson.dumps({"model": "sim-model", "stream": True,
                          "messages": [{"role": "user", "content": "hi [[sim tokens=2]]"}]})
-    loop = asyncio.get_running_loop()
-    made: list[str] = []
-
-    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
-        made.append(getattr(coro, "__qualname__", type(coro).__name__))
-        return asyncio.Task(coro, loop=loop, **options)
-
     async with app.router.lifespan_context(app):
         await _answer(app, body, path="/v1/chat/completions")
-        original = loop.get_task_factory()
-        loop.set_task_factory(factory)
-        try:
+        with _tasks_made() as made:
             assert b"[DONE]" in await _answer(app, body, path="/v1/chat/completions")
-        finally:
-            loop.set_task_factory(original)
     assert sum(name.endswith("_watch") for name in made) == 1, made
 
 
