@@ -71,8 +71,6 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.store.connection.held",
         "proxy.store.connection.failures", "proxy.store.budget.headroom",
         "proxy.store.conversations"),
-    "the balancer's input: each replica's load figure (its /metrics, the calls open)": (
-        "proxy.core.fleet.replicaload",),
     "the HTTP/1.1 wire under upstream/client.py": (
         "proxy.upstream.http1", "proxy.upstream.pool"),
     "the process's machinery: the drain's count of foreground turns, task sets, the "
