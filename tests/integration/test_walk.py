@@ -12,6 +12,7 @@ document or `PLUMBING` names it.
 from __future__ import annotations
 
 import re
+import secrets
 import sys
 from pathlib import Path
 from types import FrameType
@@ -103,31 +104,38 @@ def walk_in_doc() -> list[str]:
 
 class Modules:
     """The `proxy` modules whose Python code runs for the request while it is installed: in
-    its context (`CURRENT`, set by the access log and inherited by the tasks the request
-    starts), so the loops running beside it (fleet discovery, the key ring's refresh, the
-    embedded worker's poll) are not counted whether or not they happen to wake meanwhile."""
+    its own context (`CURRENT` holding the request's id, set by the access log and inherited by
+    the tasks the request starts), so the loops running beside it (fleet discovery, the key
+    ring's refresh, the embedded worker's poll) are not counted whether or not they happen to
+    wake meanwhile, nor a loop some earlier request of the process left holding its own
+    context (the worker's take loop once counted so in a full parallel run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
         self.ran: set[str] = set()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and CURRENT.get(None) is not None:
-            name = frame.f_globals.get("__name__", "")
-            if name.startswith("proxy."):
-                self.ran.add(name)
+        if event == "call":
+            context = CURRENT.get(None)
+            if context is not None and context.request_id == self.request_id:
+                name = frame.f_globals.get("__name__", "")
+                if name.startswith("proxy."):
+                    self.ran.add(name)
 
 
 async def run_one_streamed_stored_create(settings: Settings) -> tuple[set[str], bytes]:
     app = create_app(settings)
-    modules = Modules()
+    request_id = f"walk-{secrets.token_hex(8)}"
+    modules = Modules(request_id)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
             sys.setprofile(modules)
             try:
-                answer = await http.post("/v1/responses", json={
-                    "model": "sim-model", "input": "Say hello.", "stream": True,
-                    "store": True})
+                answer = await http.post(
+                    "/v1/responses", headers={"x-request-id": request_id},
+                    json={"model": "sim-model", "input": "Say hello.", "stream": True,
+                          "store": True})
             finally:
                 sys.setprofile(None)
     assert answer.status_code == 200, answer.text
