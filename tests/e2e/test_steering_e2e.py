@@ -372,19 +372,16 @@ def test_a_steer_on_one_lane_leaves_another_lanes_response_streaming_whole(
     assert len(text_of(other).split()) == 150
 
 
-@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
-def test_the_sdks_websocket_client_steers_and_reads_the_successor(
-        pair: tuple[ServerProcess, ServerProcess]) -> None:
-    """`AsyncOpenAI().responses.connect()` and its `response.steer`: every event parsed by the
-    SDK as its own server event types."""
-    a, _ = pair
+def _sdk_steered(proxy: ServerProcess, **lane: Any) -> list[Any]:
+    """Through the SDK's own WebSocket client: a slow create (`lane`: its `stream_id`, if
+    any), steered at its first text delta; every event up to the successor's terminal one."""
 
     async def run() -> list[Any]:
-        client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0)
         events: list[Any] = []
         steered = False
         async with client, client.responses.connect(max_retries=0) as connection:
-            await connection.response.create(model="sim-model", input=SLOW_TEXT)
+            await connection.response.create(model="sim-model", input=SLOW_TEXT, **lane)
             async for event in connection:
                 events.append(event)
                 if event.type == "response.output_text.delta" and not steered:
@@ -395,7 +392,15 @@ def test_the_sdks_websocket_client_steers_and_reads_the_successor(
                     break
         return events
 
-    events = asyncio.run(asyncio.wait_for(run(), 60))
+    return asyncio.run(asyncio.wait_for(run(), 60))
+
+
+@pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
+def test_the_sdks_websocket_client_steers_and_reads_the_successor(
+        pair: tuple[ServerProcess, ServerProcess]) -> None:
+    """`AsyncOpenAI().responses.connect()` and its `response.steer`: every event parsed by the
+    SDK as its own server event types."""
+    events = _sdk_steered(pair[0])
     types = [type(e).__name__ for e in events]
     assert "ResponseSteerAcceptedEvent" in types
     assert types.count("ResponseWsCreated") == 2
@@ -412,26 +417,7 @@ def test_the_sdks_websocket_client_steers_a_response_on_a_lane(
     """`connection.response.create(..., stream_id=...)` then `connection.response.steer(...)`
     (which names no lane): the SDK parses every frame as its own event types, and the steer's
     answer and the successor carry the steered response's `stream_id`."""
-    a, _ = pair
-
-    async def run() -> list[Any]:
-        client = openai.AsyncOpenAI(base_url=a.url + "/v1", api_key=KEY, max_retries=0)
-        events: list[Any] = []
-        steered = False
-        async with client, client.responses.connect(max_retries=0) as connection:
-            await connection.response.create(model="sim-model", input=SLOW_TEXT,
-                                             stream_id="sdk-lane")
-            async for event in connection:
-                events.append(event)
-                if event.type == "response.output_text.delta" and not steered:
-                    steered = True
-                    await connection.response.steer(
-                        input="wrap it up", previous_response_id=events[0].response.id)
-                if event.type in TERMINAL and event.response.id != events[0].response.id:
-                    break
-        return events
-
-    events = asyncio.run(asyncio.wait_for(run(), 60))
+    events = _sdk_steered(pair[0], stream_id="sdk-lane")
     assert {event.stream_id for event in events} == {"sdk-lane"}
     accepted = [e for e in events if type(e).__name__ == "ResponseSteerAcceptedEvent"]
     assert len(accepted) == 1

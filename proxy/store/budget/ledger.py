@@ -78,8 +78,9 @@ local function ledger_set(ledger, record, now, size, ends, old)
   old = old or redis.call('HMGET', record, 'bytes', 'until')
   local old_size, old_until = tonumber(old[1]), tonumber(old[2])
   local bucket = string.format('%d', ends)
-  if size > 0 and ends > now and old_size and old_until and old_until > now
-      and old[2] == bucket then
+  local was_counted = old_size and old_until and old_until > now
+  local counts = size > 0 and ends > now
+  if counts and was_counted and old[2] == bucket then
     -- Counted again in its own bucket (a final write soon after its create): one HINCRBY
     -- moves the difference, where taking the old count out and adding the new one ran three
     -- commands. A bucket found holding less than the old count is left holding `size`, as
@@ -87,22 +88,20 @@ local function ledger_set(ledger, record, now, size, ends, old)
     if redis.call('HINCRBY', ledger, bucket, size - old_size) < size then
       redis.call('HSET', ledger, bucket, size)
     end
-    redis.call('HSET', record, 'bytes', size, 'until', bucket)
-    if redis.call('TTL', ledger) < ends - now then
-      redis.call('EXPIRE', ledger, ends - now)
+  else
+    if was_counted then
+      local left = tonumber(redis.call('HGET', ledger, old[2]) or '0') - old_size
+      if left > 0 then
+        redis.call('HSET', ledger, old[2], left)
+      else
+        redis.call('HDEL', ledger, old[2])
+      end
     end
-    return
-  end
-  if old_size and old_until and old_until > now then
-    local left = tonumber(redis.call('HGET', ledger, old[2]) or '0') - old_size
-    if left > 0 then
-      redis.call('HSET', ledger, old[2], left)
-    else
-      redis.call('HDEL', ledger, old[2])
+    if counts then
+      redis.call('HINCRBY', ledger, bucket, size)
     end
   end
-  if size > 0 and ends > now then
-    redis.call('HINCRBY', ledger, bucket, size)
+  if counts then
     redis.call('HSET', record, 'bytes', size, 'until', bucket)
     if redis.call('TTL', ledger) < ends - now then
       redis.call('EXPIRE', ledger, ends - now)
