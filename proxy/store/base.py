@@ -36,7 +36,7 @@ exact bytes the client got, so a replay is byte-identical).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -215,10 +215,17 @@ class Store(Protocol):
 
     # -- event logs --------------------------------------------------------------------------
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
-                            ttl: int) -> None:
+                            ttl: int) -> Collection[str]:
         """Append each response's events in order, all in one round trip (the caller batches).
         Sequence numbers only grow; an event whose number is not above the log's last one is
-        ignored (a retried batch is harmless)."""
+        ignored (a retried batch is harmless). Returns the ids, among those written, of the
+        responses whose log is followed live from another instance (`mark_followed`)."""
+
+    async def mark_followed(self, response_id: str) -> None:
+        """Note that the response's log is followed live from another instance than its
+        writer's: the writer's next `append_events` reports it (it then stops holding the
+        stream's events back for longer log entries: services/eventlog/writer.py). Nothing for
+        an unknown response."""
 
     async def read_events(self, response_id: str, *, after: int = -1,
                           limit: int | None = None) -> list[StoredEvent]:

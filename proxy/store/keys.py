@@ -110,6 +110,10 @@ F_CLOSED: Final = "closed"
 # which tells a whole log from one with a gap (`log_extent`). Entries of an earlier release
 # hold one event each and count in XLEN alone, so a log that mixes both counts right.
 F_EXTRA: Final = "extra"
+# "1" once someone on another instance than the writer's followed the log live (scripts.py
+# MARK_FOLLOWED): the writer then writes the stream's events every flush window rather than
+# holding them back for longer log entries (services/eventlog/writer.py). Absent: nobody did.
+F_FOLLOWED: Final = "followed"
 
 
 def _slotted(object_id: str) -> str:

@@ -27,7 +27,7 @@ import asyncio
 import functools
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -98,6 +98,7 @@ class RedisStore(RedisConversations):
         # again after a restart emptied the server's script cache).
         self._create = client.register_script(scripts.CREATE_RESPONSE)
         self._append = client.register_script(scripts.APPEND_EVENTS_MANY)
+        self._mark_followed = client.register_script(scripts.MARK_FOLLOWED)
         self._transition = client.register_script(scripts.TRANSITION)
         self._finish = client.register_script(scripts.FINISH_RESPONSE)
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
@@ -377,24 +378,30 @@ class RedisStore(RedisConversations):
     # -- event logs --------------------------------------------------------------------------
 
     async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
-                            ttl: int) -> None:
+                            ttl: int) -> Collection[str]:
         check_ttl(ttl)
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
-            return
+            return ()
         key_of = self._hash_keys.__getitem__
         blobs = packed_calls(batches, key_of) if not self.sharded else [
             call for part in by_tag(batches).values() for call in packed_calls(part, key_of)]
         with store_errors():
             try:
-                await self._append_all(blobs, ttl)
+                replies = await self._append_all(blobs, ttl)
             except rex.NoScriptError:
                 # The server lost its script cache (a restart). Load the script and send the
                 # batch again: the events that did land are skipped as duplicates.
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
-                await self._append_all(blobs, ttl)
+                replies = await self._append_all(blobs, ttl)
+        # Each call's reply: the hash keys of its streams followed from another instance
+        # (scripts.py); nearly always none, so the keys are matched to ids only then.
+        followed = {key for reply in replies for key in reply or ()}
+        if not followed:
+            return ()
+        return {rid for rid in batches if key_of(rid) in followed}
 
-    async def _append_all(self, blobs: list[tuple[list[bytes], bytes]], ttl: int) -> None:
+    async def _append_all(self, blobs: list[tuple[list[bytes], bytes]], ttl: int) -> list[Any]:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
         # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
@@ -407,21 +414,23 @@ class RedisStore(RedisConversations):
             # one (scripts.py). Split keys answer TRYAGAIN; the flush is tried again.
             # redis-py's cluster pipeline refuses scripts: the calls go side by side, each to
             # its tag's node (still one round trip's wait).
-            await asyncio.gather(*(
+            return list(await asyncio.gather(*(
                 self._client.evalsha(self._append.sha, 2 * len(hashes),
                                      *[key for h in hashes for key in (h, h + b":log")],
                                      ttl, blob)
-                for hashes, blob in blobs))
-            return
+                for hashes, blob in blobs)))
         # One primary: through the coalescer, on its held connection (coalesce.py), beside the
         # creates and final writes of the same loop turn: redis-py's lone command cost ~65 µs
         # of Python per flush (a pool checkout, the retry wrapper, a reply coroutine). A lost
         # script is loaded and the call sent again there.
         if len(blobs) == 1:
-            await self._coalesced(self._append, [], [ttl, blobs[0][1]])
-            return
-        await asyncio.gather(*(self._coalesced(self._append, [], [ttl, blob])
-                               for _route, blob in blobs))
+            return [await self._coalesced(self._append, [], [ttl, blobs[0][1]])]
+        return list(await asyncio.gather(*(self._coalesced(self._append, [], [ttl, blob])
+                                           for _route, blob in blobs)))
+
+    async def mark_followed(self, response_id: str) -> None:
+        with store_errors():
+            await self._mark_followed(keys=[keys.response(response_id)])
 
     async def read_events(self, response_id: str, *, after: int = -1,
                           limit: int | None = None) -> list[StoredEvent]:

@@ -1,7 +1,9 @@
 """How often the event-log writer writes, and what (services/eventlog/writer.py): a stream's
 events gathered over the window go as one log entry; a stream's first events are written
 ahead of the window, so that a follower on another instance sees a response start as soon as
-with a short window (embedded store)."""
+with a short window; a stream nobody on another instance follows keeps its events for a few
+windows (one longer entry), one that is followed there is written every window again once the
+writer's flush learns it (embedded store)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import pytest
 
 from proxy.services.eventlog import writer
 from proxy.services.eventlog.log import EventLog
-from proxy.services.eventlog.writer import FIRST_WINDOW, WINDOW, EventLogHub
+from proxy.services.eventlog.writer import FIRST_WINDOW, HOLD_WINDOWS, WINDOW, EventLogHub
 from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
+from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY
 from proxy.store.redis import RedisStore
 
 
@@ -117,3 +120,100 @@ async def test_a_stream_past_the_unflushed_bound_is_given_up_either_way_it_adds(
     assert handle.pending == []
     await hub.aclose()
     assert await stored(store, "resp_1") == []
+
+
+async def windows(hub: EventLogHub, handle: writer.LogHandle, seq: int, count: int,
+                  per_window: int) -> int:
+    """`count` timed flushes, each after `per_window` more events (a 20 ms/token stream hands
+    over five in a 100 ms window); returns the next sequence number."""
+    for _ in range(count):
+        for _ in range(per_window):
+            handle.add(event(seq))
+            seq += 1
+        assert await hub.flush_window()
+    return seq
+
+
+async def test_an_unfollowed_stream_keeps_its_events_for_a_few_windows_as_one_entry(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # flushed by hand
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    assert await hub.flush_window()  # its first events are never held
+    assert await stored(store, "resp_1") == [0]
+    seq = await windows(hub, handle, 1, HOLD_WINDOWS - 1, 5)
+    assert await stored(store, "resp_1") == [0]  # held: nobody elsewhere waits for them
+    seq = await windows(hub, handle, seq, 1, 5)
+    assert await stored(store, "resp_1") == list(range(seq))
+    assert await entries(store, "resp_1") == 2  # the first event, then one entry of 15
+    assert HOLD_WINDOWS * 5 <= MAX_EVENTS_PER_ENTRY
+    await hub.aclose()
+
+
+async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    assert await hub.flush_window()
+    # 10 events a window: two windows would overflow an entry, so each window writes its own
+    seq = await windows(hub, handle, 1, 1, 10)
+    assert await stored(store, "resp_1") == list(range(seq))
+    # 6 a window: a second window's fits (12), a third's would not (18)
+    seq = await windows(hub, handle, seq, 1, 6)
+    assert len(await stored(store, "resp_1")) == 11
+    seq = await windows(hub, handle, seq, 1, 6)
+    assert await stored(store, "resp_1") == list(range(seq))
+    assert await entries(store, "resp_1") == 3
+    await hub.aclose()
+
+
+async def test_a_full_buffer_an_end_and_closing_hold_nothing(store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    assert await hub.flush_window()
+    handle.add(event(1))
+    assert await hub.flush_now()  # what a full buffer or an end waiting on the flusher runs
+    assert await stored(store, "resp_1") == [0, 1]
+    handle.add(event(2))
+    await hub.aclose()
+    assert await stored(store, "resp_1") == [0, 1, 2]
+
+
+async def test_a_stream_followed_from_another_instance_is_written_every_window(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    held = hub.open("resp_2")  # nobody follows this one
+    for h in (handle, held):
+        h.add(event(0))
+    assert await hub.flush_window()
+    await store.mark_followed("resp_1")  # a follower on another instance joined
+    seq = await windows(hub, handle, 1, 1, 5)
+    assert not handle.followed and await stored(store, "resp_1") == [0]  # not known yet
+    # the flush that writes the events it held tells the writer (once: the hold's length)
+    seq = await windows(hub, handle, seq, HOLD_WINDOWS - 1, 5)
+    assert handle.followed and not held.followed
+    assert await stored(store, "resp_1") == list(range(seq))
+    for _ in range(2):  # from then on every window, as before
+        seq = await windows(hub, handle, seq, 1, 5)
+        assert await stored(store, "resp_1") == list(range(seq))
+    assert await entries(store, "resp_1") == 4
+    await hub.aclose()
+
+
+async def test_a_mark_on_an_unknown_response_writes_nothing(store: RedisStore) -> None:
+    await store.mark_followed("resp_gone")
+    assert await store.client.exists(keys.response("resp_gone")) == 0
+
+
+async def test_held_events_are_written_by_a_later_window_without_new_events(
+        store: RedisStore) -> None:
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=0.01)  # the flusher's own loop
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    await until_stored(store, "resp_1", 1)
+    handle.add(event(1))  # then the stream goes quiet (a tool runs, the model thinks)
+    await until_stored(store, "resp_1", 2)
+    assert await stored(store, "resp_1") == [0, 1]
+    await hub.aclose()

@@ -12,6 +12,7 @@ from proxy.core.errors import StoreUnavailable
 from proxy.services.eventlog import follow as follow_module
 from proxy.services.eventlog import pages as logread
 from proxy.services.eventlog.follow import Followers
+from proxy.services.eventlog.log import EventLog
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
@@ -296,3 +297,51 @@ async def test_streams_ending_together_share_their_flushes(
         assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2]
     assert len(calls) <= 3, calls  # one per stream would be 40
     await hub.aclose()
+
+
+async def test_a_follower_elsewhere_marks_the_log_followed_and_one_here_does_not(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two instances on one store: the writer's own follower gets its events locally and
+    leaves the mark alone; one on the other instance marks the response (once per follow),
+    which the writer's next flush reports (services/eventlog/writer.py holds an unfollowed
+    stream's events back for longer entries)."""
+    here, there = EventLog(store, ttl=60, event_ttl=60), EventLog(store, ttl=60, event_ttl=60)
+    marks: list[str] = []
+    real = store.mark_followed
+
+    async def mark(response_id: str) -> None:
+        marks.append(response_id)
+        await real(response_id)
+
+    monkeypatch.setattr(store, "mark_followed", mark)
+    handle = here.open("resp_1")
+    handle.add(event(0))
+    assert await here.writer.flush_now()
+    seen_here: list[int] = []
+    seen_there: list[int] = []
+
+    async def follow(log: EventLog, out: list[int]) -> None:
+        async for item in log.follow("resp_1", after=-1, idle=5):
+            out.append(item.seq)
+
+    readers = [asyncio.create_task(follow(here, seen_here))]
+    await wait_for(seen_here, 1)
+    await asyncio.sleep(0.05)
+    assert marks == []  # the writer's own instance
+    readers.append(asyncio.create_task(follow(there, seen_there)))
+    await wait_for(seen_there, 1)
+    for _ in range(100):  # bounded: 1 s
+        if marks:
+            break
+        await asyncio.sleep(0.01)
+    assert marks == ["resp_1"]
+    handle.add(event(1))
+    assert await here.writer.flush_now()  # the next flush of its events reports the mark
+    assert handle.followed
+    handle.add(event(2, "response.completed"))
+    assert await here.writer.flush_now()
+    await asyncio.wait_for(asyncio.gather(*readers), 5)
+    assert seen_here == seen_there == [0, 1, 2]
+    assert marks == ["resp_1"]
+    for log in (here, there):
+        await log.aclose()

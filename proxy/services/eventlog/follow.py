@@ -19,6 +19,12 @@ tail, so the two sources never reorder or skip events. A follower that joins whi
 being written here first catches up from the writer's memory (`recent`), in the same step as it
 joins: events made while it read the store can then not fall between the two.
 
+A follower that joins the live tail of a log written elsewhere marks the response followed
+(`Store.mark_followed`, once per follow): that writer holds an unfollowed stream's events back
+for longer log entries (services/eventlog/writer.py) and, told by its next flush, stops doing so
+for this one. The mark is best effort: without it the follower still gets every event, up to
+the writer's longer hold later.
+
 Memory is bounded per reader. The catch-up from the store is read and yielded page by page
 (`pages.py`). A follower's inbox holds at most `MAX_BACKLOG` events: a reader slower than the
 log is dropped from the fan-out (the hub no longer holds its position back, nothing more is
@@ -35,7 +41,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
-from proxy.core.errors import StoreUnavailable, failure_cause
+from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.services.eventlog.pages import log_pages
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent
@@ -105,9 +111,11 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class Followers:
     def __init__(self, store: Store, *, block_ms: int = 50, retry_delay: float = 0.5,
                  recent: Callable[[str], list[StoredEvent]] = lambda _rid: [],
+                 writing: Callable[[str], bool] = lambda _rid: False,
                  supervisor: LoopSupervisor | None = None) -> None:
         self._store = store
         self.recent = recent  # the events this process is writing for a log (writer.py)
+        self.writing = writing  # whether this process writes that log (else: mark it followed)
         self._block_ms = block_ms
         self._retry_delay = retry_delay
         self._followers: dict[str, set[_Follower]] = {}
@@ -119,6 +127,7 @@ class Followers:
         """Events with seq > after, stored then live, ending after the terminal event, or
         when none arrives for `idle` seconds (the caller decides whether to go on)."""
         position = after
+        marked = False
         while True:  # one round per (re)join: a dropped follower catches up and comes back
             async for page in log_pages(self._store, response_id, after=position):
                 for event in page:
@@ -133,11 +142,23 @@ class Followers:
                 if event.seq == follower.position + 1:
                     follower.offer(event)
             self._join(response_id, follower)
+            if not marked and not self.writing(response_id):
+                marked = True
+                await self._mark(response_id)
             async for item in self._live(response_id, follower, idle):
                 yield item
             if not follower.dropped:
                 return
             position = follower.position
+
+    async def _mark(self, response_id: str) -> None:
+        """The log is followed from here, not where it is written: its writer stops holding
+        the stream's events back (writer.py). Joined already, so nothing is missed meanwhile."""
+        try:
+            await self._store.mark_followed(response_id)
+        except ProxyError as exc:
+            log.warning("could not mark the log of %s followed: %s", response_id,
+                        failure_cause(exc))
 
     async def _live(self, response_id: str, follower: _Follower,
                     idle: float) -> AsyncIterator[StoredEvent]:

@@ -41,7 +41,8 @@ class EventLog:
         self.store = store
         self.ttl = ttl
         self.event_ttl = event_ttl
-        self.followers = Followers(store, supervisor=supervisor, recent=self._recent)
+        self.followers = Followers(store, supervisor=supervisor, recent=self._recent,
+                                   writing=self._writing)
         self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl, first_window=FIRST_WINDOW,
                                   local=self.followers.publish_local,
                                   local_all=self.followers.publish_local_all,
@@ -50,6 +51,9 @@ class EventLog:
 
     def _recent(self, response_id: str) -> list[StoredEvent]:
         return self.writer.recent(response_id)
+
+    def _writing(self, response_id: str) -> bool:
+        return self.writer.writing(response_id)
 
     def open(self, response_id: str) -> LogHandle:
         return self.writer.open(response_id)

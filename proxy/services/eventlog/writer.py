@@ -14,7 +14,21 @@ moment it is made (`local`), and a stream's end carries its pending events in th
 What it delays is a follower on another instance, by up to the window; and, so that such a
 follower (a background job's client served elsewhere, a replay) sees a response start as soon
 as before, a stream's first events are written on their own after `first_window` (20 ms, the
-old window), ahead of the others. A stream's end goes through
+old window), ahead of the others.
+
+A stream nobody on another instance follows live has no reader waiting for its log until it
+ends, so its events are held back for up to `HOLD_WINDOWS` windows (300 ms), or until they fill
+a log entry (store/lua/packing.py `MAX_EVENTS_PER_ENTRY`): a 20 ms/token stream's entry then
+carries ~15 events, not ~5, and Redis's per-entry work (a few commands and string searches in
+the flush script) and the flush's per-stream work here are paid a third as often. How the
+writer knows: a follower on another instance marks the response when it joins the live tail
+(`Store.mark_followed`, services/eventlog/follow.py), and the flush script reports the marked
+streams among those it writes; from that reply on, the stream's events go every window as
+before. So such a follower waits up to the held windows once, for the flush that tells the
+writer, then up to one window as before; its first events (`first_window`) and the followers on
+this instance (`local`) are never held. Only the timed flush holds: a full buffer, an end
+waiting on the flusher (`flush_through`) and `aclose` write everything. A stream's end goes
+through
 `LogHandle.finish`, which stores the final object together with the terminal event
 (`Store.finish_response`, retried and reconciled by services/eventlog/durable.py): the client is
 sent the terminal event only after that returns. The stream's events still pending then ride in that
@@ -42,7 +56,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
@@ -50,6 +64,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
+from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY
 from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
@@ -68,6 +83,10 @@ MAX_CARRIED = 256
 # are written ahead of it (what the whole window was before runs of events shared an entry).
 WINDOW = 0.1
 FIRST_WINDOW = 0.02
+# Windows a started stream nobody on another instance follows keeps its events at most (see
+# the module's docstring): at 20 ms/token, 128 streams, store on over store off (Redis counted)
+# went from ~1.18 to ~1.0x with 3 (the entries ~15 events long instead of ~5).
+HOLD_WINDOWS = 3
 
 
 @dataclass(eq=False)
@@ -86,6 +105,10 @@ class LogHandle:
     in_flight: asyncio.Future[bool] | None = None
     # A flush has taken some of its events: its next ones wait for the whole window.
     started: bool = False
+    # Someone on another instance follows the log live (the flush script said so): its events
+    # are not held back past one window (`HOLD_WINDOWS`).
+    followed: bool = False
+    held: int = 0  # timed flushes that left this stream's pending events for a later one
 
     def add(self, event: StoredEvent) -> None:
         """One event: `add_all` without its batch (at 20 ms per token, an upstream read
@@ -233,6 +256,7 @@ class EventLogHub:
         self._next_round: asyncio.Future[bool] | None = None
         self._supervisor = supervisor or LoopSupervisor()
         self._suspect = False  # the last write failed: reconnect before the next one
+        self._holding = False  # the last timed flush held some stream's events back
 
     def open(self, response_id: str) -> LogHandle:
         handle = LogHandle(self, response_id)
@@ -252,6 +276,10 @@ class EventLogHub:
         """The events this process made for a response that still runs here (else none)."""
         handle = self._by_id.get(response_id)
         return handle.recent if handle is not None else []
+
+    def writing(self, response_id: str) -> bool:
+        """Whether this process writes that response's log now."""
+        return response_id in self._by_id
 
     def wake(self, pending: int) -> None:
         if not self._wakeup.is_set():
@@ -278,9 +306,11 @@ class EventLogHub:
             # let events gather: one write for many (cut short by a full buffer)
             await self._gather(loop.time() + self.window)
             self._wakeup.clear()
-            self._full = False
-            if await self.flush_now():
+            timed, self._full = not self._full, False
+            if await self._flush(hold=timed):
                 failed = 0
+                if self._holding:  # events held back: the next window writes them
+                    self._wakeup.set()
                 continue
             # Kept for the next attempt, after a growing delay (the store may be failing over).
             await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
@@ -356,30 +386,40 @@ class EventLogHub:
     async def flush_now(self) -> bool:
         """Write every stream's pending events; False if the write failed (the events are kept
         for the next attempt, up to `MAX_FLUSH_ATTEMPTS` in a row per stream)."""
-        async with self._lock:
-            return await self._flush_locked()
+        return await self._flush(hold=False)
 
-    async def _flush_locked(self) -> bool:
+    async def flush_window(self) -> bool:
+        """The flush at a window's end: `flush_now`, but a started stream nobody on another
+        instance follows keeps its events for a later window while they fit in one log entry,
+        up to `HOLD_WINDOWS` windows (the module's docstring says why)."""
+        return await self._flush(hold=True)
+
+    async def _flush(self, *, hold: bool) -> bool:
+        async with self._lock:
+            return await self._flush_locked(hold=hold)
+
+    async def _flush_locked(self, *, hold: bool = False) -> bool:
         """`flush_now`'s work; the caller holds `_lock` (one flush at a time keeps order)."""
         round_, self._next_round = self._next_round, None  # what waits on this flush
         written = False
         try:
-            written = await self._write_pending()
+            written = await self._write_pending(hold=hold)
             return written
         finally:  # its waiters learn the outcome, also when the write raised (False)
             if round_ is not None and not round_.done():
                 round_.set_result(written)
 
-    async def _append(self, logs: dict[str, list[StoredEvent]]) -> None:
-        """One flush's write. After a failed one: on fresh connections, and only if the store
-        answers its probe (durable.py's `retried` says why), so a stuck primary costs the
-        attempt a second, not another socket timeout."""
+    async def _append(self, logs: dict[str, list[StoredEvent]]) -> Collection[str]:
+        """One flush's write (its reply: the streams followed from another instance). After a
+        failed one: on fresh connections, and only if the store answers its probe (durable.py's
+        `retried` says why), so a stuck primary costs the attempt a second, not another socket
+        timeout."""
         tracing = self.tracing
         started = time.time_ns() if tracing is not None else 0
         try:
             if self._suspect:
                 await self.store.reconnect()
-            await self.store.append_events(logs, ttl=self.event_ttl)
+            followed = await self.store.append_events(logs, ttl=self.event_ttl)
         except ProxyError as exc:
             self._suspect = True
             if tracing is not None:
@@ -388,11 +428,13 @@ class EventLogHub:
         self._suspect = False
         if tracing is not None and time.time_ns() - started >= SLOW_FLUSH_NS:
             tracing.slow_flush(started, len(logs), sum(map(len, logs.values())))
+        return followed or ()
 
-    async def _write_pending(self, handles: Iterable[LogHandle] | None = None) -> bool:
-        """Write the pending events of `handles` (all streams when None); the caller holds
-        `_lock`."""
-        taken = self._take(self._handles if handles is None else handles)
+    async def _write_pending(self, handles: Iterable[LogHandle] | None = None, *,
+                             hold: bool = False) -> bool:
+        """Write the pending events of `handles` (all streams when None; `hold`: as
+        `flush_window`); the caller holds `_lock`."""
+        taken = self._take(self._handles if handles is None else handles, hold=hold)
         if not taken:
             return True
         flight = asyncio.get_running_loop().create_future()
@@ -400,8 +442,13 @@ class EventLogHub:
             handle.in_flight = flight
         written = False
         try:
-            await self._append({h.response_id: events for h, events in taken.items()})
+            followed = await self._append({h.response_id: events
+                                           for h, events in taken.items()})
             written = True
+            for response_id in followed:  # from now on written every window
+                known = self._by_id.get(response_id)
+                if known is not None:
+                    known.followed = True
         except ProxyError as exc:
             log.error("event log write failed for %d stream(s): %s", len(taken),
                       failure_cause(exc))
@@ -423,16 +470,32 @@ class EventLogHub:
             flight.set_result(written)
         return True
 
-    def _take(self, handles: Iterable[LogHandle]) -> dict[LogHandle, list[StoredEvent]]:
-        """The pending events of `handles`, taken for a flush (their streams now started)."""
+    def _take(self, handles: Iterable[LogHandle], *,
+              hold: bool = False) -> dict[LogHandle, list[StoredEvent]]:
+        """The pending events of `handles`, taken for a flush (their streams now started);
+        `hold`: those of a started, unfollowed stream stay while one more window's worth (at the
+        rate they came) still fits in one log entry, for at most `HOLD_WINDOWS` windows
+        (`_holding` then says some did)."""
         taken: dict[LogHandle, list[StoredEvent]] = {}
+        holding = False
         for handle in handles:
-            if handle.pending:
-                taken[handle] = handle.pending
-                handle.pending = []
-                if not handle.started:
-                    handle.started = True
-                    self._fresh.discard(handle)
+            pending = handle.pending
+            if not pending:
+                continue
+            held = handle.held
+            if (hold and handle.started and not handle.followed and held < HOLD_WINDOWS - 1
+                    and len(pending) * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
+                handle.held = held + 1
+                holding = True
+                continue
+            handle.held = 0
+            taken[handle] = pending
+            handle.pending = []
+            if not handle.started:
+                handle.started = True
+                self._fresh.discard(handle)
+        if hold:
+            self._holding = holding
         return taken
 
     async def aclose(self) -> None:

@@ -199,18 +199,22 @@ return added
 #   and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
 # ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
 #   <response hash key> byte 3 <packed entries (`append_from`)>. Made by the proxy.
-# Returns the number of events added.
+# Returns the hash keys, among the streams written, of the responses someone on another
+# instance follows live (the hash's `followed`, set by MARK_FOLLOWED): the writer then stops
+# holding their events back (services/eventlog/writer.py). Read in the HMGET the call makes
+# anyway: no command more.
 APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_ENTRIES + """
 local blob = ARGV[2]
 local size = #blob
 local pos = 1
-local added = 0
+local followed = {}
 while pos <= size do
   local stop = string.find(blob, '\2', pos, true) or (size + 1)
   local sep = string.find(blob, '\3', pos, true)
   local hash = string.sub(blob, pos, sep - 1)
-  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last', 'extra')
+  local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last', 'extra', 'followed')
   if state[1] and state[2] ~= '1' then
+    if state[5] then followed[#followed + 1] = hash end
     local log = hash .. ':log'
     -- `last`: the log's newest sequence number as of this script's previous call, which
     -- spares an XREVRANGE per stream and flush. Only this script keeps it; the others that
@@ -228,11 +232,23 @@ while pos <= size do
       end
       redis.call('EXPIRE', log, ARGV[1])
     end
-    added = added + n
   end
   pos = stop + 1
 end
-return added
+return followed
+"""
+
+# Mark a response's log as followed live from another instance (services/eventlog/follow.py):
+# its writer, wherever it runs, learns it from its next flush's reply (APPEND_EVENTS_MANY) and
+# from then on writes the stream's events every window instead of holding them back for a
+# longer entry. Only on an existing record (HSET on a missing key would make a record with no
+# TTL); never cleared: the stream ends soon enough, and the record goes with its TTL.
+# KEYS: hash
+# Returns 1 when marked, 0 for an unknown response.
+MARK_FOLLOWED: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'followed', '1')
+return 1
 """
 
 # Compare-and-set on the status.
