@@ -22,8 +22,9 @@ ranges of its argument, never an event apart.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
@@ -55,6 +56,25 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
     """Events (in the order given) as one script argument: the log entries they become. A new
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
+    count = len(events)
+    if 1 < count <= MAX_EVENTS_PER_ENTRY:
+        # A flush's usual run of one stream (a few windows of tokens, services/eventlog/
+        # writer.py): one entry, made by C loops over the events' fields instead of the entry
+        # loop below (~0.4 µs of Python a stored token less). Ascending, first and last `count`
+        # apart: a run with no gap.
+        seqs, kinds, datas = zip(*events, strict=True)
+        heads = list(map(_TYPES.get, kinds))
+        if (seqs[-1] - seqs[0] == count - 1 and all(map(operator.lt, seqs, seqs[1:]))
+                and sum(map(len, datas)) <= MAX_ENTRY_BYTES and None not in heads):
+            known = cast("list[bytes]", heads)
+            records = b"\x01".join(map(b"\x00".join, zip(known[:-1], datas[:-1], strict=True)))
+            return b"%d\x04%d\x04%s\x04%s\x04%s" % (seqs[0], seqs[-1], records, known[-1],
+                                                    datas[-1])
+    return _entries(events)
+
+
+def _entries(events: Sequence[StoredEvent]) -> bytes:
+    """`packed`, an entry at a time (any run: gaps, retried events, the entry bounds)."""
     entries: list[bytes] = []
     types = _TYPES
     count = len(events)
