@@ -27,15 +27,18 @@ streams among those it writes; from that reply on, the stream's events go every 
 before. So such a follower waits up to the held windows once, for the flush that tells the
 writer, then up to one window as before; its first events (`first_window`) and the followers on
 this instance (`local`) are never held. Only the timed flush holds: a full buffer, an end
-waiting on the flusher (`flush_through`) and `aclose` write everything. A stream's end goes
-through
-`LogHandle.finish`, which stores the final object together with the terminal event
-(`Store.finish_response`, retried and reconciled by services/eventlog/durable.py): the client is
-sent the terminal event only after that returns. The stream's events still pending then ride in that
-same write (one round trip for the end of a short answer, not a flush and then the final
-write), provided no flush carrying its earlier events is still in flight: the end waits for
-that one (it must land first, or the log would be out of order), or, for a backlog too big for
-one call, flushes it through the shared flusher first (`EventLogHub.flush_through`).
+waiting on the flusher (`flush_through`) and `aclose` write everything. What the hold costs
+otherwise: a writer that dies loses up to 300 ms of events instead of 100 (its response is then
+ended from what its log holds: ending.py).
+
+A stream's end goes through `LogHandle.finish`, which stores the final object together with
+the terminal event (`Store.finish_response`, retried and reconciled by
+services/eventlog/durable.py): the client is sent the terminal event only after that returns.
+The stream's events still pending then ride in that same write (one round trip for the end of a
+short answer, not a flush and then the final write), provided no flush carrying its earlier
+events is still in flight: the end waits for that one (it must land first, or the log would be
+out of order), or, for a backlog too big for one call, flushes it through the shared flusher
+first (`EventLogHub.flush_through`).
 
 A failed flush keeps its events and is tried again (after a growing delay, at most
 `MAX_FLUSH_ATTEMPTS` times in a row per stream); past that, or past `MAX_UNFLUSHED` waiting

@@ -58,10 +58,10 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
     script skips what the log already has, entry by entry) and at the entry bounds."""
     count = len(events)
     if 1 < count <= MAX_EVENTS_PER_ENTRY:
-        # A flush's usual run of one stream (a few windows of tokens, services/eventlog/
-        # writer.py): one entry, made by C loops over the events' fields instead of the entry
-        # loop below (~0.4 µs of Python a stored token less). Ascending, first and last `count`
-        # apart: a run with no gap.
+        # A flush's usual run of one stream (a few windows of its tokens: the writer holds
+        # them, services/eventlog/writer.py): one entry, made by C loops over the events'
+        # fields instead of the entry loop (~0.4 µs of Python a stored token less). Ascending,
+        # first and last `count` apart: a run with no gap.
         seqs, kinds, datas = zip(*events, strict=True)
         heads = list(map(_TYPES.get, kinds))
         if (seqs[-1] - seqs[0] == count - 1 and all(map(operator.lt, seqs, seqs[1:]))
