@@ -1,6 +1,7 @@
-"""store/lua/packing.py `packed`: a run that fits one log entry is packed by its one-entry path
-byte for byte as the entry loop packs it, and anything else (gaps, retried or reordered events,
-an unknown type, the entry bounds) goes through the entry loop."""
+"""store/lua/packing.py: `packed` and `packed_streams` build their bytes from pieces and one
+join; pinned byte for byte against the plain formatting they replaced (`reference`, the
+earlier release's code), for a run that is one entry and for anything else (gaps, retried or
+reordered events, an unknown type, the entry bounds)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,37 @@ import pytest
 
 from proxy.store.base import StoredEvent
 from proxy.store.lua import packing
-from proxy.store.lua.packing import MAX_ENTRY_BYTES, MAX_EVENTS_PER_ENTRY, _entries, packed
+from proxy.store.lua.packing import (
+    MAX_ENTRY_BYTES,
+    MAX_EVENTS_PER_ENTRY,
+    hash_key,
+    packed,
+    packed_streams,
+)
 
 DELTA = "response.output_text.delta"
+
+
+def reference(events: list[StoredEvent]) -> bytes:
+    """Entries formatted one by one, as the earlier release did."""
+    entries: list[bytes] = []
+    start = 0
+    while start < len(events):
+        first = events[start]
+        seq, size, stop = first.seq, len(first.data), start + 1
+        while stop < min(len(events), start + MAX_EVENTS_PER_ENTRY):
+            event = events[stop]
+            size += len(event.data)
+            if event.seq != seq + 1 or size > MAX_ENTRY_BYTES:
+                break
+            seq, stop = event.seq, stop + 1
+        end = events[stop - 1]
+        records = b"\x01".join([b"%s\x00%s" % (e.type.encode(), e.data)
+                                 for e in events[start:stop - 1]])
+        entries.append(b"%d\x04%d\x04%s\x04%s\x04%s" % (first.seq, end.seq, records,
+                                                        end.type.encode(), end.data))
+        start = stop
+    return b"\x03".join(entries)
 
 
 def run(seqs: list[int], *, size: int = 40, kind: str = DELTA) -> list[StoredEvent]:
@@ -19,6 +48,7 @@ def run(seqs: list[int], *, size: int = 40, kind: str = DELTA) -> list[StoredEve
 
 
 CASES = {
+    "none": [],
     "one": run([7]),
     "two": run([0, 1]),
     "a held run": run(list(range(20, 35))),
@@ -35,19 +65,27 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_packed_is_the_entry_loop_byte_for_byte(name: str) -> None:
+def test_packed_is_the_plain_formatting_byte_for_byte(name: str) -> None:
     events = CASES[name]
-    assert packed(events) == _entries(events)
+    assert packed(events) == reference(events)
 
 
-def test_a_type_never_seen_is_packed_as_the_entry_loop_does(
+def test_a_flush_call_is_each_stream_key_and_entries_byte_for_byte() -> None:
+    batches = {f"resp_{n}": events for n, events in enumerate(CASES.values()) if events}
+    hashes, blob = packed_streams(batches)
+    assert hashes == [hash_key(rid) for rid in batches]
+    assert blob == b"\x02".join(b"%s\x03%s" % (hash_key(rid), reference(events))
+                                 for rid, events in batches.items())
+
+
+def test_a_type_never_seen_is_packed_as_any_other(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(packing, "_TYPES", {})
     events = run([0, 1, 2], kind="response.some_new_event")
     assert packed(events) == b"0\x042\x04%s\x04%s\x04%s" % (
         b"\x01".join(b"response.some_new_event\x00" + e.data for e in events[:2]),
         b"response.some_new_event", events[2].data)
-    assert packed(events) == _entries(events)
+    assert packed(events) == reference(events)
 
 
 def test_a_held_run_is_one_entry() -> None:

@@ -22,9 +22,9 @@ ranges of its argument, never an event apart.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar, cast
+from itertools import chain, repeat
+from typing import TypeVar
 
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
@@ -56,28 +56,31 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
     """Events (in the order given) as one script argument: the log entries they become. A new
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
+    parts: list[bytes] = []
+    _pack_into(parts, events)
+    return b"".join(parts)
+
+
+# Why parts and one join: a flush's blob is its events' bytes (~230 a token), and formatting
+# each record, then each entry, then each stream's part copied them four times more before the
+# call's own join; a list of the pieces and one join per call copy them once. The run a flush
+# usually carries for a stream (its held tokens: services/eventlog/writer.py) is one entry, laid
+# out by C loops over its columns. 43 streams of 13 tokens (a 128-stream flush at 20 ms/token):
+# 0.78 µs a token, 0.27 this way.
+_NUL, _SOH, _ETX, _EOT = b"\x00", b"\x01", b"\x03", b"\x04"
+
+
+def _pack_into(parts: list[bytes], events: Sequence[StoredEvent]) -> None:
+    """`packed`'s pieces, appended to `parts`."""
     count = len(events)
-    if 1 < count <= MAX_EVENTS_PER_ENTRY:
-        # A flush's usual run of one stream (a few windows of its tokens: the writer holds
-        # them, services/eventlog/writer.py): one entry, made by C loops over the events'
-        # fields instead of the entry loop (~0.4 µs of Python a stored token less). Ascending,
-        # first and last `count` apart: a run with no gap.
+    if not count:
+        return
+    if count <= MAX_EVENTS_PER_ENTRY:
         seqs, kinds, datas = zip(*events, strict=True)
-        heads = list(map(_TYPES.get, kinds))
-        if (seqs[-1] - seqs[0] == count - 1 and all(map(operator.lt, seqs, seqs[1:]))
-                and sum(map(len, datas)) <= MAX_ENTRY_BYTES and None not in heads):
-            known = cast("list[bytes]", heads)
-            records = b"\x01".join(map(b"\x00".join, zip(known[:-1], datas[:-1], strict=True)))
-            return b"%d\x04%d\x04%s\x04%s\x04%s" % (seqs[0], seqs[-1], records, known[-1],
-                                                    datas[-1])
-    return _entries(events)
-
-
-def _entries(events: Sequence[StoredEvent]) -> bytes:
-    """`packed`, an entry at a time (any run: gaps, retried events, the entry bounds)."""
-    entries: list[bytes] = []
-    types = _TYPES
-    count = len(events)
+        first = seqs[0]
+        if seqs == tuple(range(first, first + count)) and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
+            _entry_into(parts, first, seqs[-1], kinds, datas)  # no gap, within bounds: one
+            return
     start = 0
     while start < count:  # one entry per round
         first = events[start]
@@ -90,13 +93,28 @@ def _entries(events: Sequence[StoredEvent]) -> bytes:
                 break
             seq = event.seq
             stop += 1
-        end = events[stop - 1]
-        records = b"\x01".join([b"%s\x00%s" % (types.get(e.type) or _type_bytes(e.type), e.data)
-                                 for e in events[start:stop - 1]])
-        entries.append(b"%d\x04%d\x04%s\x04%s\x04%s" % (
-            first.seq, end.seq, records, types.get(end.type) or _type_bytes(end.type), end.data))
+        if start:
+            parts.append(_ETX)  # entries are joined by byte 3
+        run = events[start:stop]
+        _entry_into(parts, first.seq, seq, [e.type for e in run], [e.data for e in run])
         start = stop
-    return b"\x03".join(entries)
+
+
+def _entry_into(parts: list[bytes], first: int, last: int, kinds: Sequence[str],
+                datas: Sequence[bytes]) -> None:
+    """One entry's pieces: `<first> 4 <last> 4 <type 0 JSON, joined by 1> 4 <type> 4 <JSON>`,
+    the records being the events before the last."""
+    try:
+        heads = list(map(_TYPES.__getitem__, kinds))
+    except KeyError:  # a type not seen yet (the first of each kind)
+        heads = [_type_bytes(kind) for kind in kinds]
+    parts.append(b"%d\x04%d\x04" % (first, last))
+    if len(datas) > 1:
+        parts += chain.from_iterable(zip(heads[:-1], repeat(_NUL), datas[:-1], repeat(_SOH)))
+        parts[-1] = _EOT  # the last record's separator is the end of the records' field
+    else:
+        parts.append(_EOT)
+    parts += (heads[-1], _EOT, datas[-1])
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
@@ -161,6 +179,10 @@ def packed_streams(batches: Mapping[str, Sequence[StoredEvent]],
     `<response hash key> 0x03 <packed entries>`, streams separated by 0x02 (keys are ASCII,
     JSON escapes both); with the streams' hash keys, which a cluster's call declares."""
     hashes = [key_of(rid) for rid in batches]
-    blob = b"\x02".join([b"%s\x03%s" % (key, packed(events))
-                          for key, events in zip(hashes, batches.values(), strict=True)])
-    return hashes, blob
+    parts: list[bytes] = []
+    for key, events in zip(hashes, batches.values(), strict=True):
+        if parts:
+            parts.append(b"\x02")
+        parts += (key, _ETX)
+        _pack_into(parts, events)
+    return hashes, b"".join(parts)
