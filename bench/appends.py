@@ -31,7 +31,7 @@ from bench.stack import HOST, redis_beside_proxy
 from proxy.store import keys
 from proxy.store.base import StoredEvent
 from proxy.store.lua import scripts
-from proxy.store.lua.packing import packed, packed_streams
+from proxy.store.lua.packing import packed, stream_args
 
 METHODS = ("per-stream", "one-call", "xadd")
 DELTA = (b'{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef",'
@@ -65,8 +65,8 @@ def _writers(client: Redis, shas: dict[str, str]
             return await pipe.execute()
 
     async def one_call(batch: dict[str, list[StoredEvent]]) -> object:
-        hashes, blob = packed_streams(batch)
-        return await client.evalsha(shas["one-call"], 1, hashes[0], 3600, blob)
+        hashes, args = stream_args(batch)
+        return await client.evalsha(shas["one-call"], 1, hashes[0], 3600, *args)
 
     async def xadd(batch: dict[str, list[StoredEvent]]) -> object:
         async with client.pipeline(transaction=False) as pipe:

@@ -63,8 +63,8 @@ from proxy.store.lua.packing import (
     MAX_EVENTS_PER_CALL,
     HashKeys,
     by_tag,
+    flush_calls,
     packed,
-    packed_calls,
 )
 
 # Re-exported: the other adapters on the store's client import them from here.
@@ -384,16 +384,16 @@ class RedisStore(RedisConversations):
         if not batches:
             return ()
         key_of = self._hash_keys.__getitem__
-        blobs = packed_calls(batches, key_of) if not self.sharded else [
-            call for part in by_tag(batches).values() for call in packed_calls(part, key_of)]
+        calls = flush_calls(batches, key_of) if not self.sharded else [
+            call for part in by_tag(batches).values() for call in flush_calls(part, key_of)]
         with store_errors():
             try:
-                replies = await self._append_all(blobs, ttl)
+                replies = await self._append_all(calls, ttl)
             except rex.NoScriptError:
                 # The server lost its script cache (a restart). Load the script and send the
                 # batch again: the events that did land are skipped as duplicates.
                 await self._client.script_load(scripts.APPEND_EVENTS_MANY)
-                replies = await self._append_all(blobs, ttl)
+                replies = await self._append_all(calls, ttl)
         # Each call's reply: the hash keys of its streams followed from another instance
         # (scripts.py); nearly always none, so the keys are matched to ids only then.
         followed = {key for reply in replies for key in reply or ()}
@@ -401,7 +401,8 @@ class RedisStore(RedisConversations):
             return ()
         return {rid for rid in batches if key_of(rid) in followed}
 
-    async def _append_all(self, blobs: list[tuple[list[bytes], bytes]], ttl: int) -> list[Any]:
+    async def _append_all(self, calls: list[tuple[list[bytes], list[bytes | int]]],
+                          ttl: int) -> list[Any]:
         # One EVALSHA for every stream of the flush (scripts.APPEND_EVENTS_MANY), sent as is:
         # redis-py's Script objects would add a SCRIPT EXISTS round trip to every flush. A
         # flush bigger than `MAX_EVENTS_PER_CALL`, or (on a cluster) holding streams of
@@ -417,16 +418,16 @@ class RedisStore(RedisConversations):
             return list(await asyncio.gather(*(
                 self._client.evalsha(self._append.sha, 2 * len(hashes),
                                      *[key for h in hashes for key in (h, h + b":log")],
-                                     ttl, blob)
-                for hashes, blob in blobs)))
+                                     ttl, *args)
+                for hashes, args in calls)))
         # One primary: through the coalescer, on its held connection (coalesce.py), beside the
         # creates and final writes of the same loop turn: redis-py's lone command cost ~65 µs
         # of Python per flush (a pool checkout, the retry wrapper, a reply coroutine). A lost
         # script is loaded and the call sent again there.
-        if len(blobs) == 1:
-            return [await self._coalesced(self._append, [], [ttl, blobs[0][1]])]
-        return list(await asyncio.gather(*(self._coalesced(self._append, [], [ttl, blob])
-                                           for _route, blob in blobs)))
+        if len(calls) == 1:
+            return [await self._coalesced(self._append, [], [ttl, *calls[0][1]])]
+        return list(await asyncio.gather(*(self._coalesced(self._append, [], [ttl, *args])
+                                           for _route, args in calls)))
 
     async def mark_followed(self, response_id: str) -> None:
         with store_errors():

@@ -1,7 +1,7 @@
-"""store/lua/packing.py: `packed` and `packed_streams` build their bytes from pieces and one
-join; pinned byte for byte against the plain formatting they replaced (`reference`, the
-earlier release's code), for a run that is one entry and for anything else (gaps, retried or
-reordered events, an unknown type, the entry bounds)."""
+"""store/lua/packing.py: the entries `packed` and `stream_args` carry, pinned byte for byte
+against the plain formatting of the earlier release (`reference`), for a run that is one entry
+and for anything else (gaps, retried or reordered events, an unknown type, the entry bounds):
+`packed` is that formatting, and the flush's arguments are its parts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from proxy.store.lua.packing import (
     MAX_EVENTS_PER_ENTRY,
     hash_key,
     packed,
-    packed_streams,
+    stream_args,
 )
 
 DELTA = "response.output_text.delta"
@@ -70,12 +70,19 @@ def test_packed_is_the_plain_formatting_byte_for_byte(name: str) -> None:
     assert packed(events) == reference(events)
 
 
-def test_a_flush_call_is_each_stream_key_and_entries_byte_for_byte() -> None:
+def test_a_flush_call_is_each_stream_key_and_its_entries_parts() -> None:
     batches = {f"resp_{n}": events for n, events in enumerate(CASES.values()) if events}
-    hashes, blob = packed_streams(batches)
+    hashes, args = stream_args(batches)
     assert hashes == [hash_key(rid) for rid in batches]
-    assert blob == b"\x02".join(b"%s\x03%s" % (hash_key(rid), reference(events))
-                                 for rid, events in batches.items())
+    at = 0
+    for rid, events in batches.items():
+        count = args[at + 1]
+        assert args[at] == hash_key(rid) and isinstance(count, int)
+        parts = args[at + 2:at + 2 + 5 * count]
+        assert b"\x03".join(b"%d\x04%d\x04%s\x04%s\x04%s" % tuple(parts[i:i + 5])
+                             for i in range(0, len(parts), 5)) == reference(events)
+        at += 2 + 5 * count
+    assert at == len(args)
 
 
 def test_a_type_never_seen_is_packed_as_any_other(

@@ -1,23 +1,26 @@
-"""How events travel to the append scripts (scripts.py): packed into one argument per call, as
-the log entries they become, the flush cut into calls of bounded size and, on a Redis Cluster,
-one call per shard tag.
+"""How events travel to the append scripts (scripts.py): as the log entries they become, the
+flush cut into calls of bounded size and, on a Redis Cluster, one call per shard tag.
 
 A log entry holds several events (keys.py, "the event log"): the run of consecutive sequence
 numbers one write carries for a stream, cut at `MAX_EVENTS_PER_ENTRY` events or
-`MAX_ENTRY_BYTES` bytes (one bigger event stands alone). The script then runs one XADD and a few
-string searches per entry, whatever its number of events: at 20 ms per token a flush carries a
-few events of every live stream, and one XADD and one parse per event was most of Redis's
-per-token work on the stored path.
+`MAX_ENTRY_BYTES` bytes (one bigger event stands alone). The script then runs one XADD per
+entry, whatever its number of events: at 20 ms per token a flush carries a few events of every
+live stream, and one XADD and one parse per event was most of Redis's per-token work on the
+stored path.
 
 An entry is the earlier release's entry of its last event (id `1-<seq>`, fields `t` type and
 `d` JSON) with, when the run holds more, field `e`: the events before it, `<type> 0x00 <JSON>`
 each, joined by byte 1. So an entry of one event is exactly what the earlier release wrote, and
 one of that release's readers meeting a longer entry sees a gap (it then rebuilds a finished
 response's replay from its final object) rather than failing.
-Packed, an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4 <last JSON>`;
-a stream's entries are joined by byte 3. None of the bytes 0-4 can occur inside: JSON escapes
-every control character, and types and numbers are plain ASCII. The script stores the parts as
-ranges of its argument, never an event apart.
+Two ways to carry entries to a script. The create and the final write take them packed into one
+argument (`packed`): an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4
+<last JSON>`, a stream's entries joined by byte 3; none of the bytes 0-4 can occur inside (JSON
+escapes every control character, types and numbers are plain ASCII), and the script stores the
+parts as ranges of its argument. The flush (APPEND_EVENTS_MANY, a flush's hot path) takes each
+entry's five parts as arguments of their own (`stream_args`): Redis hashes every byte of every
+string a script makes, so parts cut out of one argument were hashed twice (scripts.py says
+more).
 """
 
 from __future__ import annotations
@@ -56,35 +59,34 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
     """Events (in the order given) as one script argument: the log entries they become. A new
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
-    parts: list[bytes] = []
-    _pack_into(parts, events)
-    return b"".join(parts)
+    return b"\x03".join([b"%d\x04%d\x04%s\x04%s\x04%s" % entry for entry in entries(events)])
 
 
-# Why parts and one join: a flush's blob is its events' bytes (~230 a token), and formatting
-# each record, then each entry, then each stream's part copied them four times more before the
-# call's own join; a list of the pieces and one join per call copy them once. The run a flush
-# usually carries for a stream (its held tokens: services/eventlog/writer.py) is one entry, laid
-# out by C loops over its columns. 43 streams of 13 tokens (a 128-stream flush at 20 ms/token):
-# 0.78 µs a token, 0.27 this way.
-_NUL, _SOH, _ETX, _EOT = b"\x00", b"\x01", b"\x03", b"\x04"
+# An entry's parts: its first and last sequence numbers, its earlier records (`<type> 0x00
+# <JSON>` joined by byte 1; empty for none), its last event's type and JSON.
+Entry = tuple[int, int, bytes, bytes, bytes]
+
+_NUL, _SOH = b"\x00", b"\x01"
 
 
-def _pack_into(parts: list[bytes], events: Sequence[StoredEvent]) -> None:
-    """`packed`'s pieces, appended to `parts`."""
+def entries(events: Sequence[StoredEvent]) -> list[Entry]:
+    """The log entries `events` become (see `packed`), as their parts."""
     count = len(events)
     if not count:
-        return
+        return []
     if count <= MAX_EVENTS_PER_ENTRY:
+        # The run a flush usually carries for a stream (its held tokens: services/eventlog/
+        # writer.py): ascending with no gap and within the bounds, it is one entry, laid out
+        # by C loops over its columns (no Python step per event).
         seqs, kinds, datas = zip(*events, strict=True)
         first = seqs[0]
         if seqs == tuple(range(first, first + count)) and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-            _entry_into(parts, first, seqs[-1], kinds, datas)  # no gap, within bounds: one
-            return
+            return [_entry(first, seqs[-1], kinds, datas)]
+    found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
-        first = events[start]
-        seq, size, stop = first.seq, len(first.data), start + 1
+        first_event = events[start]
+        seq, size, stop = first_event.seq, len(first_event.data), start + 1
         limit = min(count, start + MAX_EVENTS_PER_ENTRY)
         while stop < limit:
             event = events[stop]
@@ -93,28 +95,25 @@ def _pack_into(parts: list[bytes], events: Sequence[StoredEvent]) -> None:
                 break
             seq = event.seq
             stop += 1
-        if start:
-            parts.append(_ETX)  # entries are joined by byte 3
         run = events[start:stop]
-        _entry_into(parts, first.seq, seq, [e.type for e in run], [e.data for e in run])
+        found.append(_entry(first_event.seq, seq, [e.type for e in run],
+                            [e.data for e in run]))
         start = stop
+    return found
 
 
-def _entry_into(parts: list[bytes], first: int, last: int, kinds: Sequence[str],
-                datas: Sequence[bytes]) -> None:
-    """One entry's pieces: `<first> 4 <last> 4 <type 0 JSON, joined by 1> 4 <type> 4 <JSON>`,
-    the records being the events before the last."""
+def _entry(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes]) -> Entry:
     try:
         heads = list(map(_TYPES.__getitem__, kinds))
     except KeyError:  # a type not seen yet (the first of each kind)
         heads = [_type_bytes(kind) for kind in kinds]
-    parts.append(b"%d\x04%d\x04" % (first, last))
-    if len(datas) > 1:
-        parts += chain.from_iterable(zip(heads[:-1], repeat(_NUL), datas[:-1], repeat(_SOH)))
-        parts[-1] = _EOT  # the last record's separator is the end of the records' field
-    else:
-        parts.append(_EOT)
-    parts += (heads[-1], _EOT, datas[-1])
+    if len(datas) == 1:
+        return first, last, b"", heads[0], datas[0]
+    # One join over the pieces: each record's bytes copied once (a formatted record per event,
+    # then their join, copied them twice).
+    pieces = list(chain.from_iterable(zip(heads[:-1], repeat(_NUL), datas[:-1], repeat(_SOH))))
+    pieces.pop()  # the records are joined by byte 1, not ended by it
+    return first, last, b"".join(pieces), heads[-1], datas[-1]
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
@@ -154,35 +153,37 @@ class HashKeys(dict[str, bytes]):
         return key
 
 
-def packed_calls(batches: Mapping[str, Sequence[StoredEvent]],
-                 key_of: Callable[[str], bytes] = hash_key) -> list[tuple[list[bytes], bytes]]:
-    """The flush as APPEND_EVENTS_MANY calls (the response hash keys it writes, its blob) of
-    at most ~`MAX_EVENTS_PER_CALL` events (a stream's events are never split: they stay in
-    order within one call)."""
-    calls: list[tuple[list[bytes], bytes]] = []
+def flush_calls(batches: Mapping[str, Sequence[StoredEvent]],
+                key_of: Callable[[str], bytes] = hash_key
+                ) -> list[tuple[list[bytes], list[bytes | int]]]:
+    """The flush as APPEND_EVENTS_MANY calls (the response hash keys each writes, its
+    arguments after the TTL) of at most ~`MAX_EVENTS_PER_CALL` events (a stream's events are
+    never split: they stay in order within one call)."""
+    calls: list[tuple[list[bytes], list[bytes | int]]] = []
     part: dict[str, Sequence[StoredEvent]] = {}
     size = 0
     for rid, events in batches.items():
         if part and size + len(events) > MAX_EVENTS_PER_CALL:
-            calls.append(packed_streams(part, key_of))
+            calls.append(stream_args(part, key_of))
             part, size = {}, 0
         part[rid] = events
         size += len(events)
     if part:
-        calls.append(packed_streams(part, key_of))
+        calls.append(stream_args(part, key_of))
     return calls
 
 
-def packed_streams(batches: Mapping[str, Sequence[StoredEvent]],
-                   key_of: Callable[[str], bytes] = hash_key) -> tuple[list[bytes], bytes]:
-    """Every stream's events as the one argument of scripts.APPEND_EVENTS_MANY: per stream
-    `<response hash key> 0x03 <packed entries>`, streams separated by 0x02 (keys are ASCII,
-    JSON escapes both); with the streams' hash keys, which a cluster's call declares."""
+def stream_args(batches: Mapping[str, Sequence[StoredEvent]],
+                key_of: Callable[[str], bytes] = hash_key
+                ) -> tuple[list[bytes], list[bytes | int]]:
+    """Every stream's events as arguments of scripts.APPEND_EVENTS_MANY (after its TTL): per
+    stream its response hash key, its number of entries, then each entry's parts (`Entry`);
+    with the streams' hash keys, which a cluster's call declares."""
     hashes = [key_of(rid) for rid in batches]
-    parts: list[bytes] = []
+    args: list[bytes | int] = []
     for key, events in zip(hashes, batches.values(), strict=True):
-        if parts:
-            parts.append(b"\x02")
-        parts += (key, _ETX)
-        _pack_into(parts, events)
-    return hashes, b"".join(parts)
+        found = entries(events)
+        args += (key, len(found))
+        for entry in found:
+            args += entry
+    return hashes, args

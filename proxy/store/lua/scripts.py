@@ -192,26 +192,31 @@ return added
 # carries about one event per stream, so one script per stream meant one EVALSHA, its argument
 # parsing and its Lua call set-up per token, in redis-server and in redis-py (measured in
 # docs/benchmarks-history.md, "Event-log appends").
+# Why each entry's parts as arguments of their own, not one packed argument cut by string
+# searches (what CREATE_RESPONSE and FINISH_RESPONSE take): Redis hashes every byte of every
+# string a script makes (its Lua is patched so), so an argument cut into the entry's fields made
+# each event's bytes be hashed twice, and that hashing was the larger part of this script's own
+# time once entries held a dozen events; an argument is hashed once and goes to XADD as it is.
 # KEYS: on a Redis Cluster, every key the call writes, each stream's hash and log: the caller
 #   makes one call per shard tag (core/shardtags.py), all of whose keys share one slot, and a
 #   slot being moved is judged by the declared keys alone (see the conventions above). One
-#   primary declares none. Either way the keys the script writes travel in the blob, `rp:...`
-#   and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
-# ARGV: event_ttl, blob. The blob holds one part per stream, separated by byte 2:
-#   <response hash key> byte 3 <packed entries (`append_from`)>. Made by the proxy.
+#   primary declares none. Either way the keys the script writes travel in the arguments,
+#   `rp:...` and `rp:...:log` (keys.py, checked by tests/contract/test_store_contract.py).
+# ARGV: event_ttl, then per stream: its response hash key, its number of entries n, and n times
+#   an entry's first seq, last seq, earlier records (`<type> 0x00 <JSON>` joined by byte 1, ''
+#   for none), last type, last JSON (store/lua/packing.py `stream_args`). Made by the proxy.
 # Returns the hash keys, among the streams written, of the responses someone on another
 # instance follows live (the hash's `followed`, set by MARK_FOLLOWED): the writer then stops
 # holding their events back (services/eventlog/writer.py). Read in the HMGET the call makes
 # anyway: no command more.
-APPEND_EVENTS_MANY: Final = _LAST_SEQ + _APPEND_ENTRIES + """
-local blob = ARGV[2]
-local size = #blob
-local pos = 1
+APPEND_EVENTS_MANY: Final = _LAST_SEQ + """
+local size = #ARGV
+local i = 2
 local followed = {}
-while pos <= size do
-  local stop = string.find(blob, '\2', pos, true) or (size + 1)
-  local sep = string.find(blob, '\3', pos, true)
-  local hash = string.sub(blob, pos, sep - 1)
+while i <= size do
+  local hash = ARGV[i]
+  local from = i + 2
+  i = from + 5 * tonumber(ARGV[i + 1])
   local state = redis.call('HMGET', hash, 'tenant', 'closed', 'last', 'extra', 'followed')
   if state[1] and state[2] ~= '1' then
     if state[5] then followed[#followed + 1] = hash end
@@ -221,9 +226,31 @@ while pos <= size do
     -- append (create, finish) do so before it first runs or close the log, so a missing
     -- field (first flush) falls back to reading the log itself.
     local last = tonumber(state[3]) or last_seq(log)
-    local n, extra
-    n, extra, last = append_from(log, blob, sep + 1, stop, last)
-    if n > 0 then
+    local added, extra = 0, 0
+    for j = from, i - 1, 5 do
+      -- as `append_from`: events not above `last` skipped (a retried write adds nothing
+      -- twice), a whole entry at once or, for one that partly landed, its first records
+      local first, top = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
+      if top > last then
+        if first > last then last = first - 1 end
+        if last >= top - 1 then
+          redis.call('XADD', log, '1-' .. top, 't', ARGV[j + 3], 'd', ARGV[j + 4])
+        else
+          local records = ARGV[j + 2]
+          if last >= first then
+            local at = 1
+            for _ = first, last do at = string.find(records, '\1', at, true) + 1 end
+            records = string.sub(records, at)
+          end
+          redis.call('XADD', log, '1-' .. top, 't', ARGV[j + 3], 'd', ARGV[j + 4],
+                     'e', records)
+        end
+        added = added + top - last
+        extra = extra + top - last - 1
+        last = top
+      end
+    end
+    if added > 0 then
       if extra > 0 then
         redis.call('HSET', hash, 'logged', '1', 'last', last,
                    'extra', (tonumber(state[4]) or 0) + extra)
@@ -233,7 +260,6 @@ while pos <= size do
       redis.call('EXPIRE', log, ARGV[1])
     end
   end
-  pos = stop + 1
 end
 return followed
 """
@@ -297,8 +323,8 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # With the obj's length, obj is '' and the object is the terminal event's `response`, the last
 # bytes of the packed events but their closing brace (store/redis.py `_final_object`): sent once,
 # not twice (it is most of the final write's bytes), and never parsed here.
-# The events are packed as APPEND_EVENTS_MANY packs them (log entries in one argument,
-# store/lua/packing.py), in order. Carrying the stream's pending events here spares a short stream
+# The events are packed as the create's are (log entries in one argument, store/lua/packing.py
+# `packed`), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
 # log's last is skipped, so a retried call (the first one landed, its reply lost) adds nothing:
 # it is refused anyway, the log being closed.
