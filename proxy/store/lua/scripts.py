@@ -268,7 +268,11 @@ return followed
 # its writer, wherever it runs, learns it from its next flush's reply (APPEND_EVENTS_MANY) and
 # from then on writes the stream's events every window instead of holding them back for a
 # longer entry. Only on an existing record (HSET on a missing key would make a record with no
-# TTL); never cleared: the stream ends soon enough, and the record goes with its TTL.
+# TTL); never cleared: the stream ends soon enough, and the record goes with its TTL. Two
+# deliberate departures from the conventions above, the mark being no content of the record
+# (only how often its writer flushes): its TTL is left as it is (renewing it would move the
+# record's bytes in its tenant's ledger, which TRANSITION does), and no tenant is checked (the
+# follower's own read of the record checked it).
 # KEYS: hash
 # Returns 1 when marked, 0 for an unknown response.
 MARK_FOLLOWED: Final = """
