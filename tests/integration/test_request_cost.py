@@ -26,6 +26,7 @@ import orjson
 import pytest
 
 from proxy.app import create_app
+from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
 from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
@@ -46,7 +47,7 @@ MEASURED = 10
 
 
 async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None, *,
-                  path: str = "/v1/responses") -> bytes:
+                  path: str = "/v1/responses", request_id: str | None = None) -> bytes:
     """One request through the app's ASGI callable; its body, checked whole. `callers`: where
     each message's frames above the server's `send` are noted (not while counting calls)."""
     sent: list[dict[str, Any]] = []
@@ -68,7 +69,10 @@ async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None,
         if message["type"] == "http.response.body" and not message.get("more_body"):
             over.set()
 
-    await app(post_scope(path, body), receive, send)
+    scope = post_scope(path, body)
+    if request_id is not None:
+        scope["headers"].append((b"x-request-id", request_id.encode()))
+    await app(scope, receive, send)
     over.set()
     assert sent[0]["status"] == 200
     return b"".join(m.get("body", b"") for m in sent[1:])
@@ -110,13 +114,18 @@ async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
 # the create to the stream's end), the final write (shielded: a client leaving cannot cut it),
 # and the embedded store's client sending its coalesced writes (two per write, two writes).
 @contextlib.contextmanager
-def _tasks_made() -> Iterator[list[str]]:
-    """The names of the tasks the running loop makes inside the block."""
+def _tasks_made(request_id: str) -> Iterator[list[str]]:
+    """The names of the tasks the running loop makes inside the block for the request
+    `request_id`: in its context (`CURRENT`, set by the access log and inherited by what the
+    request starts). The loops beside it (the embedded worker's poll and its store reads) wake
+    when they will: on a loaded machine one woke inside the block and counted two tasks more."""
     loop = asyncio.get_running_loop()
     made: list[str] = []
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
-        made.append(getattr(coro, "__qualname__", type(coro).__name__))
+        context = CURRENT.get(None)
+        if context is not None and context.request_id == request_id:
+            made.append(getattr(coro, "__qualname__", type(coro).__name__))
         return asyncio.Task(coro, loop=loop, **options)
 
     original = loop.get_task_factory()
@@ -140,8 +149,8 @@ async def test_a_short_answer_makes_few_tasks(simulator: ServerProcess, kind: st
         for _ in range(3):  # pools, caches and the route's series made
             await _answer(app, body)
         await asyncio.sleep(0.05)  # the warm-up's background work over
-        with _tasks_made() as made:
-            assert b"completed" in await _answer(app, body)
+        with _tasks_made("tasks-counted") as made:
+            assert b"completed" in await _answer(app, body, request_id="tasks-counted")
             await asyncio.sleep(0.05)  # what the answer left running (its tail, its flush)
     assert len(made) <= MAX_TASKS[kind], made
 
@@ -154,8 +163,9 @@ async def test_a_streamed_pass_through_watches_its_client_once(simulator: Server
                          "messages": [{"role": "user", "content": "hi [[sim tokens=2]]"}]})
     async with app.router.lifespan_context(app):
         await _answer(app, body, path="/v1/chat/completions")
-        with _tasks_made() as made:
-            assert b"[DONE]" in await _answer(app, body, path="/v1/chat/completions")
+        with _tasks_made("tasks-counted") as made:
+            assert b"[DONE]" in await _answer(app, body, path="/v1/chat/completions",
+                                              request_id="tasks-counted")
     assert sum(name.endswith("_watch") for name in made) == 1, made
 
 
