@@ -49,7 +49,7 @@ from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.request.callids import check_call_ids
 from proxy.core.request.create import ResponsesRequest, parse_request
 from proxy.core.request.expansion import Expansion
-from proxy.core.request.items import parse_input
+from proxy.core.request.items import fetches_media, parse_input
 from proxy.core.request.tolerance import Tolerance, tolerance_headers
 from proxy.core.tools import toolsearch
 from proxy.core.translate.chat import to_chat_request
@@ -207,8 +207,9 @@ class ResponsesService:
                 create.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = fit_effort(await offload.run(size, to_chat_request, shown, seen),
-                              self._gateway.fleet.efforts(request.model))
+            chat = await offload.run(size, to_chat_request, shown, seen)
+            if chat.get("reasoning_effort") is not None:  # the fleet's limits matter only then
+                chat = fit_effort(chat, self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
             chat = await fit(self._gateway, chat, reserve=request.max_output_tokens,
                              affinity=history.affinity)
@@ -223,8 +224,10 @@ class ResponsesService:
         expansion = Expansion(self._limits.max_body_bytes, self._sealer)
         seen = expansion.history(history.items, history.param)
         stored, shown = expansion.input(request.input, found)
-        return (request.evolved(input=stored, **changes),
-                request.evolved(input=shown, **changes), seen, expansion)
+        kept = request.evolved(input=stored, **changes)
+        # Nothing opened (the input is the one list): one frozen request serves as both.
+        opened = kept if shown is stored else request.evolved(input=shown, **changes)
+        return kept, opened, seen, expansion
 
     async def _create(self, tenant: str, request: ResponsesRequest, history: History,
                       chat: dict[str, Any], directives: Directives, meter: Meter,
@@ -364,6 +367,9 @@ class ResponsesService:
         """The request with its image URLs fetched (services/fleet/media.py) and its files'
         text read (services/responses/inputs.py): translation then sends the fleet their data,
         never a URL to fetch."""
+        if not offload.large(size) and not fetches_media(request.input) \
+                and not fetches_media(history.items):
+            return request  # nothing to fetch or read (a large body's walks are off the loop)
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
