@@ -12,7 +12,7 @@ from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.policy.origin import is_json
 from proxy.core.request.jsonbody import parse_object
 from proxy.services.process import offload
-from proxy.web.middleware.auth import OPEN, PUBLIC_TENANT
+from proxy.web.middleware.auth import OPEN, PUBLIC_TENANT, header
 
 
 def tenant(conn: HTTPConnection) -> str:
@@ -30,7 +30,8 @@ async def read_body(request: Request) -> bytes:
     """The request's whole body, as Starlette's `Request.body()` reads it (the same messages,
     the same `ClientDisconnect`, kept on the request for any later `body()`), in one loop over
     `receive`. Starlette's reads it through an async generator under `aclosing` (a generator
-    made, registered with the loop and closed, three steps for one message): ~4 µs per create.
+    made, registered with the loop and closed, three steps for one message): a create's two
+    reads cost 3.1 µs that way, 0.95 here.
     """
     if hasattr(request, "_body"):
         return request._body
@@ -53,21 +54,12 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
-def header(conn: HTTPConnection, name: bytes) -> str | None:
-    """The first value of the request header `name` (lower-case, as the server hands them),
-    as `conn.headers.get` gives it without building Starlette's `Headers` for one lookup."""
-    for key, value in conn.scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
 def require_json(request: Request) -> None:
     """Auth off: a body not declared JSON is a 415 (core/policy/origin.py: no browser may send one
     cross-origin without a preflight, which the proxy never grants)."""
     if not request.scope.get("state", {}).get(OPEN):
         return
-    kind = header(request, b"content-type")
+    kind = header(request.scope, b"content-type")
     if not is_json(kind):
         shown = "none" if kind is None else repr(kind[:100])
         raise UnsupportedMediaType(

@@ -1,4 +1,5 @@
-"""web/incoming.py: the body read in one loop reads what Starlette's `Request.body()` reads."""
+"""web/incoming.py: the body read in one loop reads what Starlette's `Request.body()` reads;
+the scope's headers read as Starlette's `Headers` give them (web/middleware/auth.py `header`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
-from proxy.web.incoming import header, read_body
+from proxy.web.incoming import read_body
+from proxy.web.middleware.auth import header
 from tests.support.inprocess import post_scope
 
 
@@ -47,4 +49,4 @@ def test_a_header_is_the_first_of_its_name_as_starlette_gives_it() -> None:
     request.scope["headers"] = [(b"cache-control", b"no-store"), (b"cache-control", b"x"),
                                 (b"x-note", b"\xe9t\xe9")]
     for name in ("cache-control", "x-note", "content-type"):
-        assert header(request, name.encode("latin-1")) == request.headers.get(name)
+        assert header(request.scope, name.encode("latin-1")) == request.headers.get(name)

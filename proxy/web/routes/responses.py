@@ -12,8 +12,9 @@ from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.services.responses.create import Outcome
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.incoming import header, json_body, path_id, read_body, tenant
+from proxy.web.incoming import json_body, path_id, read_body, tenant
 from proxy.web.limiting import metering
+from proxy.web.middleware.auth import header
 from proxy.web.rendering import Reply, json_response, stream_response
 from proxy.web.state import state_of
 
@@ -25,7 +26,7 @@ async def create(request: Request) -> Reply:
     # order (services/fleet/setups.py); the slot is given back once it is admitted.
     async with responses.setting_up():
         body = await json_body(request)
-        directives = parse_cache_control(header(request, b"cache-control"))
+        directives = parse_cache_control(header(request.scope, b"cache-control"))
         # `parse_request` refuses a `stream` or `background` that is not a boolean.
         hold = body.get("background") is True or body.get("stream") is True
         size = len(await read_body(request))  # read already: what the service may offload by
