@@ -234,11 +234,11 @@ class ResponsesService:
                       local: LocalChains | None = None, *, size: int = 0,
                       steering: Run | None = None) -> Outcome:
         plan = self._mcp_plan(request, history)  # MCP tools: 400s before anything is stored
-        assembler = self._assembler(request)
+        response_id = self._ids(idp.RESPONSE)
+        assembler = self._assembler(request, response_id)
         # Calls of tools a search loaded or an item brought come back under their names.
         known = toolsearch.loaded_tools([*history.items, *request.input])
         assembler.know_tools(known)
-        response_id = assembler.snapshot()["id"]
         if history.compaction is not None:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
@@ -457,9 +457,9 @@ class ResponsesService:
             return History(items, affinity=request.conversation, param="conversation")
         return History([], affinity=request.prompt_cache_key)
 
-    def _assembler(self, request: ResponsesRequest) -> Assembler:
+    def _assembler(self, request: ResponsesRequest, response_id: str) -> Assembler:
         base: ResponseObject = {
-            "id": self._ids(idp.RESPONSE),
+            "id": response_id,  # known to the caller: no snapshot (a copy) to read it back
             "object": "response",
             "created_at": int(self._clock()),
             "model": request.model,
