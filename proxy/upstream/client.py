@@ -100,8 +100,8 @@ def map_transport_errors(url: str, *, quiet: bool | Callable[[], bool] = False
 
 class _MappedErrors:
     """`map_transport_errors`' context: a transport error leaves it as the `UpstreamError` it
-    means. A class rather than a `contextmanager`, whose generator cost ~1 µs per use: one per
-    upstream call, one per read of a stream's body."""
+    means. A class rather than a `contextmanager`, whose generator cost 1.0 µs per use against
+    0.2: one per upstream call, one per read of a stream's body."""
 
     __slots__ = ("_quiet", "_url")
 

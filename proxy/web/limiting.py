@@ -35,7 +35,7 @@ def metering(conn: HTTPConnection, *, hold: bool = False
     """Admit (`hold`: the request takes a stream slot until it settles), then settle in a
     `finally`, unless a stream or a background job took the meter over. No key with limits: a
     meter that counts nothing, from a plain context manager (an `asynccontextmanager` made,
-    registered with the loop and closed an async generator per request: ~3 µs)."""
+    registered with the loop and closed an async generator per request: 1.7 µs against 0.3)."""
     limiter = state_of(conn).limiter
     if limiter is None or not limiter.active:
         return _UNMETERED

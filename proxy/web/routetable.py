@@ -8,9 +8,9 @@ routes whose pattern matches each fixed path the app declares (`/v1/responses`, 
 ...) are listed when the table is made, in their order, and a request for one of those paths
 tries only them: the same first full match, the same first partial one, as a whole scan (the
 routes left out cannot match that path); the route declaring that very path is matched without
-its regex. Any other path (one with an id) is scanned as
-Starlette scans it; a path no route matches (a 404, a slash to redirect), every WebSocket and
-the lifespan go to Starlette's own router.
+its regex. Any other path (one with an id) is scanned as Starlette scans it; a path no route
+matches (a 404, a slash to redirect), every WebSocket and the lifespan go to Starlette's own
+router.
 
 An endpoint is called directly: Starlette wraps each one in two ASGI apps, an
 exception-handling wrapper and a `send` that notes whether the response started (with the
@@ -96,8 +96,9 @@ def _endpoint(route: BaseRoute) -> Endpoint | None:
 
 def _exact(route: BaseRoute, path: str) -> Matcher | None:
     """For a plain route whose path is `path` itself (no parameters), `Route.matches`' answer
-    for a request of that path, made without the regex (~2 µs a request): the route's endpoint,
-    the scope's path parameters copied, in part when the method is not one of the route's."""
+    for a request of that path, made without the regex (`_find` 1.7 -> 1.1 µs): the route's
+    endpoint, the scope's path parameters copied, in part when the method is not one of the
+    route's."""
     if not isinstance(route, Route) or route.param_convertors or route.path != path:
         return None
     endpoint, methods = route.endpoint, route.methods

@@ -499,8 +499,8 @@ class ResponsesService:
 class _Owned:
     """The drain's registration of a turn, and inside it the turn's lease (None: unstored),
     entered and left as one `async with`. A class, not an `asynccontextmanager`: that made an
-    async generator per turn (registered with the loop, closed) for two plain steps, ~3 µs
-    before a stream's first event."""
+    async generator per turn (registered with the loop, closed) for two plain steps: 1.7 µs
+    against 0.3, before a stream's first event."""
 
     __slots__ = ("_held", "_registered")
 
