@@ -288,7 +288,8 @@ def image_urls(items: Iterable[Item], path: str | None = "input"
 def fetches_media(items: Iterable[Item]) -> bool:
     """Whether `image_urls` or `file_parts` would yield anything for `items` (an image to fetch,
     an input_file to read): one walk without the parts' paths, so that a request with neither
-    (nearly every one) skips the fetcher's two walks and their path strings (~5 µs)."""
+    (nearly every one) skips the fetchers' walks and their path strings (a create's media step
+    3.6 µs -> 0.4)."""
     for item in items:
         parts = item.get("content" if item.get("type") == MESSAGE else "output")
         if not isinstance(parts, list):
