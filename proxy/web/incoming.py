@@ -35,6 +35,8 @@ async def read_body(request: Request) -> bytes:
     """
     if hasattr(request, "_body"):
         return request._body
+    if request._stream_consumed:  # read through `request.stream()` already: as Starlette
+        raise RuntimeError("Stream consumed")
     receive = request.receive
     chunks: list[bytes] = []
     while True:

@@ -50,3 +50,10 @@ def test_a_header_is_the_first_of_its_name_as_starlette_gives_it() -> None:
                                 (b"x-note", b"\xe9t\xe9")]
     for name in ("cache-control", "x-note", "content-type"):
         assert header(request.scope, name.encode("latin-1")) == request.headers.get(name)
+
+
+async def test_a_body_streamed_already_cannot_be_read_again() -> None:
+    request, _ = _request([{"type": "http.request", "body": b"{}", "more_body": False}])
+    assert [chunk async for chunk in request.stream()] == [b"{}", b""]
+    with pytest.raises(RuntimeError, match="Stream consumed"):
+        await read_body(request)
