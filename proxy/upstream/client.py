@@ -28,11 +28,11 @@ The client's own headers never reach the upstream: every request is built here f
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -91,18 +91,36 @@ _PROMPT_PARAMS = (None, "input_tokens", "messages", "prompt", "input")
 _MAX_ERROR_BODY = 64 * 1024
 
 
-@contextlib.contextmanager
 def map_transport_errors(url: str, *, quiet: bool | Callable[[], bool] = False
-                         ) -> Iterator[None]:
+                         ) -> _MappedErrors:
     """`quiet` (or what it returns when the error comes): the error is not logged (an
     expected one, e.g. a read of a call we closed on purpose)."""
-    try:
-        yield
-    except TransportError as exc:
-        error = _transport_error(exc)
-        if not (quiet() if callable(quiet) else quiet):
-            log.warning("upstream %s: %s (%s)", url, error.message, transport_detail(exc))
-        raise error from exc
+    return _MappedErrors(url, quiet)
+
+
+class _MappedErrors:
+    """`map_transport_errors`' context: a transport error leaves it as the `UpstreamError` it
+    means. A class rather than a `contextmanager`, whose generator cost 1.0 µs per use against
+    0.2: one per upstream call, one per read of a stream's body."""
+
+    __slots__ = ("_quiet", "_url")
+
+    def __init__(self, url: str, quiet: bool | Callable[[], bool]) -> None:
+        self._url = url
+        self._quiet = quiet
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(exc, TransportError):
+            error = _transport_error(exc)
+            quiet = self._quiet
+            if not (quiet() if callable(quiet) else quiet):
+                log.warning("upstream %s: %s (%s)", self._url, error.message,
+                            transport_detail(exc))
+            raise error from exc
 
 
 def _transport_error(exc: TransportError) -> UpstreamError:

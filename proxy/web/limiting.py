@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
+from proxy.services.metering.limits import Limiter
 from proxy.services.metering.meter import Meter
 from proxy.web.incoming import json_body, tenant
 from proxy.web.rendering import json_response
@@ -29,14 +30,35 @@ def limits_on(conn: HTTPConnection) -> bool:
     return limiter is not None and limiter.active
 
 
-@contextlib.asynccontextmanager
-async def metering(conn: HTTPConnection, *, hold: bool = False) -> AsyncIterator[Meter]:
+def metering(conn: HTTPConnection, *, hold: bool = False
+             ) -> contextlib.AbstractAsyncContextManager[Meter]:
     """Admit (`hold`: the request takes a stream slot until it settles), then settle in a
-    `finally`, unless a stream or a background job took the meter over."""
+    `finally`, unless a stream or a background job took the meter over. No key with limits: a
+    meter that counts nothing, from a plain context manager (an `asynccontextmanager` made,
+    registered with the loop and closed an async generator per request: 1.7 µs against 0.3)."""
     limiter = state_of(conn).limiter
     if limiter is None or not limiter.active:
-        yield Meter()
-        return
+        return _UNMETERED
+    return _metered(limiter, conn, hold)
+
+
+class _Unmetered:
+    """The context of a request no limit applies to: a fresh `Meter()` that counts nothing."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> Meter:
+        return Meter()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+_UNMETERED = _Unmetered()  # stateless: one for every request
+
+
+@contextlib.asynccontextmanager
+async def _metered(limiter: Limiter, conn: HTTPConnection, hold: bool) -> AsyncIterator[Meter]:
     meter = Meter(await limiter.admit(tenant(conn), hold=hold))
     try:
         yield meter

@@ -7,9 +7,10 @@ after all of them. `POST /v1/responses` came sixth of 57, a 405 or a 404 after a
 routes whose pattern matches each fixed path the app declares (`/v1/responses`, `/healthz`,
 ...) are listed when the table is made, in their order, and a request for one of those paths
 tries only them: the same first full match, the same first partial one, as a whole scan (the
-routes left out cannot match that path). Any other path (one with an id) is scanned as
-Starlette scans it; a path no route matches (a 404, a slash to redirect), every WebSocket and
-the lifespan go to Starlette's own router.
+routes left out cannot match that path); the route declaring that very path is matched without
+its regex. Any other path (one with an id) is scanned as Starlette scans it; a path no route
+matches (a 404, a slash to redirect), every WebSocket and the lifespan go to Starlette's own
+router.
 
 An endpoint is called directly: Starlette wraps each one in two ASGI apps, an
 exception-handling wrapper and a `send` that notes whether the response started (with the
@@ -36,17 +37,21 @@ from starlette.routing import BaseRoute, Match, Route, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-# A route, and its endpoint when the table may call it directly.
-_Entry = tuple[BaseRoute, Endpoint | None]
+# What `Route.matches` answers: how the route matches, and the scope it adds.
+Matcher = Callable[[Scope], tuple[Match, Scope]]
+# A route, its endpoint when the table may call it directly, and for a fixed path whose own
+# route it is, that route's match made without its regex (else None: `route.matches`).
+_Entry = tuple[BaseRoute, Endpoint | None, Matcher | None]
 
 
 class RouteTable(Router):
     def __init__(self, routes: Sequence[BaseRoute], **options: Any) -> None:
         super().__init__(routes, **options)
-        entries = [(route, _endpoint(route)) for route in self.routes]
-        self._scan = [entry for entry in entries if not isinstance(entry[0], WebSocketRoute)]
+        self._scan: list[_Entry] = [(route, _endpoint(route), None) for route in self.routes
+                                    if not isinstance(route, WebSocketRoute)]
         fixed = [r.path for r in self.routes if isinstance(r, Route) and not r.param_convertors]
-        self._by_path = {path: [entry for entry in self._scan if _may_match(entry[0], path)]
+        self._by_path = {path: [(route, endpoint, _exact(route, path))
+                                for route, endpoint, _ in self._scan if _may_match(route, path)]
                          for path in fixed}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -70,8 +75,8 @@ class RouteTable(Router):
     def _find(self, scope: Scope) -> tuple[BaseRoute, Endpoint | None, Scope] | None:
         """The first route matching in full, else the first matching in part, else None."""
         partial: tuple[BaseRoute, Endpoint | None, Scope] | None = None
-        for route, endpoint in self._by_path.get(get_route_path(scope), self._scan):
-            match, child_scope = route.matches(scope)
+        for route, endpoint, exact in self._by_path.get(get_route_path(scope), self._scan):
+            match, child_scope = route.matches(scope) if exact is None else exact(scope)
             if match is Match.FULL:
                 return route, endpoint, child_scope
             if match is Match.PARTIAL and partial is None:
@@ -87,6 +92,24 @@ def _endpoint(route: BaseRoute) -> Endpoint | None:
         endpoint: Endpoint = route.endpoint
         return endpoint
     return None
+
+
+def _exact(route: BaseRoute, path: str) -> Matcher | None:
+    """For a plain route whose path is `path` itself (no parameters), `Route.matches`' answer
+    for a request of that path, made without the regex (`_find` 1.7 -> 1.1 µs): the route's
+    endpoint, the scope's path parameters copied, in part when the method is not one of the
+    route's."""
+    if not isinstance(route, Route) or route.param_convertors or route.path != path:
+        return None
+    endpoint, methods = route.endpoint, route.methods
+
+    def matches(scope: Scope) -> tuple[Match, Scope]:
+        child_scope = {"endpoint": endpoint, "path_params": dict(scope.get("path_params", {}))}
+        if methods and scope["method"] not in methods:
+            return Match.PARTIAL, child_scope
+        return Match.FULL, child_scope
+
+    return matches
 
 
 def _may_match(route: BaseRoute, path: str) -> bool:

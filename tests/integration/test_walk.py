@@ -54,10 +54,9 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.core.request.tolerance", "proxy.core.request.callids",
         "proxy.core.request.tools", "proxy.core.request.references",
         "proxy.core.tools.toolnames", "proxy.core.cache.key"),
-    "details of the translation: the system prompt's merge, reasoning effort, the fleet's "
-    "errors renamed": (
-        "proxy.core.translate.system_prompt", "proxy.core.translate.effort",
-        "proxy.core.translate.fleet_errors"),
+    "details of the translation: the system prompt's merge, the fleet's errors renamed (the "
+    "reasoning effort's fit runs only for a request that has one)": (
+        "proxy.core.translate.system_prompt", "proxy.core.translate.fleet_errors"),
     "parts of the assembler a plain text answer only touches: the item base, usage, "
     "logprobs and summaries (not asked)": (
         "proxy.core.events.assembler.item", "proxy.core.events.assembler.usage",
@@ -81,11 +80,10 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.services.process.offload", "proxy.services.admin.keyring",
         "proxy.services.metering.limits"),
     "features this request does not use, asked once whether they apply: the cache (off), "
-    "hosted tools, tool search (no deferred tools), media fetching, compaction, the live "
-    "followers (nobody follows)": (
+    "hosted tools, tool search (no deferred tools), compaction, the live followers (nobody "
+    "follows); media fetching is not even asked (no image or file in the input)": (
         "proxy.services.cache.responses", "proxy.services.tools.hosted",
-        "proxy.core.tools.toolsearch",
-        "proxy.services.fleet.media", "proxy.core.compaction",
+        "proxy.core.tools.toolsearch", "proxy.core.compaction",
         "proxy.services.eventlog.follow"),
 }
 SKIPPED = {module for modules in PLUMBING.values() for module in modules}

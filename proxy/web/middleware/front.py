@@ -45,7 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.core.context.requestctx import RequestContext
 from proxy.services.process.drain import Drain
-from proxy.telemetry.metrics import Metrics
+from proxy.telemetry.metrics import Metrics, RouteSeries
 from proxy.web.errors import ErrorAnswers
 from proxy.web.middleware.access import (
     BODY_SEND,
@@ -173,9 +173,8 @@ class Front:
         seconds = time.perf_counter() - started
         status = answer.status or CLIENT_CLOSED
         route = route_template(scope)
-        metrics = self.metrics
-        if metrics is not None:
-            series = metrics.route(route)
+        series = answer.series()
+        if series is not None:
             if answer.stream:
                 series.stream_closed()
             if context.upstream_sent is not None:
@@ -206,8 +205,8 @@ def _read_headers(scope: Scope) -> tuple[str | None, list[bytes], list[str], lis
 class _Answer:
     """One HTTP request's answer as it leaves: its `send`, and what its end records."""
 
-    __slots__ = ("_echoed", "_first_pending", "_metrics", "_scope", "_send", "cache", "started",
-                 "status", "stream")
+    __slots__ = ("_echoed", "_first_pending", "_metrics", "_scope", "_send", "_series", "cache",
+                 "started", "status", "stream")
 
     def __init__(self, scope: Scope, send: Send, started: float, context: RequestContext,
                  metrics: Metrics | None) -> None:
@@ -216,6 +215,7 @@ class _Answer:
         self.started = started
         self._echoed = (_REQUEST_ID, context.request_id.encode("latin-1"))
         self._metrics = metrics
+        self._series: RouteSeries | None = None
         self.status = 0
         self.cache = "-"
         self.stream = False
@@ -225,9 +225,9 @@ class _Answer:
         if self._first_pending:
             if message.get("body"):
                 self._first_pending = False
-                if self._metrics is not None:
-                    self._metrics.route(route_template(self._scope)).first_byte(
-                        time.perf_counter() - self.started)
+                series = self.series()
+                if series is not None:
+                    series.first_byte(time.perf_counter() - self.started)
         elif message["type"] == "http.response.start":
             message = self._started(message)
         await self._send(message)
@@ -247,6 +247,16 @@ class _Answer:
                 self.stream = self._first_pending = True
             headers.append((name, value))
         headers.append(self._echoed)
-        if self.stream and self._metrics is not None:
-            self._metrics.route(route_template(self._scope)).stream_opened()
+        if self.stream:
+            series = self.series()
+            if series is not None:
+                series.stream_opened()
         return {**message, "headers": headers}
+
+    def series(self) -> RouteSeries | None:
+        """The route's metric series, found once per request (a stream's start, its first
+        bytes and its end each record one: three lookups of the route's template before)."""
+        series = self._series
+        if series is None and self._metrics is not None:
+            series = self._series = self._metrics.route(route_template(self._scope))
+        return series
