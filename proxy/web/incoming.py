@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.requests import HTTPConnection, Request
 
 from proxy.core.errors import NotFound, UnsupportedMediaType
 from proxy.core.policy.origin import is_json
@@ -22,38 +22,8 @@ def tenant(conn: HTTPConnection) -> str:
 async def json_body(request: Request) -> dict[str, Any]:
     """The body as a JSON object (or a 400); on an open proxy it must be declared JSON."""
     require_json(request)
-    body = await read_body(request)
+    body = await request.body()
     return await offload.run(len(body), parse_object, body)  # a large one off the loop
-
-
-async def read_body(request: Request) -> bytes:
-    """The request's whole body, as Starlette's `Request.body()` reads it (the same messages,
-    the same `ClientDisconnect`, kept on the request for any later `body()`), in one loop over
-    `receive`. Starlette's reads it through an async generator under `aclosing` (a generator
-    made, registered with the loop and closed, three steps for one message): a create's two
-    reads cost 3.1 µs that way, 0.95 here.
-    """
-    if hasattr(request, "_body"):
-        return request._body
-    if request._stream_consumed:  # read through `request.stream()` already: as Starlette
-        raise RuntimeError("Stream consumed")
-    receive = request.receive
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunk = message.get("body", b"")
-            if chunk:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        elif message["type"] == "http.disconnect":
-            request._is_disconnected = True
-            raise ClientDisconnect()
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    request._stream_consumed = True
-    request._body = body
-    return body
 
 
 def require_json(request: Request) -> None:
