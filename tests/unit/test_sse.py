@@ -4,6 +4,9 @@ line, byte for byte what clients parse (and what a replay of the stored JSON wri
 
 from __future__ import annotations
 
+import cProfile
+import pstats
+
 import pytest
 
 from proxy.core.events.sse import DataDecoder, frames
@@ -37,3 +40,61 @@ def test_an_event_without_its_blank_line_counts_at_the_end() -> None:
     decoder = DataDecoder()
     assert decoder.feed(b"data: last") == []
     assert decoder.flush() == [b"last"]
+
+
+# What vLLM sends (LF only, one `data: ` line an event), and LF-only streams that are not
+# quite that (a comment, `data:` without its space, two `data:` lines, a run of blank lines,
+# an empty payload, another field): the decoder's quick way for the first must not change
+# what it finds in any of them, wherever the reads split.
+VLLM = b"".join(b'data: {"choices":[{"delta":{"content":"%d"}}]}\n\n' % n for n in range(4))
+ODD_STREAMS = [
+    VLLM + b"data: [DONE]\n\n",
+    VLLM + b": ping\n\n" + VLLM,
+    b'data:{"a":1}\n\ndata: {"b":2}\n\n',
+    b'data: {"a":\ndata: 1}\n\ndata: {"b":2}\n\n',
+    b'data: {"a":1}\n\n\n\ndata: {"b":2}\n\n',
+    b"data: \n\ndata: x\n\n",
+    b"event: e\ndata: {}\n\n" + VLLM,
+    b"id: 3\n\n" + VLLM,
+]
+
+
+def _line_by_line(stream: bytes) -> list[bytes]:
+    """The SSE rules, one line at a time: what the decoder must find in `stream`."""
+    found: list[bytes] = []
+    data: list[bytes] = []
+    for line in stream.split(b"\n")[:-1]:
+        if not line:
+            if data:
+                found.append(b"\n".join(data))
+            data = []
+        elif line.startswith(b"data:"):
+            data.append(line[6:] if line[5:6] == b" " else line[5:])
+    return found
+
+
+@pytest.mark.parametrize("stream", ODD_STREAMS)
+def test_lf_streams_give_their_payloads_wherever_the_reads_split(stream: bytes) -> None:
+    expected = _line_by_line(stream)
+    for cut in range(len(stream) + 1):
+        for second in range(cut, len(stream) + 1, 7):
+            decoder = DataDecoder()
+            got = (decoder.feed(stream[:cut]) + decoder.feed(stream[cut:second])
+                   + decoder.feed(stream[second:]) + decoder.flush())
+            assert got == expected, (cut, second)
+
+
+def test_a_vllm_read_is_cut_without_a_call_per_line() -> None:
+    """A read of vLLM's events is split once and each event sliced once: each line looked at
+    by two or three method calls (strip a CR, is it data, a leading space) made three per
+    event more, ~0.6 µs an event on the per-token path."""
+    events = 20
+    read = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n' * events
+    profile = cProfile.Profile()
+    decoder = DataDecoder()
+    profile.enable()
+    payloads = decoder.feed(read)
+    profile.disable()
+    assert len(payloads) == events
+    calls = sum(row[1] for row in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+    assert calls <= events + 12, calls  # 29 here; 144 line by line
