@@ -34,6 +34,7 @@ import orjson
 from proxy.core.errors import ProxyError, UpstreamTimeout, failure_cause
 from proxy.core.events.assembler import Assembler, Phase
 from proxy.core.events.chatstream import ChatStreamReader
+from proxy.core.events.encoding import encode_events
 from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
 from proxy.services.eventlog.recorder import Recorder
 from proxy.services.fleet.fleet import Call
@@ -137,10 +138,7 @@ class Generation:
                 self._count()
 
     def _encoded(self, events: list[Event]) -> EventBatch:
-        if not self._encode:
-            return []
-        dumps = orjson.dumps
-        return [(event["type"], dumps(event)) for event in events]
+        return encode_events(events) if self._encode else []
 
     async def _finish(self, events: list[Event], encoded: EventBatch) -> None:
         """Record a batch that ends with the terminal event: the events before it go to the
