@@ -5,9 +5,12 @@ line, byte for byte what clients parse (and what a replay of the stored JSON wri
 from __future__ import annotations
 
 import cProfile
+import itertools
 import pstats
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.events.sse import DataDecoder, frames
 
@@ -42,10 +45,10 @@ def test_an_event_without_its_blank_line_counts_at_the_end() -> None:
     assert decoder.flush() == [b"last"]
 
 
-# What vLLM sends (LF only, one `data: ` line an event), and LF-only streams that are not
-# quite that (a comment, `data:` without its space, two `data:` lines, a run of blank lines,
-# an empty payload, another field): the decoder's quick way for the first must not change
-# what it finds in any of them, wherever the reads split.
+# What vLLM sends (LF only, one `data: ` line an event), and streams that are not quite that
+# (a comment, `data:` without its space, two `data:` lines, a run of blank lines, an empty
+# payload, another field, a CR on one line): the decoder's quick way for the first must not
+# change what it finds in any of them, wherever the reads split.
 VLLM = b"".join(b'data: {"choices":[{"delta":{"content":"%d"}}]}\n\n' % n for n in range(4))
 ODD_STREAMS = [
     VLLM + b"data: [DONE]\n\n",
@@ -56,6 +59,7 @@ ODD_STREAMS = [
     b"data: \n\ndata: x\n\n",
     b"event: e\ndata: {}\n\n" + VLLM,
     b"id: 3\n\n" + VLLM,
+    b'data: {"a":1}\r\n\ndata: {"b":2}\n\n' + VLLM,  # a CR on a data line alone
 ]
 
 
@@ -64,6 +68,7 @@ def _line_by_line(stream: bytes) -> list[bytes]:
     found: list[bytes] = []
     data: list[bytes] = []
     for line in stream.split(b"\n")[:-1]:
+        line = line.removesuffix(b"\r")
         if not line:
             if data:
                 found.append(b"\n".join(data))
@@ -99,3 +104,21 @@ def test_a_vllm_read_is_cut_without_a_call_per_line(events: int, most: int) -> N
     assert len(payloads) == events
     calls = sum(row[1] for row in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
     assert calls <= most, calls
+
+
+# Lines an upstream may send, vLLM's own most often; any of them may end in CRLF.
+LINES = st.sampled_from([b'data: {"a":1}', b'data: {"a":1}', b"data: [DONE]", b"", b"", b"",
+                         b'data:{"b":2}', b"data: ", b": ping", b"event: x", b"data:  two"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(LINES, st.booleans()), max_size=30),
+       st.lists(st.integers(min_value=0, max_value=400), max_size=4))
+def test_any_stream_gives_its_payloads_wherever_the_reads_split(
+        lines: list[tuple[bytes, bool]], cuts: list[int]) -> None:
+    stream = b"".join(line + (b"\r\n" if crlf else b"\n") for line, crlf in lines)
+    decoder = DataDecoder()
+    bounds = [0, *sorted(min(cut, len(stream)) for cut in cuts), len(stream)]
+    got = [payload for start, end in itertools.pairwise(bounds)
+           for payload in decoder.feed(stream[start:end])]
+    assert got + decoder.flush() == _line_by_line(stream + b"\n")
