@@ -111,8 +111,15 @@ LINES = st.sampled_from([b'data: {"a":1}', b'data: {"a":1}', b"data: [DONE]", b"
                          b'data:{"b":2}', b"data: ", b": ping", b"event: x", b"data:  two"])
 
 
+# vLLM's shape, each event a data line and its blank line, either of which may end in CRLF.
+EVENTS = st.lists(st.tuples(st.sampled_from([b'data: {"a":1}', b"data: [DONE]"]),
+                            st.booleans()).flatmap(
+    lambda line: st.sampled_from([[line, (b"", False)], [line, (b"", True)]])), max_size=8
+).map(lambda events: [line for event in events for line in event])
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(LINES, st.booleans()), max_size=30),
+@given(st.one_of(st.lists(st.tuples(LINES, st.booleans()), max_size=30), EVENTS),
        st.lists(st.integers(min_value=0, max_value=400), max_size=4))
 def test_any_stream_gives_its_payloads_wherever_the_reads_split(
         lines: list[tuple[bytes, bool]], cuts: list[int]) -> None:
