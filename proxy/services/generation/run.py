@@ -122,9 +122,10 @@ class Generation:
         caller went away) cancels the response and still records its end."""
         # Closed by hand rather than by `contextlib.aclosing` (an object and two coroutines a
         # turn), in its order: the turn's end first, then the reading generator.
-        batches = self._events()
+        batches: AsyncGenerator[list[Event], None] | None = None
         try:
             try:
+                batches = self._events()  # (the start events made: inside, as they were)
                 async for events in batches:
                     encoded = self._encoded(events)
                     if self.recorder is not None:
@@ -141,7 +142,8 @@ class Generation:
                     await self._tasks.shielded(self._abandon(), name="turn-abandon")
                 self._count()
         finally:
-            await batches.aclose()
+            if batches is not None:
+                await batches.aclose()
 
     def _encoded(self, events: list[Event]) -> EventBatch:
         return encode_events(events) if self._encode else []
