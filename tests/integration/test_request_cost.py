@@ -32,11 +32,13 @@ from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 2,990 (JSON) and 3,620-3,720 (stream), with the body read in one loop, no async
-# generator for metering or the turn's drain and lease, no media walk for an input without
-# media, and the upstream call's error mappings plain context managers (3,085-3,090 and
-# 3,620-3,740 before); before that 3,060-3,080 and 3,700-3,800, with one timer per body,
-# the admitted call copied and the only replica chosen without the balancer
+# these: MEASURED_PLACEHOLDER, with the body read without metering's or the turn's drain and
+# lease's async generators, no media walk for an input without media, the upstream call's
+# error mappings plain context managers, vLLM's reads cut whole, each chunk handled inline and
+# a content fragment straight to its message, the start events' response encoded once and a
+# generator less per batch (3,085-3,090 and 3,620-3,940 before); before that 3,060-3,080 and
+# 3,700-3,800, with one timer per body, the admitted call copied and the only replica chosen
+# without the balancer
 # (3,095 and 3,725-3,820 before); before that, with Starlette's error layers and endpoint
 # wrappers gone, 4 tasks fewer per request, one timer per stream, and the store's writes no
 # longer encoding and parsing the final object twice (3,530 and 4,260-4,470 before); the

@@ -61,8 +61,9 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "logprobs and summaries (not asked)": (
         "proxy.core.events.assembler.item", "proxy.core.events.assembler.usage",
         "proxy.core.events.assembler.logprobs", "proxy.core.events.summaries"),
-    "the SSE wire format, both ways (chatstream.py decodes with it, eventstream.py frames)": (
-        "proxy.core.events.sse",),
+    "the SSE wire format, both ways (chatstream.py decodes with it, eventstream.py frames), "
+    "and events to their JSON (run.py encodes with it)": (
+        "proxy.core.events.sse", "proxy.core.events.encoding"),
     "the store's machinery behind `RedisStore`'s methods: the protocol, key names, script "
     "arguments and replies, pipelining (on its held connection), failures, the budget "
     "headroom, its conversation half": (

@@ -11,6 +11,7 @@ from proxy.core.events.assembler import Assembler
 from proxy.core.ids import counter_ids
 from proxy.services.generation.run import Generation
 from proxy.services.process.loops import TaskSet
+from proxy.store.base import StoredEvent
 from tests.support.assembly import CREATED_AT, base_response
 
 ROLE = b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
@@ -58,9 +59,25 @@ def kinds(batch: list[tuple[str, bytes]]) -> list[str]:
     return [kind for kind, _ in batch]
 
 
-async def batches_of(upstream: Upstream) -> list[list[str]]:
+class Recorder:
+    """A stored turn's recorder, as the turn sees it: events added, then the end written."""
+
+    def __init__(self) -> None:
+        self.added: list[str] = []
+        self.ended: str | None = None
+
+    def add(self, events: list[dict[str, object]], encoded: list[tuple[str, bytes]]) -> None:
+        self.added += kinds(encoded)
+
+    async def finish(self, final: dict[str, object], terminal: StoredEvent | None) -> None:
+        assert terminal is not None
+        self.ended = terminal.type
+
+
+async def batches_of(upstream: Upstream, recorder: Recorder | None = None) -> list[list[str]]:
     assembler = Assembler(base_response(), ids=counter_ids(), clock=lambda: CREATED_AT)
-    turn = Generation(Call(upstream), assembler, TaskSet())  # type: ignore[arg-type]
+    turn = Generation(Call(upstream), assembler, TaskSet(),  # type: ignore[arg-type]
+                      recorder=recorder)  # type: ignore[arg-type]
     out: list[list[str]] = []
     async for batch in turn.run():
         out.append(kinds(batch))
@@ -92,6 +109,17 @@ async def test_buffered_bytes_that_make_no_event_still_send_the_start_events() -
 
 async def test_a_buffered_whole_answer_sends_its_start_events_before_its_end() -> None:
     # The terminal batch waits for the stored final write; the start events go first.
-    out = await batches_of(Upstream([ROLE + TEXT + END], buffered=True))
+    recorder = Recorder()
+    out = await batches_of(Upstream([ROLE + TEXT + END], buffered=True), recorder)
     assert out[0] == ["response.created", "response.in_progress"]
     assert out[1][-1] == "response.completed" and len(out) == 2
+    assert recorder.added == out[0] + out[1][:-1] and recorder.ended == "response.completed"
+
+
+async def test_a_buffered_whole_answer_not_stored_is_one_batch() -> None:
+    # Nothing to wait for before the end: the whole answer leaves in one write, not two.
+    out = await batches_of(Upstream([ROLE + TEXT + END], buffered=True))
+    assert out == [["response.created", "response.in_progress", "response.output_item.added",
+                    "response.content_part.added", "response.output_text.delta",
+                    "response.output_text.done", "response.content_part.done",
+                    "response.output_item.done", "response.completed"]]

@@ -115,23 +115,41 @@ class Assembler(ResponseState):
         delta = choice.get("delta")
         if delta:
             self.deltas += 1
-            reasoning = delta.get("reasoning")
-            if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
-                reasoning = delta.get("reasoning_content")
-            if reasoning and self._reason(reasoning, events):
-                return events
+            item = self._open
             content = delta.get("content")
-            # `logprobs`: null unless the request included them (then this content's share)
-            if content and self._stream(_MESSAGE, content, events, choice.get("logprobs") and
-                                        content_logprobs(choice["logprobs"], content, delta)):
-                return events
-            calls = delta.get("tool_calls")
-            if calls and self._tool_calls(calls, events):
+            # The per-token cases: a fragment alone continuing the open item of its kind
+            # (content without logprobs, or reasoning). What the general way (`_delta`) comes
+            # to, without its lookups and calls (~0.3 µs a token).
+            if item is not None and len(delta) == 1 and (
+                    content and item.kind is _MESSAGE and not choice.get("logprobs")):
+                item.delta(content, events)
+            elif item is not None and len(delta) == 1 and content is None and \
+                    item.kind is _REASONING and (
+                        reasoning := delta.get("reasoning") or delta.get("reasoning_content")):
+                self._reasoned += 1
+                item.delta(reasoning, events)
+            elif self._delta(choice, delta, content, events):
                 return events
         finish = choice.get("finish_reason")
         if finish:
             self._finished(finish, events)
         return events
+
+    def _delta(self, choice: dict[str, Any], delta: dict[str, Any], content: Any,
+               events: list[Event]) -> bool:
+        """A chunk's delta, in its order: reasoning, content, tool calls. Whether an MCP call
+        now waits (then the rest of the chunk is not read)."""
+        reasoning = delta.get("reasoning")
+        if reasoning is None:  # vLLM before PR #27752 named it reasoning_content
+            reasoning = delta.get("reasoning_content")
+        if reasoning and self._reason(reasoning, events):
+            return True
+        # `logprobs`: null unless the request included them (then this content's share)
+        if content and self._stream(_MESSAGE, content, events, choice.get("logprobs") and
+                                    content_logprobs(choice["logprobs"], content, delta)):
+            return True
+        calls = delta.get("tool_calls")
+        return self._tool_calls(calls, events) if calls else False
 
     def _reason(self, text: str, events: list[Event]) -> bool:
         self._reasoned += 1

@@ -54,10 +54,14 @@ class ResponseState(Machine):
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, *, background: bool = False) -> list[Event]:
         """First events: created + in_progress, or created + queued for a background job."""
+        # Both carry one response object, encoded once for both (core/events/encoding.py).
         if background:
             self.status = t.S_QUEUED
-            return [self._lifecycle(t.CREATED), self._lifecycle(t.QUEUED)]
-        return [self._lifecycle(t.CREATED), self._lifecycle(t.IN_PROGRESS), *self._prefaced()]
+            response = self.snapshot()
+            return [self._lifecycle(t.CREATED, response), self._lifecycle(t.QUEUED, response)]
+        response = self.snapshot()
+        return [self._lifecycle(t.CREATED, response), self._lifecycle(t.IN_PROGRESS, response),
+                *self._prefaced()]
 
     def preface(self, item: Item) -> None:
         """A compaction item made before the upstream call (core/compaction.py): first in the
@@ -153,8 +157,9 @@ class ResponseState(Machine):
         events.append({"type": kind, "sequence_number": self._seq.take(), "response": final})
         return events
 
-    def _lifecycle(self, kind: str) -> Event:
-        return {"type": kind, "sequence_number": self._seq.take(), "response": self.snapshot()}
+    def _lifecycle(self, kind: str, response: ResponseObject | None = None) -> Event:
+        return {"type": kind, "sequence_number": self._seq.take(),
+                "response": self.snapshot() if response is None else response}
 
     # -- opening and closing items -------------------------------------------------------------
     def _begin(self, item: _Opened, events: list[Event]) -> _Opened:
