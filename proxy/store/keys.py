@@ -165,10 +165,11 @@ def response_input(response_id: str) -> str:
 
 def response_log(response_id: str) -> str:
     """The event log: a stream whose entry ids are `1-<sequence_number of the entry's last
-    event>`, so Redis itself refuses an out-of-order or duplicated entry, and `starting_after=N`
-    is a plain XRANGE from `(1-N`: its first entry is the one holding N + 1 (it may start at or
-    before N: the reader skips those events). Several events per entry: one XADD per stream and
-    flush, not one per token (store/lua/packing.py)."""
+    inline event>`, so Redis itself refuses an out-of-order or duplicated entry, and
+    `starting_after=N` is a plain XRANGE from `1-N`: the entry `1-N` holds N + 1 only when that
+    is the terminal event by reference (F_FIRST's note), the next one holds N + 1 otherwise (it
+    may start at or before N: the reader skips those events). Several events per entry: one
+    XADD per stream and flush, not one per token (store/lua/packing.py)."""
     return f"rp:{_slotted(response_id)}:log"
 
 

@@ -320,12 +320,15 @@ class RedisStore(RedisConversations):
         obj, length = _final_object(response, terminal)
         # Events byte-identical to an object the record keeps go as references (keys.py, "the
         # event log's references"): the create-time one's two, the terminal's.
-        write = final_write(events, terminal, self._firsts.get(rid), length)
-        if write.obj is not None:
-            obj, length = write.obj, 0  # the terminal is not sent: its object is, once
+        blob, head, final = b"", b"", b""
+        if logged:  # (a stored JSON answer has no log)
+            write = final_write(events, terminal, self._firsts.get(rid), length)
+            if write.obj is not None:
+                obj, length = write.obj, 0  # the terminal is not sent: its object is, once
+            blob = packed(write.inline) if write.inline else b""
+            head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
-                           packed(write.inline) if write.inline else b"", tenant, length,
-                           write.head, write.final]
+                           blob, tenant, length, head, final]
         with store_errors():
             reply = await self._waited(self._finish, keys_, args)
         self._firsts.forget(rid)

@@ -9,7 +9,9 @@ Run on every backend (conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,11 @@ import orjson
 import pytest
 
 from proxy.core import types as t
+from proxy.core.events.replay import events_from_response
 from proxy.core.shardtags import tag_of
+from proxy.services.eventlog.follow import Followers
+from proxy.services.responses.stored import StoredResponses
+from proxy.settings import StreamSettings
 from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.lua.packing import packed
@@ -218,3 +224,67 @@ async def test_the_previous_release_reader_sees_a_gap_never_a_referenced_event(
         assert count != last.seq + 1, name  # a gap: rebuilt from the final object
         # this release counts it whole
         assert await store.log_extent(an_id) == (len(log), log[-1])
+
+
+def previous_store(store: RedisStore) -> Any:
+    """7423023's `RedisStore` (its redis.py reading with its decoding.py), on `store`'s client."""
+    decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
+    current = sys.modules["proxy.store.lua.decoding"]
+    sys.modules["proxy.store.lua.decoding"] = decoding
+    try:
+        redis_module = previous_module("proxy/store/redis.py", "previous_redis")
+    finally:
+        sys.modules["proxy.store.lua.decoding"] = current
+    return redis_module.RedisStore(store.client, sharded=store.sharded)
+
+
+@pytest.mark.parametrize("carried_from", [0, 4], ids=["both", "final only"])
+async def test_the_previous_release_replays_a_finished_log_rebuilt_from_its_final_object(
+        store: RedisStore, carried_from: int) -> None:
+    """The replay service over 7423023's store: a log with references is a log with a gap, so
+    its replay is the one rebuilt from the final object (core/events/replay.py), valid events
+    from `response.created` to the terminal one, whatever `starting_after`."""
+    old = previous_store(store)
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)
+    if carried_from:
+        await store.append_events({rid("1"): log[:carried_from]}, ttl=EVENT_TTL)
+    await finished(store, rid("1"), log, carried_from=carried_from)
+    record = await old.get_response(TENANT, rid("1"))
+    replays = StoredResponses(old, Followers(old), StreamSettings())
+    final = orjson.loads(log[-1].data)["response"]
+    rebuilt = [orjson.dumps(event) for event in events_from_response(final)]
+    for after in (-1, 0, 1, 2, len(log) - 1):
+        sent = [data for batch in [b async for b in replays.replay_record(record, after)]
+                for _kind, data in batch]
+        assert sent == [e for e in rebuilt if orjson.loads(e)["sequence_number"] > after]
+    await old.aclose()
+
+
+async def test_a_previous_release_follower_gets_each_inline_event_and_the_terminal_rebuilt(
+        store: RedisStore) -> None:
+    """A live follower on a 7423023 instance of a response this release ends: the events it
+    reads are the ones sent; the terminal, a reference it cannot read, comes after its idle
+    wait, rebuilt from the final object, numbered to follow what it had."""
+    old = previous_store(store)
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:4]}, ttl=EVENT_TTL)
+    record = await old.get_response(TENANT, rid("1"))
+    replays = StoredResponses(old, Followers(old, block_ms=20), StreamSettings(follow_idle=0.3))
+    sent: list[bytes] = []
+
+    async def follow() -> None:
+        async for batch in replays.replay_record(record, -1):
+            sent.extend(data for _kind, data in batch)
+
+    following = asyncio.create_task(follow())
+    for _ in range(100):  # bounded: until it has read what was flushed
+        if len(sent) >= 4:
+            break
+        await asyncio.sleep(0.02)
+    await finished(store, rid("1"), log, carried_from=4)
+    await asyncio.wait_for(following, timeout=10)
+    assert sent[:-1] == [e.data for e in log[:-1]]
+    assert orjson.loads(sent[-1]) == orjson.loads(log[-1].data)
+    await old.aclose()

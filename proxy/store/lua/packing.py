@@ -18,6 +18,8 @@ Packed, an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 
 a stream's entries are joined by byte 3. None of the bytes 0-4 can occur inside: JSON escapes
 every control character, and types and numbers are plain ASCII. The script stores the parts as
 ranges of its argument, never an event apart.
+The final write may also mark its first and last entries with events held by reference to the
+record's objects (fields h and f: keys.py, "the event log's references"; references.py).
 """
 
 from __future__ import annotations
