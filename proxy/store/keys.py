@@ -119,9 +119,10 @@ F_EXTRA: Final = "extra"
 # answer's bytes sent to Redis and of its memory there. So an event whose JSON is exactly
 # `{"type":<t>,"sequence_number":<n>,"response":<object>}` with the object byte-identical to one
 # the record keeps (compared by the writer at write time) is kept as a reference to it:
-# - `first`: the create-time object, written once by the create of a streamed foreground
-#   response (the object it sends anyway); dropped by the final write unless the log refers
-#   to it.
+# - `first`: the create-time object, which the record's `obj` holds until the final write
+#   replaces it: that write keeps it here when the log refers to it (moved inside Redis, not
+#   sent again; at the create it would cost every stream's create a copy, on a burst's path,
+#   for the streams whose head a flush writes inline anyway).
 # - entry field `E_HEAD` (h) on the log's first entry: the types of the response's first two
 #   events (`response.created`, `response.in_progress`, seq 0 and 1), joined by 0x01, held as
 #   references to `first`; the entry's own events follow them. Always the two or none (see

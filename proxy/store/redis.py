@@ -162,8 +162,8 @@ class RedisStore(RedisConversations):
                    for item_id in item_ids(input_items)]]
         obj = orjson.dumps(record.response)
         if record.logged and not events:
-            # A streamed foreground create: the script keeps it as `first`, which its final
-            # write's first two events may refer to (references.py compares them).
+            # A streamed foreground create: its final write's first two events may refer to
+            # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
             self._firsts.remember(rid, obj)
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, obj,
@@ -320,15 +320,16 @@ class RedisStore(RedisConversations):
         obj, length = _final_object(response, terminal)
         # Events byte-identical to an object the record keeps go as references (keys.py, "the
         # event log's references"): the create-time one's two, the terminal's.
-        blob, head, final = b"", b"", b""
+        blob, head, final, first = b"", b"", b"", None
         if logged:  # (a stored JSON answer has no log)
-            write = final_write(events, terminal, self._firsts.get(rid), length)
+            first = self._firsts.get(rid)
+            write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
             blob = packed(write.inline) if write.inline else b""
             head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
-                           blob, tenant, length, head, final]
+                           blob, tenant, length, head, final, len(first) if head and first else 0]
         with store_errors():
             reply = await self._waited(self._finish, keys_, args)
         self._firsts.forget(rid)

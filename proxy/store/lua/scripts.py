@@ -168,14 +168,8 @@ local sec = tonumber(clock[1])
 local held = ledger_held(KEYS[5], sec)
 local budget = tonumber(ARGV[14])
 if budget > 0 and held >= budget then return {0, held} end
-if ARGV[7] == '1' and #ARGV < 15 then  -- a streamed foreground create: `first` (keys.py)
-  redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
-             'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10],
-             'first', ARGV[5])
-else
-  redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
-             'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
-end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'tenant', ARGV[4], 'obj', ARGV[5],
+           'parents', ARGV[6], 'logged', ARGV[7], 'closed', ARGV[8], 'replica', ARGV[10])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[9], 'EX', ARGV[1])
 -- `record_bytes` of what was just written, from the arguments (three reads fewer)
@@ -307,16 +301,18 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # CREATE_RESPONSE; a record of another tenant than the one named is an error, nothing written.
 # KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
-#       tenant, obj's length ('0': none), head, final
+#       tenant, obj's length ('0': none), head, final, create-time object's length
 # With the obj's length, obj is '' and the object is the terminal event's `response`, the last
 # bytes of the packed events but their closing brace (store/redis.py `_final_object`): sent once,
 # not twice (it is most of the final write's bytes), and never parsed here.
 # `head` and `final` ('' for none): the events the proxy found byte-identical to a reference
 # (keys.py, "the event log's references"), left out of the packed events: the types of the
-# first two (`first`'s), written as field h of the first entry, and the terminal's (`obj`'s),
-# field f of the last. A log already begun (a flush landed though its reply was lost) holds its
-# head inline: no h then. A last entry already in the log (the same) gets the terminal inline,
-# made here. Without h, the create-time object (`first`) is emptied: nothing refers to it.
+# first two, written as field h of the first entry, and the terminal's (`obj`'s), field f of
+# the last. The head refers to the create-time object: the record's `obj` until this write,
+# kept as `first` (its length checked against the one the proxy compared: a record rewritten
+# since, which no foreground path does, is an error, nothing written). A log already begun (a
+# flush landed though its reply was lost) holds its head inline: no h then. A last entry
+# already in the log (the same) gets the terminal inline, made here.
 # The events are packed as APPEND_EVENTS_MANY packs them (log entries in one argument,
 # store/lua/packing.py), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
@@ -329,8 +325,7 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # stored obj} when refused, or {1, status} (the caller has the object it wrote).
 FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
 -- Read at once: what the append and the ledger would each read again (two commands fewer).
-local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until',
-                         'logged')
+local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
 local status, tenant = state[1], state[2]
 if not status then return false end
 if tenant and tenant ~= ARGV[7] then
@@ -355,12 +350,15 @@ if #blob > 0 then
     if ARGV[10] ~= '' then marks.f = ARGV[10] end
   end
   if marks and marks.h then
+    local first = redis.call('HGET', KEYS[1], 'obj')
+    if #first ~= tonumber(ARGV[11]) then
+      return redis.error_reply('ERR the create-time object was rewritten')
+    end
     local _, seps = string.gsub(marks.h, '\1', '')
     redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1',
-               'head', seps + 1)
+               'first', first, 'head', seps + 1)
   else
-    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1',
-               'first', '')
+    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
   end
   local _, top = append_packed(KEYS[1], KEYS[3], blob, last, marks)
   if marks and marks.f and not marks.done then
@@ -368,8 +366,6 @@ if #blob > 0 then
                .. '","sequence_number":' .. (top + 1) .. ',"response":' .. obj .. '}')
   end
   redis.call('EXPIRE', KEYS[3], ARGV[4])
-elseif state[6] == '1' then
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'first', '')
 else
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1')
 end
