@@ -69,7 +69,7 @@ from proxy.store.lua.packing import (
     packed,
     packed_calls,
 )
-from proxy.store.lua.references import FirstObjects, final_write
+from proxy.store.lua.references import FirstObjects, final_write, packed_final
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
@@ -326,7 +326,7 @@ class RedisStore(RedisConversations):
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
-            blob = packed(write.inline) if write.inline else b""
+            blob = packed_final(write.inline)
             head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
                            blob, tenant, length, head, final, len(first) if head and first else 0]

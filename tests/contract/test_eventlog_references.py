@@ -303,3 +303,12 @@ async def test_a_previous_release_follower_gets_each_inline_event_and_the_termin
     assert sent[:-1] == [e.data for e in log[:-1]]
     assert orjson.loads(sent[-1]) == orjson.loads(log[-1].data)
     await old.aclose()
+
+
+async def test_a_short_answer_final_write_is_one_entry(store: RedisStore) -> None:
+    # One stream node in Redis instead of one per 16 events (references.py, MAX_FINAL_EVENTS)
+    start, log = answer(rid("1"), 20)
+    await streamed(store, rid("1"), start)
+    await finished(store, rid("1"), log)
+    assert await entries(store, rid("1")) == 1
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)

@@ -11,6 +11,16 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from proxy.store.base import StoredEvent
+from proxy.store.lua.packing import packed
+
+# The final write's events go as one log entry within these bounds (packing.py's cut beyond):
+# Redis keeps a stream in nodes that close past 4 KiB (stream-node-max-bytes) and are each
+# allocated at 4 KiB or more, so a short answer's final write cut into entries of 16 events
+# (two, for a 16-token answer) took two nodes: ~9.4 KB of the ~12.5 KB a stored short answer
+# held in Redis, and one entry holds it in one node sized to it (~5 KB). One such entry per
+# log: a reader's page (pages.py) grows by at most its size.
+MAX_FINAL_EVENTS = 64
+MAX_FINAL_BYTES = 16 * 1024
 
 
 class FinalWrite(NamedTuple):
@@ -78,3 +88,18 @@ class FirstObjects:
 
     def forget(self, response_id: str) -> None:
         self._by_id.pop(response_id, None)
+
+
+def packed_final(events: Sequence[StoredEvent]) -> bytes:
+    """The final write's inline events (ascending) packed as packing.py packs them, as one
+    entry when they run consecutively within the bounds above."""
+    if not events:
+        return b""
+    first, end = events[0], events[-1]
+    if (len(events) > MAX_FINAL_EVENTS or end.seq - first.seq != len(events) - 1
+            or sum(len(event.data) for event in events) > MAX_FINAL_BYTES):
+        return packed(events)
+    records = b"\x01".join([b"%s\x00%s" % (event.type.encode(), event.data)
+                             for event in events[:-1]])
+    return b"%d\x04%d\x04%s\x04%s\x04%s" % (first.seq, end.seq, records, end.type.encode(),
+                                            end.data)
