@@ -132,14 +132,16 @@ F_EXTRA: Final = "extra"
 #   write puts it on the entry of the events it carries (it makes no reference when it carries
 #   none: the terminal is then inline). `obj` never changes once final, so the reference holds.
 #   A reader of this release reads from the entry whose id is `after` itself (it may hold
-#   after + 1 by reference).
+#   after + 1 by reference); a live tail (XREAD) reads past it, its position having come from
+#   that very entry or, on the writing instance, with the terminal event (writer.py).
 # A reader of the earlier release (7423023) reads t, d and e only: it never sends a reference
 # as an event, it sees a gap. Its count (XLEN + extra) falls short by the head's two or, with no
 # head, exceeds the log's last inline event by the terminal's one; with both, short by one: never
 # equal to the last inline seq + 1 (which a head of one event with a terminal would make it),
-# so it rebuilds a finished response's replay from the final object (services/responses/
-# stored.py), and a live follower of it, finding no terminal event in the log, reads the record
-# after `--follow-idle` and ends with the terminal event rebuilt from the final object.
+# so it rebuilds a finished response's replay from the final object
+# (services/responses/stored.py), and a live follower of it, finding no terminal event in the
+# log, reads the record after `streams.follow_idle` and ends with the terminal event rebuilt
+# from the final object.
 F_FIRST: Final = "first"
 F_HEAD: Final = "head"
 E_HEAD: Final = b"h"
