@@ -324,8 +324,14 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # A late completion after a cancel is refused (and appends nothing). Returns nil, {0, status,
 # stored obj} when refused, or {1, status} (the caller has the object it wrote).
 FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
--- Read at once: what the append and the ledger would each read again (two commands fewer).
-local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
+-- Read at once: what the append and the ledger would each read again (two commands fewer),
+-- and the create-time object when the head may refer to it.
+local state
+if ARGV[9] ~= '' then
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until', 'obj')
+else
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
+end
 local status, tenant = state[1], state[2]
 if not status then return false end
 if tenant and tenant ~= ARGV[7] then
@@ -350,7 +356,7 @@ if #blob > 0 then
     if ARGV[10] ~= '' then marks.f = ARGV[10] end
   end
   if marks and marks.h then
-    local first = redis.call('HGET', KEYS[1], 'obj')
+    local first = state[6]
     if #first ~= tonumber(ARGV[11]) then
       return redis.error_reply('ERR the create-time object was rewritten')
     end
