@@ -97,7 +97,7 @@ def packed_final(events: Sequence[StoredEvent]) -> bytes:
         return b""
     first, end = events[0], events[-1]
     if (len(events) > MAX_FINAL_EVENTS or end.seq - first.seq != len(events) - 1
-            or sum(len(event.data) for event in events) > MAX_FINAL_BYTES):
+            or sum([len(event.data) for event in events]) > MAX_FINAL_BYTES):
         return packed(events)
     records = b"\x01".join([b"%s\x00%s" % (event.type.encode(), event.data)
                              for event in events[:-1]])
