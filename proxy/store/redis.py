@@ -161,10 +161,6 @@ class RedisStore(RedisConversations):
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
         obj = orjson.dumps(record.response)
-        if record.logged and not events:
-            # A streamed foreground create: its final write's first two events may refer to
-            # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
-            self._firsts.remember(rid, obj)
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, obj,
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
@@ -178,6 +174,10 @@ class RedisStore(RedisConversations):
         if not written:
             self._headroom.forget(tenant)
             raise storage_exceeded(budget, held + budget - room)
+        if record.logged and not events:
+            # A streamed foreground create: its final write's first two events may refer to
+            # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
+            self._firsts.remember(rid, obj)
         if self._ledgers is not None:
             self._ledgers.note(tenant, tag, held + size[0])
         else:
