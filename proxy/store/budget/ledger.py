@@ -103,8 +103,11 @@ local function ledger_set(ledger, record, now, size, ends, old)
         redis.call('HDEL', ledger, old[2])
       end
     end
-    if counts then
-      redis.call('HINCRBY', ledger, bucket, size)
+    if counts and redis.call('HINCRBY', ledger, bucket, size) > size then
+      -- The bucket held bytes already (most writes: a bucket is a 30th of the TTL wide): the
+      -- ledger has the TTL the write that counted them there gave it, as above.
+      redis.call('HSET', record, 'bytes', size, 'until', bucket)
+      return
     end
   end
   if counts then
