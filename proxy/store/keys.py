@@ -31,11 +31,13 @@ Invariants (docs/design.md, "Redis"):
 Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one):
 
     rp:{T}                  HASH    status | tenant | obj | parents | logged | closed |
-                                    replica | last | extra | bytes | until
+                                    replica | last | extra | first | head | bytes | until
     rp:{T}:in               STRING  the request's input items, one JSON array
     rp:{T}:log              STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
                                     of that event and, for a run of events, e: the ones before
-                                    it, `<type> 0x00 <JSON>` joined by 0x01 (store/lua/packing.py)
+                                    it, `<type> 0x00 <JSON>` joined by 0x01 (store/lua/packing.py);
+                                    h / f: events held as references to the hash's `first` /
+                                    `obj` (below, "the event log's references")
     rp:{T}:reaper           STRING  who closes the response whose lease expired
     ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
                                     output) or `i:<resp_id>` (in its input items), for
@@ -108,12 +110,46 @@ F_LOGGED: Final = "logged"
 F_CLOSED: Final = "closed"
 # The log's events beyond one per entry (absent: none): XLEN + this is how many events it holds,
 # which tells a whole log from one with a gap (`log_extent`). Entries of an earlier release
-# hold one event each and count in XLEN alone, so a log that mixes both counts right.
+# hold one event each and count in XLEN alone, so a log that mixes both counts right. It also
+# counts the terminal event an entry holds by reference (`E_FINAL`), not the head's (`F_HEAD`).
 F_EXTRA: Final = "extra"
 # "1" once someone on another instance than the writer's followed the log live (scripts.py
 # MARK_FOLLOWED): the writer then writes the stream's events every flush window rather than
 # holding them back for longer log entries (services/eventlog/writer.py). Absent: nobody did.
 F_FOLLOWED: Final = "followed"
+# The event log's references. A stored stream's object travelled and was kept several times:
+# as the record, inside `response.created` and `response.in_progress` (the create-time object),
+# and inside the terminal event (the final object, also the record's `obj`): most of a short
+# answer's bytes sent to Redis and of its memory there. So an event whose JSON is exactly
+# `{"type":<t>,"sequence_number":<n>,"response":<object>}` with the object byte-identical to one
+# the record keeps (compared by the writer at write time) is kept as a reference to it:
+# - `first`: the create-time object, which the record's `obj` holds until the final write
+#   replaces it: that write keeps it here when the log refers to it (moved inside Redis, not
+#   sent again; at the create it would cost every stream's create a copy, on a burst's path,
+#   for the streams whose head a flush writes inline anyway).
+# - entry field `E_HEAD` (h) on the log's first entry: the types of the response's first two
+#   events (`response.created`, `response.in_progress`, seq 0 and 1), joined by 0x01, held as
+#   references to `first`; the entry's own events follow them. Always the two or none (see
+#   below). `head` in the hash: how many (2), so `log_extent` counts them.
+# - entry field `E_FINAL` (f) on the log's last entry: the type of the terminal event, held as
+#   a reference to `obj`, numbered one above the entry's id (its last inline event): the final
+#   write puts it on the entry of the events it carries (it makes no reference when it carries
+#   none: the terminal is then inline). `obj` never changes once final, so the reference holds.
+#   A reader of this release reads from the entry whose id is `after` itself (it may hold
+#   after + 1 by reference); a live tail (XREAD) reads past it, its position having come from
+#   that very entry or, on the writing instance, with the terminal event (writer.py).
+# A reader of the earlier release (7423023) reads t, d and e only: it never sends a reference
+# as an event, it sees a gap. Its count (XLEN + extra) falls short by the head's two or, with no
+# head, exceeds the log's last inline event by the terminal's one; with both, short by one: never
+# equal to the last inline seq + 1 (which a head of one event with a terminal would make it),
+# so it rebuilds a finished response's replay from the final object
+# (services/responses/stored.py), and a live follower of it, finding no terminal event in the
+# log, reads the record after `streams.follow_idle` and ends with the terminal event rebuilt
+# from the final object.
+F_FIRST: Final = "first"
+F_HEAD: Final = "head"
+E_HEAD: Final = b"h"
+E_FINAL: Final = b"f"
 
 
 def _slotted(object_id: str) -> str:
@@ -136,10 +172,11 @@ def response_input(response_id: str) -> str:
 
 def response_log(response_id: str) -> str:
     """The event log: a stream whose entry ids are `1-<sequence_number of the entry's last
-    event>`, so Redis itself refuses an out-of-order or duplicated entry, and `starting_after=N`
-    is a plain XRANGE from `(1-N`: its first entry is the one holding N + 1 (it may start at or
-    before N: the reader skips those events). Several events per entry: one XADD per stream and
-    flush, not one per token (store/lua/packing.py)."""
+    inline event>`, so Redis itself refuses an out-of-order or duplicated entry, and
+    `starting_after=N` is a plain XRANGE from `1-N`: the entry `1-N` holds N + 1 only when that
+    is the terminal event by reference (F_FIRST's note), the next one holds N + 1 otherwise (it
+    may start at or before N: the reader skips those events). Several events per entry: one
+    XADD per stream and flush, not one per token (store/lua/packing.py)."""
     return f"rp:{_slotted(response_id)}:log"
 
 

@@ -50,6 +50,8 @@ from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
 from proxy.store.lua import scripts
 from proxy.store.lua.decoding import (
+    NO_OBJECTS,
+    Objects,
     entries_events,
     events_of,
     finished_of,
@@ -57,6 +59,7 @@ from proxy.store.lua.decoding import (
     item_ids,
     items_of,
     record_of,
+    referring,
     transition_of,
 )
 from proxy.store.lua.packing import (
@@ -66,6 +69,7 @@ from proxy.store.lua.packing import (
     flush_calls,
     packed,
 )
+from proxy.store.lua.references import FirstObjects, final_write, packed_final
 
 # Re-exported: the other adapters on the store's client import them from here.
 __all__ = ["MAX_EVENTS_PER_CALL", "RedisStore", "read_retrying", "store_errors"]
@@ -104,6 +108,8 @@ class RedisStore(RedisConversations):
         self._delete = client.register_script(scripts.DELETE_RESPONSE)
         self._held = client.register_script(LEDGER_HELD)
         self._hash_keys = HashKeys()  # the flush's keys of the live streams (packing.py)
+        # The create-time objects of the streamed responses created here (references.py).
+        self._firsts = FirstObjects()
         # Creates and final writes of one loop turn share a pipeline (coalesce.py).
         self._coalesced = ScriptCoalescer(client)
         self._headroom = Headroom(time.monotonic)  # one primary: what our creates saw
@@ -155,8 +161,9 @@ class RedisStore(RedisConversations):
         keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
+        obj = orjson.dumps(record.response)
         args: list[Any] = [
-            ttl, event_ttl, record.status, tenant, orjson.dumps(record.response),
+            ttl, event_ttl, record.status, tenant, obj,
             orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
             f"{keys.ITEM_IN_INPUT}:{rid}", room,
@@ -168,6 +175,10 @@ class RedisStore(RedisConversations):
         if not written:
             self._headroom.forget(tenant)
             raise storage_exceeded(budget, held + budget - room)
+        if record.logged and not events:
+            # A streamed foreground create: its final write's first two events may refer to
+            # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
+            self._firsts.remember(rid, obj)
         if self._ledgers is not None:
             self._ledgers.note(tenant, tag, held + size[0])
         else:
@@ -295,7 +306,7 @@ class RedisStore(RedisConversations):
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
-        logged = [*events, terminal] if terminal is not None else list(events)
+        logged = [*events, terminal] if terminal is not None else events
         seqs = [event.seq for event in logged]  # a stream's tail: two dozen events at 0 ms
         if any(map(operator.ge, seqs, seqs[1:])):  # no generator frame per pair
             raise ValueError("finish_response needs its events in ascending sequence order")
@@ -306,13 +317,23 @@ class RedisStore(RedisConversations):
         keys_ = [*_response_keys(rid), keys.stored_bytes(tenant, tag),
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(response.get("output") or ())]]
+        obj: bytes | memoryview
         obj, length = _final_object(response, terminal)
+        # Events byte-identical to an object the record keeps go as references (keys.py, "the
+        # event log's references"): the create-time one's two, the terminal's.
+        blob, head, final, first = b"", b"", b"", None
+        if logged:  # (a stored JSON answer has no log)
+            first = self._firsts.get(rid)
+            write = final_write(events, terminal, first, length)
+            if write.obj is not None:
+                obj, length = write.obj, 0  # the terminal is not sent: its object is, once
+            blob = packed_final(write.inline)
+            head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
-                           packed(logged) if logged else b"", tenant]
-        if length:
-            args.append(length)
+                           blob, tenant, length, head, final, len(first) if head and first else 0]
         with store_errors():
             reply = await self._waited(self._finish, keys_, args)
+        self._firsts.forget(rid)
         return finished_of(reply, response)
 
     async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
@@ -435,16 +456,30 @@ class RedisStore(RedisConversations):
 
     async def read_events(self, response_id: str, *, after: int = -1,
                           limit: int | None = None) -> list[StoredEvent]:
-        # The first entry from `(1-<after>` is the one holding after + 1 (an entry's id is its
-        # last event's), which may also hold events up to `after`: skipped. `limit` entries
-        # hold at least `limit` events, so a page needs no second read; the reply is bounded
-        # by the entries' size (packing.py).
-        start = "-" if after < 0 else f"({keys.log_entry_id(after)}"
+        # From the entry `1-<after>` itself: its id is its last inline event's, and the log's
+        # last entry may hold the next one, the terminal, by reference (keys.py). The next one
+        # holds after + 1, and may also hold events up to `after`: skipped. `limit` entries
+        # after the first hold at least `limit` events, so a page needs no second read; the
+        # reply is bounded by the entries' size (packing.py).
+        start, count = "-", limit
+        if after >= 0:
+            start = keys.log_entry_id(after)
+            count = limit + 1 if limit is not None else None
         entries: Any = await self._read(
             lambda: self._client.xrange(keys.response_log(response_id), min=start, max="+",
-                                        count=limit))
-        events = entries_events(entries, after)
+                                        count=count))
+        objects = await self._objects_for(response_id, entries)
+        events = entries_events(entries, after, objects)
         return events if limit is None else events[:limit]
+
+    async def _objects_for(self, response_id: str, entries: Any) -> Objects:
+        """The record's objects that `entries` refer to (keys.py, "the event log's
+        references"): read only for a log's first and last entries, which a reader meets once."""
+        if not entries or not any(referring(fields) for _id, fields in entries):
+            return NO_OBJECTS
+        first, final = await self._read(lambda: self._client.hmget(
+            keys.response(response_id), keys.F_FIRST, keys.F_OBJECT))
+        return _bytes_or_none(first), _bytes_or_none(final)
 
     async def log_extent(self, response_id: str) -> tuple[int, StoredEvent | None]:
         log_key = keys.response_log(response_id)
@@ -452,13 +487,17 @@ class RedisStore(RedisConversations):
         def queue(pipe: Pipeline) -> None:
             pipe.xlen(log_key)
             pipe.xrevrange(log_key, max="+", min="-", count=1)
-            pipe.hget(keys.response(response_id), keys.F_EXTRA)
+            pipe.hmget(keys.response(response_id), keys.F_EXTRA, keys.F_HEAD)
 
-        count, last, extra = await self._read(lambda: self._pipelined(queue))
+        count, last, (extra, head) = await self._read(lambda: self._pipelined(queue))
         if not last:
             return 0, None
-        # An entry holds one event or more (keys.F_EXTRA counts those beyond one).
-        return int(count) + int(extra or 0), events_of(*last[0])[-1]
+        # An entry holds one event or more (keys.F_EXTRA counts those beyond one, and the
+        # terminal held by reference; keys.F_HEAD the head's references).
+        entry_id, fields = last[0]
+        objects = await self._objects_for(response_id, last)
+        events = events_of(entry_id, fields, int(entry_id[2:]) - 1, objects)
+        return int(count) + int(extra or 0) + int(head or 0), events[-1]
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:
@@ -510,7 +549,8 @@ class RedisStore(RedisConversations):
         for key, entries in reply or ():
             rid = by_key[key]
             # The first entry may start at or before the position (several events per entry).
-            events = entries_events(entries, positions[rid])
+            events = entries_events(entries, positions[rid],
+                                    await self._objects_for(rid, entries))
             if events:
                 found[rid] = events
         return found
@@ -536,6 +576,13 @@ def _final_object(response: ResponseObject, terminal: StoredEvent | None) -> tup
         if data.startswith(head) and data.endswith(b"}"):
             return b"", len(data) - len(head) - 1
     return orjson.dumps(response), 0
+
+
+def _bytes_or_none(value: bytes | str | None) -> bytes | None:
+    """A hash field as read back: b"" (an emptied `first`) and a missing one are None."""
+    if not value:
+        return None
+    return value if isinstance(value, bytes) else value.encode()
 
 
 def _flag(value: bool) -> str:

@@ -136,6 +136,22 @@ async def test_the_ledger_itself_expires_with_its_last_bucket(store: RedisStore)
     assert await store.client.ttl(ledger) > TTL - 5
 
 
+async def test_writes_into_a_bucket_already_counted_leave_the_ledger_outliving_it(
+        store: RedisStore) -> None:
+    # A write into a bucket that holds bytes skips the ledger's TTL read (ledger.py): the write
+    # that counted there first gave the ledger a TTL reaching that bucket's end.
+    for n, ttl in enumerate((TTL, 2, 2, TTL)):  # a far bucket, a near one twice, the far again
+        await create(store, rid(n, like="1"), ttl=ttl)
+    ledger = keys.stored_bytes(TENANT, tag_of(rid("1")))
+    assert await store.client.hlen(ledger) == 2
+    assert await store.client.ttl(ledger) > TTL - 5
+    records = [await store.client.hmget(keys.response(rid(n, like="1")), "bytes", "until")
+               for n in range(4)]
+    buckets = await store.client.hgetall(ledger)
+    assert {until: sum(int(size) for size, u in records if u == until)
+            for _size, until in records} == {k: int(v) for k, v in buckets.items()}
+
+
 async def test_a_key_holding_its_budget_stores_nothing_more(store: RedisStore) -> None:
     first = [message("msg_1", "x" * 100)]
     limited = budgeted(store, response_bytes(rid("1"), first) + 10)

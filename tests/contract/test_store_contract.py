@@ -326,7 +326,8 @@ async def test_the_final_object_travels_once_inside_its_terminal_event(
     assert done.changed and done.response is final
     obj = orjson.dumps(final)
     (args,) = sent
-    assert sum(a.count(obj) for a in args if isinstance(a, bytes)) == 1
+    # (with events carried, the terminal is held by reference: its object goes as a view)
+    assert sum(bytes(a).count(obj) for a in args if isinstance(a, bytes | memoryview)) == 1
     assert await store.client.hget(keys.response(rid("1")), keys.F_OBJECT) == obj
     got = await store.get_response(TENANT, rid("1"))
     assert got is not None and got.response == final and got.closed

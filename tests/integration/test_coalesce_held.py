@@ -267,3 +267,33 @@ async def test_the_event_log_flush_goes_on_the_held_connection(
         assert [e.seq for e in await store.read_events("resp_held1")] == [0, 1, 2, 3]
     finally:
         await store.aclose()
+
+
+async def test_a_batch_goes_out_as_its_commands_not_copied_into_one_string(
+        redis_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each call's packed command is handed to the transport as it is (one vectored write under
+    # uvloop), where a batch was joined first: a copy of every byte of its creates and final
+    # writes before the socket.
+    client = Redis(port=redis_server.port)
+    await client.script_load(ECHO)
+    coalescer = ScriptCoalescer(client)
+    script = client.register_script(ECHO)
+    written: list[list[bytes]] = []
+    try:
+        assert await coalescer(script, [], ["warm"]) == b"warm"  # the held connection taken
+        held = coalescer._held
+        assert held is not None
+        writer = held._writer
+        writelines = writer.writelines
+
+        def recorded(data: Any) -> None:
+            written.append(list(data))
+            writelines(data)
+
+        monkeypatch.setattr(writer, "writelines", recorded)
+        args = [b"x" * 1000, b"y" * 1000, b"z" * 1000]
+        assert await asyncio.gather(*(coalescer(script, [], [a]) for a in args)) == args
+        assert written == [[hiredis.pack_command(("EVALSHA", script.sha, 0, a)) for a in args]]
+    finally:
+        await coalescer.aclose()
+        await client.aclose()

@@ -321,7 +321,7 @@ async def rewritten_by_releases(store: RedisStore, rid: str, old: int) -> None:
     log = await store.read_events(rid)
     log_key, hash_key = keys.response_log(rid), keys.response(rid)
     await store.client.delete(log_key)
-    await store.client.hdel(hash_key, keys.F_EXTRA, "last")
+    await store.client.hdel(hash_key, keys.F_EXTRA, keys.F_HEAD, "last")
     for e in log[:old]:
         await store.client.xadd(log_key, {"t": e.type, "d": e.data}, id=keys.log_entry_id(e.seq))
     if old < len(log):

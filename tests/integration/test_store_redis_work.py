@@ -16,6 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from proxy.services.eventlog.writer import EventLogHub
+from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
@@ -28,7 +29,12 @@ TENANT = "tenant-w"
 # record's bytes within one ledger bucket by one HINCRBY, and the final write read its record's
 # fields at once: 15 and 20. (A final write after a flush also skips reading the log's end: the
 # flush left it in the record.)
-MAX_COMMANDS = {"create": 11, "finish": 15}
+# Then a ledger count in a bucket already holding bytes stopped reading the ledger's TTL (a
+# create in its key's current bucket 11 -> 10, the final write in its create's 15 -> 14), and
+# the final write whose log refers to the create-time object (store/keys.py, "the event log's
+# references") reads it with the record's other fields and writes its carried events as one
+# entry: 14, as the other.
+MAX_COMMANDS = {"create": 10, "finish": 14, "finish, referring": 14}
 
 
 @pytest.fixture
@@ -78,6 +84,24 @@ async def test_a_stored_answer_runs_few_commands_inside_redis(store: RedisStore)
                                        events=[delta(1), delta(2), delta(3)])
     counted["finish"] = await commands_run(client)
     assert done.changed
+    # A short streamed answer's whole log in its final write: created and in_progress of the
+    # create-time object, its deltas, its terminal event.
+    started = {**response, "id": "resp_work2"}
+    await store.create_response(ResponseRecord(started, TENANT, logged=True), [item], ttl=3600,
+                                event_ttl=600, lease_ms=10_000)
+    head = [StoredEvent(seq, kind, orjson.dumps({"type": kind, "sequence_number": seq,
+                                                 "response": started}))
+            for seq, kind in ((0, "response.created"), (1, "response.in_progress"))]
+    ended = {**final, "id": "resp_work2"}
+    await client.config_resetstat()
+    referring = await store.finish_response(
+        ended, StoredEvent(5, "response.completed", orjson.dumps(
+            {"type": "response.completed", "sequence_number": 5, "response": ended})),
+        tenant=TENANT, ttl=3600, event_ttl=600, events=[*head, delta(2), delta(3), delta(4)])
+    counted["finish, referring"] = await commands_run(client)
+    assert referring.changed
+    ((_id, fields),) = await client.xrange(keys.response_log("resp_work2"))
+    assert keys.E_HEAD in fields and keys.E_FINAL in fields
     assert all(counted[k] <= MAX_COMMANDS[k] for k in MAX_COMMANDS), counted
     # What they wrote is still counted right: the ledger holds the record's bytes.
     stored = await store.get_response(TENANT, rid)

@@ -87,6 +87,12 @@ local function ledger_set(ledger, record, now, size, ends, old)
     -- the way out would have.
     if redis.call('HINCRBY', ledger, bucket, size - old_size) < size then
       redis.call('HSET', ledger, bucket, size)
+    else
+      -- The bucket held at least the old count: the ledger existed with the TTL the write
+      -- that counted it there gave it (at least to this bucket's end, running down with it),
+      -- so it needs no TTL read (a command fewer per final write).
+      redis.call('HSET', record, 'bytes', size, 'until', bucket)
+      return
     end
   else
     if was_counted then
@@ -97,8 +103,11 @@ local function ledger_set(ledger, record, now, size, ends, old)
         redis.call('HDEL', ledger, old[2])
       end
     end
-    if counts then
-      redis.call('HINCRBY', ledger, bucket, size)
+    if counts and redis.call('HINCRBY', ledger, bucket, size) > size then
+      -- The bucket held bytes already (most writes: a bucket is a 30th of the TTL wide): the
+      -- ledger has the TTL the write that counted them there gave it, as above.
+      redis.call('HSET', record, 'bytes', size, 'until', bucket)
+      return
     end
   end
   if counts then

@@ -91,7 +91,7 @@ class ScriptCoalescer:
     def _write(self, held: HeldConnection, calls: list[_Call]) -> None:
         """One batch written on the held connection (one round trip)."""
         try:
-            held.send(_packed(calls), calls)
+            held.send(_commands(calls), calls)
         except BaseException as exc:  # a value Redis cannot take, a closed transport
             _fail(calls, exc)
 
@@ -231,23 +231,30 @@ class ScriptCoalescer:
 
 
 def _packed(calls: list[_Call]) -> bytes:
+    """The calls' commands (`_commands`) as one string, for redis-py's connection."""
+    return b"".join(_commands(calls))
+
+
+def _commands(calls: list[_Call]) -> list[bytes]:
     """The calls' EVALSHA commands in Redis's protocol, packed by hiredis (C) as redis-py's own
     sync client does: its asyncio connection packs in Python, argument by argument, and a
     create's script call has twenty-odd (in a cProfile of stored short answers, packing was
     three fifths of the coalesced writes' time). The arguments go as they are: only a
     `bytearray` is refused by hiredis, and looking at each argument for one cost ~3.7 µs per
     create; it is converted when the packing says so. A value of a type Redis cannot take is
-    redis-py's `DataError`, as it would have been."""
+    redis-py's `DataError`, as it would have been. One string per call: the held connection
+    writes them as they are (`writelines`: under uvloop one vectored write, where joining them
+    first copied every byte of a batch's creates and final writes once more)."""
     pack = hiredis.pack_command
     try:
-        return b"".join([pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                               *call.args)) for call in calls])
+        return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
+                for call in calls]
     except TypeError:
         pass
     try:
-        return b"".join([pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                               *[bytes(a) if isinstance(a, bytearray) else a
-                                 for a in call.args])) for call in calls])
+        return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                      *[bytes(a) if isinstance(a, bytearray) else a for a in call.args]))
+                for call in calls]
     except TypeError as exc:
         raise rex.DataError(str(exc)) from exc
 

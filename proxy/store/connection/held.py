@@ -127,11 +127,11 @@ class HeldConnection:
         """Done once the connection went back to the pool."""
         return self._reading
 
-    def send(self, data: bytes, calls: Sequence[Pending]) -> None:
+    def send(self, data: list[bytes], calls: Sequence[Pending]) -> None:
         """Write one batch (`data`: its commands, packed) whose replies go to `calls`, in order.
         Only while `usable`. A transport that refuses the write is a lost connection."""
         try:
-            self._writer.write(data)
+            self._writer.writelines(data)
         except Exception as exc:  # uvloop: RuntimeError on a closed transport
             self._lose(rex.ConnectionError(f"Error while writing to the store: {exc!r}"))
             raise self._lost_by from exc

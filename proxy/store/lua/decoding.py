@@ -34,16 +34,45 @@ def item_ids(items: Sequence[Item]) -> list[str]:
     return [str(item["id"]) for item in items if isinstance(item, dict) and item.get("id")]
 
 
-def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1) -> list[StoredEvent]:
+# The objects an entry's references splice in (keys.py, "the event log's references"): the
+# record's create-time object (`first`) and its final one (`obj`); None where not read.
+Objects = tuple[bytes | None, bytes | None]
+NO_OBJECTS: Objects = (None, None)
+
+
+def referring(fields: dict[bytes, bytes]) -> bool:
+    """The entry holds events by reference: its reader needs the record's objects."""
+    return keys.E_HEAD in fields or keys.E_FINAL in fields
+
+
+def spliced(kind: str, seq: int, obj: bytes) -> bytes:
+    """A referenced event's JSON: the bytes the writer compared it with (store/redis.py)."""
+    return b'{"type":"%s","sequence_number":%d,"response":%s}' % (kind.encode(), seq, obj)
+
+
+def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1,
+              objects: Objects = NO_OBJECTS) -> list[StoredEvent]:
     """The events of one log entry (keys.py, "the event log") with seq > `after`. An entry's id
-    is `1-<its last seq>`, fields t and d its last event and, when it holds more, e the events
-    before it (packing.py); an earlier release's entry is the one-event case, so a log written
-    across a rolling upgrade replays whole."""
+    is `1-<its last inline seq>`, fields t and d its last inline event and, when it holds more, e
+    the events before it (packing.py); an earlier release's entry is the one-event case, so a log
+    written across a rolling upgrade replays whole. h and f: events before and after those, held
+    as references to `objects` (an object not read ends the entry there: a gap, never a
+    broken event)."""
     last = int(entry_id[2:])  # b"1-<seq>"
     end = StoredEvent(last, _type_of(fields[b"t"]), fields[b"d"])
     earlier = fields.get(b"e")
     if earlier is None or last - 1 <= after:
-        return [end] if last > after else []
+        events = [end] if last > after else []
+    else:
+        events = _earlier(earlier, last, after)
+        events.append(end)
+    if len(fields) > 2 + (earlier is not None):  # h or f (keys.py): a log's first or last entry
+        inline = earlier.count(b"\x01") + 2 if earlier is not None else 1
+        return _with_references(events, fields, last, last - inline + 1, after, objects)
+    return events
+
+
+def _earlier(earlier: bytes, last: int, after: int) -> list[StoredEvent]:
     parts = earlier.split(b"\x01")
     seq = last - len(parts)
     skip = after - seq + 1  # events of the entry at or before `after` (a start mid-entry)
@@ -54,15 +83,38 @@ def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1) -> l
         kind, _, data = part.partition(b"\x00")
         events.append(StoredEvent(seq, _type_of(kind), data))
         seq += 1
-    events.append(end)
     return events
 
 
-def entries_events(entries: Any, after: int = -1) -> list[StoredEvent]:
+def _with_references(events: list[StoredEvent], fields: dict[bytes, bytes], last: int,
+                     first_seq: int, after: int, objects: Objects) -> list[StoredEvent]:
+    """`events` (the entry's inline ones from `first_seq`, those after `after`) with the head's
+    references before them and the terminal's after them."""
+    first, final = objects
+    head = fields.get(keys.E_HEAD)
+    if head is not None:
+        kinds = head.split(b"\x01")
+        seq = first_seq - len(kinds)
+        if first is None:
+            if seq > after:
+                return []  # the entry's start is not readable: nothing from it (a gap)
+        else:
+            events[:0] = [StoredEvent(n, kind, spliced(kind, n, first))
+                          for n, kind in enumerate(map(_type_of, kinds), seq) if n > after]
+    kind_bytes = fields.get(keys.E_FINAL)
+    if kind_bytes is not None and final is not None:
+        seq, kind = last + 1, _type_of(kind_bytes)
+        if seq > after:
+            events.append(StoredEvent(seq, kind, spliced(kind, seq, final)))
+    return events
+
+
+def entries_events(entries: Any, after: int = -1,
+                   objects: Objects = NO_OBJECTS) -> list[StoredEvent]:
     """The events of a stream read's entries (XRANGE, XREAD) with seq > `after`, in order."""
     events: list[StoredEvent] = []
     for entry_id, fields in entries or ():
-        events += events_of(entry_id, fields, after)
+        events += events_of(entry_id, fields, after, objects)
     return events
 
 

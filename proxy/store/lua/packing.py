@@ -21,6 +21,8 @@ parts as ranges of its argument. The flush (APPEND_EVENTS_MANY, a flush's hot pa
 entry's five parts as arguments of their own (`stream_args`): Redis hashes every byte of every
 string a script makes, so parts cut out of one argument were hashed twice (scripts.py says
 more).
+The final write may also mark its first and last entries with events held by reference to the
+record's objects (fields h and f: keys.py, "the event log's references"; references.py).
 """
 
 from __future__ import annotations

@@ -55,9 +55,21 @@ end
 # searches per entry, however many events it holds; the parts are ranges of the argument.
 # Returns the events added, how many of those went beyond one per entry (the hash's `extra`,
 # which `log_extent` adds to XLEN to count events), and the new newest seq.
+# `marks` (the final write's, else nil): {h = field h of the blob's first entry or nil, f = field
+# f of its last entry or nil}, the events held by reference (keys.py, "the event log's
+# references"); each is written only on the entry it belongs to (skipped with it).
 _APPEND_ENTRIES: Final = """
-local function append_from(log, blob, pos, stop, last)
+local function xadd_marked(log, id, kind, data, earlier, h, f)
+  local fields = {'t', kind, 'd', data}
+  if earlier then fields[#fields + 1] = 'e'; fields[#fields + 1] = earlier end
+  if h then fields[#fields + 1] = 'h'; fields[#fields + 1] = h end
+  if f then fields[#fields + 1] = 'f'; fields[#fields + 1] = f end
+  redis.call('XADD', log, id, unpack(fields))
+end
+
+local function append_from(log, blob, pos, stop, last, marks)
   local added, extra = 0, 0
+  local start = pos
   while pos < stop do
     local finish = string.find(blob, '\3', pos, true)
     if not finish or finish > stop then finish = stop end
@@ -70,7 +82,17 @@ local function append_from(log, blob, pos, stop, last)
     if top > last then
       local kind, data = string.sub(blob, c + 1, d - 1), string.sub(blob, d + 1, finish - 1)
       if first > last then last = first - 1 end
-      if last >= top - 1 then
+      if marks then
+        local earlier = nil
+        if last < top - 1 then
+          local from = b + 1
+          for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
+          earlier = string.sub(blob, from, c - 1)
+        end
+        local f = finish >= stop and marks.f
+        xadd_marked(log, '1-' .. top, kind, data, earlier, pos == start and marks.h, f)
+        if f then marks.done = true end
+      elseif last >= top - 1 then
         redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
       else
         local from = b + 1
@@ -88,13 +110,15 @@ local function append_from(log, blob, pos, stop, last)
 end
 
 -- One argument of packed entries to a log that may hold some of them (create, final write):
--- the hash's `extra` counts what the new entries hold beyond one event each. `last`: the
--- hash's `last` field when the caller read it (APPEND_EVENTS_MANY's, see there), else the log
--- is read.
-local function append_packed(hash, log, blob, last)
-  local added, extra = append_from(log, blob, 1, #blob + 1, last or last_seq(log))
+-- the hash's `extra` counts what the new entries hold beyond one event each (and a terminal
+-- event held by reference, `marks.f`). `last`: the hash's `last` field when the caller read it
+-- (APPEND_EVENTS_MANY's, see there), else the log is read. Returns the events added and the
+-- log's newest inline seq.
+local function append_packed(hash, log, blob, last, marks)
+  local added, extra, top = append_from(log, blob, 1, #blob + 1, last or last_seq(log), marks)
+  if marks and marks.done then extra = extra + 1 end
   if extra > 0 then redis.call('HINCRBY', hash, 'extra', extra) end
-  return added
+  return added, top
 end
 """
 
@@ -323,10 +347,18 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # CREATE_RESPONSE; a record of another tenant than the one named is an error, nothing written.
 # KEYS: hash, input, log, ledger, output item index key*
 # ARGV: status (terminal), obj, ttl, event_ttl, index location, packed events ('' for none),
-#       tenant [, obj's length]
+#       tenant, obj's length ('0': none), head, final, create-time object's length
 # With the obj's length, obj is '' and the object is the terminal event's `response`, the last
 # bytes of the packed events but their closing brace (store/redis.py `_final_object`): sent once,
 # not twice (it is most of the final write's bytes), and never parsed here.
+# `head` and `final` ('' for none): the events the proxy found byte-identical to a reference
+# (keys.py, "the event log's references"), left out of the packed events: the types of the
+# first two, written as field h of the first entry, and the terminal's (`obj`'s), field f of
+# the last. The head refers to the create-time object: the record's `obj` until this write,
+# kept as `first` (its length checked against the one the proxy compared: a record rewritten
+# since, which no foreground path does, is an error, nothing written). A log already begun (a
+# flush landed though its reply was lost) holds its head inline: no h then. A last entry
+# already in the log (the same) gets the terminal inline, made here.
 # The events are packed as the create's are (log entries in one argument, store/lua/packing.py
 # `packed`), in order. Carrying the stream's pending events here spares a short stream
 # its own flush before the end (services/eventlog/writer.py). An event whose seq is not above the
@@ -338,8 +370,14 @@ return {1, ARGV[1], redis.call('HGET', KEYS[1], 'obj')}
 # A late completion after a cancel is refused (and appends nothing). Returns nil, {0, status,
 # stored obj} when refused, or {1, status} (the caller has the object it wrote).
 FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
--- Read at once: what the append and the ledger would each read again (two commands fewer).
-local state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
+-- Read at once: what the append and the ledger would each read again (two commands fewer),
+-- and the create-time object when the head may refer to it.
+local state
+if ARGV[9] ~= '' then
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until', 'obj')
+else
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
+end
 local status, tenant = state[1], state[2]
 if not status then return false end
 if tenant and tenant ~= ARGV[7] then
@@ -352,11 +390,33 @@ end
 if not ok then
   return {0, status, redis.call('HGET', KEYS[1], 'obj')}
 end
-local obj = ARGV[2]
-if ARGV[8] then obj = string.sub(ARGV[6], #ARGV[6] - tonumber(ARGV[8]), #ARGV[6] - 1) end
-if #ARGV[6] > 0 then
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
-  append_packed(KEYS[1], KEYS[3], ARGV[6], tonumber(state[3]))
+local obj, blob = ARGV[2], ARGV[6]
+local length = tonumber(ARGV[8])
+if length > 0 then obj = string.sub(blob, #blob - length, #blob - 1) end
+if #blob > 0 then
+  local last = tonumber(state[3]) or last_seq(KEYS[3])
+  local marks = nil
+  if ARGV[9] ~= '' or ARGV[10] ~= '' then
+    marks = {}
+    if ARGV[9] ~= '' and last < 0 then marks.h = ARGV[9] end
+    if ARGV[10] ~= '' then marks.f = ARGV[10] end
+  end
+  if marks and marks.h then
+    local first = state[6]
+    if #first ~= tonumber(ARGV[11]) then
+      return redis.error_reply('ERR the create-time object was rewritten')
+    end
+    local _, seps = string.gsub(marks.h, '\1', '')
+    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1',
+               'first', first, 'head', seps + 1)
+  else
+    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
+  end
+  local _, top = append_packed(KEYS[1], KEYS[3], blob, last, marks)
+  if marks and marks.f and not marks.done then
+    redis.call('XADD', KEYS[3], '1-' .. (top + 1), 't', marks.f, 'd', '{"type":"' .. marks.f
+               .. '","sequence_number":' .. (top + 1) .. ',"response":' .. obj .. '}')
+  end
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 else
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1')

@@ -1,0 +1,105 @@
+"""Which events of a final write the log keeps as references to the record's objects (keys.py,
+"the event log's references"), compared byte for byte here, at write time: the events as the
+client was sent them, the objects as the record keeps them. A reference is an event's type
+(its number is its place), so neither its object's bytes travel to Redis again nor are they kept
+there twice: for a short stored answer, two of its three create-time objects and one of its two
+final ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from proxy.store.base import StoredEvent
+from proxy.store.lua.packing import packed
+
+# The final write's events go as one log entry within these bounds (packing.py's cut beyond):
+# Redis keeps a stream in nodes that close past 4 KiB (stream-node-max-bytes) and are each
+# allocated at 4 KiB or more, so a short answer's final write cut into entries of 16 events
+# (two, for a 16-token answer) took two nodes: ~9.4 KB of the ~12.5 KB a stored short answer
+# held in Redis, and one entry holds it in one node sized to it (~5 KB). One such entry per
+# log: a reader's page (pages.py) grows by at most its size.
+MAX_FINAL_EVENTS = 64
+MAX_FINAL_BYTES = 16 * 1024
+
+
+class FinalWrite(NamedTuple):
+    """The final write's log part: `inline` the events packed as they are; `head` the types of
+    the first two events held as references to the create-time object (joined by byte 1, b""
+    for none); `final` the terminal's type when it is held as a reference to the final object
+    (b"" for none), then `obj` its bytes (a view into the terminal event's, not a copy)."""
+
+    inline: list[StoredEvent]
+    head: bytes
+    final: bytes
+    obj: memoryview | None
+
+
+def refers_to(event: StoredEvent, obj: bytes | memoryview) -> bool:
+    """`event` is exactly `{"type":<its type>,"sequence_number":<its seq>,"response":<obj>}`,
+    as the assembler encodes a lifecycle event. Compared in place (no copy of either)."""
+    data = event.data
+    head = b'{"type":"%s","sequence_number":%d,"response":' % (event.type.encode(), event.seq)
+    return (len(data) == len(head) + len(obj) + 1 and data.startswith(head)
+            and data.endswith(b"}") and memoryview(data)[len(head):-1] == obj)
+
+
+def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
+                first: bytes | None, length: int) -> FinalWrite:
+    """The final write's events (`events` carried, then `terminal`) split into references and
+    inline events. `first`: the create-time object this process wrote (None: unknown, no head
+    references); `length`: the final object's length when it is the terminal's `response`
+    (store/redis.py `_final_object`), else 0. The head is the first two events or nothing (an
+    earlier release's reader must find its count off, keys.py); a reference needs an inline
+    event beside it on its entry (an entry's last event is inline: fields t and d)."""
+    inline = list(events)
+    head = b""
+    if (first is not None and len(inline) >= 2 and inline[0].seq == 0 and inline[1].seq == 1
+            and (len(inline) > 2 or terminal is not None)
+            and refers_to(inline[0], first) and refers_to(inline[1], first)):
+        head = b"%s\x01%s" % (inline[0].type.encode(), inline[1].type.encode())
+        del inline[:2]
+    if terminal is None:
+        return FinalWrite(inline, head, b"", None)
+    if length and inline:
+        return FinalWrite(inline, head, terminal.type.encode(),
+                          memoryview(terminal.data)[-length - 1:-1])
+    inline.append(terminal)
+    return FinalWrite(inline, head, b"", None)
+
+
+class FirstObjects:
+    """The create-time objects of the streamed responses this process created, by id, until
+    their final write. Bounded: forgotten whole past `bound` (far more than one process
+    streams at once); a response forgotten, or ended by another instance, keeps its head
+    inline."""
+
+    def __init__(self, bound: int = 8192) -> None:
+        self._by_id: dict[str, bytes] = {}
+        self._bound = bound
+
+    def remember(self, response_id: str, obj: bytes) -> None:
+        if len(self._by_id) >= self._bound:
+            self._by_id.clear()
+        self._by_id[response_id] = obj
+
+    def get(self, response_id: str) -> bytes | None:
+        return self._by_id.get(response_id)
+
+    def forget(self, response_id: str) -> None:
+        self._by_id.pop(response_id, None)
+
+
+def packed_final(events: Sequence[StoredEvent]) -> bytes:
+    """The final write's inline events (ascending) packed as packing.py packs them, as one
+    entry when they run consecutively within the bounds above."""
+    if not events:
+        return b""
+    first, end = events[0], events[-1]
+    if (len(events) > MAX_FINAL_EVENTS or end.seq - first.seq != len(events) - 1
+            or sum([len(event.data) for event in events]) > MAX_FINAL_BYTES):
+        return packed(events)
+    records = b"\x01".join([b"%s\x00%s" % (event.type.encode(), event.data)
+                             for event in events[:-1]])
+    return b"%d\x04%d\x04%s\x04%s\x04%s" % (first.seq, end.seq, records, end.type.encode(),
+                                            end.data)

@@ -1,0 +1,314 @@
+"""The event log's references (proxy/store/keys.py, "the event log's references"): a streamed
+response's first two events and its terminal event, byte-identical to the create-time object
+and the final object the record keeps, are kept in the log as references to them and sent to
+Redis once; every read splices them back byte for byte, from any number. Events that differ stay
+inline. Both directions of a rolling upgrade: this release reads what 7423023 (the previous
+release) wrote with its own scripts, and 7423023's reader, run as that release shipped it,
+never yields a referenced event and finds the gap that makes it rebuild from the final object.
+Run on every backend (conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis.exceptions import ResponseError
+
+from proxy.core import types as t
+from proxy.core.events.replay import events_from_response
+from proxy.core.shardtags import tag_of
+from proxy.services.eventlog.follow import Followers
+from proxy.services.responses.stored import StoredResponses
+from proxy.settings import StreamSettings
+from proxy.store import keys
+from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.lua.packing import packed
+from proxy.store.redis import RedisStore
+from tests.contract.tagged import rid
+from tests.contract.test_eventlog_format import assert_reads_from_every_number, entries
+from tests.contract.test_store_contract import EVENT_TTL, TENANT, TTL, event, message, response
+
+PREVIOUS = "7423023"  # the release before the references: its reader and its scripts
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def previous(path: str) -> str:
+    return subprocess.run(["git", "show", f"{PREVIOUS}:{path}"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def previous_module(path: str, name: str) -> types.ModuleType:
+    """One of 7423023's modules, as it shipped (its imports are today's modules)."""
+    module = types.ModuleType(name)
+    exec(compile(previous(path), f"{PREVIOUS}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def lifecycle(kind: str, seq: int, obj: dict[str, Any]) -> StoredEvent:
+    """A lifecycle event as the assembler encodes it (proxy/core/events/assembler/response.py)."""
+    return StoredEvent(seq, kind, orjson.dumps({"type": kind, "sequence_number": seq,
+                                                "response": obj}))
+
+
+def answer(an_id: str, tokens: int, status: str = "completed",
+           started: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[StoredEvent]]:
+    """A streamed answer's create-time object and its events, terminal last."""
+    start = started or response(an_id)
+    final = response(an_id, status, output=[message("msg_1", "done " * 40, "assistant")])
+    log = [lifecycle(t.CREATED, 0, start), lifecycle(t.IN_PROGRESS, 1, start),
+           *[event(n, note=f"token {n}") for n in range(2, 2 + tokens)]]
+    return start, [*log, lifecycle(f"response.{status}", len(log), final)]
+
+
+async def streamed(store: RedisStore, an_id: str, start: dict[str, Any]) -> None:
+    """A streamed foreground create, as services/responses/create.py makes it."""
+    await store.create_response(ResponseRecord(start, TENANT, logged=True),
+                                [message(f"in_{an_id}", "hi")], ttl=TTL, event_ttl=EVENT_TTL)
+
+
+async def finished(store: RedisStore, an_id: str, log: list[StoredEvent], *,
+                   carried_from: int = 0) -> None:
+    final = orjson.loads(log[-1].data)["response"]
+    done = await store.finish_response(final, log[-1], tenant=TENANT, ttl=TTL,
+                                       event_ttl=EVENT_TTL, events=log[carried_from:-1])
+    assert done.changed
+
+
+async def raw(store: RedisStore, an_id: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    return list(await store.client.xrange(keys.response_log(an_id)))
+
+
+def final_bytes(log: list[StoredEvent]) -> bytes:
+    return orjson.dumps(orjson.loads(log[-1].data)["response"])
+
+
+def stored_bytes(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> bytes:
+    return b"".join(b"".join(fields.values()) for _id, fields in entries)
+
+
+async def test_a_short_answer_keeps_its_objects_once_and_reads_back_byte_identical(
+        store: RedisStore) -> None:
+    start, log = answer(rid("1"), 5)
+    await streamed(store, rid("1"), start)
+    await finished(store, rid("1"), log)
+    got = await raw(store, rid("1"))
+    # created and in_progress refer to `first`, the terminal to `obj`: no object in the log
+    assert got[0][1][keys.E_HEAD] == b"response.created\x01response.in_progress"
+    assert got[-1][1][keys.E_FINAL] == b"response.completed"
+    assert b'"response":' not in stored_bytes(got)
+    record = await store.client.hmget(keys.response(rid("1")), keys.F_FIRST, keys.F_OBJECT,
+                                      keys.F_HEAD)
+    assert record == [orjson.dumps(start), final_bytes(log), b"2"]
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+
+
+async def test_the_create_time_object_is_sent_once_and_the_final_write_sends_no_copy(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    start, log = answer(rid("1"), 3)
+    sent: list[list[Any]] = []
+    waited = store._waited
+
+    async def recorded(script: Any, keys_: list[str], args: list[Any]) -> Any:
+        sent.append(args)
+        return await waited(script, keys_, args)
+
+    monkeypatch.setattr(store, "_waited", recorded)
+    await streamed(store, rid("1"), start)
+    await finished(store, rid("1"), log)
+    first, final = orjson.dumps(start), final_bytes(log)
+    blobs = [bytes(a) for args in sent for a in args if isinstance(a, bytes | memoryview)]
+    assert sum(blob.count(first) for blob in blobs) == 1  # the create's record, only
+    assert sum(blob.count(final) for blob in blobs) == 1  # the final write's object, only
+
+
+async def test_a_head_flushed_before_the_end_stays_inline_and_no_first_is_kept(
+        store: RedisStore) -> None:
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:4]}, ttl=EVENT_TTL)  # the first window's flush
+    await finished(store, rid("1"), log, carried_from=4)
+    got = await raw(store, rid("1"))
+    assert all(keys.E_HEAD not in fields for _id, fields in got)
+    assert got[-1][1][keys.E_FINAL] == b"response.completed"
+    assert await store.client.hget(keys.response(rid("1")), keys.F_FIRST) is None
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+
+
+async def test_events_that_differ_from_the_objects_stay_inline(store: RedisStore) -> None:
+    # created and in_progress of another object than the create's (a background job's queued
+    # one, a worker's in_progress), and no event beside the terminal to carry a reference
+    start, log = answer(rid("1"), 2, started=response(rid("1"), "queued"))
+    await streamed(store, rid("1"), response(rid("1")))
+    await finished(store, rid("1"), log)
+    got = await raw(store, rid("1"))
+    assert all(keys.E_HEAD not in fields for _id, fields in got)
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+    start, log = answer(rid("2"), 0)
+    await streamed(store, rid("2"), start)
+    await finished(store, rid("2"), log, carried_from=2)  # nothing carried but the terminal
+    assert all(keys.E_FINAL not in fields for _id, fields in await raw(store, rid("2")))
+    assert await store.read_events(rid("2")) == log[2:]
+
+
+async def test_a_head_is_never_kept_for_a_record_rewritten_since_its_create(
+        store: RedisStore) -> None:
+    # No foreground path rewrites a streaming record; were one to, the head would refer to
+    # another object than the one compared: the final write refuses it whole.
+    start, log = answer(rid("1"), 3)
+    await streamed(store, rid("1"), start)
+    await store.client.hset(keys.response(rid("1")), keys.F_OBJECT, orjson.dumps(
+        {**start, "metadata": {"rewritten": "yes"}}))
+    with pytest.raises(ResponseError, match="create-time object was rewritten"):
+        await finished(store, rid("1"), log)
+    assert await store.read_events(rid("1")) == []
+    assert (await store.get_response(TENANT, rid("1"))).status == "in_progress"  # type: ignore[union-attr]
+
+
+async def test_an_end_whose_events_a_lost_flush_reply_already_stored_ends_inline(
+        store: RedisStore) -> None:
+    # The flush landed but its reply was lost: the final write carries the same events again;
+    # the entry its reference would go on is already there, so the terminal is made inline.
+    start, log = answer(rid("1"), 4)
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:-1]}, ttl=EVENT_TTL)
+    await finished(store, rid("1"), log)
+    got = await raw(store, rid("1"))
+    assert got[-1][1] == {b"t": log[-1].type.encode(), b"d": log[-1].data}
+    await assert_reads_from_every_number(store, rid("1"), log)
+
+
+async def test_this_release_reads_what_the_previous_release_scripts_wrote(
+        store: RedisStore) -> None:
+    """7423023's own CREATE_RESPONSE / APPEND_EVENTS_MANY / FINISH_RESPONSE write the log (all
+    inline); this release's reader replays it from any number."""
+    old = previous_module("proxy/store/lua/scripts.py", "previous_scripts")
+    start, log = answer(rid("1"), 6)
+    client = store.client
+    hash_key, log_key = keys.response(rid("1")), keys.response_log(rid("1"))
+    tag = tag_of(rid("1"))
+    location, leases = keys.stored_bytes(TENANT, tag), keys.leases(tag)
+    await client.eval(old.CREATE_RESPONSE, 5, hash_key, keys.response_input(rid("1")), log_key,
+                      leases, location, TTL, EVENT_TTL, "in_progress", TENANT,
+                      orjson.dumps(start), b"[]", "1", "0", b"[]", "", "0", rid("1"), "i:x", "0")
+    await client.eval(old.APPEND_EVENTS_MANY, 2 if store.sharded else 0,
+                      *([hash_key, log_key] if store.sharded else []), EVENT_TTL,
+                      hash_key.encode() + b"\x03" + packed(log[:3]))
+    head = b'{"type":"%s","sequence_number":%d,"response":' % (log[-1].type.encode(),
+                                                                log[-1].seq)
+    await client.eval(old.FINISH_RESPONSE, 4, hash_key, keys.response_input(rid("1")), log_key,
+                      location, "completed", b"", TTL, EVENT_TTL, "o:x", packed(log[3:]),
+                      TENANT, len(log[-1].data) - len(head) - 1)
+    got = await raw(store, rid("1"))
+    assert all(keys.E_FINAL not in fields and keys.E_HEAD not in fields for _i, fields in got)
+    assert await store.client.hget(hash_key, keys.F_OBJECT) == final_bytes(log)
+    await assert_reads_from_every_number(store, rid("1"), log)
+
+
+async def test_the_previous_release_reader_sees_a_gap_never_a_referenced_event(
+        store: RedisStore) -> None:
+    """7423023's decoding (its `events_of`, `entries_events`) and its extent rule (XLEN +
+    extra, whole exactly when that is the last event's seq + 1) over logs this release
+    wrote: every event it yields is byte-identical to the one the client was sent, and every
+    log holding a reference reads as one with a gap (so it rebuilds a finished response from
+    its final object, services/responses/stored.py)."""
+    decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
+    cases = {"both": (0, True), "final only": (4, False)}
+    for name, (carried_from, headed) in cases.items():
+        an_id = rid(name.replace(" ", "_"))
+        start, log = answer(an_id, 6)
+        await streamed(store, an_id, start)
+        if carried_from:
+            await store.append_events({an_id: log[:carried_from]}, ttl=EVENT_TTL)
+        await finished(store, an_id, log, carried_from=carried_from)
+        got = await raw(store, an_id)
+        assert (keys.E_HEAD in got[0][1]) == headed, name
+        sent = {event.seq: event for event in log}
+        for after in range(-1, len(log)):
+            seen = decoding.entries_events(got, after)
+            assert all(sent[e.seq] == e for e in seen), (name, after)
+            assert t.COMPLETED not in [e.type for e in seen]  # the terminal is a reference
+        extra = await store.client.hget(keys.response(an_id), keys.F_EXTRA)
+        count = await entries(store, an_id) + int(extra or 0)
+        last = decoding.events_of(*got[-1])[-1]
+        assert count != last.seq + 1, name  # a gap: rebuilt from the final object
+        # this release counts it whole
+        assert await store.log_extent(an_id) == (len(log), log[-1])
+
+
+def previous_store(store: RedisStore) -> Any:
+    """7423023's `RedisStore` (its redis.py reading with its decoding.py), on `store`'s client."""
+    decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
+    current = sys.modules["proxy.store.lua.decoding"]
+    sys.modules["proxy.store.lua.decoding"] = decoding
+    try:
+        redis_module = previous_module("proxy/store/redis.py", "previous_redis")
+    finally:
+        sys.modules["proxy.store.lua.decoding"] = current
+    return redis_module.RedisStore(store.client, sharded=store.sharded)
+
+
+@pytest.mark.parametrize("carried_from", [0, 4], ids=["both", "final only"])
+async def test_the_previous_release_replays_a_finished_log_rebuilt_from_its_final_object(
+        store: RedisStore, carried_from: int) -> None:
+    """The replay service over 7423023's store: a log with references is a log with a gap, so
+    its replay is the one rebuilt from the final object (core/events/replay.py), valid events
+    from `response.created` to the terminal one, whatever `starting_after`."""
+    old = previous_store(store)
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)
+    if carried_from:
+        await store.append_events({rid("1"): log[:carried_from]}, ttl=EVENT_TTL)
+    await finished(store, rid("1"), log, carried_from=carried_from)
+    record = await old.get_response(TENANT, rid("1"))
+    replays = StoredResponses(old, Followers(old), StreamSettings())
+    final = orjson.loads(log[-1].data)["response"]
+    rebuilt = [orjson.dumps(event) for event in events_from_response(final)]
+    for after in (-1, 0, 1, 2, len(log) - 1):
+        sent = [data for batch in [b async for b in replays.replay_record(record, after)]
+                for _kind, data in batch]
+        assert sent == [e for e in rebuilt if orjson.loads(e)["sequence_number"] > after]
+    await old.aclose()
+
+
+async def test_a_previous_release_follower_gets_each_inline_event_and_the_terminal_rebuilt(
+        store: RedisStore) -> None:
+    """A live follower on a 7423023 instance of a response this release ends: the events it
+    reads are the ones sent; the terminal, a reference it cannot read, comes after its idle
+    wait, rebuilt from the final object, numbered to follow what it had."""
+    old = previous_store(store)
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:4]}, ttl=EVENT_TTL)
+    record = await old.get_response(TENANT, rid("1"))
+    replays = StoredResponses(old, Followers(old, block_ms=20), StreamSettings(follow_idle=0.3))
+    sent: list[bytes] = []
+
+    async def follow() -> None:
+        async for batch in replays.replay_record(record, -1):
+            sent.extend(data for _kind, data in batch)
+
+    following = asyncio.create_task(follow())
+    for _ in range(100):  # bounded: until it has read what was flushed
+        if len(sent) >= 4:
+            break
+        await asyncio.sleep(0.02)
+    await finished(store, rid("1"), log, carried_from=4)
+    await asyncio.wait_for(following, timeout=10)
+    assert sent[:-1] == [e.data for e in log[:-1]]
+    assert orjson.loads(sent[-1]) == orjson.loads(log[-1].data)
+    await old.aclose()
+
+
+async def test_a_short_answer_final_write_is_one_entry(store: RedisStore) -> None:
+    # One stream node in Redis instead of one per 16 events (references.py, MAX_FINAL_EVENTS)
+    start, log = answer(rid("1"), 20)
+    await streamed(store, rid("1"), start)
+    await finished(store, rid("1"), log)
+    assert await entries(store, rid("1")) == 1
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
