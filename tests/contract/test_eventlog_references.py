@@ -242,15 +242,26 @@ async def test_the_previous_release_reader_sees_a_gap_never_a_referenced_event(
 
 
 def previous_store(store: RedisStore) -> Any:
-    """7423023's `RedisStore` (its redis.py reading with its decoding.py), on `store`'s client."""
-    decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
-    current = sys.modules["proxy.store.lua.decoding"]
-    sys.modules["proxy.store.lua.decoding"] = decoding
+    """7423023's `RedisStore` (its redis.py with its decoding.py, packing.py and scripts.py:
+    the modules of its own that changed since), on `store`'s client."""
+    names = ("decoding", "packing", "scripts")
+    current = {name: sys.modules[f"proxy.store.lua.{name}"] for name in names}
     try:
+        for name in names:
+            sys.modules[f"proxy.store.lua.{name}"] = previous_module(
+                f"proxy/store/lua/{name}.py", f"previous_{name}")
         redis_module = previous_module("proxy/store/redis.py", "previous_redis")
     finally:
-        sys.modules["proxy.store.lua.decoding"] = current
-    return redis_module.RedisStore(store.client, sharded=store.sharded)
+        sys.modules.update({f"proxy.store.lua.{name}": module
+                            for name, module in current.items()})
+    previous_store = redis_module.RedisStore(store.client, sharded=store.sharded)
+
+    async def mark_followed(response_id: str) -> None:
+        """7423023 had no such call: its followers never marked a log (today's follower code,
+        which these tests run over that store, asks for it)."""
+
+    previous_store.mark_followed = mark_followed
+    return previous_store
 
 
 @pytest.mark.parametrize("carried_from", [0, 4], ids=["both", "final only"])
