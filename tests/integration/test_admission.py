@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ from proxy.services.fleet.admission import ADAPTIVE_MARGIN, Admission, AdmittedC
 from proxy.services.fleet.fleet import Call, Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
-from tests.support.inprocess import post_scope
+from tests.support.inprocess import post_scope, until
 from tests.unit.test_fleet import fleet
 
 
@@ -338,34 +339,91 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
 
 
 # -- defaults never throttle a healthy replica ----------------------------------------------
-async def _overlapping_streams(settings: Settings, count: int) -> list[int]:
+# Its first token would come after the test's own timeout: only the client's leaving ends it.
+HELD = "held open [[sim ttft_ms=120000 tokens=2]]"
+
+
+async def _held_streams(settings: Settings, sim: SimControl, count: int
+                        ) -> tuple[int, int, int, list[int]]:
     """`count` streamed responses at once through the in-process app to one replica, each held
-    open long enough (a 1 s first token) that they all overlap at the simulator."""
+    open at the simulator until its client leaves. Once every one is either in flight or in
+    our queue, and each one in flight is started at the simulator and answered its client's
+    headers: (streams the simulator started, the replica's in flight, queued, the statuses
+    sent); then every client leaves.
+
+    Why held rather than timed: overlapping by a first token 1 s away was a race with the set-up
+    of the streams themselves, which a loaded machine lost (fewer than all of them at the
+    simulator at once); held, whatever the machine's speed, only admission decides how many
+    reach the replica together."""
     app = create_app(settings.replace(run_jobs=False, queue_timeout=20))
-    body = {"model": "sim-model", "store": False, "stream": True,
-            "input": "overlap [[sim ttft_ms=1000 tokens=2]]"}
+    raw = orjson.dumps({"model": "sim-model", "store": False, "stream": True, "input": HELD})
+    leave = asyncio.Event()
+    statuses: list[int] = []
+
+    def client() -> Callable[[], Awaitable[dict[str, Any]]]:
+        requested = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            await leave.wait()
+            return {"type": "http.disconnect"}
+        return receive
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def stats() -> dict[str, Any]:
+        return await asyncio.to_thread(sim.stats)
+
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy",
-                                     timeout=30) as client:
-            responses = await asyncio.gather(*(client.post("/v1/responses", json=body)
-                                               for _ in range(count)))
-    return [r.status_code for r in responses]
+        admission = app.state.runtime.services.responses._gateway.admission
+        replica = app.state.runtime.fleet.replicas[0]
+        tasks = [asyncio.create_task(app(post_scope("/v1/responses", raw), client(), send))
+                 for _ in range(count)]
+        try:
+            async def placed() -> bool:
+                return bool(replica.in_flight + admission.queued == count)
+
+            await until(placed, tries=400)
+            in_flight, queued = replica.in_flight, admission.queued
+
+            async def answering() -> bool:  # at the simulator, and their headers sent
+                return (len(statuses) >= in_flight
+                        and bool((await stats())["streams_started"] >= in_flight))
+
+            await until(answering, tries=400)
+            started = int((await stats())["streams_started"])
+            sent = list(statuses)
+        finally:
+            leave.set()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+    async def all_left() -> bool:  # none left open at the simulator for the next test
+        return bool((await stats())["streams_aborted"] >= started)
+
+    await until(all_left, tries=400)
+    return started, in_flight, queued, sent
 
 
 async def test_default_flow_control_sends_every_stream_to_a_healthy_replica_at_once(
         settings: Settings, sim: SimControl) -> None:
     """No flow-control flags: 100 streams (past the old fixed cap of 64) are all in flight at
     the replica together; none waits in our queue behind a replica that reports no queue."""
-    assert await _overlapping_streams(settings, 100) == [200] * 100
-    assert sim.stats()["max_concurrent_streams"] == 100
+    started, in_flight, queued, statuses = await _held_streams(settings, sim, 100)
+    assert (started, in_flight, queued) == (100, 100, 0)
+    assert statuses == [200] * 100
 
 
 async def test_an_explicit_cap_still_holds_the_replica_to_it(
         settings: Settings, sim: SimControl) -> None:
-    assert await _overlapping_streams(
-        settings.replace(max_inflight_per_replica=8), 24) == [200] * 24
-    assert sim.stats()["max_concurrent_streams"] == 8
+    started, in_flight, queued, statuses = await _held_streams(
+        settings.replace(max_inflight_per_replica=8), sim, 24)
+    assert (started, in_flight, queued) == (8, 8, 16)
+    assert statuses == [200] * 8
 
 
 class _Response:
