@@ -32,10 +32,10 @@ from tests.support.inprocess import post_scope
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 2,930 (JSON) and 3,500-3,510 (stream), with the body read without metering's or the turn's drain and
-# lease's async generators, no media walk for an input without media, the upstream call's
-# error mappings plain context managers, vLLM's reads cut whole, each chunk handled inline and
-# a content fragment straight to its message, the start events' response encoded once and a
+# these: 2,930 (JSON) and 3,500-3,510 (stream), with no async generator for metering or the
+# turn's drain and lease, no media walk for an input without media, the upstream call's error
+# mappings plain context managers, vLLM's reads cut whole, each chunk handled inline and a
+# content fragment straight to its message, the start events' response encoded once and a
 # generator less per batch (3,085-3,090 and 3,620-3,940 before); before that 3,060-3,080 and
 # 3,700-3,800, with one timer per body, the admitted call copied and the only replica chosen
 # without the balancer
