@@ -70,24 +70,34 @@ def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
 
 class FirstObjects:
     """The create-time objects of the streamed responses this process created, by id, until
-    their final write. Bounded: forgotten whole past `bound` (far more than one process
-    streams at once); a response forgotten, or ended by another instance, keeps its head
-    inline."""
+    their final write. Bounded in count and in bytes (an object carries the request's
+    instructions and tools, up to the body limit): forgotten whole past either bound (far more
+    than one process streams at once, and what their assemblers hold already); a response
+    forgotten, or ended by another instance, keeps its head inline."""
 
-    def __init__(self, bound: int = 8192) -> None:
+    def __init__(self, bound: int = 8192, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._by_id: dict[str, bytes] = {}
         self._bound = bound
+        self._max_bytes = max_bytes
+        self._bytes = 0
 
     def remember(self, response_id: str, obj: bytes) -> None:
-        if len(self._by_id) >= self._bound:
+        if len(obj) > self._max_bytes:
+            return
+        if len(self._by_id) >= self._bound or self._bytes + len(obj) > self._max_bytes:
             self._by_id.clear()
+            self._bytes = 0
+        self.forget(response_id)
         self._by_id[response_id] = obj
+        self._bytes += len(obj)
 
     def get(self, response_id: str) -> bytes | None:
         return self._by_id.get(response_id)
 
     def forget(self, response_id: str) -> None:
-        self._by_id.pop(response_id, None)
+        obj = self._by_id.pop(response_id, None)
+        if obj is not None:
+            self._bytes -= len(obj)
 
 
 def packed_final(events: Sequence[StoredEvent]) -> bytes:
