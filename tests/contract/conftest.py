@@ -104,3 +104,18 @@ def round_trips(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> RoundTrip
     monkeypatch.setattr(ScriptCoalescer, "_pipelined", counted_batch)
     monkeypatch.setattr(HeldConnection, "send", counted_write)
     return counter
+
+
+@pytest.fixture
+def script_args(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """The arguments of every script call the store makes (its `_waited`), in order: what a
+    create or a final write sends to Redis."""
+    sent: list[list[Any]] = []
+    waited = store._waited
+
+    async def recorded(script: Any, keys_: list[str], args: list[Any]) -> Any:
+        sent.append(args)
+        return await waited(script, keys_, args)
+
+    monkeypatch.setattr(store, "_waited", recorded)
+    return sent

@@ -109,16 +109,9 @@ async def test_a_short_answer_keeps_its_objects_once_and_reads_back_byte_identic
 
 
 async def test_the_create_time_object_is_sent_once_and_the_final_write_sends_no_copy(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: RedisStore, script_args: list[list[Any]]) -> None:
     start, log = answer(rid("1"), 3)
-    sent: list[list[Any]] = []
-    waited = store._waited
-
-    async def recorded(script: Any, keys_: list[str], args: list[Any]) -> Any:
-        sent.append(args)
-        return await waited(script, keys_, args)
-
-    monkeypatch.setattr(store, "_waited", recorded)
+    sent = script_args
     await streamed(store, rid("1"), start)
     await finished(store, rid("1"), log)
     first, final = orjson.dumps(start), final_bytes(log)

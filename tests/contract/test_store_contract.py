@@ -306,20 +306,14 @@ def terminal_of(final: dict[str, Any], seq: int) -> StoredEvent:
 
 @pytest.mark.parametrize("carried", [0, 3])
 async def test_the_final_object_travels_once_inside_its_terminal_event(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch, carried: int) -> None:
+        store: RedisStore, script_args: list[list[Any]], carried: int) -> None:
     """The object the terminal event carries is not encoded, nor sent, a second time; it is
     stored byte for byte as encoded, and the log's terminal event is the one given."""
     await create(store, rid("1"), events=(event(0),))
     final = response(rid("1"), "completed", output=[message("msg_1", "done " * 50, "assistant")])
     terminal = terminal_of(final, carried + 1)
-    sent: list[list[Any]] = []
-    waited = store._waited
-
-    async def recorded(script: Any, keys_: list[str], args: list[Any]) -> Any:
-        sent.append(args)
-        return await waited(script, keys_, args)
-
-    monkeypatch.setattr(store, "_waited", recorded)
+    sent = script_args
+    sent.clear()  # the create's
     done = await store.finish_response(final, terminal, tenant=TENANT, ttl=TTL,
                                        event_ttl=EVENT_TTL,
                                        events=[event(n) for n in range(1, carried + 1)])

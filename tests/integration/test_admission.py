@@ -287,15 +287,9 @@ async def test_saturated_fleet_queues_then_429s_within_the_deadline(
             assert (await client.post(path, json=body)).status_code == 200
 
 
-async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
-        settings: Settings, sim: SimControl) -> None:
-    """Through the whole app: the web layer cancels the create when the client leaves, and the
-    queued request is gone from the queue at once (not at its deadline)."""
-    app = create_app(settings.replace(run_jobs=False, max_inflight_per_replica=1,
-                                      queue_timeout=20))
-    raw = orjson.dumps({"model": "sim-model", "store": False,
-                        "input": "queued [[sim tokens=2]]"})
-    leave = asyncio.Event()
+def _until_left(raw: bytes, leave: asyncio.Event) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """An ASGI `receive` that gives the body `raw`, then the client's leaving once `leave` is
+    set."""
     requested = False
 
     async def receive() -> dict[str, Any]:
@@ -305,7 +299,19 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
             return {"type": "http.request", "body": raw, "more_body": False}
         await leave.wait()
         return {"type": "http.disconnect"}
+    return receive
 
+
+async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
+        settings: Settings, sim: SimControl) -> None:
+    """Through the whole app: the web layer cancels the create when the client leaves, and the
+    queued request is gone from the queue at once (not at its deadline)."""
+    app = create_app(settings.replace(run_jobs=False, max_inflight_per_replica=1,
+                                      queue_timeout=20))
+    raw = orjson.dumps({"model": "sim-model", "store": False,
+                        "input": "queued [[sim tokens=2]]"})
+    leave = asyncio.Event()
+    receive = _until_left(raw, leave)
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -360,18 +366,6 @@ async def _held_streams(settings: Settings, sim: SimControl, count: int
     leave = asyncio.Event()
     statuses: list[int] = []
 
-    def client() -> Callable[[], Awaitable[dict[str, Any]]]:
-        requested = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            await leave.wait()
-            return {"type": "http.disconnect"}
-        return receive
-
     async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
@@ -382,7 +376,8 @@ async def _held_streams(settings: Settings, sim: SimControl, count: int
     async with app.router.lifespan_context(app):
         admission = app.state.runtime.services.responses._gateway.admission
         replica = app.state.runtime.fleet.replicas[0]
-        tasks = [asyncio.create_task(app(post_scope("/v1/responses", raw), client(), send))
+        tasks = [asyncio.create_task(app(post_scope("/v1/responses", raw),
+                                         _until_left(raw, leave), send))
                  for _ in range(count)]
         try:
             async def placed() -> bool:

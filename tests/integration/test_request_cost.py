@@ -18,7 +18,7 @@ import contextlib
 import cProfile
 import pstats
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import FrameType
 from typing import Any
 
@@ -96,13 +96,20 @@ def _short_answer(simulator: ServerProcess, kind: str) -> tuple[Any, bytes]:
                               "store": True, "stream": kind == "stored stream"})
 
 
+@contextlib.asynccontextmanager
+async def _warmed(simulator: ServerProcess, kind: str) -> AsyncIterator[tuple[Any, bytes]]:
+    """`_short_answer`'s app, started and warmed (pools, caches and the route's series made)."""
+    app, body = _short_answer(simulator, kind)
+    async with app.router.lifespan_context(app):
+        for _ in range(3):
+            await _answer(app, body)
+        yield app, body
+
+
 @pytest.mark.parametrize("kind", sorted(MAX_CALLS))
 async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
                                                      kind: str) -> None:
-    app, body = _short_answer(simulator, kind)
-    async with app.router.lifespan_context(app):
-        for _ in range(3):  # pools, caches and the route's series made
-            await _answer(app, body)
+    async with _warmed(simulator, kind) as (app, body):
         profile = cProfile.Profile()
         for _ in range(MEASURED):
             profile.enable()
@@ -149,10 +156,7 @@ MAX_TASKS = {"stored stream": 7, "stored json": 6}
 
 @pytest.mark.parametrize("kind", sorted(MAX_TASKS))
 async def test_a_short_answer_makes_few_tasks(simulator: ServerProcess, kind: str) -> None:
-    app, body = _short_answer(simulator, kind)
-    async with app.router.lifespan_context(app):
-        for _ in range(3):  # pools, caches and the route's series made
-            await _answer(app, body)
+    async with _warmed(simulator, kind) as (app, body):
         await asyncio.sleep(0.05)  # the warm-up's background work over
         with _tasks_made("tasks-counted") as made:
             assert b"completed" in await _answer(app, body, request_id="tasks-counted")
@@ -194,10 +198,7 @@ MAX_ASYNC_GENERATORS = {"stored stream": 8, "stored json": 7}
 @pytest.mark.parametrize("kind", sorted(MAX_ASYNC_GENERATORS))
 async def test_a_short_answer_starts_few_async_generators(simulator: ServerProcess,
                                                           kind: str) -> None:
-    app, body = _short_answer(simulator, kind)
-    async with app.router.lifespan_context(app):
-        for _ in range(3):  # pools, caches and the route's series made
-            await _answer(app, body)
+    async with _warmed(simulator, kind) as (app, body):
         await asyncio.sleep(0.05)
         with _async_generators_started("generators-counted") as started:
             assert b"completed" in await _answer(app, body, request_id="generators-counted")
