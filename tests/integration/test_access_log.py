@@ -21,6 +21,7 @@ from proxy.settings import Settings
 from proxy.telemetry.logs import configure_logging
 from proxy.web.middleware.front import Front
 from tests.conftest import SimControl
+from tests.support.logs import root_logging_kept
 from tests.support.servers import ServerProcess
 
 KEY = "sk-very-secret-key-0123456789"
@@ -54,18 +55,10 @@ class LogCapture:
 
 
 def _capture(fmt: str) -> Iterator[LogCapture]:
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    capture = LogCapture(fmt)
-    configure_logging("debug", fmt, stream=capture.buffer)
-    try:
+    with root_logging_kept():
+        capture = LogCapture(fmt)
+        configure_logging("debug", fmt, stream=capture.buffer)
         yield capture
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in saved[0]:
-            root.addHandler(handler)
-        root.setLevel(saved[1])
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ from proxy.services.fleet.admission import ADAPTIVE_MARGIN, Admission, AdmittedC
 from proxy.services.fleet.fleet import Call, Fleet
 from proxy.settings import Settings
 from tests.conftest import SimControl
-from tests.support.inprocess import post_scope, until
+from tests.support.inprocess import post_scope, receive_until, until
 from tests.unit.test_fleet import fleet
 
 
@@ -287,21 +287,6 @@ async def test_saturated_fleet_queues_then_429s_within_the_deadline(
             assert (await client.post(path, json=body)).status_code == 200
 
 
-def _until_left(raw: bytes, leave: asyncio.Event) -> Callable[[], Awaitable[dict[str, Any]]]:
-    """An ASGI `receive` that gives the body `raw`, then the client's leaving once `leave` is
-    set."""
-    requested = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await leave.wait()
-        return {"type": "http.disconnect"}
-    return receive
-
-
 async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
         settings: Settings, sim: SimControl) -> None:
     """Through the whole app: the web layer cancels the create when the client leaves, and the
@@ -311,7 +296,7 @@ async def test_a_client_that_disconnects_while_queued_leaves_the_queue(
     raw = orjson.dumps({"model": "sim-model", "store": False,
                         "input": "queued [[sim tokens=2]]"})
     leave = asyncio.Event()
-    receive = _until_left(raw, leave)
+    receive = receive_until(raw, leave)
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -377,7 +362,7 @@ async def _held_streams(settings: Settings, sim: SimControl, count: int
         admission = app.state.runtime.services.responses._gateway.admission
         replica = app.state.runtime.fleet.replicas[0]
         tasks = [asyncio.create_task(app(post_scope("/v1/responses", raw),
-                                         _until_left(raw, leave), send))
+                                         receive_until(raw, leave), send))
                  for _ in range(count)]
         try:
             async def placed() -> bool:

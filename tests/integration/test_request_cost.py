@@ -28,7 +28,7 @@ import pytest
 from proxy.app import create_app
 from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
-from tests.support.inprocess import post_scope
+from tests.support.inprocess import post_scope, receive_until
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
@@ -57,15 +57,7 @@ async def _answer(app: Any, body: bytes, callers: list[list[str]] | None = None,
     each message's frames above the server's `send` are noted (not while counting calls)."""
     sent: list[dict[str, Any]] = []
     over = asyncio.Event()
-    read = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        if not read:
-            read = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await over.wait()
-        return {"type": "http.disconnect"}
+    receive = receive_until(body, over)
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

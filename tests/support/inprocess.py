@@ -43,3 +43,18 @@ def post_scope(path: str, body: bytes) -> dict[str, Any]:
             "server": ("proxy", 80),
             "headers": [(b"host", b"proxy"), (b"content-type", b"application/json"),
                         (b"content-length", str(len(body)).encode())]}
+
+
+def receive_until(body: bytes, leave: asyncio.Event) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """An ASGI `receive` for a client that sends `body` whole, then leaves once `leave` is set
+    (for tests that drive the app's callable themselves and decide when the client goes)."""
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+    return receive

@@ -18,6 +18,7 @@ import pytest
 from proxy.core.context.requestctx import CURRENT, RequestContext
 from proxy.telemetry.logs import LineHandler, access_writer, configure_logging
 from proxy.web.middleware.access import _LINE, write_access
+from tests.support.logs import root_logging_kept
 
 FIELDS: dict[str, Any] = {"method": "POST", "route": "/v1/responses", "status": 200,
                           "duration_ms": 12.3, "key_id": "k0123456789ab", "cache": "-",
@@ -166,22 +167,14 @@ def test_a_forked_child_writes_its_own_pid() -> None:
 
 async def test_configure_logging_installs_the_line_handler_and_flushes_the_old_one(
 ) -> None:
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
     first, second = io.StringIO(), io.StringIO()
-    try:
+    with root_logging_kept() as root:
         configure_logging("info", "text", stream=first)
         [old] = [h for h in root.handlers if isinstance(h, LineHandler)]
         old.write_access("proxy.access", "pending", {}, 1_764_400_000.0)
         assert first.getvalue() == ""  # until this loop turn ends
         configure_logging("info", "text", stream=second)
         assert "pending" in first.getvalue()
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in saved[0]:
-            root.addHandler(handler)
-        root.setLevel(saved[1])
 
 
 def test_without_process_ids_in_records_the_line_has_none_either(

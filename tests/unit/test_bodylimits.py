@@ -15,6 +15,7 @@ import pytest
 
 from proxy.core.errors import PayloadTooLarge, RequestTimeout
 from proxy.web.middleware.bodylimits import BodyLimits
+from tests.support.inprocess import receive_until
 
 IDLE = 10.0
 
@@ -103,15 +104,7 @@ async def test_after_the_body_the_disconnect_wait_is_not_timed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _clock(monkeypatch)
     leave = asyncio.Event()
-    read = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        if not read:
-            read = True
-            return {"type": "http.request", "body": b"{}", "more_body": False}
-        await leave.wait()
-        return {"type": "http.disconnect"}
+    receive = receive_until(b"{}", leave)
 
     counted = BodyLimits(1000, idle=IDLE).counted(1000, receive)
     assert (await counted())["body"] == b"{}"
