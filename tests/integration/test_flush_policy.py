@@ -159,13 +159,15 @@ async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore
     handle = hub.open("resp_1")
     handle.add(event(0))
     assert await hub.flush_window()
-    # 10 events a window: two windows would overflow an entry, so each window writes its own
-    seq = await windows(hub, handle, 1, 1, 10)
+    # Over half an entry a window: two windows would overflow it, so each writes its own
+    seq = await windows(hub, handle, 1, 1, MAX_EVENTS_PER_ENTRY // 2 + 2)
     assert await stored(store, "resp_1") == list(range(seq))
-    # 6 a window: a second window's fits (12), a third's would not (18)
-    seq = await windows(hub, handle, seq, 1, 6)
-    assert len(await stored(store, "resp_1")) == 11
-    seq = await windows(hub, handle, seq, 1, 6)
+    # Over a third: a second window's fits, a third's would not
+    third = MAX_EVENTS_PER_ENTRY // 3 + 2
+    written = seq
+    seq = await windows(hub, handle, seq, 1, third)
+    assert len(await stored(store, "resp_1")) == written
+    seq = await windows(hub, handle, seq, 1, third)
     assert await stored(store, "resp_1") == list(range(seq))
     assert await entries(store, "resp_1") == 3
     await hub.aclose()

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from proxy.store.base import Store, StoredEvent
 
 # Events per page, and log entries per XRANGE reply (an entry holds one event or a run of
-# them, at most 4 KiB of events unless one is bigger: store/lua/packing.py): big enough that a
-# typical answer is one round trip, small enough that a reply stays around a megabyte at most.
-READ_PAGE = 512
+# them, at most 8 KiB of events unless one is bigger: store/lua/packing.py): big enough that a
+# typical answer is one or two round trips, small enough that a reply stays within 2 MiB.
+READ_PAGE = 256
 
 
 async def log_pages(store: Store, response_id: str, *, after: int,

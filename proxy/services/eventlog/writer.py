@@ -17,20 +17,19 @@ as before, a stream's first events are written on their own after `first_window`
 old window), ahead of the others.
 
 A stream nobody on another instance follows live has no reader waiting for its log until it
-ends, so its events are held back for up to `HOLD_WINDOWS` windows (400 ms), or until they fill
+ends, so its events are held back for up to `HOLD_WINDOWS` windows (1 s), or until they fill
 a log entry (store/lua/packing.py `MAX_EVENTS_PER_ENTRY`): a 20 ms/token stream's entry then
-carries ~15 events, not ~5, and Redis's per-entry work (four commands in the flush script, and
-the script's own steps around them) and the flush's per-stream work here are paid a third as
-often. How the
-writer knows: a follower on another instance marks the response when it joins the live tail
-(`Store.mark_followed`, services/eventlog/follow.py), and the flush script reports the marked
-streams among those it writes; from that reply on, the stream's events go every window as
+carries ~40 events, not ~5, and Redis's per-entry work (four commands in the flush script, and
+the script's own steps around them) and the flush's per-stream work here are paid an eighth as
+often. How the writer knows: a follower on another instance marks the response when it joins the
+live tail (`Store.mark_followed`, services/eventlog/follow.py), and the flush script reports the
+marked streams among those it writes; from that reply on, the stream's events go every window as
 before. So such a follower waits up to the held windows once, for the flush that tells the
 writer, then up to one window as before; its first events (`first_window`) and the followers on
 this instance (`local`) are never held. Only the timed flush holds: a full buffer, an end
 waiting on the flusher (`flush_through`) and `aclose` write everything. What the hold costs
-otherwise: a writer that dies loses up to 400 ms of events instead of 100 (its response is then
-ended from what its log holds: ending.py).
+otherwise: a writer that dies loses up to 1 s of events instead of 100 ms (its response is then
+ended from what its log holds: ending.py); its client, whose connection died with it, had them.
 
 A stream's end goes through `LogHandle.finish`, which stores the final object together with
 the terminal event (`Store.finish_response`, retried and reconciled by
@@ -88,11 +87,12 @@ MAX_CARRIED = 256
 WINDOW = 0.1
 FIRST_WINDOW = 0.02
 # Windows a started stream nobody on another instance follows keeps its events at most (see
-# the module's docstring): a 20 ms/token stream's entries then hold ~15 events, not ~5, and its
-# flushes run 267 commands inside Redis per 1,000 tokens instead of 800
-# (tests/integration/test_store_redis_work.py). Four, not three: tokens that come in bursts (a
-# busy loop or upstream) filled entries of ~11 with three windows.
-HOLD_WINDOWS = 4
+# the module's docstring): a 20 ms/token stream's entries then hold ~40 events, not ~5, and its
+# flushes run ~100 commands inside Redis per 1,000 tokens instead of 800
+# (tests/integration/test_store_redis_work.py). Ten: the rule in `_take` stops holding when one
+# more window's worth would overflow an entry (at five events a window, after eight), and the
+# spare windows let tokens that come in bursts (a busy loop or upstream) still fill one.
+HOLD_WINDOWS = 10
 
 
 @dataclass(eq=False)

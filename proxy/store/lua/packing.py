@@ -38,11 +38,15 @@ from proxy.store.base import StoredEvent
 V = TypeVar("V")
 
 # Bounds of one log entry: a reader's page (pages.py) is a count of entries, and an entry is
-# never split on read, so these bound a page's reply (512 entries of at most 4 KiB, or one
-# event each when events are bigger). 16 events is more than a 20 ms/token stream makes in a
-# flush window, and what a zero-delay burst's backlog is cut into.
-MAX_EVENTS_PER_ENTRY = 16
-MAX_ENTRY_BYTES = 4096
+# never split on read, so these bound a page's reply (256 entries of at most 8 KiB, or one
+# event each when events are bigger: 2 MiB). 48 events of ~175 bytes (a text delta) fill
+# 8 KiB: what a 20 ms/token stream nobody else follows gathers in the writer's hold
+# (services/eventlog/writer.py `HOLD_WINDOWS`), and what a zero-delay burst's backlog is cut
+# into. Redis's work per entry (the flush script's HMGET, XADD, HSET and EXPIRE and its steps
+# around them) was most of its CPU per stored token at 16 events and 4 KiB an entry: at 48
+# and 8 KiB, 4.9 -> 3.7 ms of Redis CPU per 1,000 stored tokens (128 streams x 20 ms/token).
+MAX_EVENTS_PER_ENTRY = 48
+MAX_ENTRY_BYTES = 8192
 
 # Event types as bytes: a dozen distinct strings, encoded once instead of once per event.
 _TYPES: dict[str, bytes] = {}
