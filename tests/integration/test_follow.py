@@ -120,6 +120,36 @@ async def test_a_batch_nobody_here_follows_is_looked_up_once_and_a_followed_one_
     await followers.aclose()
 
 
+async def test_an_event_nobody_here_follows_is_not_offered_and_a_followed_one_arrives(
+        store: RedisStore) -> None:
+    # `add`, once a token of every stored stream: the writer looks the response up in the
+    # followers' live view itself, rather than calling `publish_local` for every event.
+    followers = Followers(store, block_ms=1000)
+    offered: list[int] = []
+
+    def counted(response_id: str, event: StoredEvent) -> None:
+        offered.append(event.seq)
+        followers.publish_local(response_id, event)
+
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, local=counted,
+                      locally_followed=followers.followed_here)
+    followers.recent = hub.recent
+    handle = hub.open("resp_1")
+    for seq in range(3):
+        handle.add(event(seq))
+    assert offered == []
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    await wait_for(seen, 3)
+    for seq in range(3, 5):
+        handle.add(event(seq))
+    await wait_for(seen, 5)
+    assert seen == list(range(5)) and offered == [3, 4]
+    reader.cancel()
+    await hub.aclose()
+    await followers.aclose()
+
+
 async def test_a_late_follower_catches_up_from_the_writer_memory(store: RedisStore) -> None:
     """Events this process made but has not flushed yet: a follower joining now gets them at
     once, in order, then the live ones."""

@@ -59,7 +59,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
@@ -125,7 +125,9 @@ class LogHandle:
         pending.append(event)
         self.recent.append(event)
         hub = self.hub
-        hub.local(self.response_id, event)
+        followed = hub.locally_followed
+        if followed is None or self.response_id in followed:
+            hub.local(self.response_id, event)
         count = len(pending)
         # Nearly always: the flusher is already awake and nothing is due, so `_added` (three
         # calls, ~0.3 µs a token of every stored stream) has nothing to do.
@@ -241,11 +243,13 @@ class EventLogHub:
                  first_window: float | None = None, max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
                  local_all: Callable[[str, Sequence[StoredEvent]], None] | None = None,
+                 locally_followed: Container[str] | None = None,
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         """`first_window`: how soon a stream's first events are written ahead of the batch
         (None: they wait for `window` like the others). `local_all`: `local` for the events of
-        one batch at once (default: `local` for each)."""
+        one batch at once (default: `local` for each). `locally_followed`: the responses `local`
+        has followers of (a live view; None: `local` is given every event)."""
         self.store = store
         # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
@@ -253,6 +257,7 @@ class EventLogHub:
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
         self.local_all = local_all or functools.partial(_each, local)
+        self.locally_followed = locally_followed
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
         # Flush every `window` seconds, or at once when a log holds `max_pending` events.
         self.window, self.max_pending = window, max_pending

@@ -131,8 +131,9 @@ class Generation:
                     if self.recorder is not None:
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
-                        if self.assembler.done and events and \
-                                events[-1]["type"] in TERMINAL_EVENTS:
+                        # The type first: `done` is a property (a call a token).
+                        if events and events[-1]["type"] in TERMINAL_EVENTS and \
+                                self.assembler.done:
                             await self._finish(events, encoded)
                         else:
                             self.recorder.add(events, encoded)
