@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from proxy.core.events.encoding import ends_stream
 from proxy.core.events.sse import frames
-from proxy.core.types import TERMINAL_EVENTS, EventBatch, EventBatches
+from proxy.core.types import EventBatches
 from proxy.services.fleet.passthrough import Relay
 from proxy.web.eventstream import EventStream
 
@@ -41,12 +42,7 @@ def stream_response(
     """A Responses stream as SSE: each batch framed as one write, the terminal one with the
     body's end."""
     return EventStream(events, ping=ping, status=status, headers=headers, encode=frames,
-                       last=_terminal)
-
-
-def _terminal(batch: EventBatch) -> bool:
-    """The batch ends with the stream's terminal event: nothing follows it."""
-    return bool(batch) and batch[-1][0] in TERMINAL_EVENTS
+                       last=ends_stream)
 
 
 def relay_response(relay: Relay, *, ping: float = 0) -> Reply:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from proxy.app import create_app
 from proxy.core.policy.keysfile import parse_keys_file
 from proxy.settings import Settings
+from tests.support.inprocess import post_scope, receive_until
 from tests.support.servers import ServerProcess, free_port
 
 KEYS = parse_keys_file({"keys": [
@@ -99,3 +102,44 @@ async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
         assert await limiter.admit("kt", hold=True) is not None
     finally:
         await client.aclose()
+
+
+async def test_a_stream_read_to_its_end_has_freed_its_slot(simulator: ServerProcess) -> None:
+    # A client of a key allowed one stream at a time sends its next request the moment it has
+    # read one to its end: the end (the terminal event, with the body's end) reaches the
+    # server only once the slot is free. Checked at that `send` itself: a second stream admitted
+    # from inside it. Settled at the stream's close instead, the turn's work after its terminal
+    # event (its lease, the response cache) still held the slot there.
+    keys = parse_keys_file({"keys": [{"key": "sk-one", "name": "one", "max_streams": 1}]})
+    app = create_app(Settings.of(upstreams=(simulator.url,), keys_file=keys))
+    body = orjson.dumps({"model": "sim-model", "input": "hi", "stream": True})
+
+    def scope() -> dict[str, Any]:
+        request = post_scope("/v1/responses", body)
+        request["headers"].append((b"authorization", b"Bearer sk-one"))
+        return request
+
+    async def stream(at_end: Callable[[], Awaitable[None]] | None = None) -> int:
+        left = asyncio.Event()
+        statuses: list[int] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+            elif not message.get("more_body") and at_end is not None:
+                await at_end()
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                left.set()
+
+        await app(scope(), receive_until(body, left), send)
+        left.set()
+        return statuses[0]
+
+    second: list[int] = []
+
+    async def next_request() -> None:
+        second.append(await stream())
+
+    async with app.router.lifespan_context(app):
+        assert await stream(next_request) == 200
+    assert second == [200]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.core.types import Event, EventBatch
+from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
 
 
 def encode_events(events: list[Event]) -> EventBatch:
@@ -28,6 +28,11 @@ def encode_events(events: list[Event]) -> EventBatch:
             return [_around(first, body), _around(second, body),
                     *[(event["type"], dumps(event)) for event in events[2:]]]
     return [(event["type"], dumps(event)) for event in events]
+
+
+def ends_stream(batch: EventBatch) -> bool:
+    """The batch ends with the stream's terminal event: nothing follows it."""
+    return bool(batch) and batch[-1][0] in TERMINAL_EVENTS
 
 
 def _around(event: Event, body: bytes) -> tuple[str, bytes]:

@@ -9,7 +9,8 @@ cache hits), so a new way in cannot forget half of it.
       and the request ends one of three ways, each settling the ticket exactly once:
         - an answer in one piece: the helper's `finally` settles, also when the work failed,
           was cancelled or its client left mid-generation (what was generated until then);
-        - a stream: `meter.stream(body)` settles when the stream is closed, ended or left;
+        - a stream: `meter.stream(body)` settles when the stream is closed, ended or left,
+          or (`last`) before its client is handed the item that ends it;
         - a background job: `meter.hand_over()`; its worker adopts the ticket into a Meter of
           its own (services/jobs/runner.py) and settles it when the job ends, finished or cancelled.
 
@@ -101,24 +102,29 @@ class Meter:
             await self.settle()
 
     @overload
-    def stream(self, body: AsyncIterator[T]) -> AsyncIterator[T]: ...
+    def stream(self, body: AsyncIterator[T], *,
+               last: Callable[[T], bool] | None = None) -> AsyncIterator[T]: ...
 
     @overload
     def stream(self, body: AsyncIterator[bytes], *, prompt_bytes: int
                ) -> AsyncIterator[bytes]: ...
 
-    def stream(self, body: AsyncIterator[Any], *, prompt_bytes: int | None = None
-               ) -> AsyncIterator[Any]:
+    def stream(self, body: AsyncIterator[Any], *, prompt_bytes: int | None = None,
+               last: Callable[[Any], bool] | None = None) -> AsyncIterator[Any]:
         """`body`, settling when it is closed, with what the service said it spent (`track`,
         `charge`): a Responses stream's event batches, a cache hit. `prompt_bytes`: a chat
         stream passed through, whose deltas nobody else sees: for a stream cut before its
-        usage, count its `data:` frames, with the prompt estimated from these bytes."""
+        usage, count its `data:` frames, with the prompt estimated from these bytes. `last`:
+        tells the item that ends the stream, whose count is then whole: settled before that
+        item is handed on (see `SettledAtLast`)."""
         if self._ticket is None:
             return body
         self._owned = True
-        if prompt_bytes is None:
-            return Metered(self, body)
-        return MeteredRelay(self, body, prompt_bytes)
+        if prompt_bytes is not None:
+            return MeteredRelay(self, body, prompt_bytes)
+        if last is not None:
+            return SettledAtLast(self, body, last)
+        return Metered(self, body)
 
 
 class Metered(Generic[T]):
@@ -152,6 +158,24 @@ class Metered(Generic[T]):
         finally:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._meter.settle(self._streamed)
+
+
+class SettledAtLast(Metered[T]):
+    """`Metered`, settled as soon as the item that ends the stream comes, before it is
+    handed on. Why: the client learns the stream is over from that item (the SSE response's
+    end goes out with it), and the work after it (the turn's lease, the response cache) runs
+    after; settled at the close, a client sending its next request at once could find its
+    stream slot still held by the one it had just read to the end (`max_streams`, a 429)."""
+
+    def __init__(self, meter: Meter, body: AsyncIterator[T], last: Callable[[T], bool]) -> None:
+        super().__init__(meter, body)
+        self._last = last
+
+    async def __anext__(self) -> T:
+        item = await self._body.__anext__()
+        if self._last(item):
+            await self._meter.settle(self._streamed)
+        return item
 
 
 class MeteredRelay(Metered[bytes]):

@@ -44,6 +44,7 @@ from proxy.core.errors import (
     UpstreamError,
 )
 from proxy.core.events.assembler import Assembler, map_usage
+from proxy.core.events.encoding import ends_stream
 from proxy.core.hosted import hosted_by_choice, includes
 from proxy.core.policy.tenancy import CacheSalts
 from proxy.core.request.callids import check_call_ids
@@ -276,7 +277,7 @@ class ResponsesService:
         if request.stream:
             if local is not None:
                 ended.append(_remembering(local, assembler, request, history, opened))
-            return Outcome(stream=meter.stream(_streamed(turn, owned, ended)),
+            return Outcome(stream=meter.stream(_streamed(turn, owned, ended), last=ends_stream),
                            headers=cached.headers())
         async with owned, contextlib.aclosing(turn.run()) as batches:
             async for _ in batches:
