@@ -158,7 +158,8 @@ class RedisStore(RedisConversations):
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
         # asked, its lease; all in the response's slot (its shard tag's, when it has one).
-        keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
+        response_keys, ledger = _response_keys(rid), keys.stored_bytes(tenant, tag)
+        keys_ = [*response_keys, keys.leases(tag), ledger,
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
         obj = orjson.dumps(record.response)
@@ -178,7 +179,8 @@ class RedisStore(RedisConversations):
         if record.logged and not events:
             # A streamed foreground create: its final write's first two events may refer to
             # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
-            self._firsts.remember(rid, obj)
+            # (Its keys too: the final write declares the same ones first.)
+            self._firsts.remember(rid, obj, tenant, tag, (*response_keys, ledger))
         if self._ledgers is not None:
             self._ledgers.note(tenant, tag, held + size[0])
         else:
@@ -311,19 +313,25 @@ class RedisStore(RedisConversations):
         if any(map(operator.ge, seqs, seqs[1:])):  # no generator frame per pair
             raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
-        tag = tag_of(rid)
+        # What this process's create of it remembered (a streamed one: None for a stored JSON
+        # answer, which has no log).
+        known = self._firsts.first(rid) if logged else None
+        if known is not None and known.tenant == tenant:
+            tag, first_keys = known.tag, known.keys
+        else:
+            tag = tag_of(rid)
+            first_keys = (*_response_keys(rid), keys.stored_bytes(tenant, tag))
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
         # ledger included, all declared (a cluster moving the slot checks only declared keys).
-        keys_ = [*_response_keys(rid), keys.stored_bytes(tenant, tag),
-                 *[keys.item_location(tenant, item_id, tag)
-                   for item_id in item_ids(response.get("output") or ())]]
+        keys_ = [*first_keys, *[keys.item_location(tenant, item_id, tag)
+                                for item_id in item_ids(response.get("output") or ())]]
         obj: bytes | memoryview
         obj, length = _final_object(response, terminal)
         # Events byte-identical to an object the record keeps go as references (keys.py, "the
         # event log's references"): the create-time one's two, the terminal's.
         blob, head, final, first = b"", b"", b"", None
         if logged:  # (a stored JSON answer has no log)
-            first = self._firsts.get(rid)
+            first = known.obj if known is not None else None
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
