@@ -27,7 +27,7 @@ import asyncio
 import functools
 import operator
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -154,7 +154,12 @@ class RedisStore(RedisConversations):
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid, tenant = record.id, record.tenant
         tag = tag_of(rid)
-        budget, room = await self._room(tenant, tag)
+        budget = self._budget.of(tenant)
+        # No budget, or one primary (nearly always): the room is the budget, with no coroutine
+        # of `_room`'s to say so.
+        room = budget
+        if budget > 0 and self._ledgers is not None:
+            budget, room = await self._room(tenant, tag)
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
         # asked, its lease; all in the response's slot (its shard tag's, when it has one).
@@ -165,7 +170,8 @@ class RedisStore(RedisConversations):
         obj = orjson.dumps(record.response)
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, obj,
-            orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
+            orjson.dumps(record.parents), "1" if record.logged else "0",
+            "1" if record.closed else "0",
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
             f"{keys.ITEM_IN_INPUT}:{rid}", room,
         ]
@@ -344,14 +350,15 @@ class RedisStore(RedisConversations):
         self._firsts.forget(rid)
         return finished_of(reply, response)
 
-    async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
+    def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Awaitable[Any]:
         """`script` (a response's create or its final write), waited for as
-        `--redis-wait-replicas` asks (store/connection/replication.py)."""
+        `--redis-wait-replicas` asks (store/connection/replication.py). The call's awaitable
+        itself, not a coroutine awaiting it: a frame less per create and final write."""
         if self.replication.replicas:
-            return await self.replication.run(self._client, script, keys_, args)
+            return self.replication.run(self._client, script, keys_, args)
         if self.sharded:  # each call to its slot's node
-            return await script(keys=keys_, args=args)
-        return await self._coalesced(script, keys_, args)
+            return script(keys=keys_, args=args)
+        return self._coalesced(script, keys_, args)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))

@@ -176,7 +176,13 @@ class LogHandle:
         (retried, reconciled); only then is the terminal event handed to local followers.
         `tenant`: the response's owner."""
         try:
-            carried = await self._take_for_final()
+            if self.in_flight is None and len(self.pending) <= MAX_CARRIED:
+                # Nearly always (no flush holds its events): taken here, without the coroutine
+                # of `_take_for_final` (whose wait this needs not).
+                carried: list[StoredEvent] | None = self.pending
+                self.pending = []
+            else:
+                carried = await self._take_for_final()
             if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
                 try:
                     await retried(f"event log flush of {self.response_id}",
