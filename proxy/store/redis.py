@@ -163,7 +163,7 @@ class RedisStore(RedisConversations):
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
         # asked, its lease; all in the response's slot (its shard tag's, when it has one).
-        response_keys, ledger = _response_keys(rid), keys.stored_bytes(tenant, tag)
+        response_keys, ledger = keys.response_keys(rid, tag), keys.stored_bytes(tenant, tag)
         keys_ = [*response_keys, keys.leases(tag), ledger,
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
@@ -326,7 +326,7 @@ class RedisStore(RedisConversations):
             tag, first_keys = known.tag, known.keys
         else:
             tag = tag_of(rid)
-            first_keys = (*_response_keys(rid), keys.stored_bytes(tenant, tag))
+            first_keys = (*keys.response_keys(rid, tag), keys.stored_bytes(tenant, tag))
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
         # ledger included, all declared (a cluster moving the slot checks only declared keys).
         keys_ = [*first_keys, *[keys.item_location(tenant, item_id, tag)
