@@ -101,7 +101,8 @@ class FirstObjects:
             self._by_id.clear()
             self._bytes = 0
         self.forget(response_id)
-        self._by_id[response_id] = First(obj, tenant, tag, keys)
+        # `tuple.__new__` straight: the named tuple's own `__new__` is a Python call.
+        self._by_id[response_id] = tuple.__new__(First, (obj, tenant, tag, keys))
         self._bytes += len(obj)
 
     def get(self, response_id: str) -> bytes | None:
