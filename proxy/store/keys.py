@@ -180,6 +180,14 @@ def response_log(response_id: str) -> str:
     return f"rp:{_slotted(response_id)}:log"
 
 
+def response_keys(response_id: str, tag: str | None) -> list[str]:
+    """`response`, `response_input` and `response_log` of a response whose shard tag is `tag`
+    (`tag_of(response_id)`, which the caller has), the slot worked out once: the three
+    functions read the tag from the id each (a response's create and its final write)."""
+    hashed = f"rp:{{{tag}}}{response_id}" if tag is not None else f"rp:{{{response_id}}}"
+    return [hashed, f"{hashed}:in", f"{hashed}:log"]
+
+
 def log_entry_id(seq: int) -> str:
     # The millisecond part is fixed at 1 because `0-0` is not a valid stream id; the sequence
     # part then carries the event's sequence_number unchanged (0 included).

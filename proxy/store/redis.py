@@ -27,7 +27,7 @@ import asyncio
 import functools
 import operator
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -154,17 +154,24 @@ class RedisStore(RedisConversations):
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid, tenant = record.id, record.tenant
         tag = tag_of(rid)
-        budget, room = await self._room(tenant, tag)
+        budget = self._budget.of(tenant)
+        # No budget, or one primary (nearly always): the room is the budget, with no coroutine
+        # of `_room`'s to say so.
+        room = budget
+        if budget > 0 and self._ledgers is not None:
+            budget, room = await self._room(tenant, tag)
         # One script call (scripts.CREATE_RESPONSE): the budget check, the record, its input,
         # its first events, its input items' index entries, its bytes in the ledger and, when
         # asked, its lease; all in the response's slot (its shard tag's, when it has one).
-        keys_ = [*_response_keys(rid), keys.leases(tag), keys.stored_bytes(tenant, tag),
+        response_keys, ledger = keys.response_keys(rid, tag), keys.stored_bytes(tenant, tag)
+        keys_ = [*response_keys, keys.leases(tag), ledger,
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
         obj = orjson.dumps(record.response)
         args: list[Any] = [
             ttl, event_ttl, record.status, tenant, obj,
-            orjson.dumps(record.parents), _flag(record.logged), _flag(record.closed),
+            orjson.dumps(record.parents), "1" if record.logged else "0",
+            "1" if record.closed else "0",
             orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
             f"{keys.ITEM_IN_INPUT}:{rid}", room,
         ]
@@ -178,7 +185,8 @@ class RedisStore(RedisConversations):
         if record.logged and not events:
             # A streamed foreground create: its final write's first two events may refer to
             # this object (references.py compares them; FINISH_RESPONSE keeps it as `first`).
-            self._firsts.remember(rid, obj)
+            # (Its keys too: the final write declares the same ones first.)
+            self._firsts.remember(rid, obj, tenant, tag, (*response_keys, ledger))
         if self._ledgers is not None:
             self._ledgers.note(tenant, tag, held + size[0])
         else:
@@ -311,19 +319,25 @@ class RedisStore(RedisConversations):
         if any(map(operator.ge, seqs, seqs[1:])):  # no generator frame per pair
             raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
-        tag = tag_of(rid)
+        # What this process's create of it remembered (a streamed one: None for a stored JSON
+        # answer, which has no log).
+        known = self._firsts.first(rid) if logged else None
+        if known is not None and known.tenant == tenant:
+            tag, first_keys = known.tag, known.keys
+        else:
+            tag = tag_of(rid)
+            first_keys = (*keys.response_keys(rid, tag), keys.stored_bytes(tenant, tag))
         # One script call (scripts.FINISH_RESPONSE): the output items' index entries and the
         # ledger included, all declared (a cluster moving the slot checks only declared keys).
-        keys_ = [*_response_keys(rid), keys.stored_bytes(tenant, tag),
-                 *[keys.item_location(tenant, item_id, tag)
-                   for item_id in item_ids(response.get("output") or ())]]
+        keys_ = [*first_keys, *[keys.item_location(tenant, item_id, tag)
+                                for item_id in item_ids(response.get("output") or ())]]
         obj: bytes | memoryview
         obj, length = _final_object(response, terminal)
         # Events byte-identical to an object the record keeps go as references (keys.py, "the
         # event log's references"): the create-time one's two, the terminal's.
         blob, head, final, first = b"", b"", b"", None
         if logged:  # (a stored JSON answer has no log)
-            first = self._firsts.get(rid)
+            first = known.obj if known is not None else None
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
@@ -336,14 +350,15 @@ class RedisStore(RedisConversations):
         self._firsts.forget(rid)
         return finished_of(reply, response)
 
-    async def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Any:
+    def _waited(self, script: AsyncScript, keys_: list[str], args: list[Any]) -> Awaitable[Any]:
         """`script` (a response's create or its final write), waited for as
-        `--redis-wait-replicas` asks (store/connection/replication.py)."""
+        `--redis-wait-replicas` asks (store/connection/replication.py). The call's awaitable
+        itself, not a coroutine awaiting it: a frame less per create and final write."""
         if self.replication.replicas:
-            return await self.replication.run(self._client, script, keys_, args)
+            return self.replication.run(self._client, script, keys_, args)
         if self.sharded:  # each call to its slot's node
-            return await script(keys=keys_, args=args)
-        return await self._coalesced(script, keys_, args)
+            return script(keys=keys_, args=args)
+        return self._coalesced(script, keys_, args)
 
     async def find_items(self, tenant: str, item_ids: Sequence[str]) -> dict[str, Item]:
         wanted = list(dict.fromkeys(item_ids))

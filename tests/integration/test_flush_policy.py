@@ -223,3 +223,36 @@ async def test_held_events_are_written_by_a_later_window_without_new_events(
     await until_stored(store, "resp_1", 2)
     assert await stored(store, "resp_1") == [0, 1]
     await hub.aclose()
+
+
+class _CountedEvent(asyncio.Event):
+    """An event whose waits are counted: each is one wake-up of the task waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    async def wait(self) -> bool:
+        self.waits += 1
+        return await super().wait()
+
+
+async def test_new_streams_wake_the_flusher_once_per_first_window(store: RedisStore) -> None:
+    # Only the first stream of a first window needs the flusher to look: it then naps for that
+    # window and writes every stream waiting by then. A wake-up per new stream was one flusher
+    # step per stored request.
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, first_window=10.0)
+    nudge = hub._nudge = _CountedEvent()
+    hub.open("resp_1").add(event(0))  # the flusher starts, naps for the first window
+    for _ in range(5):
+        await asyncio.sleep(0)
+    before = nudge.waits
+    for rid in ("resp_2", "resp_3"):
+        hub.open(rid).add(event(0))
+        for _ in range(5):  # the flusher may run between two new streams
+            await asyncio.sleep(0)
+    assert nudge.waits == before  # not woken: it writes them with the first
+    assert await hub.flush_now()
+    for rid in ("resp_1", "resp_2", "resp_3"):
+        assert await stored(store, rid) == [0]
+    await hub.aclose()

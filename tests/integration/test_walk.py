@@ -65,9 +65,10 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "and events to their JSON (run.py encodes with it)": (
         "proxy.core.events.sse", "proxy.core.events.encoding"),
     "the store's machinery behind `RedisStore`'s methods: the protocol, key names, script "
-    "arguments and replies (and the log's references), pipelining (on its held connection), "
-    "failures, the budget headroom, its conversation half": (
+    "arguments and replies (and the log's references and entries), pipelining (on its held "
+    "connection), failures, the budget headroom, its conversation half": (
         "proxy.store.base", "proxy.store.keys", "proxy.store.lua.references",
+        "proxy.store.lua.packing",
         "proxy.store.lua.decoding", "proxy.store.connection.coalesce",
         "proxy.store.connection.held",
         "proxy.store.connection.failures", "proxy.store.budget.headroom",

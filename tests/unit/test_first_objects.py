@@ -38,3 +38,15 @@ def test_remembering_an_id_again_counts_its_bytes_once() -> None:
         firsts.remember("same", b"x" * 40)
     firsts.remember("other", b"y" * 40)
     assert firsts.get("same") == b"x" * 40 and firsts.get("other") == b"y" * 40
+
+
+def test_what_the_create_made_is_kept_with_its_object() -> None:
+    # The final write declares the create's keys again rather than formatting them again.
+    firsts = FirstObjects(bound=4, max_bytes=100)
+    firsts.remember("a", b"x" * 10, "tenant", "t1", ("rp:{t1}a", "rp:{t1}a:in"))
+    first = firsts.first("a")
+    assert first is not None
+    assert (first.obj, first.tenant, first.tag, first.keys) == (
+        b"x" * 10, "tenant", "t1", ("rp:{t1}a", "rp:{t1}a:in"))
+    firsts.forget("a")
+    assert firsts.first("a") is None and firsts.get("a") is None

@@ -54,6 +54,13 @@ def test_every_key_a_tagged_response_writes_shares_one_slot() -> None:
         assert {key_slot(key.encode()) for key in written} == {key_slot(tag.encode())}
 
 
+def test_a_responses_three_keys_at_once_are_the_three_keys() -> None:
+    # The create and the final write take them together (keys.response_keys).
+    for rid in ("resp_ab", idp.new_id("resp"), *(tagged_id("resp", tag) for tag in TAGS[:4])):
+        assert keys.response_keys(rid, tag_of(rid)) == [
+            keys.response(rid), keys.response_input(rid), keys.response_log(rid)]
+
+
 def _owners(primaries: int) -> dict[str, str]:
     return {tag: f"node{n * primaries // BUCKETS}" for n, tag in enumerate(TAGS)}
 

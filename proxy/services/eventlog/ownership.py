@@ -29,7 +29,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from types import TracebackType
 
 from proxy.core import types as t
 from proxy.core.errors import ProxyError, failure_cause
@@ -68,10 +69,8 @@ class Leases:
         """A lease's length: what a create taking the lease passes as `lease_ms`."""
         return self._ttl_ms
 
-    @contextlib.asynccontextmanager
-    async def held(self, response_id: str,
-                   end_stored: Callable[[], bool] = lambda: True, *,
-                   taken: bool = False) -> AsyncIterator[None]:
+    def held(self, response_id: str, end_stored: Callable[[], bool] = lambda: True, *,
+             taken: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold the lease of `response_id` while the body runs. `taken`: the create already
         took it (`ttl_ms` ago at most), so it is only registered here for renewal, with no
         round trip. Otherwise it is taken now, which may fail (the store is down): the
@@ -82,24 +81,27 @@ class Leases:
         is not dropped but left to expire: the stored object is still `in_progress`, and the
         sweep of whichever instance sees the expired lease first closes it from its log, as it
         would a dead writer's. So a writer never leaves its own response `in_progress`."""
-        if taken:
-            self._held.add(response_id)
-        else:
-            try:
-                await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
-                self._held.add(response_id)
-            except ProxyError as exc:
-                log.warning("no lease for %s: %s", response_id, failure_cause(exc))
+        return _Held(self, response_id, end_stored, taken)
+
+    def _register(self, response_id: str) -> None:
+        """A lease the create took: renewed from now on."""
+        self._held.add(response_id)
+
+    async def _take(self, response_id: str) -> None:
         try:
-            yield
-        finally:
-            if response_id in self._held:
-                self._held.discard(response_id)
-                if end_stored():
-                    self._dropped.add(response_id)
-                else:
-                    log.error("the end of %s is not stored: its lease is left to expire, so "
-                              "a sweep closes it", response_id)
+            await self._table.renew(ttl_ms=self._ttl_ms, new=[response_id])
+            self._held.add(response_id)
+        except ProxyError as exc:
+            log.warning("no lease for %s: %s", response_id, failure_cause(exc))
+
+    def _let_go(self, response_id: str, end_stored: Callable[[], bool]) -> None:
+        if response_id in self._held:
+            self._held.discard(response_id)
+            if end_stored():
+                self._dropped.add(response_id)
+            else:
+                log.error("the end of %s is not stored: its lease is left to expire, so "
+                          "a sweep closes it", response_id)
 
     async def renew(self) -> None:
         held = sorted(self._held)
@@ -164,3 +166,28 @@ class Leases:
         """Complete the response from where its log stopped, as a dead worker's job is
         (services/jobs/runner.py): the terminal event and the final object stored together."""
         await self._event_log.end(record, lambda a: a.fail(LOST), ids=self._ids, clock=self._clock)
+
+
+class _Held:
+    """`Leases.held`'s context: a class, not an `asynccontextmanager`, whose async generator
+    (made, registered with the loop, stepped twice and closed) cost ~3 µs per stored stream
+    for two plain steps."""
+
+    __slots__ = ("_end_stored", "_leases", "_response_id", "_taken")
+
+    def __init__(self, leases: Leases, response_id: str, end_stored: Callable[[], bool],
+                 taken: bool) -> None:
+        self._leases = leases
+        self._response_id = response_id
+        self._end_stored = end_stored
+        self._taken = taken
+
+    async def __aenter__(self) -> None:
+        if self._taken:  # a stored stream's (the create took it): nothing to wait for
+            self._leases._register(self._response_id)
+        else:
+            await self._leases._take(self._response_id)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        self._leases._let_go(self._response_id, self._end_stored)

@@ -5,8 +5,9 @@ response that lost its writer (ending.py) records through the same `Recorder`.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.core import types as t
 from proxy.core.types import Event, EventBatch, Item, ResponseObject
@@ -54,14 +55,19 @@ class Recorder:
         handle.add_all([make(StoredEvent, (event["sequence_number"], kind, data))
                         for event, (kind, data) in zip(events, encoded, strict=True)])
 
-    async def finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:
+    def finish(self, final: ResponseObject,
+               terminal: StoredEvent | None) -> Coroutine[Any, Any, Transition]:
         """Store the end (retried, reconciled: services/eventlog/durable.py), then the
-        conversation's
-        new items. `final` is set only once the end is stored: a job is acknowledged on it.
-        Traced: one span for the writes."""
+        conversation's new items. `final` is set only once the end is stored: a job is
+        acknowledged on it. Traced: one span for the writes. Untraced, the coroutine of the
+        writes itself (a frame less per stored answer's end)."""
         if self.tracing is None:
-            return await self._finish(final, terminal)
-        with self.tracing.store_span("finish_response"):
+            return self._finish(final, terminal)
+        return self._traced_finish(self.tracing, final, terminal)
+
+    async def _traced_finish(self, tracing: Tracing, final: ResponseObject,
+                             terminal: StoredEvent | None) -> Transition:
+        with tracing.store_span("finish_response"):
             return await self._finish(final, terminal)
 
     async def _finish(self, final: ResponseObject, terminal: StoredEvent | None) -> Transition:

@@ -178,7 +178,13 @@ class LogHandle:
         (retried, reconciled); only then is the terminal event handed to local followers.
         `tenant`: the response's owner."""
         try:
-            carried = await self._take_for_final()
+            if self.in_flight is None and len(self.pending) <= MAX_CARRIED:
+                # Nearly always (no flush holds its events): taken here, without the coroutine
+                # of `_take_for_final` (whose wait this needs not).
+                carried: list[StoredEvent] | None = self.pending
+                self.pending = []
+            else:
+                carried = await self._take_for_final()
             if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
                 try:
                     await retried(f"event log flush of {self.response_id}",
@@ -313,9 +319,15 @@ class EventLogHub:
 
     def hurry(self, handle: LogHandle) -> None:
         """`handle`'s first events wait: written after `first_window`, ahead of the batch."""
-        if self.first_window is not None and handle not in self._fresh:
-            self._fresh.add(handle)
-            self._nudge.set()
+        fresh = self._fresh
+        if self.first_window is not None and handle not in fresh:
+            # Only the first of a first window's streams wakes the flusher: with one waiting
+            # already, it naps for that window and writes every stream then waiting (`_gather`).
+            # A nudge per new stream woke it once per stored request (~7 µs of proxy CPU per
+            # stored short answer at 32 clients, in `_nap`).
+            if not fresh:
+                self._nudge.set()
+            fresh.add(handle)
 
     def _flush_soon(self) -> None:
         self._full = True

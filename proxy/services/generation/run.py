@@ -156,7 +156,9 @@ class Generation:
         assert recorder is not None
         recorder.add(events[:-1], encoded[:-1])
         kind, data = encoded[-1]
-        terminal = StoredEvent(events[-1]["sequence_number"], kind, data)
+        # `tuple.__new__` straight, as Recorder.add makes its events: the named tuple's own
+        # `__new__` is a Python call.
+        terminal = tuple.__new__(StoredEvent, (events[-1]["sequence_number"], kind, data))
         try:
             await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal),
                                        name="turn-finish")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -34,7 +35,9 @@ class TaskSet:
     def spawn(self, coro: Coroutine[Any, Any, T], *, name: str | None = None,
               report: bool = True) -> asyncio.Task[T]:
         """`report`: a failure is logged when the task ends (False: its awaiter reports it)."""
-        task = asyncio.create_task(coro, name=name)
+        # The loop's own `create_task`, named there: `asyncio.create_task` adds a Python call
+        # to name it afterwards.
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if report:
@@ -47,14 +50,21 @@ class TaskSet:
         report while the caller waits (one log line, not a traceback here and a line there);
         this set's once the caller has left."""
         task = self.spawn(coro, name=name, report=False)
+        # What `asyncio.shield(task)` does, without its steps (ensure_future, isfuture, the
+        # loop looked up, a callback each way: seven Python calls, once per stored answer's
+        # final write): a future of our own, resolved when the task is done. Cancelling the
+        # caller cancels that future only.
+        over = task.get_loop().create_future()
+        task.add_done_callback(functools.partial(_relay, over))
         try:
-            return await asyncio.shield(task)
+            await over
         except asyncio.CancelledError:
             if task.done():
                 _report(task)
             else:
                 task.add_done_callback(_report)
             raise
+        return task.result()  # its value, or its failure (the caller's to report)
 
     async def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for running tasks, then cancel what is left."""
@@ -67,6 +77,11 @@ class TaskSet:
         if still:
             with contextlib.suppress(Exception):
                 await asyncio.wait(still, timeout=1.0)
+
+
+def _relay(over: asyncio.Future[None], _task: asyncio.Task[Any]) -> None:
+    if not over.done():  # else the caller was cancelled meanwhile
+        over.set_result(None)
 
 
 def _report(task: asyncio.Task[Any]) -> None:

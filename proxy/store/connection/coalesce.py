@@ -68,7 +68,11 @@ class ScriptCoalescer:
         self.calls = 0
 
     async def __call__(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
-        loop = asyncio.get_running_loop()
+        # The held connection's loop while it is usable (the loop we run in: its streams are
+        # that loop's), else asyncio's: `get_running_loop` makes a `getpid` system call in 3.11,
+        # and this runs for every create and final write.
+        held = self._held
+        loop = held.loop if held is not None and held.usable else asyncio.get_running_loop()
         call = _Call(script, keys, args, loop.create_future())
         if not self._batch:
             loop.call_soon(self._send_batch)

@@ -114,8 +114,10 @@ class HeldConnection:
         self._usable = True
         # Reads until the connection is lost, or retired with no batch out; then gives it back.
         # In a context of its own: it outlives the request whose batch took the connection.
-        self._reading = asyncio.get_running_loop().create_task(self._read(),
-                                                               context=contextvars.Context())
+        # Its loop, kept: the loop a usable connection is used in (its streams are that loop's),
+        # asked of asyncio once rather than per batch (a `getpid` system call each in 3.11).
+        self.loop = asyncio.get_running_loop()
+        self._reading = self.loop.create_task(self._read(), context=contextvars.Context())
 
     @property
     def usable(self) -> bool:
@@ -137,7 +139,7 @@ class HeldConnection:
             raise self._lost_by from exc
         deadline = None
         if self._timeout is not None:
-            deadline = asyncio.get_running_loop().call_later(self._timeout, self._expired)
+            deadline = self.loop.call_later(self._timeout, self._expired)
         self._batches.append(_Batch(calls, deadline))
 
     async def aclose(self) -> None:

@@ -87,7 +87,7 @@ def entries(events: Sequence[StoredEvent]) -> list[Entry]:
         seqs, kinds, datas = zip(*events, strict=True)
         first = seqs[0]
         if seqs == tuple(range(first, first + count)) and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-            return [_entry(first, seqs[-1], kinds, datas)]
+            return [entry_parts(first, seqs[-1], kinds, datas)]
     found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
@@ -102,13 +102,14 @@ def entries(events: Sequence[StoredEvent]) -> list[Entry]:
             seq = event.seq
             stop += 1
         run = events[start:stop]
-        found.append(_entry(first_event.seq, seq, [e.type for e in run],
+        found.append(entry_parts(first_event.seq, seq, [e.type for e in run],
                             [e.data for e in run]))
         start = stop
     return found
 
 
-def _entry(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes]) -> Entry:
+def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes]) -> Entry:
+    """The entry of the events `kinds`/`datas` (by column), numbered `first` to `last`."""
     try:
         heads = list(map(_TYPES.__getitem__, kinds))
     except KeyError:  # a type not seen yet (the first of each kind)

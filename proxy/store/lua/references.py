@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from proxy.store.base import StoredEvent
-from proxy.store.lua.packing import packed
+from proxy.store.lua.packing import entry_parts, packed
 
 # The final write's events go as one log entry within these bounds (packing.py's cut beyond):
 # Redis keeps a stream in nodes that close past 4 KiB (stream-node-max-bytes) and are each
@@ -37,11 +37,11 @@ class FinalWrite(NamedTuple):
 
 def refers_to(event: StoredEvent, obj: bytes | memoryview) -> bool:
     """`event` is exactly `{"type":<its type>,"sequence_number":<its seq>,"response":<obj>}`,
-    as the assembler encodes a lifecycle event. Compared in place (no copy of either)."""
-    data = event.data
-    head = b'{"type":"%s","sequence_number":%d,"response":' % (event.type.encode(), event.seq)
-    return (len(data) == len(head) + len(obj) + 1 and data.startswith(head)
-            and data.endswith(b"}") and memoryview(data)[len(head):-1] == obj)
+    as the assembler encodes a lifecycle event. The event it would be is made and compared
+    whole: one copy of the object (a memcpy of a kilobyte or two), where comparing in place
+    took a view and eight calls (~1.5 µs per event, two per stored streamed answer)."""
+    return event.data == b'{"type":"%s","sequence_number":%d,"response":%s}' % (
+        event.type.encode(), event.seq, obj)
 
 
 def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
@@ -68,6 +68,18 @@ def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
     return FinalWrite(inline, head, b"", None)
 
 
+class First(NamedTuple):
+    """What a streamed create wrote that its final write uses again: the create-time object
+    (`obj`), and for its owner (`tenant`) the response's shard tag and the keys the final write
+    declares first (the response's three, the owner's ledger), made once per response rather
+    than again at its end (~2 µs of key formatting per stored answer)."""
+
+    obj: bytes
+    tenant: str
+    tag: str | None
+    keys: tuple[str, ...]
+
+
 class FirstObjects:
     """The create-time objects of the streamed responses this process created, by id, until
     their final write. Bounded in count and in bytes (an object carries the request's
@@ -76,28 +88,35 @@ class FirstObjects:
     forgotten, or ended by another instance, keeps its head inline."""
 
     def __init__(self, bound: int = 8192, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._by_id: dict[str, bytes] = {}
+        self._by_id: dict[str, First] = {}
         self._bound = bound
         self._max_bytes = max_bytes
         self._bytes = 0
 
-    def remember(self, response_id: str, obj: bytes) -> None:
+    def remember(self, response_id: str, obj: bytes, tenant: str = "", tag: str | None = None,
+                 keys: tuple[str, ...] = ()) -> None:
         if len(obj) > self._max_bytes:
             return
         if len(self._by_id) >= self._bound or self._bytes + len(obj) > self._max_bytes:
             self._by_id.clear()
             self._bytes = 0
         self.forget(response_id)
-        self._by_id[response_id] = obj
+        # `tuple.__new__` straight: the named tuple's own `__new__` is a Python call.
+        self._by_id[response_id] = tuple.__new__(First, (obj, tenant, tag, keys))
         self._bytes += len(obj)
 
     def get(self, response_id: str) -> bytes | None:
+        first = self._by_id.get(response_id)
+        return first.obj if first is not None else None
+
+    def first(self, response_id: str) -> First | None:
+        """All that was remembered of the response (None: nothing)."""
         return self._by_id.get(response_id)
 
     def forget(self, response_id: str) -> None:
-        obj = self._by_id.pop(response_id, None)
-        if obj is not None:
-            self._bytes -= len(obj)
+        first = self._by_id.pop(response_id, None)
+        if first is not None:
+            self._bytes -= len(first.obj)
 
 
 def packed_final(events: Sequence[StoredEvent]) -> bytes:
@@ -105,11 +124,11 @@ def packed_final(events: Sequence[StoredEvent]) -> bytes:
     entry when they run consecutively within the bounds above."""
     if not events:
         return b""
-    first, end = events[0], events[-1]
-    if (len(events) > MAX_FINAL_EVENTS or end.seq - first.seq != len(events) - 1
-            or sum([len(event.data) for event in events]) > MAX_FINAL_BYTES):
+    # By columns, as packing.py lays out a flush's entry (C loops, the types' bytes cached): a
+    # format and an encode per event cost ~7 µs per stored short answer's final write.
+    seqs, kinds, datas = zip(*events, strict=True)
+    first, end = seqs[0], seqs[-1]
+    if (len(seqs) > MAX_FINAL_EVENTS or end - first != len(seqs) - 1
+            or sum(map(len, datas)) > MAX_FINAL_BYTES):
         return packed(events)
-    records = b"\x01".join([b"%s\x00%s" % (event.type.encode(), event.data)
-                             for event in events[:-1]])
-    return b"%d\x04%d\x04%s\x04%s\x04%s" % (first.seq, end.seq, records, end.type.encode(),
-                                            end.data)
+    return b"%d\x04%d\x04%s\x04%s\x04%s" % entry_parts(first, end, kinds, datas)
