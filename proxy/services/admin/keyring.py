@@ -234,6 +234,11 @@ class _LiveBudgets(Mapping[str, int]):
     def __getitem__(self, tenant: str) -> int:
         return self._ring.tables.stored_bytes[tenant]
 
+    def get(self, tenant: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        # The table's own `get`: Mapping's raises and catches a KeyError for every key with no
+        # budget of its own (~2.3 µs of each stored create).
+        return self._ring.tables.stored_bytes.get(tenant, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._ring.tables.stored_bytes)
 
