@@ -104,31 +104,39 @@ async def test_a_stream_closed_before_its_first_chunk_frees_its_slot() -> None:
         await client.aclose()
 
 
-async def test_a_stream_read_to_its_end_has_freed_its_slot(simulator: ServerProcess) -> None:
+@pytest.mark.parametrize(("path", "request_body"), [
+    ("/v1/responses", {"model": "sim-model", "input": "hi", "stream": True}),
+    ("/v1/chat/completions", {**CHAT, "stream": True}),
+])
+async def test_a_stream_read_to_its_end_has_freed_its_slot(
+        simulator: ServerProcess, path: str, request_body: dict[str, Any]) -> None:
     # A client of a key allowed one stream at a time sends its next request the moment it has
-    # read one to its end: the end (the terminal event, with the body's end) reaches the
-    # server only once the slot is free. Checked at that `send` itself: a second stream admitted
-    # from inside it. Settled at the stream's close instead, the turn's work after its terminal
-    # event (its lease, the response cache) still held the slot there.
+    # read one to its end: the end (a Responses stream's terminal event, a chat stream's
+    # `[DONE]`) reaches the server only once the slot is free. Checked at that `send` itself: a
+    # second stream admitted from inside it. Settled at the stream's close instead, the work
+    # after its end (a turn's lease, the response cache) still held the slot there.
     keys = parse_keys_file({"keys": [{"key": "sk-one", "name": "one", "max_streams": 1}]})
     app = create_app(Settings.of(upstreams=(simulator.url,), keys_file=keys))
-    body = orjson.dumps({"model": "sim-model", "input": "hi", "stream": True})
+    body = orjson.dumps(request_body)
 
     def scope() -> dict[str, Any]:
-        request = post_scope("/v1/responses", body)
+        request = post_scope(path, body)
         request["headers"].append((b"authorization", b"Bearer sk-one"))
         return request
 
     async def stream(at_end: Callable[[], Awaitable[None]] | None = None) -> int:
         left = asyncio.Event()
         statuses: list[int] = []
+        pending = [at_end] if at_end is not None else []
 
         async def send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
-            elif not message.get("more_body") and at_end is not None:
-                await at_end()
-            if message["type"] == "http.response.body" and not message.get("more_body"):
+                return
+            ends = b"[DONE]" in message.get("body", b"") or not message.get("more_body")
+            if ends and pending:
+                await pending.pop()()
+            if not message.get("more_body"):
                 left.set()
 
         await app(scope(), receive_until(body, left), send)

@@ -180,8 +180,10 @@ class SettledAtLast(Metered[T]):
 
 class MeteredRelay(Metered[bytes]):
     """A chat stream passed through byte for byte: settled with the meter's own count, else the
-    usage read from the stream's last frames, else the `data:` frames it carried. Per chunk:
-    two assignments and one `bytes.count`."""
+    usage read from the stream's last frames, else the `data:` frames it carried; settled when
+    the chunk with its `data: [DONE]` comes, before it is handed on (as `SettledAtLast`: its
+    client then knows the stream is over), else when it is closed. Per chunk: two
+    assignments, one `bytes.count` and a look at its last bytes."""
 
     def __init__(self, meter: Meter, body: AsyncIterator[bytes], prompt_bytes: int) -> None:
         super().__init__(meter, body)
@@ -193,6 +195,8 @@ class MeteredRelay(Metered[bytes]):
         chunk = await self._body.__anext__()
         self._previous, self._last = self._last, chunk
         self._frames += chunk.count(b"data:")
+        if _DONE in chunk[-_DONE_TAIL:]:
+            await self._meter.settle(self._streamed)
         return chunk
 
     def _streamed(self) -> int:
@@ -200,6 +204,12 @@ class MeteredRelay(Metered[bytes]):
         if found or not self._frames:
             return found
         return self._prompt + self._frames
+
+
+# The end of a chat stream (OpenAI's and vLLM's `data: [DONE]`), looked for in a chunk's last
+# bytes (room for a `\r\n` line end or two).
+_DONE = b"data: [DONE]"
+_DONE_TAIL = len(_DONE) + 4
 
 
 def delivered(usage: dict[str, Any] | None, deltas: int, prompt: Callable[[], int]) -> int:
