@@ -48,7 +48,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
-from proxy.web.disconnect import adopt
+from proxy.web.disconnect import Departure, adopted
 from proxy.web.middleware.access import BODY_SEND
 
 log = logging.getLogger("proxy.web")
@@ -93,19 +93,23 @@ class EventStream:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status,
                     "headers": self.raw_headers})
-        streamer = asyncio.create_task(self._stream(send, scope.get(BODY_SEND) or send),
-                                       name="sse-stream")
-        # The request's one disconnect watcher: the create's, when it set the stream up.
-        departure = adopt(scope, receive)
+        # The request's one disconnect watcher: the create's, when it set the stream up, and
+        # its loop: no lookup of the running loop here (Python 3.11's is a `getpid` system
+        # call; `create_task` and the timers made two).
+        kept = adopted(scope)
+        loop = kept.loop if kept is not None else asyncio.get_running_loop()
+        streamer = loop.create_task(self._stream(send, scope.get(BODY_SEND) or send),
+                                    name="sse-stream")
+        departure = kept if kept is not None else Departure(receive, loop)
         departure.aim(lambda: self._client_gone(streamer))
         send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
-        timers = _Timers(self, streamer, send, send_timeout)
+        timers = _Timers(self, streamer, send, send_timeout, loop)
         try:
             await asyncio.shield(streamer)
         except asyncio.CancelledError:
             # Either the streamer was cancelled (the client went away: done, nothing to do),
             # or we are (shutdown): then stop the streamer and let the cancellation go on.
-            current = asyncio.current_task()
+            current = asyncio.current_task(loop)
             if current is not None and current.cancelling():
                 raise
         finally:
@@ -174,11 +178,11 @@ class _Timers:
     own; the one timer is set for whichever is due first, and runs every check that is due."""
 
     def __init__(self, stream: EventStream, streamer: asyncio.Task[None], send: Send,
-                 send_timeout: float) -> None:
+                 send_timeout: float, loop: asyncio.AbstractEventLoop) -> None:
         self._stream = stream
         self._streamer = streamer
         self._send = send
-        self._loop = loop = asyncio.get_running_loop()
+        self._loop = loop
         self._handle: asyncio.TimerHandle | None = None
         self._ping_task: asyncio.Task[None] | None = None
         self._pings = 0  # pings whose `send` returned
@@ -220,7 +224,7 @@ class _Timers:
     def _ping_due(self) -> None:
         stream = self._stream
         if stream._sent == self._seen and not self._pinging:
-            self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
+            self._ping_task = self._loop.create_task(self._ping(), name="sse-ping")
         self._seen = stream._sent
 
     @property

@@ -95,9 +95,9 @@ class _Counted:
     async def receive(self) -> Message:
         if self.whole:  # the body is in: what is left to receive is the client's leaving
             return await self.inner()
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # a `getpid` system call in Python 3.11: once
         self.since = loop.time()
-        self.waiting = task = asyncio.current_task()
+        self.waiting = task = asyncio.current_task(loop)
         if self.timer is None:
             self.timer = loop.call_at(self.since + self.idle, self._check)
         try:
