@@ -35,13 +35,15 @@ def stream_response(
     events: EventBatches,
     *,
     ping: float = 0,
+    send_timeout: float | None = None,
     headers: Mapping[str, str] | None = None,
     status: int = 200,
 ) -> EventStream:
     """A Responses stream as SSE: each batch framed as one write, the terminal one with the
-    body's end."""
+    body's end. `send_timeout` None: the serving app's (read from the scope: ~1-3 µs a stream
+    that a route holding its settings passes instead)."""
     return EventStream(events, ping=ping, status=status, headers=headers, encode=frames,
-                       last=_terminal)
+                       last=_terminal, send_timeout=send_timeout)
 
 
 def _terminal(batch: EventBatch) -> bool:

@@ -174,8 +174,11 @@ class Front:
         if drain is None:
             await self.app(scope, receive, send)
             return
-        with drain.request():
+        drain.began()
+        try:
             await self.app(scope, receive, send)
+        finally:
+            drain.ended()
 
     def _ended(self, scope: Scope, context: RequestContext, answer: _Answer) -> None:
         started = answer.started
