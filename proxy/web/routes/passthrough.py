@@ -48,7 +48,7 @@ async def chat_completions(request: Request) -> Reply:
                 parsed, tenant(request), meter=meter, size=len(body))
         # A stream keeps the watcher for its body (one per request: web/disconnect.py).
         relay = await unless_disconnected(request, call, keep=_streams)
-    return relay_response(relay, ping=state.streams.ping_interval)
+    return relay_response(relay, ping=state.streams.ping_interval, ticks=state.ticks)
 
 
 def _streams(relay: Relay) -> bool:

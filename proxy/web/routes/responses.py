@@ -37,7 +37,8 @@ async def create(request: Request) -> Reply:
                 keep=_streamed)
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=state.streams.ping_interval,
-                               send_timeout=state.streams.send_timeout, headers=outcome.headers)
+                               send_timeout=state.streams.send_timeout, ticks=state.ticks,
+                               headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
 
 
@@ -103,7 +104,7 @@ async def retrieve(request: Request) -> Reply:
         stream = await state.stored.replay(tenant(request), response_id,
                                              _starting_after(query.get("starting_after")))
         return stream_response(stream, ping=state.streams.ping_interval,
-                               send_timeout=state.streams.send_timeout)
+                               send_timeout=state.streams.send_timeout, ticks=state.ticks)
     return json_response(await state.stored.get(tenant(request), response_id))
 
 
