@@ -123,11 +123,11 @@ async def test_a_short_answer_stays_within_its_calls(simulator: ServerProcess,
 # Lookups of the running loop per request: in Python 3.11 each is a `getpid` system call
 # (`asyncio.get_running_loop`, and what calls it: `create_task`, `current_task()`, `Future()`,
 # `Event.wait`, `asyncio.timeout`), ~0.5 µs. One of them is this test's own (its `receive`
-# waits on an `asyncio.Event`); the other two, the body's read timer and the disconnect
-# watcher's. Before: 10 (the pool read the clock three times through it, the stream's task
-# and timers and the watcher's task and `current_task()` one each). Stored answers are not
-# bounded here: the store's writes look it up as often as their flushes happen to run.
-MAX_LOOP_LOOKUPS = {"stream": 3.5}
+# waits on an `asyncio.Event`); the other, the disconnect watcher's. Before: 10 (the pool read
+# the clock three times through it, the stream's task and timers, the watcher's task and
+# `current_task()` one each, the body's read two though it never waited). Stored answers are
+# not bounded here: the store's writes look it up as often as their flushes happen to run.
+MAX_LOOP_LOOKUPS = {"stream": 2.5}
 _LOOKUPS = ("get_running_loop", "get_event_loop")
 
 
