@@ -32,11 +32,11 @@ from tests.support.inprocess import post_scope, receive_until
 from tests.support.servers import ServerProcess
 
 # Python calls per request (what `OTHERS` leaves out apart). Measured on the tree that set
-# these: 2,858 (JSON), 3,428-3,540 (stream) and 983 (a stream not stored: the create
-# bench.burstsetup times), with the body's absent fields not read, the body read without
-# Starlette's generator, the stream's send timeout handed to it, no tool walk for a request
-# without tools (1,068 before, store off);
-# before that 2,930 (JSON) and 3,500-3,510 (stream), with no async generator for metering or the
+# these: 2,844-2,858 (JSON), 3,428-3,538 (stream) and 973-982 (a stream not stored: the
+# create bench.burstsetup times), with the body's absent fields not read, the body read
+# without Starlette's generator, the stream's send timeout handed to it, no tool walk for a
+# request without tools (2,930, 3,500-3,580 and 1,068 before); before that 2,930 (JSON)
+# and 3,500-3,510 (stream), with no async generator for metering or the
 # turn's drain and lease, no media walk for an input without media, the upstream call's error
 # mappings plain context managers, vLLM's reads cut whole, each chunk handled inline and a
 # content fragment straight to its message, the start events' response encoded once and a
