@@ -80,17 +80,10 @@ class WebState:
     ticks: Ticks = field(default_factory=Ticks)
 
 
-# The app's attribute `attach` sets beside `app.state.web`, which `state_of` reads: through
-# Starlette's `State` each read was a Python `__getattr__` (a dict lookup in a `try`), twice
-# per create (~1 µs in all).
-_WEB = "proxy_web_state"
-
-
 def attach(app: Starlette, state: WebState) -> None:
     app.state.web = state
-    setattr(app, _WEB, state)
 
 
 def state_of(conn: HTTPConnection) -> WebState:
-    state: WebState = getattr(conn.scope["app"], _WEB)
+    state: WebState = conn.app.state.web
     return state
