@@ -10,8 +10,8 @@ What it does, and what it leaves out on purpose:
   even while no chunk is flowing. That task is the request's one watcher (web/disconnect.py
   `Departure`): a streamed create hands over the one that watched its set-up;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
-  proxies and load balancers do not cut an idle stream (a timer callback checks; a task is
-  made only for a ping that is due);
+  proxies and load balancers do not cut an idle stream (a timed check on the app's one loop
+  timer, web/ticks.py; a task is made only for a ping that is due);
 - the body is streamed by a task of its own, started here: every chunk then wakes a coroutine
   stack two frames deep instead of the whole ASGI stack (uvicorn, every middleware, the
   router), which would otherwise be resumed frame by frame for each token;
