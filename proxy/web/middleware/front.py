@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,14 +88,16 @@ class Front:
         self.log = logger or logging.getLogger("proxy.access")
         self.new_id = new_id
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The coroutine serving `scope`, handed back to be awaited: not a coroutine of its own
+        that awaits it (a frame less, made per request and resumed each time the request's
+        task wakes: ~0.5 µs a create)."""
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "websocket":
-            await self._socket(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
+            return self._http(scope, receive, send)
+        if kind == "websocket":
+            return self._socket(scope, receive, send)
+        return self.app(scope, receive, send)
 
     async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
         drain, auth = self.drain, self.auth
