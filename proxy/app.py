@@ -28,6 +28,7 @@ from proxy.web.errors import EXCEPTION_HANDLERS, ErrorAnswers
 from proxy.web.middleware.access import BODY_SEND
 from proxy.web.middleware.auth import Auth
 from proxy.web.middleware.bodylimits import BodyLimits
+from proxy.web.middleware.forwarded import TrustedProxies
 from proxy.web.middleware.front import Front
 from proxy.web.middleware.tracing import TraceMiddleware
 from proxy.web.routes import admin as routes_admin
@@ -89,7 +90,8 @@ def create_app(settings: Settings) -> Starlette:
                                          upload_limit=settings.limits.max_file_bytes,
                                          idle=settings.limits.body_timeout),
                        auth=Auth(ring=keys, allow_origins=settings.tenancy.allow_origins),
-                       errors=ErrorAnswers(EXCEPTION_HANDLERS)),
+                       errors=ErrorAnswers(EXCEPTION_HANDLERS),
+                       proxies=TrustedProxies(settings.server.forwarded_allow_ips)),
         ],
         lifespan=lifespan,
     )

@@ -150,6 +150,11 @@ def uvicorn_config(app: Any, settings: Settings, **overrides: Any) -> Any:
         port=settings.server.port,
         log_level="warning",
         access_log=False,  # ours is web/middleware/access.py
+        # The client's address and scheme from a trusted proxy's `X-Forwarded-*` are read by
+        # the app's front middleware (web/middleware/forwarded.py), by uvicorn's rules and from
+        # `--forwarded-allow-ips` (FORWARDED_ALLOW_IPS, as uvicorn's): its own layer was a
+        # coroutine and a pass over the headers more per request.
+        proxy_headers=False,
         log_config=None,  # uvicorn's own lines go through our handler (format, request id)
         # The drain (SIGTERM) has already given streams `--shutdown-grace`; what is left then
         # (replays of responses made elsewhere) gets this long before uvicorn cuts it.

@@ -315,6 +315,13 @@ def _prefixes(values: object, flag: str, *, host_required: bool) -> tuple[str, .
     return tuple(out)
 
 
+def hosts(values: object, flag: str) -> tuple[str, ...]:
+    """Hosts as uvicorn's `--forwarded-allow-ips` takes them (comma-separated in one flag
+    too): addresses, networks, `*`, or any other text (compared as it is: a Unix socket's
+    name), so none is refused."""
+    return tuple(host for value in _items(values) for host in split(str(value)))
+
+
 def origins(values: object, flag: str) -> tuple[str, ...]:
     """Each an origin as a browser sends it: `scheme://host[:port]`, nothing after."""
     out: list[str] = []

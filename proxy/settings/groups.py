@@ -40,6 +40,10 @@ class ServerSettings:
     # Seconds a connection has to deliver a whole request head from its first byte (nginx's
     # client_header_timeout); past it the connection is closed (proxy/process/headtimeout.py).
     header_timeout: float = 10.0
+    # Hosts trusted to say who the client is (`X-Forwarded-For`, `X-Forwarded-Proto`):
+    # uvicorn's default, which its `FORWARDED_ALLOW_IPS` set before the front read the headers
+    # (proxy/web/middleware/forwarded.py).
+    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)

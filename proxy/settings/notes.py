@@ -68,6 +68,12 @@ NOTES: dict[str, str] = {
         ' `client_header_timeout`); past it the connection is closed. A connection that sends '
         "nothing is closed after uvicorn's keep-alive timeout (5 s), as an idle kept-alive one"
     ),
+    "forwarded_allow_ips": (
+        "the proxies in front whose `X-Forwarded-For` and `X-Forwarded-Proto` are believed: "
+        "a connection from one of them gets the client address and scheme they name (the "
+        "nearest address that is not itself trusted). Addresses, networks (`10.0.0.0/8`) or "
+        "`*`; uvicorn's variable and rules, read by the proxy's front middleware"
+    ),
     "max_sealed_bytes": (
         'most one sealed blob may open to; more is a 400 `invalid_encrypted_content` naming it.'
         " What all of a request's blobs, references and history open to together is bounded by "

@@ -103,6 +103,11 @@ OPTIONS: tuple[Option, ...] = (
            "seconds a request body may pause between two reads; past it, 408"),
     _serve("header_timeout", "server.header_timeout", c.seconds,
            "seconds a connection has to send a whole request head; past it, closed"),
+    _serve("forwarded_allow_ips", "server.forwarded_allow_ips", c.hosts,
+           "hosts (addresses, networks, or *) whose X-Forwarded-For and X-Forwarded-Proto set "
+           "the client's address and scheme (repeatable; env FORWARDED_ALLOW_IPS, "
+           "comma-separated)", env=("FORWARDED_ALLOW_IPS",), repeat=True,
+           shown="127.0.0.1,::1"),
     # Not more than --max-body-bytes, and lowered to it by default (build.py).
     _serve("max_sealed_bytes", "sealing.max_bytes", c.count,
            "most one sealed blob may inflate to", shown="1 MiB"),

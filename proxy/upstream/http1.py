@@ -131,15 +131,15 @@ class Connection(asyncio.Protocol):
 
     __slots__ = (
         "_buffer", "_buffered", "_close_delimited", "_complete", "_deadline", "_error",
-        "_head_bytes", "_headers", "_headers_done", "_interim", "_keep_alive", "_loop",
+        "_head_bytes", "_headers", "_headers_done", "_interim", "_keep_alive",
         "_parser", "_paused", "_received",
-        "_status", "_timer", "_timer_at", "_transport", "_waiter", "closed", "idle_since",
+        "_status", "_timer", "_timer_at", "_transport", "_waiter", "closed", "idle_since", "loop",
         "on_close", "origin", "reused",
     )
 
     def __init__(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> None:
         self.origin = origin
-        self._loop = loop
+        self.loop = loop
         # Called once when the connection dies; set by the pool once it counts the connection.
         self.on_close: Callable[[Connection], None] | None = None
         self.closed = False
@@ -242,7 +242,7 @@ class Connection(asyncio.Protocol):
     def _wait(self, deadline: float) -> asyncio.Future[None]:
         """A future the next event (bytes, the end, an error, the deadline) resolves. Only one
         reader waits at a time."""
-        waiter = self._loop.create_future()
+        waiter = self.loop.create_future()
         self._waiter = waiter
         self._deadline = deadline
         timer = self._timer
@@ -250,7 +250,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self._timer_at = deadline
-            self._timer = self._loop.call_at(deadline, self._on_timer)
+            self._timer = self.loop.call_at(deadline, self._on_timer)
         return waiter
 
     def _on_timer(self) -> None:
@@ -258,10 +258,10 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return  # nobody waits: stay disarmed until someone does
-        if self._loop.time() < self._deadline:
+        if self.loop.time() < self._deadline:
             # The waits since we were armed moved the deadline on: sleep until the current one.
             self._timer_at = self._deadline
-            self._timer = self._loop.call_at(self._deadline, self._on_timer)
+            self._timer = self.loop.call_at(self._deadline, self._on_timer)
             return
         what = "body bytes" if self._headers_done else "response headers"
         self._fail(ReadTimeout(f"no {what} from {self.origin[1]}:{self.origin[2]} in time"))
@@ -344,7 +344,10 @@ class Connection(asyncio.Protocol):
             self._interim = True  # 100, 103 ...: skipped; the final response follows
             self._headers = []
             return
-        if sum(len(k) + len(v) + 4 for k, v in self._headers) > MAX_HEAD_BYTES:
+        size = 0
+        for name, value in self._headers:  # a loop, not `sum` over a generator: ~0.5 µs less
+            size += len(name) + len(value) + 4
+        if size > MAX_HEAD_BYTES:
             raise ProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
         self._status = status
         self._keep_alive = parser.should_keep_alive()
@@ -409,7 +412,7 @@ class Response:
         the previous one. Raises `ReadTimeout` / `ReadError`; ends at the message's end, having
         given the connection back."""
         conn = self._conn
-        loop = conn._loop
+        loop = conn.loop
         read_timeout = self._read_timeout
         while True:
             if self._closed:  # by another task: to this reader, the connection was cut

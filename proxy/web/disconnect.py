@@ -39,12 +39,15 @@ class ClientGone(ProxyError):
 
 class Departure:
     """Waits for the client to leave; then `gone`, and the callback it is aimed at (if any) is
-    called, once."""
+    called, once. `loop`: the running loop, when the caller has it (Python 3.11's
+    `asyncio.get_running_loop`, which `asyncio.create_task` calls, is a `getpid` system call);
+    kept for the stream that adopts the watcher (web/eventstream.py)."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.gone = False
         self._on_gone: Callable[[], None] | None = None
-        self._task = asyncio.create_task(self._watch(receive), name="client-departure")
+        self.loop = loop = loop or asyncio.get_running_loop()
+        self._task = loop.create_task(self._watch(receive), name="client-departure")
 
     def aim(self, on_gone: Callable[[], None] | None) -> None:
         """What to call when the client leaves (None: nothing, the departure is only noted).
@@ -52,7 +55,7 @@ class Departure:
         started now would have made the same call."""
         self._on_gone = on_gone
         if self.gone and on_gone is not None:
-            asyncio.get_running_loop().call_soon(on_gone)
+            self.loop.call_soon(on_gone)
 
     def stop(self) -> None:
         self._on_gone = None
@@ -68,20 +71,23 @@ class Departure:
                 return
 
 
-def adopt(scope: Scope, receive: Receive) -> Departure:
-    """The request's watcher: the one its handler left (`unless_disconnected(keep=...)`),
-    else a new one."""
+def adopted(scope: Scope) -> Departure | None:
+    """The request's watcher its handler left (`unless_disconnected(keep=...)`), if any: the
+    stream's, and its loop the stream's too (web/eventstream.py)."""
     departure = scope.pop(DEPARTURE, None)
-    return departure if isinstance(departure, Departure) else Departure(receive)
+    return departure if isinstance(departure, Departure) else None
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T], *,
                               keep: Callable[[T], bool] | None = None) -> T:
     """`work`'s result, or `ClientGone` when the client left first. `keep(result)` true: the
     watcher goes on, left in the scope for the response (a stream) to adopt."""
-    current = asyncio.current_task()
+    # One loop lookup for both (each of `current_task()` and `create_task` made its own
+    # `getpid` system call).
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task(loop)
     assert current is not None
-    departure = Departure(request.receive)
+    departure = Departure(request.receive, loop)
     fired = False
 
     def cancel() -> None:

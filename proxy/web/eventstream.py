@@ -10,8 +10,8 @@ What it does, and what it leaves out on purpose:
   even while no chunk is flowing. That task is the request's one watcher (web/disconnect.py
   `Departure`): a streamed create hands over the one that watched its set-up;
 - a comment line (`: ping`) goes out when the stream was silent for a whole ping interval, so
-  proxies and load balancers do not cut an idle stream (a timer callback checks; a task is
-  made only for a ping that is due);
+  proxies and load balancers do not cut an idle stream (a timed check on the app's one loop
+  timer, web/ticks.py; a task is made only for a ping that is due);
 - the body is streamed by a task of its own, started here: every chunk then wakes a coroutine
   stack two frames deep instead of the whole ASGI stack (uvicorn, every middleware, the
   router), which would otherwise be resumed frame by frame for each token;
@@ -48,8 +48,9 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.events.sse import PING
-from proxy.web.disconnect import adopt
+from proxy.web.disconnect import Departure, adopted
 from proxy.web.middleware.access import BODY_SEND
+from proxy.web.ticks import Tick, Ticks
 
 log = logging.getLogger("proxy.web")
 
@@ -69,7 +70,8 @@ class EventStream:
                  headers: Mapping[str, str] | None = None,
                  send_timeout: float | None = None,
                  encode: Callable[[Any], bytes] | None = None,
-                 last: Callable[[Any], bool] | None = None) -> None:
+                 last: Callable[[Any], bool] | None = None,
+                 ticks: Ticks | None = None) -> None:
         # `encode`: what makes an item of `body` bytes; None: the items are bytes already.
         # `last`: tells the item that ends the stream (a Responses stream's terminal event),
         # sent with the body's end in one write; None: the end is known when `body` ends.
@@ -80,6 +82,9 @@ class EventStream:
         # None: the configured `--send-timeout` of the app serving the request (so every
         # route's stream is bounded without each handler passing it); 0: unbounded.
         self.send_timeout = send_timeout
+        # Where the pinger's and the watchdog's checks wait (web/ticks.py): the app's, shared
+        # by its streams; None: one of the stream's own.
+        self.ticks = ticks
         self.status = status
         extra = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                  for k, v in (headers or {}).items()
@@ -93,19 +98,24 @@ class EventStream:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status,
                     "headers": self.raw_headers})
-        streamer = asyncio.create_task(self._stream(send, scope.get(BODY_SEND) or send),
-                                       name="sse-stream")
-        # The request's one disconnect watcher: the create's, when it set the stream up.
-        departure = adopt(scope, receive)
+        # The request's one disconnect watcher: the create's, when it set the stream up, and
+        # its loop: no lookup of the running loop here (Python 3.11's is a `getpid` system
+        # call; `create_task` and the timers made two).
+        kept = adopted(scope)
+        loop = kept.loop if kept is not None else asyncio.get_running_loop()
+        streamer = loop.create_task(self._stream(send, scope.get(BODY_SEND) or send),
+                                    name="sse-stream")
+        departure = kept if kept is not None else Departure(receive, loop)
         departure.aim(lambda: self._client_gone(streamer))
         send_timeout = _send_timeout(scope) if self.send_timeout is None else self.send_timeout
-        timers = _Timers(self, streamer, send, send_timeout)
+        ticks = Ticks() if self.ticks is None else self.ticks
+        timers = _Timers(self, streamer, send, send_timeout, loop, ticks)
         try:
             await asyncio.shield(streamer)
         except asyncio.CancelledError:
             # Either the streamer was cancelled (the client went away: done, nothing to do),
             # or we are (shutdown): then stop the streamer and let the cancellation go on.
-            current = asyncio.current_task()
+            current = asyncio.current_task(loop)
             if current is not None and current.cancelling():
                 raise
         finally:
@@ -159,10 +169,11 @@ class EventStream:
             streamer.cancel()
 
 class _Timers:
-    """A stream's pinger and send watchdog, as callbacks of one timer on the loop rather than a
+    """A stream's pinger and send watchdog, as callbacks of one timed check rather than a
     task each: two tasks fewer per stream, made before its first bytes (a burst makes 256 of
-    them at once), for checks that run every few seconds; and one timer for both rather than
-    one each (~3 µs a stream: a handle made, pushed on the loop's heap and cancelled). Only a
+    them at once), for checks that run every few seconds; and one check pending for both
+    rather than one each. The check waits in `Ticks` (web/ticks.py: the app's streams' checks
+    on one loop timer; a timer of the loop per stream cost ~2 µs of its set-up). Only a
     ping's `send` needs a task, made when one is due (a silent stream), and one at a time.
 
     Pinger: every `ping` seconds, a `: ping` comment when no frame began since the last check.
@@ -174,12 +185,13 @@ class _Timers:
     own; the one timer is set for whichever is due first, and runs every check that is due."""
 
     def __init__(self, stream: EventStream, streamer: asyncio.Task[None], send: Send,
-                 send_timeout: float) -> None:
+                 send_timeout: float, loop: asyncio.AbstractEventLoop, ticks: Ticks) -> None:
         self._stream = stream
         self._streamer = streamer
         self._send = send
-        self._loop = loop = asyncio.get_running_loop()
-        self._handle: asyncio.TimerHandle | None = None
+        self._loop = loop
+        self._ticks = ticks
+        self._handle: Tick | None = None
         self._ping_task: asyncio.Task[None] | None = None
         self._pings = 0  # pings whose `send` returned
         self._seen = -1  # frames begun at the pinger's last check
@@ -202,10 +214,10 @@ class _Timers:
         ping_next, watch_next = self._ping_next, self._watch_next
         due = (watch_next if ping_next is None else ping_next if watch_next is None
                else min(ping_next, watch_next))
-        self._handle = None if due is None else self._loop.call_at(due, self._due, due)
+        self._handle = None if due is None else self._ticks.at(due, self._due, self._loop)
 
     def _due(self, when: float) -> None:
-        """The timer set for `when`: the checks due by then run (the loop may run a timer a
+        """The check set for `when`: the checks due by then run (the loop may run a timer a
         clock tick early, so `now` would not tell)."""
         now = self._loop.time()
         if self._ping_next is not None and self._ping_next <= when:
@@ -220,7 +232,7 @@ class _Timers:
     def _ping_due(self) -> None:
         stream = self._stream
         if stream._sent == self._seen and not self._pinging:
-            self._ping_task = asyncio.create_task(self._ping(), name="sse-ping")
+            self._ping_task = self._loop.create_task(self._ping(), name="sse-ping")
         self._seen = stream._sent
 
     @property

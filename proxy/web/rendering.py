@@ -20,6 +20,7 @@ from proxy.core.events.sse import frames
 from proxy.core.types import EventBatches
 from proxy.services.fleet.passthrough import Relay
 from proxy.web.eventstream import EventStream
+from proxy.web.ticks import Ticks
 
 # What a handler returns: a complete response, or a stream.
 Reply = Response | EventStream
@@ -36,18 +37,22 @@ def stream_response(
     events: EventBatches,
     *,
     ping: float = 0,
+    send_timeout: float | None = None,
+    ticks: Ticks | None = None,
     headers: Mapping[str, str] | None = None,
     status: int = 200,
 ) -> EventStream:
     """A Responses stream as SSE: each batch framed as one write, the terminal one with the
-    body's end."""
+    body's end. `send_timeout` None: the serving app's (read from the scope: ~1-3 µs a stream
+    that a route holding its settings passes instead). `ticks`: the app's (web/ticks.py)."""
     return EventStream(events, ping=ping, status=status, headers=headers, encode=frames,
-                       last=ends_stream)
+                       last=ends_stream, send_timeout=send_timeout, ticks=ticks)
 
 
-def relay_response(relay: Relay, *, ping: float = 0) -> Reply:
+def relay_response(relay: Relay, *, ping: float = 0, ticks: Ticks | None = None) -> Reply:
     if relay.stream is not None:
         headers = {k: v for k, v in relay.headers.items() if k.lower() != "content-type"}
-        return EventStream(relay.stream, ping=ping, status=relay.status, headers=headers)
+        return EventStream(relay.stream, ping=ping, status=relay.status, headers=headers,
+                           ticks=ticks)
     return Response(relay.body, status_code=relay.status, headers=relay.headers,
                     media_type=relay.media_type)

@@ -12,11 +12,13 @@ errors). The types below are for the checker only: nothing is imported when the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
+
+from proxy.web.ticks import Ticks  # a leaf too: it imports nothing of the web layer
 
 if TYPE_CHECKING:
     from proxy.core.policy.keyslots import KeySlots
@@ -74,6 +76,8 @@ class WebState:
     streams: StreamSettings  # pings, send timeout, socket age
     limits: LimitSettings  # a WebSocket frame's size
     tenancy: TenancySettings  # origins of file URLs, who may see `/readyz`'s detail
+    # The streams' pings and send watchdogs, on one timer of the loop (web/ticks.py).
+    ticks: Ticks = field(default_factory=Ticks)
 
 
 def attach(app: Starlette, state: WebState) -> None:

@@ -41,8 +41,8 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.web.middleware.bodylimits", "proxy.web.middleware.draining",
         "proxy.web.routetable"),
     "what a handler takes from the request, where it finds the services, the disconnect "
-    "watch around the set-up": (
-        "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect"),
+    "watch around the set-up, the one loop timer the streams' pings wait on": (
+        "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect", "proxy.web.ticks"),
     "telemetry: counters, histograms, spans and the request id; they decide nothing": (
         "proxy.telemetry.metrics", "proxy.telemetry.tracing", "proxy.core.context.requestctx"),
     "small values read along the way: ids, the tenant digest, the JSON content-type check, "

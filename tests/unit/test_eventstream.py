@@ -309,3 +309,49 @@ async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
     finally:
         loop.call_at = call_at  # type: ignore[method-assign]
     assert written == [b"data: 0\n\n", PING, b"data: end\n\n", b""] and not stream.stalled
+
+
+async def test_the_streams_of_one_app_share_one_loop_timer() -> None:
+    """Streams given the app's `Ticks` (web/ticks.py) arm one timer of the loop between them
+    (before: one each, ~2 µs of every stream's set-up), and each still gets its pings."""
+    from proxy.core.events.sse import PING
+    from proxy.web.ticks import Ticks
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, callback, *args, **kwargs)
+
+    ticks = Ticks()
+    written: list[list[bytes]] = [[], [], []]
+    pinged = [asyncio.Event() for _ in written]
+
+    def body(i: int) -> AsyncIterator[bytes]:
+        async def frames() -> AsyncIterator[bytes]:
+            yield b"data: 0\n\n"
+            await pinged[i].wait()
+        return frames()
+
+    def sender(i: int) -> Any:
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                written[i].append(message["body"])
+                if message["body"] == PING:
+                    pinged[i].set()
+        return send
+
+    loop.call_at = counted  # type: ignore[method-assign]
+    try:
+        serving = [asyncio.create_task(
+            EventStream(body(i), ping=0.05, send_timeout=5, ticks=ticks)(
+                {"type": "http"}, never_disconnects, sender(i))) for i in range(3)]
+        await asyncio.sleep(0)
+        assert len(armed) == 1, armed
+        async with asyncio.timeout(10):
+            await asyncio.gather(*serving)
+    finally:
+        loop.call_at = call_at  # type: ignore[method-assign]
+    assert written == [[b"data: 0\n\n", PING, b""]] * 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 from dataclasses import fields
 from typing import Any
 
@@ -276,3 +278,74 @@ def test_a_parsed_request_is_the_dataclass_it_would_construct() -> None:
     assert first.media == {} and first.media is not second.media
     with pytest.raises(AttributeError):
         first.model = "other"  # type: ignore[misc]
+
+
+# Every optional field the parse reads only when the body has it, set to a valid value.
+_EVERY_FIELD: dict[str, Any] = {
+    "instructions": "be brief", "prompt": {"id": "pmpt_1"},
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    "tool_choice": "required", "parallel_tool_calls": False,
+    "text": {"format": {"type": "json_object"}, "verbosity": "low"},
+    "reasoning": {"effort": "low", "summary": "auto"}, "max_output_tokens": 5,
+    "temperature": 0.5, "top_p": 0.5, "metadata": {"a": "b"}, "user": "u", "stream": True,
+    "include": ["message.output_text.logprobs"], "service_tier": "flex",
+    "prompt_cache_key": "k", "prompt_cache_retention": "24h", "safety_identifier": "s",
+    "max_tool_calls": 3, "presence_penalty": 1, "frequency_penalty": -1,
+    "prompt_cache_options": {"mode": "explicit"}, "top_logprobs": 2, "truncation": "auto",
+}
+
+
+@pytest.mark.parametrize("body", [{}, _EVERY_FIELD, {k: None for k in _EVERY_FIELD}])
+def test_the_request_is_the_dataclass_it_would_construct(body: dict[str, Any]) -> None:
+    """The parse builds the request without the frozen dataclass's `__init__`: the same
+    fields, in their declared order, with the same values as the constructor would give."""
+    request = parse(**body)
+    names = [f.name for f in fields(ResponsesRequest)]
+    assert list(vars(request)) == names
+    assert request == ResponsesRequest(**vars(request))
+    if not any(v is not None for v in body.values()):
+        assert request == ResponsesRequest(model="m", input=request.input)
+
+
+def test_every_field_read_when_given() -> None:
+    request = parse(**_EVERY_FIELD)
+    assert (request.instructions, request.prompt, request.tool_choice) == (
+        "be brief", {"id": "pmpt_1"}, "required")
+    assert request.parallel_tool_calls is False and request.stream is True
+    assert request.text == {"format": {"type": "json_object"}, "verbosity": "low"}
+    assert (request.max_output_tokens, request.temperature, request.top_p) == (5, 0.5, 0.5)
+    assert (request.presence_penalty, request.frequency_penalty, request.top_logprobs) == (
+        1.0, -1.0, 2)
+    assert request.prompt_cache_options == {"mode": "explicit", "ttl": "30m"}
+    assert request.truncation == "auto" and request.metadata == {"a": "b"}
+
+
+def test_defaults_made_fresh_for_each_request() -> None:
+    first, second = parse(), parse()
+    for name in ("text", "metadata", "tools", "hosted_options", "media"):
+        assert getattr(first, name) == getattr(second, name)
+        assert getattr(first, name) is not getattr(second, name), name
+
+
+def test_the_first_bad_field_of_several_is_named() -> None:
+    """The checks run in the order they always did: of two bad fields, the earlier one's."""
+    refused({"model": "m", "input": "hi", "parallel_tool_calls": 1, "context_management": 3},
+            "parallel_tool_calls")
+    refused({"model": "m", "input": "hi", "instructions": 3, "top_logprobs": 99},
+            "instructions")
+    refused({"model": "m", "input": "hi", "temperature": 9, "truncation": "x"}, "temperature")
+    refused({"model": "m", "input": "hi", "stream": "yes", "include": ["x"]}, "stream")
+
+
+def test_a_short_create_parses_in_few_calls() -> None:
+    """A body with four fields reads those four: each absent optional field was a call (and
+    the frozen dataclass's `__init__` a call per field, which cProfile does not see): 12.2 ->
+    6.5 µs for this body. Python calls (builtins counted): 85 before, 50 after."""
+    body = {"model": "m", "input": "hi", "stream": True, "store": False}
+    profile = cProfile.Profile()
+    profile.enable()
+    parse_request(body, counter_ids())
+    profile.disable()
+    stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    calls = sum(stat[1] for stat in stats.values())
+    assert calls <= 54, calls

@@ -210,6 +210,10 @@ def _tool_content(output: str | list[dict[str, Any]], media: Mapping[str, str]
 
 def _add_tools(chat: dict[str, Any], request: ResponsesRequest, names: ToolNames,
                loaded: list[dict[str, Any]], items: list[Item]) -> None:
+    if not request.tools and not loaded:
+        # No tool at all (names too are empty: no search function either): nothing is
+        # offered, whatever `tool_choice` says. The walk below found that out in ~3 µs.
+        return
     deferred = count_deferred(searchable(request.tools, items))
     tools, choice = upstream_tools(request.tools, request.tool_choice, names, loaded, deferred)
     if not tools:  # none, or only ones `allowed_tools` left out

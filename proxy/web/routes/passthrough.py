@@ -20,7 +20,7 @@ from proxy.core.request.jsonbody import parse_object
 from proxy.services.fleet.passthrough import Relay, chat_stream
 from proxy.services.process import offload
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.incoming import require_json, tenant
+from proxy.web.incoming import read_body, require_json, tenant
 from proxy.web.limiting import limits_on, metering
 from proxy.web.middleware.auth import header
 from proxy.web.rendering import Reply, json_response, relay_response
@@ -30,7 +30,7 @@ from proxy.web.state import state_of
 async def chat_completions(request: Request) -> Reply:
     state = state_of(request)
     require_json(request)
-    body = await request.body()  # read whole first: the disconnect watch then owns `receive`
+    body = await read_body(request)  # whole first: the disconnect watch then owns `receive`
     # Parsed once, here (off the loop when large), and handed down: the services used to parse
     # it again each, three parses of up to 16 MiB on the loop (docs/contract.md "Cost bounds").
     parsed = await _parsed(body)
@@ -48,7 +48,7 @@ async def chat_completions(request: Request) -> Reply:
                 parsed, tenant(request), meter=meter, size=len(body))
         # A stream keeps the watcher for its body (one per request: web/disconnect.py).
         relay = await unless_disconnected(request, call, keep=_streams)
-    return relay_response(relay, ping=state.streams.ping_interval)
+    return relay_response(relay, ping=state.streams.ping_interval, ticks=state.ticks)
 
 
 def _streams(relay: Relay) -> bool:

@@ -12,7 +12,7 @@ from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.services.responses.create import Outcome
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.incoming import json_body, path_id, tenant
+from proxy.web.incoming import json_body, path_id, read_body, tenant
 from proxy.web.limiting import metering
 from proxy.web.middleware.auth import header
 from proxy.web.rendering import Reply, json_response, stream_response
@@ -29,7 +29,7 @@ async def create(request: Request) -> Reply:
         directives = parse_cache_control(header(request.scope, b"cache-control"))
         # `parse_request` refuses a `stream` or `background` that is not a boolean.
         hold = body.get("background") is True or body.get("stream") is True
-        size = len(await request.body())  # read already: what the service may offload by
+        size = len(await read_body(request))  # read already: what the service may offload by
         async with metering(request, hold=hold) as meter:
             # A stream keeps the watcher of its set-up (one per request, not two).
             outcome = await unless_disconnected(request, responses.create(
@@ -37,6 +37,7 @@ async def create(request: Request) -> Reply:
                 keep=_streamed)
     if outcome.stream is not None:
         return stream_response(outcome.stream, ping=state.streams.ping_interval,
+                               send_timeout=state.streams.send_timeout, ticks=state.ticks,
                                headers=outcome.headers)
     return json_response(outcome.body, headers=outcome.headers)
 
@@ -49,7 +50,7 @@ async def count_input_tokens(request: Request) -> Response:
     """Counted in `rpm` (a `/tokenize` on the fleet); it generates and stores nothing."""
     state = state_of(request)
     body = await json_body(request)
-    size = len(await request.body())
+    size = len(await read_body(request))
     async with metering(request):
         counted = await state.responses.count_input_tokens(tenant(request), body,
                                                                       size=size)
@@ -102,7 +103,8 @@ async def retrieve(request: Request) -> Reply:
     if _flag(query.get("stream"), "stream"):
         stream = await state.stored.replay(tenant(request), response_id,
                                              _starting_after(query.get("starting_after")))
-        return stream_response(stream, ping=state.streams.ping_interval)
+        return stream_response(stream, ping=state.streams.ping_interval,
+                               send_timeout=state.streams.send_timeout, ticks=state.ticks)
     return json_response(await state.stored.get(tenant(request), response_id))
 
 
