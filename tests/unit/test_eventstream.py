@@ -4,7 +4,8 @@ stands for a client that stopped reading (uvicorn's `send` waits for the socket 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from proxy.core.errors import StoreUnavailable
@@ -271,11 +272,9 @@ async def test_the_terminal_batch_goes_out_with_the_end_and_the_body_still_runs_
     assert after_last == ["ran"]
 
 
-async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
-    """A stream with both on holds one timer at a time (each made, pushed on the loop's heap
-    and cancelled costs a stream ~1.5 µs), and both still run: pings while silent."""
-    from proxy.core.events.sse import PING
-
+@contextlib.contextmanager
+def _timers_armed() -> Iterator[list[float]]:
+    """The times of the loop timers armed meanwhile (the running loop's `call_at` counted)."""
     loop = asyncio.get_running_loop()
     armed: list[float] = []
     call_at = loop.call_at
@@ -283,6 +282,18 @@ async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
     def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
         armed.append(when)
         return call_at(when, callback, *args, **kwargs)
+
+    loop.call_at = counted  # type: ignore[method-assign]
+    try:
+        yield armed
+    finally:
+        loop.call_at = call_at  # type: ignore[method-assign]
+
+
+async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
+    """A stream with both on holds one timer at a time (each made, pushed on the loop's heap
+    and cancelled costs a stream ~1.5 µs), and both still run: pings while silent."""
+    from proxy.core.events.sse import PING
 
     written: list[bytes] = []
     release = asyncio.Event()
@@ -299,15 +310,12 @@ async def test_the_pinger_and_the_watchdog_share_one_timer() -> None:
                 release.set()
 
     stream = EventStream(body(), ping=0.05, send_timeout=0.2)
-    loop.call_at = counted  # type: ignore[method-assign]
-    try:
+    with _timers_armed() as armed:
         serving = asyncio.create_task(stream({"type": "http"}, never_disconnects, send))
         await asyncio.sleep(0)
         assert len(armed) == 1  # one timer set up, not one for each check
         async with asyncio.timeout(10):
             await serving
-    finally:
-        loop.call_at = call_at  # type: ignore[method-assign]
     assert written == [b"data: 0\n\n", PING, b"data: end\n\n", b""] and not stream.stalled
 
 
@@ -316,14 +324,6 @@ async def test_the_streams_of_one_app_share_one_loop_timer() -> None:
     (before: one each, ~2 µs of every stream's set-up), and each still gets its pings."""
     from proxy.core.events.sse import PING
     from proxy.web.ticks import Ticks
-
-    loop = asyncio.get_running_loop()
-    armed: list[float] = []
-    call_at = loop.call_at
-
-    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        armed.append(when)
-        return call_at(when, callback, *args, **kwargs)
 
     ticks = Ticks()
     written: list[list[bytes]] = [[], [], []]
@@ -343,8 +343,7 @@ async def test_the_streams_of_one_app_share_one_loop_timer() -> None:
                     pinged[i].set()
         return send
 
-    loop.call_at = counted  # type: ignore[method-assign]
-    try:
+    with _timers_armed() as armed:
         serving = [asyncio.create_task(
             EventStream(body(i), ping=0.05, send_timeout=5, ticks=ticks)(
                 {"type": "http"}, never_disconnects, sender(i))) for i in range(3)]
@@ -352,6 +351,4 @@ async def test_the_streams_of_one_app_share_one_loop_timer() -> None:
         assert len(armed) == 1, armed
         async with asyncio.timeout(10):
             await asyncio.gather(*serving)
-    finally:
-        loop.call_at = call_at  # type: ignore[method-assign]
     assert written == [[b"data: 0\n\n", PING, b""]] * 3

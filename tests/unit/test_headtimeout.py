@@ -4,55 +4,12 @@ per connection rather than one made and cancelled per head."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from proxy.process.headtimeout import HeadDeadline
+from tests.support.handloop import HandLoop
 
 
-class _Timer:
-    def __init__(self, at: float, callback: Callable[[], None]) -> None:
-        self.at = at
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class _Loop:
-    """`time()` and `call_at()`, a clock moved by hand and the timers run when due."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.timers: list[_Timer] = []
-        self.armed = 0
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, at: float, callback: Callable[[], None]) -> _Timer:
-        self.armed += 1
-        timer = _Timer(at, callback)
-        self.timers.append(timer)
-        return timer
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> _Timer:
-        return self.call_at(self.now + delay, callback)
-
-    def advance(self, to: float) -> None:
-        while True:
-            due = [t for t in self.timers if not t.cancelled and t.at <= to]
-            if not due:
-                break
-            first = min(due, key=lambda t: t.at)
-            self.timers.remove(first)
-            self.now = first.at
-            first.callback()
-        self.now = to
-
-
-def _deadline(seconds: float = 10.0) -> tuple[HeadDeadline, _Loop, list[float]]:
-    loop = _Loop()
+def _deadline(seconds: float = 10.0) -> tuple[HeadDeadline, HandLoop, list[float]]:
+    loop = HandLoop()
     expired: list[float] = []
     deadline = HeadDeadline(loop, seconds, lambda: expired.append(loop.now))  # type: ignore[arg-type]
     return deadline, loop, expired

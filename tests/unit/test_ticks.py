@@ -10,53 +10,13 @@ from typing import Any
 import pytest
 
 from proxy.web.ticks import Ticks
-
-
-class _Timer:
-    def __init__(self, at: float, callback: Callable[[], None]) -> None:
-        self.at = at
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class _Loop:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.timers: list[_Timer] = []
-        self.armed = 0
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, at: float, callback: Callable[[], None]) -> _Timer:
-        self.armed += 1
-        timer = _Timer(at, callback)
-        self.timers.append(timer)
-        return timer
-
-    def advance(self, to: float) -> None:
-        while True:
-            due = [t for t in self.timers if not t.cancelled and t.at <= to]
-            if not due:
-                break
-            first = min(due, key=lambda t: t.at)
-            self.timers.remove(first)
-            self.now = max(self.now, first.at)
-            first.callback()
-        self.now = to
-
-    @property
-    def pending(self) -> int:
-        return sum(not t.cancelled for t in self.timers)
+from tests.support.handloop import HandLoop
 
 
 class _On:
     """A `Ticks` whose checks are all on the test's loop."""
 
-    def __init__(self, ticks: Ticks, loop: _Loop) -> None:
+    def __init__(self, ticks: Ticks, loop: HandLoop) -> None:
         self.ticks = ticks
         self.loop = loop
 
@@ -68,8 +28,8 @@ class _On:
         return self.ticks.held
 
 
-def _ticks() -> tuple[_On, _Loop, list[tuple[str, float, float]]]:
-    loop = _Loop()
+def _ticks() -> tuple[_On, HandLoop, list[tuple[str, float, float]]]:
+    loop = HandLoop()
     ran: list[tuple[str, float, float]] = []
     return _On(Ticks(), loop), loop, ran
 
@@ -151,7 +111,7 @@ def test_a_failing_check_stops_no_other(caplog: pytest.LogCaptureFixture) -> Non
 
 def test_an_app_served_again_on_a_new_loop_starts_afresh() -> None:
     ticks = Ticks()
-    old, new = _Loop(), _Loop()
+    old, new = HandLoop(), HandLoop()
     ran: list[str] = []
     ticks.at(5, lambda when: ran.append("old"), old)  # type: ignore[arg-type]
     ticks.at(7, lambda when: ran.append("new"), new)  # type: ignore[arg-type]
