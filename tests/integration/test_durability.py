@@ -18,6 +18,7 @@ from proxy.settings import Settings
 from proxy.store.base import ResponseRecord, StoredEvent
 from tests.support.assembly import assemble, golden_bytes
 from tests.support.inprocess import app_for, until
+from tests.support.spies import first_args
 
 ASK = {"model": "sim-model", "input": "hello there"}
 
@@ -127,15 +128,8 @@ async def test_a_job_is_not_acknowledged_until_its_end_is_stored(
                 raise StoreUnavailable("injected")
             return await real_finish(*args, **kwargs)
 
-        acked: list[str] = []
-        real_done = queue.done
-
-        async def done(entry_id: str) -> None:
-            acked.append(entry_id)
-            await real_done(entry_id)
-
         monkeypatch.setattr(store, "finish_response", finish)
-        monkeypatch.setattr(queue, "done", done)
+        acked = first_args(monkeypatch, queue, "done")
         made = await client.post("/v1/responses", json={**ASK, "background": True})
         response_id = made.json()["id"]
         worker = runtime.process.worker

@@ -127,6 +127,16 @@ async def test_a_stream_past_the_unflushed_bound_is_given_up_either_way_it_adds(
 SLOW = MAX_EVENTS_PER_ENTRY // (HOLD_WINDOWS + 1)
 
 
+async def started(store: RedisStore) -> tuple[EventLogHub, writer.LogHandle]:
+    """A hub flushed by hand (its window never ends) and one stream whose first event a timed
+    flush has written: a stream's first events are never held."""
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    handle.add(event(0))
+    assert await hub.flush_window()
+    return hub, handle
+
+
 async def windows(hub: EventLogHub, handle: writer.LogHandle, seq: int, count: int,
                   per_window: int) -> int:
     """`count` timed flushes, each after `per_window` more events; returns the next sequence
@@ -141,10 +151,7 @@ async def windows(hub: EventLogHub, handle: writer.LogHandle, seq: int, count: i
 
 async def test_an_unfollowed_stream_keeps_its_events_for_a_few_windows_as_one_entry(
         store: RedisStore) -> None:
-    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)  # flushed by hand
-    handle = hub.open("resp_1")
-    handle.add(event(0))
-    assert await hub.flush_window()  # its first events are never held
+    hub, handle = await started(store)
     assert await stored(store, "resp_1") == [0]
     seq = await windows(hub, handle, 1, HOLD_WINDOWS - 1, SLOW)
     assert await stored(store, "resp_1") == [0]  # held: nobody elsewhere waits for them
@@ -155,10 +162,7 @@ async def test_an_unfollowed_stream_keeps_its_events_for_a_few_windows_as_one_en
 
 
 async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore) -> None:
-    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
-    handle = hub.open("resp_1")
-    handle.add(event(0))
-    assert await hub.flush_window()
+    hub, handle = await started(store)
     # Over half an entry a window: two windows would overflow it, so each writes its own
     seq = await windows(hub, handle, 1, 1, MAX_EVENTS_PER_ENTRY // 2 + 2)
     assert await stored(store, "resp_1") == list(range(seq))
@@ -174,10 +178,7 @@ async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore
 
 
 async def test_a_full_buffer_an_end_and_closing_hold_nothing(store: RedisStore) -> None:
-    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
-    handle = hub.open("resp_1")
-    handle.add(event(0))
-    assert await hub.flush_window()
+    hub, handle = await started(store)
     handle.add(event(1))
     assert await hub.flush_now()  # what a full buffer or an end waiting on the flusher runs
     assert await stored(store, "resp_1") == [0, 1]

@@ -17,6 +17,7 @@ from proxy.services.eventlog.writer import EventLogHub
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
+from tests.support.spies import first_args
 
 
 def event(seq: int, kind: str = "response.output_text.delta") -> StoredEvent:
@@ -336,14 +337,7 @@ async def test_a_follower_elsewhere_marks_the_log_followed_and_one_here_does_not
     which the writer's next flush reports (services/eventlog/writer.py holds an unfollowed
     stream's events back for longer entries)."""
     here, there = EventLog(store, ttl=60, event_ttl=60), EventLog(store, ttl=60, event_ttl=60)
-    marks: list[str] = []
-    real = store.mark_followed
-
-    async def mark(response_id: str) -> None:
-        marks.append(response_id)
-        await real(response_id)
-
-    monkeypatch.setattr(store, "mark_followed", mark)
+    marks = first_args(monkeypatch, store, "mark_followed")
     handle = here.open("resp_1")
     handle.add(event(0))
     assert await here.writer.flush_now()

@@ -116,15 +116,13 @@ class Meter:
         stream passed through, whose deltas nobody else sees: for a stream cut before its
         usage, count its `data:` frames, with the prompt estimated from these bytes. `last`:
         tells the item that ends the stream, whose count is then whole: settled before that
-        item is handed on (see `SettledAtLast`)."""
+        item is handed on (see `Metered`)."""
         if self._ticket is None:
             return body
         self._owned = True
         if prompt_bytes is not None:
             return MeteredRelay(self, body, prompt_bytes)
-        if last is not None:
-            return SettledAtLast(self, body, last)
-        return Metered(self, body)
+        return Metered(self, body, last)
 
 
 class Metered(Generic[T]):
@@ -132,17 +130,28 @@ class Metered(Generic[T]):
     service's `track`: a Responses turn's assembler knows its usage, nothing is parsed here).
     Closing settles even when the stream was never iterated (a client gone before the first
     batch): an async generator's `finally` would not run then, and the lease would be renewed
-    for ever. Per item: one call, nothing else."""
+    for ever. With `ends` (what tells the item that ends the stream), settled as soon as that
+    item comes, before it is handed on: the client learns the stream is over from it (the SSE
+    response's end goes out with it) while the work after it (the turn's lease, the response
+    cache) runs later, and settled at the close a client sending its next request at once
+    could find its stream slot still held by the one it had just read to the end
+    (`max_streams`, a 429). Per item: one call and that look, nothing else."""
 
-    def __init__(self, meter: Meter, body: AsyncIterator[T]) -> None:
+    def __init__(self, meter: Meter, body: AsyncIterator[T],
+                 ends: Callable[[T], bool] | None = None) -> None:
         self._meter = meter
         self._body = body
+        self._ends = ends
 
     def __aiter__(self) -> Metered[T]:
         return self
 
     async def __anext__(self) -> T:
-        return await self._body.__anext__()
+        item = await self._body.__anext__()
+        ends = self._ends
+        if ends is not None and ends(item):
+            await self._meter.settle(self._streamed)
+        return item
 
     def _streamed(self) -> int:
         """What the stream itself shows it carried, when the meter counted nothing."""
@@ -160,33 +169,15 @@ class Metered(Generic[T]):
                 await self._meter.settle(self._streamed)
 
 
-class SettledAtLast(Metered[T]):
-    """`Metered`, settled as soon as the item that ends the stream comes, before it is
-    handed on. Why: the client learns the stream is over from that item (the SSE response's
-    end goes out with it), and the work after it (the turn's lease, the response cache) runs
-    after; settled at the close, a client sending its next request at once could find its
-    stream slot still held by the one it had just read to the end (`max_streams`, a 429)."""
-
-    def __init__(self, meter: Meter, body: AsyncIterator[T], last: Callable[[T], bool]) -> None:
-        super().__init__(meter, body)
-        self._last = last
-
-    async def __anext__(self) -> T:
-        item = await self._body.__anext__()
-        if self._last(item):
-            await self._meter.settle(self._streamed)
-        return item
-
-
 class MeteredRelay(Metered[bytes]):
     """A chat stream passed through byte for byte: settled with the meter's own count, else the
     usage read from the stream's last frames, else the `data:` frames it carried; settled when
-    the chunk with its `data: [DONE]` comes, before it is handed on (as `SettledAtLast`: its
+    the chunk with its `data: [DONE]` comes, before it is handed on (`Metered`'s `ends`: its
     client then knows the stream is over), else when it is closed. Per chunk: two
     assignments, one `bytes.count` and a look at its last bytes."""
 
     def __init__(self, meter: Meter, body: AsyncIterator[bytes], prompt_bytes: int) -> None:
-        super().__init__(meter, body)
+        super().__init__(meter, body, _chat_ends)
         self._prompt = estimate(prompt_bytes)
         self._frames = 0
         self._previous = self._last = b""
@@ -195,7 +186,7 @@ class MeteredRelay(Metered[bytes]):
         chunk = await self._body.__anext__()
         self._previous, self._last = self._last, chunk
         self._frames += chunk.count(b"data:")
-        if _DONE in chunk[-_DONE_TAIL:]:
+        if _chat_ends(chunk):
             await self._meter.settle(self._streamed)
         return chunk
 
@@ -210,6 +201,10 @@ class MeteredRelay(Metered[bytes]):
 # bytes (room for a `\r\n` line end or two).
 _DONE = b"data: [DONE]"
 _DONE_TAIL = len(_DONE) + 4
+
+
+def _chat_ends(chunk: bytes) -> bool:
+    return _DONE in chunk[-_DONE_TAIL:]
 
 
 def delivered(usage: dict[str, Any] | None, deltas: int, prompt: Callable[[], int]) -> int:
