@@ -316,3 +316,34 @@ async def test_a_short_answer_final_write_is_one_entry(store: RedisStore) -> Non
     await finished(store, rid("1"), log)
     assert await entries(store, rid("1")) == 1
     await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+
+
+async def test_a_response_cancelled_before_its_writer_ends_its_log_replays_with_that_end(
+        store: RedisStore) -> None:
+    # A background job's cancel moves the record to `cancelled` at once; the worker running it
+    # writes the end it reaches (the call it interrupted, as incomplete) a moment later. A
+    # replay in between is sent that end, not a log with no terminal event.
+    start, log = answer(rid("1"), 4, "cancelled")
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:-1]}, ttl=EVENT_TTL)
+    cancelled = {**start, "status": "cancelled"}
+    assert (await store.transition(rid("1"), tenant=TENANT, allowed_from=frozenset(
+        {"in_progress"}), to="cancelled", response=cancelled, ttl=TTL)).changed
+    record = await store.get_response(TENANT, rid("1"))
+    assert record is not None and record.status == "cancelled"
+    replays = StoredResponses(store, Followers(store, block_ms=20),
+                              StreamSettings(follow_idle=5.0))
+    sent: list[bytes] = []
+
+    async def replay() -> None:
+        async for batch in replays.replay_record(record, -1):
+            sent.extend(data for _kind, data in batch)
+
+    replaying = asyncio.create_task(replay())
+    for _ in range(250):  # bounded: until it has read what the log holds
+        if len(sent) >= len(log) - 1 or replaying.done():
+            break
+        await asyncio.sleep(0.02)
+    await finished(store, rid("1"), log, carried_from=len(log) - 1)  # the worker's end
+    await asyncio.wait_for(replaying, timeout=10)
+    assert sent == [e.data for e in log]

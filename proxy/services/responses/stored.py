@@ -91,23 +91,27 @@ class StoredResponses:
             async for batch in _rebuilt(final, after):
                 yield batch
 
-    async def _finished_log(self, record: ResponseRecord, after: int) -> EventBatches:
+    async def _finished_log(self, record: ResponseRecord, after: int) -> EventBatches | None:
         """A finished response's log: no tail needed. A log that has expired before the object
         (event logs live shorter), or that has a gap (a flush given up while the store failed),
-        is rebuilt from the final object. Otherwise it is sent page by page."""
+        is rebuilt from the final object; a whole one is sent page by page once it ends with
+        its terminal event. One that does not yet was finished before its writer closed it (a
+        cancel is recorded at once, the worker running the job writes the end it reaches): None,
+        to be followed as a live one for that end."""
         count, last = await self._store.log_extent(record.id)
         if last is None or count != last.seq + 1:
-            async for batch in _rebuilt(record.response, after):
-                yield batch
-            return
-        async for page in log_pages(self._store, record.id, after=after):
-            yield _encoded(page)
+            return _rebuilt(record.response, after)
+        if last.type in t.TERMINAL_EVENTS:
+            return _paged(self._store, record.id, after)
+        return None
 
     async def _from_log(self, record: ResponseRecord, after: int) -> EventBatches:
         if record.status in t.TERMINAL_STATUSES:
-            async for batch in self._finished_log(record, after):
-                yield batch
-            return
+            finished = await self._finished_log(record, after)
+            if finished is not None:
+                async for batch in finished:
+                    yield batch
+                return
         deadline = time.monotonic() + MAX_REPLAY_SECONDS
         position = after
         while time.monotonic() < deadline:
@@ -150,8 +154,8 @@ class StoredResponses:
         numbered to follow `position`, so the client's sequence never skips a number."""
         count, last = await self._store.log_extent(record.id)
         if last is not None and count == last.seq + 1 and last.type in t.TERMINAL_EVENTS:
-            async for page in log_pages(self._store, record.id, after=position):
-                yield _encoded(page)
+            async for batch in _paged(self._store, record.id, position):
+                yield batch
             return
         terminal = events_from_response(record.response)[-1]
         terminal["sequence_number"] = position + 1
@@ -167,6 +171,11 @@ class StoredResponses:
             await asyncio.sleep(POLL_SECONDS)
             current = await self._store.get_response(record.tenant, record.id)
         return current.response if current is not None else None
+
+
+async def _paged(store: Store, response_id: str, after: int) -> EventBatches:
+    async for page in log_pages(store, response_id, after=after):
+        yield _encoded(page)
 
 
 def _encoded(page: list[StoredEvent]) -> EventBatch:
