@@ -18,7 +18,7 @@ from proxy.services.eventlog.writer import FIRST_WINDOW, HOLD_WINDOWS, WINDOW, E
 from proxy.store import keys
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
-from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY
+from proxy.store.lua.packing import MAX_ENTRY_BYTES, MAX_EVENTS_PER_ENTRY
 from proxy.store.redis import RedisStore
 
 
@@ -174,6 +174,40 @@ async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore
     seq = await windows(hub, handle, seq, 1, third)
     assert await stored(store, "resp_1") == list(range(seq))
     assert await entries(store, "resp_1") == 3
+    await hub.aclose()
+
+
+def big_event(seq: int) -> StoredEvent:
+    """An event of ~1/40 of an entry's byte bound: a held run passes that bound before its
+    count bound (text deltas with long ids and a few characters, ~188 bytes, do the same)."""
+    return StoredEvent(seq, "response.output_text.delta",
+                       b'{"sequence_number":%d,"delta":"%s"}' % (seq, b"x" * (MAX_ENTRY_BYTES // 40)))
+
+
+async def test_a_held_run_past_an_entrys_bytes_goes_as_one_entry_its_overflow_held(
+        store: RedisStore) -> None:
+    hub, handle = await started(store)
+    seq = 1
+    for _ in range(HOLD_WINDOWS):  # held its whole hold, then written
+        for _ in range(SLOW):
+            handle.add(big_event(seq))
+            seq += 1
+        assert await hub.flush_window()
+    written = await stored(store, "resp_1")
+    assert 1 < len(written) < seq and written == list(range(len(written)))
+    assert await entries(store, "resp_1") == 2  # the first event, then one entry
+    assert [e.seq for e in handle.pending] == list(range(len(written), seq))  # the overflow
+    assert handle.held == 1  # waits as if one window old
+    await hub.aclose()
+    assert await stored(store, "resp_1") == list(range(seq))
+
+
+async def test_a_stream_never_held_sends_its_overflow_at_once(store: RedisStore) -> None:
+    hub, handle = await started(store)
+    for seq in range(1, MAX_EVENTS_PER_ENTRY):  # one window over half an entry: not held
+        handle.add(big_event(seq))
+    assert await hub.flush_window()
+    assert handle.pending == [] and await entries(store, "resp_1") == 3
     await hub.aclose()
 
 

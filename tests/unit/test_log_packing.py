@@ -12,6 +12,8 @@ from proxy.store.lua import packing
 from proxy.store.lua.packing import (
     MAX_ENTRY_BYTES,
     MAX_EVENTS_PER_ENTRY,
+    entries,
+    entry_length,
     hash_key,
     packed,
     stream_args,
@@ -99,3 +101,12 @@ def test_a_held_run_is_one_entry() -> None:
     events = run(list(range(20, 35)))
     assert packed(events).count(b"\x03") == 0  # entries are joined by byte 3
     assert packed(events).split(b"\x04")[:2] == [b"20", b"34"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_entry_length_is_the_first_entrys_count(name: str) -> None:
+    events = CASES[name]
+    first = entries(events)[0] if events else None
+    # an entry's count: its records (byte 1 between them) and its last event
+    want = 0 if first is None else (first[2].count(b"\x01") + 2 if first[2] else 1)
+    assert entry_length(events) == want

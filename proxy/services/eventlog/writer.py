@@ -67,7 +67,7 @@ from proxy.core.types import ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
 from proxy.store.base import Store, StoredEvent, Transition
-from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY
+from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, entry_length
 from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
@@ -519,11 +519,25 @@ class EventLogHub:
             if not pending:
                 continue
             held = handle.held
-            if (hold and handle.started and not handle.followed and held < HOLD_WINDOWS - 1
-                    and len(pending) * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
-                handle.held = held + 1
-                holding = True
-                continue
+            if hold and handle.started and not handle.followed:
+                if (held < HOLD_WINDOWS - 1
+                        and len(pending) * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
+                    handle.held = held + 1
+                    holding = True
+                    continue
+                # Held to here, it goes as one log entry. What overflows that entry (its byte
+                # bound: ~45 text deltas of ~188 bytes pass it; or a window that brought more
+                # than the rate so far), if at most half as many events, waits for the next
+                # one (held as if one window old: no event waits past `HOLD_WINDOWS`) rather
+                # than go to Redis as an entry of its own. A stream never held (its rate is
+                # over half an entry a window) goes whole, as does any bigger backlog (events
+                # too big for the count to fill an entry), as before.
+                length = entry_length(pending)
+                if held and length < len(pending) and (len(pending) - length) * 2 <= length:
+                    taken[handle], handle.pending = pending[:length], pending[length:]
+                    handle.held = 1
+                    holding = True
+                    continue
             handle.held = 0
             taken[handle] = pending
             handle.pending = []

@@ -28,7 +28,9 @@ record's objects (fields h and f: keys.py, "the event log's references"; referen
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain, repeat
+from bisect import bisect_right
+from itertools import accumulate, chain, islice, repeat
+from operator import itemgetter
 from typing import TypeVar
 
 from proxy.core.shardtags import tag_of
@@ -106,6 +108,26 @@ def entries(events: Sequence[StoredEvent]) -> list[Entry]:
                             [e.data for e in run]))
         start = stop
     return found
+
+
+def entry_length(events: Sequence[StoredEvent]) -> int:
+    """How many of `events`, from the first, make its first log entry (`entries`' cut); by C
+    loops over their sizes when their numbers run on with no gap (a stream's pending events)."""
+    count = min(len(events), MAX_EVENTS_PER_ENTRY)
+    if not count:
+        return 0
+    ends = list(accumulate(map(len, map(_DATA, islice(events, count)))))
+    fits = max(1, bisect_right(ends, MAX_ENTRY_BYTES))  # one bigger event stands alone
+    first = events[0].seq
+    if tuple(map(_SEQ, islice(events, fits))) == tuple(range(first, first + fits)):
+        return fits
+    stop = 1
+    while stop < fits and events[stop].seq == first + stop:
+        stop += 1
+    return stop
+
+
+_SEQ, _DATA = itemgetter(0), itemgetter(2)  # StoredEvent.seq, .data
 
 
 def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes]) -> Entry:
