@@ -34,14 +34,24 @@ from proxy.store.lua import scripts
 from proxy.store.lua.packing import packed, stream_args
 
 METHODS = ("per-stream", "one-call", "xadd")
-DELTA = (b'{"type":"response.output_text.delta","item_id":"msg_0123456789abcdef",'
-         b'"output_index":0,"content_index":0,"delta":" word","logprobs":[],'
-         b'"sequence_number":%d}')
+# A text delta as the proxy stores it (~188 bytes: the item id is 52 characters); `--event-bytes`
+# pads or cuts its text to weigh what a smaller record format would save.
+DELTA = (b'{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_'
+         + b"0" * 48 + b'","output_index":0,"content_index":0,"delta":"%s","logprobs":[]}')
+DELTA_BYTES = len(DELTA % (100, b" word"))
 
 
-def _batch(streams: int, events: int, seq: int) -> dict[str, list[StoredEvent]]:
+def _event(seq: int, size: int) -> bytes:
+    """An event of about `size` bytes (at least its number and a few characters)."""
+    if size >= DELTA_BYTES:
+        return DELTA % (seq, b" word" + b"x" * (size - DELTA_BYTES))
+    return b'"%s"%d' % (b"x" * max(1, size - 8), seq)
+
+
+def _batch(streams: int, events: int, seq: int,
+           size: int = DELTA_BYTES) -> dict[str, list[StoredEvent]]:
     return {f"resp_bench{n:05d}": [StoredEvent(seq + i, "response.output_text.delta",
-                                               DELTA % (seq + i)) for i in range(events)]
+                                               _event(seq + i, size)) for i in range(events)]
             for n in range(streams)}
 
 
@@ -81,7 +91,7 @@ def _writers(client: Redis, shas: dict[str, str]
 
 
 async def _measure(redis_pid: int, port: int, streams: int, events: int, flushes: int,
-                   rounds: int) -> dict[str, tuple[float, float]]:
+                   rounds: int, size: int) -> dict[str, tuple[float, float]]:
     client = Redis(host=HOST, port=port)
     shas = {"per-stream": await client.script_load(scripts.APPEND_EVENTS),
             "one-call": await client.script_load(scripts.APPEND_EVENTS_MANY)}
@@ -96,7 +106,7 @@ async def _measure(redis_pid: int, port: int, streams: int, events: int, flushes
                 seq = 0
                 ticks0, own0 = cpu_ticks(redis_pid), time.process_time()
                 for _ in range(flushes):
-                    await write(_batch(streams, events, seq))
+                    await write(_batch(streams, events, seq, size))
                     seq += events
                 totals[method][0] += cpu_ticks(redis_pid) - ticks0
                 totals[method][1] += time.process_time() - own0
@@ -107,9 +117,10 @@ async def _measure(redis_pid: int, port: int, streams: int, events: int, flushes
             for m, (ticks, own, n) in totals.items()}
 
 
-def run(streams: int, events: int, flushes: int, rounds: int) -> dict[str, tuple[float, float]]:
+def run(streams: int, events: int, flushes: int, rounds: int,
+        size: int = DELTA_BYTES) -> dict[str, tuple[float, float]]:
     with redis_beside_proxy("bench-appends-") as (pid, port):
-        return asyncio.run(_measure(pid, port, streams, events, flushes, rounds))
+        return asyncio.run(_measure(pid, port, streams, events, flushes, rounds, size))
 
 
 def table(results: dict[str, tuple[float, float]]) -> list[str]:
@@ -129,9 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1, help="events per stream per flush")
     parser.add_argument("--flushes", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--event-bytes", type=int, default=DELTA_BYTES,
+                        help=f"bytes of each event's JSON (default {DELTA_BYTES}, a text delta)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    results = run(args.streams, args.events, args.flushes, args.rounds)
-    print(f"{args.streams} streams x {args.events} event(s) per flush, {args.flushes} flushes "
+    results = run(args.streams, args.events, args.flushes, args.rounds, args.event_bytes)
+    print(f"{args.streams} streams x {args.events} event(s) of {args.event_bytes} bytes per flush, "
+          f"{args.flushes} flushes "
           f"x {args.rounds} rounds, interleaved")
     print("\n".join(table(results)))
     return 0

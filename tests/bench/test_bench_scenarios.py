@@ -110,3 +110,11 @@ def test_appends_compares_the_three_flush_methods() -> None:
     for redis_ms, own_ms in results.values():
         assert redis_ms >= 0 and own_ms > 0
     assert len(appends.table(results)) == 2 + len(appends.METHODS)
+
+
+def test_appends_writes_events_of_the_size_asked() -> None:
+    for size in (24, appends.DELTA_BYTES, 400):
+        event = appends._event(123, size)
+        assert abs(len(event) - size) <= 3, (size, len(event))
+    results = appends.run(streams=2, events=3, flushes=2, rounds=1, size=24)
+    assert all(own_ms > 0 for _, own_ms in results.values())
