@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -171,19 +172,26 @@ class ResponsesService:
         it stays out of the response's `usage`, which keeps describing this turn's context
         (agents read `input_tokens` as the context's size and would see the pre-compaction
         one)."""
-        body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
+        # Each step below that has nothing to do for a plain request (no prompt, no tools, no
+        # references, no history, no media, a small body) is skipped here rather than called
+        # to return at once: a coroutine and a call or two each, ~25 calls a create.
+        if body.get("prompt") is not None:
+            body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
         # The walks of a large body (parse, expansion, translation) run off the loop: each is
         # linear, but 16 MiB of small items is most of a second of Python (a stalled loop).
-        request = await offload.run(
-            size, parse_request, body, self._ids,
-            max_input_items=self._limits.max_input_items, tolerance=self._parse_tolerance,
-            sealer=self._sealer, mcp_allow=self._mcp.allow, run_hosted=self._run_hosted)
+        small = size <= offload.OFFLOAD_BYTES  # `offload.run` would call the step inline
+        parsing = functools.partial(
+            parse_request, body, self._ids, max_input_items=self._limits.max_input_items,
+            tolerance=self._parse_tolerance, sealer=self._sealer, mcp_allow=self._mcp.allow,
+            run_hosted=self._run_hosted)
+        request = parsing() if small else await offload.run(size, parsing)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
-        if create is not None:
+        tools = body.get("tools")
+        if create is not None and tools:
             # Hosted tools naming what the key does not hold (another key's vector store) are
             # refused now, before any upstream call or store write.
-            extras = await self._generations.hosted.vet(tenant, body.get("tools"))
+            extras = await self._generations.hosted.vet(tenant, tools)
             if extras:
                 request = request.evolved(hosted_options={
                     kind: {**options, **extras.get(kind, {})}
@@ -194,12 +202,18 @@ class ResponsesService:
             # atomically, for two requests racing for the last bytes.
             await self._store.check_storage(tenant, rechecked=True)
         found = await find_references(self._store, tenant, request)
-        history = await self._history(tenant, request, local)
-        request, shown, seen, expansion = await offload.run(
-            size, self._expand, request, found, history, cache_salt=self._salts.salt(tenant))
+        history = (await self._history(tenant, request, local)
+                   if request.previous_response_id or request.conversation else
+                   History([], affinity=request.prompt_cache_key))  # `_history`'s own answer
+        salt = self._salts.salt(tenant)
+        request, shown, seen, expansion = (
+            self._expand(request, found, history, cache_salt=salt) if small else
+            await offload.run(size, self._expand, request, found, history, cache_salt=salt))
         check_call_ids(history.items, request.input)
-        shown = await self._with_media(tenant, shown, history, expansion, size)
-        if request.auto_compact or has_compaction(history.items) or \
+        if not small or fetches_media(shown.input) or (history.items and
+                                                        fetches_media(history.items)):
+            shown = await self._with_media(tenant, shown, history, expansion, size)
+        if request.auto_compact or (history.items and has_compaction(history.items)) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
                 tenant, shown, seen, compact=create is not None,
@@ -208,7 +222,8 @@ class ResponsesService:
                 create.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = await offload.run(size, to_chat_request, shown, seen)
+            chat = (to_chat_request(shown, seen) if small else
+                    await offload.run(size, to_chat_request, shown, seen))
             if chat.get("reasoning_effort") is not None:  # the fleet's limits matter only then
                 chat = fit_effort(chat, self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
@@ -351,7 +366,8 @@ class ResponsesService:
                                    cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
         _, shown, seen, expansion = self._expand(request, {}, history)
-        shown = await self._with_media(tenant, shown, history, expansion)
+        if fetches_media(shown.input) or fetches_media(history.items):
+            shown = await self._with_media(tenant, shown, history, expansion)
         done = await self._compactor.compact(tenant, shown, seen,
                                              affinity=history.affinity, home=history.home)
         if meter is not None:
@@ -367,10 +383,8 @@ class ResponsesService:
                           expansion: Expansion, size: int = 0) -> ResponsesRequest:
         """The request with its image URLs fetched (services/fleet/media.py) and its files'
         text read (services/responses/inputs.py): translation then sends the fleet their data,
-        never a URL to fetch."""
-        if not offload.large(size) and not fetches_media(request.input) \
-                and not fetches_media(history.items):
-            return request  # nothing to fetch or read (a large body's walks are off the loop)
+        never a URL to fetch. Called only when there is something to fetch or read, or the
+        body is large (its walks are off the loop): its callers check."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
