@@ -158,7 +158,9 @@ class ResponsesService:
                                                       size=size)
         outcome = await self._create(tenant, request, history, chat, directives, meter, local,
                                      size=size, steering=steering)
-        outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
+        if request.ignored_params or request.dropped_tools:  # else no headers: no call
+            outcome.headers.update(tolerance_headers(request.ignored_params,
+                                                     request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
@@ -259,7 +261,7 @@ class ResponsesService:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
         cached = (await self._lookup(tenant, request, chat, directives, size)
-                  if history.compaction is None else OFF)
+                  if history.compaction is None and self._cache is not None else OFF)
         if cached.hit:
             outcome = await self._cached(tenant, request, history, assembler, cached, meter)
             if steering is not None:
@@ -395,9 +397,10 @@ class ResponsesService:
         """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
         calls) and hosted tools the proxy runs (core/hosted.py), or None for a request with
         neither. An approval of nothing we asked is a 400."""
-        searches = _searches(request)
-        if not request.mcp and not request.hosted and not searches:
+        if not request.mcp and not request.hosted and (not request.tools or
+                                                       not _searches(request)):
             return None
+        searches = _searches(request)
         servers = {s.label: s for s in request.mcp}
         ceiling = self._mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
