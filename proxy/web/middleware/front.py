@@ -188,8 +188,9 @@ class Front:
         started = answer.started
         seconds = time.perf_counter() - started
         status = answer.status or CLIENT_CLOSED
-        route = route_template(scope)
         series = answer.series()
+        # The series' template when there is one: found once per request (`series`)
+        route = series.route if series is not None else route_template(scope)
         if series is not None:
             if answer.stream:
                 series.stream_closed()
