@@ -26,7 +26,8 @@ health, the shared queue's depth) are the same in every process. In-flight and t
 published to the files by each process every `PUBLISH_SECONDS` (and at each scrape).
 
 Counters also expose prometheus_client's `*_created` samples; turning them off is a process-wide
-switch of the library, which a per-app registry must not flip.
+switch of the library, which a per-app registry must not flip (the per-request families of a
+process serving alone, series.py, write them as the library does by default).
 """
 
 from __future__ import annotations
