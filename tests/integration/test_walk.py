@@ -54,7 +54,7 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.core.request.fields", "proxy.core.request.jsonbody",
         "proxy.core.request.callids",
         "proxy.core.request.tools", "proxy.core.request.references",
-        "proxy.core.tools.toolnames", "proxy.core.cache.key"),
+        "proxy.core.tools.toolnames"),
     "details of the translation: the system prompt's merge, the fleet's errors renamed (the "
     "reasoning effort's fit runs only for a request that has one)": (
         "proxy.core.translate.system_prompt", "proxy.core.translate.fleet_errors"),
@@ -82,9 +82,9 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.services.admin.keyring", "proxy.services.metering.limits"),
     "features this request does not use, asked once whether they apply: the cache (off), "
     "tool search (no deferred tools), compaction, the live followers (nobody follows); hosted "
-    "tools, media fetching, a prompt template, the off-loop steps and the tolerance headers "
-    "are not even asked (no tools, no image or file, no prompt, a small body, nothing "
-    "ignored)": (
+    "tools, media fetching, a prompt template, the off-loop steps, the tolerance headers and "
+    "the `Cache-Control` parse are not even asked (no tools, no image or file, no prompt, a "
+    "small body, nothing ignored, no such header)": (
         "proxy.services.cache.responses", "proxy.core.tools.toolsearch",
         "proxy.core.compaction", "proxy.services.eventlog.follow"),
 }
