@@ -26,7 +26,8 @@ health, the shared queue's depth) are the same in every process. In-flight and t
 published to the files by each process every `PUBLISH_SECONDS` (and at each scrape).
 
 Counters also expose prometheus_client's `*_created` samples; turning them off is a process-wide
-switch of the library, which a per-app registry must not flip.
+switch of the library, which a per-app registry must not flip (the per-request families of a
+process serving alone, series.py, write them as the library does by default).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.core.errors import ProxyError
+from proxy.telemetry.series import Family
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 # The queue depth is one XLEN at scrape time; a Redis that does not answer within this leaves
@@ -89,40 +91,50 @@ class RouteSeries:
     series appears when it first counts something, as with `labels()` at each use): what the
     front middleware (web/middleware/front.py) records per request, with no label lookup."""
 
-    __slots__ = ("_bound", "_by_status", "_duration", "_open", "_overhead", "_requests", "_ttft",
-                 "route")
+    __slots__ = ("_by_status", "_duration", "_duration_child", "_open", "_open_child",
+                 "_overhead", "_overhead_child", "_requests", "_ttft", "_ttft_child", "route")
 
-    def __init__(self, route: str, requests: Counter, duration: Histogram, ttft: Histogram,
-                 open_streams: Gauge, overhead: Histogram) -> None:
+    def __init__(self, route: str, requests: Any, duration: Any, ttft: Any, open_streams: Any,
+                 overhead: Any) -> None:
         self.route = route
         self._requests = requests
         self._duration = duration
         self._ttft = ttft
         self._open = open_streams
         self._overhead = overhead
-        # family -> its child for this route; (method, status) -> the bound request counter:
-        # methods outside METHODS share `other` and statuses are three digits, so both stay
-        # small.
-        self._bound: dict[object, Any] = {}
-        self._by_status: dict[tuple[str, int], Counter] = {}
-
-    def _child(self, family: Any) -> Any:
-        child = self._bound.get(family)
-        if child is None:
-            child = self._bound[family] = family.labels(self.route)
-        return child
+        # Each family's child for this route, bound on its first use and kept in a slot (a
+        # lookup in a dict of them was two calls a sample, ten a stream); (method, status) ->
+        # the bound request counter: methods outside METHODS share `other` and statuses are
+        # three digits, so it stays small.
+        self._open_child: Any = None
+        self._ttft_child: Any = None
+        self._overhead_child: Any = None
+        self._duration_child: Any = None
+        self._by_status: dict[tuple[str, int], Any] = {}
 
     def stream_opened(self) -> None:
-        self._child(self._open).inc()
+        child = self._open_child
+        if child is None:
+            child = self._open_child = self._open.labels(self.route)
+        child.inc()
 
     def stream_closed(self) -> None:
-        self._child(self._open).dec()
+        child = self._open_child
+        if child is None:
+            child = self._open_child = self._open.labels(self.route)
+        child.dec()
 
     def first_byte(self, seconds: float) -> None:
-        self._child(self._ttft).observe(seconds)
+        child = self._ttft_child
+        if child is None:
+            child = self._ttft_child = self._ttft.labels(self.route)
+        child.observe(seconds)
 
     def overhead(self, seconds: float) -> None:
-        self._child(self._overhead).observe(seconds)
+        child = self._overhead_child
+        if child is None:
+            child = self._overhead_child = self._overhead.labels(self.route)
+        child.observe(seconds)
 
     def finished(self, method: str, status: int, seconds: float) -> None:
         method = method if method in METHODS else "other"
@@ -131,7 +143,10 @@ class RouteSeries:
             counter = self._by_status[(method, status)] = self._requests.labels(
                 self.route, method, str(status))
         counter.inc()
-        self._child(self._duration).observe(seconds)
+        child = self._duration_child
+        if child is None:
+            child = self._duration_child = self._duration.labels(self.route)
+        child.observe(seconds)
 
 
 class Metrics:
@@ -146,39 +161,41 @@ class Metrics:
         if multiprocess is not None:
             MultiProcessCollector(self.registry, path=multiprocess)  # type: ignore[no-untyped-call]
             registry = CollectorRegistry()
+        # The families every request counts in: in a process serving alone, kept in plain
+        # numbers (series.py: a call a sample, not prometheus_client's five to seven); under
+        # `--workers`, prometheus_client's, whose samples reach the shared files.
+        family = _Families(registry, alone=multiprocess is None)
         # -- HTTP, per request (web/middleware/front.py) --------------------------------------
-        self._requests = Counter(
+        self._requests = family.counter(
             "proxy_requests", "HTTP requests answered, by route template, method and status.",
-            ("route", "method", "status"), registry=registry)
-        self._duration = Histogram(
+            ("route", "method", "status"))
+        self._duration = family.histogram(
             "proxy_request_duration_seconds",
             "Whole requests, start to last byte sent (a stream: to its end), by route template.",
-            ("route",), buckets=DURATION_BUCKETS, registry=registry)
-        self._ttft = Histogram(
+            ("route",), DURATION_BUCKETS)
+        self._ttft = family.histogram(
             "proxy_ttft_seconds",
             "Streams only: request start to the first body bytes sent to the client.",
-            ("route",), buckets=TTFT_BUCKETS, registry=registry)
-        self._open_streams = Gauge(
-            "proxy_open_streams", "SSE streams open right now, by route template.",
-            ("route",), registry=registry, multiprocess_mode="livesum")
+            ("route",), TTFT_BUCKETS)
+        self._open_streams = family.gauge(
+            "proxy_open_streams", "SSE streams open right now, by route template.", ("route",))
         self._processes = Gauge(
             "proxy_processes", "Serving processes of this instance (`serve --workers`).",
             registry=registry, multiprocess_mode="livesum")
         self._processes.set(1)
-        self._overhead = Histogram(
+        self._overhead = family.histogram(
             "proxy_overhead_seconds",
             "Request start to the generation request written to a replica (parse, history, "
             "translate, replica choice), by route template.",
-            ("route",), buckets=OVERHEAD_BUCKETS, registry=registry)
+            ("route",), OVERHEAD_BUCKETS)
         # Route templates (and `unmatched`): a closed set, so the cache is bounded.
         self._routes: dict[str, RouteSeries] = {}
         # -- Responses and tokens (services/generation/run.py) -------------------------------------
-        self._responses = Counter(
-            "proxy_responses", "Responses finished, by terminal status.", ("status",),
-            registry=registry)
-        self._tokens = Counter(
+        self._responses = family.counter(
+            "proxy_responses", "Responses finished, by terminal status.", ("status",))
+        self._tokens = family.counter(
             "proxy_tokens", "Tokens of finished generations, by direction (input, output).",
-            ("direction",), registry=registry)
+            ("direction",))
         # -- background jobs (services/jobs/runner.py) ---------------------------------------------
         self._jobs = Counter(
             "proxy_jobs", "Background jobs ended by this process's worker, by outcome.",
@@ -209,7 +226,7 @@ class Metrics:
         # Enumerated labels start at 0, so a rate() has a series before the first event.
         self._input_tokens = self._tokens.labels("input")
         self._output_tokens = self._tokens.labels("output")
-        self._by_outcome: dict[str, Counter] = {}  # `_responses` bound by status, once each
+        self._by_outcome: dict[str, Any] = {}  # `_responses` bound by status, once each
         for outcome in JOB_OUTCOMES:
             self._jobs.labels(outcome)
         for reason in LIMIT_REASONS:
@@ -410,3 +427,33 @@ class _States:
 
 def _no_replicas() -> Iterable[ReplicaView]:
     return ()
+
+
+class _Families:
+    """The per-request families' makers: `Family` (series.py) when the process serves alone,
+    else prometheus_client's (their samples go to the shared files). Either's children take
+    `inc`, `dec`, `observe` as the family's kind does; typed `Any` for that."""
+
+    def __init__(self, registry: CollectorRegistry, *, alone: bool) -> None:
+        self.registry = registry
+        self.alone = alone
+
+    def counter(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> Any:
+        if self.alone:
+            return Family("counter", name, documentation, labelnames, registry=self.registry)
+        return Counter(name, documentation, labelnames, registry=self.registry)
+
+    def gauge(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> Any:
+        """A gauge summed over the live processes under `--workers` (`livesum`)."""
+        if self.alone:
+            return Family("gauge", name, documentation, labelnames, registry=self.registry)
+        return Gauge(name, documentation, labelnames, registry=self.registry,
+                     multiprocess_mode="livesum")
+
+    def histogram(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                  buckets: tuple[float, ...]) -> Any:
+        if self.alone:
+            return Family("histogram", name, documentation, labelnames, buckets=buckets,
+                          registry=self.registry)
+        return Histogram(name, documentation, labelnames, buckets=buckets,
+                         registry=self.registry)

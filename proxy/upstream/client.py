@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -247,12 +247,15 @@ class Upstream:
                               max_idle_per_origin=max_idle_per_origin, ssl_context=tls,
                               proxy_for=proxy_resolver(https_proxy, no_proxy))
 
-    async def post(self, base: str, path: str, body: bytes, *, stream: bool,
-                   traceparent: str | None = None, tracestate: str | None = None) -> Response:
-        """Send `body`; return the open response (2xx only). The caller must `aclose()` it.
-        `traceparent` (and `tracestate`): the W3C headers naming the call's span (tracing
-        on), so that the replica's own spans (vLLM continues it) join the request's trace;
-        tracing off, the client's own (core/context/requestctx.py), passed on unchanged."""
+    def post(self, base: str, path: str, body: bytes, *, stream: bool,
+             traceparent: str | None = None, tracestate: str | None = None
+             ) -> Coroutine[Any, Any, Response]:
+        """Send `body`; the awaited result is the open response (2xx only). The caller must
+        `aclose()` it. `traceparent` (and `tracestate`): the W3C headers naming the call's span
+        (tracing on), so that the replica's own spans (vLLM continues it) join the request's
+        trace; tracing off, the client's own (core/context/requestctx.py), passed on unchanged.
+        A plain call handing back the exchange's coroutine, not one of its own awaiting it: a
+        frame less, resumed when the replica's head arrives."""
         target = self._target(base)
         head = target.head
         request_id = upstream_request_id()  # the client's request, traced into vLLM's logs
@@ -268,7 +271,7 @@ class Upstream:
                   b"content-length: %d\r\n\r\n%s" % (target.prefix + path.encode(), head,
                                                      len(body), body)
         timeouts = self._stream_timeouts if stream else self._call_timeouts
-        return await self._send(base, target, request, timeouts)
+        return self._send(base, target, request, timeouts)
 
     async def get(self, base: str, path: str, *, timeout: float | None = None) -> Response:
         """GET `path`; the response comes back read (`content`) and closed."""

@@ -287,6 +287,32 @@ async def test_sequential_requests_reuse_one_connection() -> None:
 
 
 @on_both_loops
+async def test_framing_headers_in_any_case_frame_the_body_and_keep_the_connection() -> None:
+    """The head's fields are kept as the parser gives them (decoded on the first read): a
+    `Content-Length` or `Transfer-Encoding: Chunked` in capitals still frames the body, and
+    the fields read back by any case, their values as sent."""
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        peer.write(b"HTTP/1.1 200 OK\r\nX-Kind: Mixed\r\nContent-Length: 5\r\n\r\nhello")
+        await peer.read_request()
+        peer.write(b"HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: Chunked\r\n\r\n"
+                   + chunk(b"data: 1\n\n") + LAST_CHUNK)
+        await peer.wait_eof()
+
+    async with TinyServer(handler) as server:
+        up = upstream()
+        response = await up.post(server.url, "/", b"{}", stream=True)
+        assert await response.aread() == b"hello"
+        assert response.headers.get("x-kind") == "Mixed" == response.headers["X-KIND"]
+        assert response.headers.items() == [("x-kind", "Mixed"), ("content-length", "5")]
+        await response.aclose()
+        response = await up.post(server.url, "/", b"{}", stream=True)
+        assert await response.aread() == b"data: 1\n\n"
+        await response.aclose()
+        assert server.connections == 1
+
+
+@on_both_loops
 async def test_a_response_closed_mid_body_closes_its_connection_at_once() -> None:
     async def handler(peer: Peer) -> None:
         if await peer.read_request() is None:

@@ -44,16 +44,17 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "watch around the set-up, the one loop timer the streams' pings wait on": (
         "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect", "proxy.web.ticks"),
     "telemetry: counters, histograms, spans and the request id; they decide nothing": (
-        "proxy.telemetry.metrics", "proxy.telemetry.tracing", "proxy.core.context.requestctx"),
+        "proxy.telemetry.metrics", "proxy.telemetry.series", "proxy.telemetry.tracing",
+        "proxy.core.context.requestctx"),
     "small values read along the way: ids, the tenant digest, the JSON content-type check, "
     "an id's shard tag, the key's storage budget": (
         "proxy.core.ids", "proxy.core.policy.tenancy", "proxy.core.policy.origin",
         "proxy.core.shardtags", "proxy.core.policy.storagebudget"),
     "checkers and readers the request parser calls, one per kind of field": (
         "proxy.core.request.fields", "proxy.core.request.jsonbody",
-        "proxy.core.request.tolerance", "proxy.core.request.callids",
+        "proxy.core.request.callids",
         "proxy.core.request.tools", "proxy.core.request.references",
-        "proxy.core.tools.toolnames", "proxy.core.cache.key"),
+        "proxy.core.tools.toolnames"),
     "details of the translation: the system prompt's merge, the fleet's errors renamed (the "
     "reasoning effort's fit runs only for a request that has one)": (
         "proxy.core.translate.system_prompt", "proxy.core.translate.fleet_errors"),
@@ -75,18 +76,17 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.store.conversations"),
     "the HTTP/1.1 wire under upstream/client.py": (
         "proxy.upstream.http1", "proxy.upstream.pool"),
-    "the process's machinery: the drain's count of foreground turns, task sets, the "
-    "off-loop threshold (a small body stays on the loop), the key ring auth reads, the "
-    "limiter metering admits through": (
+    "the process's machinery: the drain's count of foreground turns, task sets, the key "
+    "ring auth reads, the limiter metering admits through": (
         "proxy.services.process.drain", "proxy.services.process.loops",
-        "proxy.services.process.offload", "proxy.services.admin.keyring",
-        "proxy.services.metering.limits"),
+        "proxy.services.admin.keyring", "proxy.services.metering.limits"),
     "features this request does not use, asked once whether they apply: the cache (off), "
-    "hosted tools, tool search (no deferred tools), compaction, the live followers (nobody "
-    "follows); media fetching is not even asked (no image or file in the input)": (
-        "proxy.services.cache.responses", "proxy.services.tools.hosted",
-        "proxy.core.tools.toolsearch", "proxy.core.compaction",
-        "proxy.services.eventlog.follow"),
+    "tool search (no deferred tools), compaction, the live followers (nobody follows); hosted "
+    "tools, media fetching, a prompt template, the off-loop steps, the tolerance headers and "
+    "the `Cache-Control` parse are not even asked (no tools, no image or file, no prompt, a "
+    "small body, nothing ignored, no such header)": (
+        "proxy.services.cache.responses", "proxy.core.tools.toolsearch",
+        "proxy.core.compaction", "proxy.services.eventlog.follow"),
 }
 SKIPPED = {module for modules in PLUMBING.values() for module in modules}
 

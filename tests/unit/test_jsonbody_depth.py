@@ -93,8 +93,23 @@ def test_a_large_body_too_deep_is_still_refused_naming_the_field() -> None:
     assert refused.value.code == "nesting_too_deep"
 
 
-def test_a_small_body_is_walked_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_body_is_walked_only_when_its_brackets_could_nest_too_deep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No more brackets opened than `MAX_DEPTH` (strings' counted too): no walk (it was ~50
+    calls for a short agent turn's body); more, the walk as before."""
     walked: list[int] = []
     monkeypatch.setattr(jsonbody, "check_depth", lambda data: walked.append(1))
     parse_object(b'{"input": "hi"}')
+    parse_object(orjson.dumps({"input": [{"role": "user", "content": "[" * 70}]}))
     assert walked == [1]
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1])
+def test_a_small_body_nesting_to_the_limit_passes_past_it_is_refused(depth: int) -> None:
+    body = _nested(depth)
+    if depth > MAX_DEPTH:
+        with pytest.raises(InvalidRequest) as refused:
+            parse_object(body)
+        assert refused.value.code == "nesting_too_deep"
+    else:
+        assert parse_object(body) == orjson.loads(body)

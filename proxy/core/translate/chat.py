@@ -47,12 +47,6 @@ from proxy.core.types import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, MESSAGE, REASO
 Message = dict[str, Any]
 
 
-# Request fields sent upstream as they are, when given: (ResponsesRequest field, chat name).
-_SAMPLING = (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
-             ("top_p", "top_p"), ("user", "user"), ("presence_penalty", "presence_penalty"),
-             ("frequency_penalty", "frequency_penalty"))
-
-
 def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[str, Any]:
     messages: list[Message] = []
     if request.instructions:
@@ -72,8 +66,12 @@ def to_chat_request(request: ResponsesRequest, history: Iterable[Item]) -> dict[
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    for field, name in _SAMPLING:
-        value = getattr(request, field)
+    # Request fields sent upstream as they are, when given, under their chat names: read as
+    # attributes, not by name with `getattr` (six calls a create)
+    for name, value in (("max_tokens", request.max_output_tokens),
+                        ("temperature", request.temperature), ("top_p", request.top_p),
+                        ("user", request.user), ("presence_penalty", request.presence_penalty),
+                        ("frequency_penalty", request.frequency_penalty)):
         if value is not None:
             chat[name] = value
     _add_tools(chat, request, names, loaded, items)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -157,7 +158,9 @@ class ResponsesService:
                                                       size=size)
         outcome = await self._create(tenant, request, history, chat, directives, meter, local,
                                      size=size, steering=steering)
-        outcome.headers.update(tolerance_headers(request.ignored_params, request.dropped_tools))
+        if request.ignored_params or request.dropped_tools:  # else no headers: no call
+            outcome.headers.update(tolerance_headers(request.ignored_params,
+                                                     request.dropped_tools))
         return outcome
 
     async def _prepare(self, tenant: str, body: dict[str, Any],
@@ -171,19 +174,26 @@ class ResponsesService:
         it stays out of the response's `usage`, which keeps describing this turn's context
         (agents read `input_tokens` as the context's size and would see the pre-compaction
         one)."""
-        body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
+        # Each step below that has nothing to do for a plain request (no prompt, no tools, no
+        # references, no history, no media, a small body) is skipped here rather than called
+        # to return at once: a coroutine and a call or two each, ~25 calls a create.
+        if body.get("prompt") is not None:
+            body = await self._inputs.with_prompt(tenant, body)  # `prompt` → instructions
         # The walks of a large body (parse, expansion, translation) run off the loop: each is
         # linear, but 16 MiB of small items is most of a second of Python (a stalled loop).
-        request = await offload.run(
-            size, parse_request, body, self._ids,
-            max_input_items=self._limits.max_input_items, tolerance=self._parse_tolerance,
-            sealer=self._sealer, mcp_allow=self._mcp.allow, run_hosted=self._run_hosted)
+        small = size <= offload.OFFLOAD_BYTES  # `offload.run` would call the step inline
+        parsing = functools.partial(
+            parse_request, body, self._ids, max_input_items=self._limits.max_input_items,
+            tolerance=self._parse_tolerance, sealer=self._sealer, mcp_allow=self._mcp.allow,
+            run_hosted=self._run_hosted)
+        request = parsing() if small else await offload.run(size, parsing)
         if request.service_tier == "priority" and not self._gateway.grants(tenant):
             request = request.evolved(service_tier="default")
-        if create is not None:
+        tools = body.get("tools")
+        if create is not None and tools:
             # Hosted tools naming what the key does not hold (another key's vector store) are
             # refused now, before any upstream call or store write.
-            extras = await self._generations.hosted.vet(tenant, body.get("tools"))
+            extras = await self._generations.hosted.vet(tenant, tools)
             if extras:
                 request = request.evolved(hosted_options={
                     kind: {**options, **extras.get(kind, {})}
@@ -194,12 +204,18 @@ class ResponsesService:
             # atomically, for two requests racing for the last bytes.
             await self._store.check_storage(tenant, rechecked=True)
         found = await find_references(self._store, tenant, request)
-        history = await self._history(tenant, request, local)
-        request, shown, seen, expansion = await offload.run(
-            size, self._expand, request, found, history, cache_salt=self._salts.salt(tenant))
+        history = (await self._history(tenant, request, local)
+                   if request.previous_response_id or request.conversation else
+                   History([], affinity=request.prompt_cache_key))  # `_history`'s own answer
+        salt = self._salts.salt(tenant)
+        request, shown, seen, expansion = (
+            self._expand(request, found, history, cache_salt=salt) if small else
+            await offload.run(size, self._expand, request, found, history, cache_salt=salt))
         check_call_ids(history.items, request.input)
-        shown = await self._with_media(tenant, shown, history, expansion, size)
-        if request.auto_compact or has_compaction(history.items) or \
+        if not small or fetches_media(shown.input) or (history.items and
+                                                        fetches_media(history.items)):
+            shown = await self._with_media(tenant, shown, history, expansion, size)
+        if request.auto_compact or (history.items and has_compaction(history.items)) or \
                 has_compaction(request.input):
             chat, made = await self._compactor.context(
                 tenant, shown, seen, compact=create is not None,
@@ -208,7 +224,8 @@ class ResponsesService:
                 create.charge(tokens_of(made.usage))
                 history = dataclasses.replace(history, compaction=made.item)
         else:
-            chat = await offload.run(size, to_chat_request, shown, seen)
+            chat = (to_chat_request(shown, seen) if small else
+                    await offload.run(size, to_chat_request, shown, seen))
             if chat.get("reasoning_effort") is not None:  # the fleet's limits matter only then
                 chat = fit_effort(chat, self._gateway.fleet.efforts(request.model))
         if request.truncation == "auto":
@@ -244,7 +261,7 @@ class ResponsesService:
             assembler.preface(history.compaction)
         # A compacted turn is not served from the cache: its output must carry the compaction.
         cached = (await self._lookup(tenant, request, chat, directives, size)
-                  if history.compaction is None else OFF)
+                  if history.compaction is None and self._cache is not None else OFF)
         if cached.hit:
             outcome = await self._cached(tenant, request, history, assembler, cached, meter)
             if steering is not None:
@@ -279,9 +296,13 @@ class ResponsesService:
                 ended.append(_remembering(local, assembler, request, history, opened))
             return Outcome(stream=meter.stream(_streamed(turn, owned, ended), last=ends_stream),
                            headers=cached.headers())
-        async with owned, contextlib.aclosing(turn.run()) as batches:
-            async for _ in batches:
-                pass
+        async with owned:
+            batches = turn.run()
+            try:  # `contextlib.aclosing`, without its three calls (see `_streamed`)
+                async for _ in batches:
+                    pass
+            finally:
+                await batches.aclose()
         final = assembler.snapshot()
         if final["status"] == t.S_FAILED:
             raise _failure(final, assembler, opened)
@@ -351,7 +372,8 @@ class ResponsesService:
                                    cache_salt=self._salts.salt(tenant))
         history = await self._history(tenant, request)
         _, shown, seen, expansion = self._expand(request, {}, history)
-        shown = await self._with_media(tenant, shown, history, expansion)
+        if fetches_media(shown.input) or fetches_media(history.items):
+            shown = await self._with_media(tenant, shown, history, expansion)
         done = await self._compactor.compact(tenant, shown, seen,
                                              affinity=history.affinity, home=history.home)
         if meter is not None:
@@ -367,10 +389,8 @@ class ResponsesService:
                           expansion: Expansion, size: int = 0) -> ResponsesRequest:
         """The request with its image URLs fetched (services/fleet/media.py) and its files'
         text read (services/responses/inputs.py): translation then sends the fleet their data,
-        never a URL to fetch."""
-        if not offload.large(size) and not fetches_media(request.input) \
-                and not fetches_media(history.items):
-            return request  # nothing to fetch or read (a large body's walks are off the loop)
+        never a URL to fetch. Called only when there is something to fetch or read, or the
+        body is large (its walks are off the loop): its callers check."""
         where = ("previous_response_id" if request.previous_response_id else
                  "conversation" if request.conversation else "input")
         media = await self._inputs.for_items(tenant, request.input, history.items, where,
@@ -381,9 +401,10 @@ class ResponsesService:
         """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
         calls) and hosted tools the proxy runs (core/hosted.py), or None for a request with
         neither. An approval of nothing we asked is a 400."""
-        searches = _searches(request)
-        if not request.mcp and not request.hosted and not searches:
+        if not request.mcp and not request.hosted and (not request.tools or
+                                                       not _searches(request)):
             return None
+        searches = _searches(request)
         servers = {s.label: s for s in request.mcp}
         ceiling = self._mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))
@@ -533,12 +554,17 @@ class _Owned:
 
 async def _streamed(turn: Generation, owned: contextlib.AbstractAsyncContextManager[None],
                     ended: Callable[[], None] | None = None) -> EventBatches:
-    # The events of one upstream read leave together (one write on SSE). `aclosing` so that
-    # the turn's cleanup (closing the upstream, recording the end) starts as soon as we close.
-    async with owned, contextlib.aclosing(turn.run()) as batches:
-        async for batch in batches:
-            if batch:
-                yield batch
+    # The events of one upstream read leave together (one write on SSE). Closed in a
+    # `finally` (what `contextlib.aclosing` does, without its three calls) so that the turn's
+    # cleanup (closing the upstream, recording the end) starts as soon as we close.
+    async with owned:
+        batches = turn.run()
+        try:
+            async for batch in batches:
+                if batch:
+                    yield batch
+        finally:
+            await batches.aclose()
     # Reached only when the stream ran to its end: a client that left never gets here.
     if ended is not None:
         ended()

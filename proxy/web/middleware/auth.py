@@ -77,11 +77,6 @@ class Auth:
         return key_accepted(self._ring.static_encoded, token) or \
             self._ring.accepts_managed(token)
 
-    @property
-    def _keys(self) -> bool:
-        """A key is required."""
-        return self._ring.required
-
     def refusal(self, scope: Scope) -> ASGIApp | None:
         """What answers a request (or handshake) refused, or None: then the caller's tenant
         (and whether the proxy is open) is in `scope["state"]`. Paths outside `/v1/` are not
@@ -89,17 +84,18 @@ class Auth:
         if not scope["path"].startswith("/v1/"):
             return None
         socket = scope["type"] == "websocket"
+        keys = self._ring.required  # a key is required: read once (two property calls)
         token = bearer(scope)
         if token is not None and self._ring.is_admin(token):
             # The operator's key runs the admin API only: a leaked client config holding it
             # would otherwise serve (and bill) as an unlimited tenant.
             return _refuse_handshake if socket else error_response(
                 Forbidden("The admin key cannot call the API; use a client key."))
-        if self._keys and socket:
+        if keys and socket:
             if token is None or not self._accepts(token):
                 # Refused at the handshake, before accept: uvicorn answers it with HTTP 403.
                 return _refuse_handshake
-        elif self._keys:
+        elif keys:
             if token is None:
                 return error_response(Unauthorized(
                     "You didn't provide an API key. Send it as `Authorization: Bearer KEY`."))
@@ -112,7 +108,7 @@ class Auth:
             return _refuse_handshake  # uvicorn: HTTP 403
         state = scope.setdefault("state", {})
         state["tenant"] = tenant_of(token) if token else PUBLIC_TENANT
-        state[OPEN] = not self._keys
+        state[OPEN] = not keys
         return None
 
 

@@ -133,7 +133,14 @@ class Front:
         answered = False
         try:
             try:
-                await self._answer(scope, receive, answer.send, declared)
+                work, counted = self._answer(scope, receive, answer.send, declared)
+                if counted is not None:
+                    counted.began()
+                try:
+                    await work
+                finally:
+                    if counted is not None:
+                        counted.ended()
             except Exception as exc:
                 if errors is None:
                     raise
@@ -157,9 +164,12 @@ class Front:
             # then raised on for the server.
             await errors.unexpected(scope, receive, send, unexpected, answered)
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send,
-                      declared: list[bytes]) -> None:
-        """The refusal that applies, else the app (in flight for the drain, its body counted)."""
+    def _answer(self, scope: Scope, receive: Receive, send: Send,
+                declared: list[bytes]) -> tuple[Awaitable[None], Drain | None]:
+        """The refusal that applies, else the app (its body counted), to be awaited; and the
+        drain it is in flight for (`_http` counts it in and out around it). A plain call handing
+        back what to await, not a coroutine awaiting it: a frame less, resumed each time the
+        request's task wakes (three times a streamed create)."""
         drain, limits, auth = self.drain, self.limits, self.auth
         refusal = drain_refusal(drain, scope) if drain is not None else None
         limit = 0
@@ -169,25 +179,18 @@ class Front:
         if refusal is None and auth is not None:
             refusal = auth.refusal(scope)
         if refusal is not None:
-            await refusal(scope, receive, send)
-            return
+            return refusal(scope, receive, send), None
         if limits is not None:
             receive = limits.counted(limit, receive)
-        if drain is None:
-            await self.app(scope, receive, send)
-            return
-        drain.began()
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            drain.ended()
+        return self.app(scope, receive, send), drain
 
     def _ended(self, scope: Scope, context: RequestContext, answer: _Answer) -> None:
         started = answer.started
         seconds = time.perf_counter() - started
         status = answer.status or CLIENT_CLOSED
-        route = route_template(scope)
         series = answer.series()
+        # The series' template when there is one: found once per request (`series`)
+        route = series.route if series is not None else route_template(scope)
         if series is not None:
             if answer.stream:
                 series.stream_closed()

@@ -6,13 +6,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.core.cache.key import parse_cache_control
+from proxy.core.cache.key import USE_CACHE, parse_cache_control
 from proxy.core.request.create import INCLUDABLE
 from proxy.core.request.fields import bad
 from proxy.core.request.paging import parse_page
 from proxy.services.responses.create import Outcome
 from proxy.web.disconnect import unless_disconnected
-from proxy.web.incoming import json_body, path_id, read_body, tenant
+from proxy.web.incoming import BODY, json_body, path_id, read_body, tenant
 from proxy.web.limiting import metering
 from proxy.web.middleware.auth import header
 from proxy.web.rendering import Reply, json_response, stream_response
@@ -26,10 +26,12 @@ async def create(request: Request) -> Reply:
     # order (services/fleet/setups.py); the slot is given back once it is admitted.
     async with responses.setting_up():
         body = await json_body(request)
-        directives = parse_cache_control(header(request.scope, b"cache-control"))
+        # No `Cache-Control` (nearly every request): the default, not a new one made
+        control = header(request.scope, b"cache-control")
+        directives = parse_cache_control(control) if control else USE_CACHE
         # `parse_request` refuses a `stream` or `background` that is not a boolean.
         hold = body.get("background") is True or body.get("stream") is True
-        size = len(await read_body(request))  # read already: what the service may offload by
+        size = len(request.scope[BODY])  # as `json_body` read it: what the service may offload by
         async with metering(request, hold=hold) as meter:
             # A stream keeps the watcher of its set-up (one per request, not two).
             outcome = await unless_disconnected(request, responses.create(

@@ -51,7 +51,10 @@ class FunctionCallItem(CallItem):
 
     def delta(self, text: str, events: list[Event]) -> None:
         self.parts.append(text)
-        events.append({"type": t.ARGS_DELTA, "sequence_number": self.seq.take(),
+        seq = self.seq
+        number = seq.next  # `seq.take()`, inline: this runs per token (item.py `Numbering`)
+        seq.next = number + 1
+        events.append({"type": t.ARGS_DELTA, "sequence_number": number,
                        "item_id": self.item_id, "output_index": self.index, "delta": text})
 
     def close(self, status: str, events: list[Event]) -> Item:
@@ -90,7 +93,10 @@ class CustomToolCallItem(FunctionCallItem):
         decoder = self.decoder
         text = decoder.feed(text) if decoder is not None else ""
         if text:  # the input is the string inside the arguments: decoded as it comes
-            events.append({"type": t.CUSTOM_INPUT_DELTA, "sequence_number": self.seq.take(),
+            seq = self.seq
+            number = seq.next  # `seq.take()`, inline: per token (item.py `Numbering`)
+            seq.next = number + 1
+            events.append({"type": t.CUSTOM_INPUT_DELTA, "sequence_number": number,
                            "item_id": self.item_id, "output_index": self.index,
                            "delta": text})
 

@@ -31,6 +31,8 @@ class Numbering:
         self.next = first
 
     def take(self) -> int:
+        """The next number. What is made per event (here, response.py, calls.py) takes it
+        inline (`number = seq.next; seq.next = number + 1`): a call less an event."""
         seq = self.next
         self.next = seq + 1
         return seq
@@ -48,16 +50,25 @@ class ItemState:
 
     def event(self, kind: str, **fields: object) -> Event:
         """An event about this item (`item_id`, `output_index`, then `fields`)."""
-        return {"type": kind, "sequence_number": self.seq.take(), "item_id": self.item_id,
+        seq = self.seq
+        number = seq.next
+        seq.next = number + 1
+        return {"type": kind, "sequence_number": number, "item_id": self.item_id,
                 "output_index": self.index, **fields}
 
     def added(self, item: Item) -> Event:
-        return {"type": t.ITEM_ADDED, "sequence_number": self.seq.take(),
-                "output_index": self.index, "item": item}
+        seq = self.seq
+        number = seq.next
+        seq.next = number + 1
+        return {"type": t.ITEM_ADDED, "sequence_number": number, "output_index": self.index,
+                "item": item}
 
     def done(self, item: Item) -> Event:
-        return {"type": t.ITEM_DONE, "sequence_number": self.seq.take(),
-                "output_index": self.index, "item": item}
+        seq = self.seq
+        number = seq.next
+        seq.next = number + 1
+        return {"type": t.ITEM_DONE, "sequence_number": number, "output_index": self.index,
+                "item": item}
 
 
 class OpenItem(ItemState):

@@ -30,6 +30,11 @@ class Phase(enum.Enum):
     TOOL = "tool"  # an MCP item waits for the tool loop (services/generation/toolloop.py) to run it
     DONE = "done"
 
+    # Hashed by identity (members are singletons, compared by identity): `Enum.__hash__` is a
+    # Python function hashing the member's name, two calls per lookup in `NEXT` or a set of
+    # phases (`_to`, four times a short answer: 8 calls).
+    __hash__ = object.__hash__
+
 
 _ITEMS = frozenset({Phase.REASONING, Phase.MESSAGE, Phase.FUNCTION_CALL})
 

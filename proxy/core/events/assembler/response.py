@@ -154,11 +154,17 @@ class ResponseState(Machine):
         final = self.snapshot()
         self.final = final
         self._to(Phase.DONE)
-        events.append({"type": kind, "sequence_number": self._seq.take(), "response": final})
+        seq = self._seq
+        number = seq.next  # `seq.take()`, inline (item.py `Numbering`)
+        seq.next = number + 1
+        events.append({"type": kind, "sequence_number": number, "response": final})
         return events
 
     def _lifecycle(self, kind: str, response: ResponseObject | None = None) -> Event:
-        return {"type": kind, "sequence_number": self._seq.take(),
+        seq = self._seq
+        number = seq.next  # `seq.take()`, inline (item.py `Numbering`)
+        seq.next = number + 1
+        return {"type": kind, "sequence_number": number,
                 "response": self.snapshot() if response is None else response}
 
     # -- opening and closing items -------------------------------------------------------------
