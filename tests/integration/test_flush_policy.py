@@ -180,8 +180,9 @@ async def test_a_stream_is_held_no_longer_than_one_entry_holds(store: RedisStore
 def big_event(seq: int) -> StoredEvent:
     """An event of ~1/40 of an entry's byte bound: a held run passes that bound before its
     count bound (text deltas with long ids and a few characters, ~188 bytes, do the same)."""
+    text = b"x" * (MAX_ENTRY_BYTES // 40)
     return StoredEvent(seq, "response.output_text.delta",
-                       b'{"sequence_number":%d,"delta":"%s"}' % (seq, b"x" * (MAX_ENTRY_BYTES // 40)))
+                       b'{"sequence_number":%d,"delta":"%s"}' % (seq, text))
 
 
 async def test_a_held_run_past_an_entrys_bytes_goes_as_one_entry_its_overflow_held(

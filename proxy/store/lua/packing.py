@@ -27,8 +27,8 @@ record's objects (fields h and f: keys.py, "the event log's references"; referen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, chain, islice, repeat
 from operator import itemgetter
 from typing import TypeVar
