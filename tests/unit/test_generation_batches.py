@@ -60,14 +60,18 @@ def kinds(batch: list[tuple[str, bytes]]) -> list[str]:
 
 
 class Recorder:
-    """A stored turn's recorder, as the turn sees it: events added, then the end written."""
+    """A stored turn's recorder, as the turn sees it: events added (a batch to its log's
+    `record`, the events before the terminal one to `add`), then the end written."""
 
     def __init__(self) -> None:
         self.added: list[str] = []
         self.ended: str | None = None
+        self.log_handle = self
 
     def add(self, events: list[dict[str, object]], encoded: list[tuple[str, bytes]]) -> None:
         self.added += kinds(encoded)
+
+    record = add
 
     async def finish(self, final: dict[str, object], terminal: StoredEvent | None) -> None:
         assert terminal is not None

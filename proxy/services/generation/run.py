@@ -128,15 +128,17 @@ class Generation:
                 batches = self._events()  # (the start events made: inside, as they were)
                 async for events in batches:
                     encoded = self._encoded(events)
-                    if self.recorder is not None:
+                    recorder = self.recorder
+                    if recorder is not None:
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
                         # The type first: `done` is a property (a call a token).
                         if events and events[-1]["type"] in TERMINAL_EVENTS and \
                                 self.assembler.done:
                             await self._finish(events, encoded)
-                        else:
-                            self.recorder.add(events, encoded)
+                        elif recorder.log_handle is not None:
+                            # The log's own `record`, not `Recorder.add` (a call a token).
+                            recorder.log_handle.record(events, encoded)
                     yield encoded
             finally:
                 if not self.assembler.done:
