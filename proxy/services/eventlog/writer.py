@@ -308,6 +308,9 @@ class EventLogHub:
         self._full = False  # a stream reached `max_pending`, or an end waits: flush now
         self._fresh: set[LogHandle] = set()  # streams whose first events wait (`first_window`)
         self._nudge = asyncio.Event()  # `_full` or `_fresh` changed: the gathering looks again
+        # The flusher naps until its window's end and would write a new stream's first events
+        # only then: `hurry` nudges it (and nothing else does).
+        self._watching = False
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
         # Resolved (True: written) by the next flush to start: what finishing streams wait on
@@ -352,11 +355,16 @@ class EventLogHub:
         """`handle`'s first events wait: written after `first_window`, ahead of the batch."""
         fresh = self._fresh
         if self.first_window is not None and handle not in fresh:
-            # Only the first of a first window's streams wakes the flusher: with one waiting
-            # already, it naps for that window and writes every stream then waiting (`_gather`).
-            # A nudge per new stream woke it once per stored request (~7 µs of proxy CPU per
-            # stored short answer at 32 clients, in `_nap`).
-            if not fresh:
+            # Only a flusher napping out its whole window with no new stream waiting is woken
+            # (`_watching`): one already napping for a first window writes every stream then
+            # waiting at its end, and an idle one looks at `_fresh` when `wake` wakes it. A
+            # nudge per new stream woke it once per stored request (~7 µs of proxy CPU per
+            # stored short answer at 32 clients, in `_nap`); and a nudge whenever no stream
+            # was waiting (the earlier ones had ended within their first window, a short
+            # answer's usual case) still woke a flusher napping for a first window already,
+            # to nap again: ~45 Python calls per stored short answer one after another
+            # (tests/integration/test_request_cost.py `MAX_CALLS_ON_REDIS`).
+            if self._watching and not fresh:
                 self._nudge.set()
             fresh.add(handle)
 
@@ -412,9 +420,13 @@ class EventLogHub:
             self._nudge.clear()
             if left <= 0 or (fresh and self._fresh):
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._nudge.wait()
+            self._watching = fresh
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._nudge.wait()
+            finally:
+                self._watching = False
 
     async def _flush_fresh(self) -> None:
         """The new streams' first events, alone; a failure leaves them to the batch's flush."""
