@@ -152,6 +152,26 @@ def bulk(text: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(text), text)
 
 
+async def test_a_reply_settles_its_call_in_the_loop_step_that_reads_it() -> None:
+    # Read by a protocol of ours on the connection's transport: the caller's future is done
+    # as the bytes are handed over, with no reader task to wake a step later (what it cost:
+    # a loop step, the stream's read and a task's wake-up per reply).
+    async with scripted(lambda _connection, _command: None) as (fake, coalescer, script):
+        waiting = asyncio.ensure_future(coalescer(script, [], [b"x"]))
+        await settled(lambda: coalescer.batches == 1)
+        held = coalescer._held
+        assert held is not None
+        (batch,) = held._batches
+        (call,) = batch.calls
+        transport = held._writer.transport
+        transport.get_protocol().data_received(bulk(b"x")[:3])  # a reply in two reads
+        assert not call.reply.done()
+        transport.get_protocol().data_received(bulk(b"x")[3:])
+        assert call.reply.done() and not held._batches
+        assert await waiting == b"x"
+        assert fake.connections == 1
+
+
 async def test_a_batch_unanswered_within_the_socket_timeout_fails_and_the_next_goes_fresh(
         ) -> None:
     def answer(connection: int, command: list[bytes]) -> bytes | None:
@@ -198,6 +218,26 @@ async def test_a_readonly_reply_is_that_calls_own_and_retires_the_connection() -
         # The primary was demoted: the next batch asks the pool for a fresh connection.
         assert await coalescer(script, [], [b"next"]) == b"next"
         assert fake.connections == 2
+
+
+async def test_a_loading_reply_alone_or_first_in_an_array_is_a_lost_connection() -> None:
+    # What redis-py raises (and disconnects on) rather than return: a usual reply is told apart
+    # from these by one check, and an array of one is still looked into.
+    def answer(connection: int, command: list[bytes]) -> bytes | None:
+        if connection == 1:
+            return b"-LOADING Redis is loading the dataset in memory\r\n"
+        if connection == 2:
+            return b"*2\r\n-LOADING Redis is loading the dataset in memory\r\n:1\r\n"
+        return b"*2\r\n" + bulk(command[-1]) + b":1\r\n"
+
+    async with scripted(answer) as (fake, coalescer, script):
+        for arg in (b"alone", b"first"):
+            outcomes = await asyncio.gather(coalescer(script, [], [arg]),
+                                            coalescer(script, [], [b"next"]),
+                                            return_exceptions=True)
+            assert all(isinstance(o, rex.BusyLoadingError) for o in outcomes), outcomes
+        assert await coalescer(script, [], [b"after"]) == [b"after", 1]
+        assert fake.connections == 3
 
 
 async def test_a_noscript_reply_loads_the_script_and_sends_the_call_again() -> None:

@@ -20,7 +20,7 @@ was never sent); once sent, it lands or not as a lone call would. A batch of one
 way, as a pipeline of one.
 
 How a batch goes out: on a connection the coalescer holds (store/connection/held.py), written
-from the callback that closes the batch, its replies read by one reader into the callers'
+from the callback that closes the batch, its replies read as they come into the callers'
 futures; the first batch, and the first after that connection was lost or retired, waits for a
 fresh one from the client's pool. A client whose connections cannot be held (the embedded
 store's fake ones) sends each batch the pooled way: a task, a pooled connection, its
@@ -81,11 +81,18 @@ class ScriptCoalescer:
 
     def _send_batch(self) -> None:
         batch, self._batch = self._batch, []
-        live = [call for call in batch if not call.reply.done()]
-        if not live:
-            return
+        match batch:  # a pattern, not `len`: a lone call (one request's create or final write)
+            case [call]:  # is looked at without a list comprehension and its count
+                if call.reply.done():
+                    return
+                live = batch
+                self.calls += 1
+            case _:
+                live = [call for call in batch if not call.reply.done()]
+                if not live:
+                    return
+                self.calls += len(live)
         self.batches += 1
-        self.calls += len(live)
         held = self._held
         if held is not None and held.usable:
             self._write(held, live)
