@@ -44,7 +44,7 @@ from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
 from proxy.store.budget.headroom import Headroom
 from proxy.store.budget.ledger import LEDGER_HELD
 from proxy.store.connection.coalesce import ScriptCoalescer
-from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.connection.failures import raise_mapped, read_retrying, store_errors
 from proxy.store.connection.reconnect import Reconnector
 from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
@@ -177,8 +177,11 @@ class RedisStore(RedisConversations):
         ]
         if events:
             args.append(packed(events))
-        with store_errors():
+        try:  # (`store_errors`, without its calls: failures.py `raise_mapped`)
             written, held, *size = await self._waited(self._create, keys_, args)
+        except BaseException as exc:
+            raise_mapped(exc)
+            raise
         if not written:
             self._headroom.forget(tenant)
             raise storage_exceeded(budget, held + budget - room)
@@ -345,8 +348,11 @@ class RedisStore(RedisConversations):
             head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
                            blob, tenant, length, head, final, len(first) if head and first else 0]
-        with store_errors():
+        try:  # (`store_errors`, without its calls: failures.py `raise_mapped`)
             reply = await self._waited(self._finish, keys_, args)
+        except BaseException as exc:
+            raise_mapped(exc)
+            raise
         self._firsts.forget(rid)
         return finished_of(reply, response)
 

@@ -185,6 +185,39 @@ async def test_a_batch_unanswered_within_the_socket_timeout_fails_and_the_next_g
         assert fake.connections == 2
 
 
+async def test_one_timer_watches_the_batches_out_each_failed_at_its_own_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One loop timer for every batch out (not one armed and cancelled per batch): it fails a
+    # batch no earlier than its own deadline, though it was armed for an earlier one.
+    def answer(connection: int, command: list[bytes]) -> bytes | None:
+        return None if command[-1] == b"stuck" else bulk(command[-1])
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, *args, **kwargs)
+
+    timeout = 0.3
+    async with scripted(answer, socket_timeout=timeout) as (fake, coalescer, script):
+        assert await coalescer(script, [], [b"warm"]) == b"warm"  # the connection held
+        monkeypatch.setattr(loop, "call_at", counted)
+        for n in range(3):
+            assert await coalescer(script, [], [b"%d" % n]) == b"%d" % n
+        await asyncio.sleep(timeout / 2)
+        sent = loop.time()
+        with pytest.raises(rex.TimeoutError):
+            await coalescer(script, [], [b"stuck"])
+        assert loop.time() - sent >= timeout - 0.002  # its own deadline, not the first's
+        monkeypatch.undo()
+        assert await coalescer(script, [], [b"next"]) == b"next"
+        # Armed once for the four batches (then again, at most, for the stuck one's deadline).
+        assert 1 <= len(armed) <= 2, armed
+        assert fake.connections == 2
+
+
 async def test_a_connection_lost_mid_batch_fails_each_of_its_calls_and_the_next_goes_fresh(
         ) -> None:
     def answer(connection: int, command: list[bytes]) -> bytes | None:

@@ -7,7 +7,7 @@ blocking pool under a timeout (~19 µs) and given back (~5), then a `read_respon
 reply under its own `asyncio.timeout` (~27). Held, a batch is one `write` from the callback that
 closes it, and its replies are parsed by hiredis (C) by a protocol of ours on the connection's
 transport (`_Reader`, set with the transport's own `set_protocol`), in the loop step that reads
-them: no coroutine, task, checkout or timer per reply, one deadline per batch. (A reader task
+them: no coroutine, task, checkout or timer per reply, a deadline per batch. (A reader task
 on the connection's stream did this before, a loop step later and one more before the caller
 ran: ~25 Python calls per stored answer, tests/integration/test_request_cost.py.)
 
@@ -46,6 +46,7 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import SentinelManagedConnection
 
 _NOT_ENOUGH = object()  # hiredis's answer while a reply is still incomplete
+_EARLY = 0.001  # seconds a batch's deadline may be met early (`HeldConnection._watch`)
 
 
 class _NoPush:  # hiredis before 3.2 has no type of its own for a push message
@@ -72,7 +73,7 @@ class Pending(Protocol):
 @dataclass(slots=True)
 class _Batch:
     calls: Sequence[Pending]
-    deadline: asyncio.TimerHandle | None
+    sent: float  # when it was written, on the loop's clock: its replies are due a timeout later
     next: int = 0  # the call whose reply is read next
     lost: list[Pending] = field(default_factory=list)  # NOSCRIPT: to load and send again
 
@@ -137,6 +138,7 @@ class HeldConnection:
         # answer). Its connection's own protocol still hears of the connection's end and of
         # the write buffer's state (what its `close` and `drain` wait on).
         self._closed: asyncio.Future[None] = self.loop.create_future()
+        self._watching: asyncio.TimerHandle | None = None  # `_watch`, while armed
         self._ending: asyncio.Task[None] | None = None
         transport = self._writer.transport
         transport.set_protocol(_Reader(self, transport.get_protocol()))
@@ -154,10 +156,13 @@ class HeldConnection:
         except Exception as exc:  # uvloop: RuntimeError on a closed transport
             self._lose(rex.ConnectionError(f"Error while writing to the store: {exc!r}"))
             raise self._lost_by from exc
-        deadline = None
-        if self._timeout is not None:
-            deadline = self.loop.call_later(self._timeout, self._expired)
-        self._batches.append(_Batch(calls, deadline))
+        # One loop timer for the batches out, not one per batch (armed and cancelled per
+        # create and per final write: a heap push and pop with their comparisons, ~10 Python
+        # calls per stored answer): it looks at the oldest batch, the first due (`_watch`).
+        now = self.loop.time()
+        self._batches.append(_Batch(calls, now))
+        if self._timeout is not None and self._watching is None:
+            self._watching = self.loop.call_at(now + self._timeout, self._watch)
 
     async def aclose(self) -> None:
         """Take no more batches; wait for the replies of those out (each bounded by its
@@ -221,8 +226,6 @@ class HeldConnection:
             self._error_reply(batch, call, reply)
         if batch.next == len(batch.calls):
             self._batches.popleft()
-            if batch.deadline is not None:
-                batch.deadline.cancel()
             if batch.lost:
                 self._on_noscript(batch.lost)
             if not self._batches and not self.usable:
@@ -241,6 +244,20 @@ class HeldConnection:
                     reply = self._demoted
             call.reply.set_exception(reply)
 
+    def _watch(self) -> None:
+        """The oldest batch out is due now, or later (its elders were answered): fail it, or
+        look again when it is due. Not armed again with no batch out."""
+        self._watching = None
+        if not self._batches or self._timeout is None:
+            return
+        due = self._batches[0].sent + self._timeout
+        # (A loop's timer may run a little early, uvloop's by up to its millisecond: then
+        # due now, not looked at again and again until the clock gets there.)
+        if self.loop.time() + _EARLY >= due:
+            self._expired()
+        else:
+            self._watching = self.loop.call_at(due, self._watch)
+
     def _expired(self) -> None:
         """The oldest batch's replies did not come within the socket timeout."""
         self._lose(rex.TimeoutError(f"Timeout reading from {_address(self._connection)}"))
@@ -257,9 +274,10 @@ class HeldConnection:
     def _fail_all(self, failure: BaseException) -> None:
         self._retire()
         batches, self._batches = self._batches, collections.deque()
+        if self._watching is not None:
+            self._watching.cancel()
+            self._watching = None
         for batch in batches:
-            if batch.deadline is not None:
-                batch.deadline.cancel()
             for call in (*batch.calls[batch.next:], *batch.lost):
                 if not call.reply.done():
                     call.reply.set_exception(failure)
