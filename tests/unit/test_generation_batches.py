@@ -61,7 +61,7 @@ def kinds(batch: list[tuple[str, bytes]]) -> list[str]:
 
 class Recorder:
     """A stored turn's recorder, as the turn sees it: events added (a batch to its log's
-    `record`, the events before the terminal one to `add`), then the end written."""
+    `record`), then the end written with the events before the terminal one."""
 
     def __init__(self) -> None:
         self.added: list[str] = []
@@ -73,8 +73,11 @@ class Recorder:
 
     record = add
 
-    async def finish(self, final: dict[str, object], terminal: StoredEvent | None) -> None:
+    async def finish(self, final: dict[str, object], terminal: StoredEvent | None,
+                     events: list[dict[str, object]] | None = None,
+                     encoded: list[tuple[str, bytes]] | None = None) -> None:
         assert terminal is not None
+        self.added += kinds(encoded or [])
         self.ended = terminal.type
 
 

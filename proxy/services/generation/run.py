@@ -156,13 +156,15 @@ class Generation:
         log, the terminal one is written together with the final object."""
         recorder = self.recorder
         assert recorder is not None
-        recorder.add(events[:-1], encoded[:-1])
         kind, data = encoded[-1]
-        # `tuple.__new__` straight, as Recorder.add makes its events: the named tuple's own
+        # `tuple.__new__` straight, as the log makes its events: the named tuple's own
         # `__new__` is a Python call.
         terminal = tuple.__new__(StoredEvent, (events[-1]["sequence_number"], kind, data))
         try:
-            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal),
+            # The events before the terminal one go with it (not added first: that woke the
+            # log's flusher for events the final write then carried).
+            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal,
+                                                       events[:-1], encoded[:-1]),
                                        name="turn-finish")
         except ProxyError as exc:
             # The client still gets its terminal event: the answer is real even if we could not
