@@ -43,8 +43,9 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "what a handler takes from the request, where it finds the services, the disconnect "
     "watch around the set-up, the one loop timer the streams' pings wait on": (
         "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect", "proxy.web.ticks"),
-    "telemetry: counters, histograms, spans and the request id; they decide nothing": (
-        "proxy.telemetry.metrics", "proxy.telemetry.tracing", "proxy.core.context.requestctx"),
+    "telemetry: counters, histograms and the request id (tracing off, no span is opened, not "
+    "even a null one); they decide nothing": (
+        "proxy.telemetry.metrics", "proxy.core.context.requestctx"),
     "small values read along the way: ids, the tenant digest, the JSON content-type check, "
     "an id's shard tag, the key's storage budget": (
         "proxy.core.ids", "proxy.core.policy.tenancy", "proxy.core.policy.origin",
