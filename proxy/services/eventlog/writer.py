@@ -319,7 +319,7 @@ class EventLogHub:
         self._handles: set[LogHandle] = set()
         self._by_id: dict[str, LogHandle] = {}
         self._wakeup = asyncio.Event()  # something is pending
-        # True only while `_wakeup` is set (may lag behind it, never ahead): `LogHandle.add`
+        # True only while `_wakeup` is set (may lag behind it, never ahead): `LogHandle.record`
         # skips waking a flusher that is awake already without a method call.
         self.awake = False
         self._full = False  # a stream reached `max_pending`, or an end waits: flush now

@@ -95,7 +95,10 @@ class ScriptCoalescer:
         self.batches += 1
         held = self._held
         if held is not None and held.usable:
-            self._write(held, live)
+            try:  # `_write`, inline: this runs for every create and final write
+                held.send(_commands(live), live)
+            except BaseException as exc:  # a value Redis cannot take, a closed transport
+                _fail(live, exc)
         else:
             self._spawn(self._send_later(live))
 
@@ -258,6 +261,10 @@ def _commands(calls: list[_Call]) -> list[bytes]:
     first copied every byte of a batch's creates and final writes once more)."""
     pack = hiredis.pack_command
     try:
+        match calls:  # a lone call (nearly always: one request's create or final write)
+            case [call]:  # packed without a list comprehension's frame
+                return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                              *call.args))]
         return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
                 for call in calls]
     except TypeError:

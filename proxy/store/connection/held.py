@@ -6,10 +6,11 @@ create and its final write, a batch each): a task per batch, a connection taken 
 blocking pool under a timeout (~19 µs) and given back (~5), then a `read_response` coroutine per
 reply under its own `asyncio.timeout` (~27). Held, a batch is one `write` from the callback that
 closes it, and its replies are parsed by hiredis (C) by a protocol of ours on the connection's
-transport (`_Reader`, set with the transport's own `set_protocol`), in the loop step that reads
-them: no coroutine, task, checkout or timer per reply, a deadline per batch. (A reader task
-on the connection's stream did this before, a loop step later and one more before the caller
-ran: ~25 Python calls per stored answer, tests/integration/test_request_cost.py.)
+transport (the held connection itself, set with the transport's own `set_protocol`), in the
+loop step that reads them: no coroutine, task, checkout or timer per reply, a deadline per
+batch. (A reader task on the connection's stream did this before, a loop step later and one
+more before the caller ran: ~25 Python calls per stored answer,
+tests/integration/test_request_cost.py.)
 
 What redis-py did for these calls and still does: the connection is taken from the client's
 pool (its address, authentication, TLS, database and, on Sentinel, the primary's address are
@@ -20,7 +21,7 @@ redis-py disconnects on it; the client's socket timeout bounds a batch's replies
 - the connection lost (the server closed it, a reset, the pool disconnected it) fails every call
   still waiting with `rex.ConnectionError`, and the connection goes back to the pool (closed:
   redis-py reconnects it on its next use); the next batch takes a fresh one. A connection that
-  closes while idle (a Redis restart) is noticed at once (its transport tells `_Reader`), so no
+  closes while idle (a Redis restart) is noticed at once (its transport says so), so no
   call is sent on it;
 - a READONLY reply (a primary Sentinel demoted) takes no more batches; its calls still out each get
   their own reply (on Sentinel's primary a `ConnectionError`, as redis-py's Sentinel connection
@@ -80,7 +81,7 @@ class _Batch:
 
 def holdable(connection: AbstractConnection) -> bool:
     """Whether its replies can be read here: a connected asyncio stream whose transport takes
-    a protocol of ours (`_Reader`). The embedded store's fake connections keep the pooled
+    a protocol of ours (`HeldConnection`). The embedded store's fake connections keep the pooled
     path."""
     reader, writer = getattr(connection, "_reader", None), getattr(connection, "_writer", None)
     if not (isinstance(reader, asyncio.StreamReader) and isinstance(writer, asyncio.StreamWriter)):
@@ -92,7 +93,7 @@ def holdable(connection: AbstractConnection) -> bool:
     return True
 
 
-class HeldConnection:
+class HeldConnection(asyncio.Protocol):
     def __init__(self, pool: ConnectionPool, connection: AbstractConnection,
                  on_retired: Callable[[HeldConnection], None],
                  on_noscript: Callable[[list[Pending]], None]) -> None:
@@ -141,7 +142,8 @@ class HeldConnection:
         self._watching: asyncio.TimerHandle | None = None  # `_watch`, while armed
         self._ending: asyncio.Task[None] | None = None
         transport = self._writer.transport
-        transport.set_protocol(_Reader(self, transport.get_protocol()))
+        self._own = transport.get_protocol()
+        transport.set_protocol(self)
 
     @property
     def closed(self) -> asyncio.Future[None]:
@@ -174,7 +176,11 @@ class HeldConnection:
 
     # -- the reader ------------------------------------------------------------------------------
 
-    def _received(self, data: bytes) -> None:
+    # -- the transport's protocol: what it reads comes here; the connection's end goes to both
+    # (the connection's own protocol resolves what its `close` waits on), the write buffer's
+    # state to the connection's own protocol (its `drain`'s).
+
+    def data_received(self, data: bytes) -> None:
         """Bytes read: every reply they complete, to its call."""
         if self._ending is not None:
             return  # ended: what comes after is no call's
@@ -187,6 +193,22 @@ class HeldConnection:
                     return
         except (rex.InvalidResponse, rex.ConnectionError) as exc:
             self._end(exc)
+
+    def eof_received(self) -> bool | None:
+        self._end(rex.ConnectionError("Connection closed by server."))
+        own = self._own
+        return own.eof_received() if isinstance(own, asyncio.Protocol) else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(rex.ConnectionError("Connection closed by server.") if exc is None else
+                  rex.ConnectionError(f"Error while reading from the store: {exc!r}"))
+        self._own.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._own.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._own.resume_writing()
 
     def _end(self, failure: BaseException) -> None:
         """The connection is done (lost, timed out, retired and drained): every call still
@@ -292,36 +314,6 @@ class HeldConnection:
         finally:
             if not self._closed.done():
                 self._closed.set_result(None)
-
-
-class _Reader(asyncio.Protocol):
-    """The held connection's transport's protocol: what it reads goes to the held connection;
-    the connection's end goes to both (the connection's own protocol resolves what its
-    `close` waits on); the write buffer's state to the connection's own protocol (its
-    `drain`'s)."""
-
-    def __init__(self, held: HeldConnection, own: asyncio.BaseProtocol) -> None:
-        self._held = held
-        self._own = own
-
-    def data_received(self, data: bytes) -> None:
-        self._held._received(data)
-
-    def eof_received(self) -> bool | None:
-        self._held._end(rex.ConnectionError("Connection closed by server."))
-        own = self._own
-        return own.eof_received() if isinstance(own, asyncio.Protocol) else None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._held._end(rex.ConnectionError("Connection closed by server.") if exc is None else
-                        rex.ConnectionError(f"Error while reading from the store: {exc!r}"))
-        self._own.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._own.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._own.resume_writing()
 
 
 def _address(connection: AbstractConnection) -> str:
