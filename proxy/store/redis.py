@@ -44,7 +44,7 @@ from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
 from proxy.store.budget.headroom import Headroom
 from proxy.store.budget.ledger import LEDGER_HELD
 from proxy.store.connection.coalesce import ScriptCoalescer
-from proxy.store.connection.failures import read_retrying, store_errors
+from proxy.store.connection.failures import raise_mapped, read_retrying, store_errors
 from proxy.store.connection.reconnect import Reconnector
 from proxy.store.connection.replication import ReplicaWait
 from proxy.store.conversations import RedisConversations, check_ttl
@@ -149,7 +149,8 @@ class RedisStore(RedisConversations):
     async def create_response(self, record: ResponseRecord, input_items: Sequence[Item], *,
                               events: Sequence[StoredEvent] = (), ttl: int,
                               event_ttl: int, lease_ms: int | None = None) -> None:
-        check_ttl(ttl, event_ttl)
+        if ttl <= 0 or event_ttl <= 0:  # (`check_ttl`'s two calls, only to say why)
+            check_ttl(ttl, event_ttl)
         if lease_ms is not None and lease_ms <= 0:
             raise ValueError(f"lease_ms must be positive, got {lease_ms}")
         rid, tenant = record.id, record.tenant
@@ -177,8 +178,11 @@ class RedisStore(RedisConversations):
         ]
         if events:
             args.append(packed(events))
-        with store_errors():
+        try:  # (`store_errors`, without its calls: failures.py `raise_mapped`)
             written, held, *size = await self._waited(self._create, keys_, args)
+        except BaseException as exc:
+            raise_mapped(exc)
+            raise
         if not written:
             self._headroom.forget(tenant)
             raise storage_exceeded(budget, held + budget - room)
@@ -310,7 +314,8 @@ class RedisStore(RedisConversations):
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
                               tenant: str, ttl: int, event_ttl: int,
                               events: Sequence[StoredEvent] = ()) -> Transition:
-        check_ttl(ttl, event_ttl)
+        if ttl <= 0 or event_ttl <= 0:  # (`check_ttl`'s two calls, only to say why)
+            check_ttl(ttl, event_ttl)
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
@@ -345,8 +350,11 @@ class RedisStore(RedisConversations):
             head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
                            blob, tenant, length, head, final, len(first) if head and first else 0]
-        with store_errors():
+        try:  # (`store_errors`, without its calls: failures.py `raise_mapped`)
             reply = await self._waited(self._finish, keys_, args)
+        except BaseException as exc:
+            raise_mapped(exc)
+            raise
         self._firsts.forget(rid)
         return finished_of(reply, response)
 

@@ -152,6 +152,26 @@ def bulk(text: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(text), text)
 
 
+async def test_a_reply_settles_its_call_in_the_loop_step_that_reads_it() -> None:
+    # Read by a protocol of ours on the connection's transport: the caller's future is done
+    # as the bytes are handed over, with no reader task to wake a step later (what it cost:
+    # a loop step, the stream's read and a task's wake-up per reply).
+    async with scripted(lambda _connection, _command: None) as (fake, coalescer, script):
+        waiting = asyncio.ensure_future(coalescer(script, [], [b"x"]))
+        await settled(lambda: coalescer.batches == 1)
+        held = coalescer._held
+        assert held is not None
+        (batch,) = held._batches
+        (call,) = batch.calls
+        transport = held._writer.transport
+        transport.get_protocol().data_received(bulk(b"x")[:3])  # a reply in two reads
+        assert not call.reply.done()
+        transport.get_protocol().data_received(bulk(b"x")[3:])
+        assert call.reply.done() and not held._batches
+        assert await waiting == b"x"
+        assert fake.connections == 1
+
+
 async def test_a_batch_unanswered_within_the_socket_timeout_fails_and_the_next_goes_fresh(
         ) -> None:
     def answer(connection: int, command: list[bytes]) -> bytes | None:
@@ -162,6 +182,39 @@ async def test_a_batch_unanswered_within_the_socket_timeout_fails_and_the_next_g
                                         return_exceptions=True)
         assert all(isinstance(o, rex.TimeoutError) for o in outcomes), outcomes
         assert await coalescer(script, [], [b"next"]) == b"next"
+        assert fake.connections == 2
+
+
+async def test_one_timer_watches_the_batches_out_each_failed_at_its_own_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One loop timer for every batch out (not one armed and cancelled per batch): it fails a
+    # batch no earlier than its own deadline, though it was armed for an earlier one.
+    def answer(connection: int, command: list[bytes]) -> bytes | None:
+        return None if command[-1] == b"stuck" else bulk(command[-1])
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, *args, **kwargs)
+
+    timeout = 0.3
+    async with scripted(answer, socket_timeout=timeout) as (fake, coalescer, script):
+        assert await coalescer(script, [], [b"warm"]) == b"warm"  # the connection held
+        monkeypatch.setattr(loop, "call_at", counted)
+        for n in range(3):
+            assert await coalescer(script, [], [b"%d" % n]) == b"%d" % n
+        await asyncio.sleep(timeout / 2)
+        sent = loop.time()
+        with pytest.raises(rex.TimeoutError):
+            await coalescer(script, [], [b"stuck"])
+        assert loop.time() - sent >= timeout - 0.002  # its own deadline, not the first's
+        monkeypatch.undo()
+        assert await coalescer(script, [], [b"next"]) == b"next"
+        # Armed once for the four batches (then again, at most, for the stuck one's deadline).
+        assert 1 <= len(armed) <= 2, armed
         assert fake.connections == 2
 
 
@@ -198,6 +251,26 @@ async def test_a_readonly_reply_is_that_calls_own_and_retires_the_connection() -
         # The primary was demoted: the next batch asks the pool for a fresh connection.
         assert await coalescer(script, [], [b"next"]) == b"next"
         assert fake.connections == 2
+
+
+async def test_a_loading_reply_alone_or_first_in_an_array_is_a_lost_connection() -> None:
+    # What redis-py raises (and disconnects on) rather than return: a usual reply is told apart
+    # from these by one check, and an array of one is still looked into.
+    def answer(connection: int, command: list[bytes]) -> bytes | None:
+        if connection == 1:
+            return b"-LOADING Redis is loading the dataset in memory\r\n"
+        if connection == 2:
+            return b"*2\r\n-LOADING Redis is loading the dataset in memory\r\n:1\r\n"
+        return b"*2\r\n" + bulk(command[-1]) + b":1\r\n"
+
+    async with scripted(answer) as (fake, coalescer, script):
+        for arg in (b"alone", b"first"):
+            outcomes = await asyncio.gather(coalescer(script, [], [arg]),
+                                            coalescer(script, [], [b"next"]),
+                                            return_exceptions=True)
+            assert all(isinstance(o, rex.BusyLoadingError) for o in outcomes), outcomes
+        assert await coalescer(script, [], [b"after"]) == [b"after", 1]
+        assert fake.connections == 3
 
 
 async def test_a_noscript_reply_loads_the_script_and_sends_the_call_again() -> None:

@@ -104,6 +104,34 @@ def final(rid: str, status: str = "completed") -> dict[str, Any]:
 # -- the hub on its own ---------------------------------------------------------------------
 
 
+async def test_the_events_of_an_ends_batch_go_with_it_without_waking_the_flusher(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A short answer's last batch (its deltas, then the terminal event) is the final write's
+    # to carry: its events are handed to the followers here at once, in order, before the
+    # terminal, and the flusher is not woken (nor asked for a first window) for them.
+    rid = await open_response(store)
+    calls = Calls(store, monkeypatch)
+    seen: list[int] = []
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, first_window=10.0,
+                      local=lambda _rid, e: seen.append(e.seq),
+                      local_all=lambda _rid, events: seen.extend(e.seq for e in events))
+    handle = hub.open(rid)
+    handle.record([{"sequence_number": 0}, {"sequence_number": 1}],
+                  [("response.created", b"{}"), ("response.in_progress", b"{}")])
+    assert await hub.flush_now()  # the start events written, the stream started
+    hub._wakeup.clear()
+    batch = [{"sequence_number": seq} for seq in (2, 3, 4)]
+    encoded = [("response.output_text.delta", b'{"sequence_number":%d}' % seq)
+               for seq in (2, 3, 4)]
+    done = await handle.finish(final(rid), event(5, "response.completed"), tenant="tenant",
+                               events=batch, encoded=encoded)
+    assert done.changed and not hub._wakeup.is_set() and not hub._fresh
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert calls.of(rid)[-1] == ("finish", [2, 3, 4, 5])
+    assert [e.seq for e in await store.read_events(rid)] == [0, 1, 2, 3, 4, 5]
+    await hub.aclose()
+
+
 async def test_an_end_with_no_flush_in_flight_carries_its_events(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
     rid = await open_response(store)

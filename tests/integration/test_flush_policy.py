@@ -292,3 +292,27 @@ async def test_new_streams_wake_the_flusher_once_per_first_window(store: RedisSt
     for rid in ("resp_1", "resp_2", "resp_3"):
         assert await stored(store, rid) == [0]
     await hub.aclose()
+
+
+async def test_a_stream_after_one_that_ended_does_not_wake_a_flusher_napping_its_first_window(
+        store: RedisStore) -> None:
+    # A short answer ends within its first window (its final write carries its events): the
+    # next stream finds no stream waiting, and the flusher, napping for that window already,
+    # writes the new one at its end. It was woken once per such request, to nap again.
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, first_window=10.0)
+    nudge = hub._nudge = _CountedEvent()
+    before = None
+    for rid in ("resp_0", "resp_1", "resp_2"):
+        handle = hub.open(rid)
+        handle.add(event(0))  # resp_0: the flusher starts, naps for the first window
+        for _ in range(5):
+            await asyncio.sleep(0)
+        if before is None:
+            before = nudge.waits
+        if rid != "resp_2":  # ended, its events carried by its final write: none waits now
+            handle.pending = []
+            hub.release(handle)
+    assert nudge.waits == before  # not woken
+    assert await hub.flush_now()
+    assert await stored(store, "resp_2") == [0]
+    await hub.aclose()

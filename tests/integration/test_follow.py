@@ -187,6 +187,37 @@ async def test_recent_holds_only_what_is_not_yet_in_the_store(store: RedisStore)
     await hub.aclose()
 
 
+async def test_recent_keeps_the_events_of_a_flush_in_flight_before_the_later_ones(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The write in flight keeps what it carries (the writer keeps no second list of every
+    # event): a follower joining meanwhile still catches up from all of them, in order.
+    real = store.append_events
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def slow(*args: object, **kwargs: object) -> object:
+        entered.set()
+        await gate.wait()
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "append_events", slow)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0)
+    handle = hub.open("resp_1")
+    for seq in range(3):
+        handle.add(event(seq))
+    flushing = asyncio.create_task(hub.flush_now())
+    await asyncio.wait_for(entered.wait(), 2)
+    handle.add(event(3))
+    handle.record([{"sequence_number": 4}], [("response.output_text.delta", b"{}")])
+    assert handle.pending == [event(3), (4, "response.output_text.delta", b"{}")]
+    assert [e.seq for e in hub.recent("resp_1")] == [0, 1, 2, 3, 4]
+    gate.set()
+    assert await asyncio.wait_for(flushing, 2)
+    assert [e.seq for e in hub.recent("resp_1")] == [3, 4]
+    assert await hub.flush_now() and hub.recent("resp_1") == []
+    assert [e.seq for e in await store.read_events("resp_1")] == [0, 1, 2, 3, 4]
+    await hub.aclose()
+
+
 async def test_a_full_buffer_is_flushed_without_waiting_for_the_window(
         store: RedisStore) -> None:
     hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, max_pending=4)

@@ -43,9 +43,9 @@ PLUMBING: dict[str, tuple[str, ...]] = {
     "what a handler takes from the request, where it finds the services, the disconnect "
     "watch around the set-up, the one loop timer the streams' pings wait on": (
         "proxy.web.incoming", "proxy.web.state", "proxy.web.disconnect", "proxy.web.ticks"),
-    "telemetry: counters, histograms, spans and the request id; they decide nothing": (
-        "proxy.telemetry.metrics", "proxy.telemetry.series", "proxy.telemetry.tracing",
-        "proxy.core.context.requestctx"),
+    "telemetry: counters, histograms and the request id (tracing off, no span is opened, not "
+    "even a null one); they decide nothing": (
+        "proxy.telemetry.metrics", "proxy.telemetry.series", "proxy.core.context.requestctx"),
     "small values read along the way: ids, the tenant digest, the JSON content-type check, "
     "an id's shard tag, the key's storage budget": (
         "proxy.core.ids", "proxy.core.policy.tenancy", "proxy.core.policy.origin",
@@ -67,13 +67,13 @@ PLUMBING: dict[str, tuple[str, ...]] = {
         "proxy.core.events.sse", "proxy.core.events.encoding"),
     "the store's machinery behind `RedisStore`'s methods: the protocol, key names, script "
     "arguments and replies (and the log's references and entries), pipelining (on its held "
-    "connection), failures, the budget headroom, its conversation half": (
+    "connection), failures, the budget headroom (a stored create runs nothing of its "
+    "conversation half: its TTL check compares in place)": (
         "proxy.store.base", "proxy.store.keys", "proxy.store.lua.references",
         "proxy.store.lua.packing",
         "proxy.store.lua.decoding", "proxy.store.connection.coalesce",
         "proxy.store.connection.held",
-        "proxy.store.connection.failures", "proxy.store.budget.headroom",
-        "proxy.store.conversations"),
+        "proxy.store.connection.failures", "proxy.store.budget.headroom"),
     "the HTTP/1.1 wire under upstream/client.py": (
         "proxy.upstream.http1", "proxy.upstream.pool"),
     "the process's machinery: the drain's count of foreground turns, task sets, the key "

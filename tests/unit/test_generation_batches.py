@@ -60,17 +60,24 @@ def kinds(batch: list[tuple[str, bytes]]) -> list[str]:
 
 
 class Recorder:
-    """A stored turn's recorder, as the turn sees it: events added, then the end written."""
+    """A stored turn's recorder, as the turn sees it: events added (a batch to its log's
+    `record`), then the end written with the events before the terminal one."""
 
     def __init__(self) -> None:
         self.added: list[str] = []
         self.ended: str | None = None
+        self.log_handle = self
 
     def add(self, events: list[dict[str, object]], encoded: list[tuple[str, bytes]]) -> None:
         self.added += kinds(encoded)
 
-    async def finish(self, final: dict[str, object], terminal: StoredEvent | None) -> None:
+    record = add
+
+    async def finish(self, final: dict[str, object], terminal: StoredEvent | None,
+                     events: list[dict[str, object]] | None = None,
+                     encoded: list[tuple[str, bytes]] | None = None) -> None:
         assert terminal is not None
+        self.added += kinds(encoded or [])
         self.ended = terminal.type
 
 

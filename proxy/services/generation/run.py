@@ -128,15 +128,17 @@ class Generation:
                 batches = self._events()  # (the start events made: inside, as they were)
                 async for events in batches:
                     encoded = self._encoded(events)
-                    if self.recorder is not None:
+                    recorder = self.recorder
+                    if recorder is not None:
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
                         # The type first: `done` is a property (a call a token).
                         if events and events[-1]["type"] in TERMINAL_EVENTS and \
                                 self.assembler.done:
                             await self._finish(events, encoded)
-                        else:
-                            self.recorder.add(events, encoded)
+                        elif recorder.log_handle is not None:
+                            # The log's own `record`, not `Recorder.add` (a call a token).
+                            recorder.log_handle.record(events, encoded)
                     yield encoded
             finally:
                 if not self.assembler.done:
@@ -154,13 +156,15 @@ class Generation:
         log, the terminal one is written together with the final object."""
         recorder = self.recorder
         assert recorder is not None
-        recorder.add(events[:-1], encoded[:-1])
         kind, data = encoded[-1]
-        # `tuple.__new__` straight, as Recorder.add makes its events: the named tuple's own
+        # `tuple.__new__` straight, as the log makes its events: the named tuple's own
         # `__new__` is a Python call.
         terminal = tuple.__new__(StoredEvent, (events[-1]["sequence_number"], kind, data))
         try:
-            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal),
+            # The events before the terminal one go with it (not added first: that woke the
+            # log's flusher for events the final write then carried).
+            await self._tasks.shielded(recorder.finish(self.assembler.snapshot(), terminal,
+                                                       events[:-1], encoded[:-1]),
                                        name="turn-finish")
         except ProxyError as exc:
             # The client still gets its terminal event: the answer is real even if we could not

@@ -20,7 +20,7 @@ was never sent); once sent, it lands or not as a lone call would. A batch of one
 way, as a pipeline of one.
 
 How a batch goes out: on a connection the coalescer holds (store/connection/held.py), written
-from the callback that closes the batch, its replies read by one reader into the callers'
+from the callback that closes the batch, its replies read as they come into the callers'
 futures; the first batch, and the first after that connection was lost or retired, waits for a
 fresh one from the client's pool. A client whose connections cannot be held (the embedded
 store's fake ones) sends each batch the pooled way: a task, a pooled connection, its
@@ -81,14 +81,24 @@ class ScriptCoalescer:
 
     def _send_batch(self) -> None:
         batch, self._batch = self._batch, []
-        live = [call for call in batch if not call.reply.done()]
-        if not live:
-            return
+        match batch:  # a pattern, not `len`: a lone call (one request's create or final write)
+            case [call]:  # is looked at without a list comprehension and its count
+                if call.reply.done():
+                    return
+                live = batch
+                self.calls += 1
+            case _:
+                live = [call for call in batch if not call.reply.done()]
+                if not live:
+                    return
+                self.calls += len(live)
         self.batches += 1
-        self.calls += len(live)
         held = self._held
         if held is not None and held.usable:
-            self._write(held, live)
+            try:  # `_write`, inline: this runs for every create and final write
+                held.send(_commands(live), live)
+            except BaseException as exc:  # a value Redis cannot take, a closed transport
+                _fail(live, exc)
         else:
             self._spawn(self._send_later(live))
 
@@ -251,6 +261,10 @@ def _commands(calls: list[_Call]) -> list[bytes]:
     first copied every byte of a batch's creates and final writes once more)."""
     pack = hiredis.pack_command
     try:
+        match calls:  # a lone call (nearly always: one request's create or final write)
+            case [call]:  # packed without a list comprehension's frame
+                return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
+                              *call.args))]
         return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
                 for call in calls]
     except TypeError:

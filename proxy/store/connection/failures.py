@@ -64,7 +64,7 @@ class _StoreErrors:
                  traceback: TracebackType | None) -> None:
         # Returns None: an error that is not the store's failing propagates as it is.
         if exc is not None:
-            _raise_mapped(exc)
+            raise_mapped(exc)
 
 
 _STORE_ERRORS = _StoreErrors()
@@ -76,8 +76,11 @@ def store_errors() -> contextlib.AbstractContextManager[None]:
     return _STORE_ERRORS
 
 
-def _raise_mapped(exc: BaseException) -> None:
-    """`StoreUnavailable` from `exc` when it is a failure of the store; else returns."""
+def raise_mapped(exc: BaseException) -> None:
+    """`StoreUnavailable` from `exc` when it is a failure of the store; else returns (the
+    caller re-raises `exc`): `store_errors` written out as `try`/`except` where a call per
+    use counts (a response's create and its final write: its three calls, six per stored
+    answer)."""
     if isinstance(exc, rex.OutOfMemoryError):
         # Not down but full: say so, an operator reading the client's error knows where to look.
         raise StoreUnavailable("The store is full (Redis maxmemory reached); writes are refused "

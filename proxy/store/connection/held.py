@@ -1,12 +1,16 @@
 """`HeldConnection`: one pooled connection the script coalescer keeps (coalesce.py), its batches
-written as they are made and their replies read by one reader into the callers' futures.
+written as they are made and their replies read into the callers' futures as they arrive.
 
 Why: sending a batch the pooled way cost ~85 µs of proxy CPU per stored short answer (its
 create and its final write, a batch each): a task per batch, a connection taken from the
 blocking pool under a timeout (~19 µs) and given back (~5), then a `read_response` coroutine per
 reply under its own `asyncio.timeout` (~27). Held, a batch is one `write` from the callback that
-closes it, and its replies are parsed by hiredis (C) in a reader that is always waiting on the
-socket: no coroutine, checkout or timer per reply, one deadline per batch.
+closes it, and its replies are parsed by hiredis (C) by a protocol of ours on the connection's
+transport (the held connection itself, set with the transport's own `set_protocol`), in the
+loop step that reads them: no coroutine, task, checkout or timer per reply, a deadline per
+batch. (A reader task on the connection's stream did this before, a loop step later and one
+more before the caller ran: ~25 Python calls per stored answer,
+tests/integration/test_request_cost.py.)
 
 What redis-py did for these calls and still does: the connection is taken from the client's
 pool (its address, authentication, TLS, database and, on Sentinel, the primary's address are
@@ -17,7 +21,8 @@ redis-py disconnects on it; the client's socket timeout bounds a batch's replies
 - the connection lost (the server closed it, a reset, the pool disconnected it) fails every call
   still waiting with `rex.ConnectionError`, and the connection goes back to the pool (closed:
   redis-py reconnects it on its next use); the next batch takes a fresh one. A connection that
-  closes while idle (a Redis restart) is noticed by the reader at once, so no call is sent on it;
+  closes while idle (a Redis restart) is noticed at once (its transport says so), so no
+  call is sent on it;
 - a READONLY reply (a primary Sentinel demoted) takes no more batches; its calls still out each get
   their own reply (on Sentinel's primary a `ConnectionError`, as redis-py's Sentinel connection
   raises), then it is closed: the next batch's fresh connection asks the sentinels again;
@@ -42,7 +47,7 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import SentinelManagedConnection
 
 _NOT_ENOUGH = object()  # hiredis's answer while a reply is still incomplete
-_READ_SIZE = 65536  # redis-py's own socket read size
+_EARLY = 0.001  # seconds a batch's deadline may be met early (`HeldConnection._watch`)
 
 
 class _NoPush:  # hiredis before 3.2 has no type of its own for a push message
@@ -50,6 +55,7 @@ class _NoPush:  # hiredis before 3.2 has no type of its own for a push message
 
 
 _PUSH: type = getattr(hiredis, "PushNotification", _NoPush)
+_UNUSUAL = (BaseException, _PUSH)  # replies `_settle` looks at closer: errors, push messages
 
 
 class Pending(Protocol):
@@ -68,19 +74,26 @@ class Pending(Protocol):
 @dataclass(slots=True)
 class _Batch:
     calls: Sequence[Pending]
-    deadline: asyncio.TimerHandle | None
+    sent: float  # when it was written, on the loop's clock: its replies are due a timeout later
     next: int = 0  # the call whose reply is read next
     lost: list[Pending] = field(default_factory=list)  # NOSCRIPT: to load and send again
 
 
 def holdable(connection: AbstractConnection) -> bool:
-    """Whether the reader can parse `connection`'s replies itself: a connected asyncio stream.
-    The embedded store's fake connections keep the pooled path."""
-    return (isinstance(getattr(connection, "_reader", None), asyncio.StreamReader)
-            and isinstance(getattr(connection, "_writer", None), asyncio.StreamWriter))
+    """Whether its replies can be read here: a connected asyncio stream whose transport takes
+    a protocol of ours (`HeldConnection`). The embedded store's fake connections keep the pooled
+    path."""
+    reader, writer = getattr(connection, "_reader", None), getattr(connection, "_writer", None)
+    if not (isinstance(reader, asyncio.StreamReader) and isinstance(writer, asyncio.StreamWriter)):
+        return False
+    try:
+        writer.transport.get_protocol()  # (a transport that has none cannot take ours)
+    except NotImplementedError:
+        return False
+    return True
 
 
-class HeldConnection:
+class HeldConnection(asyncio.Protocol):
     def __init__(self, pool: ConnectionPool, connection: AbstractConnection,
                  on_retired: Callable[[HeldConnection], None],
                  on_noscript: Callable[[list[Pending]], None]) -> None:
@@ -89,7 +102,6 @@ class HeldConnection:
         of them ran), to load it and send them again."""
         self._pool = pool
         self._connection = connection
-        self._stream: asyncio.StreamReader = connection._reader  # type: ignore[assignment]
         self._writer: asyncio.StreamWriter = connection._writer  # type: ignore[assignment]
         self._on_retired = on_retired
         self._on_noscript = on_noscript
@@ -111,23 +123,32 @@ class HeldConnection:
                                                                          False):
             self._demoted = rex.ConnectionError("The previous master is now a slave")
         self._batches: collections.deque[_Batch] = collections.deque()
-        self._usable = True
+        # Takes batches: not lost, not closing, not on a demoted primary. An attribute read,
+        # not a property (a Python call): the coalescer asks it twice per create and per final
+        # write. Only `_retire` turns it off.
+        self.usable = True
         # Reads until the connection is lost, or retired with no batch out; then gives it back.
         # In a context of its own: it outlives the request whose batch took the connection.
         # Its loop, kept: the loop a usable connection is used in (its streams are that loop's),
         # asked of asyncio once rather than per batch (a `getpid` system call each in 3.11).
         self.loop = asyncio.get_running_loop()
-        self._reading = self.loop.create_task(self._read(), context=contextvars.Context())
+        # Replies are read by a protocol of ours on the connection's transport, each settled
+        # in the loop step that reads it: a reader task awaiting the connection's stream woke
+        # one step after the read and woke the caller one more (a loop step, the stream's read
+        # coroutine and the task's wake-up per reply: ~15 Python calls, twice per stored
+        # answer). Its connection's own protocol still hears of the connection's end and of
+        # the write buffer's state (what its `close` and `drain` wait on).
+        self._closed: asyncio.Future[None] = self.loop.create_future()
+        self._watching: asyncio.TimerHandle | None = None  # `_watch`, while armed
+        self._ending: asyncio.Task[None] | None = None
+        transport = self._writer.transport
+        self._own = transport.get_protocol()
+        transport.set_protocol(self)
 
     @property
-    def usable(self) -> bool:
-        """Takes batches: not lost, not closing, not on a demoted primary."""
-        return self._usable
-
-    @property
-    def closed(self) -> asyncio.Task[None]:
+    def closed(self) -> asyncio.Future[None]:
         """Done once the connection went back to the pool."""
-        return self._reading
+        return self._closed
 
     def send(self, data: list[bytes], calls: Sequence[Pending]) -> None:
         """Write one batch (`data`: its commands, packed) whose replies go to `calls`, in order.
@@ -137,58 +158,105 @@ class HeldConnection:
         except Exception as exc:  # uvloop: RuntimeError on a closed transport
             self._lose(rex.ConnectionError(f"Error while writing to the store: {exc!r}"))
             raise self._lost_by from exc
-        deadline = None
-        if self._timeout is not None:
-            deadline = self.loop.call_later(self._timeout, self._expired)
-        self._batches.append(_Batch(calls, deadline))
+        # One loop timer for the batches out, not one per batch (armed and cancelled per
+        # create and per final write: a heap push and pop with their comparisons, ~10 Python
+        # calls per stored answer): it looks at the oldest batch, the first due (`_watch`).
+        now = self.loop.time()
+        self._batches.append(_Batch(calls, now))
+        if self._timeout is not None and self._watching is None:
+            self._watching = self.loop.call_at(now + self._timeout, self._watch)
 
     async def aclose(self) -> None:
         """Take no more batches; wait for the replies of those out (each bounded by its
         deadline), then close and give the connection back."""
         self._retire()
         if not self._batches:
-            self._reading.cancel()
-        await asyncio.gather(self._reading, return_exceptions=True)
+            self._end(rex.ConnectionError("Connection closed by the store."))
+        await asyncio.shield(self._closed)
 
     # -- the reader ------------------------------------------------------------------------------
 
-    async def _read(self) -> None:
-        failure: BaseException = rex.ConnectionError("Connection closed by server.")
+    # -- the transport's protocol: what it reads comes here; the connection's end goes to both
+    # (the connection's own protocol resolves what its `close` waits on), the write buffer's
+    # state to the connection's own protocol (its `drain`'s).
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes read: every reply they complete, to its call."""
+        if self._ending is not None:
+            return  # ended: what comes after is no call's
         try:
-            read, feed, gets = self._stream.read, self._parser.feed, self._parser.gets
-            while True:
-                data = await read(_READ_SIZE)
-                if not data:
-                    break
-                feed(data)
-                while (reply := gets()) is not _NOT_ENOUGH:
-                    if not self._settle(reply):
-                        return
-        except asyncio.CancelledError:
-            failure = rex.ConnectionError("Connection closed by the store.")
-            raise
+            self._parser.feed(data)
+            gets = self._parser.gets
+            while (reply := gets()) is not _NOT_ENOUGH:
+                if not self._settle(reply):
+                    self._end(rex.ConnectionError("Connection closed by server."))
+                    return
         except (rex.InvalidResponse, rex.ConnectionError) as exc:
-            failure = exc
-        except OSError as exc:  # a reset: what redis-py's read raises for it
-            failure = rex.ConnectionError(f"Error while reading from the store: {exc!r}")
-        finally:
-            self._fail_all(failure)
-            await self._give_back()
+            self._end(exc)
+
+    def eof_received(self) -> bool | None:
+        self._end(rex.ConnectionError("Connection closed by server."))
+        own = self._own
+        return own.eof_received() if isinstance(own, asyncio.Protocol) else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(rex.ConnectionError("Connection closed by server.") if exc is None else
+                  rex.ConnectionError(f"Error while reading from the store: {exc!r}"))
+        self._own.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._own.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._own.resume_writing()
+
+    def _end(self, failure: BaseException) -> None:
+        """The connection is done (lost, timed out, retired and drained): every call still
+        waiting fails with `failure`; it is closed and given back (once)."""
+        self._fail_all(failure)
+        if self._ending is None:
+            self._ending = self.loop.create_task(self._give_back(),
+                                                 context=contextvars.Context())
 
     def _settle(self, reply: Any) -> bool:
         """One reply to its call; False when the connection must stop (no more replies wanted)."""
-        if isinstance(reply, _PUSH):
-            # RESP3's out-of-band message (a server's maintenance notice; this connection tracks
-            # and subscribes to nothing): no call's reply. redis-py acts on those of the
-            # connections it reads itself: the next batch goes on a fresh one of them.
-            self._retire()
-            return bool(self._batches)
+        # A script's usual reply (not an error, not a push) is told apart by one `isinstance`:
+        # each of the checks `_unusual` makes was a call for it too (six per reply, twelve per
+        # stored answer).
+        usual = not isinstance(reply, _UNUSUAL)
+        if not usual:
+            if isinstance(reply, _PUSH):
+                # RESP3's out-of-band message (a server's maintenance notice; this connection
+                # tracks and subscribes to nothing): no call's reply. redis-py acts on those of
+                # the connections it reads itself: the next batch goes on a fresh one of them.
+                self._retire()
+                return bool(self._batches)
+            if self._batches and isinstance(reply, rex.ConnectionError):
+                raise reply  # what redis-py raises (and disconnects on): LOADING and the like
+        elif reply.__class__ is list and reply and self._batches and \
+                isinstance(reply[0], rex.ConnectionError):
+            raise reply[0]  # the same, first in an array (`__class__` read: no call)
         if not self._batches:
             raise rex.InvalidResponse("A reply no call was waiting for")
-        _raise_connection_error(reply)
         batch = self._batches[0]
         call = batch.calls[batch.next]
         batch.next += 1
+        if usual:
+            if not call.reply.done():  # else its caller was cancelled while the batch was out
+                call.reply.set_result(reply)
+        else:
+            self._error_reply(batch, call, reply)
+        if batch.next == len(batch.calls):
+            self._batches.popleft()
+            if batch.lost:
+                self._on_noscript(batch.lost)
+            if not self._batches and not self.usable:
+                return False  # retired and drained: closed by `_read`'s end
+        return True
+
+    def _error_reply(self, batch: _Batch, call: Pending, reply: BaseException) -> None:
+        """An error as a call's reply: NOSCRIPT the first time hands the call back to be sent
+        again; READONLY retires the connection (a demoted primary)."""
         if isinstance(reply, rex.NoScriptError) and call.first:
             batch.lost.append(call)
         elif not call.reply.done():  # else its caller was cancelled while the batch was out
@@ -196,19 +264,21 @@ class HeldConnection:
                 self._retire()
                 if self._demoted is not None:
                     reply = self._demoted
-            if isinstance(reply, BaseException):
-                call.reply.set_exception(reply)
-            else:
-                call.reply.set_result(reply)
-        if batch.next == len(batch.calls):
-            self._batches.popleft()
-            if batch.deadline is not None:
-                batch.deadline.cancel()
-            if batch.lost:
-                self._on_noscript(batch.lost)
-            if not self._batches and not self._usable:
-                return False  # retired and drained: closed by `_read`'s end
-        return True
+            call.reply.set_exception(reply)
+
+    def _watch(self) -> None:
+        """The oldest batch out is due now, or later (its elders were answered): fail it, or
+        look again when it is due. Not armed again with no batch out."""
+        self._watching = None
+        if not self._batches or self._timeout is None:
+            return
+        due = self._batches[0].sent + self._timeout
+        # (A loop's timer may run a little early, uvloop's by up to its millisecond: then
+        # due now, not looked at again and again until the clock gets there.)
+        if self.loop.time() + _EARLY >= due:
+            self._expired()
+        else:
+            self._watching = self.loop.call_at(due, self._watch)
 
     def _expired(self) -> None:
         """The oldest batch's replies did not come within the socket timeout."""
@@ -216,20 +286,20 @@ class HeldConnection:
 
     def _lose(self, failure: BaseException) -> None:
         self._lost_by = failure
-        self._fail_all(failure)
-        self._reading.cancel()
+        self._end(failure)
 
     def _retire(self) -> None:
-        if self._usable:
-            self._usable = False
+        if self.usable:
+            self.usable = False
             self._on_retired(self)
 
     def _fail_all(self, failure: BaseException) -> None:
         self._retire()
         batches, self._batches = self._batches, collections.deque()
+        if self._watching is not None:
+            self._watching.cancel()
+            self._watching = None
         for batch in batches:
-            if batch.deadline is not None:
-                batch.deadline.cancel()
             for call in (*batch.calls[batch.next:], *batch.lost):
                 if not call.reply.done():
                     call.reply.set_exception(failure)
@@ -237,17 +307,13 @@ class HeldConnection:
     async def _give_back(self) -> None:
         # Closed first: a reply left unread would be the next command's on this connection.
         try:
-            await self._connection.disconnect()
+            try:
+                await self._connection.disconnect()
+            finally:
+                await self._pool.release(self._connection)
         finally:
-            await self._pool.release(self._connection)
-
-
-def _raise_connection_error(reply: Any) -> None:
-    """What redis-py raises (and disconnects on) rather than return it: LOADING and the like."""
-    if isinstance(reply, rex.ConnectionError):
-        raise reply
-    if isinstance(reply, list) and reply and isinstance(reply[0], rex.ConnectionError):
-        raise reply[0]
+            if not self._closed.done():
+                self._closed.set_result(None)
 
 
 def _address(connection: AbstractConnection) -> str:

@@ -95,15 +95,18 @@ class FirstObjects:
 
     def remember(self, response_id: str, obj: bytes, tenant: str = "", tag: str | None = None,
                  keys: tuple[str, ...] = ()) -> None:
-        if len(obj) > self._max_bytes:
+        size = len(obj)  # (once: this runs for every stored stream's create)
+        if size > self._max_bytes:
             return
-        if len(self._by_id) >= self._bound or self._bytes + len(obj) > self._max_bytes:
+        if len(self._by_id) >= self._bound or self._bytes + size > self._max_bytes:
             self._by_id.clear()
             self._bytes = 0
-        self.forget(response_id)
+        old = self._by_id.pop(response_id, None)  # (`forget`, inline: a new id, nearly always)
+        if old is not None:
+            self._bytes -= len(old.obj)
         # `tuple.__new__` straight: the named tuple's own `__new__` is a Python call.
         self._by_id[response_id] = tuple.__new__(First, (obj, tenant, tag, keys))
-        self._bytes += len(obj)
+        self._bytes += size
 
     def get(self, response_id: str) -> bytes | None:
         first = self._by_id.get(response_id)
