@@ -131,6 +131,16 @@ def notes_lines(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def _wake_line(machine: dict[str, Any]) -> list[str]:
+    """The machine's wake-up cost (bench/machine.py `wake_cpu_us`), when the run measured it."""
+    wake = machine.get("wake_cpu_us")
+    if not wake:
+        return []
+    figures = ", ".join(f"{cpu:g} µs after a {sleep} sleep" for sleep, cpu in wake.items())
+    return [f"- CPU charged per wake-up from idle: {figures} (a 20 ms/token stream pays one "
+            "per token when the proxy idles between tokens)"]
+
+
 def render(meta: dict[str, Any], rows: Sequence[Row], targets: Sequence[Target],
            load_cores: Sequence[int]) -> str:
     m = meta["machine"]
@@ -143,6 +153,7 @@ def render(meta: dict[str, Any], rows: Sequence[Row], targets: Sequence[Target],
         f"{','.join(str(c) for c in m['usable_cores'])}), {m['memory_gib']} GiB, "
         f"Linux {m['kernel']}",
         f"- Python {m['python']} ({m['implementation']}); {packages}; {m['redis']}",
+        *_wake_line(m),
         f"- command: `{meta['command']}`",
         f"- proxy: `{meta['proxy_command']}`; idle it burns "
         f"{meta['proxy_idle_cpu_ms_per_s']:.1f} ms CPU per second",

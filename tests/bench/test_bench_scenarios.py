@@ -118,3 +118,4 @@ def test_appends_writes_events_of_the_size_asked() -> None:
         assert abs(len(event) - size) <= 3, (size, len(event))
     results = appends.run(streams=2, events=3, flushes=2, rounds=1, size=24)
     assert all(own_ms > 0 for _, own_ms in results.values())
+
