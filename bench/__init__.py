@@ -35,6 +35,9 @@ Modules, one concept each:
     scriptcalls  `python -m bench.scriptcalls`: a store script call alone against coalesced
     burstsetup   `python -m bench.burstsetup`: a burst's set-up CPU per request, /healthz to
               stored streams
+    instructions `python -m bench.instructions`: the store's cost per token and a stream's
+              set-up in instructions (callgrind), side by side with another commit: figures
+              this VM's neighbours cannot move
     cache     `python -m bench.cache`: the response cache's hit and miss latency
     fleet     `python -m bench.fleet`: routing policies on three simulators with prefix caches
     wsloop    `python -m bench.wsloop`: a tool-calling agent loop over WebSocket vs HTTP+SSE

@@ -204,7 +204,10 @@ _DONE_TAIL = len(_DONE) + 4
 
 
 def _chat_ends(chunk: bytes) -> bool:
-    return _DONE in chunk[-_DONE_TAIL:]
+    # `find`, not `in`: CPython's `bytes in bytes` first tries the left side as an integer and
+    # makes (then drops) a formatted TypeError for it, ~2.7k instructions a chunk of a metered
+    # stream against ~0.1k (`python -m bench.instructions`).
+    return chunk.find(_DONE, -_DONE_TAIL) >= 0
 
 
 def delivered(usage: dict[str, Any] | None, deltas: int, prompt: Callable[[], int]) -> int:

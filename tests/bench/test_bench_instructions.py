@@ -1,0 +1,47 @@
+"""bench/instructions.py: the arithmetic that turns callgrind's dumps into per-token and
+per-request figures, and the shim that stretches the proxy's clocks under callgrind (the run
+itself needs valgrind and minutes: `python -m bench.instructions`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import instructions
+from bench.instructions import Counts, Figures
+from proxy.services.eventlog import writer
+from proxy.store.connection import held
+
+
+def test_idle_work_is_taken_out_in_proportion_to_the_span() -> None:
+    idle = Counts(proxy=1_000, redis=100, seconds=10.0)
+    assert Counts(proxy=5_000, redis=700, seconds=20.0).less_idle(idle) == (3_000, 500)
+
+
+def test_the_ratio_counts_redis_on_both_sides() -> None:
+    figures = Figures(per_token={"off": (70_000.0, 300.0), "on": (84_000.0, 7_200.0)},
+                      per_request={"off": (1.0, 0.0), "on": (1.0, 0.0)},
+                      setup={"off": (1.0, 0.0), "on": (1.0, 0.0)})
+    assert figures.ratio() == pytest.approx(91_200 / 70_300)
+    (row,) = instructions.table({"current": figures})[2:]
+    assert row.startswith("| current | 70.0k + 0.3k | 84.0k + 7.2k | 1.297 |")
+
+
+def test_the_shim_stretches_the_stored_paths_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer.EventLogHub, "__init__", writer.EventLogHub.__init__)
+    monkeypatch.setattr(held, "_EARLY", held._EARLY)
+    monkeypatch.setenv("BENCH_TIME_SCALE", "20")
+    started: list[list[str]] = []
+    monkeypatch.setattr("proxy.cli.main", started.append)
+    monkeypatch.setattr("sys.argv", ["-c", "serve", "--port", "1"])
+    exec(compile(instructions._LAUNCH, "<launch>", "exec"), {})
+    assert started == [["serve", "--port", "1"]]
+    hub = writer.EventLogHub(None, ttl=60, event_ttl=60,  # type: ignore[arg-type]
+                             first_window=writer.FIRST_WINDOW)
+    assert hub.window == pytest.approx(writer.WINDOW * 20)
+    assert hub.first_window == pytest.approx(writer.FIRST_WINDOW * 20)
+    assert pytest.approx(0.001 * 20) == held._EARLY
+
+
+def test_waves_must_differ_in_length() -> None:
+    with pytest.raises(SystemExit):
+        instructions.main(["--tokens", "96", "16", "--baseline", ""])
