@@ -15,7 +15,8 @@ measured waves), the simulator outside it on the other core. Under callgrind a p
 400 ms, and the proxy's own clocks that shape the stored path are stretched alike (the event
 log's write window and first window, the held connection's early margin, the lease's length),
 so each flush carries the runs of tokens it carries at full speed. `--streams` (64) streams at
-once, in waves of `--tokens` (16 and 96) tokens each, store off then on; after each wave both
+once on keep-alive connections opened before anything is counted, in waves of `--tokens` (16
+and 96) tokens each, store off then on; after each wave both
 processes' counts are dumped and zeroed. Per token: the difference of the two waves over the
 difference of their tokens; per request (set-up, final write, everything but the tokens): the
 short wave less its tokens. Each figure has the processes' idle work over the wave's duration
@@ -137,38 +138,44 @@ def _totals(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-async def _stream(port: int, request: bytes, first: asyncio.Event | None = None) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    try:
-        writer.write(request)
-        data = b""
-        while not data.endswith(b"0\r\n\r\n"):
-            chunk = await asyncio.wait_for(reader.read(65536), READ_TIMEOUT)
-            if not chunk:
-                raise RuntimeError("the proxy closed a stream early")
-            data += chunk
-            if first is not None and not first.is_set() \
-                    and b"response.output_text.delta" in data:
-                first.set()
-        if b"response.completed" not in data:
-            raise RuntimeError(f"a stream did not complete: {data[-300:]!r}")
-    finally:
-        writer.close()
+# One keep-alive connection per stream, opened before anything is counted (as
+# `bench.burstsetup`'s): a request's figures hold no connection's set-up.
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def _wave(port: int, system: str, streams: int, tokens: int, delay_ms: float) -> None:
+async def _stream(connection: Connection, request: bytes,
+                  first: asyncio.Event | None = None) -> None:
+    """One streamed answer on `connection` (chunked: it ends with the empty chunk)."""
+    reader, writer = connection
+    writer.write(request)
+    data = b""
+    while not data.endswith(b"0\r\n\r\n"):
+        chunk = await asyncio.wait_for(reader.read(65536), READ_TIMEOUT)
+        if not chunk:
+            raise RuntimeError("the proxy closed a stream early")
+        data += chunk
+        if first is not None and not first.is_set() \
+                and data.find(b"response.output_text.delta") >= 0:
+            first.set()
+    if data.find(b"response.completed") < 0:
+        raise RuntimeError(f"a stream did not complete: {data[-300:]!r}")
+
+
+async def _wave(port: int, connections: list[Connection], system: str, tokens: int,
+                delay_ms: float) -> None:
     request = SYSTEMS[system].request(HOST, port, tokens, delay_ms)
-    await asyncio.gather(*(_stream(port, request) for _ in range(streams)))
+    await asyncio.gather(*(_stream(connection, request) for connection in connections))
 
 
-async def _setup_wave(port: int, system: str, streams: int, gap_ms: float,
+async def _setup_wave(port: int, connections: list[Connection], system: str, gap_ms: float,
                       measured: list[Callgrind]) -> Counts:
     """Counts from the first write until every stream's first delta; the rest of the wave
     uncounted (dumped apart)."""
     request = SYSTEMS[system].request(HOST, port, 2, gap_ms)
     started = time.monotonic()
-    firsts = [asyncio.Event() for _ in range(streams)]
-    tasks = [asyncio.create_task(_stream(port, request, first)) for first in firsts]
+    firsts = [asyncio.Event() for _ in connections]
+    tasks = [asyncio.create_task(_stream(connection, request, first))
+             for connection, first in zip(connections, firsts, strict=True)]
     await asyncio.wait_for(asyncio.gather(*(first.wait() for first in firsts)), READ_TIMEOUT)
     proxy, redis = (process.dump() for process in measured)
     counts = Counts(proxy, redis, time.monotonic() - started)
@@ -222,9 +229,6 @@ def _redis_up(port: int) -> bool:
 
 async def _measure(port: int, measured: list[Callgrind], scale: float, streams: int,
                    short: int, long: int) -> Figures:
-    delay = 20.0 * scale
-    for system in STORES.values():  # warm-up, uncounted: imports, caches, connections
-        await _wave(port, system, streams, 2, delay)
     for process in measured:
         process.on()
 
@@ -234,23 +238,34 @@ async def _measure(port: int, measured: list[Callgrind], scale: float, streams: 
         proxy, redis = (process.dump() for process in measured)
         return Counts(proxy, redis, time.monotonic() - started)
 
+    # The quiet span first, with no connection open: an idle keep-alive connection is closed
+    # by the server after a few seconds, and the span is longer.
     idle = await counted(asyncio.sleep(2 * scale))
-    per_token: dict[str, tuple[float, float]] = {}
-    per_request: dict[str, tuple[float, float]] = {}
-    setup: dict[str, tuple[float, float]] = {}
-    for store, system in STORES.items():
-        (proxy_short, redis_short), (proxy_long, redis_long) = [
-            (await counted(_wave(port, system, streams, tokens, delay))).less_idle(idle)
-            for tokens in (short, long)]
-        tokens_more = streams * (long - short)
-        token = ((proxy_long - proxy_short) / tokens_more, (redis_long - redis_short) / tokens_more)
-        per_token[store] = token
-        per_request[store] = (proxy_short / streams - short * token[0],
-                              redis_short / streams - short * token[1])
-        first = (await _setup_wave(port, system, streams, 1500 * scale, measured)
-                 ).less_idle(idle)
-        setup[store] = (first[0] / streams, first[1] / streams)
-    return Figures(per_token, per_request, setup)
+    connections = [await asyncio.open_connection(HOST, port) for _ in range(streams)]
+    try:
+        delay = 20.0 * scale
+        for system in STORES.values():  # warm-up: imports, caches, connections (dropped)
+            await counted(_wave(port, connections, system, 2, delay))
+        per_token: dict[str, tuple[float, float]] = {}
+        per_request: dict[str, tuple[float, float]] = {}
+        setup: dict[str, tuple[float, float]] = {}
+        for store, system in STORES.items():
+            (proxy_short, redis_short), (proxy_long, redis_long) = [
+                (await counted(_wave(port, connections, system, tokens, delay))).less_idle(idle)
+                for tokens in (short, long)]
+            tokens_more = streams * (long - short)
+            token = ((proxy_long - proxy_short) / tokens_more,
+                     (redis_long - redis_short) / tokens_more)
+            per_token[store] = token
+            per_request[store] = (proxy_short / streams - short * token[0],
+                                  redis_short / streams - short * token[1])
+            first = (await _setup_wave(port, connections, system, 1500 * scale, measured)
+                     ).less_idle(idle)
+            setup[store] = (first[0] / streams, first[1] / streams)
+        return Figures(per_token, per_request, setup)
+    finally:
+        for _reader, writer in connections:
+            writer.close()
 
 
 def table(results: dict[str, Figures]) -> list[str]:

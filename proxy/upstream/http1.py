@@ -400,7 +400,7 @@ def _close_delimited(status: int, headers: list[tuple[bytes, bytes]]) -> bool:
     for name, value in headers:
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding"
-                                          and b"chunked" in value.lower()):
+                                          and value.lower().find(b"chunked") >= 0):
             return False
     return True
 

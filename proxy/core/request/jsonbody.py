@@ -59,7 +59,7 @@ def _shallow(body: bytes, limit: int = MAX_DEPTH) -> bool:
     only ever occurs inside a string), then strings and everything but brackets. Then each
     pass that removes every `()` takes exactly one level off the deepest container."""
     # `find`, not `in` (here and below): a `bytes in bytes` test makes and drops a TypeError
-    # first (services/metering/meter.py `_chat_ends` says more).
+    # first (core/events/sse.py `DataDecoder.feed` says more).
     if body.find(b"\\") >= 0:
         for escape in _ESCAPES:
             body = body.replace(escape, b"")

@@ -192,7 +192,8 @@ async def _without_usage(relay: Relay, chunks: AsyncIterator[bytes]) -> AsyncIte
 def _take_usage(relay: Relay, whole: bytes) -> bytes:
     kept = []
     for frame in whole.split(b"\n\n"):
-        if _USAGE_CHUNK in frame and frame.startswith(b"data:"):
+        # `find`, not `in` (core/events/sse.py `DataDecoder.feed` says why)
+        if frame.find(_USAGE_CHUNK) >= 0 and frame.startswith(b"data:"):
             try:
                 data = orjson.loads(frame[5:])
             except orjson.JSONDecodeError:
