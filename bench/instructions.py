@@ -1,11 +1,11 @@
 """`python -m bench.instructions`: the store's cost per token and a stream's set-up, counted in
 instructions, side by side with another commit: figures this VM's neighbours cannot move.
 
-Why: on this 2-core VM a round of `bench.versions` reads ±15 % from the one before it (the
-same tree, the same load), so a target within 10 % of a ratio (issue 43's store on ÷ store off
-≤ 1.15) cannot be shown or refuted by CPU time in one run. Valgrind's callgrind counts the
-instructions a process runs, whatever else the machine does: two runs of the same tree agree
-within ~1 %. What it does not see: the kernel (system calls, socket copies: `strace` counts the
+Why: on this 2-core VM a round of `bench.versions` reads ±15 % from the one before it (the same
+tree, the same load), so a target within 10 % of a ratio (the performance round's store on ÷
+store off ≤ 1.15) cannot be shown or refuted by CPU time in one run. Valgrind's callgrind counts
+the instructions a process runs, whatever else the machine does: two runs of the same tree agree
+within ~2 %. What it does not see: the kernel (system calls, socket copies: `strace` counts the
 same calls store on and off), cache misses and wake-ups. So these figures are the work the code
 asks of the CPU, not its time; the CPU-time rows of `bench.versions` stay the product's figures.
 
@@ -24,8 +24,8 @@ taken out (a quiet span measured first). The set-up to the first delta: `--strea
 answers a stretched 1.5 s apart, counted from the first write until every stream has its first
 delta (`bench.burstsetup`'s measure).
 
-Needs valgrind (`apt-get install valgrind`); `--baseline REV` (default c9e4875, issue 43's
-"today") is exported from git and run the same way. About 4 minutes a tree.
+Needs valgrind (`apt-get install valgrind`); `--baseline REV` (default c9e4875, the performance
+round's baseline) is exported from git and run the same way. About 4 minutes a tree.
 """
 
 from __future__ import annotations
