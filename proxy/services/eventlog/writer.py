@@ -138,7 +138,8 @@ class LogHandle:
                 return
         if self.broken:
             return
-        # The common case, once per token: `add` inline (a call a token fewer).
+        # The common case, once per token: `add_all`'s work for one event, inline (a call a
+        # token fewer, and `_added` skipped while nothing is due).
         event = tuple.__new__(StoredEvent, (events[0]["sequence_number"], kind, data))
         self.pending.append(event)
         hub = self.hub
@@ -153,19 +154,8 @@ class LogHandle:
         self._added(hub, len(self.pending))
 
     def add(self, event: StoredEvent) -> None:
-        """One event: `add_all` without its batch (`record`'s common case, for a caller that
-        made its event already)."""
-        if self.broken:
-            return
-        self.pending.append(event)
-        hub = self.hub
-        followed = hub.locally_followed
-        if followed is None or self.response_id in followed:
-            hub.local(self.response_id, event)
-        room = self.room = self.room - 1
-        if room > 0 and hub.awake and self.started:
-            return
-        self._added(hub, len(self.pending))
+        """One event, for a caller that made it already (`record` inlines its own)."""
+        self.add_all((event,))
 
     def add_all(self, events: Sequence[StoredEvent]) -> None:
         """The events of one upstream read, in order: per batch one extend, one look for local
@@ -174,7 +164,9 @@ class LogHandle:
             return
         self.pending += events
         hub = self.hub
-        hub.local_all(self.response_id, events)
+        followed = hub.locally_followed
+        if followed is None or self.response_id in followed:
+            hub.local_all(self.response_id, events)
         self._added(hub, len(self.pending))
 
     def _added(self, hub: EventLogHub, pending: int) -> None:
