@@ -110,13 +110,11 @@ class Callgrind:
 
     def __init__(self, service: Service, out: Path) -> None:
         self.service, self.out = service, out
-        self._dumps = 0
 
     def on(self) -> None:
         _control(["-i", "on", str(self.service.pid)])
 
     def dump(self) -> int:
-        self._dumps += 1
         before = set(self.out.parent.glob(f"{self.out.name}.*"))
         _control(["-d", str(self.service.pid)])
         deadline = time.monotonic() + 60

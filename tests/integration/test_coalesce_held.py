@@ -24,6 +24,7 @@ from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.coalesce import ScriptCoalescer
 from proxy.store.connection.factory import open_store
 from tests.support.servers import ServerProcess
+from tests.support.spies import timers_armed
 
 ECHO = "return ARGV[1]"
 SETTLE_STEPS = 200  # loop turns (of 5 ms at most) for the reader to see a closed connection
@@ -193,17 +194,10 @@ async def test_one_timer_watches_the_batches_out_each_failed_at_its_own_deadline
         return None if command[-1] == b"stuck" else bulk(command[-1])
 
     loop = asyncio.get_running_loop()
-    armed: list[float] = []
-    call_at = loop.call_at
-
-    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        armed.append(when)
-        return call_at(when, *args, **kwargs)
-
     timeout = 0.3
     async with scripted(answer, socket_timeout=timeout) as (fake, coalescer, script):
         assert await coalescer(script, [], [b"warm"]) == b"warm"  # the connection held
-        monkeypatch.setattr(loop, "call_at", counted)
+        armed = timers_armed(monkeypatch)
         for n in range(3):
             assert await coalescer(script, [], [b"%d" % n]) == b"%d" % n
         await asyncio.sleep(timeout / 2)

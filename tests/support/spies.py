@@ -1,8 +1,10 @@
-"""An async method watched in place: each call's first argument noted, then the real method
-run (for tests that check which calls a component made, and in which order)."""
+"""Watched in place, for tests that check what a component did: an async method (each call's
+first argument noted, then the real method run), the running loop's timers (when each was
+armed)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -20,3 +22,18 @@ def first_args(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> lis
 
     monkeypatch.setattr(owner, name, watched)
     return seen
+
+
+def timers_armed(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The times of the running loop's timers armed from here on (its `call_at` watched, until
+    `monkeypatch` undoes it)."""
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counted)
+    return armed

@@ -16,6 +16,7 @@ import pytest
 from proxy.core.errors import PayloadTooLarge, RequestTimeout
 from proxy.web.middleware.bodylimits import BodyLimits
 from tests.support.inprocess import receive_until
+from tests.support.spies import timers_armed
 
 IDLE = 10.0
 
@@ -85,23 +86,9 @@ async def test_a_body_over_its_limit_is_a_413(monkeypatch: pytest.MonkeyPatch) -
         await _drain(receive)
 
 
-def _armed(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The times of the loop's timers armed from here on."""
-    loop = asyncio.get_running_loop()
-    armed: list[float] = []
-    call_at = loop.call_at
-
-    def counting(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        armed.append(when)
-        return call_at(when, *args, **kwargs)
-
-    monkeypatch.setattr(loop, "call_at", counting)
-    return armed
-
-
 async def test_the_reads_of_one_body_share_one_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _clock(monkeypatch)
-    armed = _armed(monkeypatch)
+    armed = timers_armed(monkeypatch)
     receive = BodyLimits(1000, idle=IDLE).counted(1000, _parts(clock, 5, IDLE * 0.1))
     assert await _drain(receive) == 5
     assert len(armed) == 1  # an asyncio.timeout per read armed 5
@@ -111,7 +98,7 @@ async def test_a_body_there_already_is_read_with_no_timer(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads that do not wait (a body that came with its head) arm nothing: before, the first
     read of every body armed the timer and the last cancelled it (~2 µs a request)."""
-    armed = _armed(monkeypatch)
+    armed = timers_armed(monkeypatch)
     receive = BodyLimits(1000, idle=IDLE).counted(1000, _parts(Clock(), 5, 0.0))
     assert await _drain(receive) == 5
     assert armed == []
