@@ -364,8 +364,8 @@ class RedisConversations:
 
 def check_ttl(*ttls: int) -> None:
     # EXPIRE with 0 or less deletes the key at once: a zero TTL is a bug, not "no expiry".
-    # `min`, not `any` over a generator: its steps were three calls per check, two checks per
-    # stored answer.
+    # `min`, not `any` over a generator: its steps were three calls per check. (The stored
+    # answer's create and final write test their TTLs inline and call this only to say why.)
     if min(ttls) <= 0:
         raise ValueError(f"TTLs must be positive seconds, got {ttls}")
 

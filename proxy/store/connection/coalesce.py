@@ -10,14 +10,14 @@ pipeline: the first call of a batch schedules its sending (`loop.call_soon`, so 
 once the callbacks already ready have run: no timer, no added wait beyond that turn), and every
 caller awaits its own reply.
 
-What does not change: each call is its own EVALSHA, run by Redis on its own (a pipeline is not
-a transaction: one call's error is that call's alone); a script the server lost (a restart
-emptied its cache) is loaded and its calls sent again, as redis-py's Script does; a pipeline
-that fails as a whole (the connection lost, a timeout) fails each of its calls with that error,
-which the caller maps as before (store/connection/failures.py `store_errors`). A call whose caller
-was cancelled before its batch went out is left out of it (as a lone call cancelled before its send
-was never sent); once sent, it lands or not as a lone call would. A batch of one goes the same
-way, as a pipeline of one.
+What does not change: each call is its own EVALSHA, run by Redis on its own (a pipeline is not a
+transaction: one call's error is that call's alone); a script the server lost (a restart emptied
+its cache) is loaded and its calls sent again, as redis-py's Script does; a pipeline that fails
+as a whole (the connection lost, a timeout) fails each of its calls with that error, which the
+caller maps as before (store/connection/failures.py `store_errors`, `raise_mapped`). A call
+whose caller was cancelled before its batch went out is left out of it (as a lone call cancelled
+before its send was never sent); once sent, it lands or not as a lone call would. A batch of one
+goes the same way, as a pipeline of one.
 
 How a batch goes out: on a connection the coalescer holds (store/connection/held.py), written
 from the callback that closes the batch, its replies read as they come into the callers'

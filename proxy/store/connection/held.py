@@ -117,7 +117,6 @@ class HeldConnection(asyncio.Protocol):
         self._timeout: float | None = connection.socket_timeout
         # On Sentinel's primary, redis-py turns READONLY into this (the primary was demoted).
         self._demoted: BaseException | None = None
-        self._lost_by: BaseException = rex.ConnectionError("Connection closed by the store.")
         pool_of = getattr(connection, "connection_pool", None)
         if isinstance(connection, SentinelManagedConnection) and getattr(pool_of, "is_master",
                                                                          False):
@@ -127,8 +126,6 @@ class HeldConnection(asyncio.Protocol):
         # not a property (a Python call): the coalescer asks it twice per create and per final
         # write. Only `_retire` turns it off.
         self.usable = True
-        # Reads until the connection is lost, or retired with no batch out; then gives it back.
-        # In a context of its own: it outlives the request whose batch took the connection.
         # Its loop, kept: the loop a usable connection is used in (its streams are that loop's),
         # asked of asyncio once rather than per batch (a `getpid` system call each in 3.11).
         self.loop = asyncio.get_running_loop()
@@ -156,8 +153,9 @@ class HeldConnection(asyncio.Protocol):
         try:
             self._writer.writelines(data)
         except Exception as exc:  # uvloop: RuntimeError on a closed transport
-            self._lose(rex.ConnectionError(f"Error while writing to the store: {exc!r}"))
-            raise self._lost_by from exc
+            failure = rex.ConnectionError(f"Error while writing to the store: {exc!r}")
+            self._end(failure)
+            raise failure from exc
         # One loop timer for the batches out, not one per batch (armed and cancelled per
         # create and per final write: a heap push and pop with their comparisons, ~10 Python
         # calls per stored answer): it looks at the oldest batch, the first due (`_watch`).
@@ -173,8 +171,6 @@ class HeldConnection(asyncio.Protocol):
         if not self._batches:
             self._end(rex.ConnectionError("Connection closed by the store."))
         await asyncio.shield(self._closed)
-
-    # -- the reader ------------------------------------------------------------------------------
 
     # -- the transport's protocol: what it reads comes here; the connection's end goes to both
     # (the connection's own protocol resolves what its `close` waits on), the write buffer's
@@ -212,7 +208,8 @@ class HeldConnection(asyncio.Protocol):
 
     def _end(self, failure: BaseException) -> None:
         """The connection is done (lost, timed out, retired and drained): every call still
-        waiting fails with `failure`; it is closed and given back (once)."""
+        waiting fails with `failure`; it is closed and given back (once, in a context of its
+        own: the giving back outlives the request whose batch took the connection)."""
         self._fail_all(failure)
         if self._ending is None:
             self._ending = self.loop.create_task(self._give_back(),
@@ -221,23 +218,22 @@ class HeldConnection(asyncio.Protocol):
     def _settle(self, reply: Any) -> bool:
         """One reply to its call; False when the connection must stop (no more replies wanted)."""
         # A script's usual reply (not an error, not a push) is told apart by one `isinstance`:
-        # each of the checks `_unusual` makes was a call for it too (six per reply, twelve per
-        # stored answer).
+        # the error and push checks, a call each, then run for the unusual ones only (they were
+        # six calls per reply, twelve per stored answer).
         usual = not isinstance(reply, _UNUSUAL)
-        if not usual:
-            if isinstance(reply, _PUSH):
-                # RESP3's out-of-band message (a server's maintenance notice; this connection
-                # tracks and subscribes to nothing): no call's reply. redis-py acts on those of
-                # the connections it reads itself: the next batch goes on a fresh one of them.
-                self._retire()
-                return bool(self._batches)
-            if self._batches and isinstance(reply, rex.ConnectionError):
-                raise reply  # what redis-py raises (and disconnects on): LOADING and the like
-        elif reply.__class__ is list and reply and self._batches and \
-                isinstance(reply[0], rex.ConnectionError):
-            raise reply[0]  # the same, first in an array (`__class__` read: no call)
+        if not usual and isinstance(reply, _PUSH):
+            # RESP3's out-of-band message (a server's maintenance notice; this connection
+            # tracks and subscribes to nothing): no call's reply. redis-py acts on those of
+            # the connections it reads itself: the next batch goes on a fresh one of them.
+            self._retire()
+            return bool(self._batches)
         if not self._batches:
             raise rex.InvalidResponse("A reply no call was waiting for")
+        if not usual:
+            if isinstance(reply, rex.ConnectionError):
+                raise reply  # what redis-py raises (and disconnects on): LOADING and the like
+        elif reply.__class__ is list and reply and isinstance(reply[0], rex.ConnectionError):
+            raise reply[0]  # the same, first in an array (`__class__` read: no call)
         batch = self._batches[0]
         call = batch.calls[batch.next]
         batch.next += 1
@@ -251,7 +247,7 @@ class HeldConnection(asyncio.Protocol):
             if batch.lost:
                 self._on_noscript(batch.lost)
             if not self._batches and not self.usable:
-                return False  # retired and drained: closed by `_read`'s end
+                return False  # retired and drained: `data_received` ends the connection
         return True
 
     def _error_reply(self, batch: _Batch, call: Pending, reply: BaseException) -> None:
@@ -282,11 +278,7 @@ class HeldConnection(asyncio.Protocol):
 
     def _expired(self) -> None:
         """The oldest batch's replies did not come within the socket timeout."""
-        self._lose(rex.TimeoutError(f"Timeout reading from {_address(self._connection)}"))
-
-    def _lose(self, failure: BaseException) -> None:
-        self._lost_by = failure
-        self._end(failure)
+        self._end(rex.TimeoutError(f"Timeout reading from {_address(self._connection)}"))
 
     def _retire(self) -> None:
         if self.usable:
