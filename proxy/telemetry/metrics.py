@@ -263,28 +263,14 @@ class Metrics:
     # -- HTTP ---------------------------------------------------------------------------------
     def route(self, route: str) -> RouteSeries:
         """The series of one route template, bound to their labels once each (a `labels()`
-        call takes the family's lock and builds its key: five per request)."""
+        call builds its key, and takes prometheus_client's lock under `--workers`: five per
+        request)."""
         series = self._routes.get(route)
         if series is None:
             series = self._routes[route] = RouteSeries(
                 route, self._requests, self._duration, self._ttft, self._open_streams,
                 self._overhead)
         return series
-
-    def stream_opened(self, route: str) -> None:
-        self.route(route).stream_opened()
-
-    def stream_closed(self, route: str) -> None:
-        self.route(route).stream_closed()
-
-    def first_byte(self, route: str, seconds: float) -> None:
-        self.route(route).first_byte(seconds)
-
-    def overhead(self, route: str, seconds: float) -> None:
-        self.route(route).overhead(seconds)
-
-    def request_finished(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.route(route).finished(method, status, seconds)
 
     # -- services -----------------------------------------------------------------------------
     def response_finished(self, status: str, input_tokens: int = 0,

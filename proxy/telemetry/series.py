@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -58,9 +58,6 @@ class GaugeChild:
     def dec(self, amount: float = 1.0) -> None:
         self.value -= amount
 
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
 
 class HistogramChild:
     __slots__ = ("bounds", "counts", "created", "sum")
@@ -84,8 +81,7 @@ class Family:
     `registry`; `labels(*values)` its child for those values, made on first use."""
 
     def __init__(self, kind: str, name: str, documentation: str, labelnames: Sequence[str] = (),
-                 *, registry: CollectorRegistry, buckets: Sequence[float] = (),
-                 clock: Callable[[], float] = time.time) -> None:
+                 *, registry: CollectorRegistry, buckets: Sequence[float] = ()) -> None:
         if kind == "counter" and name.endswith("_total"):
             name = name[:-len("_total")]  # as prometheus_client names a counter's family
         self.kind = kind
@@ -94,9 +90,7 @@ class Family:
         self.labelnames = tuple(labelnames)
         self._bounds = (*(float(b) for b in buckets), float("inf")) if kind == "histogram" \
             else ()
-        self._clock = clock
         self._children: dict[tuple[str, ...], Child] = {}
-        self._plain = self.labels() if not self.labelnames else None
         registry.register(self)
 
     def labels(self, *values: str) -> Child:
@@ -105,20 +99,11 @@ class Family:
         key = tuple(str(v) for v in values)
         child = self._children.get(key)
         if child is None:
-            created = self._clock()
+            created = time.time()
             child = self._children[key] = (
                 HistogramChild(self._bounds, created) if self.kind == "histogram" else
                 CounterChild(created) if self.kind == "counter" else GaugeChild(created))
         return child
-
-    def inc(self, amount: float = 1.0) -> None:
-        """A family without labels counts itself."""
-        assert isinstance(self._plain, CounterChild | GaugeChild), self.name
-        self._plain.inc(amount)
-
-    def observe(self, amount: float) -> None:
-        assert isinstance(self._plain, HistogramChild), self.name
-        self._plain.observe(amount)
 
     # -- the collector ------------------------------------------------------------------------
     def describe(self) -> list[Metric]:

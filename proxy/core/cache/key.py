@@ -52,7 +52,7 @@ USE_CACHE = Directives()
 
 def parse_cache_control(value: str | None) -> Directives:
     if not value:
-        return Directives()
+        return USE_CACHE  # (frozen: the one default serves every request without the header)
     tokens = {part.strip().lower().split("=", 1)[0] for part in value.split(",")}
     return Directives(lookup="no-cache" not in tokens, write="no-store" not in tokens)
 

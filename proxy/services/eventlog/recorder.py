@@ -53,7 +53,7 @@ class Recorder:
                encoded: EventBatch | None = None) -> Coroutine[Any, Any, Transition]:
         """Store the end (retried, reconciled: services/eventlog/durable.py), then the
         conversation's new items. `events`/`encoded`: the batch's events before the terminal
-        one, to the log with it (writer.py `LogHandle.finish`; `add` first for nothing). `final`
+        one, to the log with it (writer.py `LogHandle.finish`, instead of `add` then this). `final`
         is set only once the end is stored: a job is acknowledged on it. Traced: one span for
         the writes. Untraced, the coroutine of the writes itself (a frame less per stored
         answer's end)."""

@@ -113,7 +113,7 @@ class LogHandle:
     # Resolved when the flush now writing some of this stream's events is over (None: no flush
     # holds any): the end must not overtake it (`finish`).
     in_flight: asyncio.Future[bool] | None = None
-    # Events `add` may still take before `pending` could reach the hub's `max_pending` (or
+    # Events `record` may still take before `pending` could reach the hub's `max_pending` (or
     # `MAX_UNFLUSHED`): counted down per event instead of a `len` per token; never more than
     # the true room (set from `len(pending)` in `_added`, zeroed where `pending` grows
     # otherwise), so a full buffer is seen at the same event as by its length.
@@ -157,9 +157,10 @@ class LogHandle:
         """One event, for a caller that made it already (`record` inlines its own)."""
         self.add_all((event,))
 
-    def add_all(self, events: Sequence[StoredEvent]) -> None:
+    def add_all(self, events: Sequence[StoredEvent], *, wake: bool = True) -> None:
         """The events of one upstream read, in order: per batch one extend, one look for local
-        followers, one size check and one flusher wake-up."""
+        followers, one size check and one flusher wake-up (`wake` False: none, for events a
+        write about to start carries: `finish`)."""
         if self.broken or not events:
             return
         self.pending += events
@@ -167,7 +168,10 @@ class LogHandle:
         followed = hub.locally_followed
         if followed is None or self.response_id in followed:
             hub.local_all(self.response_id, events)
-        self._added(hub, len(self.pending))
+        if wake:
+            self._added(hub, len(self.pending))
+        elif len(self.pending) > MAX_UNFLUSHED:
+            self.give_up()
 
     def _added(self, hub: EventLogHub, pending: int) -> None:
         if pending > MAX_UNFLUSHED:
@@ -202,11 +206,7 @@ class LogHandle:
         woke it and asked for a first window, four calls and a flusher step per stored
         answer, for events it then found taken)."""
         if events and encoded is not None and not self.broken:
-            made = _stored(events, encoded)
-            self.pending += made
-            self.hub.local_all(self.response_id, made)
-            if len(self.pending) > MAX_UNFLUSHED:
-                self.give_up()
+            self.add_all(_stored(events, encoded), wake=False)
         try:
             if self.in_flight is None and len(self.pending) <= MAX_CARRIED:
                 # Nearly always (no flush holds its events): taken here, without the coroutine
@@ -318,7 +318,7 @@ class EventLogHub:
         self._fresh: set[LogHandle] = set()  # streams whose first events wait (`first_window`)
         self._nudge = asyncio.Event()  # `_full` or `_fresh` changed: the gathering looks again
         # The flusher naps until its window's end and would write a new stream's first events
-        # only then: `hurry` nudges it (and nothing else does).
+        # only then: `hurry` nudges it (the only reader of `_watching`).
         self._watching = False
         self._lock = asyncio.Lock()  # one flush at a time keeps per-stream order
         self._task: asyncio.Task[None] | None = None
@@ -550,7 +550,7 @@ class EventLogHub:
                     handle.give_up()
                 elif not handle.broken:
                     handle.pending[:0] = events  # in front of what came meanwhile
-                    handle.room = 0  # `pending` grew: `add` counts it again
+                    handle.room = 0  # `pending` grew: `record` counts it again
             return False
         finally:
             # Settled before any finisher waiting on it runs again: its events are then either

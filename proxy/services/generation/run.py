@@ -136,9 +136,9 @@ class Generation:
                         if events and events[-1]["type"] in TERMINAL_EVENTS and \
                                 self.assembler.done:
                             await self._finish(events, encoded)
-                        elif recorder.log_handle is not None:
+                        elif (handle := recorder.log_handle) is not None:
                             # The log's own `record`, not `Recorder.add` (a call a token).
-                            recorder.log_handle.record(events, encoded)
+                            handle.record(events, encoded)
                     yield encoded
             finally:
                 if not self.assembler.done:

@@ -27,6 +27,8 @@ OFFLOAD_BYTES = 1024 * 1024
 
 
 def large(size: int) -> bool:
+    # (services/responses/create.py and web/incoming.py test `OFFLOAD_BYTES` inline, a call
+    # fewer per request: a change of this rule changes theirs.)
     return size > OFFLOAD_BYTES
 
 

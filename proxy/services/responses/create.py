@@ -79,6 +79,9 @@ from proxy.settings import LimitSettings, McpSettings, StoreSettings, ToleranceS
 from proxy.store.base import MAX_CHAIN_DEPTH, ResponseRecord, StoredEvent
 from proxy.telemetry.tracing import current_traceparent, store_write
 
+# No set-up gate: one stateless context for every create (`setting_up`).
+_NO_GATE: contextlib.nullcontext[None] = contextlib.nullcontext()
+
 
 @dataclass
 class Outcome:
@@ -140,7 +143,7 @@ class ResponsesService:
         """Around a create's whole set-up, from its body read on: its slot in the process's
         set-up gate (services/fleet/setups.py), given back once it is admitted to a replica."""
         gate = self._gateway.setups
-        return gate.held() if gate is not None else contextlib.nullcontext()
+        return gate.held() if gate is not None else _NO_GATE
 
     async def create(self, tenant: str, body: dict[str, Any],
                      directives: Directives = USE_CACHE, *, meter: Meter | None = None,
@@ -401,10 +404,9 @@ class ResponsesService:
         """The tool loop's plan: MCP servers (those listed earlier in the chain, approved
         calls) and hosted tools the proxy runs (core/hosted.py), or None for a request with
         neither. An approval of nothing we asked is a 400."""
-        if not request.mcp and not request.hosted and (not request.tools or
-                                                       not _searches(request)):
+        searches = bool(request.tools) and _searches(request)  # (no tools: no search)
+        if not request.mcp and not request.hosted and not searches:
             return None
-        searches = _searches(request)
         servers = {s.label: s for s in request.mcp}
         ceiling = self._mcp.max_calls
         offered, mode = mcp.offered_by_choice(request.tool_choice, tuple(servers))

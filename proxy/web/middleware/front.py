@@ -189,9 +189,10 @@ class Front:
         seconds = time.perf_counter() - started
         status = answer.status or CLIENT_CLOSED
         series = answer.series()
-        # The series' template when there is one: found once per request (`series`)
-        route = series.route if series is not None else route_template(scope)
-        if series is not None:
+        if series is None:
+            route = route_template(scope)
+        else:  # its template: found once per request (`series`)
+            route = series.route
             if answer.stream:
                 series.stream_closed()
             if context.upstream_sent is not None:
