@@ -31,13 +31,15 @@ Invariants (docs/design.md, "Redis"):
 Layout (`{T}` below: `{<tag>}<id>` for a tagged id, `{<id>}` for an untagged one):
 
     rp:{T}                  HASH    status | tenant | obj | parents | logged | closed |
-                                    replica | last | extra | first | head | bytes | until
+                                    replica | last | extra | more | first | head | bytes |
+                                    until
     rp:{T}:in               STRING  the request's input items, one JSON array
     rp:{T}:log              STREAM  entries `1-<sequence_number>` with fields t (type), d (JSON)
                                     of that event and, for a run of events, e: the ones before
-                                    it, `<type> 0x00 <JSON>` joined by 0x01 (store/lua/packing.py);
-                                    h / f: events held as references to the hash's `first` /
-                                    `obj` (below, "the event log's references")
+                                    it, `<type> 0x00 <JSON>` joined by 0x01, or c: the same with
+                                    a run of deltas compact (store/lua/packing.py); h / f:
+                                    events held as references to the hash's `first` / `obj`
+                                    (below, "the event log's references")
     rp:{T}:reaper           STRING  who closes the response whose lease expired
     ix:{tenant:item_id}     STRING  where one key's stored item lives: `o:<resp_id>` (in its
                                     output) or `i:<resp_id>` (in its input items), for
@@ -113,6 +115,12 @@ F_CLOSED: Final = "closed"
 # hold one event each and count in XLEN alone, so a log that mixes both counts right. It also
 # counts the terminal event an entry holds by reference (`E_FINAL`), not the head's (`F_HEAD`).
 F_EXTRA: Final = "extra"
+# The same count for the entries with field c (`E_EARLIER`, a run of deltas compact): kept apart
+# from `extra` so that the release before, which reads field e and not c, finds its count (XLEN
+# + extra) short of the log's last seq + 1 and rebuilds a finished response's replay from the
+# final object instead of sending one with events missing. `log_extent` adds both. (A live
+# follower of that release, during a rolling upgrade, misses a compact run's deltas.)
+F_MORE: Final = "more"
 # "1" once someone on another instance than the writer's followed the log live (scripts.py
 # MARK_FOLLOWED): the writer then writes the stream's events every flush window rather than
 # holding them back for longer log entries (services/eventlog/writer.py). Absent: nobody did.
@@ -150,6 +158,10 @@ F_FIRST: Final = "first"
 F_HEAD: Final = "head"
 E_HEAD: Final = b"h"
 E_FINAL: Final = b"f"
+# An entry's events before its last (packing.py `records`): c when a run of deltas among them
+# is compact, else e, all in full, as the release before wrote them (which reads e alone).
+E_EARLIER: Final = b"c"
+E_EARLIER_FULL: Final = b"e"
 
 
 def _slotted(object_id: str) -> str:

@@ -510,17 +510,17 @@ class RedisStore(RedisConversations):
         def queue(pipe: Pipeline) -> None:
             pipe.xlen(log_key)
             pipe.xrevrange(log_key, max="+", min="-", count=1)
-            pipe.hmget(keys.response(response_id), keys.F_EXTRA, keys.F_HEAD)
+            pipe.hmget(keys.response(response_id), keys.F_EXTRA, keys.F_MORE, keys.F_HEAD)
 
-        count, last, (extra, head) = await self._read(lambda: self._pipelined(queue))
+        count, last, (extra, more, head) = await self._read(lambda: self._pipelined(queue))
         if not last:
             return 0, None
-        # An entry holds one event or more (keys.F_EXTRA counts those beyond one, and the
-        # terminal held by reference; keys.F_HEAD the head's references).
+        # An entry holds one event or more (keys.F_EXTRA and keys.F_MORE count those beyond
+        # one, F_EXTRA also the terminal held by reference; keys.F_HEAD the head's references).
         entry_id, fields = last[0]
         objects = await self._objects_for(response_id, last)
         events = events_of(entry_id, fields, int(entry_id[2:]) - 1, objects)
-        return int(count) + int(extra or 0) + int(head or 0), events[-1]
+        return int(count) + int(extra or 0) + int(more or 0) + int(head or 0), events[-1]
 
     async def tail(self, positions: Mapping[str, int], *,
                    block_ms: int) -> dict[str, list[StoredEvent]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import orjson
 
+from proxy.core import types as t
 from proxy.store import keys
 from proxy.store.base import StoredEvent
 from proxy.store.lua.packing import MAX_ENTRY_BYTES, MAX_EVENTS_PER_ENTRY
@@ -131,7 +132,8 @@ async def test_a_gap_between_runs_shows_in_the_extent(store: RedisStore) -> None
 async def test_an_entry_is_its_last_event_as_the_earlier_release_wrote_it_and_the_run_before(
         store: RedisStore) -> None:
     # One event: the earlier release's entry exactly (its readers read it). A run: the same
-    # for its last event, and field e, the events before it (`<type> 0 <JSON>` joined by 1).
+    # for its last event, and field e, the events before it (`<type> 0 <JSON>` joined by 1),
+    # as the release before wrote it (a run of deltas is kept compact in field c: below).
     await create(store, rid("1"))
     log = [event(0, "response.created"), event(1, note="a"), event(2, note="b")]
     await store.append_events({rid("1"): log[:1]}, ttl=EVENT_TTL)
@@ -142,3 +144,80 @@ async def test_an_entry_is_its_last_event_as_the_earlier_release_wrote_it_and_th
     assert run == {b"t": log[2].type.encode(), b"d": log[2].data,
                    b"e": log[1].type.encode() + b"\x00" + log[1].data}
     assert orjson.loads(run[b"d"])["sequence_number"] == 2
+
+
+def delta(seq: int, text: str = " tok") -> StoredEvent:
+    """A text delta shaped as the assembler makes it: a run of them is stored compact."""
+    return StoredEvent(seq, t.TEXT_DELTA, orjson.dumps(
+        {"type": t.TEXT_DELTA, "sequence_number": seq, "item_id": "msg_" + "7f" * 24,
+         "output_index": 0, "content_index": 0, "delta": text, "logprobs": []}))
+
+
+async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
+        store: RedisStore) -> None:
+    await create(store, rid("1"), events=(event(0, "response.created"),))
+    log = [event(0, "response.created"),
+           *[delta(n, f" w\u00e9{n} \"%d\"") for n in range(1, 40)]]
+    await store.append_events({rid("1"): log[1:10]}, ttl=EVENT_TTL)
+    await store.append_events({rid("1"): log[10:]}, ttl=EVENT_TTL)  # one entry's bytes
+    *_, (_run_id, run) = await store.client.xrange(keys.response_log(rid("1")))
+    assert run[b"c"].count(b"\x05") == 29
+    # Redis keeps ~30 bytes an earlier delta, not its ~190 bytes of JSON and its type
+    assert len(run[b"c"]) * 5 < sum(len(e.data) for e in log[10:-1])
+    await assert_reads_from_every_number(store, rid("1"), log)
+
+
+async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_full(
+        store: RedisStore) -> None:
+    await create(store, rid("1"), events=(event(0, "response.created"),))
+    carried = [*[delta(n) for n in range(1, 9)], event(9, "response.output_text.done"),
+               event(10, "response.content_part.done")]
+    terminal = event(11, "response.completed")
+    done = await store.finish_response(response(rid("1"), "completed"), terminal,
+                                       tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL,
+                                       events=carried)
+    assert done.changed
+    (_first_id, _first), (_run_id, run) = await store.client.xrange(keys.response_log(rid("1")))
+    assert run[b"c"].count(b"\x05") == 8
+    await assert_reads_from_every_number(store, rid("1"),
+                                         [event(0, "response.created"), *carried, terminal])
+
+
+async def test_a_retried_flush_of_deltas_that_partly_landed_adds_only_the_rest(
+        store: RedisStore) -> None:
+    await create(store, rid("1"))
+    await store.append_events({rid("1"): [delta(n) for n in range(5)]}, ttl=EVENT_TTL)
+    # 3 and 4 are in the log already (a first attempt): 5 to 8 are added, cut from the run
+    # by their separators, its template kept
+    again = [delta(n, " again") for n in range(3, 9)]
+    await store.append_events({rid("1"): again}, ttl=EVENT_TTL)
+    assert await entries(store, rid("1")) == 2
+    await assert_reads_from_every_number(store, rid("1"),
+                                         [*[delta(n) for n in range(5)], *again[2:]])
+
+
+async def test_a_run_the_release_before_wrote_in_field_e_reads_back(store: RedisStore) -> None:
+    # Its entries kept the events before the last in full in field e, counted in `extra`.
+    await create(store, rid("1"))
+    log = [event(0, "response.created"), *[delta(n) for n in range(1, 6)]]
+    await store.client.xadd(keys.response_log(rid("1")), {
+        "t": log[-1].type, "d": log[-1].data,
+        "e": b"\x01".join(e.type.encode() + b"\x00" + e.data for e in log[:-1])}, id="1-5")
+    await store.client.hset(keys.response(rid("1")),
+                            mapping={"logged": "1", "last": "5", "extra": "5"})
+    await store.append_events({rid("1"): [delta(n) for n in range(6, 10)]}, ttl=EVENT_TTL)
+    await assert_reads_from_every_number(store, rid("1"),
+                                         [*log, *[delta(n) for n in range(6, 10)]])
+
+
+async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead(
+        store: RedisStore) -> None:
+    # That release reads fields t, d and e, and counts XLEN + extra: the events in field c are
+    # counted apart (`more`), so its count falls short and it rebuilds a finished response's
+    # replay from its final object rather than sending one with the deltas missing.
+    await create(store, rid("1"), events=(event(0, "response.created"),))
+    await store.append_events({rid("1"): [delta(n) for n in range(1, 11)]}, ttl=EVENT_TTL)
+    xlen = await entries(store, rid("1"))
+    extra = await store.client.hget(keys.response(rid("1")), "extra")
+    assert xlen + int(extra or 0) < 11
+    assert (await store.log_extent(rid("1")))[0] == 11

@@ -347,3 +347,31 @@ async def test_a_response_cancelled_before_its_writer_ends_its_log_replays_with_
     await finished(store, rid("1"), log, carried_from=len(log) - 1)  # the worker's end
     await asyncio.wait_for(replaying, timeout=10)
     assert sent == [e.data for e in log]
+
+
+async def test_the_previous_release_reader_sees_a_compact_run_as_a_gap_never_a_broken_event(
+        store: RedisStore) -> None:
+    """A run of deltas kept compact (field c, packing.py `records`) is unknown to 7423023's
+    reader: it yields only events byte-identical to the ones sent, and counts the log short
+    (its extent rule, XLEN + extra), so it rebuilds the finished response from its final
+    object; this release reads it whole."""
+    decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
+    start, log = answer(rid("1"), 2)
+    tokens = [StoredEvent(n, t.TEXT_DELTA, orjson.dumps(
+        {"type": t.TEXT_DELTA, "sequence_number": n, "item_id": "msg_1", "output_index": 0,
+         "content_index": 0, "delta": f" tok{n}", "logprobs": []})) for n in range(2, 12)]
+    log = [*log[:2], *tokens, log[-1]._replace(seq=12, data=log[-1].data.replace(
+        b'"sequence_number":4', b'"sequence_number":12'))]
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:8]}, ttl=EVENT_TTL)
+    await finished(store, rid("1"), log, carried_from=8)
+    got = await raw(store, rid("1"))
+    assert any(b"c" in fields for _id, fields in got)
+    sent = {event.seq: event for event in log}
+    for after in range(-1, len(log)):
+        assert all(sent[e.seq] == e for e in decoding.entries_events(got, after)), after
+    extra = await store.client.hget(keys.response(rid("1")), keys.F_EXTRA)
+    last = decoding.events_of(*got[-1])[-1]
+    assert await entries(store, rid("1")) + int(extra or 0) != last.seq + 1
+    assert await store.log_extent(rid("1")) == (len(log), log[-1])
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)

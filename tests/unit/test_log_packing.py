@@ -5,10 +5,15 @@ and for anything else (gaps, retried or reordered events, an unknown type, the e
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from proxy.store import keys
 from proxy.store.base import StoredEvent
 from proxy.store.lua import packing
+from proxy.store.lua.decoding import events_of
 from proxy.store.lua.packing import (
     MAX_ENTRY_BYTES,
     MAX_EVENTS_PER_ENTRY,
@@ -110,3 +115,95 @@ def test_entry_length_is_the_first_entrys_count(name: str) -> None:
     # an entry's count: its records (byte 1 between them) and its last event
     want = 0 if first is None else (first[2].count(b"\x01") + 2 if first[2] else 1)
     assert entry_length(events) == want
+
+
+# -- compact runs of deltas (packing.py `records`, read back by decoding.py `events_of`) ------
+
+TYPES = [DELTA, "response.reasoning_text.delta", "response.function_call_arguments.delta",
+         "response.output_text.done", "response.content_part.done"]
+
+
+def delta(seq: int, text: str = " tok", *, item: str = "msg_0a1b", kind: str = DELTA,
+          logprobs: list[object] | None = None, index: int = 0) -> StoredEvent:
+    """An event shaped as the assembler makes it (core/events/assembler/text.py)."""
+    body: dict[str, object] = {"type": kind, "sequence_number": seq, "item_id": item,
+                               "output_index": index, "content_index": 0, "delta": text}
+    if kind == DELTA:
+        body["logprobs"] = logprobs or []
+    return StoredEvent(seq, kind, orjson.dumps(body))
+
+
+def read_back(events: list[StoredEvent]) -> list[StoredEvent]:
+    """Every entry `entries` makes of `events`, as the store keeps it (fields t, d and c) and
+    as a reader decodes it."""
+    got: list[StoredEvent] = []
+    for _first, last, earlier, kind, data in entries(events):
+        fields = {b"t": kind, b"d": data, **({keys.E_EARLIER: earlier} if earlier else {})}
+        got += events_of(b"1-%d" % last, fields)
+    return got
+
+
+def test_a_held_run_of_deltas_is_compact_and_reads_back_byte_for_byte() -> None:
+    events = [delta(seq, f" word{seq}") for seq in range(100, 100 + MAX_EVENTS_PER_ENTRY)]
+    (entry,) = entries(events)
+    raw = sum(len(e.type) + 1 + len(e.data) + 1 for e in events[:-1])
+    assert entry[2].count(b"\x05") == len(events) - 1  # every earlier record compact
+    assert len(entry[2]) * 5 < raw  # ~28 bytes a record against ~190
+    assert read_back(events) == events
+    for after in range(99, 100 + MAX_EVENTS_PER_ENTRY):  # from any number, mid-entry included
+        fields = {b"t": entry[3], b"d": entry[4], keys.E_EARLIER: entry[2]}
+        assert events_of(b"1-%d" % entry[1], fields, after) == [
+            e for e in events if e.seq > after]
+
+
+def test_a_run_whose_numbers_gain_a_digit_is_compact_on_both_sides() -> None:
+    # One cut for each width of number: 95-99, then 100 on.
+    events = [delta(seq) for seq in range(95, 110)]
+    (entry,) = entries(events)
+    assert entry[2].count(b"\x05") == 14
+    assert read_back(events) == events
+
+
+def test_a_run_of_deltas_then_other_events_keeps_those_in_full() -> None:
+    events = [*[delta(seq) for seq in range(3, 9)],
+              StoredEvent(9, "response.output_text.done", b'{"type":"response.output_text.done"'
+                                                             b',"sequence_number":9,"text":"x"}'),
+              delta(10)]
+    (entry,) = entries(events)
+    assert entry[2].count(b"\x05") == 6 and b"response.output_text.done\x00" in entry[2]
+    assert read_back(events) == events
+
+
+@pytest.mark.parametrize("events", [
+    [delta(1, item="msg_a"), delta(2, item="msg_b"), delta(3, item="msg_b")],  # two items
+    [delta(1), delta(2, index=1), delta(3)],  # another output index
+    [StoredEvent(n, DELTA, b'{"type":"%s","sequence_number":%d,"delta":"x"}'
+                 % (DELTA.encode(), n)) for n in range(1, 5)],  # not the item's shape
+    [StoredEvent(n, DELTA, b'{"sequence_number":%d}' % n) for n in range(1, 5)],
+], ids=["items", "index", "no item", "no type"])
+def test_a_run_not_of_one_shape_is_stored_in_full_or_compact_only_where_it_matches(
+        events: list[StoredEvent]) -> None:
+    assert read_back(events) == events
+
+
+def test_a_template_with_a_percent_sign_and_escapes_reads_back() -> None:
+    events = [delta(n, text, item="msg_%d%s%%") for n, text in
+              enumerate(["a\u0007b", '"q"', "\\", "é€😀", "%d %s", "", "\n"], 7)]
+    assert read_back(events) == events
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=100_000),
+       st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from(["msg_1", "rs_2", "fc%"]),
+                          st.text(max_size=12), st.booleans()), min_size=1, max_size=120))
+def test_any_run_of_events_reads_back_as_it_was_written(
+        start: int, specs: list[tuple[str, str, str, bool]]) -> None:
+    events = []
+    for seq, (kind, item, text, logprobs) in enumerate(specs, start):
+        if kind.endswith(".delta"):
+            events.append(delta(seq, text, item=item, kind=kind,
+                                logprobs=[{"token": text, "logprob": -0.5}] if logprobs else None))
+        else:
+            events.append(StoredEvent(seq, kind, orjson.dumps(
+                {"type": kind, "sequence_number": seq, "item_id": item, "text": text})))
+    assert read_back(events) == events

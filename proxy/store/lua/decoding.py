@@ -53,14 +53,16 @@ def spliced(kind: str, seq: int, obj: bytes) -> bytes:
 def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1,
               objects: Objects = NO_OBJECTS) -> list[StoredEvent]:
     """The events of one log entry (keys.py, "the event log") with seq > `after`. An entry's id
-    is `1-<its last inline seq>`, fields t and d its last inline event and, when it holds more, e
-    the events before it (packing.py); an earlier release's entry is the one-event case, so a log
-    written across a rolling upgrade replays whole. h and f: events before and after those, held
-    as references to `objects` (an object not read ends the entry there: a gap, never a
-    broken event)."""
+    is `1-<its last inline seq>`, fields t and d its last inline event and, when it holds more, c
+    the events before it (packing.py; e in the release before, records all in full); an earlier
+    release's entry is the one-event case, so a log written across a rolling upgrade replays
+    whole. h and f: events before and after those, held as references to `objects` (an object
+    not read ends the entry there: a gap, never a broken event)."""
     last = int(entry_id[2:])  # b"1-<seq>"
     end = StoredEvent(last, _type_of(fields[b"t"]), fields[b"d"])
-    earlier = fields.get(b"e")
+    earlier = fields.get(keys.E_EARLIER)
+    if earlier is None:
+        earlier = fields.get(keys.E_EARLIER_FULL)
     if earlier is None or last - 1 <= after:
         events = [end] if last > after else []
     else:
@@ -73,15 +75,25 @@ def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1,
 
 
 def _earlier(earlier: bytes, last: int, after: int) -> list[StoredEvent]:
-    parts = earlier.split(b"\x01")
+    """An entry's earlier records (packing.py `records`; a record in full is `<type> 0x00
+    <JSON>`, a compact one byte 5 and its JSON past the template's start) as events."""
+    body, compact, template = earlier.rpartition(b"\x07")
+    if not compact:  # no compact record (or field e): no template
+        body, template = template, b""
+    parts = body.split(b"\x01")
     seq = last - len(parts)
     skip = after - seq + 1  # events of the entry at or before `after` (a start mid-entry)
     if skip > 0:
         parts, seq = parts[skip:], seq + skip
+    run_type, _, item = template.partition(b"\x00")
     events: list[StoredEvent] = []
     for part in parts:
-        kind, _, data = part.partition(b"\x00")
-        events.append(StoredEvent(seq, _type_of(kind), data))
+        if part[:1] == b"\x05":
+            events.append(StoredEvent(seq, _type_of(run_type), b'{"type":"%s","sequence_number"'
+                                      b':%d%s%s' % (run_type, seq, item, part[1:])))
+        else:
+            kind, _, data = part.partition(b"\x00")
+            events.append(StoredEvent(seq, _type_of(kind), data))
         seq += 1
     return events
 

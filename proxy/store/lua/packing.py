@@ -9,10 +9,25 @@ live stream, and one XADD and one parse per event was most of Redis's per-token 
 stored path.
 
 An entry is the earlier release's entry of its last event (id `1-<seq>`, fields `t` type and
-`d` JSON) with, when the run holds more, field `e`: the events before it, `<type> 0x00 <JSON>`
-each, joined by byte 1. So an entry of one event is exactly what the earlier release wrote, and
-one of that release's readers meeting a longer entry sees a gap (it then rebuilds a finished
-response's replay from its final object) rather than failing.
+`d` JSON) with, when the run holds more, the events before it (`records`): in field `e`,
+`<type> 0x00 <JSON>` each, joined by byte 1, as the release before wrote them; or in field `c`
+when a run of deltas among them is kept compact. So an entry of one event is exactly what the
+earlier releases wrote, and one of their readers meeting a longer entry it cannot read sees a
+gap (it then rebuilds a finished response's replay from its final object) rather than failing.
+
+Compact deltas. A stream sends one delta a token, and most of each delta's ~190 bytes repeat the
+one before: its type (twice: the record's and the JSON's), the item's id and indices, the empty
+logprobs. Redis pays for every byte a script is given (its Lua hashes each byte of every string,
+~10 instructions a byte), and keeps them for the log's life. So the leading run of an entry's
+earlier records that are deltas of one type and one item (the entry's first event's start, with
+each event's own number, checked event by event) is kept as byte 5 and the rest of each event's
+JSON past its start (the delta and what follows it: ~25 bytes for a text delta), and the records
+end with byte 7, the run's type, byte 0 and the item's part of the start (between the number and
+the delta, `"delta":` included): `{"type":"<type>","sequence_number":<n>` + that + the rest is
+each event's JSON again, byte for byte (decoding.py `_earlier`). Bytes 5 and 7 never occur in
+JSON (which escapes every control character) nor in a type. The script writes records holding
+byte 7 to field `c` (and counts them apart: keys.py `F_MORE`), others to `e`.
+
 Two ways to carry entries to a script. The create and the final write take them packed into one
 argument (`packed`): an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4
 <last JSON>`, a stream's entries joined by byte 3; none of the bytes 0-4 can occur inside (JSON
@@ -34,6 +49,13 @@ from operator import itemgetter
 from typing import TypeVar
 
 from proxy.core.shardtags import tag_of
+from proxy.core.types import (
+    ARGS_DELTA,
+    CUSTOM_INPUT_DELTA,
+    REASONING_DELTA,
+    SUMMARY_DELTA,
+    TEXT_DELTA,
+)
 from proxy.store import keys
 from proxy.store.base import StoredEvent
 
@@ -75,6 +97,15 @@ def packed(events: Sequence[StoredEvent]) -> bytes:
 Entry = tuple[int, int, bytes, bytes, bytes]
 
 _NUL, _SOH = b"\x00", b"\x01"
+# A compact record starts with byte 5; the template its run is made from follows the records
+# after byte 7 (see the module's docstring).
+_COMPACT, _TEMPLATE = b"\x05", b"\x07"
+_SOH_COMPACT = _SOH + _COMPACT
+# The event types a run of which is stored compact: those a stream sends one of per token.
+DELTA_TYPES = frozenset({TEXT_DELTA, REASONING_DELTA, ARGS_DELTA, CUSTOM_INPUT_DELTA,
+                         SUMMARY_DELTA})
+# Each delta type's events begin so, then their number (packing.py `_template`).
+_LEADS = {kind: b'{"type":"%s","sequence_number":' % kind.encode() for kind in DELTA_TYPES}
 
 
 def entries(events: Sequence[StoredEvent]) -> list[Entry]:
@@ -138,11 +169,93 @@ def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[byt
         heads = [_type_bytes(kind) for kind in kinds]
     if len(datas) == 1:
         return first, last, b"", heads[0], datas[0]
-    # One join over the pieces: each record's bytes copied once (a formatted record per event,
-    # then their join, copied them twice).
-    pieces = list(chain.from_iterable(zip(heads[:-1], repeat(_NUL), datas[:-1], repeat(_SOH))))
-    pieces.pop()  # the records are joined by byte 1, not ended by it
-    return first, last, b"".join(pieces), heads[-1], datas[-1]
+    return first, last, records(first, kinds, heads, datas), heads[-1], datas[-1]
+
+
+def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
+            datas: Sequence[bytes]) -> bytes:
+    """An entry's earlier records (the events but its last, numbered from `first`): a leading
+    run of deltas of one type and item compact (see the module's docstring), the rest in full.
+    C loops over the columns (`map`, joins, compares): no Python step per event."""
+    count = len(datas) - 1
+    run = _delta_run(kinds, count)
+    template = _template(first, kinds[0], datas[0]) if run else None
+    if template is None:
+        return _joined(heads[:count], datas[:count])
+    lead, item = template
+    rests: list[bytes] = []
+    done = 0
+    while done < run:  # one round per width of number (two at most in an entry)
+        size = _compact(first + done, lead, item, datas[done:run], rests)
+        if not size:
+            break
+        done += size
+    if done < 2:
+        return _joined(heads[:count], datas[:count])
+    rest = (_SOH, _joined(heads[done:count], datas[done:count])) if done < count else ()
+    return b"".join((_COMPACT, _SOH_COMPACT.join(rests), *rest, _TEMPLATE, heads[0], _NUL, item))
+
+
+def _template(first: int, kind: str, data: bytes) -> tuple[bytes, bytes] | None:
+    """For a delta event numbered `first`: its type's lead (the JSON up to the number) and its
+    item's part (from the number to the delta, `"delta":` included); None when it is not shaped
+    so."""
+    lead = _LEADS[kind]
+    start = len(lead) + len(b"%d" % first)
+    end = data.find(b'"delta":', start)
+    if end < 0 or not data.startswith(lead):
+        return None
+    return lead, data[start:end + 8]
+
+
+def _compact(first: int, lead: bytes, item: bytes, run: Sequence[bytes],
+             rests: list[bytes]) -> int:
+    """The events of `run` numbered from `first` whose numbers are as wide as the first's, as
+    compact records added to `rests`: how many (0: they are not all shaped so, nothing added).
+    Checked as a whole: each starts with the lead and holds the item's part right after its
+    number (a run of two items' deltas, or of another key order, is stored in full). The
+    numbers are the events' own (the writer makes a stored event's `seq` from the very event it
+    encodes); the first's and the last's are checked."""
+    number = b"%d" % first
+    at = len(lead)
+    start = at + len(number)
+    cut = start + len(item)
+    size: int = min(len(run), 10 ** len(number) - first)  # one width of number: one cut
+    if size < len(run):
+        run = run[:size]
+    if run[0][at:start] != number or run[-1][at:start] != b"%d" % (first + size - 1) \
+            or b"".join(map(itemgetter(slice(0, at)), run)) != lead * size \
+            or b"".join(map(itemgetter(slice(start, cut)), run)) != item * size:
+        return 0
+    rests += map(itemgetter(slice(cut, None)), run)
+    return size
+
+
+def _joined(heads: Sequence[bytes], datas: Sequence[bytes]) -> bytes:
+    """Records in full, `<type> 0x00 <JSON>` joined by byte 1: one join over the pieces (each
+    record's bytes copied once)."""
+    pieces = list(chain.from_iterable(zip(heads, repeat(_NUL), datas, repeat(_SOH))))
+    pieces.pop()
+    return b"".join(pieces)
+
+
+def _delta_run(kinds: Sequence[str], count: int) -> int:
+    """How many of the first `count` events are one run of the first's type, a delta type
+    (0: none, or a run of one, which a compact record would not shorten). By C loops: the
+    run is the entry whole (a held run) or, before the turn's done events in a final write,
+    up to the type's last event, all of it the type's (any other mix: none)."""
+    kind = kinds[0]
+    if kind not in DELTA_TYPES:
+        return 0
+    earlier = kinds[:count]
+    if earlier.count(kind) == count:
+        run = count
+    else:
+        run = count - earlier[::-1].index(kind)
+        if earlier[:run].count(kind) != run:
+            return 0
+    return run if run > 1 else 0
+
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
