@@ -165,12 +165,19 @@ def test_a_run_whose_numbers_gain_a_digit_is_compact_on_both_sides() -> None:
 
 
 def test_a_run_of_deltas_then_other_events_keeps_those_in_full() -> None:
-    events = [*[delta(seq) for seq in range(3, 9)],
-              StoredEvent(9, "response.output_text.done", b'{"type":"response.output_text.done"'
-                                                             b',"sequence_number":9,"text":"x"}'),
-              delta(10)]
+    events = [*[delta(seq) for seq in range(13, 23)],
+              StoredEvent(23, "response.output_text.done", b'{"type":"response.output_text.done"'
+                                                              b',"sequence_number":23,"text":"x"}'),
+              delta(24)]
     (entry,) = entries(events)
-    assert entry[2].count(b"\x05") == 6 and b"response.output_text.done\x00" in entry[2]
+    assert entry[2].count(b"\x05") == 10 and b"response.output_text.done\x00" in entry[2]
+    assert read_back(events) == events
+
+
+def test_a_run_too_short_to_pay_for_its_cut_is_stored_in_full() -> None:
+    events = [delta(seq) for seq in range(13, 13 + packing.MIN_COMPACT_RUN)]  # one run fewer
+    (entry,) = entries(events)
+    assert b"\x05" not in entry[2] and b"\x07" not in entry[2]
     assert read_back(events) == events
 
 

@@ -104,6 +104,11 @@ _SOH_COMPACT = _SOH + _COMPACT
 # The event types a run of which is stored compact: those a stream sends one of per token.
 DELTA_TYPES = frozenset({TEXT_DELTA, REASONING_DELTA, ARGS_DELTA, CUSTOM_INPUT_DELTA,
                          SUMMARY_DELTA})
+# A run shorter than this is stored in full: cutting and checking a run costs the proxy ~14k
+# instructions an entry (its Python steps) and ~1.5k an event (three C passes), and saves Redis
+# ~3k an event (~5k in a final write, whose argument is cut by the script and so hashed twice):
+# worth it from ~8 events on, counted together (a stored 2-token answer's last write has 2).
+MIN_COMPACT_RUN = 8
 # Each delta type's events begin so, then their number (packing.py `_template`).
 _LEADS = {kind: b'{"type":"%s","sequence_number":' % kind.encode() for kind in DELTA_TYPES}
 
@@ -241,7 +246,7 @@ def _joined(heads: Sequence[bytes], datas: Sequence[bytes]) -> bytes:
 
 def _delta_run(kinds: Sequence[str], count: int) -> int:
     """How many of the first `count` events are one run of the first's type, a delta type
-    (0: none, or a run of one, which a compact record would not shorten). By C loops: the
+    (0: none, or one shorter than `MIN_COMPACT_RUN`). By C loops: the
     run is the entry whole (a held run) or, before the turn's done events in a final write,
     up to the type's last event, all of it the type's (any other mix: none)."""
     kind = kinds[0]
@@ -254,7 +259,7 @@ def _delta_run(kinds: Sequence[str], count: int) -> int:
         run = count - earlier[::-1].index(kind)
         if earlier[:run].count(kind) != run:
             return 0
-    return run if run > 1 else 0
+    return run if run >= MIN_COMPACT_RUN else 0
 
 
 
