@@ -40,7 +40,7 @@ from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget, storage_ex
 from proxy.core.shardtags import TAGS, tag_of
 from proxy.core.types import TERMINAL_STATUSES, Item, ResponseObject
 from proxy.store import keys
-from proxy.store.base import Chain, ResponseRecord, StoredEvent, Transition
+from proxy.store.base import Chain, EventRow, ResponseRecord, StoredEvent, Transition
 from proxy.store.budget.headroom import Headroom
 from proxy.store.budget.ledger import LEDGER_HELD
 from proxy.store.connection.coalesce import ScriptCoalescer
@@ -147,7 +147,7 @@ class RedisStore(RedisConversations):
     # -- responses ---------------------------------------------------------------------------
 
     async def create_response(self, record: ResponseRecord, input_items: Sequence[Item], *,
-                              events: Sequence[StoredEvent] = (), ttl: int,
+                              events: Sequence[EventRow] = (), ttl: int,
                               event_ttl: int, lease_ms: int | None = None) -> None:
         if ttl <= 0 or event_ttl <= 0:  # (`check_ttl`'s two calls, only to say why)
             check_ttl(ttl, event_ttl)
@@ -313,14 +313,14 @@ class RedisStore(RedisConversations):
 
     async def finish_response(self, response: ResponseObject, terminal: StoredEvent | None, *,
                               tenant: str, ttl: int, event_ttl: int,
-                              events: Sequence[StoredEvent] = ()) -> Transition:
+                              events: Sequence[EventRow] = ()) -> Transition:
         if ttl <= 0 or event_ttl <= 0:  # (`check_ttl`'s two calls, only to say why)
             check_ttl(ttl, event_ttl)
         status = response.get("status")
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish_response needs a terminal status, got {status!r}")
         logged = [*events, terminal] if terminal is not None else events
-        seqs = [event.seq for event in logged]  # a stream's tail: two dozen events at 0 ms
+        seqs = [event[0] for event in logged]  # a stream's tail: two dozen events at 0 ms
         if any(map(operator.ge, seqs, seqs[1:])):  # no generator frame per pair
             raise ValueError("finish_response needs its events in ascending sequence order")
         rid = str(response["id"])
@@ -421,7 +421,7 @@ class RedisStore(RedisConversations):
 
     # -- event logs --------------------------------------------------------------------------
 
-    async def append_events(self, batches: Mapping[str, Sequence[StoredEvent]], *,
+    async def append_events(self, batches: Mapping[str, Sequence[EventRow]], *,
                             ttl: int) -> Collection[str]:
         check_ttl(ttl)
         batches = {rid: events for rid, events in batches.items() if events}

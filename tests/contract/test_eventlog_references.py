@@ -359,13 +359,13 @@ async def test_the_previous_release_reader_sees_a_compact_run_as_a_gap_never_a_b
     start, log = answer(rid("1"), 2)
     tokens = [StoredEvent(n, t.TEXT_DELTA, orjson.dumps(
         {"type": t.TEXT_DELTA, "sequence_number": n, "item_id": "msg_1", "output_index": 0,
-         "content_index": 0, "delta": f" tok{n}", "logprobs": []})) for n in range(2, 22)]
-    log = [*log[:2], *tokens, log[-1]._replace(seq=22, data=log[-1].data.replace(
-        b'"sequence_number":4', b'"sequence_number":22'))]
+         "content_index": 0, "delta": f" tok{n}", "logprobs": []})) for n in range(2, 42)]
+    log = [*log[:2], *tokens, log[-1]._replace(seq=42, data=log[-1].data.replace(
+        b'"sequence_number":4', b'"sequence_number":42'))]
     await streamed(store, rid("1"), start)
     await store.append_events({rid("1"): log[:2]}, ttl=EVENT_TTL)
-    await store.append_events({rid("1"): log[2:12]}, ttl=EVENT_TTL)
-    await finished(store, rid("1"), log, carried_from=12)
+    await store.append_events({rid("1"): log[2:22]}, ttl=EVENT_TTL)
+    await finished(store, rid("1"), log, carried_from=22)
     got = await raw(store, rid("1"))
     assert sum(b"c" in fields for _id, fields in got) == 2  # the flush's run, the final's
     sent = {event.seq: event for event in log}

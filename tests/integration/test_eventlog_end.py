@@ -22,7 +22,7 @@ from proxy.services.eventlog import writer as eventlog
 from proxy.services.eventlog.writer import EventLogHub
 from proxy.settings import Settings
 from proxy.store import keys
-from proxy.store.base import ResponseRecord, StoredEvent
+from proxy.store.base import EventRow, ResponseRecord, StoredEvent
 from proxy.store.connection.factory import open_store
 from proxy.store.redis import RedisStore
 from tests.support.inprocess import app_for, until
@@ -60,16 +60,16 @@ class Calls:
         append: Callable[..., Awaitable[None]] = store.append_events
         finish: Callable[..., Awaitable[Any]] = store.finish_response
 
-        async def appended(batches: Mapping[str, Sequence[StoredEvent]], **kw: Any) -> None:
-            for rid, events in batches.items():
-                self.log.append(("append", rid, [e.seq for e in events]))
+        async def appended(batches: Mapping[str, Sequence[EventRow]], **kw: Any) -> None:
+            for rid, events in batches.items():  # (the writer's plain tuples: seq first)
+                self.log.append(("append", rid, [e[0] for e in events]))
             await self.hold.wait()
             await append(batches, **kw)
             for rid in batches:
                 self.log.append(("appended", rid, []))
 
         async def finished(final: Any, terminal: StoredEvent | None, **kw: Any) -> Any:
-            seqs = [e.seq for e in kw.get("events", ())]
+            seqs = [e[0] for e in kw.get("events", ())]
             if terminal is not None:
                 seqs.append(terminal.seq)
             self.log.append(("finish", str(final["id"]), seqs))

@@ -158,19 +158,19 @@ def test_a_held_run_of_deltas_is_compact_and_reads_back_byte_for_byte() -> None:
 
 def test_a_run_whose_numbers_gain_a_digit_is_compact_on_both_sides() -> None:
     # One cut for each width of number: 95-99, then 100 on.
-    events = [delta(seq) for seq in range(95, 110)]
+    events = [delta(seq) for seq in range(95, 120)]
     (entry,) = entries(events)
-    assert entry[2].count(b"\x05") == 14
+    assert entry[2].count(b"\x05") == 24
     assert read_back(events) == events
 
 
 def test_a_run_of_deltas_then_other_events_keeps_those_in_full() -> None:
-    events = [*[delta(seq) for seq in range(13, 23)],
-              StoredEvent(23, "response.output_text.done", b'{"type":"response.output_text.done"'
-                                                              b',"sequence_number":23,"text":"x"}'),
-              delta(24)]
+    events = [*[delta(seq) for seq in range(13, 33)],
+              StoredEvent(33, "response.output_text.done", b'{"type":"response.output_text.done"'
+                                                              b',"sequence_number":33,"text":"x"}'),
+              delta(34)]
     (entry,) = entries(events)
-    assert entry[2].count(b"\x05") == 10 and b"response.output_text.done\x00" in entry[2]
+    assert entry[2].count(b"\x05") == 20 and b"response.output_text.done\x00" in entry[2]
     assert read_back(events) == events
 
 

@@ -26,7 +26,7 @@ import orjson
 
 from proxy.core.errors import StoreUnavailable, failure_cause
 from proxy.core.types import Item, ResponseObject
-from proxy.store.base import Store, StoredEvent, Transition
+from proxy.store.base import EventRow, Store, StoredEvent, Transition
 
 log = logging.getLogger("proxy.durable")
 T = TypeVar("T")
@@ -73,7 +73,7 @@ def reconcile(result: Transition, final: ResponseObject) -> Transition:
 
 async def store_final(store: Store, final: ResponseObject, terminal: StoredEvent | None, *,
                       tenant: str, ttl: int, event_ttl: int,
-                      events: Sequence[StoredEvent] = (),
+                      events: Sequence[EventRow] = (),
                       delays: Sequence[float] | None = None) -> Transition:
     """The final write, retried and reconciled; `events` (the stream's last unflushed ones)
     go to the log with it, before `terminal`. `tenant`: the response's owner."""

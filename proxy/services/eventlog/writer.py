@@ -67,7 +67,7 @@ from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.types import Event, EventBatch, ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
-from proxy.store.base import Store, StoredEvent, Transition
+from proxy.store.base import EventRow, Store, StoredEvent, Transition
 from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, entry_length
 from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
@@ -100,7 +100,7 @@ HOLD_WINDOWS = 10
 class LogHandle:
     hub: EventLogHub
     response_id: str
-    pending: list[StoredEvent] = field(default_factory=list)
+    pending: list[EventRow] = field(default_factory=list)
     broken: bool = False
     failures: int = 0  # flushes of this stream's events that failed in a row
     # The events the write now in flight carries (a flush's or the final write's; empty: none),
@@ -109,7 +109,7 @@ class LogHandle:
     # write keeps what it carries rather than every event going to a second list as it is made
     # (an append a token, and a trim per flush that stepped through the events that came
     # meanwhile: 7.6 -> 5.7 Python calls per stored token, test_store_redis_work).
-    flying: list[StoredEvent] = field(default_factory=list)
+    flying: list[EventRow] = field(default_factory=list)
     # Resolved when the flush now writing some of this stream's events is over (None: no flush
     # holds any): the end must not overtake it (`finish`).
     in_flight: asyncio.Future[bool] | None = None
@@ -129,7 +129,7 @@ class LogHandle:
         """A turn's batch of events (`encoded`: their types and JSON, in order), as the
         recorder hands it on: the stored events made here, so a token costs one call from the
         turn (services/generation/run.py) and not `Recorder.add`'s and `add`'s two. Events
-        made by `tuple.__new__` straight (`_stored`)."""
+        held as plain tuples (`EventRow`, `_stored`)."""
         match encoded:  # a pattern, not `len(encoded)`: no call to tell one event from several
             case [(kind, data)]:
                 pass
@@ -140,12 +140,12 @@ class LogHandle:
             return
         # The common case, once per token: `add_all`'s work for one event, inline (a call a
         # token fewer, and `_added` skipped while nothing is due).
-        event = tuple.__new__(StoredEvent, (events[0]["sequence_number"], kind, data))
+        event = (events[0]["sequence_number"], kind, data)
         self.pending.append(event)
         hub = self.hub
         followed = hub.locally_followed
         if followed is None or self.response_id in followed:
-            hub.local(self.response_id, event)
+            hub.local(self.response_id, tuple.__new__(StoredEvent, event))
         room = self.room = self.room - 1
         # Nearly always: the flusher is already awake and nothing is due, so `_added` (three
         # calls, ~0.3 µs a token of every stored stream) has nothing to do.
@@ -153,11 +153,11 @@ class LogHandle:
             return
         self._added(hub, len(self.pending))
 
-    def add(self, event: StoredEvent) -> None:
+    def add(self, event: EventRow) -> None:
         """One event, for a caller that made it already (`record` inlines its own)."""
         self.add_all((event,))
 
-    def add_all(self, events: Sequence[StoredEvent], *, wake: bool = True) -> None:
+    def add_all(self, events: Sequence[EventRow], *, wake: bool = True) -> None:
         """The events of one upstream read, in order: per batch one extend, one look for local
         followers, one size check and one flusher wake-up (`wake` False: none, for events a
         write about to start carries: `finish`)."""
@@ -167,7 +167,7 @@ class LogHandle:
         hub = self.hub
         followed = hub.locally_followed
         if followed is None or self.response_id in followed:
-            hub.local_all(self.response_id, events)
+            hub.local_all(self.response_id, list(map(StoredEvent._make, events)))
         if wake:
             self._added(hub, len(self.pending))
         elif len(self.pending) > MAX_UNFLUSHED:
@@ -187,7 +187,7 @@ class LogHandle:
         """The events not yet confirmed in the store, in order: a follower on this instance
         that joins late catches up from here, with no await between its catch-up and its
         joining (so nothing made meanwhile can slip between the two)."""
-        return [*self.flying, *self.pending]
+        return list(map(StoredEvent._make, (*self.flying, *self.pending)))
 
     def give_up(self) -> None:
         """Stop logging this stream (its replay is rebuilt from the final object)."""
@@ -211,7 +211,7 @@ class LogHandle:
             if self.in_flight is None and len(self.pending) <= MAX_CARRIED:
                 # Nearly always (no flush holds its events): taken here, without the coroutine
                 # of `_take_for_final` (whose wait this needs not).
-                carried: list[StoredEvent] | None = self.pending
+                carried: list[EventRow] | None = self.pending
                 self.pending = []
             else:
                 carried = await self._take_for_final()
@@ -239,7 +239,7 @@ class LogHandle:
         finally:
             self.hub.release(self)
 
-    async def _take_for_final(self) -> list[StoredEvent] | None:
+    async def _take_for_final(self) -> list[EventRow] | None:
         """The pending events, taken for the final write once no flush holding earlier events
         of this stream is in flight (waited for: the flush's own future, no lock); None when
         they must go through the flusher instead (too many, or flushes keep taking them)."""
@@ -255,7 +255,7 @@ class LogHandle:
         carried, self.pending = self.pending, []
         return carried
 
-    async def _append_refused(self, events: list[StoredEvent]) -> None:
+    async def _append_refused(self, events: list[EventRow]) -> None:
         """A refused final write (e.g. a late completion after a cancel) appended nothing: the
         events go to the log as a flush would have taken them (dropped if the log is closed)."""
         try:
@@ -269,12 +269,9 @@ class LogHandle:
                       failure_cause(exc))
 
 
-def _stored(events: Sequence[Event], encoded: EventBatch) -> list[StoredEvent]:
-    """A turn's events as stored events (`encoded`: their types and JSON, in order), made by
-    `tuple.__new__` straight: a named tuple's own `__new__` is a Python function (~0.55 µs an
-    event against ~0.2)."""
-    make = tuple.__new__
-    return [make(StoredEvent, (event["sequence_number"], kind, data))
+def _stored(events: Sequence[Event], encoded: EventBatch) -> list[EventRow]:
+    """A turn's events as the log holds them (`encoded`: their types and JSON, in order)."""
+    return [(event["sequence_number"], kind, data)
             for event, (kind, data) in zip(events, encoded, strict=True)]
 
 
@@ -499,7 +496,7 @@ class EventLogHub:
             if round_ is not None and not round_.done():
                 round_.set_result(written)
 
-    async def _append(self, logs: dict[str, list[StoredEvent]]) -> Collection[str]:
+    async def _append(self, logs: dict[str, list[EventRow]]) -> Collection[str]:
         """One flush's write (its reply: the streams followed from another instance). After a
         failed one: on fresh connections, and only if the store answers its probe (durable.py's
         `retried` says why), so a stuck primary costs the attempt a second, not another socket
@@ -564,12 +561,12 @@ class EventLogHub:
         return True
 
     def _take(self, handles: Iterable[LogHandle], *,
-              hold: bool = False) -> dict[LogHandle, list[StoredEvent]]:
+              hold: bool = False) -> dict[LogHandle, list[EventRow]]:
         """The pending events of `handles`, taken for a flush (their streams now started);
         `hold`: those of a started, unfollowed stream stay while one more window's worth (at the
         rate they came) still fits in one log entry, for at most `HOLD_WINDOWS` windows
         (`_holding` then says some did)."""
-        taken: dict[LogHandle, list[StoredEvent]] = {}
+        taken: dict[LogHandle, list[EventRow]] = {}
         holding = False
         for handle in handles:
             pending = handle.pending

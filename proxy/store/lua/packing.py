@@ -57,7 +57,7 @@ from proxy.core.types import (
     TEXT_DELTA,
 )
 from proxy.store import keys
-from proxy.store.base import StoredEvent
+from proxy.store.base import EventRow
 
 V = TypeVar("V")
 
@@ -85,7 +85,7 @@ def _type_bytes(kind: str) -> bytes:
     return encoded
 
 
-def packed(events: Sequence[StoredEvent]) -> bytes:
+def packed(events: Sequence[EventRow]) -> bytes:
     """Events (in the order given) as one script argument: the log entries they become. A new
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
@@ -106,14 +106,16 @@ DELTA_TYPES = frozenset({TEXT_DELTA, REASONING_DELTA, ARGS_DELTA, CUSTOM_INPUT_D
                          SUMMARY_DELTA})
 # A run shorter than this is stored in full: cutting and checking a run costs the proxy ~14k
 # instructions an entry (its Python steps) and ~1.5k an event (three C passes), and saves Redis
-# ~3k an event (~5k in a final write, whose argument is cut by the script and so hashed twice):
-# worth it from ~8 events on, counted together (a stored 2-token answer's last write has 2).
-MIN_COMPACT_RUN = 8
+# ~3k an event (~5k in a final write, whose argument the script cuts and so hashes twice). From
+# 16 on: the long streams' entries (a held run is ~45 deltas) are cut, and a short answer's
+# final write (up to ~15 deltas) costs the proxy what it did (`bench.instructions` read +61k
+# instructions a stored 16-token answer with runs of 8 cut, for 44k less in Redis).
+MIN_COMPACT_RUN = 16
 # Each delta type's events begin so, then their number (packing.py `_template`).
 _LEADS = {kind: b'{"type":"%s","sequence_number":' % kind.encode() for kind in DELTA_TYPES}
 
 
-def entries(events: Sequence[StoredEvent]) -> list[Entry]:
+def entries(events: Sequence[EventRow]) -> list[Entry]:
     """The log entries `events` become (see `packed`), as their parts."""
     count = len(events)
     if not count:
@@ -129,24 +131,23 @@ def entries(events: Sequence[StoredEvent]) -> list[Entry]:
     found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
-        first_event = events[start]
-        seq, size, stop = first_event.seq, len(first_event.data), start + 1
+        first_seq, _kind, first_data = events[start]
+        seq, size, stop = first_seq, len(first_data), start + 1
         limit = min(count, start + MAX_EVENTS_PER_ENTRY)
         while stop < limit:
-            event = events[stop]
-            size += len(event.data)
-            if event.seq != seq + 1 or size > MAX_ENTRY_BYTES:
+            next_seq, _kind, data = events[stop]
+            size += len(data)
+            if next_seq != seq + 1 or size > MAX_ENTRY_BYTES:
                 break
-            seq = event.seq
+            seq = next_seq
             stop += 1
         run = events[start:stop]
-        found.append(entry_parts(first_event.seq, seq, [e.type for e in run],
-                            [e.data for e in run]))
+        found.append(entry_parts(first_seq, seq, [e[1] for e in run], [e[2] for e in run]))
         start = stop
     return found
 
 
-def entry_length(events: Sequence[StoredEvent]) -> int:
+def entry_length(events: Sequence[EventRow]) -> int:
     """How many of `events`, from the first, make its first log entry (`entries`' cut); by C
     loops over their sizes when their numbers run on with no gap (a stream's pending events)."""
     count = min(len(events), MAX_EVENTS_PER_ENTRY)
@@ -154,11 +155,11 @@ def entry_length(events: Sequence[StoredEvent]) -> int:
         return 0
     ends = list(accumulate(map(len, map(_DATA, islice(events, count)))))
     fits = max(1, bisect_right(ends, MAX_ENTRY_BYTES))  # one bigger event stands alone
-    first = events[0].seq
+    first = events[0][0]
     if tuple(map(_SEQ, islice(events, fits))) == tuple(range(first, first + fits)):
         return fits
     stop = 1
-    while stop < fits and events[stop].seq == first + stop:
+    while stop < fits and events[stop][0] == first + stop:
         stop += 1
     return stop
 
@@ -300,14 +301,14 @@ class HashKeys(dict[str, bytes]):
         return key
 
 
-def flush_calls(batches: Mapping[str, Sequence[StoredEvent]],
+def flush_calls(batches: Mapping[str, Sequence[EventRow]],
                 key_of: Callable[[str], bytes] = hash_key
                 ) -> list[tuple[list[bytes], list[bytes | int]]]:
     """The flush as APPEND_EVENTS_MANY calls (the response hash keys each writes, its
     arguments after the TTL) of at most ~`MAX_EVENTS_PER_CALL` events (a stream's events are
     never split: they stay in order within one call)."""
     calls: list[tuple[list[bytes], list[bytes | int]]] = []
-    part: dict[str, Sequence[StoredEvent]] = {}
+    part: dict[str, Sequence[EventRow]] = {}
     size = 0
     for rid, events in batches.items():
         if part and size + len(events) > MAX_EVENTS_PER_CALL:
@@ -320,7 +321,7 @@ def flush_calls(batches: Mapping[str, Sequence[StoredEvent]],
     return calls
 
 
-def stream_args(batches: Mapping[str, Sequence[StoredEvent]],
+def stream_args(batches: Mapping[str, Sequence[EventRow]],
                 key_of: Callable[[str], bytes] = hash_key
                 ) -> tuple[list[bytes], list[bytes | int]]:
     """Every stream's events as arguments of scripts.APPEND_EVENTS_MANY (after its TTL): per

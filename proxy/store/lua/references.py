@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from proxy.store.base import StoredEvent
+from proxy.store.base import EventRow
 from proxy.store.lua.packing import entry_parts, packed
 
 # The final write's events go as one log entry within these bounds (packing.py's cut beyond):
@@ -29,22 +29,23 @@ class FinalWrite(NamedTuple):
     for none); `final` the terminal's type when it is held as a reference to the final object
     (b"" for none), then `obj` its bytes (a view into the terminal event's, not a copy)."""
 
-    inline: list[StoredEvent]
+    inline: list[EventRow]
     head: bytes
     final: bytes
     obj: memoryview | None
 
 
-def refers_to(event: StoredEvent, obj: bytes | memoryview) -> bool:
+def refers_to(event: EventRow, obj: bytes | memoryview) -> bool:
     """`event` is exactly `{"type":<its type>,"sequence_number":<its seq>,"response":<obj>}`,
     as the assembler encodes a lifecycle event. The event it would be is made and compared
     whole: one copy of the object (a memcpy of a kilobyte or two), where comparing in place
     took a view and eight calls (~1.5 µs per event, two per stored streamed answer)."""
-    return event.data == b'{"type":"%s","sequence_number":%d,"response":%s}' % (
-        event.type.encode(), event.seq, obj)
+    seq, kind, data = event
+    return data == b'{"type":"%s","sequence_number":%d,"response":%s}' % (kind.encode(), seq,
+                                                                         obj)
 
 
-def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
+def final_write(events: Sequence[EventRow], terminal: EventRow | None,
                 first: bytes | None, length: int) -> FinalWrite:
     """The final write's events (`events` carried, then `terminal`) split into references and
     inline events. `first`: the create-time object this process wrote (None: unknown, no head
@@ -54,16 +55,16 @@ def final_write(events: Sequence[StoredEvent], terminal: StoredEvent | None,
     event beside it on its entry (an entry's last event is inline: fields t and d)."""
     inline = list(events)
     head = b""
-    if (first is not None and len(inline) >= 2 and inline[0].seq == 0 and inline[1].seq == 1
+    if (first is not None and len(inline) >= 2 and inline[0][0] == 0 and inline[1][0] == 1
             and (len(inline) > 2 or terminal is not None)
             and refers_to(inline[0], first) and refers_to(inline[1], first)):
-        head = b"%s\x01%s" % (inline[0].type.encode(), inline[1].type.encode())
+        head = b"%s\x01%s" % (inline[0][1].encode(), inline[1][1].encode())
         del inline[:2]
     if terminal is None:
         return FinalWrite(inline, head, b"", None)
     if length and inline:
-        return FinalWrite(inline, head, terminal.type.encode(),
-                          memoryview(terminal.data)[-length - 1:-1])
+        return FinalWrite(inline, head, terminal[1].encode(),
+                          memoryview(terminal[2])[-length - 1:-1])
     inline.append(terminal)
     return FinalWrite(inline, head, b"", None)
 
@@ -122,7 +123,7 @@ class FirstObjects:
             self._bytes -= len(first.obj)
 
 
-def packed_final(events: Sequence[StoredEvent]) -> bytes:
+def packed_final(events: Sequence[EventRow]) -> bytes:
     """The final write's inline events (ascending) packed as packing.py packs them, as one
     entry when they run consecutively within the bounds above."""
     if not events:
