@@ -25,8 +25,9 @@ JSON past its start (the delta and what follows it: ~25 bytes for a text delta),
 end with byte 7, the run's type, byte 0 and the item's part of the start (between the number and
 the delta, `"delta":` included): `{"type":"<type>","sequence_number":<n>` + that + the rest is
 each event's JSON again, byte for byte (decoding.py `_earlier`). Bytes 5 and 7 never occur in
-JSON (which escapes every control character) nor in a type. The script writes records holding
-byte 7 to field `c` (and counts them apart: keys.py `F_MORE`), others to `e`.
+JSON (which escapes every control character) nor in a type. The script writes records ending
+with a template (with `"delta":`; records in full end with `}`) to field `c`, counted apart
+(keys.py `F_MORE`), others to `e`.
 
 Two ways to carry entries to a script. The create and the final write take them packed into one
 argument (`packed`): an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4

@@ -53,21 +53,23 @@ end
 # newest), so a retried write adds nothing twice: a whole entry at once, or, for an entry that
 # partly landed before, its first records (skipped by counting separators). One XADD and a few
 # searches per entry, however many events it holds; the parts are ranges of the argument.
-# Returns the events added, how many of those went beyond one per entry ({in field e, in field
-# c}: the hash's `extra` and `more`, which `log_extent` adds to XLEN to count events, keys.py),
+# Returns the events added, how many of those went beyond one per entry in field e and in field
+# c (the hash's `extra` and `more`, which `log_extent` adds to XLEN to count events, keys.py),
 # and the new newest seq. An entry's earlier records (packing.py `records`) are written as
 # they came, cut only of their leading records when some already landed (counted by their
 # separators, byte 1; a compact run's template, after the records, stays).
-# `earlier_field(records)`: the field they go to and the count they add to: c and `more` when
-# some are compact (their template, after byte 7, is there), else e and `extra`, as the release
-# before wrote them (its readers read those; a compact run is a gap to them, keys.py F_MORE).
+# `earlier_field(records)`: the field they go to (and so the count they add to): c and `more`
+# when some are compact, else e and `extra`, as the release before wrote them (its readers read
+# those; a compact run is a gap to them, keys.py F_MORE). Told by the last byte alone: compact
+# records end with their run's template, whose item part ends `"delta":` (a colon, byte 58),
+# records in full with a JSON object's closing brace.
 # `marks` (the final write's, else nil): {h = field h of the blob's first entry or nil, f = field
 # f of its last entry or nil}, the events held by reference (keys.py, "the event log's
 # references"); each is written only on the entry it belongs to (skipped with it).
 _EARLIER_FIELD: Final = """
 local function earlier_field(records)
-  if string.find(records, '\7', 1, true) then return 'c', 2 end
-  return 'e', 1
+  if string.byte(records, -1) == 58 then return 'c' end
+  return 'e'
 end
 """
 _APPEND_ENTRIES: Final = _EARLIER_FIELD + """
@@ -82,7 +84,7 @@ local function xadd_marked(log, id, kind, data, earlier, h, f)
 end
 
 local function append_from(log, blob, pos, stop, last, marks)
-  local added, counts = 0, {0, 0}
+  local added, extra, more = 0, 0, 0
   local start = pos
   while pos < stop do
     local finish = string.find(blob, '\3', pos, true)
@@ -106,43 +108,39 @@ local function append_from(log, blob, pos, stop, last, marks)
         local f = finish >= stop and marks.f
         xadd_marked(log, '1-' .. top, kind, data, earlier, pos == start and marks.h, f)
         if f then marks.done = true end
-        if earlier then
-          local _, n = earlier_field(earlier)
-          counts[n] = counts[n] + top - last - 1
-        end
+        if not earlier then
+        elseif earlier_field(earlier) == 'c' then more = more + top - last - 1
+        else extra = extra + top - last - 1 end
       elseif last >= top - 1 then
         redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
       else
         local from = b + 1
         for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
         local earlier = string.sub(blob, from, c - 1)
-        local field, n = earlier_field(earlier)
+        local field = earlier_field(earlier)
         redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data, field, earlier)
-        counts[n] = counts[n] + top - last - 1
+        if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
       end
       added = added + top - last
       last = top
     end
     pos = finish + 1
   end
-  return added, counts, last
+  return added, extra, more, last
 end
 
 -- One argument of packed entries to a log that may hold some of them (create, final write):
 -- the hash's `extra` and `more` count what the new entries hold beyond one event each
--- (`append_from`), `extra` also a terminal event held by reference (`marks.f`); `counts`, what
--- to add to them, is returned for the final write's one HSET, written here for the others.
+-- (`append_from`), `extra` also a terminal event held by reference (`marks.f`).
 -- `last`: the hash's `last` field when the caller read it
 -- (APPEND_EVENTS_MANY's, see there), else the log is read. Returns the events added and the
 -- log's newest inline seq.
 local function append_packed(hash, log, blob, last, marks)
-  local added, counts, top = append_from(log, blob, 1, #blob + 1, last or last_seq(log), marks)
-  if marks then
-    if marks.done then counts[1] = counts[1] + 1 end
-    return added, top, counts
-  end
-  if counts[1] > 0 then redis.call('HINCRBY', hash, 'extra', counts[1]) end
-  if counts[2] > 0 then redis.call('HINCRBY', hash, 'more', counts[2]) end
+  local added, extra, more, top = append_from(log, blob, 1, #blob + 1, last or last_seq(log),
+                                             marks)
+  if marks and marks.done then extra = extra + 1 end
+  if extra > 0 then redis.call('HINCRBY', hash, 'extra', extra) end
+  if more > 0 then redis.call('HINCRBY', hash, 'more', more) end
   return added, top
 end
 """
@@ -276,7 +274,7 @@ while i <= size do
     -- append (create, finish) do so before it first runs or close the log, so a missing
     -- field (first flush) falls back to reading the log itself.
     local last = tonumber(state[3]) or last_seq(log)
-    local added, counts = 0, {0, 0}
+    local added, extra, more = 0, 0, 0
     for j = from, i - 1, 5 do
       -- as `append_from`: events not above `last` skipped (a retried write adds nothing
       -- twice), a whole entry at once or, for one that partly landed, its first records
@@ -292,25 +290,29 @@ while i <= size do
             for _ = first, last do at = string.find(records, '\1', at, true) + 1 end
             records = string.sub(records, at)
           end
-          local field, n = earlier_field(records)
+          local field = earlier_field(records)
           redis.call('XADD', log, '1-' .. top, 't', ARGV[j + 3], 'd', ARGV[j + 4],
                      field, records)
-          counts[n] = counts[n] + top - last - 1
+          if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
         end
         added = added + top - last
         last = top
       end
     end
     if added > 0 then
-      local fields = {'logged', '1', 'last', last}
-      if counts[1] > 0 then
-        fields[5], fields[6] = 'extra', (tonumber(state[4]) or 0) + counts[1]
+      -- (a branch each: no Lua table and `unpack` per stream and flush)
+      if more > 0 and extra > 0 then
+        redis.call('HSET', hash, 'logged', '1', 'last', last, 'more',
+                   (tonumber(state[6]) or 0) + more, 'extra', (tonumber(state[4]) or 0) + extra)
+      elseif more > 0 then
+        redis.call('HSET', hash, 'logged', '1', 'last', last, 'more',
+                   (tonumber(state[6]) or 0) + more)
+      elseif extra > 0 then
+        redis.call('HSET', hash, 'logged', '1', 'last', last, 'extra',
+                   (tonumber(state[4]) or 0) + extra)
+      else
+        redis.call('HSET', hash, 'logged', '1', 'last', last)
       end
-      if counts[2] > 0 then
-        fields[#fields + 1] = 'more'
-        fields[#fields + 1] = (tonumber(state[6]) or 0) + counts[2]
-      end
-      redis.call('HSET', hash, unpack(fields))
       redis.call('EXPIRE', log, ARGV[1])
     end
   end
@@ -404,11 +406,9 @@ FINISH_RESPONSE: Final = _LAST_SEQ + _APPEND_ENTRIES + LEDGER + """
 -- and the create-time object when the head may refer to it.
 local state
 if ARGV[9] ~= '' then
-  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until', 'extra',
-                     'more', 'obj')
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until', 'obj')
 else
-  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until', 'extra',
-                     'more')
+  state = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'last', 'bytes', 'until')
 end
 local status, tenant = state[1], state[2]
 if not status then return false end
@@ -433,26 +433,18 @@ if #blob > 0 then
     if ARGV[9] ~= '' and last < 0 then marks.h = ARGV[9] end
     if ARGV[10] ~= '' then marks.f = ARGV[10] end
   end
-  local fields = {'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1'}
   if marks and marks.h then
-    local first = state[8]
+    local first = state[6]
     if #first ~= tonumber(ARGV[11]) then
       return redis.error_reply('ERR the create-time object was rewritten')
     end
     local _, seps = string.gsub(marks.h, '\1', '')
-    fields[9], fields[10], fields[11], fields[12] = 'first', first, 'head', seps + 1
+    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1',
+               'first', first, 'head', seps + 1)
+  else
+    redis.call('HSET', KEYS[1], 'status', ARGV[1], 'obj', obj, 'closed', '1', 'logged', '1')
   end
-  local _, top, counts = append_packed(KEYS[1], KEYS[3], blob, last, marks or {})
-  -- the counts in the same HSET as the rest (`append_packed`): no command more per answer
-  if counts[1] > 0 then
-    fields[#fields + 1] = 'extra'
-    fields[#fields + 1] = (tonumber(state[6]) or 0) + counts[1]
-  end
-  if counts[2] > 0 then
-    fields[#fields + 1] = 'more'
-    fields[#fields + 1] = (tonumber(state[7]) or 0) + counts[2]
-  end
-  redis.call('HSET', KEYS[1], unpack(fields))
+  local _, top = append_packed(KEYS[1], KEYS[3], blob, last, marks)
   if marks and marks.f and not marks.done then
     redis.call('XADD', KEYS[3], '1-' .. (top + 1), 't', marks.f, 'd', '{"type":"' .. marks.f
                .. '","sequence_number":' .. (top + 1) .. ',"response":' .. obj .. '}')
