@@ -152,7 +152,8 @@ class Runtime:
         # The store reads each key's budget at each write it checks: the live view.
         budget = StorageBudget(keys.tables.stored_default, budgets_view(keys))
         backend = open_backend(settings.store.redis_url, budget=budget,
-                               wait_replicas=settings.store.wait_replicas)
+                               wait_replicas=settings.store.wait_replicas,
+                               compact_log=settings.store.event_log_format == "compact")
         sealer = await fleet_sealer(settings.sealing, backend.secret, shared=backend.shared)
         return cls.build(settings, backend, sealer, worker=worker, metrics=metrics,
                          draining=draining, tracing=tracing, keys=keys)

@@ -30,6 +30,8 @@ Parse = Callable[[object, str], object]
 
 CACHE_MODES = ("off", "exact", "semantic")
 PARAMS_MODES = ("lenient", "strict")
+# How event-log entries keep a run of deltas (store/lua/packing.py, "Compact deltas").
+EVENT_LOG_FORMATS = ("full", "compact")
 HOSTED_TOOLS_MODES = ("drop", "reject")
 ROUTING_MODES = ("affinity", "round_robin", "least_loaded")
 

@@ -127,6 +127,13 @@ class StoreSettings:
     # Replicas that must hold a response's create and final write before they count as done
     # (Redis WAIT, bounded: store/redis.py); 0: none, the primary's acknowledgement suffices.
     wait_replicas: int = 0
+    # "compact": event-log entries keep a run of 16+ deltas compact (store/lua/packing.py):
+    # ~0.25x Redis's memory and ~0.55x its instructions per stored token. "full" by default
+    # while an earlier release (6fd3aab and before), which reads only entries in full, may
+    # run beside this one or be rolled back to: such an instance ending a response whose
+    # writer died restores it from the log, and would lose the compact deltas
+    # (docs/operations.md, "Event logs across an upgrade").
+    event_log_format: str = "full"
 
 
 @dataclass(frozen=True)

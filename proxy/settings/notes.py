@@ -154,6 +154,13 @@ NOTES: dict[str, str] = {
         '(`proxy_redis_wait_shortfalls`), not an error. Refused at start on a cluster (WAIT '
         "must go on the write's own connection)"
     ),
+    "event_log_format": (
+        '`full`: event-log entries as earlier releases write them; `compact`: a run of 16 or '
+        "more deltas of one item kept compact (~62 bytes of Redis a stored text delta instead "
+        "of ~255, ~0.55x Redis's instructions per stored token). Set `compact` only once no "
+        "instance of an earlier release runs, and `full` again before rolling back to one "
+        '(operations.md, "Event logs across an upgrade")'
+    ),
     "connect_timeout": (
         'seconds to connect to a replica'
     ),

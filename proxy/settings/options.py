@@ -155,6 +155,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("redis_wait_replicas", "store.wait_replicas", c.replica_count,
            "after a response's create and its final write, wait (Redis WAIT, at most 1 s) until "
            "this many replicas have them; 0 = do not wait. Needs --redis-url"),
+    Option("event_log_format", "store.event_log_format", c.mode(c.EVENT_LOG_FORMATS),
+           "full | compact: compact keeps runs of deltas in a quarter of the bytes; only once "
+           "no instance of an earlier release runs"),
     Option("connect_timeout", "timeouts.connect", c.seconds,
            "seconds to connect to an upstream"),
     Option("first_byte_timeout", "timeouts.first_byte", c.seconds,

@@ -118,8 +118,10 @@ F_EXTRA: Final = "extra"
 # The same count for the entries with field c (`E_EARLIER`, a run of deltas compact): kept apart
 # from `extra` so that the release before, which reads field e and not c, finds its count (XLEN
 # + extra) short of the log's last seq + 1 and rebuilds a finished response's replay from the
-# final object instead of sending one with events missing. `log_extent` adds both. (A live
-# follower of that release, during a rolling upgrade, misses a compact run's deltas.)
+# final object instead of sending one with events missing. `log_extent` adds both. A live
+# follower of that release misses a compact run's deltas, and its ending of a response whose
+# writer died (restored from the log) would lose them: compact runs are written only with
+# `--event-log-format compact`, once no such instance runs (settings/groups.py).
 F_MORE: Final = "more"
 # "1" once someone on another instance than the writer's followed the log live (scripts.py
 # MARK_FOLLOWED): the writer then writes the stream's events every flush window rather than

@@ -90,9 +90,13 @@ class RedisStore(RedisConversations):
     def __init__(self, client: Redis, *, embedded: bool = False,
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
                  budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
-                 wait_replicas: int = 0, sharded: bool = False) -> None:
+                 wait_replicas: int = 0, sharded: bool = False,
+                 compact_log: bool = False) -> None:
         super().__init__(client, budget, sharded=sharded)
         self.embedded = embedded
+        # Event-log entries keep runs of deltas compact (`--event-log-format compact`;
+        # store/lua/packing.py): only once no earlier release reads these logs.
+        self.compact_log = compact_log
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.
         self._reconnector = reconnector
@@ -177,7 +181,7 @@ class RedisStore(RedisConversations):
             f"{keys.ITEM_IN_INPUT}:{rid}", room,
         ]
         if events:
-            args.append(packed(events))
+            args.append(packed(events, compact=self.compact_log))
         try:  # (`store_errors`, without its calls: failures.py `raise_mapped`)
             written, held, *size = await self._waited(self._create, keys_, args)
         except BaseException as exc:
@@ -346,7 +350,7 @@ class RedisStore(RedisConversations):
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
-            blob = packed_final(write.inline)
+            blob = packed_final(write.inline, compact=self.compact_log)
             head, final = write.head, write.final
         args: list[Any] = [status, obj, ttl, event_ttl, f"{keys.ITEM_IN_OUTPUT}:{rid}",
                            blob, tenant, length, head, final, len(first) if head and first else 0]
@@ -427,9 +431,10 @@ class RedisStore(RedisConversations):
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return ()
-        key_of = self._hash_keys.__getitem__
-        calls = flush_calls(batches, key_of) if not self.sharded else [
-            call for part in by_tag(batches).values() for call in flush_calls(part, key_of)]
+        key_of, compact = self._hash_keys.__getitem__, self.compact_log
+        calls = flush_calls(batches, key_of, compact) if not self.sharded else [
+            call for part in by_tag(batches).values()
+            for call in flush_calls(part, key_of, compact)]
         with store_errors():
             try:
                 replies = await self._append_all(calls, ttl)

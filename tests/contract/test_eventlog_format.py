@@ -7,6 +7,7 @@ new ones in one log, so a rolling upgrade replays both. Run on every backend (co
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from proxy.core import types as t
 from proxy.store import keys
@@ -154,7 +155,8 @@ def delta(seq: int, text: str = " tok") -> StoredEvent:
 
 
 async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
-        store: RedisStore) -> None:
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
     await create(store, rid("1"), events=(event(0, "response.created"),))
     log = [event(0, "response.created"),
            *[delta(n, f" w\u00e9{n} \"%d\"") for n in range(1, 40)]]
@@ -168,7 +170,8 @@ async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
 
 
 async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_full(
-        store: RedisStore) -> None:
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
     await create(store, rid("1"), events=(event(0, "response.created"),))
     carried = [*[delta(n) for n in range(1, 21)], event(21, "response.output_text.done"),
                event(22, "response.content_part.done")]
@@ -184,7 +187,8 @@ async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_fu
 
 
 async def test_a_retried_flush_of_deltas_that_partly_landed_adds_only_the_rest(
-        store: RedisStore) -> None:
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
     await create(store, rid("1"))
     await store.append_events({rid("1"): [delta(n) for n in range(20)]}, ttl=EVENT_TTL)
     # 15 to 19 are in the log already (a first attempt): 20 to 34 are added, cut from the run
@@ -212,7 +216,8 @@ async def test_a_run_the_release_before_wrote_in_field_e_reads_back(store: Redis
 
 
 async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead(
-        store: RedisStore) -> None:
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
     # That release reads fields t, d and e, and counts XLEN + extra: the events in field c are
     # counted apart (`more`), so its count falls short and it rebuilds a finished response's
     # replay from its final object rather than sending one with the deltas missing.
@@ -222,3 +227,15 @@ async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead
     extra = await store.client.hget(keys.response(rid("1")), "extra")
     assert xlen + int(extra or 0) < 21
     assert (await store.log_extent(rid("1")))[0] == 21
+
+
+async def test_by_default_a_run_of_deltas_is_kept_in_full_as_earlier_releases_read_it(
+        store: RedisStore) -> None:
+    # `--event-log-format full`, the default: field e, counted in `extra`, as before
+    await create(store, rid("1"), events=(event(0, "response.created"),))
+    log = [event(0, "response.created"), *[delta(n) for n in range(1, 21)]]
+    await store.append_events({rid("1"): log[1:]}, ttl=EVENT_TTL)
+    *_, (_run_id, run) = await store.client.xrange(keys.response_log(rid("1")))
+    assert b"c" not in run and run[b"e"].count(b"\x01") == 18
+    assert await store.client.hget(keys.response(rid("1")), "extra") == b"19"
+    await assert_reads_from_every_number(store, rid("1"), log)

@@ -137,7 +137,7 @@ def read_back(events: list[StoredEvent]) -> list[StoredEvent]:
     """Every entry `entries` makes of `events`, as the store keeps it (fields t, d and c) and
     as a reader decodes it."""
     got: list[StoredEvent] = []
-    for _first, last, earlier, kind, data in entries(events):
+    for _first, last, earlier, kind, data in entries(events, compact=True):
         fields = {b"t": kind, b"d": data, **({keys.E_EARLIER: earlier} if earlier else {})}
         got += events_of(b"1-%d" % last, fields)
     return got
@@ -145,7 +145,7 @@ def read_back(events: list[StoredEvent]) -> list[StoredEvent]:
 
 def test_a_held_run_of_deltas_is_compact_and_reads_back_byte_for_byte() -> None:
     events = [delta(seq, f" word{seq}") for seq in range(100, 100 + MAX_EVENTS_PER_ENTRY)]
-    (entry,) = entries(events)
+    (entry,) = entries(events, compact=True)
     raw = sum(len(e.type) + 1 + len(e.data) + 1 for e in events[:-1])
     assert entry[2].count(b"\x05") == len(events) - 1  # every earlier record compact
     assert len(entry[2]) * 5 < raw  # ~28 bytes a record against ~190
@@ -159,7 +159,7 @@ def test_a_held_run_of_deltas_is_compact_and_reads_back_byte_for_byte() -> None:
 def test_a_run_whose_numbers_gain_a_digit_is_compact_on_both_sides() -> None:
     # One cut for each width of number: 95-99, then 100 on.
     events = [delta(seq) for seq in range(95, 120)]
-    (entry,) = entries(events)
+    (entry,) = entries(events, compact=True)
     assert entry[2].count(b"\x05") == 24
     assert read_back(events) == events
 
@@ -169,14 +169,14 @@ def test_a_run_of_deltas_then_other_events_keeps_those_in_full() -> None:
               StoredEvent(33, "response.output_text.done", b'{"type":"response.output_text.done"'
                                                               b',"sequence_number":33,"text":"x"}'),
               delta(34)]
-    (entry,) = entries(events)
+    (entry,) = entries(events, compact=True)
     assert entry[2].count(b"\x05") == 20 and b"response.output_text.done\x00" in entry[2]
     assert read_back(events) == events
 
 
 def test_a_run_too_short_to_pay_for_its_cut_is_stored_in_full() -> None:
     events = [delta(seq) for seq in range(13, 13 + packing.MIN_COMPACT_RUN)]  # one run fewer
-    (entry,) = entries(events)
+    (entry,) = entries(events, compact=True)
     assert b"\x05" not in entry[2] and b"\x07" not in entry[2]
     assert read_back(events) == events
 
@@ -214,3 +214,12 @@ def test_any_run_of_events_reads_back_as_it_was_written(
             events.append(StoredEvent(seq, kind, orjson.dumps(
                 {"type": kind, "sequence_number": seq, "item_id": item, "text": text})))
     assert read_back(events) == events
+
+
+def test_without_compact_a_run_of_deltas_is_stored_in_full_as_the_release_before_did() -> None:
+    # `--event-log-format full`, the default while an earlier release may read these logs
+    events = [delta(seq) for seq in range(100, 100 + MAX_EVENTS_PER_ENTRY)]
+    (entry,) = entries(events)
+    assert entry == entries(events, compact=False)[0]
+    assert b"\x05" not in entry[2] and b"\x07" not in entry[2]
+    assert packed(events) == reference(events)

@@ -80,14 +80,15 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                health_check_interval: int = HEALTH_CHECK_INTERVAL,
                max_connections: int = MAX_CONNECTIONS,
                budget: StorageBudget = UNLIMITED, wait_replicas: int = 0,
-               probe_timeout: float = PROBE_TIMEOUT) -> RedisStore:
+               probe_timeout: float = PROBE_TIMEOUT, compact_log: bool = False) -> RedisStore:
     """A `RedisStore` on `redis_url` (core/storage/topology.py: one primary, or the primary that
     Sentinel names), or the embedded store when it is None, holding each key to its `budget`
     of stored bytes. Nothing connects here: the first call does (call `ping()` to check at
-    start-up). `wait_replicas`: see `RedisStore`; `probe_timeout`: the reconnect probe's
-    (store/connection/reconnect.py)."""
+    start-up). `wait_replicas`, `compact_log`: see `RedisStore`; `probe_timeout`: the reconnect
+    probe's (store/connection/reconnect.py)."""
     if redis_url is None:
-        return RedisStore(embedded_client(), embedded=True, budget=budget)
+        return RedisStore(embedded_client(), embedded=True, budget=budget,
+                          compact_log=compact_log)
     if socket_timeout <= BLOCK_MARGIN:
         raise ValueError(f"socket_timeout must exceed {BLOCK_MARGIN}s (blocking reads)")
     target = parse_redis_url(redis_url)
@@ -97,7 +98,8 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                                          health_check_interval=health_check_interval,
                                          max_connections=max_connections),
                           max_block_ms=int((socket_timeout - BLOCK_MARGIN) * 1000),
-                          budget=budget, wait_replicas=wait_replicas, sharded=True)
+                          budget=budget, wait_replicas=wait_replicas, sharded=True,
+                          compact_log=compact_log)
     options = dict(
         # Waiting for a free pooled connection is queueing behind our own burst (a thousand
         # replays at once), not a sign of a dead server (that fails its connect or its
@@ -118,7 +120,7 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
     max_block_ms = int((socket_timeout - BLOCK_MARGIN) * 1000)
     return RedisStore(client, max_block_ms=max_block_ms, budget=budget,
                       reconnector=Reconnector(client, probe, closers),
-                      wait_replicas=wait_replicas)
+                      wait_replicas=wait_replicas, compact_log=compact_log)
 
 
 class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -224,5 +226,6 @@ def backend_of(store: RedisStore) -> Backend:
 
 
 def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED,
-                 wait_replicas: int = 0) -> Backend:
-    return backend_of(open_store(redis_url, budget=budget, wait_replicas=wait_replicas))
+                 wait_replicas: int = 0, compact_log: bool = False) -> Backend:
+    return backend_of(open_store(redis_url, budget=budget, wait_replicas=wait_replicas,
+                                 compact_log=compact_log))

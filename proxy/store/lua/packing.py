@@ -27,7 +27,8 @@ the delta, `"delta":` included): `{"type":"<type>","sequence_number":<n>` + that
 each event's JSON again, byte for byte (decoding.py `_earlier`). Bytes 5 and 7 never occur in
 JSON (which escapes every control character) nor in a type. The script writes records ending
 with a template (with `"delta":`; records in full end with `}`) to field `c`, counted apart
-(keys.py `F_MORE`), others to `e`.
+(keys.py `F_MORE`), others to `e`. Only with `compact` (`--event-log-format compact`): an
+earlier release reads `e` alone (keys.py says what it would lose).
 
 Two ways to carry entries to a script. The create and the final write take them packed into one
 argument (`packed`): an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4
@@ -86,11 +87,12 @@ def _type_bytes(kind: str) -> bytes:
     return encoded
 
 
-def packed(events: Sequence[EventRow]) -> bytes:
+def packed(events: Sequence[EventRow], *, compact: bool = False) -> bytes:
     """Events (in the order given) as one script argument: the log entries they become. A new
     entry starts wherever the numbers are not consecutive (a retried batch, an older event: the
     script skips what the log already has, entry by entry) and at the entry bounds."""
-    return b"\x03".join([b"%d\x04%d\x04%s\x04%s\x04%s" % entry for entry in entries(events)])
+    return b"\x03".join([b"%d\x04%d\x04%s\x04%s\x04%s" % entry
+                         for entry in entries(events, compact=compact)])
 
 
 # An entry's parts: its first and last sequence numbers, its earlier records (`<type> 0x00
@@ -116,7 +118,7 @@ MIN_COMPACT_RUN = 16
 _LEADS = {kind: b'{"type":"%s","sequence_number":' % kind.encode() for kind in DELTA_TYPES}
 
 
-def entries(events: Sequence[EventRow]) -> list[Entry]:
+def entries(events: Sequence[EventRow], *, compact: bool = False) -> list[Entry]:
     """The log entries `events` become (see `packed`), as their parts."""
     count = len(events)
     if not count:
@@ -128,7 +130,7 @@ def entries(events: Sequence[EventRow]) -> list[Entry]:
         seqs, kinds, datas = zip(*events, strict=True)
         first = seqs[0]
         if seqs == tuple(range(first, first + count)) and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-            return [entry_parts(first, seqs[-1], kinds, datas)]
+            return [entry_parts(first, seqs[-1], kinds, datas, compact=compact)]
     found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
@@ -143,7 +145,8 @@ def entries(events: Sequence[EventRow]) -> list[Entry]:
             seq = next_seq
             stop += 1
         run = events[start:stop]
-        found.append(entry_parts(first_seq, seq, [e[1] for e in run], [e[2] for e in run]))
+        found.append(entry_parts(first_seq, seq, [e[1] for e in run], [e[2] for e in run],
+                                 compact=compact))
         start = stop
     return found
 
@@ -168,15 +171,19 @@ def entry_length(events: Sequence[EventRow]) -> int:
 _SEQ, _DATA = itemgetter(0), itemgetter(2)  # StoredEvent.seq, .data
 
 
-def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes]) -> Entry:
-    """The entry of the events `kinds`/`datas` (by column), numbered `first` to `last`."""
+def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes], *,
+                compact: bool = False) -> Entry:
+    """The entry of the events `kinds`/`datas` (by column), numbered `first` to `last`;
+    `compact`: a run of deltas kept compact (`--event-log-format compact`), else all in full."""
     try:
         heads = list(map(_TYPES.__getitem__, kinds))
     except KeyError:  # a type not seen yet (the first of each kind)
         heads = [_type_bytes(kind) for kind in kinds]
     if len(datas) == 1:
         return first, last, b"", heads[0], datas[0]
-    return first, last, records(first, kinds, heads, datas), heads[-1], datas[-1]
+    if compact:
+        return first, last, records(first, kinds, heads, datas), heads[-1], datas[-1]
+    return first, last, _joined(heads[:-1], datas[:-1]), heads[-1], datas[-1]
 
 
 def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
@@ -303,7 +310,7 @@ class HashKeys(dict[str, bytes]):
 
 
 def flush_calls(batches: Mapping[str, Sequence[EventRow]],
-                key_of: Callable[[str], bytes] = hash_key
+                key_of: Callable[[str], bytes] = hash_key, compact: bool = False
                 ) -> list[tuple[list[bytes], list[bytes | int]]]:
     """The flush as APPEND_EVENTS_MANY calls (the response hash keys each writes, its
     arguments after the TTL) of at most ~`MAX_EVENTS_PER_CALL` events (a stream's events are
@@ -313,17 +320,17 @@ def flush_calls(batches: Mapping[str, Sequence[EventRow]],
     size = 0
     for rid, events in batches.items():
         if part and size + len(events) > MAX_EVENTS_PER_CALL:
-            calls.append(stream_args(part, key_of))
+            calls.append(stream_args(part, key_of, compact))
             part, size = {}, 0
         part[rid] = events
         size += len(events)
     if part:
-        calls.append(stream_args(part, key_of))
+        calls.append(stream_args(part, key_of, compact))
     return calls
 
 
 def stream_args(batches: Mapping[str, Sequence[EventRow]],
-                key_of: Callable[[str], bytes] = hash_key
+                key_of: Callable[[str], bytes] = hash_key, compact: bool = False
                 ) -> tuple[list[bytes], list[bytes | int]]:
     """Every stream's events as arguments of scripts.APPEND_EVENTS_MANY (after its TTL): per
     stream its response hash key, its number of entries, then each entry's parts (`Entry`);
@@ -331,7 +338,7 @@ def stream_args(batches: Mapping[str, Sequence[EventRow]],
     hashes = [key_of(rid) for rid in batches]
     args: list[bytes | int] = []
     for key, events in zip(hashes, batches.values(), strict=True):
-        found = entries(events)
+        found = entries(events, compact=compact)
         args += (key, len(found))
         for entry in found:
             args += entry

@@ -123,7 +123,7 @@ class FirstObjects:
             self._bytes -= len(first.obj)
 
 
-def packed_final(events: Sequence[EventRow]) -> bytes:
+def packed_final(events: Sequence[EventRow], *, compact: bool = False) -> bytes:
     """The final write's inline events (ascending) packed as packing.py packs them, as one
     entry when they run consecutively within the bounds above."""
     if not events:
@@ -134,5 +134,6 @@ def packed_final(events: Sequence[EventRow]) -> bytes:
     first, end = seqs[0], seqs[-1]
     if (len(seqs) > MAX_FINAL_EVENTS or end - first != len(seqs) - 1
             or sum(map(len, datas)) > MAX_FINAL_BYTES):
-        return packed(events)
-    return b"%d\x04%d\x04%s\x04%s\x04%s" % entry_parts(first, end, kinds, datas)
+        return packed(events, compact=compact)
+    return b"%d\x04%d\x04%s\x04%s\x04%s" % entry_parts(first, end, kinds, datas,
+                                                        compact=compact)
