@@ -86,11 +86,12 @@ def _earlier(earlier: bytes, last: int, after: int) -> list[StoredEvent]:
     if skip > 0:
         parts, seq = parts[skip:], seq + skip
     run_type, _, item = template.partition(b"\x00")
+    run_kind = _type_of(run_type) if template else ""
     events: list[StoredEvent] = []
     for part in parts:
         if part[:1] == b"\x05":
-            events.append(StoredEvent(seq, _type_of(run_type), b'{"type":"%s","sequence_number"'
-                                      b':%d%s%s' % (run_type, seq, item, part[1:])))
+            events.append(StoredEvent(seq, run_kind, b'{"type":"%s","sequence_number":%d%s%s'
+                                      % (run_type, seq, item, part[1:])))
         else:
             kind, _, data = part.partition(b"\x00")
             events.append(StoredEvent(seq, _type_of(kind), data))

@@ -212,12 +212,13 @@ def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
 
 def _template(first: int, kind: str, data: bytes) -> tuple[bytes, bytes] | None:
     """For a delta event numbered `first`: its type's lead (the JSON up to the number) and its
-    item's part (from the number to the delta, `"delta":` included); None when it is not shaped
-    so."""
+    item's part (from the number to the delta, `"delta":` included); None when it has no delta.
+    Whether the event does start with the lead and the number, `_compact` checks with the
+    rest of the run."""
     lead = _LEADS[kind]
     start = len(lead) + len(b"%d" % first)
     end = data.find(b'"delta":', start)
-    if end < 0 or not data.startswith(lead):
+    if end < 0:
         return None
     return lead, data[start:end + 8]
 

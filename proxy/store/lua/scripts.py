@@ -73,11 +73,9 @@ local function earlier_field(records)
 end
 """
 _APPEND_ENTRIES: Final = _EARLIER_FIELD + """
-local function xadd_marked(log, id, kind, data, earlier, h, f)
+local function xadd_marked(log, id, kind, data, field, earlier, h, f)
   local fields = {'t', kind, 'd', data}
-  if earlier then
-    fields[#fields + 1] = earlier_field(earlier); fields[#fields + 1] = earlier
-  end
+  if earlier then fields[#fields + 1] = field; fields[#fields + 1] = earlier end
   if h then fields[#fields + 1] = 'h'; fields[#fields + 1] = h end
   if f then fields[#fields + 1] = 'f'; fields[#fields + 1] = f end
   redis.call('XADD', log, id, unpack(fields))
@@ -99,18 +97,17 @@ local function append_from(log, blob, pos, stop, last, marks)
       local kind, data = string.sub(blob, c + 1, d - 1), string.sub(blob, d + 1, finish - 1)
       if first > last then last = first - 1 end
       if marks then
-        local earlier = nil
+        local earlier, field = nil, nil
         if last < top - 1 then
           local from = b + 1
           for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
           earlier = string.sub(blob, from, c - 1)
+          field = earlier_field(earlier)
+          if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
         end
         local f = finish >= stop and marks.f
-        xadd_marked(log, '1-' .. top, kind, data, earlier, pos == start and marks.h, f)
+        xadd_marked(log, '1-' .. top, kind, data, field, earlier, pos == start and marks.h, f)
         if f then marks.done = true end
-        if not earlier then
-        elseif earlier_field(earlier) == 'c' then more = more + top - last - 1
-        else extra = extra + top - last - 1 end
       elseif last >= top - 1 then
         redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
       else
