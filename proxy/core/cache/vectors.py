@@ -14,11 +14,15 @@ The hyperplanes come from a fixed seed, so every instance (and every restart) bu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
+    Vector = npt.NDArray[np.float32]
+else:
+    from proxy.core.lazynumpy import np
 
 BITS = 6
 SEED = 0x5EED

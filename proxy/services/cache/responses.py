@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -42,7 +42,7 @@ from proxy.core.cache.key import (
     cache_key,
     responses_material,
 )
-from proxy.core.cache.vectors import Hyperplanes, Vector, best, from_bytes, to_bytes, unit
+from proxy.core.cache.vectors import Hyperplanes, best, from_bytes, to_bytes, unit
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.events.replay import events_from_response
 from proxy.core.ids import IdFactory, new_id
@@ -57,6 +57,9 @@ from proxy.settings import CacheSettings, StoreSettings
 from proxy.store.base import ResponseRecord, Store
 from proxy.store.objects.cache import RedisCache, VectorWrite
 from proxy.telemetry.metrics import CacheResult, Metrics
+
+if TYPE_CHECKING:
+    from proxy.core.cache.vectors import Vector
 
 log = logging.getLogger("proxy.cache")
 

@@ -18,9 +18,12 @@ text.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from proxy.core.lazynumpy import np
 import orjson
 
 from proxy.core.errors import ProxyError

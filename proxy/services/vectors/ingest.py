@@ -34,9 +34,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from proxy.core.lazynumpy import np
 import orjson
 
 from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded

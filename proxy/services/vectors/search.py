@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from proxy.core.lazynumpy import np
 
 from proxy.core.vectors.search import Corpus, FileMeta, Hit, merged, search
 from proxy.services.fleet.embeddings import Embedder

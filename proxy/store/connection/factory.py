@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import fakeredis
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
@@ -172,6 +171,11 @@ def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeou
 
 def embedded_client() -> Redis:
     """A client of a fresh in-process server, private to the caller."""
+    # Imported here, not at start: fakeredis imports numpy when it is installed, and a process
+    # on a real Redis should not load it (core/lazynumpy.py says what numpy costs every Redis
+    # command's packing once loaded).
+    import fakeredis
+
     server = fakeredis.FakeServer(version=EMBEDDED_VERSION)
     client = fakeredis.FakeAsyncRedis(server=server, decode_responses=False,
                                       connection_pool_class=BlockingConnectionPool,
