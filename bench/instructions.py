@@ -13,8 +13,9 @@ How: the proxy and its redis-server each run under callgrind (collection off unt
 measured waves), the simulator outside it on the other core. Under callgrind a process runs
 ~50x slower, so time is stretched by `--scale` (20): the simulator's 20 ms per token becomes
 400 ms, and the proxy's own clocks that shape the stored path are stretched alike (the event
-log's write window and first window, the held connection's early margin, the lease's length),
-so each flush carries the runs of tokens it carries at full speed. `--streams` (64) streams at
+log's write window and first window, the held connection's early margin, the lease's length,
+the SSE keep-alive pings' interval), so each flush carries the runs of tokens it carries at
+full speed. `--streams` (64) streams at
 once on keep-alive connections opened before anything is counted, in waves of `--tokens` (16
 and 96) tokens each, store off then on; after each wave both
 processes' counts are dumped and zeroed. Per token: the difference of the two waves over the
@@ -52,6 +53,11 @@ from bench.versions import ROOT, export
 STORES = {"off": "responses", "on": "responses-store"}
 READ_TIMEOUT = 600.0  # per read of a stream under callgrind: a stuck one fails the run
 READY_TIMEOUT = 300.0  # a proxy under callgrind takes ~30-60 s to import and start
+# The SSE keep-alive interval (`--ping-interval`'s default), stretched like the other clocks: the
+# set-up wave's first token comes 1.5 s x `--scale` after its start, and at the unstretched 15 s
+# each stream sent one or two pings inside the span counted as its set-up, which no stream
+# waiting 1.5 s for its first token sends.
+PING_SECONDS = 15.0
 
 # Run inside the proxy's process before `serve`: the clocks of the stored path stretched by
 # SCALE (see the module's docstring). Written against the names each tree has, so an older
@@ -203,7 +209,8 @@ def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[in
         *valgrind, f"--callgrind-out-file={log_dir}/proxy-{label}.cg", sys.executable, "-c",
         _LAUNCH, "serve", "--upstream", f"http://{HOST}:{sim_port}", "--redis-url",
         f"redis://{HOST}:{redis_port}", "--port", str(port), "--host", HOST,
-        "--lease-ttl", f"{10 * scale:g}"], log_dir / f"proxy-{label}.log", pinning.proxy,
+        "--lease-ttl", f"{10 * scale:g}", "--ping-interval", f"{PING_SECONDS * scale:g}"],
+        log_dir / f"proxy-{label}.log", pinning.proxy,
         env, cwd=tree)
     services = [redis, sim, proxy]
     try:

@@ -421,17 +421,21 @@ class EventLogHub:
         first events)."""
         loop = asyncio.get_running_loop()
         until = loop.time() + seconds
-        while not self._full:
+        nudge = self._nudge
+        while not self._full:  # each round waits for the timer or a nudge: bounded by `until`
             left = until - loop.time()
-            self._nudge.clear()
+            nudge.clear()
             if left <= 0 or (fresh and self._fresh):
                 return
             self._watching = fresh
+            # A timer that nudges, not `asyncio.timeout`: most naps end by their time, and the
+            # timeout's way out is a cancellation turned into a TimeoutError, exceptions made
+            # and unwound through the wait once or twice per stored answer's first window.
+            timer = loop.call_later(left, nudge.set)
             try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._nudge.wait()
+                await nudge.wait()
             finally:
+                timer.cancel()
                 self._watching = False
 
     async def _flush_fresh(self) -> None:
