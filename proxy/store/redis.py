@@ -346,7 +346,7 @@ class RedisStore(RedisConversations):
         # event log's references"): the create-time one's two, the terminal's.
         blob, head, final, first = b"", b"", b"", None
         if logged:  # (a stored JSON answer has no log)
-            first = known.obj if known is not None else None
+            first = known.obj or None if known is not None else None  # b"": `began`
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once
@@ -431,6 +431,10 @@ class RedisStore(RedisConversations):
         batches = {rid: events for rid, events in batches.items() if events}
         if not batches:
             return ()
+        firsts = self._firsts
+        for rid, events in batches.items():  # (a stream's first flush carries its event 0)
+            if not events[0][0]:
+                firsts.began(rid)
         key_of, compact = self._hash_keys.__getitem__, self.compact_log
         calls = flush_calls(batches, key_of, compact) if not self.sharded else [
             call for part in by_tag(batches).values()

@@ -133,6 +133,22 @@ async def test_a_head_flushed_before_the_end_stays_inline_and_no_first_is_kept(
     await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
 
 
+async def test_a_head_whose_flush_landed_with_its_reply_lost_is_carried_inline(
+        store: RedisStore) -> None:
+    # A flush carried `response.created` alone and landed, but its reply was lost: the writer
+    # keeps the event and the final write carries it again with the rest. The log has begun, so
+    # the script writes no head: had the final write sent 0 and 1 as references, event 1 would
+    # be in neither the log nor the head.
+    start, log = answer(rid("1"), 4)
+    await streamed(store, rid("1"), start)
+    await store.append_events({rid("1"): log[:1]}, ttl=EVENT_TTL)  # landed; reply "lost"
+    await finished(store, rid("1"), log)  # carries 0 again, and 1 onwards
+    got = await raw(store, rid("1"))
+    assert all(keys.E_HEAD not in fields for _id, fields in got)
+    assert await store.read_events(rid("1")) == log
+    await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+
+
 async def test_events_that_differ_from_the_objects_stay_inline(store: RedisStore) -> None:
     # created and in_progress of another object than the create's (a background job's queued
     # one, a worker's in_progress), and no event beside the terminal to carry a reference

@@ -111,11 +111,21 @@ class FirstObjects:
 
     def get(self, response_id: str) -> bytes | None:
         first = self._by_id.get(response_id)
-        return first.obj if first is not None else None
+        return first.obj or None if first is not None else None
 
     def first(self, response_id: str) -> First | None:
         """All that was remembered of the response (None: nothing)."""
         return self._by_id.get(response_id)
+
+    def began(self, response_id: str) -> None:
+        """A flush carried the response's first event: its log may have begun even if that
+        flush's reply was lost (its events are then carried again, by the final write among
+        others), and the final write's script writes no head on a begun log. So its head goes
+        inline: the object is dropped, the keys kept."""
+        first = self._by_id.get(response_id)
+        if first is not None and first.obj:
+            self._bytes -= len(first.obj)
+            self._by_id[response_id] = first._replace(obj=b"")
 
     def forget(self, response_id: str) -> None:
         first = self._by_id.pop(response_id, None)
