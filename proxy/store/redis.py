@@ -173,12 +173,13 @@ class RedisStore(RedisConversations):
                  *[keys.item_location(tenant, item_id, tag)
                    for item_id in item_ids(input_items)]]
         obj = orjson.dumps(record.response)
+        # (The numbers as one argument: scripts.CREATE_RESPONSE says why.)
         args: list[Any] = [
-            ttl, event_ttl, record.status, tenant, obj,
-            orjson.dumps(record.parents), "1" if record.logged else "0",
-            "1" if record.closed else "0",
-            orjson.dumps(list(input_items)), record.replica or "", lease_ms or 0, rid,
-            f"{keys.ITEM_IN_INPUT}:{rid}", room,
+            b"%d %d %d %d %d%d" % (ttl, event_ttl, lease_ms or 0, room, record.logged,
+                                   record.closed),
+            record.status, tenant, obj, orjson.dumps(record.parents),
+            orjson.dumps(list(input_items)), record.replica or "", rid,
+            f"{keys.ITEM_IN_INPUT}:{rid}",
         ]
         if events:
             args.append(packed(events, compact=self.compact_log))
