@@ -7,33 +7,26 @@ instructions a call instead of ~0.7k). hiredis formats each argument's length of
 command with one: a stored create's packing (twenty-odd arguments then) cost 42k instructions
 with numpy loaded and 33k without (docs/BENCHMARKS.md, "Round 4, seventh pass"). So a process
 that never uses vectors (file_search, vector stores, the semantic cache) never loads it, and
-one that does pays from its first such use. tests/integration/test_lazy_numpy.py holds the
-start and plain requests to it.
+one that does pays from its first such use (the import itself, ~80 ms on the event loop,
+once). tests/integration/test_lazy_numpy.py holds the start and plain requests to it.
 
-The vector modules import it as
+The vector modules import this module as numpy's stand-in:
 
     if TYPE_CHECKING:
         import numpy as np
     else:
-        from proxy.core.lazynumpy import np
+        from proxy.core import lazynumpy as np
 
-so the type checker sees numpy itself and the code reads as it would with numpy imported.
+so the type checker sees numpy itself and the code reads as it would with numpy imported. The
+first read of a name imports numpy (module `__getattr__`) and keeps that name here, so each
+later read is a plain module attribute, as numpy's own. This module defines nothing else at
+its top level, so no name of numpy's is shadowed.
 """
 
-from __future__ import annotations
 
-import importlib
-from typing import Any
+def __getattr__(name: str) -> object:
+    import importlib  # (here: a name at this module's top would stand in front of numpy's)
 
-
-class _Numpy:
-    """Stands for the numpy module: the first attribute read imports it (then Python's module
-    cache answers, a dictionary lookup)."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(importlib.import_module("numpy"), name)
-
-
-np = _Numpy()
+    value = getattr(importlib.import_module("numpy"), name)
+    globals()[name] = value
+    return value

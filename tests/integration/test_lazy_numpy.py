@@ -58,6 +58,8 @@ def test_a_proxy_on_redis_never_loads_numpy(simulator: ServerProcess,
         assert proxy.proc is not None
         pids = _session_pids(proxy.proc.pid)
         assert proxy.proc.pid in pids
+        # The server's own map is readable here (an unreadable one would pass unchecked).
+        assert "python" in Path(f"/proc/{proxy.proc.pid}/maps").read_text()
         loaded = {pid: found for pid in pids if (found := _mapped(pid))}
         assert not loaded, loaded
     finally:

@@ -50,3 +50,20 @@ def test_what_the_create_made_is_kept_with_its_object() -> None:
         b"x" * 10, "tenant", "t1", ("rp:{t1}a", "rp:{t1}a:in"))
     firsts.forget("a")
     assert firsts.first("a") is None and firsts.get("a") is None
+
+
+def test_a_begun_head_keeps_the_keys_and_frees_the_object() -> None:
+    """A flush carried the response's event 0 (its reply maybe lost): the final write keeps
+    its head inline, so the object is dropped (its bytes no longer held) and the keys kept."""
+    firsts = FirstObjects(bound=10, max_bytes=100)
+    firsts.remember("a", b"x" * 60, "tenant", "tag", ("k1", "k2"))
+    firsts.began("a")
+    first = firsts.first("a")
+    assert first is not None and first.obj == b"" and first.keys == ("k1", "k2")
+    assert firsts.get("a") is None
+    firsts.remember("b", b"y" * 90)  # fits: a's 60 bytes are no longer held
+    assert firsts.get("b") == b"y" * 90 and firsts.first("a") is not None
+    firsts.began("unknown")  # nothing remembered: nothing to do
+    firsts.forget("a")
+    firsts.remember("c", b"z" * 10)  # 90 + 10: within the bound, nothing cleared
+    assert firsts.get("b") == b"y" * 90

@@ -146,7 +146,11 @@ async def test_the_app_reads_them_for_each_request() -> None:
 
 def test_serve_names_no_server_software() -> None:
     """No `server: uvicorn` on the answers (cli.py says why); uvicorn's `date` stays."""
-    config = uvicorn_config(lambda *_: None, Settings.of(), host="127.0.0.1")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    config = uvicorn_config(app, Settings.of(), host="127.0.0.1")
     config.load()
     assert b"server" not in dict(config.encoded_headers)
     assert config.date_header is True

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     Vector = npt.NDArray[np.float32]
 else:
-    from proxy.core.lazynumpy import np
+    from proxy.core import lazynumpy as np
 
 BITS = 6
 SEED = 0x5EED
