@@ -1,4 +1,5 @@
-"""A proxy on a real Redis that serves no vector feature never loads numpy (core/lazynumpy.py).
+"""A proxy on a real Redis that serves no vector feature never loads numpy
+(core/vectors/lazynumpy.py).
 
 Why it is held: numpy's import loads libquadmath, whose printf hooks send every `sprintf` of the
 process down glibc's slow path, and hiredis formats every Redis command's argument lengths

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     Vector = npt.NDArray[np.float32]
 else:
-    from proxy.core import lazynumpy as np
+    from proxy.core.vectors import lazynumpy as np
 
 BITS = 6
 SEED = 0x5EED

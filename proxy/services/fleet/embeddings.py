@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from proxy.core import lazynumpy as np
+    from proxy.core.vectors import lazynumpy as np
 import orjson
 
 from proxy.core.errors import ProxyError

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from proxy.core import lazynumpy as np
+    from proxy.core.vectors import lazynumpy as np
 import orjson
 
 from proxy.core.errors import InvalidRequest, NotFound, QuotaExceeded

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 else:
-    from proxy.core import lazynumpy as np
+    from proxy.core.vectors import lazynumpy as np
 
 from proxy.core.vectors.search import Corpus, FileMeta, Hit, merged, search
 from proxy.services.fleet.embeddings import Embedder

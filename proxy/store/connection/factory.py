@@ -172,8 +172,8 @@ def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeou
 def embedded_client() -> Redis:
     """A client of a fresh in-process server, private to the caller."""
     # Imported here, not at start: fakeredis imports numpy when it is installed, and a process
-    # on a real Redis should not load it (core/lazynumpy.py says what numpy costs every Redis
-    # command's packing once loaded).
+    # on a real Redis should not load it (core/vectors/lazynumpy.py says what numpy costs every
+    # Redis command's packing once loaded).
     import fakeredis
 
     server = fakeredis.FakeServer(version=EMBEDDED_VERSION)

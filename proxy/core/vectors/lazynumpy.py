@@ -15,7 +15,7 @@ The vector modules import this module as numpy's stand-in:
     if TYPE_CHECKING:
         import numpy as np
     else:
-        from proxy.core import lazynumpy as np
+        from proxy.core.vectors import lazynumpy as np
 
 so the type checker sees numpy itself and the code reads as it would with numpy imported. The
 first read of a name imports numpy (module `__getattr__`) and keeps that name here, so each
