@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -381,6 +382,11 @@ def _documents(w: _Wiring, accounts: EmbeddingAccounts) -> _Documents:
     their key."""
     settings, backend = w.settings, w.backend
     ttl = settings.store.response_ttl
+    if settings.cache.embedding_model is not None:
+        # Vectors will be used: numpy's import (~80 ms) here, at start, rather than on the event
+        # loop at the first search or ingestion. Without an embedding model no vector is ever
+        # made, and numpy is never loaded (core/vectors/lazynumpy.py says why that matters).
+        importlib.import_module("numpy")
     # One set of extraction children per process, for input_file parts and ingestions.
     extractor = Extractor(processes=settings.limits.extract_processes,
                           cpu_seconds=settings.limits.extract_cpu_seconds)

@@ -1,5 +1,5 @@
 """A proxy on a real Redis that serves no vector feature never loads numpy
-(core/vectors/lazynumpy.py).
+(core/vectors/lazynumpy.py); one with an embedding model loads it at start.
 
 Why it is held: numpy's import loads libquadmath, whose printf hooks send every `sprintf` of the
 process down glibc's slow path, and hiredis formats every Redis command's argument lengths
@@ -67,9 +67,36 @@ def test_a_proxy_on_redis_never_loads_numpy(simulator: ServerProcess,
         proxy.stop()
 
 
+def test_a_proxy_with_an_embedding_model_loads_numpy_at_start(
+        simulator: ServerProcess, redis_server: ServerProcess) -> None:
+    """With `--embedding-model` vectors will be made: numpy is imported at start (runtime.py),
+    not on the event loop at the first search."""
+    proxy = start_proxy(simulator.url, "--embedding-model", "sim-embed",
+                        redis_url=f"redis://127.0.0.1:{redis_server.port}/0")
+    try:
+        assert proxy.proc is not None
+        assert "libquadmath" in _mapped(proxy.proc.pid)
+    finally:
+        proxy.stop()
+
+
 def test_the_marker_is_seen_where_numpy_is_loaded() -> None:
     """The check can fail: this very process (pytest, with numpy imported) shows the marker."""
     import os
 
     import numpy  # noqa: F401 - loaded for the check
     assert _mapped(os.getpid())
+
+
+def test_the_stand_in_holds_numpys_names_only() -> None:
+    """core/vectors/lazynumpy.py answers for numpy: every name it holds at its top is numpy's
+    own (one of its own would stand in front of numpy's), and a read gives numpy's object."""
+    import numpy
+
+    from proxy.core.vectors import lazynumpy
+
+    assert lazynumpy.float32 is numpy.float32
+    assert lazynumpy.linalg.norm is numpy.linalg.norm
+    own = {name: value for name, value in vars(lazynumpy).items()
+           if not (name.startswith("__") and name.endswith("__"))}
+    assert own and all(getattr(numpy, name) is value for name, value in own.items()), own

@@ -6,9 +6,10 @@ From then on every `sprintf` in the process takes glibc's slow positional path (
 instructions a call instead of ~0.7k). hiredis formats each argument's length of every Redis
 command with one: a stored create's packing (twenty-odd arguments then) cost 42k instructions
 with numpy loaded and 33k without (docs/BENCHMARKS.md, "Round 4, seventh pass"). So a process
-that never uses vectors (file_search, vector stores, the semantic cache) never loads it, and
-one that does pays from its first such use (the import itself, ~80 ms on the event loop,
-once). tests/integration/test_lazy_numpy.py holds the start and plain requests to it.
+that cannot make vectors (no `--embedding-model`: no file_search, vector store or semantic
+cache) never loads it; one that can imports it at start (runtime.py: ~80 ms then, not on the
+event loop at the first search) and pays the slower `sprintf` from there.
+tests/integration/test_lazy_numpy.py holds both.
 
 The vector modules import this module as numpy's stand-in:
 
