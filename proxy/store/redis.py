@@ -347,7 +347,8 @@ class RedisStore(RedisConversations):
         # event log's references"): the create-time one's two, the terminal's.
         blob, head, final, first = b"", b"", b"", None
         if logged:  # (a stored JSON answer has no log)
-            first = known.obj or None if known is not None else None  # b"": `began`
+            # (b"": a flush carried its event 0, `FirstObjects.began`: no head references)
+            first = (known.obj or None) if known is not None else None
             write = final_write(events, terminal, first, length)
             if write.obj is not None:
                 obj, length = write.obj, 0  # the terminal is not sent: its object is, once

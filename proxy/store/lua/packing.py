@@ -256,9 +256,9 @@ def _joined(heads: Sequence[bytes], datas: Sequence[bytes]) -> bytes:
 
 def _delta_run(kinds: Sequence[str], count: int) -> int:
     """How many of the first `count` events are one run of the first's type, a delta type
-    (0: none, or one shorter than `MIN_COMPACT_RUN`). By C loops: the
-    run is the entry whole (a held run) or, before the turn's done events in a final write,
-    up to the type's last event, all of it the type's (any other mix: none)."""
+    (0: none, or one shorter than `MIN_COMPACT_RUN`). By C loops: the run is the entry whole
+    (a held run) or, before the turn's done events in a final write, up to the type's last
+    event, all of it the type's (any other mix: none)."""
     kind = kinds[0]
     if kind not in DELTA_TYPES:
         return 0
@@ -270,7 +270,6 @@ def _delta_run(kinds: Sequence[str], count: int) -> int:
         if earlier[:run].count(kind) != run:
             return 0
     return run if run >= MIN_COMPACT_RUN else 0
-
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before

@@ -111,7 +111,7 @@ class FirstObjects:
 
     def get(self, response_id: str) -> bytes | None:
         first = self._by_id.get(response_id)
-        return first.obj or None if first is not None else None
+        return (first.obj or None) if first is not None else None
 
     def first(self, response_id: str) -> First | None:
         """All that was remembered of the response (None: nothing)."""

@@ -96,27 +96,23 @@ local function append_from(log, blob, pos, stop, last, marks)
     if top > last then
       local kind, data = string.sub(blob, c + 1, d - 1), string.sub(blob, d + 1, finish - 1)
       if first > last then last = first - 1 end
+      -- the records not yet in the log (those before `last` landed already), their field
+      local earlier, field = nil, nil
+      if last < top - 1 then
+        local from = b + 1
+        for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
+        earlier = string.sub(blob, from, c - 1)
+        field = earlier_field(earlier)
+        if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
+      end
       if marks then
-        local earlier, field = nil, nil
-        if last < top - 1 then
-          local from = b + 1
-          for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
-          earlier = string.sub(blob, from, c - 1)
-          field = earlier_field(earlier)
-          if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
-        end
         local f = finish >= stop and marks.f
         xadd_marked(log, '1-' .. top, kind, data, field, earlier, pos == start and marks.h, f)
         if f then marks.done = true end
-      elseif last >= top - 1 then
-        redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
-      else
-        local from = b + 1
-        for _ = first, last do from = string.find(blob, '\1', from, true) + 1 end
-        local earlier = string.sub(blob, from, c - 1)
-        local field = earlier_field(earlier)
+      elseif earlier then  -- (no Lua table and `unpack` when there are no marks)
         redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data, field, earlier)
-        if field == 'c' then more = more + top - last - 1 else extra = extra + top - last - 1 end
+      else
+        redis.call('XADD', log, '1-' .. top, 't', kind, 'd', data)
       end
       added = added + top - last
       last = top
