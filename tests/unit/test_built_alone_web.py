@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 from openai.types.responses import Response
 from starlette.applications import Starlette
+from starlette.datastructures import State as StarletteState
 
 from proxy.core.errors import StoreUnavailable
 from proxy.services.process.drain import Drain
@@ -22,7 +24,7 @@ from proxy.web.errors import EXCEPTION_HANDLERS
 from proxy.web.middleware.auth import PUBLIC_TENANT
 from proxy.web.routes import health
 from proxy.web.routes import responses as routes_responses
-from proxy.web.state import WebState, attach
+from proxy.web.state import WebState, attach, state_of
 from tests.support.assembly import base_response
 
 
@@ -103,3 +105,20 @@ async def test_a_stored_response_is_served_from_a_fake_service() -> None:
     assert answer.status_code == 200
     Response.model_validate(answer.json(), strict=True)
     assert stored.asked == [(PUBLIC_TENANT, "resp_1")]
+
+
+def test_the_state_is_found_without_starlettes_fallback_lookup(monkeypatch: Any) -> None:
+    """`attach` makes the state an attribute the normal lookup finds: Starlette's `State`
+    answers a missing attribute from its `__getattr__`, which Python calls only after making an
+    AttributeError (twice a request, on the hot path, before this)."""
+    app = Starlette()
+    state = state_with()
+    attach(app, state)
+
+    def fallback(self: Any, key: str) -> Any:
+        raise AssertionError(f"State.__getattr__ consulted for {key!r}")
+
+    monkeypatch.setattr(StarletteState, "__getattr__", fallback)
+    assert app.state.web is state
+    assert state_of(cast(Any, SimpleNamespace(app=app))) is state
+    assert app.state._state["web"] is state  # still where Starlette's own readers look
