@@ -223,3 +223,15 @@ def test_without_compact_a_run_of_deltas_is_stored_in_full_as_the_release_before
     assert entry == entries(events, compact=False)[0]
     assert b"\x05" not in entry[2] and b"\x07" not in entry[2]
     assert packed(events) == reference(events)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=10_000),
+       st.lists(st.sampled_from([DELTA, "response.created", "response.output_text.done"]),
+                min_size=1, max_size=2 * MAX_EVENTS_PER_ENTRY))
+def test_any_mix_of_types_is_packed_in_full_as_formatted_one_by_one(
+        start: int, kinds: list[str]) -> None:
+    # runs of one type take a join of their own (packing.py `_joined`), mixes the pieces
+    events = [StoredEvent(seq, kind, b'{"type":"%s","n":%d}' % (kind.encode(), seq))
+              for seq, kind in enumerate(kinds, start)]
+    assert packed(events) == reference(events)

@@ -34,8 +34,6 @@ WAIT counts the writes of the connection it is sent on.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import hiredis
@@ -46,13 +44,20 @@ from redis.commands.core import AsyncScript
 from proxy.store.connection.held import HeldConnection, Pending, holdable
 
 
-@dataclass(frozen=True, slots=True)
 class _Call:
-    script: AsyncScript
-    keys: list[Any]
-    args: list[Any]
-    reply: asyncio.Future[Any]
-    first: bool = True  # False once sent again after NOSCRIPT (the script loaded)
+    """One script call of a batch. A class of slots with its own `__init__`, not a frozen
+    dataclass: that one's `__init__` sets each field through `object.__setattr__` (0.67 against
+    0.15 µs, once per create, final write and flush)."""
+
+    __slots__ = ("args", "first", "keys", "reply", "script")
+
+    def __init__(self, script: AsyncScript, keys: list[Any], args: list[Any],
+                 reply: asyncio.Future[Any], first: bool = True) -> None:
+        self.script = script
+        self.keys = keys
+        self.args = args
+        self.reply = reply
+        self.first = first  # False once sent again after NOSCRIPT (the script loaded)
 
 
 class ScriptCoalescer:
@@ -182,7 +187,8 @@ class ScriptCoalescer:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        await self._send_later([dataclasses.replace(call, first=False) for call in lost])
+        await self._send_later([_Call(call.script, call.keys, call.args, call.reply, first=False)
+                                for call in lost])
 
     async def _send(self, batch: list[_Call]) -> None:
         """The pooled way (a client whose connections cannot be held)."""
