@@ -325,6 +325,29 @@ async def test_a_previous_release_follower_gets_each_inline_event_and_the_termin
     await old.aclose()
 
 
+async def test_a_follower_gets_a_held_start_from_the_record_at_once_then_the_rest(
+        store: RedisStore) -> None:
+    """A foreground writer holds its stream's first events (services/eventlog/writer.py
+    `open(early=False)`): a follower meanwhile gets them made from the record at once (stored.py
+    `_head`), byte for byte what the log holds once written, then the rest from the log."""
+    start, log = answer(rid("1"), 6)
+    await streamed(store, rid("1"), start)  # the create: nothing logged yet
+    record = await store.get_response(TENANT, rid("1"))
+    assert record is not None and await raw(store, rid("1")) == []
+    replays = StoredResponses(store, Followers(store, block_ms=20),
+                              StreamSettings(follow_idle=30.0))
+    follows = {after: replays.replay_record(record, after) for after in (-1, 0)}
+    firsts = {after: await asyncio.wait_for(anext(follow), timeout=5)
+              for after, follow in follows.items()}  # bounded: a missing start would hang
+    await finished(store, rid("1"), log)  # the whole answer, its start by reference
+    assert any(keys.E_HEAD in fields for _id, fields in await raw(store, rid("1")))
+    for after, follow in follows.items():
+        sent = [data for batch in [firsts[after], *[b async for b in follow]]
+                for _kind, data in batch]
+        assert sent == [e.data for e in log][after + 1:]
+        assert [data for _kind, data in firsts[after]] == [e.data for e in log[after + 1:2]]
+
+
 async def test_a_short_answer_final_write_is_one_entry(store: RedisStore) -> None:
     # One stream node in Redis instead of one per 16 events (references.py, MAX_FINAL_EVENTS)
     start, log = answer(rid("1"), 20)

@@ -342,6 +342,46 @@ async def test_followers_here_and_on_another_instance_get_every_event_once(
 
 
 
+async def test_a_held_start_is_made_from_the_record_for_followers_byte_for_byte(
+        shared: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreground stream's writer holds its first events (writer.py `open(early=False)`):
+    nothing is written before the end here (no timed flush), yet followers elsewhere and here,
+    from the start and after event 0, get the stream as its client did, the start made from
+    the record (stored.py `_head`); the end writes that start by reference to the record's
+    object (a short answer's log holds it once)."""
+    async with app_for(shared) as (here, writer), app_for(shared) as (there, _):
+        writer.events.writer.window = 30.0  # no timed flush: the start stays held
+        created: list[str] = []
+        real_create = writer.store.create_response
+
+        async def create(record: Any, *args: Any, **kwargs: Any) -> None:
+            await real_create(record, *args, **kwargs)
+            created.append(record.id)
+
+        monkeypatch.setattr(writer.store, "create_response", create)
+        live = asyncio.create_task(here.post("/v1/responses", json={
+            "model": "sim-model", "input": "hi [[sim tokens=6 ttft_ms=1500]]",
+            "stream": True}, timeout=60))
+        await until(lambda: asyncio.sleep(0, result=bool(created)), interval=0.01)
+        rid = created[0]
+        log_key = keys.response_log(rid)
+        assert await writer.store.client.xlen(log_key) == 0  # the start is held
+        follows = [asyncio.create_task(http.get(f"/v1/responses/{rid}", params=params,
+                                                timeout=60))
+                   for http in (here, there)
+                   for params in ({"stream": "true"}, {"stream": "true", "starting_after": "0"})]
+        sent = (await live).content
+        events = sse_events(sent)
+        assert events[-1]["type"] == "response.completed"
+        lines = [line for line in sent.splitlines() if line.startswith(b"data: ")]
+        for index, follow in enumerate(follows):
+            got = [line for line in (await follow).content.splitlines()
+                   if line.startswith(b"data: ")]
+            assert got == lines[index % 2:], index  # the same bytes, from 0 or after it
+        entries = await writer.store.client.xrange(log_key)
+        assert any(keys.E_HEAD in fields for _id, fields in entries)  # by reference
+
+
 async def rewritten_by_releases(store: RedisStore, rid: str, old: int) -> None:
     """The log of a finished response as a rolling upgrade leaves it: its first `old` events in
     the earlier release's format (an entry per event, fields t and d), the rest as this one

@@ -1,9 +1,10 @@
 """How often the event-log writer writes, and what (services/eventlog/writer.py): a stream's
 events gathered over the window go as one log entry; a stream's first events are written
 ahead of the window, so that a follower on another instance sees a response start as soon as
-with a short window; a stream nobody on another instance follows keeps its events for a few
-windows (one longer entry), one that is followed there is written every window again once the
-writer's flush learns it (embedded store)."""
+with a short window, but a foreground stream's (its start is made from the record meanwhile);
+a stream nobody on another instance follows keeps its events for a few windows (one longer
+entry), one that is followed there is written every window again once the writer's flush learns
+it (embedded store)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,22 @@ async def test_a_stream_first_events_go_ahead_and_the_rest_wait_for_the_window(
     assert await stored(store, "resp_2") == [0, 1]
     assert await stored(store, "resp_1") == [0]
     assert await hub.flush_now()  # what the window's end writes
+    assert await stored(store, "resp_1") == [0, 1]
+    await hub.aclose()
+
+
+async def test_a_stream_opened_without_an_early_start_waits_and_is_held_as_a_started_one(
+        store: RedisStore) -> None:
+    # a foreground stream's start: readers elsewhere make it from the record (stored.py `_head`)
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, first_window=0.02)
+    handle = hub.open("resp_1", early=False)
+    handle.add(event(0))
+    handle.add(event(1))
+    await asyncio.sleep(0.1)  # five first windows: none of them writes it
+    assert await stored(store, "resp_1") == []
+    assert await hub.flush_window()  # a window's end holds it, as a started stream's
+    assert await stored(store, "resp_1") == []
+    assert await hub.flush_now()
     assert await stored(store, "resp_1") == [0, 1]
     await hub.aclose()
 

@@ -284,3 +284,26 @@ async def test_a_writer_dead_right_after_its_create_is_closed_by_the_sweep(
     assert closed is not None and closed.status == "failed"
     assert closed.response["error"]["message"] == LOST
     assert await LeaseTable(store.client).state(response_id) is LeaseState.ABSENT
+
+
+async def test_sweep_closes_a_writer_that_died_holding_its_start_with_that_start(
+        store: RedisStore) -> None:
+    """A foreground writer holds its stream's first events (services/eventlog/writer.py
+    `open(early=False)`): one that died before writing any leaves an empty log. Its end is
+    logged after the start readers made from the record meanwhile (stored.py `_head`), byte for
+    byte, so the log is whole and numbered as they saw it."""
+    live = assemble(golden_bytes("text"))
+    record = ResponseRecord(dict(live[0]["response"]), TENANT, logged=True)
+    await store.create_response(record, [], ttl=60, event_ttl=60, lease_ms=50)
+    writer, reaper = leases(store), leases(store)
+    async with writer.held(record.id):
+        await expired(LeaseTable(store.client), record.id)
+        assert await reaper.sweep() == 1
+    logged = await store.read_events(record.id)
+    assert [e.data for e in logged[:2]] == [orjson.dumps(e) for e in live[:2]]
+    events = [orjson.loads(e.data) for e in logged]
+    check_stream(events)
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress",
+                                           "response.failed"]
+    count, last = await store.log_extent(record.id)
+    assert last is not None and count == last.seq + 1 == 3  # whole: replayed as it is

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.core.types import TERMINAL_EVENTS, Event, EventBatch
+from proxy.core.types import CREATED, IN_PROGRESS, TERMINAL_EVENTS, Event, EventBatch
 
 
 def encode_events(events: list[Event]) -> EventBatch:
@@ -37,5 +37,18 @@ def ends_stream(batch: EventBatch) -> bool:
 
 def _around(event: Event, body: bytes) -> tuple[str, bytes]:
     kind = event["type"]
-    return kind, b'{"type":"%s","sequence_number":%d,"response":%s}' % (
-        kind.encode(), event["sequence_number"], body)
+    return kind, lifecycle(kind, event["sequence_number"], body)
+
+
+def lifecycle(kind: str, seq: int, body: bytes) -> bytes:
+    """The JSON of a lifecycle event numbered `seq` around its response object's JSON `body`:
+    byte for byte `orjson.dumps` of the event (see the module's docstring)."""
+    return b'{"type":"%s","sequence_number":%d,"response":%s}' % (kind.encode(), seq, body)
+
+
+def foreground_start(body: bytes) -> list[tuple[int, str, bytes]]:
+    """A foreground stream's first two events (`Assembler.start`) as they are sent and logged,
+    numbered, around the create-time object's JSON `body`: what a reader makes them from while
+    the stream's writer still holds them (services/responses/stored.py, eventlog/ending.py)."""
+    return [(seq, kind, lifecycle(kind, seq, body))
+            for seq, kind in ((0, CREATED), (1, IN_PROGRESS))]

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from proxy.core.events.assembler import Assembler
+from proxy.core.events.encoding import foreground_start
 from proxy.core.ids import IdFactory
 from proxy.core.types import Event
 from proxy.services.eventlog.pages import whole_log
@@ -26,11 +27,19 @@ async def close_from_log(store: Store, hub: EventLogHub, record: ResponseRecord,
     """`end` (e.g. `lambda a: a.fail(reason)`) applied to the response restored from its log;
     a response that never logged (`record.logged` false) ends in its object only."""
     logged = await whole_log(store, record.id) if record.logged else []
+    head: list[Event] = []
+    if record.logged and not logged and not record.background:
+        # A foreground stream whose writer held its start (writer.py `open(early=False)`) and
+        # wrote nothing before it stopped: the start readers elsewhere made from the record
+        # (services/responses/stored.py `_head`), logged here before the end, so the log is
+        # whole and numbered as those readers saw it.
+        head = [orjson.loads(data) for _seq, _kind, data
+                in foreground_start(orjson.dumps(record.response))]
     assembler = Assembler(dict(record.response), ids=ids, clock=clock)
-    assembler.restore(orjson.loads(e.data) for e in logged)
+    assembler.restore([*(orjson.loads(e.data) for e in logged), *head])
     recorder = Recorder(store, record.tenant, ttl=response_ttl, event_ttl=event_ttl,
                         log_handle=hub.open(record.id) if record.logged else None)
-    await record_all(recorder, end(assembler), logged=record.logged)
+    await record_all(recorder, [*head, *end(assembler)], logged=record.logged)
 
 
 async def record_all(recorder: Recorder, events: list[dict[str, Any]], *,

@@ -56,8 +56,8 @@ class EventLog:
     def _writing(self, response_id: str) -> bool:
         return self.writer.writing(response_id)
 
-    def open(self, response_id: str) -> LogHandle:
-        return self.writer.open(response_id)
+    def open(self, response_id: str, *, early: bool = True) -> LogHandle:
+        return self.writer.open(response_id, early=early)
 
     def follow(self, response_id: str, *, after: int,
                idle: float) -> AsyncIterator[StoredEvent]:

@@ -14,7 +14,13 @@ moment it is made (`local`), and a stream's end carries its pending events in th
 What it delays is a follower on another instance, by up to the window; and, so that such a
 follower (a background job's client served elsewhere, a replay) sees a response start as soon
 as before, a stream's first events are written on their own after `first_window` (20 ms, the
-old window), ahead of the others.
+old window), ahead of the others. Not a foreground stream's (`open(early=False)`): its start
+(`response.created`, `response.in_progress`) carries the create-time object the record holds,
+and a reader elsewhere makes those two events from the record while the log is still empty
+(services/responses/stored.py `_head`, ending.py), so its first events wait, and are held, as
+any others: no write of their own before the first token (a Redis call and ~15k instructions of
+a stored stream's set-up), and an answer that ends within the hold writes its start by reference
+to the record's object (store/lua/references.py) instead of inline.
 
 A stream nobody on another instance follows live has no reader waiting for its log until it
 ends, so its events are held back for up to `HOLD_WINDOWS` windows (1 s), or until they fill
@@ -326,8 +332,12 @@ class EventLogHub:
         self._suspect = False  # the last write failed: reconnect before the next one
         self._holding = False  # the last timed flush held some stream's events back
 
-    def open(self, response_id: str) -> LogHandle:
-        handle = LogHandle(self, response_id)
+    def open(self, response_id: str, *, early: bool = True) -> LogHandle:
+        """The log of `response_id`, written from here. `early` False: its first events are not
+        written ahead of the batch (`first_window`) but wait, and are held, as a started
+        stream's (a foreground stream's start, which readers elsewhere make from the record
+        meanwhile: services/responses/stored.py)."""
+        handle = LogHandle(self, response_id, started=not early)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():

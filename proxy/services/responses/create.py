@@ -520,8 +520,10 @@ class ResponsesService:
                 with tracing.store_span("create_response"):
                     await creating
             if request.stream:
-                # Its log only once it is stored.
-                recorder.log_handle = self._generations.event_log.open(snapshot["id"])
+                # Its log only once it is stored. Its start is not written ahead (writer.py):
+                # the record just stored is what a reader elsewhere makes it from meanwhile.
+                recorder.log_handle = self._generations.event_log.open(snapshot["id"],
+                                                                       early=False)
         return recorder
 
 

@@ -3,7 +3,9 @@
 Replay (`GET /v1/responses/{id}?stream=true[&starting_after=N]`), from any instance:
 - a response with an event log (it was streamed, or runs in the background) replays its log
   from the store, then, while it still runs, tails it live until the terminal event: the same
-  bytes, the same sequence numbers, as the client that started it saw;
+  bytes, the same sequence numbers, as the client that started it saw (a running foreground
+  stream's first two events, which its writer holds back, are made from the record's object
+  while its log is empty: `_head`);
 - a response without a log (stored from a JSON request), or whose log has expired, replays a
   valid sequence rebuilt from its final object (`core/events/replay.py`) once it has finished.
 Without `starting_after` the whole log from `response.created` is sent: the SDK's
@@ -24,6 +26,7 @@ import orjson
 
 from proxy.core import types as t
 from proxy.core.errors import response_not_found
+from proxy.core.events.encoding import foreground_start
 from proxy.core.events.replay import events_from_response
 from proxy.core.request.paging import PageRequest, list_body, paginate
 from proxy.core.types import EventBatch, EventBatches, ResponseObject
@@ -112,6 +115,16 @@ class StoredResponses:
                 async for batch in finished:
                     yield batch
                 return
+        head = await self._head(record, after)
+        if head:
+            yield [(kind, data) for _seq, kind, data in head]
+            after = head[-1][0]
+        async for batch in self._followed(record, after):
+            yield batch
+
+    async def _followed(self, record: ResponseRecord, after: int) -> EventBatches:
+        """A running response's log from `after`: stored, then live until its terminal event
+        (or until it is deleted, or its writer is gone)."""
         deadline = time.monotonic() + MAX_REPLAY_SECONDS
         position = after
         while time.monotonic() < deadline:
@@ -135,6 +148,21 @@ class StoredResponses:
                 return
             if await self._writer_gone(current):
                 return
+
+    async def _head(self, record: ResponseRecord, after: int) -> list[tuple[int, str, bytes]]:
+        """A running foreground stream's start, made from its record while its log is empty:
+        its writer holds the first events back (services/eventlog/writer.py `open(early=False)`),
+        and the record's object is the create-time one they carry until the final write. The
+        log, once written, holds these same bytes (the final write compares them with that
+        object to keep them by reference: store/lua/references.py); the follow then reads past
+        them. A background job's start is logged with its create: nothing to make."""
+        if after >= 1 or record.background or record.status != t.S_IN_PROGRESS:
+            return []
+        _count, last = await self._store.log_extent(record.id)
+        if last is not None:
+            return []
+        return [event for event in foreground_start(orjson.dumps(record.response))
+                if event[0] > after]
 
     async def _writer_gone(self, current: ResponseRecord) -> bool:
         """After `follow_idle` of silence on an unfinished response: stop waiting?"""
