@@ -416,3 +416,28 @@ async def test_the_previous_release_reader_sees_a_compact_run_as_a_gap_never_a_b
     assert await entries(store, rid("1")) + int(extra or 0) != last.seq + 1
     assert await store.log_extent(rid("1")) == (len(log), log[-1])
     await assert_reads_from_every_number(store, rid("1"), log, tailed_to=len(log) - 3)
+
+
+async def test_a_follower_that_made_the_start_gets_an_end_logged_alone_renumbered_after_it(
+        store: RedisStore) -> None:
+    """An earlier release's lease sweep ends a response whose writer died holding its start by
+    logging the end alone (numbered 0). A follower here that had made the start from the record
+    (stored.py `_head`) is past that number: it gets the end rebuilt from the final object,
+    numbered after what it was sent, never a stream with no end."""
+    start, log = answer(rid("1"), 2, status="failed")
+    await streamed(store, rid("1"), start)
+    record = await store.get_response(TENANT, rid("1"))
+    assert record is not None
+    replays = StoredResponses(store, Followers(store, block_ms=20),
+                              StreamSettings(follow_idle=0.3))
+    follow = replays.replay_record(record, -1)
+    first = await asyncio.wait_for(anext(follow), timeout=5)  # the start, made here
+    final = orjson.loads(log[-1].data)["response"]
+    alone = lifecycle("response.failed", 0, final)
+    done = await store.finish_response(final, alone, tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL)
+    assert done.changed
+    rest = [b async for b in follow]  # bounded: the follow re-reads after its idle 0.3 s
+    sent = [orjson.loads(data) for batch in [first, *rest] for _kind, data in batch]
+    assert [(e["type"], e["sequence_number"]) for e in sent] == [
+        ("response.created", 0), ("response.in_progress", 1), ("response.failed", 2)]
+    assert sent[-1]["response"] == final

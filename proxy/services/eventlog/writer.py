@@ -17,10 +17,11 @@ as before, a stream's first events are written on their own after `first_window`
 old window), ahead of the others. Not a foreground stream's (`open(early=False)`): its start
 (`response.created`, `response.in_progress`) carries the create-time object the record holds,
 and a reader elsewhere makes those two events from the record while the log is still empty
-(services/responses/stored.py `_head`, ending.py), so its first events wait, and are held, as
-any others: no write of their own before the first token (a Redis call and ~15k instructions of
-a stored stream's set-up), and an answer that ends within the hold writes its start by reference
-to the record's object (store/lua/references.py) instead of inline.
+(services/responses/stored.py `_head`, ending.py), so its start waits, however long, for the
+stream's next events (its first token), and is then held with them as any others: no write
+before the first token (a Redis call and ~15k instructions of a stored stream's set-up), and an
+answer that ends within the hold writes its start by reference to the record's object
+(store/lua/references.py) instead of inline.
 
 A stream nobody on another instance follows live has no reader waiting for its log until it
 ends, so its events are held back for up to `HOLD_WINDOWS` windows (1 s), or until they fill
@@ -31,11 +32,12 @@ often. How the writer knows: a follower on another instance marks the response w
 live tail (`Store.mark_followed`, services/eventlog/follow.py), and the flush script reports the
 marked streams among those it writes; from that reply on, the stream's events go every window as
 before. So such a follower waits up to the held windows once, for the flush that tells the
-writer, then up to one window as before; its first events (`first_window`) and the followers on
-this instance (`local`) are never held. Only the timed flush holds: a full buffer, an end
-waiting on the flusher (`flush_through`) and `aclose` write everything. What the hold costs
-otherwise: a writer that dies loses up to 1 s of events instead of 100 ms (its response is then
-ended from what its log holds: ending.py); its client, whose connection died with it, had them.
+writer, then up to one window as before; the first events of a stream opened early
+(`first_window`) and the followers on this instance (`local`) are never held. Only the timed
+flush holds: a full buffer, an end waiting on the flusher (`flush_through`) and `aclose` write
+everything. What the hold costs otherwise: a writer that dies loses up to 1 s of events instead
+of 100 ms (its response is then ended from what its log holds: ending.py); its client, whose
+connection died with it, had them.
 
 A stream's end goes through `LogHandle.finish`, which stores the final object together with
 the terminal event (`Store.finish_response`, retried and reconciled by
@@ -130,6 +132,9 @@ class LogHandle:
     # are not held back past one window (`HOLD_WINDOWS`).
     followed: bool = False
     held: int = 0  # timed flushes that left this stream's pending events for a later one
+    # Opened late (`EventLogHub.open(early=False)`): its start, events 0 and 1, is what readers
+    # elsewhere make from the record while the log is empty, so alone it waits for more.
+    start_in_record: bool = False
 
     def record(self, events: list[Event], encoded: EventBatch) -> None:
         """A turn's batch of events (`encoded`: their types and JSON, in order), as the
@@ -334,10 +339,11 @@ class EventLogHub:
 
     def open(self, response_id: str, *, early: bool = True) -> LogHandle:
         """The log of `response_id`, written from here. `early` False: its first events are not
-        written ahead of the batch (`first_window`) but wait, and are held, as a started
-        stream's (a foreground stream's start, which readers elsewhere make from the record
-        meanwhile: services/responses/stored.py)."""
-        handle = LogHandle(self, response_id, started=not early)
+        written ahead of the batch (`first_window`); the start alone (events 0 and 1) waits for
+        the stream's next events, then all are held as a started stream's (a foreground
+        stream's start, which readers elsewhere make from the record meanwhile:
+        services/responses/stored.py)."""
+        handle = LogHandle(self, response_id, started=not early, start_in_record=not early)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():
@@ -587,6 +593,11 @@ class EventLogHub:
             if not pending:
                 continue
             held = handle.held
+            if hold and handle.start_in_record and pending[-1][0] <= 1:
+                # The start alone (no token yet: a long prefill, a tool loop's first steps)
+                # stays until its stream's next events, however long: no reader needs it
+                # written (stored.py `_head`, ending.py), and the next event wakes the flusher.
+                continue
             if hold and handle.started and not handle.followed:
                 if (held < HOLD_WINDOWS - 1
                         and len(pending) * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):

@@ -181,7 +181,11 @@ class StoredResponses:
         its terminal event), the final object is the source of truth: its terminal event,
         numbered to follow `position`, so the client's sequence never skips a number."""
         count, last = await self._store.log_extent(record.id)
-        if last is not None and count == last.seq + 1 and last.type in t.TERMINAL_EVENTS:
+        # (A whole log whose end is not past `position`: numbered otherwise than what this
+        # follower was sent, e.g. an earlier release ended the response from its log while this
+        # one had made the start from the record (`_head`): its end, rebuilt, as for a gap.)
+        if last is not None and count == last.seq + 1 and last.type in t.TERMINAL_EVENTS \
+                and last.seq > position:
             async for batch in _paged(self._store, record.id, position):
                 yield batch
             return
