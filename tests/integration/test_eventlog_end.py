@@ -315,22 +315,28 @@ async def test_a_stream_whose_end_reply_was_lost_replays_each_event_once(
         assert sse_events(replay.content) == sent
 
 
+async def streaming(http: Any, writer: Any, monkeypatch: pytest.MonkeyPatch,
+                    prompt: str) -> tuple[asyncio.Task[Any], str]:
+    """A stored stream of `prompt` started on `http` (whose runtime is `writer`), and its
+    response id once its create has landed."""
+    created: list[str] = []
+    real_create = writer.store.create_response
+
+    async def create(record: Any, *args: Any, **kwargs: Any) -> None:
+        await real_create(record, *args, **kwargs)
+        created.append(record.id)
+
+    monkeypatch.setattr(writer.store, "create_response", create)
+    live = asyncio.create_task(http.post("/v1/responses", json={
+        "model": "sim-model", "input": prompt, "stream": True}, timeout=60))
+    await until(lambda: asyncio.sleep(0, result=bool(created)), interval=0.01)
+    return live, created[0]
+
+
 async def test_followers_here_and_on_another_instance_get_every_event_once(
         shared: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     async with app_for(shared) as (here, writer), app_for(shared) as (there, _):
-        created: list[str] = []
-        real_create = writer.store.create_response
-
-        async def create(record: Any, *args: Any, **kwargs: Any) -> None:
-            await real_create(record, *args, **kwargs)
-            created.append(record.id)
-
-        monkeypatch.setattr(writer.store, "create_response", create)
-        live = asyncio.create_task(here.post("/v1/responses", json={
-            "model": "sim-model", "input": "hi [[sim tokens=30 delay_ms=20]]",
-            "stream": True}, timeout=60))
-        await until(lambda: asyncio.sleep(0, result=bool(created)), interval=0.01)
-        rid = created[0]
+        live, rid = await streaming(here, writer, monkeypatch, "hi [[sim tokens=30 delay_ms=20]]")
         follows = [asyncio.create_task(http.get(f"/v1/responses/{rid}",
                                                 params={"stream": "true"}, timeout=60))
                    for http in (here, there)]
@@ -339,7 +345,6 @@ async def test_followers_here_and_on_another_instance_get_every_event_once(
         for follow in follows:
             got = sse_events((await follow).content)
             assert got == sent
-
 
 
 async def test_a_held_start_is_made_from_the_record_for_followers_byte_for_byte(
@@ -351,19 +356,7 @@ async def test_a_held_start_is_made_from_the_record_for_followers_byte_for_byte(
     object (a short answer's log holds it once)."""
     async with app_for(shared) as (here, writer), app_for(shared) as (there, _):
         writer.events.writer.window = 30.0  # no timed flush: the start stays held
-        created: list[str] = []
-        real_create = writer.store.create_response
-
-        async def create(record: Any, *args: Any, **kwargs: Any) -> None:
-            await real_create(record, *args, **kwargs)
-            created.append(record.id)
-
-        monkeypatch.setattr(writer.store, "create_response", create)
-        live = asyncio.create_task(here.post("/v1/responses", json={
-            "model": "sim-model", "input": "hi [[sim tokens=6 ttft_ms=1500]]",
-            "stream": True}, timeout=60))
-        await until(lambda: asyncio.sleep(0, result=bool(created)), interval=0.01)
-        rid = created[0]
+        live, rid = await streaming(here, writer, monkeypatch, "hi [[sim tokens=6 ttft_ms=1500]]")
         log_key = keys.response_log(rid)
         assert await writer.store.client.xlen(log_key) == 0  # the start is held
         follows = [asyncio.create_task(http.get(f"/v1/responses/{rid}", params=params,
