@@ -18,9 +18,10 @@ old window), ahead of the others. Not a foreground stream's (`open(early=False)`
 (`response.created`, `response.in_progress`) carries the create-time object the record holds,
 and a reader elsewhere makes those two events from the record while the log is still empty
 (services/responses/stored.py `_head`, ending.py), so its start waits, however long, for the
-stream's next events (its first token), and is then held with them as any others: no write
-before the first token (a Redis call and ~15k instructions of a stored stream's set-up), and an
-answer that ends within the hold writes its start by reference to the record's object
+stream's next events (its first token), and is then held with them as any others: one Redis
+call fewer a stored stream, none between its create and its first token (against an upstream
+whose first token takes over 20 ms, the start's own flush came before it), and an answer that
+ends within the hold writes its start by reference to the record's object
 (store/lua/references.py) instead of inline.
 
 A stream nobody on another instance follows live has no reader waiting for its log until it
