@@ -192,6 +192,8 @@ class LogHandle:
         self.room = min(hub.max_pending, MAX_UNFLUSHED + 1) - pending
         if not self.started:
             hub.hurry(self)
+        elif self.start_in_record and self.pending[-1][0] <= 1:
+            return  # the start alone: nothing for a flush to take (`_take`); the next event wakes
         hub.wake(pending)
 
     @property
