@@ -23,7 +23,8 @@ difference of their tokens; per request (set-up, final write, everything but the
 short wave less its tokens. Each figure has the processes' idle work over the wave's duration
 taken out (a quiet span measured first). The set-up to the first delta: `--streams` 2-token
 answers a stretched 1.5 s apart, counted from the first write until every stream has its first
-delta (`bench.burstsetup`'s measure).
+delta (`bench.burstsetup`'s measure); `--ttft-ms` makes them wait that long (stretched) for
+their first token, as a real prefill does (by default it comes at once).
 
 Needs valgrind (`apt-get install valgrind`); `--baseline REV` (default c9e4875, the performance
 round's baseline) is exported from git and run the same way. About 4 minutes a tree.
@@ -172,10 +173,10 @@ async def _wave(port: int, connections: list[Connection], system: str, tokens: i
 
 
 async def _setup_wave(port: int, connections: list[Connection], system: str, gap_ms: float,
-                      measured: list[Callgrind]) -> Counts:
+                      measured: list[Callgrind], ttft_ms: float | None = None) -> Counts:
     """Counts from the first write until every stream's first delta; the rest of the wave
     uncounted (dumped apart)."""
-    request = SYSTEMS[system].request(HOST, port, 2, gap_ms)
+    request = SYSTEMS[system].request(HOST, port, 2, gap_ms, ttft_ms)
     started = time.monotonic()
     firsts = [asyncio.Event() for _ in connections]
     tasks = [asyncio.create_task(_stream(connection, request, first))
@@ -190,7 +191,7 @@ async def _setup_wave(port: int, connections: list[Connection], system: str, gap
 
 
 def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[int, int],
-            log_dir: Path) -> Figures:
+            log_dir: Path, ttft_ms: float | None = None) -> Figures:
     """`tree`'s proxy (and its redis-server) under callgrind: see the module's docstring."""
     short, long = tokens
     pinning = plan_pinning()
@@ -220,7 +221,8 @@ def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[in
                     READY_TIMEOUT)
         measured = [Callgrind(proxy, log_dir / f"proxy-{label}.cg"),
                     Callgrind(redis, log_dir / f"redis-{label}.cg")]
-        return asyncio.run(_measure(port, measured, scale, streams, short, long))
+        return asyncio.run(_measure(port, measured, scale, streams, short, long,
+                                    None if ttft_ms is None else ttft_ms * scale))
     finally:
         for service in reversed(services):
             service.stop()
@@ -233,7 +235,8 @@ def _redis_up(port: int) -> bool:
 
 
 async def _measure(port: int, measured: list[Callgrind], scale: float, streams: int,
-                   short: int, long: int) -> Figures:
+                   short: int, long: int, ttft_ms: float | None = None) -> Figures:
+    """`ttft_ms`: the set-up wave's first-token wait, stretched already (None: at once)."""
     for process in measured:
         process.on()
 
@@ -264,7 +267,8 @@ async def _measure(port: int, measured: list[Callgrind], scale: float, streams: 
             per_token[store] = token
             per_request[store] = (proxy_short / streams - short * token[0],
                                   redis_short / streams - short * token[1])
-            first = (await _setup_wave(port, connections, system, 1500 * scale, measured)
+            first = (await _setup_wave(port, connections, system, 1500 * scale, measured,
+                                       ttft_ms)
                      ).less_idle(idle)
             setup[store] = (first[0] / streams, first[1] / streams)
         return Figures(per_token, per_request, setup)
@@ -299,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--tokens", type=int, nargs=2, default=[16, 96],
                         metavar=("SHORT", "LONG"))
+    parser.add_argument("--ttft-ms", type=float, default=None,
+                        help="the set-up wave's first token after this wait (default: at once; "
+                             "a real prefill takes tens to hundreds of ms)")
     args = parser.parse_args(argv)
     if not 0 < args.tokens[0] < args.tokens[1]:
         parser.error("--tokens: SHORT must be below LONG, both above 0")
@@ -315,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for label, tree in trees.items():
             results[label] = figures = measure(tree, label, args.scale, args.streams,
-                                               tuple(args.tokens), log_dir)
+                                               tuple(args.tokens), log_dir, args.ttft_ms)
             print(f"{label}: per token off {sum(figures.per_token['off']):,.0f}, on "
                   f"{sum(figures.per_token['on']):,.0f} (ratio {figures.ratio():.3f})",
                   flush=True)

@@ -40,8 +40,8 @@ class System:
     def stream(self) -> bool:
         return not self.kind.endswith("-json")
 
-    def body(self, tokens: int, delay_ms: float) -> dict[str, Any]:
-        text = prompt(tokens, delay_ms)
+    def body(self, tokens: int, delay_ms: float, ttft_ms: float | None = None) -> dict[str, Any]:
+        text = prompt(tokens, delay_ms, ttft_ms)
         if self.kind.startswith("chat"):
             body: dict[str, Any] = {"model": MODEL,
                                     "messages": [{"role": "user", "content": text}],
@@ -51,14 +51,17 @@ class System:
             return body
         return {"model": MODEL, "input": text, "stream": self.stream, **dict(self.extra)}
 
-    def request(self, host: str, port: int, tokens: int, delay_ms: float) -> bytes:
+    def request(self, host: str, port: int, tokens: int, delay_ms: float,
+                ttft_ms: float | None = None) -> bytes:
         """The complete HTTP/1.1 request, built once per row and written as is."""
-        return http_post(host, port, self.path, orjson.dumps(self.body(tokens, delay_ms)))
+        return http_post(host, port, self.path,
+                         orjson.dumps(self.body(tokens, delay_ms, ttft_ms)))
 
 
-def prompt(tokens: int, delay_ms: float) -> str:
-    delay = f"{delay_ms:g}"
-    return f"benchmark the proxy [[sim tokens={tokens} delay_ms={delay}]]"
+def prompt(tokens: int, delay_ms: float, ttft_ms: float | None = None) -> str:
+    """`ttft_ms`: the first token's wait (None: the simulator's own, about none)."""
+    ttft = "" if ttft_ms is None else f" ttft_ms={ttft_ms:g}"
+    return f"benchmark the proxy [[sim tokens={tokens} delay_ms={delay_ms:g}{ttft}]]"
 
 
 def http_post(host: str, port: int, path: str, body: bytes) -> bytes:

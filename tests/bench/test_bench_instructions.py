@@ -8,6 +8,7 @@ import pytest
 
 from bench import instructions
 from bench.instructions import Counts, Figures
+from bench.systems import SYSTEMS
 from proxy.services.eventlog import writer
 from proxy.store.connection import held
 
@@ -45,3 +46,9 @@ def test_the_shim_stretches_the_stored_paths_clocks(monkeypatch: pytest.MonkeyPa
 def test_waves_must_differ_in_length() -> None:
     with pytest.raises(SystemExit):
         instructions.main(["--tokens", "96", "16", "--baseline", ""])
+
+
+def test_the_set_up_wave_can_wait_for_its_first_token() -> None:
+    system = SYSTEMS["responses-store"]
+    assert "[[sim tokens=2 delay_ms=30000 ttft_ms=2000]]" in system.body(2, 30000, 2000)["input"]
+    assert "ttft_ms" not in system.body(2, 30000)["input"]  # by default, at once
