@@ -40,7 +40,7 @@ def _around(event: Event, body: bytes) -> tuple[str, bytes]:
     return kind, lifecycle(kind, event["sequence_number"], body)
 
 
-def lifecycle(kind: str, seq: int, body: bytes) -> bytes:
+def lifecycle(kind: str, seq: int, body: bytes | memoryview) -> bytes:
     """The JSON of a lifecycle event numbered `seq` around its response object's JSON `body`:
     byte for byte `orjson.dumps` of the event (see the module's docstring)."""
     return b'{"type":"%s","sequence_number":%d,"response":%s}' % (kind.encode(), seq, body)

@@ -193,7 +193,10 @@ class LogHandle:
         if not self.started:
             hub.hurry(self)
         elif self.start_in_record and self.pending[-1][0] <= 1:
-            return  # the start alone: nothing for a flush to take (`_take`); the next event wakes
+            # The start alone, which `_take` leaves (the rule's reason is there): nothing for a
+            # flush to take, and the next event wakes the flusher. (Inline, not a method: this
+            # runs for many tokens of every stored stream.)
+            return
         hub.wake(pending)
 
     @property
@@ -597,9 +600,9 @@ class EventLogHub:
                 continue
             held = handle.held
             if hold and handle.start_in_record and pending[-1][0] <= 1:
-                # The start alone (no token yet: a long prefill, a tool loop's first steps)
-                # stays until its stream's next events, however long: no reader needs it
-                # written (stored.py `_head`, ending.py), and the next event wakes the flusher.
+                # The start alone (no token yet: a long prefill, a tool loop's first steps) of
+                # a log opened late: readers elsewhere make it from the record (stored.py
+                # `_head`, ending.py), so it waits for the stream's next events, however long.
                 continue
             if hold and handle.started and not handle.followed:
                 if (held < HOLD_WINDOWS - 1

@@ -187,8 +187,9 @@ class ScriptCoalescer:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        await self._send_later([_Call(call.script, call.keys, call.args, call.reply, first=False)
-                                for call in lost])
+        for call in lost:
+            call.first = False  # sent again: a second NOSCRIPT is its error
+        await self._send_later(lost)
 
     async def _send(self, batch: list[_Call]) -> None:
         """The pooled way (a client whose connections cannot be held)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from proxy.core.events.encoding import lifecycle
 from proxy.store.base import EventRow
 from proxy.store.lua.packing import entry_parts, packed
 
@@ -41,8 +42,7 @@ def refers_to(event: EventRow, obj: bytes | memoryview) -> bool:
     whole: one copy of the object (a memcpy of a kilobyte or two), where comparing in place
     took a view and eight calls (~1.5 µs per event, two per stored streamed answer)."""
     seq, kind, data = event
-    return data == b'{"type":"%s","sequence_number":%d,"response":%s}' % (kind.encode(), seq,
-                                                                         obj)
+    return data == lifecycle(kind, seq, obj)
 
 
 def final_write(events: Sequence[EventRow], terminal: EventRow | None,
