@@ -117,7 +117,8 @@ class RedisStore(RedisConversations):
         # Creates and final writes of one loop turn share a pipeline (coalesce.py).
         self._coalesced = ScriptCoalescer(client)
         self._headroom = Headroom(time.monotonic)  # one primary: what our creates saw
-        self._reading: dict[str, asyncio.Future[int]] = {}  # a key's held bytes being read
+        # A key's held bytes being read: the checks waiting on that read (`_held_once`).
+        self._reading: dict[str, list[asyncio.Future[int]]] = {}
 
     @property
     def max_block_ms(self) -> int:
@@ -243,16 +244,40 @@ class RedisStore(RedisConversations):
     async def _held_once(self, tenant: str) -> int:
         """The key's stored bytes, read once for every check of it in flight: a burst of one
         key's creates after a quiet second would otherwise each read it (a py-spy profile of a
-        256-stream burst put 14% of the proxy's samples in these reads). A shared task, so
-        that the client leaving whose check started the read does not cancel the others'."""
-        read = self._reading.get(tenant)
-        if read is None:
+        256-stream burst put 14% of the proxy's samples in these reads). One read, in a task of
+        its own, and a future per check that its end resolves: a check whose client leaves is
+        cancelled alone, never the read the others wait on. (Not `asyncio.shield` per check:
+        that hung two callbacks on the read and made three loop steps per check where the
+        read's end makes one: ~100 Python opcodes and two handles per stored create in a
+        burst, `bench.instructions`' set-up.)"""
+        waiters = self._reading.get(tenant)
+        if waiters is None:
+            waiters = self._reading[tenant] = []
             read = asyncio.ensure_future(self.stored_bytes(tenant))
-            self._reading[tenant] = read
-            read.add_done_callback(lambda _: self._reading.pop(tenant, None))
-        held = await asyncio.shield(read)
-        self._headroom.note(tenant, held)
-        return held
+            read.add_done_callback(functools.partial(self._read_done, tenant, waiters))
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        return await waiter
+
+    def _read_done(self, tenant: str, waiters: list[asyncio.Future[int]],
+                   read: asyncio.Future[int]) -> None:
+        """A shared read's end, to each check still waiting on it (`_held_once`)."""
+        if self._reading.get(tenant) is waiters:
+            del self._reading[tenant]
+        if read.cancelled():  # the store closing: the checks end as the read did
+            for waiter in waiters:
+                waiter.cancel()
+            return
+        failure = read.exception()
+        if failure is None:
+            self._headroom.note(tenant, read.result())  # once a read, not once a check
+        for waiter in waiters:
+            if waiter.done():  # its check was cancelled meanwhile
+                continue
+            if failure is None:
+                waiter.set_result(read.result())
+            else:
+                waiter.set_exception(failure)
 
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
         def queue(pipe: Pipeline) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core.errors import QuotaExceeded
+from proxy.core.errors import QuotaExceeded, StoreUnavailable
 from proxy.core.policy.storagebudget import StorageBudget
 from proxy.core.shardtags import tag_of
 from proxy.store import keys
@@ -230,6 +230,41 @@ async def test_a_burst_of_checks_of_one_key_reads_it_once(
     round_trips.reset()
     await asyncio.gather(*(fresh.check_storage(TENANT) for _ in range(32)))
     assert round_trips.count == 1
+
+
+async def test_a_check_cancelled_mid_read_leaves_the_shared_read_to_the_others(
+        store: RedisStore, round_trips: RoundTrips) -> None:
+    if store.sharded:
+        pytest.skip("one primary's read (a cluster reads its ledger view)")
+    limited = budgeted(store, 10_000)
+    await limited.check_storage(TENANT)  # its script loaded
+    fresh = budgeted(store, 10_000)
+    round_trips.reset()
+    first = asyncio.ensure_future(fresh.check_storage(TENANT))  # starts the shared read
+    others = [asyncio.ensure_future(fresh.check_storage(TENANT)) for _ in range(4)]
+    await asyncio.sleep(0)  # every check is waiting on the one read
+    first.cancel()  # its client left
+    await asyncio.gather(*others)  # answered by the read the cancelled check started
+    assert first.cancelled() and round_trips.count == 1
+    # A key's next burst reads again (nothing left waiting on the finished read).
+    again = budgeted(store, 10_000)
+    await asyncio.gather(*(again.check_storage(TENANT) for _ in range(3)))
+    assert round_trips.count == 2
+
+
+async def test_a_failed_shared_read_fails_every_check_waiting_on_it(store: RedisStore) -> None:
+    if store.sharded:
+        pytest.skip("one primary's read (a cluster reads its ledger view)")
+    fresh = budgeted(store, 10_000)
+
+    async def down(tenant: str) -> int:
+        await asyncio.sleep(0)
+        raise StoreUnavailable("down")
+
+    fresh.stored_bytes = down  # type: ignore[method-assign]
+    results = await asyncio.gather(*(fresh.check_storage(TENANT) for _ in range(3)),
+                                   return_exceptions=True)
+    assert all(isinstance(result, StoreUnavailable) for result in results)
 
 
 async def test_a_key_near_its_budget_is_checked_every_time_and_refused(

@@ -68,6 +68,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import operator
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -288,8 +289,14 @@ class LogHandle:
 
 def _stored(events: Sequence[Event], encoded: EventBatch) -> list[EventRow]:
     """A turn's events as the log holds them (`encoded`: their types and JSON, in order)."""
-    return [(event["sequence_number"], kind, data)
-            for event, (kind, data) in zip(events, encoded, strict=True)]
+    # `(seq,) + (kind, data)` by C loops: no Python step per event (a stored stream's first
+    # batch holds its start, its first item and part, and its first delta).
+    if len(events) != len(encoded):
+        raise ValueError("events and their encoding differ in length")
+    return list(map(tuple.__add__, zip(map(_SEQUENCE_NUMBER, events)), encoded))
+
+
+_SEQUENCE_NUMBER = operator.itemgetter("sequence_number")
 
 
 def _each(local: Callable[[str, StoredEvent], None], response_id: str,

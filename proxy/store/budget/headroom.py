@@ -44,7 +44,11 @@ class Headroom:
 
     def note(self, tenant: str, held: int) -> None:
         """`tenant` holds `held` bytes, as a write of ours just counted them."""
-        if tenant not in self._seen and len(self._seen) >= self._max_keys:
+        seen = self._seen.get(tenant)
+        if seen is not None:  # (nearly always: updated in place, no object made per create)
+            seen.held, seen.at = held, self._clock()
+            return
+        if len(self._seen) >= self._max_keys:
             self._seen.clear()  # forgetting only costs a pre-check its round trip again
         self._seen[tenant] = _Seen(held, self._clock())
 
