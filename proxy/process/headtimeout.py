@@ -31,9 +31,9 @@ from typing import Any, ClassVar
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from proxy.process.headwrite import HeldHead
+from proxy.process.headwrite import HeldHead, QuickStart
 
 DEFAULT_HEADER_TIMEOUT = 10.0
 
@@ -144,8 +144,11 @@ class HttpToolsHeadTimeout(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not before and cycle is not None:  # a request's cycle, not an upgrade
-            # Its response head leaves with its first body bytes (headwrite.py).
+            # Its response head leaves with its first body bytes, and is made with two
+            # regular-expression searches in all (headwrite.py).
             cycle.transport = HeldHead(self.transport, cycle, self.loop)  # type: ignore[assignment]
+            if cycle.__class__ is RequestResponseCycle:
+                cycle.__class__ = QuickStart
 
     def on_message_complete(self) -> None:
         self._in_body = False

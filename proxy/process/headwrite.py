@@ -14,12 +14,29 @@ From then on the cycle writes to the connection's transport itself: nothing per 
 Closing the cycle's transport before its next write (a connection closed after a head alone)
 writes the head first. Only the cycle's own writes are held; the connection's (a 400 for a
 malformed request, a WebSocket upgrade) go to the transport.
+
+`QuickStart`: the head itself made with two searches in all. uvicorn checks each header it
+sends against two regular expressions, a search each (~1.3k instructions apiece: an SSE
+stream's five headers cost ~13k, about 1% of a stored stream's set-up before its first delta).
+The cycle's first `send`, a plain start, checks every name in one search of the names joined and
+every value in one of the values joined by a tab (which a value may hold and a name may not), and
+writes the very bytes uvicorn writes; any other first message, or a head with a header uvicorn
+acts on (`transfer-encoding`, `connection`, more than one `content-length`) or a character
+either search finds, goes to uvicorn's own `send`, which makes or refuses it as always. Either
+way the cycle is uvicorn's own class from then on: nothing changes per body write.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
+
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    RequestResponseCycle,
+)
 
 
 class _Cycle(Protocol):
@@ -66,3 +83,59 @@ class HeldHead:
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
+
+
+# Headers uvicorn's start acts on, besides writing them: either in the names (lowered, joined)
+# sends the start to uvicorn's own code (a false alarm, `x-connection-id`, only costs it the
+# slow way).
+_TRANSFER_ENCODING, _CONNECTION = b"transfer-encoding", b"connection"
+_CONTENT_LENGTH = b"content-length"
+_LINE = b"%s: %s\r\n".__mod__
+
+
+class QuickStart(RequestResponseCycle):
+    """A request's cycle until its first `send` (see the module's docstring): set as the
+    cycle's class by process/headtimeout.py, and back to uvicorn's at that first `send`."""
+
+    async def send(self, message: Any) -> None:
+        # Every later message: uvicorn's own `send`.
+        self.__class__ = RequestResponseCycle  # type: ignore[assignment]
+        if message["type"] != "http.response.start" or self.response_started \
+                or self.disconnected or self.flow.write_paused or self.access_log \
+                or not _quick_start(self, message):
+            await RequestResponseCycle.send(self, message)
+
+
+def _quick_start(cycle: RequestResponseCycle, message: Any) -> bool:
+    """The start's head written as uvicorn's `send` writes it; False (nothing done) for
+    one it must make itcycle. (A function: the cycle is uvicorn's class again here.)"""
+    headers = cycle.default_headers + list(message.get("headers", []))
+    names = [name for name, _ in headers]
+    values = [value for _, value in headers]
+    if HEADER_RE.search(b"".join(names)) or HEADER_VALUE_RE.search(b"\t".join(values)):
+        return False  # uvicorn's loop names the first bad header
+    lowered = b"\n".join(names).lower()
+    if _TRANSFER_ENCODING in lowered or _CONNECTION in lowered \
+            or lowered.count(_CONTENT_LENGTH) > 1:
+        return False
+    lines = lowered.split(b"\n")
+    if _CONTENT_LENGTH in lowered and _CONTENT_LENGTH not in lines:
+        return False  # part of another name only: uvicorn's way
+    status = message["status"]
+    cycle.response_started = True  # (before a bad length raises, as uvicorn's)
+    cycle.waiting_for_100_continue = False
+    length = (int(values[lines.index(_CONTENT_LENGTH)].decode())
+              if _CONTENT_LENGTH in lines else None)
+    # (Not strict: with no header at all, `lines` is one empty name for no value.)
+    content = [STATUS_LINE[status], *map(_LINE, zip(lines, values, strict=False))]
+    if length is not None:
+        cycle.expected_content_length = length
+        cycle.chunked_encoding = False
+    if not cycle.keep_alive:
+        content.append(b"connection: close\r\n")
+    if length is None and cycle.scope["method"] != "HEAD" and status not in (204, 304):
+        cycle.chunked_encoding = True
+        content.append(b"transfer-encoding: chunked\r\n")
+    content.append(b"\r\n")
+    cycle.transport.write(b"".join(content))
+    return True
