@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy.process.headwrite import HeldHead, QuickStart
+from proxy.process.headwrite import HeldHead, quick_start
+from proxy.web.middleware.access import QUICK_START
 
 DEFAULT_HEADER_TIMEOUT = 10.0
 
@@ -147,8 +148,7 @@ class HttpToolsHeadTimeout(HttpToolsProtocol):
             # Its response head leaves with its first body bytes, and is made with two
             # regular-expression searches in all (headwrite.py).
             cycle.transport = HeldHead(self.transport, cycle, self.loop)  # type: ignore[assignment]
-            if cycle.__class__ is RequestResponseCycle:
-                cycle.__class__ = QuickStart
+            cycle.scope[QUICK_START] = quick_start  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         self._in_body = False

@@ -15,15 +15,18 @@ Closing the cycle's transport before its next write (a connection closed after a
 writes the head first. Only the cycle's own writes are held; the connection's (a 400 for a
 malformed request, a WebSocket upgrade) go to the transport.
 
-`QuickStart`: the head itself made with two searches in all. uvicorn checks each header it
+`quick_start`: the head itself made with two searches in all. uvicorn checks each header it
 sends against two regular expressions, a search each (~1.3k instructions apiece: an SSE
 stream's five headers cost ~13k, about 1% of a stored stream's set-up before its first delta).
-The cycle's first `send`, a plain start, checks every name in one search of the names joined and
-every value in one of the values joined by a tab (which a value may hold and a name may not), and
-writes the very bytes uvicorn writes; any other first message, or a head with a header uvicorn
-acts on (`transfer-encoding`, `connection`, more than one `content-length`) or a character
-either search finds, goes to uvicorn's own `send`, which makes or refuses it as always. Either
-way the cycle is uvicorn's own class from then on: nothing changes per body write.
+The app's front middleware (web/middleware/front.py) hands a response's start to the cycle's
+`quick_start` (in the request's scope, `QUICK_START`, put there by process/headtimeout.py)
+with the server's `send` when nothing of ours sits between the two: it checks
+every name in one search of the names joined and every value in one of the values joined by a
+tab (which a value may hold and a name may not), and writes the very bytes uvicorn writes. A
+start with a header uvicorn acts on (`transfer-encoding`, `connection`, more than one
+`content-length`), a character either search finds, or anything malformed is left to uvicorn's
+own `send`, which makes or refuses it as always. Not by changing the cycle's `send`: uvicorn
+hands the app that bound method once, so every body write (each token) would pay for it.
 """
 
 from __future__ import annotations
@@ -93,22 +96,25 @@ _CONTENT_LENGTH = b"content-length"
 _LINE = b"%s: %s\r\n".__mod__
 
 
-class QuickStart(RequestResponseCycle):
-    """A request's cycle until its first `send` (see the module's docstring): set as the
-    cycle's class by process/headtimeout.py, and back to uvicorn's at that first `send`."""
+def quick_start(send: Any, message: Any) -> bool:
+    """The start `message` of the response whose server `send` is `send` (the cycle's own,
+    as uvicorn hands it to the app) written as that `send` writes it, if it is a plain one;
+    False (nothing done, nothing changed) for any other: `send` then makes it, or refuses it in
+    its own words. The scope holds this function, not one bound to the cycle: the scope is the
+    cycle's, and a cycle held by its own scope would wait for the garbage collector."""
+    cycle = getattr(send, "__self__", None)
+    if cycle.__class__ is not RequestResponseCycle or cycle.response_started \
+            or cycle.disconnected or cycle.flow.write_paused or cycle.access_log:
+        return False
+    try:
+        return _quick_start(cycle, message)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        # A header that is not a pair of bytes, no status, a bad length: uvicorn's own error,
+        # raised from its own state (it marks the response started first).
+        return False
 
-    async def send(self, message: Any) -> None:
-        # Every later message: uvicorn's own `send`.
-        self.__class__ = RequestResponseCycle  # type: ignore[assignment]
-        if message["type"] != "http.response.start" or self.response_started \
-                or self.disconnected or self.flow.write_paused or self.access_log \
-                or not _quick_start(self, message):
-            await RequestResponseCycle.send(self, message)
 
-
-def _quick_start(cycle: RequestResponseCycle, message: Any) -> bool:
-    """The start's head written as uvicorn's `send` writes it; False (nothing done) for
-    one it must make itcycle. (A function: the cycle is uvicorn's class again here.)"""
+def _quick_start(cycle: Any, message: Any) -> bool:
     headers = cycle.default_headers + list(message.get("headers", []))
     names = [name for name, _ in headers]
     values = [value for _, value in headers]
@@ -122,12 +128,13 @@ def _quick_start(cycle: RequestResponseCycle, message: Any) -> bool:
     if _CONTENT_LENGTH in lowered and _CONTENT_LENGTH not in lines:
         return False  # part of another name only: uvicorn's way
     status = message["status"]
-    cycle.response_started = True  # (before a bad length raises, as uvicorn's)
-    cycle.waiting_for_100_continue = False
     length = (int(values[lines.index(_CONTENT_LENGTH)].decode())
               if _CONTENT_LENGTH in lines else None)
     # (Not strict: with no header at all, `lines` is one empty name for no value.)
     content = [STATUS_LINE[status], *map(_LINE, zip(lines, values, strict=False))]
+    # Nothing can fail from here: the start is committed.
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
     if length is not None:
         cycle.expected_content_length = length
         cycle.chunked_encoding = False

@@ -118,7 +118,7 @@ class RedisStore(RedisConversations):
         self._coalesced = ScriptCoalescer(client)
         self._headroom = Headroom(time.monotonic)  # one primary: what our creates saw
         # A key's held bytes being read: the checks waiting on that read (`_held_once`).
-        self._reading: dict[str, list[asyncio.Future[int]]] = {}
+        self._reading: dict[str, tuple[asyncio.Future[int], list[asyncio.Future[int]]]] = {}
 
     @property
     def max_block_ms(self) -> int:
@@ -250,11 +250,13 @@ class RedisStore(RedisConversations):
         that hung two callbacks on the read and made three loop steps per check where the
         read's end makes one: ~100 Python opcodes and two handles per stored create in a
         burst, `bench.instructions`' set-up.)"""
-        waiters = self._reading.get(tenant)
-        if waiters is None:
-            waiters = self._reading[tenant] = []
+        reading = self._reading.get(tenant)
+        if reading is None:
             read = asyncio.ensure_future(self.stored_bytes(tenant))
-            read.add_done_callback(functools.partial(self._read_done, tenant, waiters))
+            # (The read held here too: the loop keeps only a weak reference to a task.)
+            reading = self._reading[tenant] = (read, [])
+            read.add_done_callback(functools.partial(self._read_done, tenant, reading[1]))
+        waiters = reading[1]
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         waiters.append(waiter)
         return await waiter
@@ -262,7 +264,8 @@ class RedisStore(RedisConversations):
     def _read_done(self, tenant: str, waiters: list[asyncio.Future[int]],
                    read: asyncio.Future[int]) -> None:
         """A shared read's end, to each check still waiting on it (`_held_once`)."""
-        if self._reading.get(tenant) is waiters:
+        reading = self._reading.get(tenant)
+        if reading is not None and reading[1] is waiters:
             del self._reading[tenant]
         if read.cancelled():  # the store closing: the checks end as the read did
             for waiter in waiters:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +17,8 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.server import ServerState
 
 from proxy.process.headtimeout import protocol_for
-from proxy.process.headwrite import QuickStart
+from proxy.process.headwrite import quick_start
+from proxy.web.middleware.access import QUICK_START
 
 REQUEST = b"GET /x HTTP/1.1\r\nHost: proxy\r\n\r\n"
 App = Callable[[Any, Any, Any], Awaitable[None]]
@@ -50,10 +50,11 @@ class Recording(asyncio.Transport):
         pass
 
 
-async def _served(app: App, transport: Recording, turns: int = 20) -> Recording:
+async def _served(app: App, transport: Recording, turns: int = 20, *,
+                  access_log: bool = True) -> Recording:
     """One request through the protocol on `transport`, until the app is done (bounded)."""
     config = uvicorn.Config(app, http=protocol_for("httptools", 10.0), log_level="warning",
-                            lifespan="off")
+                            lifespan="off", access_log=access_log)
     config.load()
     protocol: Any = config.http_protocol_class(  # type: ignore[call-arg]
         config=config, server_state=ServerState(), app_state={})
@@ -134,10 +135,10 @@ async def test_a_connection_closed_after_a_head_alone_gets_the_head_first() -> N
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-# -- QuickStart: the head uvicorn writes, with two searches in all ---------------------------
+# -- quick_start: the head uvicorn writes, with two searches in all ---------------------------
 
-_STARTS: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
-    # (method, status, headers, keep-alive)
+# (method, status, headers, keep-alive): heads `quick_start` writes itself...
+_PLAIN: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
     ("POST", 200, [(b"content-type", b"text/event-stream; charset=utf-8"),
                    (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no"),
                    (b"x-request-id", b"req_1")], True),  # a stream's head
@@ -146,66 +147,118 @@ _STARTS: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
     ("HEAD", 200, [(b"content-type", b"text/plain")], True),  # no chunking for HEAD
     ("GET", 204, [], True),
     ("GET", 304, [(b"etag", b'"x"')], True),
-    ("GET", 200, [(b"x-note", b"tab\tinside")], True),  # a tab is a value's right
-    # Headers uvicorn acts on: its own code makes these heads.
+    ("GET", 200, [[b"x-note", b"tab\tinside"]], True),  # a tab is a value's right; a list pair
+]
+# ...and those it leaves to uvicorn's `send` (headers uvicorn acts on, or a false alarm of
+# theirs: the slow way, the same bytes).
+_LEFT: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
     ("GET", 200, [(b"transfer-encoding", b"chunked")], True),
     ("GET", 200, [(b"connection", b"close"), (b"content-length", b"0")], True),
-    ("GET", 200, [(b"x-connection-id", b"7")], True),  # a false alarm: the slow way, same bytes
+    ("GET", 200, [(b"x-connection-id", b"7")], True),
     ("GET", 200, [(b"content-length", b"1"), (b"content-length", b"1")], True),
     ("GET", 200, [(b"x-content-length", b"1")], True),
 ]
 
 
-def _cycle(kind: type, method: str, keep_alive: bool) -> tuple[Any, Recording]:
+def _cycle(method: str, keep_alive: bool) -> tuple[RequestResponseCycle, Recording]:
     transport = Recording()
     flow = type("Flow", (), {"write_paused": False})()
     cycle = RequestResponseCycle(
-        scope={"method": method}, transport=transport, flow=flow,  # type: ignore[arg-type]
+        scope={"method": method}, transport=transport, flow=flow,  # type: ignore[arg-type, typeddict-item]
         logger=logging.getLogger("t"), access_logger=logging.getLogger("t"), access_log=False,
         default_headers=[(b"date", b"Mon, 30 Nov 2026 00:00:00 GMT")],
         message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
         on_response=lambda: None)
-    cycle.__class__ = kind
     return cycle, transport
 
 
-@pytest.mark.parametrize(("method", "status", "headers", "keep_alive"), _STARTS)
-async def test_a_quick_start_writes_the_head_uvicorn_writes(
+def _state(cycle: RequestResponseCycle, transport: Recording) -> tuple[Any, ...]:
+    return (transport.writes, cycle.response_started, cycle.chunked_encoding,
+            cycle.expected_content_length, cycle.keep_alive)
+
+
+@pytest.mark.parametrize(("method", "status", "headers", "keep_alive"), _PLAIN + _LEFT)
+async def test_a_start_is_written_as_uvicorn_writes_it(
         method: str, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> None:
-    states = []
-    for kind in (RequestResponseCycle, QuickStart):
-        cycle, transport = _cycle(kind, method, keep_alive)
-        await cycle.send({"type": "http.response.start", "status": status, "headers": headers})
-        assert cycle.__class__ is RequestResponseCycle  # uvicorn's from the first send on
-        states.append((transport.writes, cycle.response_started, cycle.chunked_encoding,
-                       cycle.expected_content_length, cycle.keep_alive))
-    assert states[0] == states[1]
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    theirs, their_transport = _cycle(method, keep_alive)
+    await theirs.send(start)
+    ours, our_transport = _cycle(method, keep_alive)
+    quick = quick_start(ours.send, start)
+    assert quick == ((method, status, headers, keep_alive) in _PLAIN)
+    if not quick:  # left untouched, for uvicorn's `send`
+        assert _state(ours, our_transport) == ([], False, None, 0, keep_alive)
+        await ours.send(start)
+    assert _state(ours, our_transport) == _state(theirs, their_transport)
 
 
-@pytest.mark.parametrize(("headers", "error"), [
-    ([(b"bad name", b"x")], "Invalid HTTP header name."),
-    ([(b"x-ok", b"line\nbreak")], "Invalid HTTP header value."),
-    ([(b"x-ok", b"v"), (b"x(", b"line\nbreak")], "Invalid HTTP header name."),  # the first bad
+@pytest.mark.parametrize("start", [
+    {"type": "http.response.start", "status": 200, "headers": [(b"bad name", b"x")]},
+    {"type": "http.response.start", "status": 200, "headers": [(b"x-ok", b"line\nbreak")]},
+    {"type": "http.response.start", "status": 200, "headers": [("x-str", "not bytes")]},
+    {"type": "http.response.start", "status": 200, "headers": [(b"x-one",)]},
+    {"type": "http.response.start", "status": 200, "headers": None},
+    {"type": "http.response.start", "headers": []},  # no status
+    {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"x")]},
 ])
-async def test_a_quick_start_refuses_a_bad_header_as_uvicorn_does(
-        headers: list[tuple[bytes, bytes]], error: str) -> None:
-    cycle, transport = _cycle(QuickStart, "GET", True)
-    with pytest.raises(RuntimeError, match=re.escape(error)):
-        await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
-    assert transport.writes == []
+async def test_a_malformed_start_is_left_to_uvicorn_which_refuses_it_in_its_own_way(
+        start: dict[str, Any]) -> None:
+    theirs, their_transport = _cycle("GET", True)
+    with pytest.raises(Exception) as their_error:
+        await theirs.send(start)
+    ours, our_transport = _cycle("GET", True)
+    assert not quick_start(ours.send, start)
+    with pytest.raises(Exception) as our_error:
+        await ours.send(start)
+    assert (our_error.type, str(our_error.value)) == (their_error.type, str(their_error.value))
+    assert _state(ours, our_transport) == _state(theirs, their_transport)
 
 
-async def test_the_proxy_protocol_makes_each_cycle_a_quick_start() -> None:
-    seen: list[type] = []
-
+async def test_the_proxy_protocol_offers_each_request_its_quick_start() -> None:
+    """The app finds the cycle's writer in the scope; the start it wrote is the response's
+    (uvicorn's `send` takes the body as that of a started response) and leaves with the body."""
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.append(type(send.__self__))  # the cycle, before its first send
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", b"2")]})
-        seen.append(type(send.__self__))
+        start = {"type": "http.response.start", "status": 200,
+                 "headers": [(b"content-length", b"2")]}
+        assert scope[QUICK_START](send, start)
+        assert QUICK_START in scope and scope[QUICK_START] is quick_start  # nothing bound
         await send({"type": "http.response.body", "body": b"ok"})
 
-    transport = await _served(app, Recording())
-    assert seen == [QuickStart, RequestResponseCycle]
+    transport = await _served(app, Recording(), access_log=False)  # (the proxy's: its own)
     [written] = transport.writes
     assert written.startswith(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n")
+    assert written.endswith(b"\r\n\r\nok")
+
+
+@pytest.mark.parametrize("beneath", [False, True])
+async def test_the_front_hands_a_start_to_the_quick_writer_only_when_its_send_is_the_servers(
+        beneath: bool) -> None:
+    """web/middleware/front.py: the start (our request id echoed) goes to `QUICK_START` when
+    nothing sits between the front and the server's `send`; beneath a wrapper of ours (the
+    tracing middleware reads the start), the wrapper gets it."""
+    from proxy.web.middleware.access import BODY_SEND, RequestContext
+    from proxy.web.middleware.front import _Answer
+
+    start = {"type": "http.response.start", "status": 200,
+             "headers": [(b"content-type", b"application/json")]}
+    quick: list[Any] = []
+    sent: list[Any] = []
+
+    async def server_send(message: Any) -> None:
+        sent.append(message)
+
+    async def wrapper(message: Any) -> None:
+        await server_send(message)
+
+    def writer(send: Any, message: Any) -> bool:
+        assert send is server_send
+        quick.append(message)
+        return True
+
+    scope = {"type": "http", BODY_SEND: server_send, QUICK_START: writer}
+    answer = _Answer(scope, wrapper if beneath else server_send, 0.0, RequestContext("req_1"),
+                     None)
+    await answer.send(start)
+    assert (len(quick), len(sent)) == ((0, 1) if beneath else (1, 0))
+    [written] = quick or sent
+    assert (b"x-request-id", b"req_1") in written["headers"] and answer.status == 200

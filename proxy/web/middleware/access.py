@@ -36,6 +36,10 @@ from proxy.telemetry.logs import access_writer
 
 # Scope key of the send a stream's body may use once its first bytes are out (front.py).
 BODY_SEND = "proxy.body_send"
+# Scope key of the server's writer of a plain response start (process/headwrite.py
+# `quick_start`: `(the server's send, message) -> bool`, False for one that `send` must make),
+# used by front.py when its `send` is the server's own.
+QUICK_START = "proxy.quick_start"
 # nginx's code for a request the client closed before an answer was sent.
 CLIENT_CLOSED = 499
 _LINE = ("%(method)s %(route)s %(status)d %(duration_ms).1fms key=%(key_id)s cache=%(cache)s "

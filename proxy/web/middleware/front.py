@@ -52,6 +52,7 @@ from proxy.web.errors import ErrorAnswers
 from proxy.web.middleware.access import (
     BODY_SEND,
     CLIENT_CLOSED,
+    QUICK_START,
     failed_status,
     new_request_id,
     request_context,
@@ -256,6 +257,13 @@ class _Answer:
                     series.first_byte(time.perf_counter() - self.started)
         elif message["type"] == "http.response.start":
             message = self._started(message)
+            scope = self._scope
+            quick = scope.get(QUICK_START)
+            # The server's writer of a plain start (process/headwrite.py), when our send is the
+            # server's own (a wrapper beneath, tracing's, reads the start itself).
+            send = self._send
+            if quick is not None and send is scope.get(BODY_SEND) and quick(send, message):
+                return
         await self._send(message)
 
     def _started(self, message: Message) -> Message:
