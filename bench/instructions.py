@@ -14,8 +14,8 @@ measured waves), the simulator outside it on the other core. Under callgrind a p
 ~50x slower, so time is stretched by `--scale` (20): the simulator's 20 ms per token becomes
 400 ms, and the proxy's own clocks that shape the stored path are stretched alike (the event
 log's write window and first window, the held connection's early margin, the lease's length,
-the SSE keep-alive pings' interval), so each flush carries the runs of tokens it carries at
-full speed. `--streams` (64) streams at
+the SSE keep-alive pings' interval, uvicorn's keep-alive timeout), so each flush carries the
+runs of tokens it carries at full speed. `--streams` (64) streams at
 once on keep-alive connections opened before anything is counted, in waves of `--tokens` (16
 and 96) tokens each, store off then on; after each wave both
 processes' counts are dumped and zeroed. Per token: the difference of the two waves over the
@@ -82,6 +82,24 @@ try:
     held._EARLY *= scale
 except (ImportError, AttributeError):
     pass
+from proxy.cli import main
+main(sys.argv[1:])
+"""
+# uvicorn's keep-alive timeout (5 s), stretched in the proxy and in the simulator: a callgrind
+# dump of the proxy between two waves can take longer than that on a slow VM, and a server then
+# closed the idle connections the next wave was to use (the proxy's clients', or the pooled
+# upstream ones of a proxy that does not retry a stale one: c9e4875 answered 502).
+_KEEP_ALIVE = """
+import os, uvicorn
+config_init = uvicorn.Config.__init__
+def stretched_config(self, *args, **kwargs):
+    config_init(self, *args, **kwargs)
+    self.timeout_keep_alive *= float(os.environ["BENCH_TIME_SCALE"])
+uvicorn.Config.__init__ = stretched_config
+"""
+_LAUNCH = _KEEP_ALIVE + _LAUNCH
+_SIMULATE = _KEEP_ALIVE + """
+import sys
 from proxy.cli import main
 main(sys.argv[1:])
 """
@@ -201,10 +219,11 @@ def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[in
         *valgrind, f"--callgrind-out-file={log_dir}/redis-{label}.cg", "redis-server",
         "--port", str(redis_port), "--bind", HOST, "--save", "", "--appendonly", "no"],
         log_dir / f"redis-{label}.log", pinning.proxy)
-    sim = Service(f"sim-{label}", [sys.executable, "-m", "proxy", "simulate", "--port",
+    sim = Service(f"sim-{label}", [sys.executable, "-c", _SIMULATE, "simulate", "--port",
                                    str(sim_port), "--host", HOST],
                   log_dir / f"sim-{label}.log", pinning.load,
-                  {**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+                  {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_TIME_SCALE": f"{scale:g}"},
+                  cwd=ROOT)
     env = {**os.environ, "PYTHONPATH": str(tree), "BENCH_TIME_SCALE": f"{scale:g}"}
     proxy = Service(f"proxy-{label}", [
         *valgrind, f"--callgrind-out-file={log_dir}/proxy-{label}.cg", sys.executable, "-c",

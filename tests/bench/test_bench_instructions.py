@@ -5,6 +5,7 @@ itself needs valgrind and minutes: `python -m bench.instructions`)."""
 from __future__ import annotations
 
 import pytest
+import uvicorn
 
 from bench import instructions
 from bench.instructions import Counts, Figures
@@ -27,13 +28,19 @@ def test_the_ratio_counts_redis_on_both_sides() -> None:
     assert row.startswith("| current | 70.0k + 0.3k | 84.0k + 7.2k | 1.297 |")
 
 
+async def _app(scope: object, receive: object, send: object) -> None:
+    """An ASGI app for `uvicorn.Config` to hold (never served)."""
+
+
 def test_the_shim_stretches_the_stored_paths_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(writer.EventLogHub, "__init__", writer.EventLogHub.__init__)
     monkeypatch.setattr(held, "_EARLY", held._EARLY)
+    monkeypatch.setattr(uvicorn.Config, "__init__", uvicorn.Config.__init__)
     monkeypatch.setenv("BENCH_TIME_SCALE", "20")
     started: list[list[str]] = []
     monkeypatch.setattr("proxy.cli.main", started.append)
     monkeypatch.setattr("sys.argv", ["-c", "serve", "--port", "1"])
+    keep_alive = uvicorn.Config(_app).timeout_keep_alive
     exec(compile(instructions._LAUNCH, "<launch>", "exec"), {})
     assert started == [["serve", "--port", "1"]]
     hub = writer.EventLogHub(None, ttl=60, event_ttl=60,  # type: ignore[arg-type]
@@ -41,6 +48,8 @@ def test_the_shim_stretches_the_stored_paths_clocks(monkeypatch: pytest.MonkeyPa
     assert hub.window == pytest.approx(writer.WINDOW * 20)
     assert hub.first_window == pytest.approx(writer.FIRST_WINDOW * 20)
     assert pytest.approx(0.001 * 20) == held._EARLY
+    # The server's keep-alive timeout, stretched too.
+    assert uvicorn.Config(_app).timeout_keep_alive == pytest.approx(keep_alive * 20)
 
 
 def test_waves_must_differ_in_length() -> None:
