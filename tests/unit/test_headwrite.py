@@ -262,3 +262,36 @@ async def test_the_front_hands_a_start_to_the_quick_writer_only_when_its_send_is
     assert (len(quick), len(sent)) == ((0, 1) if beneath else (1, 0))
     [written] = quick or sent
     assert (b"x-request-id", b"req_1") in written["headers"] and answer.status == 200
+
+
+async def test_what_a_search_passed_is_not_searched_again_and_nothing_refused_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.process import headwrite
+
+    monkeypatch.setattr(headwrite, "_NAMES_SEEN", headwrite._Seen(bound=4))
+    monkeypatch.setattr(headwrite, "_VALUES_SEEN", headwrite._Seen(bound=4))
+    searched: list[bytes] = []
+    pattern = headwrite.HEADER_VALUE_RE
+
+    class Counting:
+        def search(self, data: bytes) -> Any:
+            searched.append(data)
+            return pattern.search(data)
+
+    monkeypatch.setattr(headwrite, "HEADER_VALUE_RE", Counting())
+    start = {"type": "http.response.start", "status": 200,
+             "headers": [(b"content-type", b"text/plain"), (b"x-request-id", b"req_1")]}
+    for request_id in (b"req_1", b"req_2"):
+        start["headers"][1] = (b"x-request-id", request_id)  # type: ignore[index]
+        cycle, _ = _cycle("GET", True)
+        assert quick_start(cycle.send, start)
+    # The second head searched only its new id (the date and the type were seen).
+    assert searched[1] == b"req_2"
+    bad = {"type": "http.response.start", "status": 200, "headers": [(b"x-bad", b"a\nb")]}
+    cycle, _ = _cycle("GET", True)
+    assert not quick_start(cycle.send, bad)
+    assert b"a\nb" not in headwrite._VALUES_SEEN and b"x-bad" not in headwrite._NAMES_SEEN
+    # Bounded: forgotten whole when full (a request's id is new every time).
+    for n in range(10):
+        headwrite._VALUES_SEEN.update({b"v%d" % n})
+    assert len(headwrite._VALUES_SEEN) <= 4
