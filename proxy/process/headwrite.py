@@ -99,11 +99,14 @@ _LINE = b"%s: %s\r\n".__mod__
 
 class _Seen(set[bytes]):
     """Header names (or values) a search found nothing wrong in: the same bytes need no search
-    again. Bounded: forgotten whole past `bound` (a request's id is new every time)."""
+    again. Bounded: forgotten whole past `bound` items, and only `bytes` of at most `longest`
+    are kept (a request's id is new every time; a `memoryview` equal to some bytes is not
+    bytes)."""
 
-    def __init__(self, bound: int = 1024) -> None:
+    def __init__(self, bound: int = 1024, longest: int = 256) -> None:
         super().__init__()
         self._bound = bound
+        self._longest = longest
 
     def new(self, items: list[bytes]) -> set[bytes]:
         return set(items).difference(self)
@@ -111,7 +114,10 @@ class _Seen(set[bytes]):
     def update(self, *others: Any) -> None:
         if len(self) >= self._bound:
             self.clear()
-        super().update(*others)
+        longest = self._longest
+        for other in others:  # (a head's new items: nearly always one)
+            super().update(item for item in other
+                           if item.__class__ is bytes and len(item) <= longest)
 
 
 # Process-wide, as the bytes they hold are valid in any response (a cache, not state).

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from proxy.process.headtimeout import protocol_for
@@ -138,7 +138,7 @@ async def test_a_connection_closed_after_a_head_alone_gets_the_head_first() -> N
 # -- quick_start: the head uvicorn writes, with two searches in all ---------------------------
 
 # (method, status, headers, keep-alive): heads `quick_start` writes itself...
-_PLAIN: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
+_PLAIN: list[tuple[str, int, list[Any], bool]] = [
     ("POST", 200, [(b"content-type", b"text/event-stream; charset=utf-8"),
                    (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no"),
                    (b"x-request-id", b"req_1")], True),  # a stream's head
@@ -151,7 +151,7 @@ _PLAIN: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
 ]
 # ...and those it leaves to uvicorn's `send` (headers uvicorn acts on, or a false alarm of
 # theirs: the slow way, the same bytes).
-_LEFT: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
+_LEFT: list[tuple[str, int, list[Any], bool]] = [
     ("GET", 200, [(b"transfer-encoding", b"chunked")], True),
     ("GET", 200, [(b"connection", b"close"), (b"content-length", b"0")], True),
     ("GET", 200, [(b"x-connection-id", b"7")], True),
@@ -160,21 +160,31 @@ _LEFT: list[tuple[str, int, list[tuple[bytes, bytes]], bool]] = [
 ]
 
 
-def _cycle(method: str, keep_alive: bool) -> tuple[RequestResponseCycle, Recording]:
+@pytest.fixture(autouse=True)
+def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with nothing seen (the caches are process-wide)."""
+    from proxy.process import headwrite
+
+    monkeypatch.setattr(headwrite, "_NAMES_SEEN", headwrite._Seen())
+    monkeypatch.setattr(headwrite, "_VALUES_SEEN", headwrite._Seen())
+
+
+def _cycle(method: str, keep_alive: bool, *,
+           expect_100: bool = False) -> tuple[Any, Recording]:
     transport = Recording()
     flow = type("Flow", (), {"write_paused": False})()
     cycle = RequestResponseCycle(
-        scope={"method": method}, transport=transport, flow=flow,  # type: ignore[arg-type, typeddict-item]
+        scope={"method": method}, transport=transport, flow=flow,  # type: ignore[typeddict-item]
         logger=logging.getLogger("t"), access_logger=logging.getLogger("t"), access_log=False,
         default_headers=[(b"date", b"Mon, 30 Nov 2026 00:00:00 GMT")],
-        message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
+        message_event=asyncio.Event(), expect_100_continue=expect_100, keep_alive=keep_alive,
         on_response=lambda: None)
     return cycle, transport
 
 
 def _state(cycle: RequestResponseCycle, transport: Recording) -> tuple[Any, ...]:
     return (transport.writes, cycle.response_started, cycle.chunked_encoding,
-            cycle.expected_content_length, cycle.keep_alive)
+            cycle.expected_content_length, cycle.keep_alive, cycle.waiting_for_100_continue)
 
 
 @pytest.mark.parametrize(("method", "status", "headers", "keep_alive"), _PLAIN + _LEFT)
@@ -187,9 +197,40 @@ async def test_a_start_is_written_as_uvicorn_writes_it(
     quick = quick_start(ours.send, start)
     assert quick == ((method, status, headers, keep_alive) in _PLAIN)
     if not quick:  # left untouched, for uvicorn's `send`
-        assert _state(ours, our_transport) == ([], False, None, 0, keep_alive)
+        assert _state(ours, our_transport) == ([], False, None, 0, keep_alive, False)
         await ours.send(start)
     assert _state(ours, our_transport) == _state(theirs, their_transport)
+
+
+async def test_a_quick_start_ends_the_wait_for_100_continue_as_uvicorn_does() -> None:
+    """Else a later `receive` would write `100 Continue` after the response's head."""
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]}
+    theirs, their_transport = _cycle("POST", True, expect_100=True)
+    await theirs.send(start)
+    ours, our_transport = _cycle("POST", True, expect_100=True)
+    assert ours.waiting_for_100_continue and quick_start(ours.send, start)
+    assert _state(ours, our_transport) == _state(theirs, their_transport)
+    assert not ours.waiting_for_100_continue
+
+
+@pytest.mark.parametrize("state", ["response_started", "disconnected", "write_paused",
+                                   "access_log"])
+async def test_a_start_uvicorn_must_see_itself_is_left_to_it(state: str) -> None:
+    """A response already started, a client gone, a paused write (uvicorn drains first), an
+    access log to write: nothing done here."""
+    cycle, transport = _cycle("GET", True)
+    setattr(cycle.flow if state == "write_paused" else cycle, state, True)
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]}
+    assert not quick_start(cycle.send, start)
+    assert transport.writes == [] and cycle.response_started == (state == "response_started")
+
+
+async def test_a_send_that_is_not_an_httptools_cycles_is_left_alone() -> None:
+    async def send(message: Any) -> None:
+        raise AssertionError("not for this one")
+
+    start = {"type": "http.response.start", "status": 200, "headers": []}
+    assert not quick_start(send, start)
 
 
 @pytest.mark.parametrize("start", [
@@ -236,7 +277,8 @@ async def test_the_front_hands_a_start_to_the_quick_writer_only_when_its_send_is
     """web/middleware/front.py: the start (our request id echoed) goes to `QUICK_START` when
     nothing sits between the front and the server's `send`; beneath a wrapper of ours (the
     tracing middleware reads the start), the wrapper gets it."""
-    from proxy.web.middleware.access import BODY_SEND, RequestContext
+    from proxy.core.context.requestctx import RequestContext
+    from proxy.web.middleware.access import BODY_SEND
     from proxy.web.middleware.front import _Answer
 
     start = {"type": "http.response.start", "status": 200,
@@ -271,7 +313,7 @@ async def test_what_a_search_passed_is_not_searched_again_and_nothing_refused_is
     monkeypatch.setattr(headwrite, "_NAMES_SEEN", headwrite._Seen(bound=4))
     monkeypatch.setattr(headwrite, "_VALUES_SEEN", headwrite._Seen(bound=4))
     searched: list[bytes] = []
-    pattern = headwrite.HEADER_VALUE_RE
+    pattern = HEADER_VALUE_RE
 
     class Counting:
         def search(self, data: bytes) -> Any:
@@ -291,6 +333,16 @@ async def test_what_a_search_passed_is_not_searched_again_and_nothing_refused_is
     cycle, _ = _cycle("GET", True)
     assert not quick_start(cycle.send, bad)
     assert b"a\nb" not in headwrite._VALUES_SEEN and b"x-bad" not in headwrite._NAMES_SEEN
+    # A refused name is not kept either; nor does a value that passed pass as a name.
+    for headers in ([(b"bad name", b"v")], [(b"x-ok", b"a b")], [(b"a b", b"v")]):
+        cycle, _ = _cycle("GET", True)
+        quick = quick_start(cycle.send, {"type": "http.response.start", "status": 200,
+                                         "headers": headers})
+        assert quick == (headers == [(b"x-ok", b"a b")]), headers
+    assert b"bad name" not in headwrite._NAMES_SEEN and b"a b" not in headwrite._NAMES_SEEN
+    # Only bytes, and not long ones, are kept.
+    headwrite._VALUES_SEEN.update([b"x" * 300, bytearray(b"y")])
+    assert b"x" * 300 not in headwrite._VALUES_SEEN and b"y" not in headwrite._VALUES_SEEN
     # Bounded: forgotten whole when full (a request's id is new every time).
     for n in range(10):
         headwrite._VALUES_SEEN.update({b"v%d" % n})
