@@ -60,6 +60,12 @@ READY_TIMEOUT = 300.0  # a proxy under callgrind takes ~30-60 s to import and st
 # waiting 1.5 s for its first token sends.
 PING_SECONDS = 15.0
 
+# What each launched process runs last: the proxy's command line, as `python -m proxy` would.
+_MAIN = """
+import sys
+from proxy.cli import main
+main(sys.argv[1:])
+"""
 # Run inside the proxy's process before `serve`: the clocks of the stored path stretched by
 # SCALE (see the module's docstring). Written against the names each tree has, so an older
 # commit's proxy is stretched alike (an absent name is skipped).
@@ -82,9 +88,7 @@ try:
     held._EARLY *= scale
 except (ImportError, AttributeError):
     pass
-from proxy.cli import main
-main(sys.argv[1:])
-"""
+""" + _MAIN
 # uvicorn's keep-alive timeout (5 s), stretched in the proxy and in the simulator: a callgrind
 # dump of the proxy between two waves can take longer than that on a slow VM, and a server then
 # closed the idle connections the next wave was to use (the proxy's clients', or the pooled
@@ -98,11 +102,7 @@ def stretched_config(self, *args, **kwargs):
 uvicorn.Config.__init__ = stretched_config
 """
 _LAUNCH = _KEEP_ALIVE + _LAUNCH
-_SIMULATE = _KEEP_ALIVE + """
-import sys
-from proxy.cli import main
-main(sys.argv[1:])
-"""
+_SIMULATE = _KEEP_ALIVE + _MAIN
 
 
 @dataclass(frozen=True)

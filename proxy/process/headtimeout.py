@@ -145,8 +145,8 @@ class HttpToolsHeadTimeout(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not before and cycle is not None:  # a request's cycle, not an upgrade
-            # Its response head leaves with its first body bytes, and is made with two
-            # regular-expression searches in all (headwrite.py).
+            # Its response head leaves with its first body bytes, and the app's front may have
+            # it made without a search per header (headwrite.py `quick_start`).
             cycle.transport = HeldHead(self.transport, cycle, self.loop)  # type: ignore[assignment]
             cycle.scope[QUICK_START] = quick_start  # type: ignore[literal-required]
 

@@ -272,13 +272,15 @@ class RedisStore(RedisConversations):
                 waiter.cancel()
             return
         failure = read.exception()
+        held = 0
         if failure is None:
-            self._headroom.note(tenant, read.result())  # once a read, not once a check
+            held = read.result()
+            self._headroom.note(tenant, held)  # once a read, not once a check
         for waiter in waiters:
             if waiter.done():  # its check was cancelled meanwhile
                 continue
             if failure is None:
-                waiter.set_result(read.result())
+                waiter.set_result(held)
             else:
                 waiter.set_exception(failure)
 
