@@ -128,12 +128,13 @@ class StoreSettings:
     # (Redis WAIT, bounded: store/redis.py); 0: none, the primary's acknowledgement suffices.
     wait_replicas: int = 0
     # "compact": event-log entries keep a run of 16+ deltas compact (store/lua/packing.py):
-    # ~0.25x Redis's memory and ~0.55x its instructions per stored token. "full" by default
-    # while an earlier release (6fd3aab and before), which reads only entries in full, may
-    # run beside this one or be rolled back to: such an instance ending a response whose
-    # writer died restores it from the log, and would lose the compact deltas
+    # ~0.25x Redis's memory and ~0.55x its instructions per stored token. The default since
+    # every release from 2963486 on reads it (written by the release after the one that first
+    # read it, as a format change goes). "full": entries as 6fd3aab and before read them, for
+    # a rolling upgrade from, or a rollback to, such a release: one ending a response whose
+    # writer died restores it from the log and would lose compact deltas
     # (docs/operations.md, "Event logs across an upgrade").
-    event_log_format: str = "full"
+    event_log_format: str = "compact"
 
 
 @dataclass(frozen=True)

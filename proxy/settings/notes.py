@@ -155,11 +155,12 @@ NOTES: dict[str, str] = {
         "must go on the write's own connection)"
     ),
     "event_log_format": (
-        '`full`: event-log entries as earlier releases write them; `compact`: a run of 16 or '
-        "more deltas of one item kept compact (~62 bytes of Redis a stored text delta instead "
-        "of ~255, ~0.55x Redis's instructions per stored token). Set `compact` only once no "
-        "instance of an earlier release runs, and `full` again before rolling back to one "
-        '(operations.md, "Event logs across an upgrade")'
+        '`compact`: a run of 16 or more deltas of one item in an event-log entry kept compact '
+        "(~62 bytes of Redis a stored text delta instead of ~255, ~0.5x Redis's instructions "
+        "per stored token), read by every release from 2963486 on; `full`: entries as "
+        "releases before it read them. Set `full` for a rolling upgrade from such a release "
+        "(until none runs) and before rolling back to one (operations.md, \"Event logs across "
+        'an upgrade")'
     ),
     "connect_timeout": (
         'seconds to connect to a replica'

@@ -120,8 +120,8 @@ F_EXTRA: Final = "extra"
 # + extra) short of the log's last seq + 1 and rebuilds a finished response's replay from the
 # final object instead of sending one with events missing. `log_extent` adds both. A live
 # follower of that release misses a compact run's deltas, and its ending of a response whose
-# writer died (restored from the log) would lose them: compact runs are written only with
-# `--event-log-format compact`, once no such instance runs (settings/groups.py).
+# writer died (restored from the log) would lose them: with such an instance beside this one,
+# or to roll back to one, `--event-log-format full` writes none (settings/groups.py).
 F_MORE: Final = "more"
 # "1" once someone on another instance than the writer's followed the log live (scripts.py
 # MARK_FOLLOWED): the writer then writes the stream's events every flush window rather than

@@ -91,11 +91,11 @@ class RedisStore(RedisConversations):
                  max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
                  budget: StorageBudget = UNLIMITED, reconnector: Reconnector | None = None,
                  wait_replicas: int = 0, sharded: bool = False,
-                 compact_log: bool = False) -> None:
+                 compact_log: bool = True) -> None:
         super().__init__(client, budget, sharded=sharded)
         self.embedded = embedded
-        # Event-log entries keep runs of deltas compact (`--event-log-format compact`;
-        # store/lua/packing.py): only once no earlier release reads these logs.
+        # Event-log entries keep runs of deltas compact (`--event-log-format`, compact by
+        # default; store/lua/packing.py); False: in full, as releases before 2963486 read them.
         self.compact_log = compact_log
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.

@@ -155,8 +155,7 @@ def delta(seq: int, text: str = " tok") -> StoredEvent:
 
 
 async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
+        store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0, "response.created"),))
     log = [event(0, "response.created"),
            *[delta(n, f" w\u00e9{n} \"%d\"") for n in range(1, 40)]]
@@ -170,8 +169,7 @@ async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
 
 
 async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_full(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
+        store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0, "response.created"),))
     carried = [*[delta(n) for n in range(1, 21)], event(21, "response.output_text.done"),
                event(22, "response.content_part.done")]
@@ -187,8 +185,7 @@ async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_fu
 
 
 async def test_a_retried_flush_of_deltas_that_partly_landed_adds_only_the_rest(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
+        store: RedisStore) -> None:
     await create(store, rid("1"))
     await store.append_events({rid("1"): [delta(n) for n in range(20)]}, ttl=EVENT_TTL)
     # 15 to 19 are in the log already (a first attempt): 20 to 34 are added, cut from the run
@@ -216,8 +213,7 @@ async def test_a_run_the_release_before_wrote_in_field_e_reads_back(store: Redis
 
 
 async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
+        store: RedisStore) -> None:
     # That release reads fields t, d and e, and counts XLEN + extra: the events in field c are
     # counted apart (`more`), so its count falls short and it rebuilds a finished response's
     # replay from its final object rather than sending one with the deltas missing.
@@ -229,9 +225,11 @@ async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead
     assert (await store.log_extent(rid("1")))[0] == 21
 
 
-async def test_by_default_a_run_of_deltas_is_kept_in_full_as_earlier_releases_read_it(
-        store: RedisStore) -> None:
-    # `--event-log-format full`, the default: field e, counted in `extra`, as before
+async def test_with_format_full_a_run_of_deltas_is_kept_as_earlier_releases_read_it(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--event-log-format full` (beside a release before 2963486): field e, counted in
+    # `extra`, as before
+    monkeypatch.setattr(store, "compact_log", False)
     await create(store, rid("1"), events=(event(0, "response.created"),))
     log = [event(0, "response.created"), *[delta(n) for n in range(1, 21)]]
     await store.append_events({rid("1"): log[1:]}, ttl=EVENT_TTL)

@@ -389,12 +389,11 @@ async def test_a_response_cancelled_before_its_writer_ends_its_log_replays_with_
 
 
 async def test_the_previous_release_reader_sees_a_compact_run_as_a_gap_never_a_broken_event(
-        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: RedisStore) -> None:
     """A run of deltas kept compact (field c, packing.py `records`) is unknown to 7423023's
     reader: it yields only events byte-identical to the ones sent, and counts the log short
     (its extent rule, XLEN + extra), so it rebuilds the finished response from its final
     object; this release reads it whole."""
-    monkeypatch.setattr(store, "compact_log", True)  # --event-log-format compact
     decoding = previous_module("proxy/store/lua/decoding.py", "previous_decoding")
     start, log = answer(rid("1"), 2)
     tokens = [StoredEvent(n, t.TEXT_DELTA, orjson.dumps(

@@ -375,17 +375,17 @@ def test_setup_slots_default_off_and_set_by_flag_or_environment() -> None:
     assert build_settings({}, {"PROXY_SETUP_SLOTS": "16"}).flow.setup_slots == 16
 
 
-def test_event_log_format_is_full_unless_set_compact_and_reaches_the_store() -> None:
-    # Full by default while an earlier release may read these logs (operations.md, "Event logs
-    # across an upgrade"); compact by flag or environment, and the store is opened so.
+def test_event_log_format_is_compact_unless_set_full_and_reaches_the_store() -> None:
+    # Compact by default (every release from 2963486 on reads it); full by flag or environment,
+    # for a release before it beside this one (operations.md, "Event logs across an upgrade"),
+    # and the store is opened so.
     from proxy.store.connection.factory import open_store
 
-    assert build_settings({}, {}).store.event_log_format == "full"
-    assert build_settings({"event_log_format": "compact"}, {}).store.event_log_format == \
-        "compact"
-    assert build_settings({}, {"PROXY_EVENT_LOG_FORMAT": "COMPACT"}).store.event_log_format \
-        == "compact"
+    assert build_settings({}, {}).store.event_log_format == "compact"
+    assert build_settings({"event_log_format": "full"}, {}).store.event_log_format == "full"
+    assert build_settings({}, {"PROXY_EVENT_LOG_FORMAT": "FULL"}).store.event_log_format \
+        == "full"
     with pytest.raises(ConfigError, match="--event-log-format"):
         build_settings({"event_log_format": "tiny"}, {})
-    assert open_store(None, compact_log=True).compact_log is True
-    assert open_store(None).compact_log is False
+    assert open_store(None, compact_log=False).compact_log is False
+    assert open_store(None).compact_log is True

@@ -79,7 +79,7 @@ def open_store(redis_url: str | None, *, connect_timeout: float = CONNECT_TIMEOU
                health_check_interval: int = HEALTH_CHECK_INTERVAL,
                max_connections: int = MAX_CONNECTIONS,
                budget: StorageBudget = UNLIMITED, wait_replicas: int = 0,
-               probe_timeout: float = PROBE_TIMEOUT, compact_log: bool = False) -> RedisStore:
+               probe_timeout: float = PROBE_TIMEOUT, compact_log: bool = True) -> RedisStore:
     """A `RedisStore` on `redis_url` (core/storage/topology.py: one primary, or the primary that
     Sentinel names), or the embedded store when it is None, holding each key to its `budget`
     of stored bytes. Nothing connects here: the first call does (call `ping()` to check at
@@ -230,6 +230,6 @@ def backend_of(store: RedisStore) -> Backend:
 
 
 def open_backend(redis_url: str | None, *, budget: StorageBudget = UNLIMITED,
-                 wait_replicas: int = 0, compact_log: bool = False) -> Backend:
+                 wait_replicas: int = 0, compact_log: bool = True) -> Backend:
     return backend_of(open_store(redis_url, budget=budget, wait_replicas=wait_replicas,
                                  compact_log=compact_log))

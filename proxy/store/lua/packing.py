@@ -27,8 +27,9 @@ the delta, `"delta":` included): `{"type":"<type>","sequence_number":<n>` + that
 each event's JSON again, byte for byte (decoding.py `_earlier`). Bytes 5 and 7 never occur in
 JSON (which escapes every control character) nor in a type. The script writes records ending
 with a template (with `"delta":`; records in full end with `}`) to field `c`, counted apart
-(keys.py `F_MORE`), others to `e`. Only with `compact` (`--event-log-format compact`): an
-earlier release reads `e` alone (keys.py says what it would lose).
+(keys.py `F_MORE`), others to `e`. With `compact` (`--event-log-format`, the default); `full`
+writes none, for a release before 2963486 beside this one, which reads `e` alone (keys.py says
+what it would lose).
 
 Two ways to carry entries to a script. The create and the final write take them packed into one
 argument (`packed`): an entry is `<first seq> 4 <last seq> 4 <earlier records> 4 <last type> 4
@@ -174,7 +175,8 @@ _SEQ, _DATA = itemgetter(0), itemgetter(2)  # StoredEvent.seq, .data
 def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes], *,
                 compact: bool = False) -> Entry:
     """The entry of the events `kinds`/`datas` (by column), numbered `first` to `last`;
-    `compact`: a run of deltas kept compact (`--event-log-format compact`), else all in full."""
+    `compact`: a run of deltas kept compact (`--event-log-format compact`, the default), else
+    all in full."""
     try:
         heads = list(map(_TYPES.__getitem__, kinds))
     except KeyError:  # a type not seen yet (the first of each kind)
