@@ -133,15 +133,15 @@ class Callgrind:
     """A process under callgrind, collection off until `on`; `dump` returns and zeroes its
     count."""
 
-    def __init__(self, service: Service, out: Path) -> None:
-        self.service, self.out = service, out
+    def __init__(self, pid: int, name: str, out: Path) -> None:
+        self.pid, self.name, self.out = pid, name, out
 
     def on(self) -> None:
-        _control(["-i", "on", str(self.service.pid)])
+        _control(["-i", "on", str(self.pid)])
 
     def dump(self) -> int:
         before = set(self.out.parent.glob(f"{self.out.name}.*"))
-        _control(["-d", str(self.service.pid)])
+        _control(["-d", str(self.pid)])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the dump is written by the process: bounded wait
             for path in set(self.out.parent.glob(f"{self.out.name}.*")) - before:
@@ -149,7 +149,7 @@ class Callgrind:
                 if total is not None:
                     return total
             time.sleep(0.2)
-        raise RuntimeError(f"no callgrind dump from {self.service.name}")
+        raise RuntimeError(f"no callgrind dump from {self.name}")
 
 
 def _control(args: list[str]) -> None:
@@ -238,8 +238,8 @@ def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[in
         sim.start(lambda: http_ok(sim_port, "/v1/models"))
         proxy.start(lambda: http_ok(port, "/healthz") and http_ok(port, "/readyz"),
                     READY_TIMEOUT)
-        measured = [Callgrind(proxy, log_dir / f"proxy-{label}.cg"),
-                    Callgrind(redis, log_dir / f"redis-{label}.cg")]
+        measured = [Callgrind(proxy.pid, proxy.name, log_dir / f"proxy-{label}.cg"),
+                    Callgrind(redis.pid, redis.name, log_dir / f"redis-{label}.cg")]
         return asyncio.run(_measure(port, measured, scale, streams, short, long,
                                     None if ttft_ms is None else ttft_ms * scale))
     finally:

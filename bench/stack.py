@@ -37,7 +37,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -251,10 +251,11 @@ def redis_and_simulator(prefix: str, services: list[Service]) -> Base | None:
 
 
 @contextlib.contextmanager
-def redis_beside_proxy(prefix: str) -> Iterator[tuple[int, int]]:
+def redis_beside_proxy(prefix: str, wrapper: Sequence[str] = ()) -> Iterator[tuple[int, int]]:
     """A redis-server of its own (no persistence) pinned to the proxy's core, and this process
     moved to the load core while it runs (both put back after): the micro-benches that drive
-    the store without a proxy (appends.py, scriptcalls.py). Yields (its pid, its port)."""
+    the store without a proxy (appends.py, scriptcalls.py). `wrapper`: a command it runs under
+    (valgrind's, to count its instructions). Yields (its pid, its port)."""
     pinning = plan_pinning()
     affinity = os.sched_getaffinity(0)
     exe = shutil.which("redis-server")
@@ -262,8 +263,8 @@ def redis_beside_proxy(prefix: str) -> Iterator[tuple[int, int]]:
         raise RuntimeError("redis-server is not installed")
     workdir = tempfile.mkdtemp(prefix=prefix)
     port = free_port()
-    redis = Service("redis-server", [exe, "--bind", HOST, "--port", str(port), "--save", "",
-                                     "--appendonly", "no", "--dir", workdir],
+    redis = Service("redis-server", [*wrapper, exe, "--bind", HOST, "--port", str(port),
+                                     "--save", "", "--appendonly", "no", "--dir", workdir],
                     Path(workdir) / "redis.log", pinning.proxy)
     try:
         redis.start(lambda: redis_ok(port))

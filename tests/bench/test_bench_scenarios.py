@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import pytest
 
@@ -119,3 +120,43 @@ def test_appends_writes_events_of_the_size_asked() -> None:
     results = appends.run(streams=2, events=3, flushes=2, rounds=1, size=24)
     assert all(own_ms > 0 for _, own_ms in results.values())
 
+
+
+def test_appends_methods_in_turn_each_write_their_events() -> None:
+    # The flush script keeps the log's last number in the response hash: a set-up that kept
+    # the hash left every method after the first script's finding all its events written.
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    from bench.stack import HOST, redis_beside_proxy
+    from proxy.store import keys
+
+    async def drive(port: int) -> dict[str, int]:
+        client = Redis(host=HOST, port=port)
+        writers = appends._writers(client, await appends._loaded(client))
+        written: dict[str, int] = {}
+        try:
+            for _round in range(2):
+                for method in ("one-call", "compact", "one-call"):
+                    await appends._setup(client, 1)
+                    await writers[method](appends._batch(1, 20, 0))
+                    log = keys.response_log("resp_bench00000")
+                    written[method] = await client.xlen(log)
+        finally:
+            await client.aclose()
+        return written
+
+    with redis_beside_proxy("test-appends-") as (_pid, port):
+        assert asyncio.run(drive(port)) == {"one-call": 1, "compact": 1}  # one entry each
+
+
+@pytest.mark.skipif(not (shutil.which("valgrind") and shutil.which("callgrind_control")),
+                    reason="needs valgrind")
+def test_appends_counts_redis_instructions_per_method() -> None:
+    counted = appends.count(streams=2, events=20, flushes=2)
+    assert set(counted) == set(appends.METHODS)
+    assert all(n > 0 for n in counted.values())
+    # A compact run hands Redis fewer bytes than the same run in full.
+    assert counted["compact"] < counted["one-call"]
+    assert len(appends.counted_table(counted)) == 2 + len(appends.METHODS)
