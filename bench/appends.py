@@ -1,8 +1,9 @@
 """`python -m bench.appends`: ways to write one event-log flush, side by side.
 
 The flush of `services/eventlog/writer.py` carries each live stream's events since its last
-one: about one an event at 256 streams x 20 ms/token when every window writes, ~45 when a
-stream nobody else follows is held (writer.py `HOLD_WINDOWS`: `--events 45`). Measured here
+one: about one event at 256 streams x 20 ms/token when every window writes, ~43 text deltas
+(one log entry's bytes) when a stream nobody else follows is held (writer.py `HOLD_WINDOWS`:
+`--events 43`). Measured here
 without the proxy, on a redis-server of its own pinned to core 0 (this process on core 1), for
 `--streams` streams with `--events` events each per flush, `--flushes` flushes per round, the
 methods interleaved round by round:
@@ -14,13 +15,14 @@ methods interleaved round by round:
     xadd        plain pipelined XADD per event plus EXPIRE per stream, as redis-py sends them
                 (no tenant/closed check: the rules the scripts keep would be lost)
     append      a log the store does not have: per stream, its events' SSE frames APPENDed to
-                one string and their offsets to another, both given their TTL (no checks
-                either): what a byte log would cost Redis
+                one string and their sizes (an index of fixed width) to another, both given
+                their TTL (no checks either): what a byte log would cost Redis
 
 Reported per 1,000 events: redis-server CPU (utime+stime from /proc) and this process's CPU
 (building and sending the commands, reading the replies). Both count: on one host they share
 the machine with the proxy. `--count`: instead, redis-server's instructions per event under
-callgrind (`valgrind`; its neighbours on this VM cannot move them), one round.
+callgrind (`valgrind`), one round: what this VM's neighbours cannot move (its timer's idle work
+over the run's time is in them, a few dozen an event).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ async def _setup(client: Redis, streams: int) -> None:
             # the hash too: the flush script keeps the log's last number in it (`last`), and
             # a method after another would find every event written already
             log = keys.response_log(rid)
-            pipe.delete(keys.response(rid), log, log + ":bytes", log + ":offsets")
+            pipe.delete(keys.response(rid), log, log + ":bytes", log + ":sizes")
             pipe.hset(keys.response(rid), mapping={"tenant": "t", "status": "in_progress",
                                                    "logged": "0", "closed": "0"})
         await pipe.execute()
@@ -112,9 +114,9 @@ def _writers(client: Redis, shas: dict[str, str]
                 log = keys.response_log(rid)
                 framed = [frames([(e.type, e.data)]) for e in events]
                 pipe.append(log + ":bytes", b"".join(framed))
-                pipe.append(log + ":offsets", b"".join(b"%08d" % len(f) for f in framed))
+                pipe.append(log + ":sizes", b"".join(b"%08d" % len(f) for f in framed))
                 pipe.expire(log + ":bytes", 3600)
-                pipe.expire(log + ":offsets", 3600)
+                pipe.expire(log + ":sizes", 3600)
             return await pipe.execute()
 
     return {"per-stream": per_stream, "one-call": one_call, "compact": compact, "xadd": xadd,
@@ -162,8 +164,8 @@ async def _count(redis: Callgrind, port: int, streams: int, events: int, flushes
     client = Redis(host=HOST, port=port)
     writers = _writers(client, await _loaded(client))
     counted: dict[str, float] = {}
-    redis.on()
     try:
+        redis.on()
         for method in METHODS:
             await _setup(client, streams)
             redis.dump()  # the set-up's and the idle time's, not counted

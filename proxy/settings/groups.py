@@ -129,11 +129,12 @@ class StoreSettings:
     wait_replicas: int = 0
     # "compact": event-log entries keep a run of 16+ deltas compact (store/lua/packing.py):
     # ~0.25x Redis's memory and ~0.55x its instructions per stored token. The default since
-    # every release from 2963486 on reads it (written by the release after the one that first
-    # read it, as a format change goes). "full": entries as 6fd3aab and before read them, for
-    # a rolling upgrade from, or a rollback to, such a release: one ending a response whose
-    # writer died restores it from the log and would lose compact deltas
-    # (docs/operations.md, "Event logs across an upgrade").
+    # every release from c405424 on reads it, and the landed ones (2963486 and after) wrote
+    # `full`: written by the releases after those that read it, as a format change goes.
+    # "full": entries as 6fd3aab and before read them, for a rolling upgrade from, or a
+    # rollback to, such a release: one ending a response whose writer died restores it from
+    # the log and would lose compact deltas (docs/operations.md, "Event logs across an
+    # upgrade").
     event_log_format: str = "compact"
 
 

@@ -156,8 +156,8 @@ NOTES: dict[str, str] = {
     ),
     "event_log_format": (
         '`compact`: a run of 16 or more deltas of one item in an event-log entry kept compact '
-        "(~62 bytes of Redis a stored text delta instead of ~255, ~0.5x Redis's instructions "
-        "per stored token), read by every release from 2963486 on; `full`: entries as "
+        "(~62 bytes of Redis a stored text delta instead of ~255, ~0.55x Redis's instructions "
+        "per stored token), read by every release from c405424 on; `full`: entries as "
         "releases before it read them. Set `full` for a rolling upgrade from such a release "
         "(until none runs) and before rolling back to one (operations.md, \"Event logs across "
         'an upgrade")'

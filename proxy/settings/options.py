@@ -156,8 +156,8 @@ OPTIONS: tuple[Option, ...] = (
            "after a response's create and its final write, wait (Redis WAIT, at most 1 s) until "
            "this many replicas have them; 0 = do not wait. Needs --redis-url"),
     Option("event_log_format", "store.event_log_format", c.mode(c.EVENT_LOG_FORMATS),
-           "full | compact: compact keeps runs of deltas in a quarter of the bytes; only once "
-           "no instance of an earlier release runs"),
+           "compact | full: compact (the default) keeps runs of deltas in a quarter of the "
+           "bytes; full for an upgrade from, or a rollback to, a release before c405424"),
     Option("connect_timeout", "timeouts.connect", c.seconds,
            "seconds to connect to an upstream"),
     Option("first_byte_timeout", "timeouts.first_byte", c.seconds,

@@ -116,8 +116,8 @@ F_CLOSED: Final = "closed"
 # counts the terminal event an entry holds by reference (`E_FINAL`), not the head's (`F_HEAD`).
 F_EXTRA: Final = "extra"
 # The same count for the entries with field c (`E_EARLIER`, a run of deltas compact): kept apart
-# from `extra` so that the release before, which reads field e and not c, finds its count (XLEN
-# + extra) short of the log's last seq + 1 and rebuilds a finished response's replay from the
+# from `extra` so that a release before c405424, which reads field e and not c, finds its count
+# (XLEN + extra) short of the log's last seq + 1 and rebuilds a finished response's replay from the
 # final object instead of sending one with events missing. `log_extent` adds both. A live
 # follower of that release misses a compact run's deltas, and its ending of a response whose
 # writer died (restored from the log) would lose them: with such an instance beside this one,
@@ -161,7 +161,7 @@ F_HEAD: Final = "head"
 E_HEAD: Final = b"h"
 E_FINAL: Final = b"f"
 # An entry's events before its last (packing.py `records`): c when a run of deltas among them
-# is compact, else e, all in full, as the release before wrote them (which reads e alone).
+# is compact, else e, all in full, as releases before c405424 wrote them (and read: e alone).
 E_EARLIER: Final = b"c"
 E_EARLIER_FULL: Final = b"e"
 

@@ -95,7 +95,7 @@ class RedisStore(RedisConversations):
         super().__init__(client, budget, sharded=sharded)
         self.embedded = embedded
         # Event-log entries keep runs of deltas compact (`--event-log-format`, compact by
-        # default; store/lua/packing.py); False: in full, as releases before 2963486 read them.
+        # default; store/lua/packing.py); False: in full, as releases before c405424 read them.
         self.compact_log = compact_log
         self._max_block_ms = max_block_ms
         # None (the embedded store): nothing to reconnect to, `reconnect` is a no-op.

@@ -6,14 +6,18 @@ saying why not elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import shutil
 
 import pytest
+from redis.asyncio import Redis
 
 from bench import appends, cgroups
 from bench.scenarios import Scenarios, Sizes, tables
+from bench.stack import HOST, redis_beside_proxy
+from proxy.store import keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
 
@@ -121,17 +125,9 @@ def test_appends_writes_events_of_the_size_asked() -> None:
     assert all(own_ms > 0 for _, own_ms in results.values())
 
 
-
 def test_appends_methods_in_turn_each_write_their_events() -> None:
     # The flush script keeps the log's last number in the response hash: a set-up that kept
     # the hash left every method after the first script's finding all its events written.
-    import asyncio
-
-    from redis.asyncio import Redis
-
-    from bench.stack import HOST, redis_beside_proxy
-    from proxy.store import keys
-
     async def drive(port: int) -> dict[str, int]:
         client = Redis(host=HOST, port=port)
         writers = appends._writers(client, await appends._loaded(client))

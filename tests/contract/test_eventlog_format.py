@@ -225,6 +225,32 @@ async def test_the_release_before_finds_a_compact_log_short_and_rebuilds_instead
     assert (await store.log_extent(rid("1")))[0] == 21
 
 
+@pytest.mark.parametrize("compact", [True, False], ids=["compact", "full"])
+async def test_either_format_writes_a_create_flushes_and_a_final_write_read_back_whole(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch, compact: bool) -> None:
+    # A stored stream's three writes, each with a run of 16 or more deltas (a held window, the
+    # final write's carried run) and other events among them: in field c (compact) or e
+    # (`--event-log-format full`), read back byte for byte from any number either way.
+    monkeypatch.setattr(store, "compact_log", compact)
+    start = [event(0, "response.created"), event(1, "response.in_progress")]
+    await create(store, rid("1"), events=start)
+    held = [event(2, "response.output_item.added"), *[delta(n) for n in range(3, 40)]]
+    await store.append_events({rid("1"): held[:20]}, ttl=EVENT_TTL)  # a first window
+    await store.append_events({rid("1"): held[20:]}, ttl=EVENT_TTL)  # a held one: deltas
+    carried = [*[delta(n) for n in range(40, 60)], event(60, "response.output_text.done"),
+               event(61, "response.content_part.done")]
+    terminal = event(62, "response.completed")
+    done = await store.finish_response(response(rid("1"), "completed"), terminal,
+                                       tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL,
+                                       events=carried)
+    assert done.changed
+    fields = {name for _id, entry in await store.client.xrange(keys.response_log(rid("1")))
+              for name in entry}
+    # (an entry whose run starts with another event, the item's, stays in full either way)
+    assert b"e" in fields and (b"c" in fields) is compact
+    await assert_reads_from_every_number(store, rid("1"), [*start, *held, *carried, terminal])
+
+
 async def test_with_format_full_a_run_of_deltas_is_kept_as_earlier_releases_read_it(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # `--event-log-format full` (beside a release before 2963486): field e, counted in

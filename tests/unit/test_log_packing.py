@@ -216,8 +216,9 @@ def test_any_run_of_events_reads_back_as_it_was_written(
     assert read_back(events) == events
 
 
-def test_without_compact_a_run_of_deltas_is_stored_in_full_as_the_release_before_did() -> None:
-    # `--event-log-format full`, the default while an earlier release may read these logs
+def test_without_compact_a_run_of_deltas_is_stored_in_full_as_earlier_releases_did() -> None:
+    # `--event-log-format full` (a release before c405424 beside this one); `entries`' own
+    # default, the store passing its setting
     events = [delta(seq) for seq in range(100, 100 + MAX_EVENTS_PER_ENTRY)]
     (entry,) = entries(events)
     assert entry == entries(events, compact=False)[0]

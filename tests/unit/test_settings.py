@@ -389,3 +389,19 @@ def test_event_log_format_is_compact_unless_set_full_and_reaches_the_store() -> 
         build_settings({"event_log_format": "tiny"}, {})
     assert open_store(None, compact_log=False).compact_log is False
     assert open_store(None).compact_log is True
+
+
+@pytest.mark.parametrize("chosen", ["compact", "full"])
+async def test_the_event_log_format_reaches_the_runtime_store(chosen: str) -> None:
+    # `full` is the switch for an upgrade from a release before c405424: the store the runtime
+    # opens (runtime.py) must write what the setting says.
+    from proxy.runtime import Runtime
+    from proxy.store.redis import RedisStore
+
+    runtime = await Runtime.open(Settings.of(upstreams=("http://127.0.0.1:9",),
+                                             event_log_format=chosen))
+    try:
+        store = runtime.store
+        assert isinstance(store, RedisStore) and store.compact_log is (chosen == "compact")
+    finally:
+        await runtime.aclose()

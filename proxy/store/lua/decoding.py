@@ -54,7 +54,7 @@ def events_of(entry_id: bytes, fields: dict[bytes, bytes], after: int = -1,
               objects: Objects = NO_OBJECTS) -> list[StoredEvent]:
     """The events of one log entry (keys.py, "the event log") with seq > `after`. An entry's id
     is `1-<its last inline seq>`, fields t and d its last inline event and, when it holds more, c
-    the events before it (packing.py; e in the release before, records all in full); an earlier
+    the events before it (packing.py; e in releases before c405424, records all in full); an earlier
     release's entry is the one-event case, so a log written across a rolling upgrade replays
     whole. h and f: events before and after those, held as references to `objects` (an object
     not read ends the entry there: a gap, never a broken event)."""

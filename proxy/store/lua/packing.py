@@ -10,7 +10,7 @@ stored path.
 
 An entry is the earlier release's entry of its last event (id `1-<seq>`, fields `t` type and
 `d` JSON) with, when the run holds more, the events before it (`records`): in field `e`,
-`<type> 0x00 <JSON>` each, joined by byte 1, as the release before wrote them; or in field `c`
+`<type> 0x00 <JSON>` each, joined by byte 1, as releases before c405424 wrote them; or in field `c`
 when a run of deltas among them is kept compact. So an entry of one event is exactly what the
 earlier releases wrote, and one of their readers meeting a longer entry it cannot read sees a
 gap (it then rebuilds a finished response's replay from its final object) rather than failing.
@@ -28,7 +28,7 @@ each event's JSON again, byte for byte (decoding.py `_earlier`). Bytes 5 and 7 n
 JSON (which escapes every control character) nor in a type. The script writes records ending
 with a template (with `"delta":`; records in full end with `}`) to field `c`, counted apart
 (keys.py `F_MORE`), others to `e`. With `compact` (`--event-log-format`, the default); `full`
-writes none, for a release before 2963486 beside this one, which reads `e` alone (keys.py says
+writes none, for a release before c405424 beside this one, which reads `e` alone (keys.py says
 what it would lose).
 
 Two ways to carry entries to a script. The create and the final write take them packed into one

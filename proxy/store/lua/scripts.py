@@ -59,7 +59,7 @@ end
 # they came, cut only of their leading records when some already landed (counted by their
 # separators, byte 1; a compact run's template, after the records, stays).
 # `earlier_field(records)`: the field they go to (and so the count they add to): c and `more`
-# when some are compact, else e and `extra`, as the release before wrote them (its readers read
+# when some are compact, else e and `extra`, as releases before c405424 wrote them (they read
 # those; a compact run is a gap to them, keys.py F_MORE). Told by the last byte alone: compact
 # records end with their run's template, whose item part ends `"delta":` (a colon, byte 58),
 # records in full with a JSON object's closing brace.
