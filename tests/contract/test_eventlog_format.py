@@ -154,6 +154,20 @@ def delta(seq: int, text: str = " tok") -> StoredEvent:
          "output_index": 0, "content_index": 0, "delta": text, "logprobs": []}))
 
 
+async def finished_carrying(store: RedisStore, an_id: str, *, first: int,
+                            deltas: int) -> tuple[list[StoredEvent], StoredEvent]:
+    """A final write carrying `deltas` text deltas numbered from `first`, then the text's and
+    its part's done events; its carried events and its terminal one."""
+    end = first + deltas
+    carried = [*[delta(n) for n in range(first, end)], event(end, "response.output_text.done"),
+               event(end + 1, "response.content_part.done")]
+    terminal = event(end + 2, "response.completed")
+    done = await store.finish_response(response(an_id, "completed"), terminal, tenant=TENANT,
+                                       ttl=TTL, event_ttl=EVENT_TTL, events=carried)
+    assert done.changed
+    return carried, terminal
+
+
 async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
         store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0, "response.created"),))
@@ -171,13 +185,7 @@ async def test_a_run_of_deltas_is_kept_compact_and_read_back_from_any_number(
 async def test_a_final_write_keeps_its_deltas_compact_and_its_other_events_in_full(
         store: RedisStore) -> None:
     await create(store, rid("1"), events=(event(0, "response.created"),))
-    carried = [*[delta(n) for n in range(1, 21)], event(21, "response.output_text.done"),
-               event(22, "response.content_part.done")]
-    terminal = event(23, "response.completed")
-    done = await store.finish_response(response(rid("1"), "completed"), terminal,
-                                       tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL,
-                                       events=carried)
-    assert done.changed
+    carried, terminal = await finished_carrying(store, rid("1"), first=1, deltas=20)
     (_first_id, _first), (_run_id, run) = await store.client.xrange(keys.response_log(rid("1")))
     assert run[b"c"].count(b"\x05") == 20
     await assert_reads_from_every_number(store, rid("1"),
@@ -237,13 +245,7 @@ async def test_either_format_writes_a_create_flushes_and_a_final_write_read_back
     held = [event(2, "response.output_item.added"), *[delta(n) for n in range(3, 40)]]
     await store.append_events({rid("1"): held[:20]}, ttl=EVENT_TTL)  # a first window
     await store.append_events({rid("1"): held[20:]}, ttl=EVENT_TTL)  # a held one: deltas
-    carried = [*[delta(n) for n in range(40, 60)], event(60, "response.output_text.done"),
-               event(61, "response.content_part.done")]
-    terminal = event(62, "response.completed")
-    done = await store.finish_response(response(rid("1"), "completed"), terminal,
-                                       tenant=TENANT, ttl=TTL, event_ttl=EVENT_TTL,
-                                       events=carried)
-    assert done.changed
+    carried, terminal = await finished_carrying(store, rid("1"), first=40, deltas=20)
     fields = {name for _id, entry in await store.client.xrange(keys.response_log(rid("1")))
               for name in entry}
     # (an entry whose run starts with another event, the item's, stays in full either way)
