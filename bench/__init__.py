@@ -31,7 +31,10 @@ Modules, one concept each:
     cgroups   CPU budgets: one cgroup per process with a CFS quota, always removed after
     spy       `--spy`: a py-spy sampling profile of the proxy per row, summarised by function
               and by bucket, in µs per token
-    appends   `python -m bench.appends`: three ways to write an event-log flush, side by side
+    appends   `python -m bench.appends`: ways to write an event-log flush, side by side (CPU
+              time or, `--count`, Redis's instructions)
+    eventwriter  `python -m bench.eventwriter`: the event-log writer alone, Python opcodes and
+              CPU per stored token
     scriptcalls  `python -m bench.scriptcalls`: a store script call alone against coalesced
     burstsetup   `python -m bench.burstsetup`: a burst's set-up CPU per request, /healthz to
               stored streams
