@@ -136,17 +136,37 @@ async def test_the_ledger_itself_expires_with_its_last_bucket(store: RedisStore)
     assert await store.client.ttl(ledger) > TTL - 5
 
 
+async def a_bucket_begins(store: RedisStore, ttl: int) -> None:
+    """Return once the server's clock has just entered a ledger bucket for `ttl` (ledger.py
+    `ledger_until`): writes for `ttl` made in the next second or more share it, however slow
+    the machine is between them. Bounded: a bucket begins within its width."""
+    width = max(1, -(-ttl // 30))
+    for _ in range(width + 2):
+        seconds, micros = await store.client.time()
+        if (seconds + 1 + ttl) % width == 1 % width and micros < 200_000:
+            return
+        await asyncio.sleep((1_000_000 - micros) / 1e6 + 0.01)  # the next second's start
+    raise AssertionError("no bucket began")
+
+
 async def test_writes_into_a_bucket_already_counted_leave_the_ledger_outliving_it(
         store: RedisStore) -> None:
     # A write into a bucket that holds bytes skips the ledger's TTL read (ledger.py): the write
-    # that counted there first gave the ledger a TTL reaching that bucket's end.
-    for n, ttl in enumerate((TTL, 2, 2, TTL)):  # a far bucket, a near one twice, the far again
-        await create(store, rid(n, like="1"), ttl=ttl)
+    # that counted there first gave the ledger a TTL reaching that bucket's end. A far bucket, a
+    # near one twice (made at a near bucket's start, so that both writes land in it: two
+    # seconds wide), the far again.
+    await create(store, rid(0, like="1"), ttl=TTL)
+    await a_bucket_begins(store, 60)
+    for n in (1, 2):
+        await create(store, rid(n, like="1"), ttl=60)
+    await create(store, rid(3, like="1"), ttl=TTL)
     ledger = keys.stored_bytes(TENANT, tag_of(rid("1")))
-    assert await store.client.hlen(ledger) == 2
-    assert await store.client.ttl(ledger) > TTL - 5
     records = [await store.client.hmget(keys.response(rid(n, like="1")), "bytes", "until")
                for n in range(4)]
+    assert records[1][1] == records[2][1]  # the near pair shared its bucket
+    # The far pair shares one too unless a far bucket (two minutes wide) ended between them.
+    assert await store.client.hlen(ledger) == len({until for _size, until in records})
+    assert await store.client.ttl(ledger) > TTL - 5
     buckets = await store.client.hgetall(ledger)
     assert {until: sum(int(size) for size, u in records if u == until)
             for _size, until in records} == {k: int(v) for k, v in buckets.items()}
