@@ -33,6 +33,7 @@ hands the app that bound method once, so every body write (each token) would pay
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import (
@@ -111,13 +112,12 @@ class _Seen(set[bytes]):
     def new(self, items: list[bytes]) -> set[bytes]:
         return set(items).difference(self)
 
-    def update(self, *others: Any) -> None:
+    def keep(self, items: Iterable[Any]) -> None:
+        """`items` (a head's new ones: nearly always one) as seen, those the bounds allow."""
         if len(self) >= self._bound:
             self.clear()
         longest = self._longest
-        for other in others:  # (a head's new items: nearly always one)
-            super().update(item for item in other
-                           if item.__class__ is bytes and len(item) <= longest)
+        self.update(item for item in items if item.__class__ is bytes and len(item) <= longest)
 
 
 # Process-wide, as the bytes they hold are valid in any response (a cache, not state).
@@ -152,8 +152,8 @@ def _quick_start(cycle: Any, message: Any) -> bool:
     if (new_names and HEADER_RE.search(b"".join(new_names))) or \
             (new_values and HEADER_VALUE_RE.search(b"\t".join(new_values))):
         return False  # uvicorn's loop names the first bad header
-    _NAMES_SEEN.update(new_names)
-    _VALUES_SEEN.update(new_values)
+    _NAMES_SEEN.keep(new_names)
+    _VALUES_SEEN.keep(new_values)
     lowered = b"\n".join(names).lower()
     if _TRANSFER_ENCODING in lowered or _CONNECTION in lowered \
             or lowered.count(_CONTENT_LENGTH) > 1:

@@ -341,9 +341,9 @@ async def test_what_a_search_passed_is_not_searched_again_and_nothing_refused_is
         assert quick == (headers == [(b"x-ok", b"a b")]), headers
     assert b"bad name" not in headwrite._NAMES_SEEN and b"a b" not in headwrite._NAMES_SEEN
     # Only bytes, and not long ones, are kept.
-    headwrite._VALUES_SEEN.update([b"x" * 300, bytearray(b"y")])
+    headwrite._VALUES_SEEN.keep([b"x" * 300, bytearray(b"y")])
     assert b"x" * 300 not in headwrite._VALUES_SEEN and b"y" not in headwrite._VALUES_SEEN
     # Bounded: forgotten whole when full (a request's id is new every time).
     for n in range(10):
-        headwrite._VALUES_SEEN.update({b"v%d" % n})
+        headwrite._VALUES_SEEN.keep({b"v%d" % n})
     assert len(headwrite._VALUES_SEEN) <= 4
