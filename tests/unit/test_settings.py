@@ -376,7 +376,7 @@ def test_setup_slots_default_off_and_set_by_flag_or_environment() -> None:
 
 
 def test_event_log_format_is_compact_unless_set_full_and_reaches_the_store() -> None:
-    # Compact by default (every release from 2963486 on reads it); full by flag or environment,
+    # Compact by default (every release from c405424 on reads it); full by flag or environment,
     # for a release before it beside this one (operations.md, "Event logs across an upgrade"),
     # and the store is opened so.
     from proxy.store.connection.factory import open_store
