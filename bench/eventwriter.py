@@ -82,7 +82,7 @@ async def _drive(streams: int, tokens: int, per_window: int, compact: bool,
                  timed: bool) -> tuple[float, float, PackingStore]:
     store = PackingStore(compact)
     hub = EventLogHub(store, ttl=3600, event_ttl=3600,  # type: ignore[arg-type]
-                      locally_followed=frozenset())
+                      local_on_join=True)
     # The flusher stands idle (`open` starts none while one runs): the flushes are this
     # loop's, one every `per_window` tokens.
     idle = hub._task = asyncio.get_running_loop().create_task(_idle())
@@ -103,7 +103,6 @@ async def _flushed(hub: EventLogHub, streams: int, tokens: int, per_window: int,
     record_s = flush_s = 0.0
     clock = time.process_time if timed else (lambda: 0.0)
     for k, (events, encoded) in enumerate(batches):
-        hub.awake = True  # as between two of the flusher's windows
         started = clock()
         for handle in handles:
             handle.record(events, encoded)

@@ -36,7 +36,7 @@ exact bytes the client got, so a replay is byte-identical).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -59,13 +59,52 @@ class StoredEvent(NamedTuple):
     data: bytes  # the event's JSON, exactly as sent
 
 
-# A stored event as the writer holds it until it is written (services/eventlog/writer.py) and
-# as the writes take it: `StoredEvent`'s three fields in a plain tuple, one made per stored
-# token. A tuple subclass is made in two steps (a tuple, then the subclass copy), freed by the
-# subtype's own dealloc and never untracked by the collector; a plain tuple of three comes from
-# and goes back to the interpreter's free list (~0.7k instructions a stored token less,
-# `bench.instructions`). A `StoredEvent` is one too: readers keep the named fields.
+# A stored event as the writes take it: `StoredEvent`'s three fields in a plain tuple (a
+# `StoredEvent` is one too: readers keep the named fields). The writer hands its events over
+# as an `EventRun` instead, which reads as a sequence of these.
 EventRow = tuple[int, str, bytes]
+
+
+class EventRun(Sequence[EventRow]):
+    """Events numbered `first`, `first + 1`, ... held as the (type, JSON) pairs a turn encoded:
+    how the writer keeps a stream's pending events and hands them to a write
+    (services/eventlog/writer.py). Read as a sequence it gives `EventRow`s; the packing of a
+    write (store/lua/packing.py `entries`) reads its columns instead. Why: a stored token is
+    then one list append (its pair, made once for the client), where a numbered tuple a token,
+    made and then taken apart again by the packing, cost ~1.5k instructions a stored token
+    (`python -m bench.eventwriter` under callgrind)."""
+
+    __slots__ = ("first", "rows")
+
+    def __init__(self, first: int, rows: Sequence[tuple[str, bytes]]) -> None:
+        self.first = first
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.numbered()[index]
+        row = self.rows[index]
+        return (self.first + (index if index >= 0 else len(self.rows) + index), *row)
+
+    def __iter__(self) -> Iterator[EventRow]:
+        return iter(self.numbered())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self.numbered() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a view of a list that changes
+
+    def __repr__(self) -> str:
+        return f"EventRun({self.first}, {self.rows!r})"
+
+    def numbered(self) -> list[EventRow]:
+        """The events as `EventRow`s, by C loops (`zip` hands `tuple.__add__` the one number
+        tuple it reuses)."""
+        numbers = zip(range(self.first, self.first + len(self.rows)))
+        return list(map(tuple.__add__, numbers, self.rows))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,8 +123,8 @@ async def test_a_batch_nobody_here_follows_is_looked_up_once_and_a_followed_one_
 
 async def test_an_event_nobody_here_follows_is_not_offered_and_a_followed_one_arrives(
         store: RedisStore) -> None:
-    # `add`, once a token of every stored stream: the writer looks the response up in the
-    # followers' live view itself, rather than calling `publish_local` for every event.
+    # `add`, once a token of every stored stream: the writer hands events to `local` only for
+    # a log a follower here joined (it asked for the `recent` ones first), not for every event.
     followers = Followers(store, block_ms=1000)
     offered: list[int] = []
 
@@ -133,7 +133,7 @@ async def test_an_event_nobody_here_follows_is_not_offered_and_a_followed_one_ar
         followers.publish_local(response_id, event)
 
     hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, local=counted,
-                      locally_followed=followers.followed_here)
+                      local_on_join=True)
     followers.recent = hub.recent
     handle = hub.open("resp_1")
     for seq in range(3):

@@ -5,22 +5,24 @@ and for anything else (gaps, retried or reordered events, an unknown type, the e
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.store import keys
-from proxy.store.base import StoredEvent
+from proxy.store.base import EventRun, StoredEvent
 from proxy.store.lua import packing
 from proxy.store.lua.decoding import events_of
 from proxy.store.lua.packing import (
     MAX_ENTRY_BYTES,
     MAX_EVENTS_PER_ENTRY,
     entries,
-    entry_length,
     hash_key,
     packed,
+    rows_in_entry,
     stream_args,
 )
 
@@ -108,13 +110,36 @@ def test_a_held_run_is_one_entry() -> None:
     assert packed(events).split(b"\x04")[:2] == [b"20", b"34"]
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_entry_length_is_the_first_entrys_count(name: str) -> None:
+def as_run(events: list[StoredEvent]) -> EventRun | None:
+    """`events` as the writer hands them over (services/eventlog/writer.py), if they are
+    numbered one after another (else None: the writer never holds such)."""
+    if any(b.seq != a.seq + 1 for a, b in pairwise(events)):
+        return None
+    return EventRun(events[0].seq if events else 0, [(e.type, e.data) for e in events])
+
+
+RUNS = [name for name, events in CASES.items() if as_run(events) is not None]
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_rows_in_entry_is_the_first_entrys_count(name: str) -> None:
     events = CASES[name]
     first = entries(events)[0] if events else None
     # an entry's count: its records (byte 1 between them) and its last event
     want = 0 if first is None else (first[2].count(b"\x01") + 2 if first[2] else 1)
-    assert entry_length(events) == want
+    assert rows_in_entry([(e.type, e.data) for e in events]) == want
+
+
+@pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.parametrize("name", RUNS)
+def test_a_run_as_the_writer_holds_it_packs_as_its_numbered_events(name: str,
+                                                                    compact: bool) -> None:
+    events = CASES[name]
+    held = as_run(events)
+    assert held is not None and held == events and list(held) == events
+    assert entries(held, compact=compact) == entries(events, compact=compact)
+    assert stream_args({"resp_1": held}, compact=compact) == stream_args({"resp_1": events},
+                                                                         compact=compact)
 
 
 # -- compact runs of deltas (packing.py `records`, read back by decoding.py `events_of`) ------
@@ -214,6 +239,8 @@ def test_any_run_of_events_reads_back_as_it_was_written(
             events.append(StoredEvent(seq, kind, orjson.dumps(
                 {"type": kind, "sequence_number": seq, "item_id": item, "text": text})))
     assert read_back(events) == events
+    held = as_run(events)
+    assert held is not None and entries(held, compact=True) == entries(events, compact=True)
 
 
 def test_without_compact_a_run_of_deltas_is_stored_in_full_as_earlier_releases_did() -> None:

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Container, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
@@ -179,12 +179,6 @@ class Followers:
                     return
         finally:
             self._leave(response_id, follower)
-
-    @property
-    def followed_here(self) -> Container[str]:
-        """The responses someone on this instance follows now (a live view): the writer asks
-        it before handing an event to `publish_local`, a call a token saved when nobody does."""
-        return self._followers.keys()
 
     def publish_local(self, response_id: str, event: StoredEvent) -> None:
         """An event this process just made for `response_id` (called per event: one dict

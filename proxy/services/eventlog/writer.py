@@ -1,10 +1,12 @@
 """Event-log writes, batched off the hot path: one flusher per process for every live stream.
 
-A stream hands each event to its `LogHandle` (a list append, no await). The flusher writes
-everything pending, for every stream, in one store call (one Redis pipeline), `window` seconds
-after the first event of a batch, or at once when a stream has `max_pending` events waiting
-(a zero-delay upstream must not wait out the window with a growing buffer). So the per-token
-cost on Redis is a fraction of a command, not a round trip.
+A stream hands each event to its `LogHandle` (a list append, no await: the (type, JSON) pair
+the turn encoded for its client, numbered only when a write takes it, as an `EventRun`). The
+flusher writes everything pending, for every stream, in one store call (one Redis pipeline),
+every `window` seconds while a stream is open (so no token has to wake it), or at once when a
+stream has `max_pending` events waiting (a zero-delay upstream must not wait out the window
+with a growing buffer). So the per-token cost on Redis is a fraction of a command, not a round
+trip, and in the proxy a list append and two checks (`LogHandle.record`).
 
 The window is longer than a token's interval on purpose (`WINDOW`, 100 ms): each flush then
 carries a run of each stream's events, which the store keeps as one log entry (one XADD, one
@@ -70,15 +72,15 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.types import Event, EventBatch, ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
-from proxy.store.base import EventRow, Store, StoredEvent, Transition
-from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, entry_length
+from proxy.store.base import EventRow, EventRun, Store, StoredEvent, Transition
+from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, rows_in_entry
 from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
@@ -110,24 +112,34 @@ HOLD_WINDOWS = 10
 class LogHandle:
     hub: EventLogHub
     response_id: str
-    pending: list[EventRow] = field(default_factory=list)
+    # The events waiting for a write, as the turn encoded them (type, JSON), numbered from
+    # `first` on: a token adds its pair to this list as it comes (no tuple made, no number
+    # read), and a write numbers them (`_numbered`) when it takes them. `first` is the number
+    # the next event taken gets (-1: none recorded yet); `last`, the batch `record` was last
+    # given, checks it then (`_checked`): numbers only grow by one within a stream, so its last
+    # event's number must be `first` plus the pairs before it.
+    rows: list[tuple[str, bytes]] = field(default_factory=list)
+    first: int = -1
+    last: Sequence[Event] = ()
     broken: bool = False
     failures: int = 0  # flushes of this stream's events that failed in a row
     # The events the write now in flight carries (a flush's or the final write's; empty: none),
-    # all before `pending`'s. With `pending`, the events not yet confirmed in the store, in
-    # order (`recent`): a follower on this instance that joins late catches up from them. The
-    # write keeps what it carries rather than every event going to a second list as it is made
-    # (an append a token, and a trim per flush that stepped through the events that came
-    # meanwhile: 7.6 -> 5.7 Python calls per stored token, test_store_redis_work).
-    flying: list[EventRow] = field(default_factory=list)
+    # all before `rows`. With `rows`, the events not yet confirmed in the store, in order
+    # (`recent`): a follower on this instance that joins late catches up from them. The write
+    # keeps what it carries rather than every event going to a second list as it is made.
+    flying: Sequence[EventRow] = ()
     # Resolved when the flush now writing some of this stream's events is over (None: no flush
     # holds any): the end must not overtake it (`finish`).
     in_flight: asyncio.Future[bool] | None = None
-    # Events `record` may still take before `pending` could reach the hub's `max_pending` (or
-    # `MAX_UNFLUSHED`): counted down per event instead of a `len` per token; never more than
-    # the true room (set from `len(pending)` in `_added`, zeroed where `pending` grows
-    # otherwise), so a full buffer is seen at the same event as by its length.
-    room: int = 0
+    # `rows` at which a flush is wanted now (the hub's `max_pending`, or `MAX_UNFLUSHED`).
+    limit: int = MAX_UNFLUSHED + 1
+    # A token needs more than its append (`_attend`): the stream has not started, someone on
+    # this instance follows it, its log was given up, or no number is known yet. One flag,
+    # kept where those change, so the common token reads one attribute and `len(rows)`.
+    attend: bool = True
+    # A follower on this instance joined (`EventLogHub.recent`): each event goes to it as
+    # it is made (`hub.local`). It stays set: once nobody follows, that is one dict lookup.
+    watched: bool = False
     # A flush has taken some of its events: its next ones wait for the whole window.
     started: bool = False
     # Someone on another instance follows the log live (the flush script said so): its events
@@ -139,78 +151,121 @@ class LogHandle:
     start_in_record: bool = False
 
     def record(self, events: list[Event], encoded: EventBatch) -> None:
-        """A turn's batch of events (`encoded`: their types and JSON, in order), as the
-        recorder hands it on: the stored events made here, so a token costs one call from the
-        turn (services/generation/run.py) and not `Recorder.add`'s and `add`'s two. Events
-        held as plain tuples (`EventRow`, `_stored`)."""
-        match encoded:  # a pattern, not `len(encoded)`: no call to tell one event from several
-            case [(kind, data)]:
-                pass
-            case _:
-                self.add_all(_stored(events, encoded))
-                return
+        """A turn's batch of events (`encoded`: their types and JSON, in order), as the turn
+        hands it on (services/generation/run.py, once a token). Nearly always an append and
+        two checks: the flusher wakes by itself every window while a stream is open, and the
+        numbers are put on at the write."""
+        rows = self.rows
+        rows += encoded
+        self.last = events
+        if self.attend or len(rows) >= self.limit:
+            self._attend(events, encoded)
+
+    def _attend(self, events: Sequence[Event], encoded: EventBatch) -> None:
+        """What `record` leaves to a batch only some streams' tokens need: the numbering's
+        start, the local followers, a full buffer, a first window."""
         if self.broken:
+            self.rows = []
             return
-        # The common case, once per token: `add_all`'s work for one event, inline (a call a
-        # token fewer, and `_added` skipped while nothing is due).
-        event = (events[0]["sequence_number"], kind, data)
-        self.pending.append(event)
+        if self.first < 0 and events:  # the first batch: `rows` held nothing before it
+            self.first = events[0]["sequence_number"]
         hub = self.hub
-        followed = hub.locally_followed
-        if followed is None or self.response_id in followed:
-            hub.local(self.response_id, tuple.__new__(StoredEvent, event))
-        room = self.room = self.room - 1
-        # Nearly always: the flusher is already awake and nothing is due, so `_added` (three
-        # calls, ~0.3 µs a token of every stored stream) has nothing to do.
-        if room > 0 and hub.awake and self.started:
-            return
-        self._added(hub, len(self.pending))
+        if self.watched and events:
+            hub.local_all(self.response_id, list(map(StoredEvent._make,
+                                                     _stored(events, encoded))))
+        self._added(hub)
 
-    def add(self, event: EventRow) -> None:
-        """One event, for a caller that made it already (`record` inlines its own)."""
-        self.add_all((event,))
-
-    def add_all(self, events: Sequence[EventRow], *, wake: bool = True) -> None:
-        """The events of one upstream read, in order: per batch one extend, one look for local
-        followers, one size check and one flusher wake-up (`wake` False: none, for events a
-        write about to start carries: `finish`)."""
-        if self.broken or not events:
-            return
-        self.pending += events
-        hub = self.hub
-        followed = hub.locally_followed
-        if followed is None or self.response_id in followed:
-            hub.local_all(self.response_id, list(map(StoredEvent._make, events)))
-        if wake:
-            self._added(hub, len(self.pending))
-        elif len(self.pending) > MAX_UNFLUSHED:
-            self.give_up()
-
-    def _added(self, hub: EventLogHub, pending: int) -> None:
+    def _added(self, hub: EventLogHub) -> None:
+        pending = len(self.rows)
         if pending > MAX_UNFLUSHED:
             self.give_up()
             return
-        self.room = min(hub.max_pending, MAX_UNFLUSHED + 1) - pending
+        if pending >= self.limit:
+            hub.flush_soon()  # a burst (zero-delay upstream): flush now, not at the window's end
         if not self.started:
             hub.hurry(self)
-        elif self.start_in_record and self.pending[-1][0] <= 1:
-            # The start alone, which `_take` leaves (the rule's reason is there): nothing for a
-            # flush to take, and the next event wakes the flusher. (Inline, not a method: this
-            # runs for many tokens of every stored stream.)
+        self.attend = not self.started or self.watched or self.first < 0
+
+    def add(self, event: EventRow) -> None:
+        """One event, numbered already."""
+        self.add_all((event,))
+
+    def add_all(self, events: Sequence[EventRow], *, wake: bool = True) -> None:
+        """Events numbered already (each the one after the one before), in order: handed to
+        local followers, then as `record` (`wake` False: no flush asked for, for events a
+        write about to start carries: `finish`)."""
+        if self.broken or not events:
             return
-        hub.wake(pending)
+        if not self._continued(events[0][0], len(events), events[-1][0]):
+            return
+        self.rows += [row[1:] for row in events]
+        self.last = ()  # checked here: `_checked` has nothing more to check
+        hub = self.hub
+        if self.watched:
+            hub.local_all(self.response_id, list(map(StoredEvent._make, events)))
+        if wake:
+            self._added(hub)
+        elif len(self.rows) > MAX_UNFLUSHED:
+            self.give_up()
+
+    def _continued(self, seq: int, count: int, last: int) -> bool:
+        """Whether `count` events numbered `seq` to `last` follow the pending ones; if not, the
+        log is given up (a replay is rebuilt from the final object) rather than numbered
+        wrong."""
+        if self.first < 0:
+            self.first = seq
+        if seq == self.first + len(self.rows) and last == seq + count - 1:
+            return True
+        return self._misnumbered(f"events {seq}-{last}")
+
+    def _checked(self) -> bool:
+        """Whether `rows`, numbered from `first`, end where the last batch `record` was given
+        ends (else the log is given up, as in `_continued`)."""
+        last = self.last
+        if not last or self.broken:
+            return not self.broken
+        seq = last[-1]["sequence_number"]
+        return seq == self.first + len(self.rows) - 1 or self._misnumbered(f"event {seq} last")
+
+    def _misnumbered(self, what: str) -> bool:
+        log.error("event log of %s given up: %s after %d pending from %d", self.response_id,
+                  what, len(self.rows), self.first)
+        self.give_up()
+        return False
+
+    def take(self, count: int) -> EventRun:
+        """The first `count` pending events out of `rows` (the caller writes them)."""
+        rows, first = self.rows, self.first
+        if count >= len(rows):
+            self.rows = []
+        else:
+            rows, self.rows = rows[:count], rows[count:]
+        self.first = first + len(rows)
+        return EventRun(first, rows)
+
+    def put_back(self, events: EventRun) -> None:
+        """A failed write's events, in front of those that came meanwhile."""
+        if events:
+            self.rows[:0] = events.rows
+            self.first = events.first
+
+    @property
+    def pending(self) -> list[StoredEvent]:
+        """The events waiting for a write, numbered."""
+        return list(map(StoredEvent._make, EventRun(self.first, self.rows)))
 
     @property
     def recent(self) -> list[StoredEvent]:
         """The events not yet confirmed in the store, in order: a follower on this instance
         that joins late catches up from here, with no await between its catch-up and its
         joining (so nothing made meanwhile can slip between the two)."""
-        return list(map(StoredEvent._make, (*self.flying, *self.pending)))
+        return list(map(StoredEvent._make, (*self.flying, *EventRun(self.first, self.rows))))
 
     def give_up(self) -> None:
         """Stop logging this stream (its replay is rebuilt from the final object)."""
         self.broken = True
-        self.pending = []
+        self.attend = True
+        self.rows = []
         self.flying = []
 
     async def finish(self, final: ResponseObject, terminal: StoredEvent | None, *,
@@ -220,17 +275,15 @@ class LogHandle:
         (retried, reconciled); only then is the terminal event handed to local followers.
         `tenant`: the response's owner. `events` (with `encoded`, as `record` takes them): the
         turn's last ones before the terminal, pending from here (handed to local followers at
-        once), with no flusher woken for them: this write carries them (through `record` they
-        woke it and asked for a first window, four calls and a flusher step per stored
-        answer, for events it then found taken)."""
+        once), with no flusher asked for them: this write carries them."""
         if events and encoded is not None and not self.broken:
             self.add_all(_stored(events, encoded), wake=False)
         try:
-            if self.in_flight is None and len(self.pending) <= MAX_CARRIED:
+            self._checked()  # numbered wrong: given up, nothing carried
+            if self.in_flight is None and len(self.rows) <= MAX_CARRIED:
                 # Nearly always (no flush holds its events): taken here, without the coroutine
                 # of `_take_for_final` (whose wait this needs not).
-                carried: list[EventRow] | None = self.pending
-                self.pending = []
+                carried: EventRun | None = self.take(len(self.rows))
             else:
                 carried = await self._take_for_final()
             if carried is None:  # a backlog, or a flush that never ends: the flusher writes it
@@ -240,7 +293,7 @@ class LogHandle:
                 except ProxyError as exc:
                     log.error("event log of %s left incomplete: %s", self.response_id,
                               failure_cause(exc))
-                carried = []
+                carried = EventRun(self.first, [])
             self.flying = carried  # a late follower here catches up from them meanwhile
             result = await store_final(self.hub.store, final, terminal, tenant=tenant,
                                        ttl=self.hub.ttl, event_ttl=self.hub.event_ttl,
@@ -257,7 +310,7 @@ class LogHandle:
         finally:
             self.hub.release(self)
 
-    async def _take_for_final(self) -> list[EventRow] | None:
+    async def _take_for_final(self) -> EventRun | None:
         """The pending events, taken for the final write once no flush holding earlier events
         of this stream is in flight (waited for: the flush's own future, no lock); None when
         they must go through the flusher instead (too many, or flushes keep taking them)."""
@@ -266,14 +319,13 @@ class LogHandle:
             if flight is None:
                 break
             await asyncio.shield(flight)
-        if self.in_flight is not None or len(self.pending) > MAX_CARRIED:
+        if self.in_flight is not None or len(self.rows) > MAX_CARRIED:
             return None
         # Taken with no await since the check: no flush can start in between (one thread), and
-        # with none in flight for this stream, `pending` holds every event not yet stored.
-        carried, self.pending = self.pending, []
-        return carried
+        # with none in flight for this stream, `rows` holds every event not yet stored.
+        return self.take(len(self.rows))
 
-    async def _append_refused(self, events: list[EventRow]) -> None:
+    async def _append_refused(self, events: EventRun) -> None:
         """A refused final write (e.g. a late completion after a cancel) appended nothing: the
         events go to the log as a flush would have taken them (dropped if the log is closed)."""
         try:
@@ -310,13 +362,14 @@ class EventLogHub:
                  first_window: float | None = None, max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
                  local_all: Callable[[str, Sequence[StoredEvent]], None] | None = None,
-                 locally_followed: Container[str] | None = None,
+                 local_on_join: bool = False,
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         """`first_window`: how soon a stream's first events are written ahead of the batch
         (None: they wait for `window` like the others). `local_all`: `local` for the events of
-        one batch at once (default: `local` for each). `locally_followed`: the responses `local`
-        has followers of (a live view; None: `local` is given every event)."""
+        one batch at once (default: `local` for each). `local_on_join`: `local` is given the
+        events of a log only once a follower here asked for its `recent` ones (they join then),
+        not every event of every log."""
         self.store = store
         # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
@@ -324,17 +377,15 @@ class EventLogHub:
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
         self.local_all = local_all or functools.partial(_each, local)
-        self.locally_followed = locally_followed
+        self.local_on_join = local_on_join
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
         # Flush every `window` seconds, or at once when a log holds `max_pending` events.
         self.window, self.max_pending = window, max_pending
         self.first_window = first_window
         self._handles: set[LogHandle] = set()
         self._by_id: dict[str, LogHandle] = {}
-        self._wakeup = asyncio.Event()  # something is pending
-        # True only while `_wakeup` is set (may lag behind it, never ahead): `LogHandle.record`
-        # skips waking a flusher that is awake already without a method call.
-        self.awake = False
+        # Set while a stream is open or a flush is wanted: the flusher runs a window at a time.
+        self._wakeup = asyncio.Event()
         self._full = False  # a stream reached `max_pending`, or an end waits: flush now
         self._fresh: set[LogHandle] = set()  # streams whose first events wait (`first_window`)
         self._nudge = asyncio.Event()  # `_full` or `_fresh` changed: the gathering looks again
@@ -348,7 +399,6 @@ class EventLogHub:
         self._next_round: asyncio.Future[bool] | None = None
         self._supervisor = supervisor or LoopSupervisor()
         self._suspect = False  # the last write failed: reconnect before the next one
-        self._holding = False  # the last timed flush held some stream's events back
 
     def open(self, response_id: str, *, early: bool = True) -> LogHandle:
         """The log of `response_id`, written from here. `early` False: its first events are not
@@ -356,11 +406,15 @@ class EventLogHub:
         the stream's next events, then all are held as a started stream's (a foreground
         stream's start, which readers elsewhere make from the record meanwhile:
         services/responses/stored.py)."""
-        handle = LogHandle(self, response_id, started=not early, start_in_record=not early)
+        handle = LogHandle(self, response_id, started=not early, start_in_record=not early,
+                           limit=min(self.max_pending, MAX_UNFLUSHED + 1),
+                           watched=not self.local_on_join)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():
             self._task = self._supervisor.start("event-log-flusher", self._run)
+        if not self._wakeup.is_set():  # the flusher runs every window while a stream is open
+            self._wakeup.set()
         return handle
 
     def release(self, handle: LogHandle) -> None:
@@ -370,21 +424,18 @@ class EventLogHub:
             del self._by_id[handle.response_id]
 
     def recent(self, response_id: str) -> list[StoredEvent]:
-        """The events this process made for a response that still runs here (else none)."""
+        """The events this process made for a response that still runs here and not yet in
+        the store (else none), for a follower about to join here: from now on that log's
+        events go to `local` as they are made."""
         handle = self._by_id.get(response_id)
-        return handle.recent if handle is not None else []
+        if handle is None:
+            return []
+        handle.watched = handle.attend = True
+        return handle.recent
 
     def writing(self, response_id: str) -> bool:
         """Whether this process writes that response's log now."""
         return response_id in self._by_id
-
-    def wake(self, pending: int) -> None:
-        if not self._wakeup.is_set():
-            self._wakeup.set()
-        self.awake = True
-        if pending >= self.max_pending and not self._full:
-            # a burst (zero-delay upstream): flush now rather than at the window's end
-            self._flush_soon()
 
     def hurry(self, handle: LogHandle) -> None:
         """`handle`'s first events wait: written after `first_window`, ahead of the batch."""
@@ -392,7 +443,7 @@ class EventLogHub:
         if self.first_window is not None and handle not in fresh:
             # Only a flusher napping out its whole window with no new stream waiting is woken
             # (`_watching`): one already napping for a first window writes every stream then
-            # waiting at its end, and an idle one looks at `_fresh` when `wake` wakes it. A
+            # waiting at its end, and one starting a window looks at `_fresh` then. A
             # nudge per new stream woke it once per stored request (~7 µs of proxy CPU per
             # stored short answer at 32 clients, in `_nap`); and a nudge whenever no stream
             # was waiting (the earlier ones had ended within their first window, a short
@@ -403,9 +454,13 @@ class EventLogHub:
                 self._nudge.set()
             fresh.add(handle)
 
-    def _flush_soon(self) -> None:
-        self._full = True
-        self._nudge.set()
+    def flush_soon(self) -> None:
+        """A flush now, without waiting out the window."""
+        if not self._full:
+            self._full = True
+            self._nudge.set()
+        if not self._wakeup.is_set():
+            self._wakeup.set()
 
     async def _run(self) -> None:
         failed = 0
@@ -414,13 +469,11 @@ class EventLogHub:
             await self._wakeup.wait()
             # let events gather: one write for many (cut short by a full buffer)
             await self._gather(loop.time() + self.window)
-            self.awake = False
-            self._wakeup.clear()
             timed, self._full = not self._full, False
+            if not self._handles:  # no stream open (the last one's events are written here)
+                self._wakeup.clear()
             if await self._flush(hold=timed):
                 failed = 0
-                if self._holding:  # events held back: the next window writes them
-                    self._wakeup.set()
                 continue
             # Kept for the next attempt, after a growing delay (the store may be failing over).
             await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
@@ -470,7 +523,7 @@ class EventLogHub:
     async def _flush_fresh(self) -> None:
         """The new streams' first events, alone; a failure leaves them to the batch's flush."""
         async with self._lock:
-            fresh = [handle for handle in self._fresh if handle.pending]
+            fresh = [handle for handle in self._fresh if handle.rows]
             self._fresh.clear()
             if fresh:
                 await self._write_pending(fresh)
@@ -487,19 +540,18 @@ class EventLogHub:
         event-loop step at a time, and on a busy loop (one step = every stream's chunk of that
         moment) that chain took seconds, with the timed flusher queued behind it: the per-token
         profile's probe saw flushes ~8 s apart, each carrying 20-48k events."""
-        while (handle.pending or handle.flying) and not handle.broken:
+        while (handle.rows or handle.flying) and not handle.broken:
             if self._task is None or self._task.done():  # no flusher (closing): flush here
                 async with self._lock:
-                    if (handle.pending or handle.flying) and not handle.broken \
+                    if (handle.rows or handle.flying) and not handle.broken \
                             and not await self._flush_locked():
                         raise StoreUnavailable("the event log could not be written")
                 return
             round_ = self._next_round
             if round_ is None:
                 round_ = self._next_round = asyncio.get_running_loop().create_future()
-            self._flush_soon()  # the flusher starts at once, without its window
-            self._wakeup.set()
-            if not await asyncio.shield(round_) and (handle.pending or handle.flying) \
+            self.flush_soon()  # the flusher starts at once, without its window
+            if not await asyncio.shield(round_) and (handle.rows or handle.flying) \
                     and not handle.broken:
                 raise StoreUnavailable("the event log could not be written")
 
@@ -529,7 +581,7 @@ class EventLogHub:
             if round_ is not None and not round_.done():
                 round_.set_result(written)
 
-    async def _append(self, logs: dict[str, list[EventRow]]) -> Collection[str]:
+    async def _append(self, logs: dict[str, EventRun]) -> Collection[str]:
         """One flush's write (its reply: the streams followed from another instance). After a
         failed one: on fresh connections, and only if the store answers its probe (durable.py's
         `retried` says why), so a stuck primary costs the attempt a second, not another socket
@@ -579,8 +631,7 @@ class EventLogHub:
                 if handle.failures >= MAX_FLUSH_ATTEMPTS:
                     handle.give_up()
                 elif not handle.broken:
-                    handle.pending[:0] = events  # in front of what came meanwhile
-                    handle.room = 0  # `pending` grew: `record` counts it again
+                    handle.put_back(events)
             return False
         finally:
             # Settled before any finisher waiting on it runs again: its events are then either
@@ -594,28 +645,27 @@ class EventLogHub:
         return True
 
     def _take(self, handles: Iterable[LogHandle], *,
-              hold: bool = False) -> dict[LogHandle, list[EventRow]]:
-        """The pending events of `handles`, taken for a flush (their streams now started);
-        `hold`: those of a started, unfollowed stream stay while one more window's worth (at the
-        rate they came) still fits in one log entry, for at most `HOLD_WINDOWS` windows
-        (`_holding` then says some did)."""
-        taken: dict[LogHandle, list[EventRow]] = {}
-        holding = False
+              hold: bool = False) -> dict[LogHandle, EventRun]:
+        """The pending events of `handles`, numbered and taken for a flush (their streams now
+        started); `hold`: those of a started, unfollowed stream stay while one more window's
+        worth (at the rate they came) still fits in one log entry, for at most `HOLD_WINDOWS`
+        windows."""
+        taken: dict[LogHandle, EventRun] = {}
         for handle in handles:
-            pending = handle.pending
-            if not pending:
+            rows = handle.rows
+            if not rows:
                 continue
-            held = handle.held
-            if hold and handle.start_in_record and pending[-1][0] <= 1:
+            count = len(rows)
+            if hold and handle.start_in_record and handle.first + count <= 2:
                 # The start alone (no token yet: a long prefill, a tool loop's first steps) of
                 # a log opened late: readers elsewhere make it from the record (stored.py
                 # `_head`, ending.py), so it waits for the stream's next events, however long.
                 continue
             if hold and handle.started and not handle.followed:
+                held = handle.held
                 if (held < HOLD_WINDOWS - 1
-                        and len(pending) * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
+                        and count * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
                     handle.held = held + 1
-                    holding = True
                     continue
                 # Held to here, it goes as one log entry. What overflows that entry (its byte
                 # bound: ~45 text deltas of ~188 bytes pass it; or a window that brought more
@@ -624,20 +674,20 @@ class EventLogHub:
                 # than go to Redis as an entry of its own. A stream never held (its rate is
                 # over half an entry a window) goes whole, as does any bigger backlog (events
                 # too big for the count to fill an entry), as before.
-                length = entry_length(pending)
-                if held and length < len(pending) and (len(pending) - length) * 2 <= length:
-                    taken[handle], handle.pending = pending[:length], pending[length:]
-                    handle.held = 1
-                    holding = True
+                length = rows_in_entry(rows)
+                if held and length < count and (count - length) * 2 <= length:
+                    if handle._checked():
+                        taken[handle] = handle.take(length)
+                        handle.held = 1
                     continue
+            if not handle._checked():  # numbered wrong: given up
+                continue
             handle.held = 0
-            taken[handle] = pending
-            handle.pending = []
+            taken[handle] = handle.take(count)
             if not handle.started:
                 handle.started = True
+                handle.attend = handle.watched
                 self._fresh.discard(handle)
-        if hold:
-            self._holding = holding
         return taken
 
     async def aclose(self) -> None:

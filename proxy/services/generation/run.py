@@ -132,9 +132,10 @@ class Generation:
                     if recorder is not None:
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
-                        # The type first: `done` is a property (a call a token).
-                        if events and events[-1]["type"] in TERMINAL_EVENTS and \
-                                self.assembler.done:
+                        # The phase first, read as an attribute (`done` is a property): one
+                        # check a token, the type only at the end.
+                        if self.assembler.phase is _DONE and events and \
+                                events[-1]["type"] in TERMINAL_EVENTS:
                             await self._finish(events, encoded)
                         elif (handle := recorder.log_handle) is not None:
                             # The log's own `record`, not `Recorder.add` (a call a token).

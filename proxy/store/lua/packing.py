@@ -60,7 +60,7 @@ from proxy.core.types import (
     TEXT_DELTA,
 )
 from proxy.store import keys
-from proxy.store.base import EventRow
+from proxy.store.base import EventRow, EventRun
 
 V = TypeVar("V")
 
@@ -127,11 +127,21 @@ def entries(events: Sequence[EventRow], *, compact: bool = False) -> list[Entry]
     if count <= MAX_EVENTS_PER_ENTRY:
         # The run a flush usually carries for a stream (its held tokens: services/eventlog/
         # writer.py): ascending with no gap and within the bounds, it is one entry, laid out
-        # by C loops over its columns (no Python step per event).
-        seqs, kinds, datas = zip(*events, strict=True)
-        first = seqs[0]
-        if seqs == tuple(range(first, first + count)) and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-            return [entry_parts(first, seqs[-1], kinds, datas, compact=compact)]
+        # by C loops over its columns (no Python step per event). The writer's own runs
+        # (`EventRun`) are numbered so by making: their two columns are read as they are.
+        if type(events) is EventRun:
+            kinds, datas = zip(*events.rows, strict=True)
+            if sum(map(len, datas)) <= MAX_ENTRY_BYTES:
+                first = events.first
+                return [entry_parts(first, first + count - 1, kinds, datas, compact=compact)]
+        else:
+            seqs, kinds, datas = zip(*events, strict=True)
+            first = seqs[0]
+            if seqs == tuple(range(first, first + count)) \
+                    and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
+                return [entry_parts(first, seqs[-1], kinds, datas, compact=compact)]
+    if type(events) is EventRun:
+        events = events.numbered()  # a longer run: cut entry by entry below
     found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
@@ -152,24 +162,17 @@ def entries(events: Sequence[EventRow], *, compact: bool = False) -> list[Entry]
     return found
 
 
-def entry_length(events: Sequence[EventRow]) -> int:
-    """How many of `events`, from the first, make its first log entry (`entries`' cut); by C
-    loops over their sizes when their numbers run on with no gap (a stream's pending events)."""
-    count = min(len(events), MAX_EVENTS_PER_ENTRY)
+def rows_in_entry(rows: Sequence[tuple[str, bytes]]) -> int:
+    """How many of a stream's pending events (type, JSON), numbered on with no gap, make its
+    first log entry (`entries`' cut), by C loops over their sizes."""
+    count = min(len(rows), MAX_EVENTS_PER_ENTRY)
     if not count:
         return 0
-    ends = list(accumulate(map(len, map(_DATA, islice(events, count)))))
-    fits = max(1, bisect_right(ends, MAX_ENTRY_BYTES))  # one bigger event stands alone
-    first = events[0][0]
-    if tuple(map(_SEQ, islice(events, fits))) == tuple(range(first, first + fits)):
-        return fits
-    stop = 1
-    while stop < fits and events[stop][0] == first + stop:
-        stop += 1
-    return stop
+    ends = list(accumulate(map(len, map(_ROW_DATA, islice(rows, count)))))
+    return max(1, bisect_right(ends, MAX_ENTRY_BYTES))  # one bigger event stands alone
 
 
-_SEQ, _DATA = itemgetter(0), itemgetter(2)  # StoredEvent.seq, .data
+_ROW_DATA = itemgetter(1)
 
 
 def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes], *,
@@ -177,19 +180,13 @@ def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[byt
     """The entry of the events `kinds`/`datas` (by column), numbered `first` to `last`;
     `compact`: a run of deltas kept compact (`--event-log-format compact`, the default), else
     all in full."""
-    try:
-        heads = list(map(_TYPES.__getitem__, kinds))
-    except KeyError:  # a type not seen yet (the first of each kind)
-        heads = [_type_bytes(kind) for kind in kinds]
     if len(datas) == 1:
-        return first, last, b"", heads[0], datas[0]
-    if compact:
-        return first, last, records(first, kinds, heads, datas), heads[-1], datas[-1]
-    return first, last, _joined(heads[:-1], datas[:-1]), heads[-1], datas[-1]
+        return first, last, b"", _type_bytes(kinds[0]), datas[0]
+    earlier = records(first, kinds, datas) if compact else _joined(kinds[:-1], datas[:-1])
+    return first, last, earlier, _type_bytes(kinds[-1]), datas[-1]
 
 
-def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
-            datas: Sequence[bytes]) -> bytes:
+def records(first: int, kinds: Sequence[str], datas: Sequence[bytes]) -> bytes:
     """An entry's earlier records (the events but its last, numbered from `first`): a leading
     run of deltas of one type and item compact (see the module's docstring), the rest in full.
     C loops over the columns (`map`, joins, compares): no Python step per event."""
@@ -197,7 +194,7 @@ def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
     run = _delta_run(kinds, count)
     template = _template(first, kinds[0], datas[0]) if run else None
     if template is None:
-        return _joined(heads[:count], datas[:count])
+        return _joined(kinds[:count], datas[:count])
     lead, item = template
     rests: list[bytes] = []
     done = 0
@@ -207,9 +204,10 @@ def records(first: int, kinds: Sequence[str], heads: Sequence[bytes],
             break
         done += size
     if done < 2:
-        return _joined(heads[:count], datas[:count])
-    rest = (_SOH, _joined(heads[done:count], datas[done:count])) if done < count else ()
-    return b"".join((_COMPACT, _SOH_COMPACT.join(rests), *rest, _TEMPLATE, heads[0], _NUL, item))
+        return _joined(kinds[:count], datas[:count])
+    rest = (_SOH, _joined(kinds[done:count], datas[done:count])) if done < count else ()
+    return b"".join((_COMPACT, _SOH_COMPACT.join(rests), *rest, _TEMPLATE,
+                     _type_bytes(kinds[0]), _NUL, item))
 
 
 def _template(first: int, kind: str, data: bytes) -> tuple[bytes, bytes] | None:
@@ -231,8 +229,10 @@ def _compact(first: int, lead: bytes, item: bytes, run: Sequence[bytes],
     compact records added to `rests`: how many (0: they are not all shaped so, nothing added).
     Checked as a whole: each starts with the lead and holds the item's part right after its
     number (a run of two items' deltas, or of another key order, is stored in full). The
-    numbers are the events' own (the writer makes a stored event's `seq` from the very event it
-    encodes); the first's and the last's are checked."""
+    numbers are the events' own (the writer numbers a stored event from the batch it encoded
+    and checks that against the batch: services/eventlog/writer.py); the first's and the
+    last's are checked. (The parts compared as two joins of slices: `bytes.startswith` an
+    event, whose arguments are parsed at each call, cost ~400 instructions an event more.)"""
     number = b"%d" % first
     at = len(lead)
     start = at + len(number)
@@ -248,14 +248,19 @@ def _compact(first: int, lead: bytes, item: bytes, run: Sequence[bytes],
     return size
 
 
-def _joined(heads: Sequence[bytes], datas: Sequence[bytes]) -> bytes:
+def _joined(kinds: Sequence[str], datas: Sequence[bytes]) -> bytes:
     """Records in full, `<type> 0x00 <JSON>` joined by byte 1: one join over the pieces (each
     record's bytes copied once)."""
-    head = heads[0]
-    if heads.count(head) == len(heads):
+    kind = kinds[0]
+    if kinds.count(kind) == len(kinds):
         # All of one type (a held run of deltas, nearly always): the JSONs joined by the type's
         # separator, with no piece per event (0.85 against 5.4 µs an entry of 47 deltas).
+        head = _type_bytes(kind)
         return b"%s\x00%s" % (head, (b"\x01%s\x00" % head).join(datas))
+    try:
+        heads = list(map(_TYPES.__getitem__, kinds))
+    except KeyError:  # a type not seen yet (the first of each kind)
+        heads = [_type_bytes(kind) for kind in kinds]
     pieces = list(chain.from_iterable(zip(heads, repeat(_NUL), datas, repeat(_SOH))))
     pieces.pop()
     return b"".join(pieces)
