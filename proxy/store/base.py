@@ -65,6 +65,10 @@ class StoredEvent(NamedTuple):
 EventRow = tuple[int, str, bytes]
 
 
+# An `EventRun`'s rows by column: their types, their JSONs, and the JSONs' total length.
+RunColumns = tuple[tuple[str, ...], tuple[bytes, ...], int]
+
+
 class EventRun(Sequence[EventRow]):
     """Events numbered `first`, `first + 1`, ... held as the (type, JSON) pairs a turn encoded:
     how the writer keeps a stream's pending events and hands them to a write
@@ -74,11 +78,16 @@ class EventRun(Sequence[EventRow]):
     made and then taken apart again by the packing, cost ~1.5k instructions a stored token
     (`python -m bench.eventwriter` under callgrind)."""
 
-    __slots__ = ("first", "rows")
+    __slots__ = ("columns", "first", "rows")
 
-    def __init__(self, first: int, rows: Sequence[tuple[str, bytes]]) -> None:
+    def __init__(self, first: int, rows: Sequence[tuple[str, bytes]],
+                 columns: RunColumns | None = None) -> None:
         self.first = first
         self.rows = rows
+        # The rows' types and JSONs by column and the JSONs' total length, when whoever cut
+        # the run made them already (the writer, to size a held run's entry): the packing
+        # reads them rather than make them again.
+        self.columns = columns
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -21,8 +21,9 @@ from proxy.store.lua.packing import (
     MAX_EVENTS_PER_ENTRY,
     entries,
     hash_key,
+    first_entry,
     packed,
-    rows_in_entry,
+    run_columns,
     stream_args,
 )
 
@@ -122,12 +123,14 @@ RUNS = [name for name, events in CASES.items() if as_run(events) is not None]
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_rows_in_entry_is_the_first_entrys_count(name: str) -> None:
+def test_first_entry_is_the_first_entrys_count_and_length(name: str) -> None:
     events = CASES[name]
     first = entries(events)[0] if events else None
     # an entry's count: its records (byte 1 between them) and its last event
     want = 0 if first is None else (first[2].count(b"\x01") + 2 if first[2] else 1)
-    assert rows_in_entry([(e.type, e.data) for e in events]) == want
+    columns = run_columns([(e.type, e.data) for e in events])
+    assert columns[2] == sum(len(e.data) for e in events)
+    assert first_entry(columns) == (want, sum(len(e.data) for e in events[:want]))
 
 
 @pytest.mark.parametrize("compact", [False, True])
@@ -138,6 +141,10 @@ def test_a_run_as_the_writer_holds_it_packs_as_its_numbered_events(name: str,
     held = as_run(events)
     assert held is not None and held == events and list(held) == events
     assert entries(held, compact=compact) == entries(events, compact=compact)
+    # and with the columns its writer made already (to size a held run's entry)
+    columns = run_columns(held.rows)
+    assert entries(EventRun(held.first, held.rows, columns), compact=compact) == entries(
+        events, compact=compact)
     assert stream_args({"resp_1": held}, compact=compact) == stream_args({"resp_1": events},
                                                                          compact=compact)
 

@@ -79,8 +79,8 @@ from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
 from proxy.core.types import Event, EventBatch, ResponseObject
 from proxy.services.eventlog.durable import RETRY_DELAYS, retried, store_final
 from proxy.services.process.loops import LoopSupervisor
-from proxy.store.base import EventRow, EventRun, Store, StoredEvent, Transition
-from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, rows_in_entry
+from proxy.store.base import EventRow, EventRun, RunColumns, Store, StoredEvent, Transition
+from proxy.store.lua.packing import MAX_EVENTS_PER_ENTRY, first_entry, run_columns
 from proxy.telemetry.tracing import SLOW_FLUSH_NS, Tracing
 
 log = logging.getLogger("proxy.eventlog")
@@ -106,6 +106,11 @@ FIRST_WINDOW = 0.02
 # more window's worth would overflow an entry (at five events a window, after eight), and the
 # spare windows let tokens that come in bursts (a busy loop or upstream) still fill one.
 HOLD_WINDOWS = 10
+# The most events a stream held `held` windows may have for a timed flush to hold it one more
+# (`_take`'s rule: one more window's worth, at the rate so far, still fits in one entry; none
+# past `HOLD_WINDOWS`): looked up per held stream and window, not worked out.
+KEEP = tuple(MAX_EVENTS_PER_ENTRY * (held + 1) // (held + 2) if held < HOLD_WINDOWS - 1 else 0
+             for held in range(HOLD_WINDOWS))
 
 
 @dataclass(eq=False)
@@ -146,6 +151,9 @@ class LogHandle:
     # are not held back past one window (`HOLD_WINDOWS`).
     followed: bool = False
     held: int = 0  # timed flushes that left this stream's pending events for a later one
+    # The most pending events the next timed flush holds back (`KEEP[held]`; 0: none, or
+    # not known yet: `_take` works it out).
+    keep: int = 0
     # Opened late (`EventLogHub.open(early=False)`): its start, events 0 and 1, is what readers
     # elsewhere make from the record while the log is empty, so alone it waits for more.
     start_in_record: bool = False
@@ -233,15 +241,16 @@ class LogHandle:
         self.give_up()
         return False
 
-    def take(self, count: int) -> EventRun:
-        """The first `count` pending events out of `rows` (the caller writes them)."""
+    def take(self, count: int, columns: RunColumns | None = None) -> EventRun:
+        """The first `count` pending events out of `rows` (the caller writes them); `columns`:
+        theirs, if made already."""
         rows, first = self.rows, self.first
         if count >= len(rows):
             self.rows = []
         else:
             rows, self.rows = rows[:count], rows[count:]
         self.first = first + len(rows)
-        return EventRun(first, rows)
+        return EventRun(first, rows, columns)
 
     def put_back(self, events: EventRun) -> None:
         """A failed write's events, in front of those that came meanwhile."""
@@ -622,6 +631,7 @@ class EventLogHub:
                 known = self._by_id.get(response_id)
                 if known is not None:
                     known.followed = True
+                    known.keep = 0
         except ProxyError as exc:
             log.error("event log write failed for %d stream(s): %s", len(taken),
                       failure_cause(exc))
@@ -656,16 +666,22 @@ class EventLogHub:
             if not rows:
                 continue
             count = len(rows)
+            if hold and count <= handle.keep:  # held one more window: each token's usual visit
+                held = handle.held = handle.held + 1
+                handle.keep = KEEP[held]
+                continue
             if hold and handle.start_in_record and handle.first + count <= 2:
                 # The start alone (no token yet: a long prefill, a tool loop's first steps) of
                 # a log opened late: readers elsewhere make it from the record (stored.py
                 # `_head`, ending.py), so it waits for the stream's next events, however long.
                 continue
-            if hold and handle.started and not handle.followed:
+            columns: RunColumns | None = None
+            holding = hold and handle.started and not handle.followed
+            if holding:
                 held = handle.held
-                if (held < HOLD_WINDOWS - 1
-                        and count * (held + 2) <= MAX_EVENTS_PER_ENTRY * (held + 1)):
+                if count <= KEEP[held]:
                     handle.held = held + 1
+                    handle.keep = KEEP[held + 1]
                     continue
                 # Held to here, it goes as one log entry. What overflows that entry (its byte
                 # bound: ~45 text deltas of ~188 bytes pass it; or a window that brought more
@@ -674,20 +690,26 @@ class EventLogHub:
                 # than go to Redis as an entry of its own. A stream never held (its rate is
                 # over half an entry a window) goes whole, as does any bigger backlog (events
                 # too big for the count to fill an entry), as before.
-                length = rows_in_entry(rows)
+                columns = run_columns(rows)  # made once: the write's packing reads them
+                length, size = first_entry(columns)
                 if held and length < count and (count - length) * 2 <= length:
                     if handle._checked():
-                        taken[handle] = handle.take(length)
-                        handle.held = 1
+                        kinds, datas, _size = columns
+                        taken[handle] = handle.take(length,
+                                                    (kinds[:length], datas[:length], size))
+                        handle.held, handle.keep = 1, KEEP[1]
                     continue
             if not handle._checked():  # numbered wrong: given up
                 continue
-            handle.held = 0
-            taken[handle] = handle.take(count)
+            taken[handle] = handle.take(count, columns)
             if not handle.started:
                 handle.started = True
                 handle.attend = handle.watched
                 self._fresh.discard(handle)
+            handle.held = 0
+            # A stream that may be held (started, nobody elsewhere follows it) is, from the
+            # next timed flush on, while its events fit (`keep`).
+            handle.keep = KEEP[0] if not handle.followed else 0
         return taken
 
     async def aclose(self) -> None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate, chain, islice, repeat
+from itertools import accumulate, chain, repeat
 from operator import itemgetter
 from typing import TypeVar
 
@@ -60,7 +60,7 @@ from proxy.core.types import (
     TEXT_DELTA,
 )
 from proxy.store import keys
-from proxy.store.base import EventRow, EventRun
+from proxy.store.base import EventRow, EventRun, RunColumns
 
 V = TypeVar("V")
 
@@ -124,24 +124,16 @@ def entries(events: Sequence[EventRow], *, compact: bool = False) -> list[Entry]
     count = len(events)
     if not count:
         return []
-    if count <= MAX_EVENTS_PER_ENTRY:
-        # The run a flush usually carries for a stream (its held tokens: services/eventlog/
-        # writer.py): ascending with no gap and within the bounds, it is one entry, laid out
-        # by C loops over its columns (no Python step per event). The writer's own runs
-        # (`EventRun`) are numbered so by making: their two columns are read as they are.
-        if type(events) is EventRun:
-            kinds, datas = zip(*events.rows, strict=True)
-            if sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-                first = events.first
-                return [entry_parts(first, first + count - 1, kinds, datas, compact=compact)]
-        else:
-            seqs, kinds, datas = zip(*events, strict=True)
-            first = seqs[0]
-            if seqs == tuple(range(first, first + count)) \
-                    and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
-                return [entry_parts(first, seqs[-1], kinds, datas, compact=compact)]
     if type(events) is EventRun:
-        events = events.numbered()  # a longer run: cut entry by entry below
+        return _run_entries(events, compact)
+    if count <= MAX_EVENTS_PER_ENTRY:
+        # A run within the bounds, ascending with no gap (a final write's, nearly always):
+        # one entry, laid out by C loops over its columns (no Python step per event).
+        seqs, kinds, datas = zip(*events, strict=True)
+        first = seqs[0]
+        if seqs == tuple(range(first, first + count)) \
+                and sum(map(len, datas)) <= MAX_ENTRY_BYTES:
+            return [entry_parts(first, seqs[-1], kinds, datas, compact=compact)]
     found: list[Entry] = []
     start = 0
     while start < count:  # one entry per round
@@ -162,17 +154,47 @@ def entries(events: Sequence[EventRow], *, compact: bool = False) -> list[Entry]
     return found
 
 
-def rows_in_entry(rows: Sequence[tuple[str, bytes]]) -> int:
-    """How many of a stream's pending events (type, JSON), numbered on with no gap, make its
-    first log entry (`entries`' cut), by C loops over their sizes."""
-    count = min(len(rows), MAX_EVENTS_PER_ENTRY)
-    if not count:
-        return 0
-    ends = list(accumulate(map(len, map(_ROW_DATA, islice(rows, count)))))
-    return max(1, bisect_right(ends, MAX_ENTRY_BYTES))  # one bigger event stands alone
+def _run_entries(run: EventRun, compact: bool) -> list[Entry]:
+    """`entries` of the writer's run (numbered one after another by making): by C loops over
+    its columns, the cuts found on the running total of its sizes (no Python step an event,
+    a backlog's too)."""
+    kinds, datas, size = run.columns or run_columns(run.rows)
+    count, first = len(datas), run.first
+    if count <= MAX_EVENTS_PER_ENTRY and size <= MAX_ENTRY_BYTES:  # a held run: nearly always
+        return [entry_parts(first, first + count - 1, kinds, datas, compact=compact)]
+    ends = list(accumulate(map(len, datas)))
+    found: list[Entry] = []
+    start = 0
+    while start < count:  # one entry per round
+        base = ends[start - 1] if start else 0
+        stop = max(start + 1, bisect_right(ends, base + MAX_ENTRY_BYTES, start,
+                                           min(count, start + MAX_EVENTS_PER_ENTRY)))
+        found.append(entry_parts(first + start, first + stop - 1, kinds[start:stop],
+                                 datas[start:stop], compact=compact))
+        start = stop
+    return found
 
 
-_ROW_DATA = itemgetter(1)
+def run_columns(rows: Sequence[tuple[str, bytes]]) -> RunColumns:
+    """A stream's pending events (type, JSON) by column, with the JSONs' total length."""
+    kinds, datas = zip(*rows, strict=True) if rows else ((), ())
+    return kinds, datas, sum(map(len, datas))
+
+
+def first_entry(columns: RunColumns) -> tuple[int, int]:
+    """How many of the events of `columns`, numbered on with no gap, make their first log
+    entry (`entries`' cut), and their JSONs' length: within the bounds, all of them; else the
+    count bound, then events off the end until the bytes fit (a held run passes them by a few
+    events: a Python step each of those, not of every event)."""
+    _kinds, datas, size = columns
+    stop = len(datas)
+    if stop > MAX_EVENTS_PER_ENTRY:
+        stop = MAX_EVENTS_PER_ENTRY
+        size = sum(map(len, datas[:stop]))
+    while size > MAX_ENTRY_BYTES and stop > 1:  # one bigger event stands alone
+        stop -= 1
+        size -= len(datas[stop])
+    return stop, size
 
 
 def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[bytes], *,
