@@ -206,6 +206,31 @@ def test_a_run_of_deltas_then_other_events_keeps_those_in_full() -> None:
     assert read_back(events) == events
 
 
+def other(seq: int, kind: str) -> StoredEvent:
+    return StoredEvent(seq, kind, b'{"type":"%s","sequence_number":%d,"item":{}}'
+                       % (kind.encode(), seq))
+
+
+def test_a_stream_first_entry_keeps_its_start_in_full_and_its_deltas_compact() -> None:
+    # a stored stream's first flush: its start, its item's and its part's, then its tokens
+    start = [other(0, "response.created"), other(1, "response.in_progress"),
+             other(2, "response.output_item.added"), other(3, "response.content_part.added")]
+    events = [*start, *[delta(seq) for seq in range(4, 44)]]
+    (entry,) = entries(events, compact=True)
+    assert entry[2].count(b"\x05") == 39  # the deltas but the entry's last
+    assert entry[2].startswith(b"response.created\x00")
+    assert read_back(events) == events
+    for after in range(-1, 44):  # from any number, mid-entry included
+        fields = {b"t": entry[3], b"d": entry[4], keys.E_EARLIER: entry[2]}
+        assert events_of(b"1-%d" % entry[1], fields, after) == [
+            e for e in events if e.seq > after]
+    # past `MAX_LEAD` events before them, the deltas are stored in full
+    lead = [other(n, "response.output_item.added") for n in range(packing.MAX_LEAD + 1)]
+    events = [*lead, *[delta(seq) for seq in range(len(lead), len(lead) + 30)]]
+    (entry,) = entries(events, compact=True)
+    assert b"\x05" not in entry[2] and read_back(events) == events
+
+
 def test_a_run_too_short_to_pay_for_its_cut_is_stored_in_full() -> None:
     events = [delta(seq) for seq in range(13, 13 + packing.MIN_COMPACT_RUN)]  # one run fewer
     (entry,) = entries(events, compact=True)

@@ -18,9 +18,11 @@ gap (it then rebuilds a finished response's replay from its final object) rather
 Compact deltas. A stream sends one delta a token, and most of each delta's ~190 bytes repeat the
 one before: its type (twice: the record's and the JSON's), the item's id and indices, the empty
 logprobs. Redis pays for every byte a script is given (its Lua hashes each byte of every string,
-~10 instructions a byte), and keeps them for the log's life. So the leading run of an entry's
-earlier records that are deltas of one type and one item (the entry's first event's start, with
-each event's own number, checked event by event) is kept as byte 5 and the rest of each event's
+~10 instructions a byte), and keeps them for the log's life. So a run of an entry's earlier
+records that are deltas of one type and one item (the run's first event's start, with each
+event's own number, checked event by event; after at most a few others, in full: a stream's
+first entry starts with its start and its item's, `_delta_run`; readers take each record by
+its first byte, wherever it is) is kept as byte 5 and the rest of each event's
 JSON past its start (the delta and what follows it: ~25 bytes for a text delta), and the records
 end with byte 7, the run's type, byte 0 and the item's part of the start (between the number and
 the delta, `"delta":` included): `{"type":"<type>","sequence_number":<n>` + that + the rest is
@@ -115,6 +117,10 @@ DELTA_TYPES = frozenset({TEXT_DELTA, REASONING_DELTA, ARGS_DELTA, CUSTOM_INPUT_D
 # final write (up to ~15 deltas) costs the proxy what it did (`bench.instructions` read +61k
 # instructions a stored 16-token answer with runs of 8 cut, for 44k less in Redis).
 MIN_COMPACT_RUN = 16
+# Events an entry's compact run may follow (its records before it in full): a stored stream's
+# first entry holds its start (`response.created`, `response.in_progress`), its item's and its
+# content part's before the first delta; a reasoning item's, a little more.
+MAX_LEAD = 8
 # Each delta type's events begin so, then their number (packing.py `_template`).
 _LEADS = {kind: b'{"type":"%s","sequence_number":' % kind.encode() for kind in DELTA_TYPES}
 
@@ -209,27 +215,29 @@ def entry_parts(first: int, last: int, kinds: Sequence[str], datas: Sequence[byt
 
 
 def records(first: int, kinds: Sequence[str], datas: Sequence[bytes]) -> bytes:
-    """An entry's earlier records (the events but its last, numbered from `first`): a leading
-    run of deltas of one type and item compact (see the module's docstring), the rest in full.
-    C loops over the columns (`map`, joins, compares): no Python step per event."""
+    """An entry's earlier records (the events but its last, numbered from `first`): a run of
+    deltas of one type and item compact (see the module's docstring), the events before it
+    (an item's start: its `output_item.added`, its part's) and after it in full. C loops over
+    the columns (`map`, joins, compares): no Python step per event."""
     count = len(datas) - 1
-    run = _delta_run(kinds, count)
-    template = _template(first, kinds[0], datas[0]) if run else None
+    lo, hi = _delta_run(kinds, count)
+    template = _template(first + lo, kinds[lo], datas[lo]) if hi else None
     if template is None:
         return _joined(kinds[:count], datas[:count])
     lead, item = template
     rests: list[bytes] = []
-    done = 0
-    while done < run:  # one round per width of number (two at most in an entry)
-        size = _compact(first + done, lead, item, datas[done:run], rests)
+    done = lo
+    while done < hi:  # one round per width of number (two at most in an entry)
+        size = _compact(first + done, lead, item, datas[done:hi], rests)
         if not size:
             break
         done += size
-    if done < 2:
+    if done - lo < 2:
         return _joined(kinds[:count], datas[:count])
-    rest = (_SOH, _joined(kinds[done:count], datas[done:count])) if done < count else ()
-    return b"".join((_COMPACT, _SOH_COMPACT.join(rests), *rest, _TEMPLATE,
-                     _type_bytes(kinds[0]), _NUL, item))
+    before = (_joined(kinds[:lo], datas[:lo]), _SOH) if lo else ()
+    after = (_SOH, _joined(kinds[done:count], datas[done:count])) if done < count else ()
+    return b"".join((*before, _COMPACT, _SOH_COMPACT.join(rests), *after, _TEMPLATE,
+                     _type_bytes(kinds[lo]), _NUL, item))
 
 
 def _template(first: int, kind: str, data: bytes) -> tuple[bytes, bytes] | None:
@@ -288,22 +296,26 @@ def _joined(kinds: Sequence[str], datas: Sequence[bytes]) -> bytes:
     return b"".join(pieces)
 
 
-def _delta_run(kinds: Sequence[str], count: int) -> int:
-    """How many of the first `count` events are one run of the first's type, a delta type
-    (0: none, or one shorter than `MIN_COMPACT_RUN`). By C loops: the run is the entry whole
-    (a held run) or, before the turn's done events in a final write, up to the type's last
-    event, all of it the type's (any other mix: none)."""
-    kind = kinds[0]
-    if kind not in DELTA_TYPES:
-        return 0
-    earlier = kinds[:count]
-    if earlier.count(kind) == count:
-        run = count
-    else:
-        run = count - earlier[::-1].index(kind)
-        if earlier[:run].count(kind) != run:
-            return 0
-    return run if run >= MIN_COMPACT_RUN else 0
+def _delta_run(kinds: Sequence[str], count: int) -> tuple[int, int]:
+    """Where among the first `count` events the run of deltas to keep compact lies, (start,
+    stop): its type's first event, after at most `MAX_LEAD` others (a stream's first entry
+    begins with its start and its item's, then its deltas), to that type's last, all of them
+    that type ((0, 0): none, or one shorter than `MIN_COMPACT_RUN`). By C loops but for the
+    few events before it: the run is the rest of the entry (a held run) or, before the
+    turn's done events in a final write, up to the type's last event (any other mix: none)."""
+    start = 0
+    while kinds[start] not in DELTA_TYPES:
+        start += 1
+        if start > MAX_LEAD or start >= count:
+            return 0, 0
+    kind = kinds[start]
+    earlier = kinds[start:count]
+    size = len(earlier)
+    if earlier.count(kind) != size:
+        size -= earlier[::-1].index(kind)
+        if earlier[:size].count(kind) != size:
+            return 0, 0
+    return (start, start + size) if size >= MIN_COMPACT_RUN else (0, 0)
 
 
 # Events one APPEND_EVENTS_MANY call carries at most. Redis runs a script to its end before
