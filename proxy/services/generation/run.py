@@ -123,12 +123,16 @@ class Generation:
         # Closed by hand rather than by `contextlib.aclosing` (an object and two coroutines a
         # turn), in its order: the turn's end first, then the reading generator.
         batches: AsyncGenerator[list[Event], None] | None = None
+        recorder = self.recorder
+        # The log's own `record`, not `Recorder.add` (a call a token fewer), looked up once:
+        # a turn's log is opened before it runs (services/responses/create.py).
+        handle = recorder.log_handle if recorder is not None else None
+        record = handle.record if handle is not None else None
         try:
             try:
                 batches = self._events()  # (the start events made: inside, as they were)
                 async for events in batches:
                     encoded = self._encoded(events)
-                    recorder = self.recorder
                     if recorder is not None:
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
@@ -137,9 +141,8 @@ class Generation:
                         if self.assembler.phase is _DONE and events and \
                                 events[-1]["type"] in TERMINAL_EVENTS:
                             await self._finish(events, encoded)
-                        elif (handle := recorder.log_handle) is not None:
-                            # The log's own `record`, not `Recorder.add` (a call a token).
-                            handle.record(events, encoded)
+                        elif record is not None:
+                            record(events, encoded)
                     yield encoded
             finally:
                 if not self.assembler.done:

@@ -184,7 +184,9 @@ def _run_entries(run: EventRun, compact: bool) -> list[Entry]:
 def run_columns(rows: Sequence[tuple[str, bytes]]) -> RunColumns:
     """A stream's pending events (type, JSON) by column, with the JSONs' total length."""
     kinds, datas = zip(*rows, strict=True) if rows else ((), ())
-    return kinds, datas, sum(map(len, datas))
+    # The total as the length of their join: one copy of a few kilobytes, where `len` an event
+    # summed cost ~120 instructions an event more (the join is freed at once).
+    return kinds, datas, len(b"".join(datas))
 
 
 def first_entry(columns: RunColumns) -> tuple[int, int]:
