@@ -82,7 +82,7 @@ async def _drive(streams: int, tokens: int, per_window: int, compact: bool,
                  timed: bool) -> tuple[float, float, PackingStore]:
     store = PackingStore(compact)
     hub = EventLogHub(store, ttl=3600, event_ttl=3600,  # type: ignore[arg-type]
-                      local_on_join=True)
+                      locally_followed=frozenset())
     # The flusher stands idle (`open` starts none while one runs): the flushes are this
     # loop's, one every `per_window` tokens.
     idle = hub._task = asyncio.get_running_loop().create_task(_idle())

@@ -337,3 +337,29 @@ async def test_a_stream_after_one_that_ended_does_not_wake_a_flusher_napping_its
     assert await hub.flush_now()
     assert await stored(store, "resp_2") == [0]
     await hub.aclose()
+
+
+async def test_the_flusher_sleeps_while_nothing_is_pending_and_the_next_event_wakes_it(
+        store: RedisStore) -> None:
+    # It runs a window at a time while events wait (no token wakes it), and stops when a flush
+    # finds none: a long prefill, or a stream never finished, costs nothing meanwhile.
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=0.01, locally_followed=frozenset())
+    handle = hub.open("resp_1", early=False)
+    for seq in range(3):
+        handle.add(event(seq))
+    await until_stored(store, "resp_1", 3)
+    for _ in range(200):  # bounded: a window or two after the flush that found none
+        if not hub._wakeup.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert not hub._wakeup.is_set() and handle.attend
+    handle.record([{"sequence_number": 3}], [("response.output_text.delta", b"{}")])
+    assert hub._wakeup.is_set() and not handle.attend  # woken; the next tokens append only
+    await until_stored(store, "resp_1", 4)
+    assert await stored(store, "resp_1") == [0, 1, 2, 3]
+    await hub.aclose()
+
+
+def test_a_window_of_no_time_is_refused(store: RedisStore) -> None:
+    with pytest.raises(ValueError, match="window"):
+        EventLogHub(store, ttl=60, event_ttl=60, window=0)

@@ -133,7 +133,7 @@ async def test_an_event_nobody_here_follows_is_not_offered_and_a_followed_one_ar
         followers.publish_local(response_id, event)
 
     hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, local=counted,
-                      local_on_join=True)
+                      locally_followed=followers.followed_here)
     followers.recent = hub.recent
     handle = hub.open("resp_1")
     for seq in range(3):
@@ -400,3 +400,35 @@ async def test_a_follower_elsewhere_marks_the_log_followed_and_one_here_does_not
     assert marks == ["resp_1"]
     for log in (here, there):
         await log.aclose()
+
+
+async def test_a_follower_here_before_the_log_is_opened_gets_its_events_as_made(
+        store: RedisStore) -> None:
+    # A background stream's client follows as soon as the job is queued; the worker here opens
+    # the log later, and hands that follower each event as it makes it, not through the store.
+    followers = Followers(store, block_ms=1000)
+    offered: list[int] = []
+    publish = followers.publish_local
+
+    def counted(response_id: str, event: StoredEvent) -> None:
+        offered.append(event.seq)
+        publish(response_id, event)
+
+    hub = EventLogHub(store, ttl=60, event_ttl=60, window=30.0, local=counted,
+                      locally_followed=followers.followed_here)
+    followers.recent = hub.recent
+    seen: list[int] = []
+    reader = asyncio.create_task(collect(followers, -1, seen))
+    for _ in range(200):  # bounded: until the follower has joined (the log is empty)
+        if "resp_1" in followers.followed_here:
+            break
+        await asyncio.sleep(0.01)
+    handle = hub.open("resp_1")
+    for seq in range(3):
+        handle.record([{"sequence_number": seq}], [("response.output_text.delta", b"{}")])
+    await wait_for(seen, 3)
+    assert seen == offered == [0, 1, 2]
+    assert await store.read_events("resp_1") == []  # none of them written yet
+    reader.cancel()
+    await hub.aclose()
+    await followers.aclose()

@@ -115,7 +115,7 @@ async def test_a_stored_answer_runs_few_commands_inside_redis(store: RedisStore)
 # flush calls (EVALSHA) and the Python calls of the adds and flushes per token, the last
 # flush (what the final windows still held) counted. Each token goes in as the turn hands it on
 # (services/generation/run.py: `LogHandle.record` with the batch's event and its encoding) to a
-# hub built as the event log builds it (local followers only for a log one joined: none).
+# hub built as the event log builds it (a live view of the responses followed here, nobody).
 # Measured on the tree that set them: 107, 5.0 and 4.5: per token `record` and its `len` (a
 # builtin, which cProfile counts as a call: the buffer's bound, read where a countdown took ten
 # opcodes; the writer's instructions a stored token, `python -m bench.eventwriter` under
@@ -149,7 +149,7 @@ async def test_window_flushes_of_streams_nobody_else_follows_run_few_commands_pe
                                                    TENANT, logged=True),
                                     [], ttl=3600, event_ttl=600)
     hub = EventLogHub(store, ttl=3600, event_ttl=600, window=30.0,  # flushed by hand
-                      local_on_join=True)
+                      locally_followed=frozenset())
     handles = [hub.open(rid) for rid in rids]
     for handle in handles:
         handle.add(delta(0))

@@ -23,6 +23,9 @@ class _Hub:
     def hurry(self, _handle: LogHandle) -> None:
         pass
 
+    def wake(self) -> None:
+        pass
+
     def flush_soon(self) -> None:
         raise AssertionError("far below the buffer's bound")
 

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core import types as t
@@ -179,6 +179,13 @@ class Followers:
                     return
         finally:
             self._leave(response_id, follower)
+
+    @property
+    def followed_here(self) -> Container[str]:
+        """The responses someone on this instance follows now (a live view): the writer reads
+        it when it opens a log (a queued job's client may be following already); a follower
+        joining later asks the writer for the log's `recent` events first, which tells it."""
+        return self._followers.keys()
 
     def publish_local(self, response_id: str, event: StoredEvent) -> None:
         """An event this process just made for `response_id` (called per event: one dict

@@ -46,7 +46,7 @@ class EventLog:
         self.writer = EventLogHub(store, ttl=ttl, event_ttl=event_ttl, first_window=FIRST_WINDOW,
                                   local=self.followers.publish_local,
                                   local_all=self.followers.publish_local_all,
-                                  local_on_join=True,
+                                  locally_followed=self.followers.followed_here,
                                   supervisor=supervisor,
                                   tracing=tracing)
 

@@ -45,7 +45,7 @@ class Recorder:
         """A batch of the turn's events to its log (none without one). The turn's per-token
         path calls `log_handle.record` itself (a call a token fewer)."""
         handle = self.log_handle
-        if handle is not None:
+        if handle is not None and events:  # (its numbers are checked by its last batch)
             handle.record(events, encoded)
 
     def finish(self, final: ResponseObject, terminal: StoredEvent | None,

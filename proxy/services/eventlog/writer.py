@@ -72,7 +72,7 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError, StoreUnavailable, failure_cause
@@ -159,8 +159,9 @@ class LogHandle:
     start_in_record: bool = False
 
     def record(self, events: list[Event], encoded: EventBatch) -> None:
-        """A turn's batch of events (`encoded`: their types and JSON, in order), as the turn
-        hands it on (services/generation/run.py, once a token). Nearly always an append and
+        """A turn's batch of events (`encoded`: their types and JSON, in order; never empty: the
+        batch's last number checks the count), as the turn hands it on
+        (services/generation/run.py, once a token). Nearly always an append and
         two checks: the flusher wakes by itself every window while a stream is open, and the
         numbers are put on at the write."""
         rows = self.rows
@@ -184,6 +185,7 @@ class LogHandle:
         self._added(hub)
 
     def _added(self, hub: EventLogHub) -> None:
+        hub.wake()  # (it may sleep: `EventLogHub._sleep`)
         pending = len(self.rows)
         if pending > MAX_UNFLUSHED:
             self.give_up()
@@ -371,14 +373,16 @@ class EventLogHub:
                  first_window: float | None = None, max_pending: int = 512,
                  local: Callable[[str, StoredEvent], None] = lambda _rid, _event: None,
                  local_all: Callable[[str, Sequence[StoredEvent]], None] | None = None,
-                 local_on_join: bool = False,
+                 locally_followed: Container[str] | None = None,
                  supervisor: LoopSupervisor | None = None,
                  tracing: Tracing | None = None) -> None:
         """`first_window`: how soon a stream's first events are written ahead of the batch
         (None: they wait for `window` like the others). `local_all`: `local` for the events of
-        one batch at once (default: `local` for each). `local_on_join`: `local` is given the
-        events of a log only once a follower here asked for its `recent` ones (they join then),
-        not every event of every log."""
+        one batch at once (default: `local` for each). `locally_followed`: the responses `local`
+        has followers of (a live view, read when a log is opened here; a follower joining later
+        asks for the log's `recent` events first); None: `local` is given every event."""
+        if window <= 0:  # the flusher would never yield to the loop
+            raise ValueError(f"the event log's window must be above 0, got {window}")
         self.store = store
         # A span per slow or failed flush, in a trace of its own (proxy/telemetry/tracing.py
         # `slow_flush`); None: off.
@@ -386,7 +390,7 @@ class EventLogHub:
         # Hands each event to this process's own followers of the log at once (follow.py).
         self.local = local
         self.local_all = local_all or functools.partial(_each, local)
-        self.local_on_join = local_on_join
+        self.locally_followed = locally_followed
         self.ttl, self.event_ttl = ttl, event_ttl  # the Response's, its log's
         # Flush every `window` seconds, or at once when a log holds `max_pending` events.
         self.window, self.max_pending = window, max_pending
@@ -396,6 +400,7 @@ class EventLogHub:
         # Set while a stream is open or a flush is wanted: the flusher runs a window at a time.
         self._wakeup = asyncio.Event()
         self._full = False  # a stream reached `max_pending`, or an end waits: flush now
+        self._quiet = False  # the last flush of every stream found none with events pending
         self._fresh: set[LogHandle] = set()  # streams whose first events wait (`first_window`)
         self._nudge = asyncio.Event()  # `_full` or `_fresh` changed: the gathering looks again
         # The flusher naps until its window's end and would write a new stream's first events
@@ -415,9 +420,10 @@ class EventLogHub:
         the stream's next events, then all are held as a started stream's (a foreground
         stream's start, which readers elsewhere make from the record meanwhile:
         services/responses/stored.py)."""
+        followed = self.locally_followed  # (a follower may be waiting: a queued job's client)
         handle = LogHandle(self, response_id, started=not early, start_in_record=not early,
                            limit=min(self.max_pending, MAX_UNFLUSHED + 1),
-                           watched=not self.local_on_join)
+                           watched=followed is None or response_id in followed)
         self._handles.add(handle)
         self._by_id[response_id] = handle
         if self._task is None or self._task.done():
@@ -463,6 +469,20 @@ class EventLogHub:
                 self._nudge.set()
             fresh.add(handle)
 
+    def wake(self) -> None:
+        """Events are pending: the flusher runs a window at a time again."""
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
+    def _sleep(self) -> None:
+        """No stream has events pending (none open, a long prefill, a handle never finished):
+        the flusher waits for the next event or stream rather than run every window, and
+        each open stream's next event takes `record`'s slower path, which wakes it. (Set on
+        the flush that found nothing, with no await since: no event came in between.)"""
+        self._wakeup.clear()
+        for handle in self._handles:
+            handle.attend = True
+
     def flush_soon(self) -> None:
         """A flush now, without waiting out the window."""
         if not self._full:
@@ -479,10 +499,10 @@ class EventLogHub:
             # let events gather: one write for many (cut short by a full buffer)
             await self._gather(loop.time() + self.window)
             timed, self._full = not self._full, False
-            if not self._handles:  # no stream open (the last one's events are written here)
-                self._wakeup.clear()
             if await self._flush(hold=timed):
                 failed = 0
+                if self._quiet and not self._full and not self._fresh:
+                    self._sleep()
                 continue
             # Kept for the next attempt, after a growing delay (the store may be failing over).
             await asyncio.sleep(RETRY_DELAYS[min(failed, len(RETRY_DELAYS) - 1)])
@@ -661,10 +681,12 @@ class EventLogHub:
         worth (at the rate they came) still fits in one log entry, for at most `HOLD_WINDOWS`
         windows."""
         taken: dict[LogHandle, EventRun] = {}
+        quiet = True  # no stream has events pending, taken or held
         for handle in handles:
             rows = handle.rows
             if not rows:
                 continue
+            quiet = False
             count = len(rows)
             if hold and count <= handle.keep:  # held one more window: each token's usual visit
                 held = handle.held = handle.held + 1
@@ -710,6 +732,8 @@ class EventLogHub:
             # A stream that may be held (started, nobody elsewhere follows it) is, from the
             # next timed flush on, while its events fit (`keep`).
             handle.keep = KEEP[0] if not handle.followed else 0
+        if handles is self._handles:  # (every stream looked at: `_run` may let the flusher sleep)
+            self._quiet = quiet
         return taken
 
     async def aclose(self) -> None:

@@ -133,12 +133,13 @@ class Generation:
                 batches = self._events()  # (the start events made: inside, as they were)
                 async for events in batches:
                     encoded = self._encoded(events)
-                    if recorder is not None:
+                    if recorder is not None and events:  # (the log checks its numbers by
+                        # the last batch it was given: never an empty one)
                         # The batch that ends with the terminal event (not merely one made
                         # after it: the start events of a wholly buffered answer, see _read).
                         # The phase first, read as an attribute (`done` is a property): one
                         # check a token, the type only at the end.
-                        if self.assembler.phase is _DONE and events and \
+                        if self.assembler.phase is _DONE and \
                                 events[-1]["type"] in TERMINAL_EVENTS:
                             await self._finish(events, encoded)
                         elif record is not None:
