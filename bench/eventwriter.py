@@ -11,7 +11,7 @@ them, so runs are cut compact as by default (`--event-log-format full`: `--full`
 Reported per token: the Python opcodes each function of the writer and the packing runs
 (`sys.settrace`, exact whatever the machine does), and the CPU time of the calls (`record`, the
 flushes; this process, untraced, on a second pass). `bench.instructions` counts the whole
-proxy's extra per stored token (~12k instructions); this says how much of it the writer's own
+proxy's extra per stored token (~8k instructions); this says how much of it the writer's own
 Python is, and where. Its instructions: `--no-trace` under callgrind at two `--tokens`, the
 difference over the difference of tokens.
 """

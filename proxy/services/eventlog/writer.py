@@ -3,10 +3,11 @@
 A stream hands each event to its `LogHandle` (a list append, no await: the (type, JSON) pair
 the turn encoded for its client, numbered only when a write takes it, as an `EventRun`). The
 flusher writes everything pending, for every stream, in one store call (one Redis pipeline),
-every `window` seconds while a stream is open (so no token has to wake it), or at once when a
-stream has `max_pending` events waiting (a zero-delay upstream must not wait out the window
-with a growing buffer). So the per-token cost on Redis is a fraction of a command, not a round
-trip, and in the proxy a list append and two checks (`LogHandle.record`).
+every `window` seconds while events are pending (so no token has to wake it: a flush that
+finds none lets it sleep until the next event, `EventLogHub._sleep`), or at once when a stream
+has `max_pending` events waiting (a zero-delay upstream must not wait out the window with a
+growing buffer). So the per-token cost on Redis is a fraction of a command, not a round trip,
+and in the proxy a list append and two checks (`LogHandle.record`).
 
 The window is longer than a token's interval on purpose (`WINDOW`, 100 ms): each flush then
 carries a run of each stream's events, which the store keeps as one log entry (one XADD, one
@@ -139,11 +140,13 @@ class LogHandle:
     # `rows` at which a flush is wanted now (the hub's `max_pending`, or `MAX_UNFLUSHED`).
     limit: int = MAX_UNFLUSHED + 1
     # A token needs more than its append (`_attend`): the stream has not started, someone on
-    # this instance follows it, its log was given up, or no number is known yet. One flag,
-    # kept where those change, so the common token reads one attribute and `len(rows)`.
+    # this instance follows it, its log was given up, no number is known yet, or the flusher
+    # sleeps (`EventLogHub._sleep`). One flag, kept where those change, so the common token
+    # reads one attribute and `len(rows)`.
     attend: bool = True
-    # A follower on this instance joined (`EventLogHub.recent`): each event goes to it as
-    # it is made (`hub.local`). It stays set: once nobody follows, that is one dict lookup.
+    # A follower on this instance was there when the log was opened, or joined since
+    # (`EventLogHub.recent`): each event goes to it as it is made (`hub.local`). It stays set:
+    # once nobody follows, that is one dict lookup.
     watched: bool = False
     # A flush has taken some of its events: its next ones wait for the whole window.
     started: bool = False
