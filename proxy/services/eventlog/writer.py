@@ -221,6 +221,21 @@ class LogHandle:
         elif len(self.rows) > MAX_UNFLUSHED:
             self.give_up()
 
+    def _carry(self, events: Sequence[Event], encoded: EventBatch) -> None:
+        """The turn's last batch before its terminal event, for the final write to carry: its
+        pairs added as `record` adds them (not numbered into rows and taken apart again, as
+        `add_all` would), checked by the batch's own numbers, with no flush asked for."""
+        if not self._continued(events[0]["sequence_number"], len(encoded),
+                               events[-1]["sequence_number"]):
+            return
+        self.rows += encoded
+        self.last = ()  # checked here: `_checked` has nothing more to check
+        if self.watched:
+            self.hub.local_all(self.response_id,
+                               list(map(StoredEvent._make, _stored(events, encoded))))
+        if len(self.rows) > MAX_UNFLUSHED:
+            self.give_up()
+
     def _continued(self, seq: int, count: int, last: int) -> bool:
         """Whether `count` events numbered `seq` to `last` follow the pending ones; if not, the
         log is given up (a replay is rebuilt from the final object) rather than numbered
@@ -291,7 +306,7 @@ class LogHandle:
         turn's last ones before the terminal, pending from here (handed to local followers at
         once), with no flusher asked for them: this write carries them."""
         if events and encoded is not None and not self.broken:
-            self.add_all(_stored(events, encoded), wake=False)
+            self._carry(events, encoded)
         try:
             self._checked()  # numbered wrong: given up, nothing carried
             if self.in_flight is None and len(self.rows) <= MAX_CARRIED:
