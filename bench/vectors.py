@@ -110,7 +110,7 @@ class _FixedQuery:
         vector = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
         self._vector = vector / np.linalg.norm(vector)
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
+    async def embed(self, texts: list[str], account: object = None) -> np.ndarray:
         return np.stack([self._vector] * len(texts))
 
 

@@ -13,7 +13,8 @@ The table gives medians and the ratio of this tree's proxy CPU to the baseline's
 
     python -m bench.versions --baseline c9e4875 --loads long,store --rounds 3
 
-Loads (`--loads`, default long,store,short,short-store): see bench/servers.py `LOADS`.
+Loads (`--loads`, default all of bench/servers.py `LOADS`: long, store, short, short-store,
+long-128, store-128).
 """
 
 from __future__ import annotations

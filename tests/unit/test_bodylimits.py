@@ -148,3 +148,38 @@ async def test_after_a_408_a_cancel_of_the_next_read_stays_a_cancel(
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader
+
+
+class _Stepped:
+    """An awaitable whose iterator takes no `send` or `throw` (granian's receive gives a Rust
+    future of that kind): the counter cannot step it by hand and awaits it as it is."""
+
+    def __init__(self, awaitable: Any) -> None:
+        self.inner = awaitable.__await__()
+
+    def __await__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.inner)
+
+
+def _stepped(receive: Any) -> Any:
+    return lambda: _Stepped(receive())
+
+
+async def test_a_receive_that_is_no_coroutine_is_counted_and_timed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _clock(monkeypatch)
+    receive = BodyLimits(1000, idle=IDLE).counted(1000, _stepped(_parts(clock, 4, IDLE * 0.6)))
+    assert await _drain(receive) == 4
+    slow = BodyLimits(1000, idle=IDLE).counted(1000, _stepped(_parts(clock, 3, IDLE * 1.5)))
+    clock.now = 0.0
+    with pytest.raises(RequestTimeout, match="paused for more than 10 seconds"):
+        await _drain(slow)
+    there = BodyLimits(4, idle=IDLE).counted(4, _stepped(_parts(Clock(), 6, 0.0)))
+    with pytest.raises(PayloadTooLarge):
+        await _drain(there)

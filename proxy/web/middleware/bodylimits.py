@@ -17,7 +17,7 @@ whole, a stream's wait for the client's disconnect is not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Awaitable, Generator, Iterator
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope
@@ -101,12 +101,19 @@ class _Counted:
         if self.whole:  # the body is in: what is left to receive is the client's leaving
             return await self.inner()
         reading = self.inner().__await__()
-        try:
-            first = reading.send(None)
-        except StopIteration as done:  # there already: nothing waited, nothing to time
-            message: Message = done.value
+        message: Message
+        step = getattr(reading, "send", None)
+        if step is None:
+            # An awaitable a coroutine did not make (granian's receive is a Rust future): an
+            # iterator need not take `send`, so it is awaited as it is, and timed
+            message = await self._timed(_Whole(reading))
         else:
-            message = await self._timed(reading, first)
+            try:
+                first = step(None)
+            except StopIteration as done:  # there already: nothing waited, nothing to time
+                message = done.value
+            else:
+                message = await self._timed(_Rest(reading, first))
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.received > self.limit:
@@ -117,15 +124,15 @@ class _Counted:
                 self._stop()
         return message
 
-    async def _timed(self, reading: Generator[Any, Any, Message], first: Any) -> Message:
-        """The rest of a read that waits (it yielded `first`), timed."""
+    async def _timed(self, rest: Awaitable[Message]) -> Message:
+        """The rest of a read that waits, timed."""
         loop = asyncio.get_running_loop()
         self.since = loop.time()
         self.waiting = task = asyncio.current_task(loop)
         if self.timer is None:
             self.timer = loop.call_at(self.since + self.idle, self._check)
         try:
-            return await _Rest(reading, first)
+            return await rest
         except asyncio.CancelledError:
             expired, self.expired = self.expired, False  # a later read's cancel is not ours
             if expired and task is not None and task.uncancel() == 0:
@@ -185,3 +192,16 @@ class _Rest:
                 except StopIteration as done:
                     result = done.value
                     return result
+
+
+class _Whole:
+    """An awaitable's iterator (what its `__await__` gave), awaited as `await` would."""
+
+    __slots__ = ("reading",)
+
+    def __init__(self, reading: Iterator[Any]) -> None:
+        self.reading: Any = reading  # an iterator: what `yield from` returns of it is untyped
+
+    def __await__(self) -> Generator[Any, Any, Message]:
+        message: Message = yield from self.reading
+        return message
