@@ -326,6 +326,32 @@ async def test_on_sentinel_a_readonly_reply_is_a_lost_primary_and_the_next_batch
         fake.server.close()
 
 
+async def test_a_transport_that_keeps_its_protocol_goes_pooled(
+        redis_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose transports refuse `set_protocol` (rloop's: NotImplementedError) cannot
+    have a connection held: the coalescer gives it back and sends every batch pooled (under
+    granian on rloop every stored create was a 500)."""
+    import asyncio.selector_events as selector_events
+
+    def refused(self: Any, protocol: Any) -> None:
+        raise NotImplementedError("TCPTransport protocol cannot be changed")
+
+    monkeypatch.setattr(selector_events._SelectorSocketTransport, "set_protocol", refused)
+    client = Redis(port=redis_server.port)
+    await client.script_load(ECHO)
+    coalescer = ScriptCoalescer(client)
+    script = client.register_script(ECHO)
+    try:
+        assert await coalescer(script, [], ["a"]) == b"a"
+        assert await asyncio.gather(*(coalescer(script, [], [str(n)]) for n in range(3))) == \
+            [b"0", b"1", b"2"]
+        assert coalescer._held is None and coalescer._pooled
+    finally:
+        await coalescer.aclose()
+        await client.aclose()
+    assert len(client.connection_pool._in_use_connections) == 0
+
+
 async def test_the_event_log_flush_goes_on_the_held_connection(
         redis_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     """A flush's append, like a create and a final write: no pooled connection taken per

@@ -161,7 +161,13 @@ class ScriptCoalescer:
             await pool.release(connection)
             self._pooled = True
             return None
-        held = self._held = HeldConnection(pool, connection, self._retire, self._noscript)
+        try:
+            held = HeldConnection(pool, connection, self._retire, self._noscript)
+        except NotImplementedError:  # a loop whose transports keep their protocol (rloop's)
+            await pool.release(connection)
+            self._pooled = True
+            return None
+        self._held = held
         self._holding.add(held)
         held.closed.add_done_callback(lambda _: self._holding.discard(held))
         return held

@@ -10,7 +10,8 @@ transport (the held connection itself, set with the transport's own `set_protoco
 loop step that reads them: no coroutine, task, checkout or timer per reply, a deadline per
 batch. (A reader task on the connection's stream did this before, a loop step later and one
 more before the caller ran: ~25 Python calls per stored answer,
-tests/integration/test_request_cost.py.)
+tests/integration/test_request_cost.py.) A loop whose transports refuse a new protocol
+(rloop's) keeps the pooled way.
 
 What redis-py did for these calls and still does: the connection is taken from the client's
 pool (its address, authentication, TLS, database and, on Sentinel, the primary's address are
@@ -140,7 +141,7 @@ class HeldConnection(asyncio.Protocol):
         self._ending: asyncio.Task[None] | None = None
         transport = self._writer.transport
         self._own = transport.get_protocol()
-        transport.set_protocol(self)
+        transport.set_protocol(self)  # last: NotImplementedError here leaves nothing changed
 
     @property
     def closed(self) -> asyncio.Future[None]:
