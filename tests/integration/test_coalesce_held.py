@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from proxy.store.base import ResponseRecord, StoredEvent
 from proxy.store.connection.coalesce import ScriptCoalescer
 from proxy.store.connection.factory import open_store
+from proxy.store.connection.held import HeldConnection
 from tests.support.servers import ServerProcess
 from tests.support.spies import timers_armed
 
@@ -333,10 +334,15 @@ async def test_a_transport_that_keeps_its_protocol_goes_pooled(
     granian on rloop every stored create was a 500)."""
     import asyncio.selector_events as selector_events
 
-    def refused(self: Any, protocol: Any) -> None:
-        raise NotImplementedError("TCPTransport protocol cannot be changed")
+    transport = selector_events._SelectorSocketTransport
+    own = transport.set_protocol
 
-    monkeypatch.setattr(selector_events._SelectorSocketTransport, "set_protocol", refused)
+    def refused(self: Any, protocol: Any) -> None:  # (a transport sets its first one itself)
+        if isinstance(protocol, HeldConnection):
+            raise NotImplementedError("TCPTransport protocol cannot be changed")
+        own(self, protocol)
+
+    monkeypatch.setattr(transport, "set_protocol", refused)
     client = Redis(port=redis_server.port)
     await client.script_load(ECHO)
     coalescer = ScriptCoalescer(client)
