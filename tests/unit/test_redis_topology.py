@@ -4,11 +4,15 @@ naming the flag without echoing the password."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from redis.asyncio.connection import Connection
+from redis.exceptions import DataError
 
 from proxy.core.storage.topology import BadRedisUrl, RedisTarget, parse_redis_url
 from proxy.settings import ConfigError, build_settings
-from proxy.store.connection.factory import open_store
+from proxy.store.connection.factory import HiredisPackedConnection, open_store
 
 
 @pytest.mark.parametrize("url", [
@@ -92,3 +96,36 @@ async def test_open_store_builds_a_sentinel_client_without_connecting() -> None:
         assert pool.connection_kwargs["retry"].get_retries() == 0  # no client retries
     finally:
         await store.aclose()
+
+
+async def test_a_cluster_clients_connections_pack_by_hiredis() -> None:
+    """Every node's connections, the start-up ones and any learnt later: a redis-py whose
+    cluster client changes where it keeps them would fall back to its own packing unseen."""
+    store = open_store("redis+cluster://127.0.0.1:1,127.0.0.1:2")
+    try:
+        client: Any = store.client
+        assert client.get_connection_kwargs()["connection_class"] is HiredisPackedConnection
+        nodes = client.nodes_manager.startup_nodes.values()
+        assert [node.connection_class for node in nodes] == [HiredisPackedConnection] * 2
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("args", [
+    ("EVALSHA", "0" * 40, 2, b"rp:{a}", b"rp:{a}:log", 3600, b"", -1, 0.5, 1e20, "é"),
+    ("SCRIPT LOAD", "return 1"), (b"CONFIG GET", b"maxmemory"), ("SET", memoryview(b"k"), b"v"),
+    ("XRANGE", "rp:{a}:log", "1-5", "+", "COUNT", 10),
+])
+def test_hiredis_packs_what_redis_py_packs(args: tuple[Any, ...]) -> None:
+    def packed(connection: Connection) -> bytes:
+        return b"".join(bytes(part) for part in connection.pack_command(*args))
+
+    assert packed(HiredisPackedConnection()) == packed(Connection())
+
+
+@pytest.mark.parametrize("value", [True, None, object()])
+def test_hiredis_refuses_what_redis_py_refuses(value: Any) -> None:
+    with pytest.raises(DataError):
+        Connection().pack_command("SET", "k", value)
+    with pytest.raises(DataError):
+        HiredisPackedConnection().pack_command("SET", "k", value)

@@ -31,8 +31,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import hiredis
+from redis import exceptions as rex
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
@@ -166,7 +169,46 @@ def cluster_client(target: RedisTarget, *, connect_timeout: float, socket_timeou
         # racing commands in flight on them (seen as 500s under load before this). A failed
         # connection still re-reads the whole map (a failover).
         reinitialize_steps=0, decode_responses=False)
+    _packed_by_hiredis(client)
     return cast(Redis, client)
+
+
+class HiredisPackedConnection(Connection):
+    """redis-py's asyncio connection with its commands packed by hiredis (C), as redis-py's
+    own sync client packs them when hiredis is installed (a dependency of ours): the asyncio
+    connection packs in Python, ~1 µs an argument. A cluster's event-log flush names each
+    stream's hash and log and its entries' parts (about nine arguments a stream a flush):
+    packed in Python that was the largest part of the cluster's store client CPU
+    (`bench.topology`). The bytes are the same (tests/unit/test_redis_topology.py), a
+    value Redis cannot take the same `DataError`. (One primary's scripts already go packed
+    this way, by the coalescer: store/connection/coalesce.py.)"""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        command = args[0]  # a command of two words ("SCRIPT LOAD") is sent as two arguments
+        if isinstance(command, str):
+            args = (*command.encode().split(), *args[1:])
+        elif b" " in command:
+            args = (*command.split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise rex.DataError(str(exc)) from exc
+
+
+def _packed_by_hiredis(client: Any) -> None:
+    """The cluster client's connections made as `HiredisPackedConnection`s. redis-py's cluster
+    client takes no connection class (it picks its own, TLS or not): its nodes' shared
+    connection settings and the start-up nodes it made already are given ours, where they
+    are what this redis-py is known to have; anything else keeps redis-py's own packing."""
+    settings = getattr(client, "connection_kwargs", None)
+    nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
+    if not isinstance(settings, dict) or settings.get("connection_class") is not Connection \
+            or not isinstance(nodes, dict):
+        return
+    settings["connection_class"] = HiredisPackedConnection
+    for node in nodes.values():
+        if getattr(node, "connection_class", None) is Connection:
+            node.connection_class = HiredisPackedConnection
 
 
 def embedded_client() -> Redis:
