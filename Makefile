@@ -80,7 +80,7 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python -m bench.scenarios --docs
 	$(BIN)/python -m bench.cache
 	$(BIN)/python -m bench.fleet
-	$(BIN)/python -m bench.wsloop
+	$(BIN)/python -m bench.wsloop $(if $(BASELINE),--baseline $(BASELINE))
 	$(BIN)/python -m bench.floor
 	$(BIN)/python -m bench.vectors
 	$(BIN)/python -m bench.topology

@@ -19,25 +19,37 @@ Every step is checked: it must end in `response.completed` with a `function_call
 stops, so a broken proxy cannot look fast. Reported per system: the median over loops of a
 loop's time per step, and the p50/p90 of single steps. Bounded: `--loops` (default 7) and at
 most `--max-seconds` in all. The machine is shared: compare systems within one run.
+
+`--baseline REF`: REF's proxy (exported and run from its root, as `bench.versions` does) beside
+this tree's, on the same simulator and redis-server (a database each), each loop's systems on
+one proxy then the other, their order alternated loop by loop; a table of both proxies' time
+and proxy CPU per step, and their ratios. Found this way: `ws local` took longer per step
+than c9e4875 once stored loops had run on the proxy, with less CPU (docs/BENCHMARKS.md, "the
+closing run").
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from websockets.sync.client import ClientConnection, connect
 
 from bench.options import module_parser
-from bench.procs import Service, free_port
+from bench.procs import CLK_TCK, Service, free_port
 from bench.stack import HOST, http_ok, redis_and_simulator
+from bench.versions import export
 
 WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -149,51 +161,113 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--loops", type=int, default=7)
     parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument("--baseline", help="another commit's proxy beside this tree's (the "
+                        "same simulator and redis-server; each loop's proxies in turn, their "
+                        "order alternated), with both proxies' CPU per step")
     options = parser.parse_args(argv)
     services: list[Service] = []
+    tree: Path | None = None
+    logs: Path | None = None
     try:
         base = redis_and_simulator("bench-wsloop-", services)
         if base is None:
             return 1
-        logs, env, redis_port, sim_port = base.logs, base.env, base.redis_port, base.sim_port
-        port = free_port()
-        proxy = Service("proxy", [
-            sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
-            "--upstream", f"http://{HOST}:{sim_port}",
-            "--redis-url", f"redis://{HOST}:{redis_port}/0"], logs / "proxy.log", env=env)
-        services.append(proxy.start(lambda: http_ok(port, "/readyz")))
+        logs = base.logs
+        proxies = {"this tree": _proxy(base, services, None, 0)}
+        if options.baseline:
+            tree = Path(tempfile.mkdtemp(prefix="bench-wsloop-baseline-"))
+            proxies[export(options.baseline, tree)] = _proxy(base, services, tree, 1)
         print(f"bench.wsloop: a {options.steps}-step tool-calling loop, {options.loops} loops "
               f"per system at most, {options.max_seconds:.0f} s in all at most; shared "
               "machine: compare systems within one run")
-        transports = {name: make(port) for name, (make, _, _) in SYSTEMS.items()}
-        for name, transport in transports.items():  # warm up: connections, imports, caches
-            _, store, chained = SYSTEMS[name]
-            run_loop(transport, 2, store, f"warm {name}", chained)
-        per_step: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-        steps: dict[str, list[float]] = {name: [] for name in SYSTEMS}
-        deadline = time.monotonic() + options.max_seconds
-        for loop in range(options.loops):
-            if loop and time.monotonic() > deadline:
-                break
-            for name, transport in transports.items():
-                _, store, chained = SYSTEMS[name]
-                times = run_loop(transport, options.steps, store, f"{name} {loop}", chained)
-                per_step[name].append(sum(times) / len(times))
-                steps[name].extend(times)
-        for transport in transports.values():
-            transport.close()
-        baseline = statistics.median(per_step["http+sse store"])
-        for name in SYSTEMS:
-            median = statistics.median(per_step[name])
-            print(f"{name:16s} loops={len(per_step[name]):2d}  per step {median:6.2f} ms "
-                  f"(median of loops; {median / baseline:4.2f}x http+sse)  single steps "
-                  f"p50 {statistics.median(steps[name]):6.2f} ms  "
-                  f"p90 {percentile(steps[name], 0.9):6.2f} ms")
+        rows = _run(proxies, options.steps, options.loops, options.max_seconds)
+        if len(proxies) == 1:
+            _print(rows["this tree"])
+        else:
+            _print_beside(rows)
     finally:
         for service in reversed(services):
             service.stop()
-        shutil.rmtree(logs, ignore_errors=True)
+        if logs is not None:
+            shutil.rmtree(logs, ignore_errors=True)
+        if tree is not None:
+            shutil.rmtree(tree, ignore_errors=True)
     return 0
+
+
+def _proxy(base: Any, services: list[Service], tree: Path | None,
+           db: int) -> tuple[Service, int]:
+    """A proxy on the stack's simulator and redis-server (`tree`: another commit's, run from
+    its root as bench.versions runs it; `db`: its own Redis database)."""
+    port = free_port()
+    env = dict(base.env or os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    proxy = Service(f"proxy-{db}", [
+        sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
+        "--upstream", f"http://{HOST}:{base.sim_port}",
+        "--redis-url", f"redis://{HOST}:{base.redis_port}/{db}"],
+        base.logs / f"proxy-{db}.log", env=env, cwd=tree)
+    services.append(proxy.start(lambda: http_ok(port, "/readyz")))
+    return proxy, port
+
+
+@dataclass
+class _Row:
+    per_step: list[float] = field(default_factory=list)  # each loop's mean, ms
+    steps: list[float] = field(default_factory=list)  # every step, ms
+    ticks: int = 0  # the proxy's CPU over this system's loops
+
+
+def _run(proxies: dict[str, tuple[Service, int]], steps: int, loops: int,
+         max_seconds: float) -> dict[str, dict[str, _Row]]:
+    transports = {(name, system): make(port) for name, (_, port) in proxies.items()
+                  for system, (make, _, _) in SYSTEMS.items()}
+    for (_, system), transport in transports.items():  # warm up: connections, imports, caches
+        _, store, chained = SYSTEMS[system]
+        run_loop(transport, 2, store, f"warm {system}", chained)
+    rows = {name: {system: _Row() for system in SYSTEMS} for name in proxies}
+    names = list(proxies)
+    deadline = time.monotonic() + max_seconds
+    for loop in range(loops):
+        if loop and time.monotonic() > deadline:
+            break
+        for name in names if loop % 2 == 0 else names[::-1]:
+            for system, (_, store, chained) in SYSTEMS.items():
+                proxy = proxies[name][0]
+                row, before = rows[name][system], proxy.cpu_ticks()
+                times = run_loop(transports[(name, system)], steps, store,
+                                 f"{system} {loop}", chained)
+                row.ticks += proxy.cpu_ticks() - before
+                row.per_step.append(sum(times) / len(times))
+                row.steps.extend(times)
+    for transport in transports.values():
+        transport.close()
+    return rows
+
+
+def _print(rows: dict[str, _Row]) -> None:
+    baseline = statistics.median(rows["http+sse store"].per_step)
+    for name, row in rows.items():
+        median = statistics.median(row.per_step)
+        print(f"{name:16s} loops={len(row.per_step):2d}  per step {median:6.2f} ms "
+              f"(median of loops; {median / baseline:4.2f}x http+sse)  single steps "
+              f"p50 {statistics.median(row.steps):6.2f} ms  "
+              f"p90 {percentile(row.steps, 0.9):6.2f} ms")
+
+
+def _print_beside(rows: dict[str, dict[str, _Row]]) -> None:
+    ours, other = rows
+    print(f"| system | per step, this tree | {other} | ratio | proxy CPU per step, this tree "
+          f"| {other} | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for system in SYSTEMS:
+        mine, theirs = rows[ours][system], rows[other][system]
+        step = [statistics.median(r.per_step) for r in (mine, theirs)]
+        cpu = [r.ticks * 1000 / CLK_TCK / len(r.steps) for r in (mine, theirs)]
+        print(f"| {system} | {step[0]:.2f} ms | {step[1]:.2f} ms | {step[0] / step[1]:.2f}x | "
+              f"{cpu[0]:.2f} ms | {cpu[1]:.2f} ms | "
+              f"{cpu[0] / cpu[1] if cpu[1] else 0:.2f}x |")
 
 
 if __name__ == "__main__":

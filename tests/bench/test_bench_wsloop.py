@@ -17,3 +17,13 @@ def test_bench_wsloop_prints_a_row_per_system(capsys: pytest.CaptureFixture[str]
     assert set(SYSTEMS) == {"http+sse store", "ws store", "http+sse resend", "ws local"}
     for name in SYSTEMS:
         assert f"{name:16s} loops= 1  per step" in out, out
+
+
+@pytest.mark.bench_rows
+def test_bench_wsloop_beside_a_baseline_prints_both_proxies(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--steps", "2", "--loops", "2", "--max-seconds", "60",
+                 "--baseline", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "ms |" in line]
+    assert [row.split(" | ")[0].lstrip("| ") for row in rows] == list(SYSTEMS), out
