@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import shutil
 import statistics
 import sys
@@ -48,7 +47,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from bench.options import module_parser
 from bench.procs import CLK_TCK, Service, free_port
-from bench.stack import HOST, http_ok, redis_and_simulator
+from bench.stack import HOST, Base, http_ok, redis_and_simulator
 from bench.versions import export
 
 WEATHER = {"type": "function", "name": "get_weather",
@@ -195,12 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _proxy(base: Any, services: list[Service], tree: Path | None,
+def _proxy(base: Base, services: list[Service], tree: Path | None,
            db: int) -> tuple[Service, int]:
     """A proxy on the stack's simulator and redis-server (`tree`: another commit's, run from
     its root as bench.versions runs it; `db`: its own Redis database)."""
     port = free_port()
-    env = dict(base.env or os.environ)
+    env = dict(base.env)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     proxy = Service(f"proxy-{db}", [
