@@ -49,7 +49,7 @@ from bench.options import module_parser
 from bench.procs import Service, free_port, plan_pinning
 from bench.stack import HOST, http_ok
 from bench.systems import SYSTEMS
-from bench.versions import ROOT, export
+from bench.versions import ROOT, export, tree_env
 
 STORES = {"off": "responses", "on": "responses-store"}
 READ_TIMEOUT = 600.0  # per read of a stream under callgrind: a stuck one fails the run
@@ -224,7 +224,7 @@ def measure(tree: Path, label: str, scale: float, streams: int, tokens: tuple[in
                   log_dir / f"sim-{label}.log", pinning.load,
                   {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_TIME_SCALE": f"{scale:g}"},
                   cwd=ROOT)
-    env = {**os.environ, "PYTHONPATH": str(tree), "BENCH_TIME_SCALE": f"{scale:g}"}
+    env = {**tree_env(tree, os.environ), "BENCH_TIME_SCALE": f"{scale:g}"}
     proxy = Service(f"proxy-{label}", [
         *valgrind, f"--callgrind-out-file={log_dir}/proxy-{label}.cg", sys.executable, "-c",
         _LAUNCH, "serve", "--upstream", f"http://{HOST}:{sim_port}", "--redis-url",

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.options import module_parser
@@ -48,14 +48,31 @@ def export(ref: str, into: Path) -> str:
     return commit
 
 
+def tree_env(tree: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a process that runs `tree`'s proxy from `tree` (its root as the working
+    folder), once `tree`'s own package is what `import proxy` finds there.
+
+    Why checked: this tree is installed in the interpreter (`pip install -e .`), so a `tree`
+    without its package, e.g. one started before `export` wrote it, imports this tree's proxy
+    instead, and a side-by-side run compares this tree with itself. `bench.wsloop --baseline`
+    did exactly that until 30 Nov 2026 (docs/BENCHMARKS.md, "Round 4, the closing run")."""
+    ready = {**env, "PYTHONPATH": str(tree)}
+    found = subprocess.run([sys.executable, "-c", "import proxy; print(proxy.__file__)"],
+                           cwd=tree, env=ready, capture_output=True, text=True, timeout=60)
+    origin = Path(found.stdout.strip()).resolve() if found.returncode == 0 else None
+    if origin is None or not origin.is_relative_to(tree.resolve()):
+        raise RuntimeError(f"`import proxy` from {tree} finds {origin or found.stderr.strip()!r},"
+                           " not that tree's package: export it before starting its proxy")
+    return ready
+
+
 def starter(tree: Path) -> Starter:
     """Starts the proxy of `tree` with the stack's own arguments, from `tree`'s root."""
     def start(stack: Stack, name: str, log_dir: Path) -> tuple[Service, int]:
         port = free_port()
         args = list(stack.proxy.args)
         args[args.index("--port") + 1] = str(port)
-        env = dict(stack.proxy.env or os.environ)
-        env["PYTHONPATH"] = str(tree)
+        env = tree_env(tree, stack.proxy.env or os.environ)
         service = Service(f"proxy-{name}", args, log_dir / f"proxy-{name}.log",
                           stack.options.pinning.proxy, env, cwd=tree)
         service.start(lambda: http_ok(port, "/healthz") and http_ok(port, "/readyz"))

@@ -48,7 +48,7 @@ from websockets.sync.client import ClientConnection, connect
 from bench.options import module_parser
 from bench.procs import CLK_TCK, Service, free_port
 from bench.stack import HOST, Base, http_ok, redis_and_simulator
-from bench.versions import export
+from bench.versions import export, tree_env
 
 WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -175,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         proxies = {"this tree": _proxy(base, services, None, 0)}
         if options.baseline:
             tree = Path(tempfile.mkdtemp(prefix="bench-wsloop-baseline-"))
-            proxies[export(options.baseline, tree)] = _proxy(base, services, tree, 1)
+            name = export(options.baseline, tree)  # before its proxy starts (bench.versions)
+            proxies[name] = _proxy(base, services, tree, 1)
         print(f"bench.wsloop: a {options.steps}-step tool-calling loop, {options.loops} loops "
               f"per system at most, {options.max_seconds:.0f} s in all at most; shared "
               "machine: compare systems within one run")
@@ -199,9 +200,7 @@ def _proxy(base: Base, services: list[Service], tree: Path | None,
     """A proxy on the stack's simulator and redis-server (`tree`: another commit's, run from
     its root as bench.versions runs it; `db`: its own Redis database)."""
     port = free_port()
-    env = dict(base.env)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    env = dict(base.env) if tree is None else tree_env(tree, base.env)
     proxy = Service(f"proxy-{db}", [
         sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
         "--upstream", f"http://{HOST}:{base.sim_port}",

@@ -1,11 +1,14 @@
 """`python -m bench.versions`: an earlier commit's proxy beside this tree's, one simulator.
 
 The run itself is the servers test's machinery; here what is new: the baseline is the earlier
-commit's code (not this tree's, which the editable install would otherwise import), and both
-proxies serve the short load with every stream checked."""
+commit's code (not this tree's, which the editable install would otherwise import), a launcher
+refuses a tree whose package `import proxy` does not find (`tree_env`: bench.wsloop started its
+baseline before exporting it, and compared this tree with itself), and both proxies serve the
+short load with every stream checked."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.versions import ROOT, export
+from bench.versions import ROOT, export, tree_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.bench_rows]
+pytestmark = pytest.mark.e2e
 
 
 def _has_history() -> bool:
@@ -31,8 +34,16 @@ def test_the_baseline_runs_its_own_code(tmp_path: Path) -> None:
                            cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(found).resolve() == (tmp_path / "proxy" / "__init__.py").resolve(), commit
+    assert tree_env(tmp_path, os.environ)["PYTHONPATH"] == str(tmp_path)
 
 
+def test_a_tree_without_its_package_is_refused(tmp_path: Path) -> None:
+    """An empty folder on PYTHONPATH: `import proxy` finds the installed tree, this one."""
+    with pytest.raises(RuntimeError, match="not that tree's package"):
+        tree_env(tmp_path, os.environ)
+
+
+@pytest.mark.bench_rows
 @pytest.mark.skipif(shutil.which("redis-server") is None or not _has_history(),
                     reason="needs redis-server and the git history")
 def test_both_proxies_serve_the_short_load_without_errors() -> None:
