@@ -229,10 +229,12 @@ class Base:
     sim_port: int
 
 
-def redis_and_simulator(prefix: str, services: list[Service]) -> Base | None:
+def redis_and_simulator(prefix: str, services: list[Service],
+                        cores: frozenset[int] | None = None) -> Base | None:
     """A redis-server (no persistence) and the simulator on free loopback ports, logging in a
     new temporary directory named `prefix...`, appended to `services` as they start (the caller
-    stops them); None when redis-server is not installed (said on stderr)."""
+    stops them), on `cores` when given (`plan_pinning().load`); None when redis-server is not
+    installed (said on stderr)."""
     redis_exe = shutil.which("redis-server")
     if redis_exe is None:
         print("redis-server is not installed", file=sys.stderr)
@@ -242,10 +244,10 @@ def redis_and_simulator(prefix: str, services: list[Service]) -> Base | None:
     base = Base(logs, env, free_port(), free_port())
     redis = Service("redis", [redis_exe, "--bind", HOST, "--port", str(base.redis_port),
                               "--save", "", "--appendonly", "no", "--dir", str(logs)],
-                    logs / "redis.log", env=env)
+                    logs / "redis.log", cores, env)
     services.append(redis.start(lambda: redis_ok(base.redis_port)))
     sim = Service("simulator", [sys.executable, "-m", "proxy", "simulate", "--host", HOST,
-                                "--port", str(base.sim_port)], logs / "sim.log", env=env)
+                                "--port", str(base.sim_port)], logs / "sim.log", cores, env)
     services.append(sim.start(lambda: http_ok(base.sim_port, "/health")))
     return base
 

@@ -23,15 +23,19 @@ most `--max-seconds` in all. The machine is shared: compare systems within one r
 `--baseline REF`: REF's proxy (exported and run from its root, as `bench.versions` does) beside
 this tree's, on the same simulator and redis-server (a database each), each loop's systems on
 one proxy then the other, their order alternated loop by loop; a table of both proxies' time
-and proxy CPU per step, and their ratios. Found this way: `ws local` took longer per step
-than c9e4875 once stored loops had run on the proxy, with less CPU (docs/BENCHMARKS.md, "the
-closing run").
+and proxy CPU per step, and their ratios.
+
+Cores as `bench.versions` gives them (`plan_pinning`): the proxies on the first, the simulator,
+redis-server and this client on the other. Unpinned, the four processes' wake-ups on two cores
+moved a system's time per step by ±10 % from run to run, and one proxy's against another's by
+its scheduling rather than its work (docs/BENCHMARKS.md, "Round 4, the closing run").
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import shutil
 import statistics
 import sys
@@ -46,7 +50,7 @@ import orjson
 from websockets.sync.client import ClientConnection, connect
 
 from bench.options import module_parser
-from bench.procs import CLK_TCK, Service, free_port
+from bench.procs import CLK_TCK, Service, free_port, pin_self, plan_pinning
 from bench.stack import HOST, Base, http_ok, redis_and_simulator
 from bench.versions import export, tree_env
 
@@ -167,25 +171,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     services: list[Service] = []
     tree: Path | None = None
     logs: Path | None = None
+    pinning = plan_pinning()
+    affinity = os.sched_getaffinity(0)  # this process's own, put back at the end
     try:
-        base = redis_and_simulator("bench-wsloop-", services)
+        base = redis_and_simulator("bench-wsloop-", services, pinning.load)
         if base is None:
             return 1
         logs = base.logs
-        proxies = {"this tree": _proxy(base, services, None, 0)}
+        proxies = {"this tree": _proxy(base, services, None, 0, pinning.proxy)}
         if options.baseline:
             tree = Path(tempfile.mkdtemp(prefix="bench-wsloop-baseline-"))
             name = export(options.baseline, tree)  # before its proxy starts (bench.versions)
-            proxies[name] = _proxy(base, services, tree, 1)
+            proxies[name] = _proxy(base, services, tree, 1, pinning.proxy)
+        pin_self(pinning.load)
         print(f"bench.wsloop: a {options.steps}-step tool-calling loop, {options.loops} loops "
-              f"per system at most, {options.max_seconds:.0f} s in all at most; shared "
-              "machine: compare systems within one run")
+              f"per system at most, {options.max_seconds:.0f} s in all at most; "
+              f"{pinning.note}; shared machine: compare systems within one run")
         rows = _run(proxies, options.steps, options.loops, options.max_seconds)
         if len(proxies) == 1:
             _print(rows["this tree"])
         else:
             _print_beside(rows)
     finally:
+        pin_self(frozenset(affinity))
         for service in reversed(services):
             service.stop()
         if logs is not None:
@@ -195,17 +203,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _proxy(base: Base, services: list[Service], tree: Path | None,
-           db: int) -> tuple[Service, int]:
+def _proxy(base: Base, services: list[Service], tree: Path | None, db: int,
+           cores: frozenset[int] | None = None) -> tuple[Service, int]:
     """A proxy on the stack's simulator and redis-server (`tree`: another commit's, run from
-    its root as bench.versions runs it; `db`: its own Redis database)."""
+    its root as bench.versions runs it; `db`: its own Redis database; `cores`: its core)."""
     port = free_port()
     env = dict(base.env) if tree is None else tree_env(tree, base.env)
     proxy = Service(f"proxy-{db}", [
         sys.executable, "-m", "proxy", "serve", "--host", HOST, "--port", str(port),
         "--upstream", f"http://{HOST}:{base.sim_port}",
         "--redis-url", f"redis://{HOST}:{base.redis_port}/{db}"],
-        base.logs / f"proxy-{db}.log", env=env, cwd=tree)
+        base.logs / f"proxy-{db}.log", cores, env, cwd=tree)
     services.append(proxy.start(lambda: http_ok(port, "/readyz")))
     return proxy, port
 
