@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.core.context.requestctx import CURRENT
 from proxy.settings import Settings
 from tests.support.cluster import RedisClusterGroup
 from tests.support.sentinel import SentinelGroup
@@ -49,6 +50,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.redis)
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(autouse=True)
+def _no_request_context_left() -> Iterator[None]:
+    """Fails a test that leaves a request's context current in the worker's thread: each later
+    test there would inherit it (`asyncio.Runner` copies the thread's context), and the
+    upstream client then sends an `x-request-id` nobody asked for. test_randomhex.py did, and
+    test_upstream_client.py's headers test failed whenever it ran after it in one process."""
+    yield
+    left = CURRENT.get()
+    if left is not None:
+        CURRENT.set(None)
+        pytest.fail(f"the test left RequestContext({left.request_id!r}) current")
 
 
 @pytest.fixture(scope="session")

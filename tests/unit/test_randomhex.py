@@ -4,6 +4,7 @@ forked child as in its parent."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 
@@ -73,7 +74,10 @@ def test_every_random_string_of_a_request_comes_from_the_one_buffer(
     monkeypatch.setattr(source, "_read", kernel)
     source.forget()
     made = [ids.new_id("resp"), new_request_id(), tagged_id("resp", TAGS[0]),
-            request_context("client-1", new_request_id, [], []).upstream_tag]
+            # In a context of its own: `request_context` makes its context current, as it does
+            # in each request's task; here it would outlive the test in the worker's thread.
+            contextvars.Context().run(request_context, "client-1", new_request_id, [],
+                                      []).upstream_tag]
     assert kernel.reads == [BUFFER_BYTES]
     assert [len(m) for m in made] == [5 + 48, 4 + 32, 5 + len(TAGS[0]) + 1 + 44, 8]
     digits = kernel.given.hex()
