@@ -114,6 +114,7 @@ async def test_a_cluster_clients_connections_pack_by_hiredis() -> None:
 @pytest.mark.parametrize("args", [
     ("EVALSHA", "0" * 40, 2, b"rp:{a}", b"rp:{a}:log", 3600, b"", -1, 0.5, 1e20, "é"),
     ("SCRIPT LOAD", "return 1"), (b"CONFIG GET", b"maxmemory"), ("SET", memoryview(b"k"), b"v"),
+    ("SET", "k", bytearray(b"v")),
     ("XRANGE", "rp:{a}:log", "1-5", "+", "COUNT", 10),
 ])
 def test_hiredis_packs_what_redis_py_packs(args: tuple[Any, ...]) -> None:

@@ -34,6 +34,7 @@ WAIT counts the writes of the connection it is sent on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
@@ -282,10 +283,23 @@ def _commands(calls: list[_Call]) -> list[bytes]:
                 for call in calls]
     except TypeError:
         pass
+    return [pack_args(("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args))
+            for call in calls]
+
+
+def pack_args(args: tuple[Any, ...]) -> bytes:
+    """One command in Redis's protocol, packed by hiredis, taking what redis-py's packing takes:
+    a `bytearray` (which hiredis refuses) converted when the packing says so, a value Redis
+    cannot take redis-py's `DataError`. The coalescer's own path above tries its calls as they
+    are first; the cluster client's connections pack every command here
+    (store/connection/factory.py `HiredisPackedConnection`)."""
+    pack: Callable[[tuple[Any, ...]], bytes] = hiredis.pack_command
     try:
-        return [pack(("EVALSHA", call.script.sha, len(call.keys), *call.keys,
-                      *[bytes(a) if isinstance(a, bytearray) else a for a in call.args]))
-                for call in calls]
+        return pack(args)
+    except TypeError:
+        pass
+    try:
+        return pack(tuple(bytes(a) if isinstance(a, bytearray) else a for a in args))
     except TypeError as exc:
         raise rex.DataError(str(exc)) from exc
 

@@ -31,8 +31,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import hiredis
-from redis import exceptions as rex
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection
@@ -43,6 +41,7 @@ from redis.backoff import NoBackoff
 from proxy.core.ids import IdFactory, new_id
 from proxy.core.policy.storagebudget import UNLIMITED, StorageBudget
 from proxy.core.storage.topology import RedisTarget, parse_redis_url
+from proxy.store.connection.coalesce import pack_args
 from proxy.store.connection.reconnect import PROBE_TIMEOUT, Reconnector
 from proxy.store.connection.shards import ShardedIds, cluster_owners
 from proxy.store.fleetsecret import SecretRead, shared_secret
@@ -179,9 +178,10 @@ class HiredisPackedConnection(Connection):
     connection packs in Python, ~1 µs an argument. A cluster's event-log flush names each
     stream's hash and log and its entries' parts (about nine arguments a stream a flush):
     packed in Python that was the largest part of the cluster's store client CPU
-    (`bench.topology`). The bytes are the same (tests/unit/test_redis_topology.py), a
-    value Redis cannot take the same `DataError`. (One primary's scripts already go packed
-    this way, by the coalescer: store/connection/coalesce.py.)"""
+    (`bench.topology`). The bytes are the same, a `bytearray` included, and a value Redis
+    cannot take the same `DataError` (tests/unit/test_redis_topology.py): the coalescer's
+    packing, which one primary's scripts already go through (store/connection/coalesce.py
+    `pack_args`)."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         command = args[0]  # a command of two words ("SCRIPT LOAD") is sent as two arguments
@@ -189,10 +189,7 @@ class HiredisPackedConnection(Connection):
             args = (*command.encode().split(), *args[1:])
         elif b" " in command:
             args = (*command.split(), *args[1:])
-        try:
-            return [hiredis.pack_command(args)]
-        except TypeError as exc:
-            raise rex.DataError(str(exc)) from exc
+        return [pack_args(args)]
 
 
 def _packed_by_hiredis(client: Any) -> None:
