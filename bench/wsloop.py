@@ -239,8 +239,8 @@ def _run(proxies: dict[str, tuple[Service, int]], steps: int, loops: int,
         if loop and time.monotonic() > deadline:
             break
         for name in names if loop % 2 == 0 else names[::-1]:
+            proxy = proxies[name][0]
             for system, (_, store, chained) in SYSTEMS.items():
-                proxy = proxies[name][0]
                 row, before = rows[name][system], proxy.cpu_ticks()
                 times = run_loop(transports[(name, system)], steps, store,
                                  f"{system} {loop}", chained)

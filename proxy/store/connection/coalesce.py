@@ -34,6 +34,7 @@ WAIT counts the writes of the connection it is sent on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -158,13 +159,12 @@ class ScriptCoalescer:
     async def _take(self) -> HeldConnection | None:
         pool = self._client.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        if not holdable(connection):
-            await pool.release(connection)
-            self._pooled = True
-            return None
-        try:
-            held = HeldConnection(pool, connection, self._retire, self._noscript)
-        except NotImplementedError:  # a loop whose transports keep their protocol (rloop's)
+        held: HeldConnection | None = None
+        if holdable(connection):
+            # A loop whose transports keep their protocol (rloop's) refuses the hold.
+            with contextlib.suppress(NotImplementedError):
+                held = HeldConnection(pool, connection, self._retire, self._noscript)
+        if held is None:
             await pool.release(connection)
             self._pooled = True
             return None
